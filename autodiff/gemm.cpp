@@ -1,0 +1,83 @@
+#include "autodiff/gemm.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <cblas.h>
+#include <stdexcept>
+#include <type_traits>
+
+namespace remat::gemm {
+namespace {
+
+constexpr bool host_memory =
+    Kokkos::SpaceAccessibility<Kokkos::HostSpace, Kokkos::DefaultExecutionSpace::memory_space>::accessible;
+
+CBLAS_TRANSPOSE cblas_op(Op op) { return op == Op::N ? CblasNoTrans : CblasTrans; }
+
+template <class T>
+void host_gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
+               std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  if constexpr (std::is_same_v<T, float>)
+    cblas_sgemm(CblasRowMajor, cblas_op(op_a), cblas_op(op_b), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  else
+    cblas_dgemm(CblasRowMajor, cblas_op(op_a), cblas_op(op_b), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+void require_host() {
+  if constexpr (!host_memory)
+    throw std::runtime_error("gemm: tensors live in device memory and this build has no device GEMM (cuBLAS) path yet");
+}
+
+}  // namespace
+
+template <class T>
+void gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a, std::int64_t lda,
+          const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+  require_host();
+  host_gemm(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+template <class T>
+void gemm_strided_batched(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
+                          std::int64_t lda, std::int64_t stride_a, const T* b, std::int64_t ldb,
+                          std::int64_t stride_b, T beta, T* c, std::int64_t ldc, std::int64_t stride_c,
+                          std::int64_t count) {
+  require_host();
+  // Inside a parallel region OpenBLAS (OpenMP flavour) runs each call on the
+  // calling thread, so the batch is spread over the cores without nesting.
+  Kokkos::parallel_for(
+      "gemm_strided_batched", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, count),
+      [=](std::int64_t i) {
+        host_gemm(op_a, op_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta, c + i * stride_c,
+                  ldc);
+      });
+  Kokkos::DefaultHostExecutionSpace().fence();
+}
+
+template <class T>
+void gemm_reference(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
+                    std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+  for (std::int64_t i = 0; i < m; ++i)
+    for (std::int64_t j = 0; j < n; ++j) {
+      double acc = 0;
+      for (std::int64_t p = 0; p < k; ++p) {
+        const T av = op_a == Op::N ? a[i * lda + p] : a[p * lda + i];
+        const T bv = op_b == Op::N ? b[p * ldb + j] : b[j * ldb + p];
+        acc += double(av) * double(bv);
+      }
+      c[i * ldc + j] = T(alpha * acc + (beta == T(0) ? 0.0 : double(beta) * c[i * ldc + j]));
+    }
+}
+
+#define REMAT_GEMM_INSTANTIATE(T)                                                                                  \
+  template void gemm<T>(Op, Op, std::int64_t, std::int64_t, std::int64_t, T, const T*, std::int64_t, const T*,     \
+                        std::int64_t, T, T*, std::int64_t);                                                        \
+  template void gemm_strided_batched<T>(Op, Op, std::int64_t, std::int64_t, std::int64_t, T, const T*,             \
+                                        std::int64_t, std::int64_t, const T*, std::int64_t, std::int64_t, T, T*,   \
+                                        std::int64_t, std::int64_t, std::int64_t);                                 \
+  template void gemm_reference<T>(Op, Op, std::int64_t, std::int64_t, std::int64_t, T, const T*, std::int64_t,     \
+                                  const T*, std::int64_t, T, T*, std::int64_t);
+REMAT_GEMM_INSTANTIATE(float)
+REMAT_GEMM_INSTANTIATE(double)
+
+}  // namespace remat::gemm

@@ -1,0 +1,28 @@
+#pragma once
+// The one front door for matrix products. Row-major C = alpha op(A) op(B) +
+// beta C. Host memory goes to the tuned BLAS (cblas); a CUDA build joins
+// here with cuBLAS. Everything that multiplies matrices calls these.
+#include <cstdint>
+
+namespace remat::gemm {
+
+enum class Op { N, T };
+
+template <class T>
+void gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
+          std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc);
+
+// `count` independent products whose operands start `stride_*` elements apart,
+// run in parallel (each product on one thread).
+template <class T>
+void gemm_strided_batched(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
+                          const T* a, std::int64_t lda, std::int64_t stride_a, const T* b, std::int64_t ldb,
+                          std::int64_t stride_b, T beta, T* c, std::int64_t ldc, std::int64_t stride_c,
+                          std::int64_t count);
+
+// Naive triple loop on the host: the reference the tests check against.
+template <class T>
+void gemm_reference(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
+                    std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc);
+
+}  // namespace remat::gemm

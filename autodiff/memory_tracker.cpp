@@ -1,0 +1,119 @@
+#include "autodiff/memory_tracker.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <chrono>
+
+namespace remat {
+namespace {
+
+double now_seconds() {
+  using clock = std::chrono::steady_clock;
+  return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
+}
+
+void allocate_callback(Kokkos::Profiling::SpaceHandle space, const char*, const void* ptr, std::uint64_t bytes) {
+  MemoryTracker::instance().on_allocate(space.name, ptr, bytes);
+}
+
+void deallocate_callback(Kokkos::Profiling::SpaceHandle space, const char*, const void* ptr, std::uint64_t bytes) {
+  MemoryTracker::instance().on_deallocate(space.name, ptr, bytes);
+}
+
+}  // namespace
+
+MemoryTracker& MemoryTracker::instance() {
+  static MemoryTracker tracker;
+  return tracker;
+}
+
+void MemoryTracker::install() {
+  Kokkos::Tools::Experimental::set_allocate_data_callback(&allocate_callback);
+  Kokkos::Tools::Experimental::set_deallocate_data_callback(&deallocate_callback);
+  installed_ = true;
+}
+
+std::string MemoryTracker::default_pool() {
+  return Kokkos::DefaultExecutionSpace::memory_space::name();
+}
+
+void MemoryTracker::record(const std::string& pool, std::int64_t delta) {
+  PoolStats& s = pools_[pool];
+  s.live += delta;
+  if (delta > 0) ++s.allocations;
+  if (s.live > s.peak) s.peak = s.live;
+  if (recording_) timeline_.push_back({now_seconds() - t0_, pool, s.live, phase_});
+}
+
+void MemoryTracker::on_allocate(const std::string& pool, const void*, std::uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  record(pool, std::int64_t(bytes));
+}
+
+void MemoryTracker::on_deallocate(const std::string& pool, const void*, std::uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  record(pool, -std::int64_t(bytes));
+}
+
+MemoryTracker::PoolStats MemoryTracker::stats(const std::string& pool) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  auto it = pools_.find(pool);
+  return it == pools_.end() ? PoolStats{} : it->second;
+}
+
+std::map<std::string, MemoryTracker::PoolStats> MemoryTracker::all_stats() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return pools_;
+}
+
+void MemoryTracker::reset_peaks() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [name, s] : pools_) {
+    s.peak = s.live;
+    s.allocations = 0;
+  }
+}
+
+void MemoryTracker::set_phase(const std::string& phase) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (std::size_t i = 0; i < phases_.size(); ++i)
+    if (phases_[i] == phase) {
+      phase_ = int(i);
+      return;
+    }
+  phases_.push_back(phase);
+  phase_ = int(phases_.size()) - 1;
+}
+
+const std::string& MemoryTracker::phase() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return phases_[phase_];
+}
+
+std::vector<std::string> MemoryTracker::phases() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return phases_;
+}
+
+void MemoryTracker::start_timeline() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  timeline_.clear();
+  recording_ = true;
+  t0_ = now_seconds();
+}
+
+void MemoryTracker::stop_timeline() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  recording_ = false;
+}
+
+std::vector<MemoryTracker::Event> MemoryTracker::timeline() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return timeline_;
+}
+
+MemoryPhase::MemoryPhase(const std::string& phase) : previous_(MemoryTracker::instance().phase()) {
+  MemoryTracker::instance().set_phase(phase);
+}
+MemoryPhase::~MemoryPhase() { MemoryTracker::instance().set_phase(previous_); }
+
+}  // namespace remat

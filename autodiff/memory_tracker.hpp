@@ -1,0 +1,79 @@
+#pragma once
+// Exact live and peak bytes per memory pool, from Kokkos Tools' allocate and
+// deallocate callbacks (every View allocation is seen), plus pools that code
+// reports to directly (an offload pool). A phase label marks what the program
+// was doing, and an optional timeline records live bytes after every event.
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace remat {
+
+class MemoryTracker {
+ public:
+  struct PoolStats {
+    std::int64_t live = 0;
+    std::int64_t peak = 0;
+    std::int64_t allocations = 0;  // since the last reset
+  };
+  struct Event {
+    double seconds;       // since the timeline was started
+    std::string pool;
+    std::int64_t live;    // in that pool, after the event
+    int phase;            // index into phases()
+  };
+
+  static MemoryTracker& instance();
+
+  // Registers the Kokkos Tools callbacks; call after Kokkos::initialize.
+  void install();
+  bool installed() const { return installed_; }
+
+  void on_allocate(const std::string& pool, const void* ptr, std::uint64_t bytes);
+  void on_deallocate(const std::string& pool, const void* ptr, std::uint64_t bytes);
+
+  PoolStats stats(const std::string& pool) const;
+  std::map<std::string, PoolStats> all_stats() const;
+  // The pool Tensors live in (the default memory space's name, e.g. "Host").
+  static std::string default_pool();
+
+  // Peak := live, allocation counters to 0, in every pool.
+  void reset_peaks();
+
+  void set_phase(const std::string& phase);
+  const std::string& phase() const;
+  std::vector<std::string> phases() const;
+
+  void start_timeline();  // clears and starts recording
+  void stop_timeline();
+  std::vector<Event> timeline() const;
+
+ private:
+  MemoryTracker() = default;
+  void record(const std::string& pool, std::int64_t delta);
+
+  mutable std::mutex mutex_;
+  bool installed_ = false;
+  std::map<std::string, PoolStats> pools_;
+  std::vector<std::string> phases_{"idle"};
+  int phase_ = 0;
+  bool recording_ = false;
+  double t0_ = 0;
+  std::vector<Event> timeline_;
+};
+
+// Labels the phase for the scope's lifetime.
+class MemoryPhase {
+ public:
+  explicit MemoryPhase(const std::string& phase);
+  ~MemoryPhase();
+  MemoryPhase(const MemoryPhase&) = delete;
+  MemoryPhase& operator=(const MemoryPhase&) = delete;
+
+ private:
+  std::string previous_;
+};
+
+}  // namespace remat

@@ -1,0 +1,46 @@
+#include <algorithm>
+
+#include "autodiff/ops/kernel.hpp"
+#include "autodiff/ops/ops.hpp"
+#include "autodiff/tape.hpp"
+
+namespace remat::ops {
+using namespace detail;
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  require_float("add", a, "a");
+  require_float("add", b, "b");
+  require(a.dtype() == b.dtype(), "add: dtypes differ");
+  const bool same = a.shape() == b.shape();
+  const bool trailing = b.rank() <= a.rank() && std::equal(b.shape().begin(), b.shape().end(),
+                                                           a.shape().end() - b.rank());
+  require(same || trailing, "add: cannot broadcast " + to_string(b.shape()) + " onto " + to_string(a.shape()));
+  const std::int64_t n = a.numel(), nb = b.numel();
+
+  Tensor out = Tensor::empty(a.shape(), a.dtype(), "add");
+  out.set_kind(OpKind::residual);
+  dispatch_float(a.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* x = a.data<T>();
+    const T* y = b.data<T>();
+    T* z = out.data<T>();
+    for_each("add_forward", n, KOKKOS_LAMBDA(std::int64_t i) { z[i] = x[i] + y[i % nb]; });
+  });
+
+  OpRecorder rec("add", {&a, &b});
+  if (rec)
+    rec.finish({&out}, [same, n, nb](BackwardContext& ctx) {
+      Tensor dy = ctx.grad_out();
+      ctx.accumulate(0, dy);
+      if (!ctx.needs_grad(1)) return;
+      if (same) return ctx.accumulate(1, dy);
+      GradTarget db = ctx.grad_in(1);
+      dispatch_float(dy.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        column_sums(dy.data<T>(), n / nb, nb, db.t.data<T>(), !db.fresh);
+      });
+    });
+  return out;
+}
+
+}  // namespace remat::ops

@@ -1,0 +1,70 @@
+#include "autodiff/ops/kernel.hpp"
+#include "autodiff/ops/ops.hpp"
+#include "autodiff/saved_tensor.hpp"
+#include "autodiff/tape.hpp"
+
+namespace remat::ops {
+using namespace detail;
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
+  require_float("cross_entropy", logits, "logits");
+  require(targets.dtype() == DType::i32,
+          std::string("cross_entropy: targets must be int32, got ") + dtype_name(targets.dtype()));
+  const std::int64_t V = logits.dim(-1), M = rows_of(logits);
+  require(targets.numel() == M, "cross_entropy: " + std::to_string(targets.numel()) + " targets for " +
+                                    std::to_string(M) + " rows of logits " + to_string(logits.shape()));
+  if (const auto bad = count_out_of_range(targets, V))
+    throw std::invalid_argument("cross_entropy: " + std::to_string(bad) + " target(s) outside [0, " +
+                                std::to_string(V) + ")");
+
+  Tensor lse = Tensor::empty({M}, logits.dtype(), "cross_entropy_lse");
+  lse.set_kind(OpKind::loss);
+  Tensor loss = Tensor::empty({}, logits.dtype(), "loss");
+  loss.set_kind(OpKind::loss);
+  dispatch_float(logits.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* z = logits.data<T>();
+    const std::int32_t* t = targets.data<std::int32_t>();
+    T* pl = lse.data<T>();
+    double total = 0;
+    // Per-row log-sum-exp with max subtraction; the mean is summed in double.
+    Kokkos::parallel_reduce(
+        "cross_entropy_forward", Kokkos::RangePolicy<ExecSpace>(0, M),
+        KOKKOS_LAMBDA(std::int64_t r, double& acc) {
+          const T* row = z + r * V;
+          T m = row[0];
+          for (std::int64_t j = 1; j < V; ++j) m = row[j] > m ? row[j] : m;
+          T s = 0;
+          for (std::int64_t j = 0; j < V; ++j) s += kmath::exp(row[j] - m);
+          pl[r] = m + kmath::log(s);
+          acc += double(pl[r]) - double(row[t[r]]);
+        },
+        total);
+    T* out = loss.data<T>();
+    const T mean = T(total / double(M));
+    for_each("cross_entropy_store", 1, KOKKOS_LAMBDA(std::int64_t) { out[0] = mean; });
+  });
+
+  OpRecorder rec("cross_entropy", {&logits, nullptr});
+  if (rec)
+    rec.finish({&loss}, [sz = save(logits), sl = save(lse), targets, M, V](BackwardContext& ctx) {
+      Tensor dy = ctx.grad_out(), zv = sz.unpack(), lv = sl.unpack();
+      GradTarget dz = ctx.grad_in(0);
+      dispatch_float(dy.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        const T *z = zv.data<T>(), *pl = lv.data<T>(), *gy = dy.data<T>();
+        const std::int32_t* t = targets.data<std::int32_t>();
+        T* gz = dz.t.data<T>();
+        const bool fresh = dz.fresh;
+        const T inv_m = T(1) / T(M);
+        for_each("cross_entropy_backward", M * V, KOKKOS_LAMBDA(std::int64_t i) {
+          const std::int64_t r = i / V, j = i % V;
+          const T v = (kmath::exp(z[i] - pl[r]) - (j == t[r] ? T(1) : T(0))) * gy[0] * inv_m;
+          gz[i] = fresh ? v : gz[i] + v;
+        });
+      });
+    });
+  return loss;
+}
+
+}  // namespace remat::ops

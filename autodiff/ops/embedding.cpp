@@ -1,0 +1,54 @@
+#include "autodiff/ops/kernel.hpp"
+#include "autodiff/ops/ops.hpp"
+#include "autodiff/tape.hpp"
+
+namespace remat::ops {
+using namespace detail;
+
+Tensor embedding(const Tensor& weight, const Tensor& ids) {
+  require_float("embedding", weight, "weight");
+  require(weight.rank() == 2, "embedding: weight must be [V, D], got " + to_string(weight.shape()));
+  require(ids.dtype() == DType::i32, std::string("embedding: ids must be int32, got ") + dtype_name(ids.dtype()));
+  const std::int64_t V = weight.dim(0), D = weight.dim(1), N = ids.numel();
+  if (const auto bad = count_out_of_range(ids, V))
+    throw std::invalid_argument("embedding: " + std::to_string(bad) + " id(s) outside [0, " + std::to_string(V) + ")");
+
+  Shape shape = ids.shape();
+  shape.push_back(D);
+  Tensor out = Tensor::empty(shape, weight.dtype(), "embedding");
+  out.set_kind(OpKind::embedding);
+  dispatch_float(weight.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* w = weight.data<T>();
+    const std::int32_t* id = ids.data<std::int32_t>();
+    T* y = out.data<T>();
+    for_each("embedding_forward", N * D, KOKKOS_LAMBDA(std::int64_t i) {
+      const std::int64_t n = i / D, d = i % D;
+      y[i] = w[std::int64_t(id[n]) * D + d];
+    });
+  });
+
+  OpRecorder rec("embedding", {&weight, nullptr});
+  if (rec)
+    rec.finish({&out}, [ids, V, D, N](BackwardContext& ctx) {
+      GradTarget dw = ctx.grad_in(0);
+      Tensor dy = ctx.grad_out();
+      dispatch_float(dy.dtype(), [&](auto tag) {
+        using T = decltype(tag);
+        T* g = dw.t.data<T>();
+        const T* gy = dy.data<T>();
+        const std::int32_t* id = ids.data<std::int32_t>();
+        const bool fresh = dw.fresh;
+        // One thread per column, rows in order: no atomics, same sums on any
+        // thread count.
+        for_each("embedding_backward", D, KOKKOS_LAMBDA(std::int64_t d) {
+          if (fresh)
+            for (std::int64_t v = 0; v < V; ++v) g[v * D + d] = T(0);
+          for (std::int64_t n = 0; n < N; ++n) g[std::int64_t(id[n]) * D + d] += gy[n * D + d];
+        });
+      });
+    });
+  return out;
+}
+
+}  // namespace remat::ops

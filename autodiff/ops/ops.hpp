@@ -1,0 +1,34 @@
+#pragma once
+// The differentiable ops. Each records a node on the current tape (when an
+// input requires a gradient) and saves what its backward needs through the
+// saved-tensor hooks. Activations are [..., features], row-major; linear
+// weights follow PyTorch: weight[out][in], y = x W^T + b.
+#include "autodiff/tensor.hpp"
+
+namespace remat::ops {
+
+// weight[V, D] gathered at int32 ids[...] -> [..., D].
+Tensor embedding(const Tensor& weight, const Tensor& ids);
+
+// a + b, where b has a's shape or a trailing part of it (broadcast over the
+// leading dimensions, as a position embedding over the batch).
+Tensor add(const Tensor& a, const Tensor& b);
+
+// x[..., in] W[out, in]^T + bias[out] (bias may be undefined).
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+
+// LayerNorm over the last dimension with gain and bias.
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);
+
+// GELU, tanh approximation: 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))).
+Tensor gelu_tanh(const Tensor& x);
+
+// Multi-head self-attention core on packed projections qkv[B, S, 3D] laid out
+// [q | k | v], H heads of D/H; softmax(q k^T / sqrt(D/H), causal mask) v,
+// heads merged -> [B, S, D].
+Tensor attention(const Tensor& qkv, int heads, bool causal);
+
+// Mean cross-entropy of logits[..., V] against int32 targets[...] -> scalar.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
+
+}  // namespace remat::ops

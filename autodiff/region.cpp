@@ -1,0 +1,45 @@
+#include "autodiff/region.hpp"
+
+#include "autodiff/ops/ops.hpp"
+
+namespace remat {
+namespace {
+
+std::vector<BlockRunner*>& runner_stack() {
+  thread_local std::vector<BlockRunner*> stack;
+  return stack;
+}
+
+Tensors couple(const Tensor& x1, const Tensor& x2, const ReversibleBody& body) {
+  Tensor y1 = ops::add(x1, body.f(x2));
+  Tensor y2 = ops::add(x2, body.g(y1));
+  return {y1, y2};
+}
+
+}  // namespace
+
+Tensors BlockRunner::run_reversible(const BlockInfo& info, const Tensor& x1, const Tensor& x2,
+                                    const ReversibleBody& body) {
+  return run(info, {x1, x2}, [&](const Tensors& in) { return couple(in[0], in[1], body); });
+}
+
+Tensors run_block(const BlockInfo& info, const Tensors& inputs, const BlockBody& body) {
+  auto& stack = runner_stack();
+  if (stack.empty()) return body(inputs);
+  return stack.back()->run(info, inputs, body);
+}
+
+Tensor run_block(const BlockInfo& info, const Tensor& input, const std::function<Tensor(const Tensor&)>& body) {
+  return run_block(info, Tensors{input}, [&](const Tensors& in) { return Tensors{body(in[0])}; }).at(0);
+}
+
+Tensors run_reversible_block(const BlockInfo& info, const Tensor& x1, const Tensor& x2, const ReversibleBody& body) {
+  auto& stack = runner_stack();
+  if (stack.empty()) return couple(x1, x2, body);
+  return stack.back()->run_reversible(info, x1, x2, body);
+}
+
+BlockRunnerScope::BlockRunnerScope(BlockRunner& r) { runner_stack().push_back(&r); }
+BlockRunnerScope::~BlockRunnerScope() { runner_stack().pop_back(); }
+
+}  // namespace remat

@@ -1,0 +1,53 @@
+#pragma once
+// Blocks: a model marks each of its repeated blocks (a transformer layer) as a
+// region, and the active BlockRunner decides how to run it: plainly (the
+// default), as a checkpoint segment, offloaded, reversibly. The model never
+// knows which; the strategy never knows which model.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "autodiff/tensor.hpp"
+
+namespace remat {
+
+struct BlockInfo {
+  int index = 0;  // 0 .. count-1, in forward order
+  int count = 1;  // blocks in the model
+  std::string name;  // e.g. "h.3", for traces and errors
+};
+
+using Tensors = std::vector<Tensor>;
+using BlockBody = std::function<Tensors(const Tensors&)>;
+
+// The two halves of a reversible block (RevNet coupling):
+// y1 = x1 + F(x2), y2 = x2 + G(y1).
+struct ReversibleBody {
+  std::function<Tensor(const Tensor&)> f;
+  std::function<Tensor(const Tensor&)> g;
+};
+
+class BlockRunner {
+ public:
+  virtual ~BlockRunner() = default;
+  virtual Tensors run(const BlockInfo& info, const Tensors& inputs, const BlockBody& body) = 0;
+  // The default runs the coupling forward like any block.
+  virtual Tensors run_reversible(const BlockInfo& info, const Tensor& x1, const Tensor& x2,
+                                 const ReversibleBody& body);
+};
+
+// Runs a block through the innermost active runner (plainly if none).
+Tensors run_block(const BlockInfo& info, const Tensors& inputs, const BlockBody& body);
+Tensor run_block(const BlockInfo& info, const Tensor& input, const std::function<Tensor(const Tensor&)>& body);
+// Runs a reversible block; returns {y1, y2}.
+Tensors run_reversible_block(const BlockInfo& info, const Tensor& x1, const Tensor& x2, const ReversibleBody& body);
+
+class BlockRunnerScope {
+ public:
+  explicit BlockRunnerScope(BlockRunner& r);
+  ~BlockRunnerScope();
+  BlockRunnerScope(const BlockRunnerScope&) = delete;
+  BlockRunnerScope& operator=(const BlockRunnerScope&) = delete;
+};
+
+}  // namespace remat

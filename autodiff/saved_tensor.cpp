@@ -1,0 +1,36 @@
+#include "autodiff/saved_tensor.hpp"
+
+#include <vector>
+
+namespace remat {
+namespace {
+
+class Kept final : public Packed {
+ public:
+  explicit Kept(Tensor t) : t_(std::move(t)) {}
+  Tensor unpack() override { return t_; }
+
+ private:
+  Tensor t_;
+};
+
+std::vector<SavedTensorHooks*>& hook_stack() {
+  thread_local std::vector<SavedTensorHooks*> stack;
+  return stack;
+}
+
+}  // namespace
+
+std::shared_ptr<Packed> KeepHooks::pack(const Tensor& t) { return std::make_shared<Kept>(t); }
+
+SavedTensor save(const Tensor& t) {
+  static KeepHooks keep;
+  auto& stack = hook_stack();
+  SavedTensorHooks& hooks = stack.empty() ? keep : *stack.back();
+  return SavedTensor(hooks.pack(t));
+}
+
+SavedTensorHooksScope::SavedTensorHooksScope(SavedTensorHooks& hooks) { hook_stack().push_back(&hooks); }
+SavedTensorHooksScope::~SavedTensorHooksScope() { hook_stack().pop_back(); }
+
+}  // namespace remat

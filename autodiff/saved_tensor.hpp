@@ -1,0 +1,57 @@
+#pragma once
+// Saved-tensor hooks: every op saves what its backward needs through the
+// innermost active hooks instead of holding it directly. The default keeps
+// the tensor; a strategy may drop it (recompute later), move it (offload) or
+// rebuild it (reversible). This is the one seam between ops and strategies.
+#include <functional>
+#include <memory>
+
+#include "autodiff/tensor.hpp"
+
+namespace remat {
+
+// What a hook made of a tensor; unpack() returns it (possibly recomputed or
+// copied back), with the same shape and dtype as the tensor that was packed.
+class Packed {
+ public:
+  virtual ~Packed() = default;
+  virtual Tensor unpack() = 0;
+};
+
+class SavedTensorHooks {
+ public:
+  virtual ~SavedTensorHooks() = default;
+  virtual std::shared_ptr<Packed> pack(const Tensor& t) = 0;
+};
+
+// The handle an op's backward holds.
+class SavedTensor {
+ public:
+  SavedTensor() = default;
+  explicit SavedTensor(std::shared_ptr<Packed> p) : packed_(std::move(p)) {}
+  Tensor unpack() const { return packed_ ? packed_->unpack() : Tensor(); }
+  void release() { packed_.reset(); }
+
+ private:
+  std::shared_ptr<Packed> packed_;
+};
+
+// Keeps the tensor itself: the `full` strategy, and the default.
+class KeepHooks final : public SavedTensorHooks {
+ public:
+  std::shared_ptr<Packed> pack(const Tensor& t) override;
+};
+
+// Saves `t` through the innermost active hooks.
+SavedTensor save(const Tensor& t);
+
+// Makes `hooks` the innermost hooks for the scope's lifetime.
+class SavedTensorHooksScope {
+ public:
+  explicit SavedTensorHooksScope(SavedTensorHooks& hooks);
+  ~SavedTensorHooksScope();
+  SavedTensorHooksScope(const SavedTensorHooksScope&) = delete;
+  SavedTensorHooksScope& operator=(const SavedTensorHooksScope&) = delete;
+};
+
+}  // namespace remat

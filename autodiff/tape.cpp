@@ -1,0 +1,119 @@
+#include "autodiff/tape.hpp"
+
+#include "autodiff/elementwise.hpp"
+
+namespace remat {
+namespace {
+
+Tape*& tape_pointer() {
+  thread_local Tape default_tape;
+  thread_local Tape* current = &default_tape;
+  return current;
+}
+
+bool& grad_flag() {
+  thread_local bool enabled = true;
+  return enabled;
+}
+
+// A slot's gradient may share storage with another slot's (a gradient handed
+// on unchanged, as by add). Before writing into it in place, make it ours.
+Tensor& writable_grad(GradSlot& slot) {
+  Tensor& g = *slot.grad;
+  if (g.bytes().use_count() > 1) g = clone(g);
+  return g;
+}
+
+}  // namespace
+
+Tensor BackwardContext::grad_out(int i) const {
+  const auto& slot = node_.outputs.at(i);
+  return slot && slot->grad ? *slot->grad : Tensor();
+}
+
+GradTarget BackwardContext::grad_in(int i) {
+  GradSlot* slot = node_.inputs.at(i).get();
+  if (!slot) return {};
+  if (!slot->grad) {
+    slot->grad = std::make_shared<Tensor>(Tensor::empty(slot->shape, slot->dtype, "grad"));
+    return {*slot->grad, true};
+  }
+  return {writable_grad(*slot), false};
+}
+
+void BackwardContext::accumulate(int i, const Tensor& g) {
+  GradSlot* slot = node_.inputs.at(i).get();
+  if (!slot) return;
+  if (g.shape() != slot->shape)
+    throw std::logic_error(std::string(node_.op) + ": gradient of shape " + to_string(g.shape()) +
+                           " for an input of shape " + to_string(slot->shape));
+  if (!slot->grad) {
+    slot->grad = std::make_shared<Tensor>(g);
+  } else {
+    add_inplace(writable_grad(*slot), g);
+  }
+}
+
+void Tape::run_backward() {
+  while (!nodes_.empty()) {
+    std::unique_ptr<Node> node = std::move(nodes_.back());
+    nodes_.pop_back();
+    bool any = false;
+    for (auto& s : node->outputs) any = any || (s && s->grad);
+    if (any) {
+      BackwardContext ctx(*node);
+      node->backward(ctx);
+    }
+    // The outputs' gradients are complete and consumed: free them now.
+    for (auto& s : node->outputs)
+      if (s && !s->retain) s->grad.reset();
+  }
+}
+
+Tape& current_tape() { return *tape_pointer(); }
+TapeScope::TapeScope(Tape& t) : previous_(tape_pointer()) { tape_pointer() = &t; }
+TapeScope::~TapeScope() { tape_pointer() = previous_; }
+
+bool grad_enabled() { return grad_flag(); }
+NoGradScope::NoGradScope() : previous_(grad_flag()) { grad_flag() = false; }
+NoGradScope::~NoGradScope() { grad_flag() = previous_; }
+
+OpRecorder::OpRecorder(const char* op, std::initializer_list<const Tensor*> inputs) {
+  if (!grad_enabled()) return;
+  bool any = false;
+  for (const Tensor* t : inputs) any = any || (t && t->requires_grad());
+  if (!any) return;
+  node_ = std::make_unique<Node>();
+  node_->op = op;
+  for (const Tensor* t : inputs) node_->inputs.push_back(t ? t->slot() : nullptr);
+}
+
+void OpRecorder::finish(std::initializer_list<Tensor*> outputs, BackwardFn fn) {
+  for (Tensor* t : outputs) {
+    auto slot = std::make_shared<GradSlot>();
+    slot->shape = t->shape();
+    slot->dtype = t->dtype();
+    t->attach_slot(slot);
+    node_->outputs.push_back(std::move(slot));
+  }
+  node_->backward = std::move(fn);
+  current_tape().push(std::move(node_));
+}
+
+void backward(const Tensor& out, const Tensor& grad_out) {
+  if (!out.requires_grad()) throw std::invalid_argument("backward: the tensor does not require a gradient");
+  if (grad_out.shape() != out.shape())
+    throw std::invalid_argument("backward: gradient shape " + to_string(grad_out.shape()) + " for output " +
+                                to_string(out.shape()));
+  out.slot()->grad = std::make_shared<Tensor>(grad_out);
+  current_tape().run_backward();
+}
+
+void backward(const Tensor& loss) {
+  if (loss.numel() != 1) throw std::invalid_argument("backward(loss): loss has shape " + to_string(loss.shape()));
+  Tensor one = Tensor::empty(loss.shape(), loss.dtype(), "grad_loss");
+  fill(one, 1.0);
+  backward(loss, one);
+}
+
+}  // namespace remat

@@ -1,0 +1,103 @@
+#pragma once
+// The tape: ops append a node per call (in forward order); backward() walks
+// it in reverse, so every node runs after all consumers of its outputs. A
+// node holds grad slots and its saved-tensor handles, never activations, and
+// is destroyed as soon as it has run, which frees what it saved.
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <vector>
+
+#include "autodiff/tensor.hpp"
+
+namespace remat {
+
+// Where an op's backward writes the gradient of one input: `fresh` means the
+// buffer is new and uninitialised (write, do not add; beta = 0 in a GEMM).
+struct GradTarget {
+  Tensor t;
+  bool fresh = false;
+  explicit operator bool() const { return t.defined(); }
+};
+
+class BackwardContext;
+using BackwardFn = std::function<void(BackwardContext&)>;
+
+struct Node {
+  const char* op = "";
+  std::vector<std::shared_ptr<GradSlot>> inputs;   // null: that input needs no gradient
+  std::vector<std::shared_ptr<GradSlot>> outputs;
+  BackwardFn backward;
+};
+
+class BackwardContext {
+ public:
+  explicit BackwardContext(Node& n) : node_(n) {}
+  // Gradient flowing into output i (undefined if none did).
+  Tensor grad_out(int i = 0) const;
+  bool needs_grad(int i) const { return node_.inputs.at(i) != nullptr; }
+  // The buffer to write input i's gradient into (undefined if not needed).
+  GradTarget grad_in(int i);
+  // Adds g into input i's gradient (adopting g when it is the first).
+  void accumulate(int i, const Tensor& g);
+
+ private:
+  Node& node_;
+};
+
+class Tape {
+ public:
+  void push(std::unique_ptr<Node> n) { nodes_.push_back(std::move(n)); }
+  std::size_t size() const { return nodes_.size(); }
+  void clear() { nodes_.clear(); }
+  // Runs every node in reverse order and empties the tape.
+  void run_backward();
+
+ private:
+  std::vector<std::unique_ptr<Node>> nodes_;
+};
+
+// The tape ops record on (a thread's default tape unless a scope says other).
+Tape& current_tape();
+class TapeScope {
+ public:
+  explicit TapeScope(Tape& t);
+  ~TapeScope();
+  TapeScope(const TapeScope&) = delete;
+  TapeScope& operator=(const TapeScope&) = delete;
+
+ private:
+  Tape* previous_;
+};
+
+bool grad_enabled();
+class NoGradScope {
+ public:
+  NoGradScope();
+  ~NoGradScope();
+  NoGradScope(const NoGradScope&) = delete;
+  NoGradScope& operator=(const NoGradScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Every op records itself through this: construct it with the inputs; if it
+// is true, save what backward needs and call finish() with the outputs.
+class OpRecorder {
+ public:
+  OpRecorder(const char* op, std::initializer_list<const Tensor*> inputs);
+  explicit operator bool() const { return node_ != nullptr; }
+  // Gives each output a grad slot and appends the node to the current tape.
+  void finish(std::initializer_list<Tensor*> outputs, BackwardFn fn);
+
+ private:
+  std::unique_ptr<Node> node_;
+};
+
+// Seeds d(loss)/d(loss) = 1 and runs the current tape backward.
+void backward(const Tensor& loss);
+// Seeds the gradient of `out` with `grad_out` and runs the current tape.
+void backward(const Tensor& out, const Tensor& grad_out);
+
+}  // namespace remat

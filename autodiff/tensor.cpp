@@ -1,0 +1,144 @@
+#include "autodiff/tensor.hpp"
+
+#include <cstring>
+#include <sstream>
+
+namespace remat {
+
+std::int64_t numel(const Shape& s) {
+  std::int64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+
+std::string to_string(const Shape& s) {
+  std::ostringstream o;
+  o << '[';
+  for (std::size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
+  o << ']';
+  return o.str();
+}
+
+const char* op_kind_name(OpKind k) {
+  switch (k) {
+    case OpKind::leaf: return "leaf";
+    case OpKind::embedding: return "embedding";
+    case OpKind::matmul: return "matmul";
+    case OpKind::attn_core: return "attn-core";
+    case OpKind::mlp_act: return "mlp-act";
+    case OpKind::norm: return "norm";
+    case OpKind::residual: return "residual";
+    case OpKind::loss: return "loss";
+    case OpKind::other: return "other";
+  }
+  return "?";
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, const std::string& label) {
+  for (auto d : shape)
+    if (d < 0) throw std::invalid_argument("negative dimension in shape " + to_string(shape));
+  Tensor t;
+  t.shape_ = shape;
+  t.numel_ = remat::numel(shape);
+  t.dtype_ = dtype;
+  t.bytes_ = Bytes(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), t.nbytes());
+  return t;
+}
+
+Tensor Tensor::zeros(const Shape& shape, DType dtype, const std::string& label) {
+  Tensor t = empty(shape, dtype, label);
+  Kokkos::deep_copy(t.bytes_, static_cast<unsigned char>(0));
+  return t;
+}
+
+Tensor Tensor::parameter(const Shape& shape, DType dtype, const std::string& name) {
+  Tensor t = zeros(shape, dtype, name);
+  auto slot = std::make_shared<GradSlot>();
+  slot->shape = shape;
+  slot->dtype = dtype;
+  slot->name = name;
+  slot->retain = true;
+  t.slot_ = std::move(slot);
+  return t;
+}
+
+std::string Tensor::label() const { return bytes_.data() ? bytes_.label() : std::string(); }
+
+Tensor Tensor::view_as(const Shape& shape) const {
+  if (remat::numel(shape) != numel_)
+    throw std::invalid_argument("cannot view a tensor of shape " + to_string(shape_) + " as " + to_string(shape));
+  Tensor t = *this;
+  t.shape_ = shape;
+  t.slot_.reset();
+  return t;
+}
+
+Tensor Tensor::grad() const { return slot_ && slot_->grad ? *slot_->grad : Tensor(); }
+
+void Tensor::zero_grad() const {
+  if (slot_) slot_->grad.reset();
+}
+
+void Tensor::check_dtype(DType want) const {
+  if (want != dtype_)
+    throw std::invalid_argument(std::string("tensor holds ") + dtype_name(dtype_) + ", accessed as " + dtype_name(want));
+}
+
+std::vector<double> Tensor::to_host_f64() const {
+  std::vector<double> out(numel_);
+  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bytes_);
+  const unsigned char* p = host.data();
+  for (std::int64_t i = 0; i < numel_; ++i) {
+    switch (dtype_) {
+      case DType::f32: out[i] = reinterpret_cast<const float*>(p)[i]; break;
+      case DType::f64: out[i] = reinterpret_cast<const double*>(p)[i]; break;
+      case DType::i32: out[i] = reinterpret_cast<const std::int32_t*>(p)[i]; break;
+    }
+  }
+  return out;
+}
+
+std::vector<std::int32_t> Tensor::to_host_i32() const {
+  check_dtype(DType::i32);
+  std::vector<std::int32_t> out(numel_);
+  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bytes_);
+  std::memcpy(out.data(), host.data(), nbytes());
+  return out;
+}
+
+template <class T>
+Tensor Tensor::from_host(const std::vector<T>& v, const Shape& shape, const std::string& label) {
+  if (std::int64_t(v.size()) != remat::numel(shape))
+    throw std::invalid_argument("from_host: " + std::to_string(v.size()) + " values for shape " + to_string(shape));
+  Tensor t = empty(shape, DTypeOf<T>::value, label);
+  Kokkos::View<const unsigned char*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> src(
+      reinterpret_cast<const unsigned char*>(v.data()), t.nbytes());
+  Kokkos::deep_copy(t.bytes_, src);
+  return t;
+}
+template Tensor Tensor::from_host(const std::vector<float>&, const Shape&, const std::string&);
+template Tensor Tensor::from_host(const std::vector<double>&, const Shape&, const std::string&);
+template Tensor Tensor::from_host(const std::vector<std::int32_t>&, const Shape&, const std::string&);
+
+double Tensor::item() const {
+  if (numel_ != 1) throw std::invalid_argument("item() on a tensor of shape " + to_string(shape_));
+  return to_host_f64()[0];
+}
+
+Tensor to_dtype(const Tensor& t, DType dtype) {
+  if (t.dtype() == dtype) return t;
+  Tensor out = Tensor::empty(t.shape(), dtype, t.label());
+  dispatch_float(t.dtype(), [&](auto a) {
+    dispatch_float(dtype, [&](auto b) {
+      using A = decltype(a);
+      using B = decltype(b);
+      const A* src = t.data<A>();
+      B* dst = out.data<B>();
+      Kokkos::parallel_for("to_dtype", Kokkos::RangePolicy<ExecSpace>(0, t.numel()),
+                           KOKKOS_LAMBDA(std::int64_t i) { dst[i] = B(src[i]); });
+    });
+  });
+  return out;
+}
+
+}  // namespace remat

@@ -1,0 +1,101 @@
+#pragma once
+// Tensor: a shape, an element type and a reference-counted Kokkos allocation
+// in the default execution space's memory. Copies share the data. A tensor
+// that takes part in differentiation also points to a GradSlot, where its
+// gradient accumulates during backward.
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "autodiff/dtype.hpp"
+
+namespace remat {
+
+using ExecSpace = Kokkos::DefaultExecutionSpace;
+using MemSpace = ExecSpace::memory_space;
+using Shape = std::vector<std::int64_t>;
+
+std::int64_t numel(const Shape& s);
+std::string to_string(const Shape& s);
+
+// What produced a tensor. Strategies decide what to keep by this kind, the
+// way JAX remat policies and PyTorch selective-checkpoint policies decide per
+// op ("recompute every attention core, keep every matmul output").
+enum class OpKind { leaf, embedding, matmul, attn_core, mlp_act, norm, residual, loss, other };
+const char* op_kind_name(OpKind k);
+
+class Tensor;
+
+// Where the gradient of one tensor accumulates. Nodes on the tape hold slots,
+// not tensors, so a node never keeps an activation alive by accident.
+struct GradSlot {
+  Shape shape;
+  DType dtype = DType::f32;
+  std::string name;  // parameters only
+  bool retain = false;  // parameters keep their gradient after backward
+  std::shared_ptr<Tensor> grad;  // null until a gradient flows here
+};
+
+class Tensor {
+ public:
+  using Bytes = Kokkos::View<unsigned char*, MemSpace>;
+
+  Tensor() = default;
+  static Tensor empty(const Shape& shape, DType dtype, const std::string& label = "tensor");
+  static Tensor zeros(const Shape& shape, DType dtype, const std::string& label = "tensor");
+  // A leaf that collects a gradient which survives backward (and accumulates
+  // over several backward calls until zero_grad()).
+  static Tensor parameter(const Shape& shape, DType dtype, const std::string& name);
+
+  bool defined() const { return bytes_.data() != nullptr || !shape_.empty(); }
+  const Shape& shape() const { return shape_; }
+  std::int64_t dim(int i) const { return shape_.at(i < 0 ? shape_.size() + i : i); }
+  int rank() const { return int(shape_.size()); }
+  std::int64_t numel() const { return numel_; }
+  DType dtype() const { return dtype_; }
+  std::size_t nbytes() const { return std::size_t(numel_) * dtype_size(dtype_); }
+  std::string label() const;
+
+  template <class T> T* data() const {
+    check_dtype(DTypeOf<T>::value);
+    return reinterpret_cast<T*>(bytes_.data());
+  }
+  void* raw() const { return bytes_.data(); }
+  const Bytes& bytes() const { return bytes_; }
+
+  // Same data, other shape (element counts must agree). Not recorded on the
+  // tape: use it on tensors that need no gradient, or through ops::reshape.
+  Tensor view_as(const Shape& shape) const;
+
+  OpKind kind() const { return kind_; }
+  void set_kind(OpKind k) { kind_ = k; }
+
+  bool requires_grad() const { return slot_ != nullptr; }
+  const std::shared_ptr<GradSlot>& slot() const { return slot_; }
+  void attach_slot(std::shared_ptr<GradSlot> s) { slot_ = std::move(s); }
+  // The accumulated gradient (undefined tensor if none flowed).
+  Tensor grad() const;
+  void zero_grad() const;
+
+  // Host copies, for I/O and tests.
+  std::vector<double> to_host_f64() const;
+  std::vector<std::int32_t> to_host_i32() const;
+  template <class T> static Tensor from_host(const std::vector<T>& v, const Shape& shape,
+                                             const std::string& label = "from_host");
+  double item() const;  // a one-element float tensor's value
+
+ private:
+  void check_dtype(DType want) const;
+  Bytes bytes_;
+  Shape shape_;
+  std::int64_t numel_ = 0;
+  DType dtype_ = DType::f32;
+  OpKind kind_ = OpKind::leaf;
+  std::shared_ptr<GradSlot> slot_;
+};
+
+Tensor to_dtype(const Tensor& t, DType dtype);
+
+}  // namespace remat
