@@ -1,0 +1,54 @@
+#include "autodiff/runtime.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <cstdlib>
+#include <cstring>
+
+#include "autodiff/memory_tracker.hpp"
+
+namespace remat {
+
+Runtime::Runtime(int& argc, char** argv) {
+  // Kokkos would also act on un-prefixed flags such as --help, so it only
+  // ever sees the --kokkos-* ones.
+  std::vector<std::string> kokkos_args{argc > 0 ? argv[0] : "remat"};
+  int kept = argc > 0 ? 1 : 0;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--kokkos-", 0) != 0) {
+      argv[kept++] = argv[i];
+      continue;
+    }
+#if KOKKOS_VERSION < 40000
+    if (a.rfind("--kokkos-num-threads", 0) == 0) a = "--kokkos-threads" + a.substr(std::strlen("--kokkos-num-threads"));
+#endif
+    kokkos_args.push_back(a);
+  }
+  argc = kept;
+  // The OpenMP runtime read its environment at load time: with no
+  // OMP_PROC_BIND it does not bind threads, which is what "false" says.
+  // Saying so keeps Kokkos from warning about it on every start.
+  setenv("OMP_PROC_BIND", "false", 0);
+  std::vector<char*> ptrs;
+  for (auto& a : kokkos_args) ptrs.push_back(a.data());
+  int n = int(ptrs.size());
+  Kokkos::initialize(n, ptrs.data());
+  MemoryTracker::instance().install();
+}
+
+Runtime::~Runtime() { Kokkos::finalize(); }
+
+std::string Runtime::describe() {
+  using Exec = Kokkos::DefaultExecutionSpace;
+  const int v = KOKKOS_VERSION;
+  std::string s = "Kokkos " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
+                  std::to_string(v % 100) + ", " + Exec::name();
+#if KOKKOS_VERSION >= 40000
+  s += ", " + std::to_string(Exec().concurrency()) + " threads";
+#else
+  s += ", " + std::to_string(Exec::concurrency()) + " threads";
+#endif
+  return s;
+}
+
+}  // namespace remat

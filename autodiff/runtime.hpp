@@ -1,0 +1,22 @@
+#pragma once
+// The process-wide set-up every entry point (CLI, tests, benchmarks) shares:
+// Kokkos initialised with the --kokkos-* arguments, the memory tracker
+// installed; Kokkos finalised when the Runtime goes out of scope.
+#include <string>
+#include <vector>
+
+namespace remat {
+
+class Runtime {
+ public:
+  // Takes the --kokkos-* arguments out of argv (they are Kokkos'); the rest
+  // stay for the caller. `--kokkos-num-threads` works on every Kokkos version.
+  Runtime(int& argc, char** argv);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  static std::string describe();  // "Kokkos 3.4.1, OpenMP, 2 threads"
+};
+
+}  // namespace remat

@@ -1,0 +1,18 @@
+#pragma once
+// A batch for next-token training: int32 tokens and targets, both [B, S].
+#include <cstdint>
+
+#include "autodiff/tensor.hpp"
+
+namespace remat {
+
+struct Batch {
+  Tensor tokens;
+  Tensor targets;
+};
+
+// Seeded uniform tokens and targets in [0, V): the same batch for a seed on
+// every backend and thread count.
+Batch random_batch(std::int64_t B, std::int64_t S, std::int64_t V, std::uint64_t seed);
+
+}  // namespace remat

@@ -1,0 +1,11 @@
+#pragma once
+// One file per subcommand: setup_X binds its options and its action.
+#include <CLI/CLI.hpp>
+
+namespace remat::cli {
+
+void setup_models(CLI::App& app);
+void setup_export(CLI::App& app);
+void setup_grads(CLI::App& app);
+
+}  // namespace remat::cli

@@ -1,0 +1,39 @@
+// remat export: seeded weights and batch in the MODELS.md HDF5 layout.
+#include <cstdio>
+#include <memory>
+
+#include "autodiff/tensor.hpp"
+#include "harness/cli/commands.hpp"
+#include "harness/cli/model_options.hpp"
+
+namespace remat::cli {
+namespace {
+
+struct ExportOptions {
+  ModelOptions model;
+  std::string out;
+};
+
+void run_export(const ExportOptions& o) {
+  const ModelSetup setup = o.model.resolve();
+  const auto model = models().find(setup.model).make(setup.sizes);
+  ParamStore params(model->params(), DType::f32);
+  initialize(params, o.model.seed, setup.sizes.L);
+  const Batch batch = random_batch(setup.sizes.B, setup.sizes.S, setup.sizes.V, o.model.seed);
+  write_weights(o.out, setup, params, &batch);
+  std::printf("wrote %s: %s %s, %lld parameters, batch [%d, %d], seed %llu\n", o.out.c_str(), setup.model.c_str(),
+              setup.preset.c_str(), static_cast<long long>(params.count()), setup.sizes.B, setup.sizes.S,
+              static_cast<unsigned long long>(o.model.seed));
+}
+
+}  // namespace
+
+void setup_export(CLI::App& app) {
+  auto o = std::make_shared<ExportOptions>();
+  auto* cmd = app.add_subcommand("export", "Write a model's seeded weights and a seeded batch to an HDF5 file");
+  o->model.bind(*cmd);
+  cmd->add_option("--out", o->out, "Output HDF5 file")->required();
+  cmd->callback([o] { run_export(*o); });
+}
+
+}  // namespace remat::cli

@@ -1,0 +1,35 @@
+// remat: the command-line tool. Each subcommand lives in its own file.
+#include <CLI/CLI.hpp>
+#include <cstdio>
+#include <stdexcept>
+
+#include "autodiff/error.hpp"
+#include "autodiff/runtime.hpp"
+#include "harness/cli/commands.hpp"
+
+int main(int argc, char** argv) {
+  remat::Runtime runtime(argc, argv);
+  CLI::App app{"remat: activation-memory strategies for transformer training, measured and proven exact"};
+  app.require_subcommand(1);
+  app.footer(
+      "Kokkos options pass through, e.g. --kokkos-num-threads=N (threads), --kokkos-help.\n"
+      "Errors in what was asked (a bad file, name or shape) exit with code 2.");
+  remat::cli::setup_models(app);
+  remat::cli::setup_export(app);
+  remat::cli::setup_grads(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;
+  } catch (const remat::UserError& e) {
+    std::fprintf(stderr, "remat: error: %s\n", e.what());
+    return 2;
+  } catch (const std::invalid_argument& e) {  // an op refused its input (e.g. a token id out of range)
+    std::fprintf(stderr, "remat: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "remat: internal error: %s\n", e.what());
+    return 3;
+  }
+  return 0;
+}

@@ -1,0 +1,24 @@
+#include "harness/cli/model_options.hpp"
+
+namespace remat::cli {
+
+void ModelOptions::bind(CLI::App& cmd) {
+  cmd.add_option("--model", model, "Model from the zoo")->check(CLI::IsMember(models().names()))->capture_default_str();
+  cmd.add_option("--preset", preset, "Size preset")->check(CLI::IsMember(preset_names()))->capture_default_str();
+  cmd.add_option("--layers", layers, "Override the preset's number of blocks L")->check(CLI::PositiveNumber);
+  cmd.add_option("--seq", seq, "Override the preset's sequence length S")->check(CLI::PositiveNumber);
+  cmd.add_option("--batch", batch, "Override the preset's batch size B")->check(CLI::PositiveNumber);
+  cmd.add_option("--seed", seed, "Seed of the initialisation and the batch")->capture_default_str();
+}
+
+ModelSetup ModelOptions::resolve() const {
+  ModelSetup s{model, preset, preset_sizes(preset)};
+  if (layers) s.sizes.L = layers;
+  if (seq) s.sizes.S = s.sizes.S_max = seq;
+  if (batch) s.sizes.B = batch;
+  validate(s.sizes);
+  models().find(model);
+  return s;
+}
+
+}  // namespace remat::cli

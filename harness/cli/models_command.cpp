@@ -1,0 +1,44 @@
+// remat models: the zoo, with parameter counts per preset.
+#include <cstdio>
+
+#include "harness/cli/commands.hpp"
+#include "zoo/model.hpp"
+
+namespace remat::cli {
+namespace {
+
+std::string human(std::int64_t n) {
+  char buf[32];
+  if (n >= 1000000) std::snprintf(buf, sizeof buf, "%.1fM", n / 1e6);
+  else if (n >= 1000) std::snprintf(buf, sizeof buf, "%.1fk", n / 1e3);
+  else std::snprintf(buf, sizeof buf, "%lld", static_cast<long long>(n));
+  return buf;
+}
+
+void run_models() {
+  std::printf("%-10s %-10s %s\n", "model", "reversible", "description");
+  for (const auto& m : models().all()) std::printf("%-10s %-10s %s\n", m.name.c_str(), m.reversible ? "yes" : "no", m.description.c_str());
+  std::printf("\nparameters per preset:\n%-10s", "model");
+  for (const auto& p : presets()) std::printf(" %11s", p.name.c_str());
+  std::printf("\n");
+  for (const auto& m : models().all()) {
+    std::printf("%-10s", m.name.c_str());
+    for (const auto& p : presets()) std::printf(" %11s", human(count_params(m.make(p.sizes)->params())).c_str());
+    std::printf("\n");
+  }
+  std::printf("\npresets (L D H Hkv F S V B):\n");
+  for (const auto& p : presets()) {
+    const Sizes& z = p.sizes;
+    std::printf("%-10s %3d %5d %3d %3d %5d %5d %6d %2d  %s\n", p.name.c_str(), z.L, z.D, z.H, z.Hkv, z.F, z.S, z.V, z.B,
+                p.use.c_str());
+  }
+}
+
+}  // namespace
+
+void setup_models(CLI::App& app) {
+  auto* cmd = app.add_subcommand("models", "List the zoo's models and presets with parameter counts");
+  cmd->callback(run_models);
+}
+
+}  // namespace remat::cli

@@ -1,0 +1,38 @@
+#pragma once
+// Weight, batch and result files in the MODELS.md layout:
+//   /params/<name> float32, attributes model, preset, L D H Hkv F S S_max V B on /,
+//   optional /batch/tokens and /batch/targets int32 [B, S],
+//   results: scalar /loss and /grads/<name>.
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "datasets/batch.hpp"
+#include "zoo/model.hpp"
+
+namespace remat {
+
+struct ModelSetup {
+  std::string model;
+  std::string preset;
+  Sizes sizes;
+};
+
+struct LoadedWeights {
+  ModelSetup setup;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<ParamStore> params;
+  std::optional<Batch> batch;
+};
+
+// Writes parameters (and the batch, if given) to `path`, atomically.
+void write_weights(const std::string& path, const ModelSetup& setup, const ParamStore& params, const Batch* batch);
+
+// Loads any file in the layout; the model and its sizes come from the file's
+// attributes. Every mismatch is a UserError naming the parameter and shapes.
+LoadedWeights load_weights(const std::string& path);
+
+// Writes /loss and /grads/<name> (and the setup's attributes), atomically.
+void write_gradients(const std::string& path, const ModelSetup& setup, const ParamStore& params, double loss);
+
+}  // namespace remat

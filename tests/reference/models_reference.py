@@ -1,0 +1,118 @@
+#!/usr/bin/env python3
+"""An independent implementation of MODELS.md in PyTorch, for checking remat.
+
+    models_reference.py WEIGHTS.h5 RESULT.h5
+
+Loads the weights and batch from WEIGHTS.h5 (MODELS.md layout), computes the
+loss and the gradients in float64 with PyTorch autograd, and compares them with
+/loss and /grads/<name> in RESULT.h5 (written by `remat grads`): the loss to
+1e-5 relative, each gradient to 1e-4 relative to the tensor's largest
+magnitude. Exit 0 if everything matches, 1 otherwise. Nothing here shares code
+with remat.
+"""
+import math
+import sys
+
+import h5py
+import torch
+
+torch.set_default_dtype(torch.float64)
+
+
+def layer_norm(x, w, b, eps):
+    mu = x.mean(-1, keepdim=True)
+    var = ((x - mu) ** 2).mean(-1, keepdim=True)
+    return (x - mu) / torch.sqrt(var + eps) * w + b
+
+
+def linear(x, p, name, bias=True):
+    y = x @ p[name + ".weight"].T
+    return y + p[name + ".bias"] if bias else y
+
+
+def causal_softmax(scores, causal):
+    if causal:
+        S = scores.shape[-1]
+        mask = torch.triu(torch.ones(S, S, dtype=torch.bool), diagonal=1)
+        scores = scores.masked_fill(mask, float("-inf"))
+    return torch.softmax(scores, dim=-1)
+
+
+def mha(q, k, v, H, causal):
+    B, S, D = q.shape
+    hd = D // H
+    q, k, v = (t.view(B, S, H, hd).transpose(1, 2) for t in (q, k, v))
+    att = causal_softmax(q @ k.transpose(-1, -2) / math.sqrt(hd), causal)
+    return (att @ v).transpose(1, 2).reshape(B, S, D)
+
+
+def gelu_tanh(x):
+    return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+
+def gpt2(p, tokens, z):
+    S = tokens.shape[1]
+    x = p["wte.weight"][tokens] + p["wpe.weight"][:S]
+    for i in range(z["L"]):
+        h = f"h.{i}."
+        a = linear(layer_norm(x, p[h + "ln_1.weight"], p[h + "ln_1.bias"], 1e-5), p, h + "attn.c_attn")
+        q, k, v = a.split(z["D"], dim=-1)
+        x = x + linear(mha(q, k, v, z["H"], True), p, h + "attn.c_proj")
+        m = layer_norm(x, p[h + "ln_2.weight"], p[h + "ln_2.bias"], 1e-5)
+        x = x + linear(gelu_tanh(linear(m, p, h + "mlp.c_fc")), p, h + "mlp.c_proj")
+    x = layer_norm(x, p["ln_f.weight"], p["ln_f.bias"], 1e-5)
+    return x @ p["wte.weight"].T
+
+
+MODELS = {"gpt2": gpt2}
+
+
+def main(weights_path, result_path):
+    with h5py.File(weights_path, "r") as f:
+        z = {k: int(f.attrs[k]) for k in ("L", "D", "H", "S", "V") if k in f.attrs}
+        for k in ("Hkv", "F"):
+            if k in f.attrs:
+                z[k] = int(f.attrs[k])
+        model = f.attrs["model"]
+        model = model.decode() if isinstance(model, bytes) else str(model)
+        p = {n: torch.tensor(f["params"][n][()], dtype=torch.float64, requires_grad=True) for n in f["params"]}
+        tokens = torch.tensor(f["batch/tokens"][()], dtype=torch.long)
+        targets = torch.tensor(f["batch/targets"][()], dtype=torch.long)
+    logits = MODELS[model](p, tokens, z)
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    loss.backward()
+
+    failures = []
+    with h5py.File(result_path, "r") as r:
+        got = float(r["loss"][()])
+        rel = abs(got - loss.item()) / abs(loss.item())
+        print(f"{model}: loss remat {got:.9g} reference {loss.item():.9g} (rel {rel:.2e})")
+        if rel > 1e-5:
+            failures.append(f"loss differs by {rel:.2e} relative")
+        names = set(r["grads"])
+        if names != set(p):
+            failures.append(f"gradient names differ: {sorted(names ^ set(p))}")
+        worst = (0.0, "")
+        for n, t in p.items():
+            if n not in names:
+                continue
+            g = torch.tensor(r["grads"][n][()], dtype=torch.float64)
+            ref = t.grad if t.grad is not None else torch.zeros_like(t)
+            if g.shape != ref.shape:
+                failures.append(f"{n}: shape {tuple(g.shape)} vs {tuple(ref.shape)}")
+                continue
+            scale = ref.abs().max().item() or 1.0
+            err = (g - ref).abs().max().item() / scale
+            worst = max(worst, (err, n))
+            if err > 1e-4:
+                failures.append(f"{n}: gradient error {err:.2e} relative to max |grad| {scale:.3e}")
+        print(f"{model}: worst gradient error {worst[0]:.2e} ({worst[1]}) over {len(p)} parameters")
+    for f in failures:
+        print("MISMATCH", f)
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 3:
+        sys.exit(__doc__)
+    sys.exit(main(sys.argv[1], sys.argv[2]))

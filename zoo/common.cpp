@@ -1,0 +1,27 @@
+#include "zoo/common.hpp"
+
+#include <Kokkos_Core.hpp>
+
+namespace remat {
+
+void append_linear(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t out, std::int64_t in,
+                   Init init, bool bias) {
+  p.push_back({prefix + ".weight", {out, in}, init});
+  if (bias) p.push_back({prefix + ".bias", {out}, Init::zeros});
+}
+
+void append_layer_norm(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t D) {
+  p.push_back({prefix + ".weight", {D}, Init::ones});
+  p.push_back({prefix + ".bias", {D}, Init::zeros});
+}
+
+Tensor positions(const Tensor& tokens) {
+  const std::int64_t S = tokens.dim(-1);
+  Tensor pos = Tensor::empty({S}, DType::i32, "positions");
+  std::int32_t* p = pos.data<std::int32_t>();
+  Kokkos::parallel_for("positions", Kokkos::RangePolicy<ExecSpace>(0, S),
+                       KOKKOS_LAMBDA(std::int64_t i) { p[i] = std::int32_t(i); });
+  return pos;
+}
+
+}  // namespace remat

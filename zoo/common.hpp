@@ -1,0 +1,20 @@
+#pragma once
+// Helpers the model files share: parameter groups that recur across models,
+// and the position ids a learned or rotary position scheme needs.
+#include <string>
+#include <vector>
+
+#include "zoo/params.hpp"
+
+namespace remat {
+
+// <prefix>.weight [out, in] and, unless bias is false, <prefix>.bias [out].
+void append_linear(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t out, std::int64_t in,
+                   Init init = Init::normal, bool bias = true);
+// <prefix>.weight (ones) and <prefix>.bias (zeros), both [D].
+void append_layer_norm(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t D);
+
+// int32 [S] = 0, 1, ..., S-1 for tokens[B, S].
+Tensor positions(const Tensor& tokens);
+
+}  // namespace remat

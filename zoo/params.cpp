@@ -1,0 +1,64 @@
+#include "zoo/params.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "autodiff/elementwise.hpp"
+#include "autodiff/rng.hpp"
+
+namespace remat {
+
+ParamStore::ParamStore(const std::vector<ParamSpec>& specs, DType dtype) : specs_(specs) {
+  for (const auto& s : specs) {
+    if (index_.count(s.name)) throw std::logic_error("parameter '" + s.name + "' declared twice");
+    index_[s.name] = tensors_.size();
+    names_.push_back(s.name);
+    tensors_.push_back(Tensor::parameter(s.shape, dtype, s.name));
+  }
+}
+
+const Tensor& ParamStore::operator[](const std::string& name) const {
+  auto it = index_.find(name);
+  if (it == index_.end()) throw std::logic_error("no parameter named '" + name + "'");
+  return tensors_[it->second];
+}
+
+std::int64_t ParamStore::count() const { return count_params(specs_); }
+
+std::int64_t ParamStore::bytes() const {
+  std::int64_t n = 0;
+  for (const auto& t : tensors_) n += std::int64_t(t.nbytes());
+  return n;
+}
+
+void ParamStore::zero_grad() const {
+  for (const auto& t : tensors_) t.zero_grad();
+}
+
+std::int64_t count_params(const std::vector<ParamSpec>& specs) {
+  std::int64_t n = 0;
+  for (const auto& s : specs) n += numel(s.shape);
+  return n;
+}
+
+void initialize(const ParamStore& params, std::uint64_t seed, int layers) {
+  for (std::size_t i = 0; i < params.specs().size(); ++i) {
+    const ParamSpec& spec = params.specs()[i];
+    const Tensor& t = params.tensors()[i];
+    if (spec.init == Init::zeros || spec.init == Init::ones) {
+      fill(t, spec.init == Init::ones ? 1.0 : 0.0);
+      continue;
+    }
+    const double std = spec.init == Init::normal ? 0.02 : 0.02 / std::sqrt(2.0 * layers);
+    const std::uint64_t stream = rng::stream_of(spec.name);
+    dispatch_float(t.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      T* p = t.data<T>();
+      Kokkos::parallel_for(
+          "initialize", Kokkos::RangePolicy<ExecSpace>(0, t.numel()),
+          KOKKOS_LAMBDA(std::int64_t k) { p[k] = T(std * rng::normal(seed, stream, std::uint64_t(k))); });
+    });
+  }
+}
+
+}  // namespace remat

@@ -1,0 +1,51 @@
+#pragma once
+// Parameters: specified by a model (name, shape, how to initialise), owned by
+// a ParamStore in the model's declaration order. Models never own memory.
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "autodiff/tensor.hpp"
+
+namespace remat {
+
+enum class Init {
+  normal,        // N(0, 0.02)
+  residual_out,  // N(0, 0.02 / sqrt(2L)): output projection of a residual branch
+  zeros,
+  ones,
+};
+
+struct ParamSpec {
+  std::string name;
+  Shape shape;
+  Init init = Init::normal;
+};
+
+class ParamStore {
+ public:
+  // Zero-filled parameters for every spec.
+  ParamStore(const std::vector<ParamSpec>& specs, DType dtype);
+
+  const Tensor& operator[](const std::string& name) const;
+  const std::vector<Tensor>& tensors() const { return tensors_; }
+  const std::vector<std::string>& names() const { return names_; }
+  const std::vector<ParamSpec>& specs() const { return specs_; }
+  std::int64_t count() const;  // scalar parameters
+  std::int64_t bytes() const;
+  void zero_grad() const;
+
+ private:
+  std::vector<ParamSpec> specs_;
+  std::vector<std::string> names_;
+  std::vector<Tensor> tensors_;
+  std::unordered_map<std::string, std::size_t> index_;
+};
+
+// MODELS.md initialisation: a pure function of (seed, parameter name, index).
+void initialize(const ParamStore& params, std::uint64_t seed, int layers);
+
+std::int64_t count_params(const std::vector<ParamSpec>& specs);
+
+}  // namespace remat

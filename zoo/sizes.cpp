@@ -1,0 +1,45 @@
+#include "zoo/sizes.hpp"
+
+#include "autodiff/error.hpp"
+
+namespace remat {
+
+const std::vector<Preset>& presets() {
+  // L, D, H, Hkv, F, S, S_max, V, B  (MODELS.md; deep and long are the
+  // midpoints of their sweeps: --layers and --seq move them)
+  static const std::vector<Preset> table = {
+      {"tiny", {2, 32, 4, 2, 96, 16, 16, 64, 2}, "unit tests, finite differences"},
+      {"small", {12, 256, 8, 2, 688, 256, 256, 256, 8}, "CPU strategy matrix and peer comparison"},
+      {"deep", {16, 128, 4, 2, 344, 128, 128, 256, 4}, "memory growth with depth (L 4..64)"},
+      {"long", {6, 256, 8, 2, 688, 512, 512, 256, 1}, "memory growth with sequence length (S 128..2048)"},
+      {"gpu-medium", {24, 1024, 16, 4, 2816, 1024, 1024, 32768, 8}, "GPU strategy matrix"},
+  };
+  return table;
+}
+
+std::vector<std::string> preset_names() {
+  std::vector<std::string> names;
+  for (const auto& p : presets()) names.push_back(p.name);
+  return names;
+}
+
+Sizes preset_sizes(const std::string& name) {
+  for (const auto& p : presets())
+    if (p.name == name) return p.sizes;
+  std::string known;
+  for (const auto& n : preset_names()) known += (known.empty() ? "" : ", ") + n;
+  throw UserError("unknown preset '" + name + "' (presets: " + known + ")");
+}
+
+void validate(const Sizes& s) {
+  auto need = [](bool ok, const std::string& what) {
+    if (!ok) throw UserError("invalid sizes: " + what);
+  };
+  need(s.L >= 1 && s.D >= 1 && s.H >= 1 && s.S >= 1 && s.V >= 1 && s.B >= 1, "L, D, H, S, V and B must be positive");
+  need(s.D % s.H == 0, "H = " + std::to_string(s.H) + " does not divide D = " + std::to_string(s.D));
+  need(s.Hkv >= 1 && s.H % s.Hkv == 0, "Hkv = " + std::to_string(s.Hkv) + " does not divide H = " + std::to_string(s.H));
+  need(s.S_max >= s.S, "S = " + std::to_string(s.S) + " exceeds S_max = " + std::to_string(s.S_max));
+  need(s.F >= 1, "F must be positive");
+}
+
+}  // namespace remat

@@ -1,0 +1,33 @@
+#pragma once
+// A model's sizes and the named presets of MODELS.md.
+#include <string>
+#include <vector>
+
+namespace remat {
+
+struct Sizes {
+  int L = 0;      // blocks
+  int D = 0;      // model width
+  int H = 0;      // attention heads
+  int Hkv = 0;    // key/value heads (grouped-query models)
+  int F = 0;      // feed-forward hidden size (SwiGLU models)
+  int S = 0;      // sequence length
+  int S_max = 0;  // positions a learned position table holds
+  int V = 0;      // vocabulary
+  int B = 0;      // batch
+};
+
+struct Preset {
+  std::string name;
+  Sizes sizes;
+  std::string use;
+};
+
+const std::vector<Preset>& presets();
+// Throws UserError naming the presets if `name` is not one.
+Sizes preset_sizes(const std::string& name);
+std::vector<std::string> preset_names();
+// Throws UserError if a size is out of range (e.g. heads not dividing D).
+void validate(const Sizes& s);
+
+}  // namespace remat
