@@ -1,0 +1,76 @@
+// Every op's backward against central finite differences in float64.
+#include "autodiff/ops/ops.hpp"
+#include "catch.hpp"
+#include "helpers.hpp"
+
+using namespace remat;
+using test::check_gradients;
+using test::random_ids;
+using test::random_leaf;
+using Inputs = std::vector<Tensor>;
+
+namespace {
+
+void require_gradients(const std::function<Tensor(const Inputs&)>& f, const Inputs& inputs) {
+  const auto r = check_gradients(f, inputs);
+  INFO(r.where);
+  CHECK(r.max_error < 1e-6);
+}
+
+}  // namespace
+
+TEST_CASE("embedding backward, repeated ids accumulate", "[ops][gradcheck]") {
+  Tensor ids = Tensor::from_host(std::vector<std::int32_t>{0, 3, 3, 1, 0, 3}, {2, 3});
+  require_gradients([&](const Inputs& in) { return ops::embedding(in[0], ids); }, {random_leaf({5, 4}, 1)});
+}
+
+TEST_CASE("add backward, same shape and broadcast", "[ops][gradcheck]") {
+  require_gradients([](const Inputs& in) { return ops::add(in[0], in[1]); },
+                    {random_leaf({2, 3, 4}, 1), random_leaf({2, 3, 4}, 2)});
+  require_gradients([](const Inputs& in) { return ops::add(in[0], in[1]); },
+                    {random_leaf({2, 3, 4}, 1), random_leaf({3, 4}, 2)});
+}
+
+TEST_CASE("add backward when both inputs are the same tensor", "[ops][gradcheck]") {
+  require_gradients([](const Inputs& in) { return ops::add(in[0], in[0]); }, {random_leaf({3, 4}, 1)});
+}
+
+TEST_CASE("linear backward", "[ops][gradcheck]") {
+  require_gradients([](const Inputs& in) { return ops::linear(in[0], in[1], in[2]); },
+                    {random_leaf({2, 3, 6}, 1), random_leaf({5, 6}, 2), random_leaf({5}, 3)});
+  require_gradients([](const Inputs& in) { return ops::linear(in[0], in[1]); },
+                    {random_leaf({4, 6}, 1), random_leaf({5, 6}, 2)});
+}
+
+TEST_CASE("layer_norm backward", "[ops][gradcheck]") {
+  require_gradients([](const Inputs& in) { return ops::layer_norm(in[0], in[1], in[2], 1e-5); },
+                    {random_leaf({3, 7}, 1, DType::f64, -2, 2), random_leaf({7}, 2), random_leaf({7}, 3)});
+}
+
+TEST_CASE("gelu_tanh backward", "[ops][gradcheck]") {
+  require_gradients([](const Inputs& in) { return ops::gelu_tanh(in[0]); }, {random_leaf({40}, 1, DType::f64, -4, 4)});
+}
+
+TEST_CASE("attention backward, causal and bidirectional", "[ops][gradcheck]") {
+  for (bool causal : {true, false}) {
+    INFO("causal " << causal);
+    require_gradients([causal](const Inputs& in) { return ops::attention(in[0], 2, causal); },
+                      {random_leaf({2, 4, 12}, 1, DType::f64, -1.5, 1.5)});
+  }
+}
+
+TEST_CASE("cross_entropy backward", "[ops][gradcheck]") {
+  Tensor targets = random_ids({2, 3}, 6, 5);
+  require_gradients([&](const Inputs& in) { return ops::cross_entropy(in[0], targets); },
+                    {random_leaf({2, 3, 6}, 1, DType::f64, -3, 3)});
+}
+
+TEST_CASE("a chain of ops: gradients flow through a small block", "[ops][gradcheck]") {
+  require_gradients(
+      [](const Inputs& in) {
+        Tensor h = ops::layer_norm(in[0], in[1], in[2], 1e-5);
+        Tensor a = ops::attention(ops::linear(h, in[3]), 2, true);
+        return ops::add(in[0], ops::gelu_tanh(a));
+      },
+      {random_leaf({1, 3, 4}, 1), random_leaf({4}, 2), random_leaf({4}, 3), random_leaf({12, 4}, 4)});
+}

@@ -1,0 +1,105 @@
+// Every op's forward against the naive reference, in float32 and float64.
+#include <cmath>
+
+#include "autodiff/ops/ops.hpp"
+#include "catch.hpp"
+#include "helpers.hpp"
+#include "reference_ops.hpp"
+
+using namespace remat;
+using test::random_ids;
+using test::random_tensor;
+
+namespace {
+
+// float64 kernels must agree with the reference to rounding; float32 ones to
+// float32 accuracy relative to the values' size.
+void require_close(const Tensor& got, const std::vector<double>& want) {
+  const auto g = got.to_host_f64();
+  REQUIRE(g.size() == want.size());
+  const double tol = got.dtype() == DType::f64 ? 1e-12 : 2e-6;
+  double worst = 0;
+  for (std::size_t i = 0; i < g.size(); ++i) worst = std::max(worst, std::abs(g[i] - want[i]) / (1 + std::abs(want[i])));
+  CHECK(worst <= tol);
+}
+
+const DType kDtypes[] = {DType::f32, DType::f64};
+
+}  // namespace
+
+TEST_CASE("embedding gathers rows", "[ops][forward]") {
+  for (DType dt : kDtypes) {
+    Tensor w = random_tensor({7, 5}, 1, dt);
+    Tensor ids = random_ids({3, 4}, 7, 2);
+    Tensor y = ops::embedding(w, ids);
+    CHECK(y.shape() == Shape{3, 4, 5});
+    require_close(y, test::ref::embedding(w.to_host_f64(), 5, ids.to_host_i32()));
+  }
+}
+
+TEST_CASE("add, same shape and broadcast over leading dimensions", "[ops][forward]") {
+  for (DType dt : kDtypes) {
+    Tensor a = random_tensor({2, 3, 4}, 1, dt);
+    Tensor b = random_tensor({2, 3, 4}, 2, dt);
+    Tensor c = random_tensor({3, 4}, 3, dt);
+    require_close(ops::add(a, b), test::ref::add(a.to_host_f64(), b.to_host_f64()));
+    require_close(ops::add(a, c), test::ref::add(a.to_host_f64(), c.to_host_f64()));
+  }
+}
+
+TEST_CASE("linear with and without bias", "[ops][forward]") {
+  for (DType dt : kDtypes) {
+    Tensor x = random_tensor({2, 3, 6}, 1, dt);
+    Tensor w = random_tensor({5, 6}, 2, dt);
+    Tensor b = random_tensor({5}, 3, dt);
+    require_close(ops::linear(x, w, b), test::ref::linear(x.to_host_f64(), 6, w.to_host_f64(), 5, b.to_host_f64()));
+    require_close(ops::linear(x, w), test::ref::linear(x.to_host_f64(), 6, w.to_host_f64(), 5, {}));
+  }
+}
+
+TEST_CASE("layer_norm", "[ops][forward]") {
+  for (DType dt : kDtypes) {
+    Tensor x = random_tensor({4, 8}, 1, dt, -3, 3);
+    Tensor w = random_tensor({8}, 2, dt);
+    Tensor b = random_tensor({8}, 3, dt);
+    require_close(ops::layer_norm(x, w, b, 1e-5),
+                  test::ref::layer_norm(x.to_host_f64(), 8, w.to_host_f64(), b.to_host_f64(), 1e-5));
+  }
+}
+
+TEST_CASE("gelu_tanh", "[ops][forward]") {
+  for (DType dt : kDtypes) {
+    Tensor x = random_tensor({50}, 1, dt, -5, 5);
+    require_close(ops::gelu_tanh(x), test::ref::gelu_tanh(x.to_host_f64()));
+  }
+}
+
+TEST_CASE("attention, causal and bidirectional", "[ops][forward]") {
+  for (DType dt : kDtypes)
+    for (bool causal : {true, false}) {
+      Tensor qkv = random_tensor({2, 5, 24}, 1, dt, -2, 2);
+      require_close(ops::attention(qkv, 2, causal), test::ref::attention(qkv.to_host_f64(), 2, 5, 8, 2, causal));
+    }
+}
+
+TEST_CASE("cross_entropy", "[ops][forward]") {
+  for (DType dt : kDtypes) {
+    Tensor z = random_tensor({2, 3, 10}, 1, dt, -4, 4);
+    Tensor t = random_ids({2, 3}, 10, 2);
+    Tensor loss = ops::cross_entropy(z, t);
+    CHECK(loss.shape().empty());
+    CHECK(loss.item() == test::Approx(test::ref::cross_entropy(z.to_host_f64(), 10, t.to_host_i32())).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("ops reject bad input with the offending shape", "[ops][errors]") {
+  Tensor x = random_tensor({2, 6}, 1, DType::f32);
+  CHECK_THROWS_WITH(ops::linear(x, random_tensor({5, 7}, 2, DType::f32)), test::Contains("[2, 6]") && test::Contains("[5, 7]"));
+  CHECK_THROWS_WITH(ops::add(x, random_tensor({3}, 2, DType::f32)), test::Contains("cannot broadcast"));
+  CHECK_THROWS_WITH(ops::embedding(random_tensor({4, 3}, 1, DType::f32), random_ids({5}, 9, 1)),
+                    test::Contains("outside [0, 4)"));
+  CHECK_THROWS_WITH(ops::cross_entropy(x, random_ids({3}, 6, 1)), test::Contains("3 targets for 2 rows"));
+  CHECK_THROWS_WITH(ops::attention(random_tensor({1, 2, 9}, 1, DType::f32), 2, true), test::Contains("heads do not divide"));
+  CHECK_THROWS_WITH(ops::layer_norm(x, random_tensor({5}, 1, DType::f32), random_tensor({6}, 1, DType::f32), 1e-5),
+                    test::Contains("must both be [6]"));
+}
