@@ -20,7 +20,9 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e) == 0 ? 0 : 2;
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help
+    std::fprintf(stderr, "remat: error: %s (see --help)\n", e.what());
+    return 2;
   } catch (const remat::UserError& e) {
     std::fprintf(stderr, "remat: error: %s\n", e.what());
     return 2;

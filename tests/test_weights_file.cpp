@@ -1,0 +1,147 @@
+// HDF5 weight files: round trips, and a clear error for every malformed file.
+#include <filesystem>
+#include <fstream>
+#include <unistd.h>
+
+#include "autodiff/error.hpp"
+#include "catch.hpp"
+#include "harness/io/h5.hpp"
+#include "harness/io/weights_file.hpp"
+#include "harness/step.hpp"
+
+using namespace remat;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("remat-test-" + std::to_string(::getpid()));
+  TempDir() { fs::create_directories(path); }
+  ~TempDir() { fs::remove_all(path); }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+// A valid tiny gpt2 file at `path`.
+ModelSetup write_tiny(const std::string& path) {
+  ModelSetup setup{"gpt2", "tiny", preset_sizes("tiny")};
+  const auto model = models().find("gpt2").make(setup.sizes);
+  ParamStore params(model->params(), DType::f32);
+  initialize(params, 1, setup.sizes.L);
+  const Batch batch = random_batch(setup.sizes.B, setup.sizes.S, setup.sizes.V, 1);
+  write_weights(path, setup, params, &batch);
+  return setup;
+}
+
+void require_load_error(const std::string& path, const std::string& fragment) {
+  CHECK_THROWS_AS(load_weights(path), UserError);
+  CHECK_THROWS_WITH(load_weights(path), test::Contains(fragment));
+}
+
+}  // namespace
+
+TEST_CASE("weights and batch round-trip through HDF5", "[io]") {
+  TempDir dir;
+  const std::string path = dir.file("w.h5");
+  write_tiny(path);
+  LoadedWeights w = load_weights(path);
+  CHECK(w.setup.model == "gpt2");
+  CHECK(w.setup.preset == "tiny");
+  CHECK(w.setup.sizes.L == 2);
+  CHECK(w.setup.sizes.V == 64);
+  REQUIRE(w.batch);
+  CHECK(w.batch->tokens.shape() == Shape{2, 16});
+  CHECK(w.batch->tokens.to_host_i32() == random_batch(2, 16, 64, 1).tokens.to_host_i32());
+
+  ParamStore fresh(w.model->params(), DType::f32);
+  initialize(fresh, 1, 2);
+  for (std::size_t i = 0; i < fresh.tensors().size(); ++i)
+    REQUIRE(w.params->tensors()[i].to_host_f64() == fresh.tensors()[i].to_host_f64());
+  CHECK_FALSE(fs::exists(path + ".partial"));
+}
+
+TEST_CASE("gradient files hold the loss and one gradient per parameter", "[io]") {
+  TempDir dir;
+  write_tiny(dir.file("w.h5"));
+  LoadedWeights w = load_weights(dir.file("w.h5"));
+  const double loss = forward_backward(*w.model, *w.params, *w.batch);
+  write_gradients(dir.file("r.h5"), w.setup, *w.params, loss);
+  h5::File f = h5::File::open(dir.file("r.h5"));
+  CHECK(h5::info(f, "/loss").shape.empty());
+  CHECK(h5::list(f, "/grads") .size() == w.params->names().size());
+  CHECK(h5::info(f, "/grads/h.1.mlp.c_fc.weight").shape == Shape{128, 32});
+  const auto g = h5::read_f32(f, "/grads/wte.weight");
+  const auto want = w.params->operator[]("wte.weight").grad().to_host_f64();
+  for (std::size_t i = 0; i < g.size(); ++i) REQUIRE(g[i] == float(want[i]));
+}
+
+TEST_CASE("malformed weight files are refused with the offending name", "[io][errors]") {
+  TempDir dir;
+  const std::string path = dir.file("w.h5");
+  auto edit = [&](const std::function<void(const h5::File&)>& change) {
+    write_tiny(path);
+    h5::File f = h5::File::open(path, /*writable=*/true);
+    change(f);
+  };
+
+  SECTION("missing parameter") {
+    edit([](const h5::File& f) { H5Ldelete(f.id(), "/params/h.1.ln_2.bias", H5P_DEFAULT); });
+    require_load_error(path, "missing parameter 'h.1.ln_2.bias' [32]");
+  }
+  SECTION("extra parameter") {
+    edit([](const h5::File& f) { h5::write(f, "/params/h.2.ln_1.weight", std::vector<float>(32), {32}); });
+    require_load_error(path, "unexpected parameter 'h.2.ln_1.weight' [32]");
+  }
+  SECTION("mis-shaped parameter") {
+    edit([](const h5::File& f) {
+      H5Ldelete(f.id(), "/params/wpe.weight", H5P_DEFAULT);
+      h5::write(f, "/params/wpe.weight", std::vector<float>(8 * 32), {8, 32});
+    });
+    require_load_error(path, "parameter 'wpe.weight' has shape [8, 32], expected [16, 32]");
+  }
+  SECTION("wrong dtype") {
+    edit([](const h5::File& f) {
+      H5Ldelete(f.id(), "/params/ln_f.bias", H5P_DEFAULT);
+      h5::write(f, "/params/ln_f.bias", std::vector<double>(32), {32});
+    });
+    require_load_error(path, "parameter 'ln_f.bias' holds float64, expected float32");
+  }
+  SECTION("unknown model") {
+    edit([](const h5::File& f) { h5::write_attr(f, "model", std::string("gpt5")); });
+    require_load_error(path, "unknown model 'gpt5'");
+  }
+  SECTION("missing size attribute") {
+    edit([](const h5::File& f) { H5Adelete(f.id(), "D"); });
+    require_load_error(path, "missing size attribute 'D'");
+  }
+  SECTION("batch of the wrong type") {
+    edit([](const h5::File& f) {
+      H5Ldelete(f.id(), "/batch/targets", H5P_DEFAULT);
+      h5::write(f, "/batch/targets", std::vector<float>(32), {2, 16});
+    });
+    require_load_error(path, "/batch/targets holds float32, expected int32");
+  }
+  SECTION("not an HDF5 file") {
+    std::ofstream(path) << "this is not HDF5\n";
+    require_load_error(path, "not an HDF5 file");
+  }
+  SECTION("truncated file") {
+    write_tiny(path);
+    fs::resize_file(path, fs::file_size(path) / 2);
+    CHECK_THROWS_AS(load_weights(path), UserError);
+  }
+  SECTION("no such file") { require_load_error(dir.file("absent.h5"), "no such file"); }
+}
+
+TEST_CASE("a failed write leaves no file behind", "[io][errors]") {
+  TempDir dir;
+  const std::string path = dir.file("out.h5");
+  {
+    h5::AtomicOutput out(path);
+    h5::File f = h5::File::create(out.temp_path());
+    h5::write(f, "/x", std::vector<float>(4), {4});
+    // no commit: as if an exception had been thrown
+  }
+  CHECK_FALSE(fs::exists(path));
+  CHECK_FALSE(fs::exists(path + ".partial"));
+  CHECK_THROWS_AS(write_tiny(dir.file("no/such/dir/w.h5")), UserError);
+}
