@@ -1,5 +1,7 @@
 #include "autodiff/gemm.hpp"
 
+#include "autodiff/stats.hpp"
+
 #include <Kokkos_Core.hpp>
 #include <cblas.h>
 #include <stdexcept>
@@ -34,6 +36,7 @@ template <class T>
 void gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a, std::int64_t lda,
           const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
   require_host();
+  stats::count_flops(2.0 * double(m) * double(n) * double(k));
   host_gemm(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -43,6 +46,7 @@ void gemm_strided_batched(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std:
                           std::int64_t stride_b, T beta, T* c, std::int64_t ldc, std::int64_t stride_c,
                           std::int64_t count) {
   require_host();
+  stats::count_flops(2.0 * double(m) * double(n) * double(k) * double(count));
   // Inside a parallel region OpenBLAS (OpenMP flavour) runs each call on the
   // calling thread, so the batch is spread over the cores without nesting.
   Kokkos::parallel_for(

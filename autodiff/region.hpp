@@ -18,6 +18,10 @@ struct BlockInfo {
 };
 
 using Tensors = std::vector<Tensor>;
+// A block's forward. A strategy may call it again during backward (to
+// recompute), so it must not capture by reference anything that lives only
+// during the forward pass: capture indices by value, and refer only to the
+// model and its parameters, which outlive backward.
 using BlockBody = std::function<Tensors(const Tensors&)>;
 
 // The two halves of a reversible block (RevNet coupling):

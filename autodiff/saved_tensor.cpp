@@ -2,6 +2,9 @@
 
 #include <vector>
 
+#include "autodiff/stats.hpp"
+#include "autodiff/tape.hpp"
+
 namespace remat {
 namespace {
 
@@ -13,6 +16,11 @@ class Kept final : public Packed {
  private:
   Tensor t_;
 };
+
+const char*& op_name() {
+  thread_local const char* name = "";
+  return name;
+}
 
 std::vector<SavedTensorHooks*>& hook_stack() {
   thread_local std::vector<SavedTensorHooks*> stack;
@@ -28,6 +36,16 @@ SavedTensor save(const Tensor& t) {
   auto& stack = hook_stack();
   SavedTensorHooks& hooks = stack.empty() ? keep : *stack.back();
   return SavedTensor(hooks.pack(t));
+}
+
+const char* current_op() { return op_name(); }
+CurrentOpScope::CurrentOpScope(const char* op) : previous_(op_name()) { op_name() = op; }
+CurrentOpScope::~CurrentOpScope() { op_name() = previous_; }
+
+Tensor run_recipe(const Tensor::Recipe& recipe) {
+  NoGradScope no_grad;
+  stats::RecomputeScope recompute;
+  return recipe();
 }
 
 SavedTensorHooksScope::SavedTensorHooksScope(SavedTensorHooks& hooks) { hook_stack().push_back(&hooks); }

@@ -45,6 +45,23 @@ class KeepHooks final : public SavedTensorHooks {
 // Saves `t` through the innermost active hooks.
 SavedTensor save(const Tensor& t);
 
+// The op that is saving right now (for traces and error messages).
+const char* current_op();
+class CurrentOpScope {
+ public:
+  explicit CurrentOpScope(const char* op);
+  ~CurrentOpScope();
+  CurrentOpScope(const CurrentOpScope&) = delete;
+  CurrentOpScope& operator=(const CurrentOpScope&) = delete;
+
+ private:
+  const char* previous_;
+};
+
+// Runs a tensor's recipe (see Tensor::recipe) as recomputation: no tape, no
+// saving, counted as recomputed work.
+Tensor run_recipe(const Tensor::Recipe& recipe);
+
 // Makes `hooks` the innermost hooks for the scope's lifetime.
 class SavedTensorHooksScope {
  public:

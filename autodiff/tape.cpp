@@ -78,7 +78,7 @@ bool grad_enabled() { return grad_flag(); }
 NoGradScope::NoGradScope() : previous_(grad_flag()) { grad_flag() = false; }
 NoGradScope::~NoGradScope() { grad_flag() = previous_; }
 
-OpRecorder::OpRecorder(const char* op, std::initializer_list<const Tensor*> inputs) {
+OpRecorder::OpRecorder(const char* op, std::initializer_list<const Tensor*> inputs) : op_(op) {
   if (!grad_enabled()) return;
   bool any = false;
   for (const Tensor* t : inputs) any = any || (t && t->requires_grad());

@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "autodiff/saved_tensor.hpp"
 #include "autodiff/tensor.hpp"
 
 namespace remat {
@@ -92,6 +93,7 @@ class OpRecorder {
   void finish(std::initializer_list<Tensor*> outputs, BackwardFn fn);
 
  private:
+  CurrentOpScope op_;  // hooks see which op saves
   std::unique_ptr<Node> node_;
 };
 

@@ -70,6 +70,7 @@ Tensor Tensor::view_as(const Shape& shape) const {
   Tensor t = *this;
   t.shape_ = shape;
   t.slot_.reset();
+  t.recipe_.reset();
   return t;
 }
 

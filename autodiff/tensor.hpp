@@ -5,6 +5,7 @@
 // gradient accumulates during backward.
 #include <Kokkos_Core.hpp>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -72,6 +73,13 @@ class Tensor {
   OpKind kind() const { return kind_; }
   void set_kind(OpKind k) { kind_ = k; }
 
+  // How to compute this tensor again from what its producing op saved anyway
+  // (so holding the recipe costs no activation memory). Selective policies
+  // drop a tensor that has one and run it in backward. Null if none.
+  using Recipe = std::function<Tensor()>;
+  const std::shared_ptr<const Recipe>& recipe() const { return recipe_; }
+  void set_recipe(Recipe r) { recipe_ = std::make_shared<const Recipe>(std::move(r)); }
+
   bool requires_grad() const { return slot_ != nullptr; }
   const std::shared_ptr<GradSlot>& slot() const { return slot_; }
   void attach_slot(std::shared_ptr<GradSlot> s) { slot_ = std::move(s); }
@@ -94,6 +102,7 @@ class Tensor {
   DType dtype_ = DType::f32;
   OpKind kind_ = OpKind::leaf;
   std::shared_ptr<GradSlot> slot_;
+  std::shared_ptr<const Recipe> recipe_;
 };
 
 Tensor to_dtype(const Tensor& t, DType dtype);

@@ -32,7 +32,14 @@ std::int64_t ParamStore::bytes() const {
 }
 
 void ParamStore::zero_grad() const {
-  for (const auto& t : tensors_) t.zero_grad();
+  // Gradient buffers are allocated once and kept, so they belong to the
+  // memory that exists before a step, not to what the step allocates.
+  for (const auto& t : tensors_) {
+    if (t.grad().defined())
+      fill(t.grad(), 0.0);
+    else
+      t.slot()->grad = std::make_shared<Tensor>(Tensor::zeros(t.shape(), t.dtype(), "grad." + t.label()));
+  }
 }
 
 std::int64_t count_params(const std::vector<ParamSpec>& specs) {

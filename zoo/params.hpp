@@ -34,6 +34,7 @@ class ParamStore {
   const std::vector<ParamSpec>& specs() const { return specs_; }
   std::int64_t count() const;  // scalar parameters
   std::int64_t bytes() const;
+  // Zero-filled gradient buffers for every parameter (allocated on first use).
   void zero_grad() const;
 
  private:

@@ -40,6 +40,7 @@ void validate(const Sizes& s) {
   need(s.Hkv >= 1 && s.H % s.Hkv == 0, "Hkv = " + std::to_string(s.Hkv) + " does not divide H = " + std::to_string(s.H));
   need(s.S_max >= s.S, "S = " + std::to_string(s.S) + " exceeds S_max = " + std::to_string(s.S_max));
   need(s.F >= 1, "F must be positive");
+  need(s.dropout >= 0 && s.dropout < 1, "dropout must be in [0, 1)");
 }
 
 }  // namespace remat

@@ -15,6 +15,7 @@ struct Sizes {
   int S_max = 0;  // positions a learned position table holds
   int V = 0;      // vocabulary
   int B = 0;      // batch
+  double dropout = 0;  // probability; a training setting, not a size, but every model reads it here
 };
 
 struct Preset {

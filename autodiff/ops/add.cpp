@@ -2,6 +2,7 @@
 
 #include "autodiff/ops/kernel.hpp"
 #include "autodiff/ops/ops.hpp"
+#include "autodiff/stats.hpp"
 #include "autodiff/tape.hpp"
 
 namespace remat::ops {
@@ -17,6 +18,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
   require(same || trailing, "add: cannot broadcast " + to_string(b.shape()) + " onto " + to_string(a.shape()));
   const std::int64_t n = a.numel(), nb = b.numel();
 
+  stats::count_forward("add");
   Tensor out = Tensor::empty(a.shape(), a.dtype(), "add");
   out.set_kind(OpKind::residual);
   dispatch_float(a.dtype(), [&](auto tag) {

@@ -1,6 +1,6 @@
 #include "autodiff/ops/kernel.hpp"
 #include "autodiff/ops/ops.hpp"
-#include "autodiff/saved_tensor.hpp"
+#include "autodiff/stats.hpp"
 #include "autodiff/tape.hpp"
 
 namespace remat::ops {
@@ -17,6 +17,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
     throw std::invalid_argument("cross_entropy: " + std::to_string(bad) + " target(s) outside [0, " +
                                 std::to_string(V) + ")");
 
+  stats::count_forward("cross_entropy");
   Tensor lse = Tensor::empty({M}, logits.dtype(), "cross_entropy_lse");
   lse.set_kind(OpKind::loss);
   Tensor loss = Tensor::empty({}, logits.dtype(), "loss");

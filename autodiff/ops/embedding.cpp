@@ -1,18 +1,16 @@
 #include "autodiff/ops/kernel.hpp"
 #include "autodiff/ops/ops.hpp"
+#include "autodiff/stats.hpp"
 #include "autodiff/tape.hpp"
 
 namespace remat::ops {
 using namespace detail;
 
-Tensor embedding(const Tensor& weight, const Tensor& ids) {
-  require_float("embedding", weight, "weight");
-  require(weight.rank() == 2, "embedding: weight must be [V, D], got " + to_string(weight.shape()));
-  require(ids.dtype() == DType::i32, std::string("embedding: ids must be int32, got ") + dtype_name(ids.dtype()));
-  const std::int64_t V = weight.dim(0), D = weight.dim(1), N = ids.numel();
-  if (const auto bad = count_out_of_range(ids, V))
-    throw std::invalid_argument("embedding: " + std::to_string(bad) + " id(s) outside [0, " + std::to_string(V) + ")");
+namespace {
 
+Tensor embedding_forward(const Tensor& weight, const Tensor& ids) {
+  stats::count_forward("embedding");
+  const std::int64_t D = weight.dim(1), N = ids.numel();
   Shape shape = ids.shape();
   shape.push_back(D);
   Tensor out = Tensor::empty(shape, weight.dtype(), "embedding");
@@ -27,27 +25,40 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
       y[i] = w[std::int64_t(id[n]) * D + d];
     });
   });
+  return out;
+}
 
+}  // namespace
+
+Tensor embedding(const Tensor& weight, const Tensor& ids) {
+  require_float("embedding", weight, "weight");
+  require(weight.rank() == 2, "embedding: weight must be [V, D], got " + to_string(weight.shape()));
+  require(ids.dtype() == DType::i32, std::string("embedding: ids must be int32, got ") + dtype_name(ids.dtype()));
+  const std::int64_t V = weight.dim(0), D = weight.dim(1), N = ids.numel();
+  if (const auto bad = count_out_of_range(ids, V))
+    throw std::invalid_argument("embedding: " + std::to_string(bad) + " id(s) outside [0, " + std::to_string(V) + ")");
+  Tensor out = embedding_forward(weight, ids);
   OpRecorder rec("embedding", {&weight, nullptr});
-  if (rec)
-    rec.finish({&out}, [ids, V, D, N](BackwardContext& ctx) {
-      GradTarget dw = ctx.grad_in(0);
-      Tensor dy = ctx.grad_out();
-      dispatch_float(dy.dtype(), [&](auto tag) {
-        using T = decltype(tag);
-        T* g = dw.t.data<T>();
-        const T* gy = dy.data<T>();
-        const std::int32_t* id = ids.data<std::int32_t>();
-        const bool fresh = dw.fresh;
-        // One thread per column, rows in order: no atomics, same sums on any
-        // thread count.
-        for_each("embedding_backward", D, KOKKOS_LAMBDA(std::int64_t d) {
-          if (fresh)
-            for (std::int64_t v = 0; v < V; ++v) g[v * D + d] = T(0);
-          for (std::int64_t n = 0; n < N; ++n) g[std::int64_t(id[n]) * D + d] += gy[n * D + d];
-        });
+  if (!rec) return out;
+  out.set_recipe([weight, ids] { return embedding_forward(weight, ids); });
+  rec.finish({&out}, [ids, V, D, N](BackwardContext& ctx) {
+    GradTarget dw = ctx.grad_in(0);
+    Tensor dy = ctx.grad_out();
+    dispatch_float(dy.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      T* g = dw.t.data<T>();
+      const T* gy = dy.data<T>();
+      const std::int32_t* id = ids.data<std::int32_t>();
+      const bool fresh = dw.fresh;
+      // One thread per column, rows in order: no atomics, same sums on any
+      // thread count.
+      for_each("embedding_backward", D, KOKKOS_LAMBDA(std::int64_t d) {
+        if (fresh)
+          for (std::int64_t v = 0; v < V; ++v) g[v * D + d] = T(0);
+        for (std::int64_t n = 0; n < N; ++n) g[std::int64_t(id[n]) * D + d] += gy[n * D + d];
       });
     });
+  });
   return out;
 }
 

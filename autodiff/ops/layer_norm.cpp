@@ -1,18 +1,20 @@
 #include "autodiff/ops/kernel.hpp"
 #include "autodiff/ops/ops.hpp"
-#include "autodiff/saved_tensor.hpp"
+#include "autodiff/stats.hpp"
 #include "autodiff/tape.hpp"
 
 namespace remat::ops {
 using namespace detail;
 
-Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
-  require_float("layer_norm", x, "x");
-  const std::int64_t D = x.dim(-1), M = rows_of(x);
-  require(weight.shape() == Shape{D} && bias.shape() == Shape{D},
-          "layer_norm: weight " + to_string(weight.shape()) + " and bias " + to_string(bias.shape()) +
-              " must both be [" + std::to_string(D) + "]");
+namespace {
 
+struct Normalized {
+  Tensor out, mean, rstd;
+};
+
+Normalized layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  stats::count_forward("layer_norm");
+  const std::int64_t D = x.dim(-1), M = rows_of(x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), "layer_norm");
   Tensor mean = Tensor::empty({M}, x.dtype(), "layer_norm_mean");
   Tensor rstd = Tensor::empty({M}, x.dtype(), "layer_norm_rstd");
@@ -36,9 +38,24 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
     });
   });
 
+  return {out, mean, rstd};
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  require_float("layer_norm", x, "x");
+  const std::int64_t D = x.dim(-1), M = rows_of(x);
+  require(weight.shape() == Shape{D} && bias.shape() == Shape{D},
+          "layer_norm: weight " + to_string(weight.shape()) + " and bias " + to_string(bias.shape()) +
+              " must both be [" + std::to_string(D) + "]");
+
+  auto [out, mean, rstd] = layer_norm_forward(x, weight, bias, eps);
   OpRecorder rec("layer_norm", {&x, &weight, &bias});
-  if (rec)
-    rec.finish({&out}, [sx = save(x), sm = save(mean), sr = save(rstd), weight, M, D](BackwardContext& ctx) {
+  if (!rec) return out;
+  const SavedTensor sx = save(x);
+  out.set_recipe([sx, weight, bias, eps] { return layer_norm_forward(sx.unpack(), weight, bias, eps).out; });
+  rec.finish({&out}, [sx, sm = save(mean), sr = save(rstd), weight, M, D](BackwardContext& ctx) {
       Tensor dy = ctx.grad_out(), xv = sx.unpack(), mv = sm.unpack(), rv = sr.unpack();
       dispatch_float(dy.dtype(), [&](auto tag) {
         using T = decltype(tag);

@@ -1,23 +1,18 @@
 #include "autodiff/gemm.hpp"
 #include "autodiff/ops/kernel.hpp"
 #include "autodiff/ops/ops.hpp"
-#include "autodiff/saved_tensor.hpp"
+#include "autodiff/stats.hpp"
 #include "autodiff/tape.hpp"
 
 namespace remat::ops {
 using namespace detail;
 using gemm::Op;
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  require_float("linear", x, "x");
-  require_float("linear", weight, "weight");
-  require(weight.rank() == 2 && x.rank() >= 1 && x.dim(-1) == weight.dim(1),
-          "linear: x " + to_string(x.shape()) + " does not fit weight " + to_string(weight.shape()));
-  require(!bias.defined() || bias.shape() == Shape{weight.dim(0)},
-          "linear: bias " + to_string(bias.shape()) + " for weight " + to_string(weight.shape()));
-  require(x.dtype() == weight.dtype() && (!bias.defined() || bias.dtype() == x.dtype()), "linear: dtypes differ");
-  const std::int64_t M = rows_of(x), in = weight.dim(1), out_f = weight.dim(0);
+namespace {
 
+Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  stats::count_forward("linear");
+  const std::int64_t M = rows_of(x), in = weight.dim(1), out_f = weight.dim(0);
   Shape shape = x.shape();
   shape.back() = out_f;
   Tensor out = Tensor::empty(shape, x.dtype(), "linear");
@@ -33,25 +28,42 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     }
     gemm::gemm<T>(Op::N, Op::T, M, out_f, in, 1, x.data<T>(), in, weight.data<T>(), in, beta, y, out_f);
   });
+  return out;
+}
 
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  require_float("linear", x, "x");
+  require_float("linear", weight, "weight");
+  require(weight.rank() == 2 && x.rank() >= 1 && x.dim(-1) == weight.dim(1),
+          "linear: x " + to_string(x.shape()) + " does not fit weight " + to_string(weight.shape()));
+  require(!bias.defined() || bias.shape() == Shape{weight.dim(0)},
+          "linear: bias " + to_string(bias.shape()) + " for weight " + to_string(weight.shape()));
+  require(x.dtype() == weight.dtype() && (!bias.defined() || bias.dtype() == x.dtype()), "linear: dtypes differ");
+  Tensor out = linear_forward(x, weight, bias);
   OpRecorder rec("linear", {&x, &weight, &bias});
-  if (rec)
-    rec.finish({&out}, [sx = save(x), weight, M, in, out_f](BackwardContext& ctx) {
-      Tensor dy = ctx.grad_out();
-      dispatch_float(dy.dtype(), [&](auto tag) {
-        using T = decltype(tag);
-        const T* gy = dy.data<T>();
-        if (GradTarget dx = ctx.grad_in(0))
-          gemm::gemm<T>(Op::N, Op::N, M, in, out_f, 1, gy, out_f, weight.data<T>(), in, dx.fresh ? 0 : 1,
-                        dx.t.data<T>(), in);
-        if (GradTarget dw = ctx.grad_in(1)) {
-          Tensor xv = sx.unpack();
-          gemm::gemm<T>(Op::T, Op::N, out_f, in, M, 1, gy, out_f, xv.data<T>(), in, dw.fresh ? 0 : 1,
-                        dw.t.data<T>(), in);
-        }
-        if (GradTarget db = ctx.grad_in(2)) column_sums(gy, M, out_f, db.t.data<T>(), !db.fresh);
-      });
+  if (!rec) return out;
+  // Weights are parameters, alive anyway: held directly, never through hooks.
+  const SavedTensor sx = save(x);
+  out.set_recipe([sx, weight, bias] { return linear_forward(sx.unpack(), weight, bias); });
+  const std::int64_t M = rows_of(x), in = weight.dim(1), out_f = weight.dim(0);
+  rec.finish({&out}, [sx, weight, M, in, out_f](BackwardContext& ctx) {
+    Tensor dy = ctx.grad_out();
+    dispatch_float(dy.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      const T* gy = dy.data<T>();
+      if (GradTarget dx = ctx.grad_in(0))
+        gemm::gemm<T>(Op::N, Op::N, M, in, out_f, 1, gy, out_f, weight.data<T>(), in, dx.fresh ? 0 : 1,
+                      dx.t.data<T>(), in);
+      if (GradTarget dw = ctx.grad_in(1)) {
+        Tensor xv = sx.unpack();
+        gemm::gemm<T>(Op::T, Op::N, out_f, in, M, 1, gy, out_f, xv.data<T>(), in, dw.fresh ? 0 : 1, dw.t.data<T>(),
+                      in);
+      }
+      if (GradTarget db = ctx.grad_in(2)) column_sums(gy, M, out_f, db.t.data<T>(), !db.fresh);
     });
+  });
   return out;
 }
 

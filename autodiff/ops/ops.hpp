@@ -24,9 +24,13 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
 Tensor gelu_tanh(const Tensor& x);
 
 // Multi-head self-attention core on packed projections qkv[B, S, 3D] laid out
-// [q | k | v], H heads of D/H; softmax(q k^T / sqrt(D/H), causal mask) v,
-// heads merged -> [B, S, D].
-Tensor attention(const Tensor& qkv, int heads, bool causal);
+// [q | k | v], H heads of D/H; dropout(softmax(q k^T / sqrt(D/H), causal
+// mask)) v, heads merged -> [B, S, D].
+Tensor attention(const Tensor& qkv, int heads, bool causal, double dropout = 0);
+
+// Inverted dropout; the identity when p = 0. Its mask is a pure function of
+// (seed, step, op id, element): recomputation draws the same one.
+Tensor dropout(const Tensor& x, double p);
 
 // Mean cross-entropy of logits[..., V] against int32 targets[...] -> scalar.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets);

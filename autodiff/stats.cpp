@@ -1,0 +1,34 @@
+#include "autodiff/stats.hpp"
+
+namespace remat::stats {
+namespace {
+
+Counts& state() {
+  thread_local Counts c;
+  return c;
+}
+bool& flag() {
+  thread_local bool recomputing = false;
+  return recomputing;
+}
+
+}  // namespace
+
+void reset() { state() = Counts{}; }
+const Counts& counts() { return state(); }
+
+void count_forward(const char* op) {
+  ++state().forward[op];
+  if (flag()) ++state().recomputed[op];
+}
+
+void count_flops(double flops) {
+  state().flops += flops;
+  if (flag()) state().recompute_flops += flops;
+}
+
+bool recomputing() { return flag(); }
+RecomputeScope::RecomputeScope() : previous_(flag()) { flag() = true; }
+RecomputeScope::~RecomputeScope() { flag() = previous_; }
+
+}  // namespace remat::stats
