@@ -15,6 +15,16 @@ bool& flag() {
 }  // namespace
 
 void reset() { state() = Counts{}; }
+
+std::map<std::string, std::int64_t> forward_since(const std::map<std::string, std::int64_t>& before) {
+  std::map<std::string, std::int64_t> delta;
+  for (const auto& [op, n] : state().forward) {
+    const auto it = before.find(op);
+    const std::int64_t d = n - (it == before.end() ? 0 : it->second);
+    if (d > 0) delta[op] = d;
+  }
+  return delta;
+}
 const Counts& counts() { return state(); }
 
 void count_forward(const char* op) {

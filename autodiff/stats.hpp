@@ -17,6 +17,8 @@ struct Counts {
 };
 
 void reset();
+// Forward runs per op since `before` (a copy of counts().forward).
+std::map<std::string, std::int64_t> forward_since(const std::map<std::string, std::int64_t>& before);
 const Counts& counts();
 void count_forward(const char* op);
 void count_flops(double flops);

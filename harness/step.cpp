@@ -1,21 +1,57 @@
 #include "harness/step.hpp"
 
+#include <chrono>
+
 #include "autodiff/memory_tracker.hpp"
+#include "autodiff/random.hpp"
+#include "autodiff/stats.hpp"
 #include "autodiff/tape.hpp"
+#include "strategies/storage.hpp"
 
 namespace remat {
 
-double forward_backward(const Model& model, const ParamStore& params, const Batch& batch) {
+double forward_backward(const Model& model, const ParamStore& params, const Batch& batch, const StepOptions& o) {
   params.zero_grad();
+  random_ops::begin_step(o.seed, o.step);
   Tensor loss;
   {
     MemoryPhase phase("forward");
-    loss = model.loss(params, batch);
+    if (o.strategy) {
+      o.strategy->begin_step();
+      BlockRunnerScope runner(*o.strategy);
+      loss = model.loss(params, batch);
+    } else {
+      loss = model.loss(params, batch);
+    }
   }
   const double value = loss.item();
-  MemoryPhase phase("backward");
-  backward(loss);
+  {
+    MemoryPhase phase("backward");
+    backward(loss);
+  }
   return value;
+}
+
+StepResult run_step(const Model& model, const ParamStore& params, const Batch& batch, const StepOptions& o) {
+  auto& tracker = MemoryTracker::instance();
+  const std::string pool = MemoryTracker::default_pool();
+  params.zero_grad();  // allocates the gradients before the baseline is read
+  ExecSpace().fence();
+  const auto base = tracker.stats(pool).live;
+  const auto base_offload = tracker.stats(OffloadStorage::kPool).live;
+  tracker.reset_peaks();
+  stats::reset();
+  StepResult r;
+  const auto t0 = std::chrono::steady_clock::now();
+  r.loss = forward_backward(model, params, batch, o);
+  ExecSpace().fence();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.activation_peak = tracker.stats(pool).peak - base;
+  r.offload_peak = tracker.stats(OffloadStorage::kPool).peak - base_offload;
+  r.flops = stats::counts().flops;
+  r.recompute_flops = stats::counts().recompute_flops;
+  r.forward_ops = stats::counts().forward;
+  return r;
 }
 
 }  // namespace remat

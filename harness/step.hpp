@@ -1,11 +1,37 @@
 #pragma once
-// One training step's forward and backward: the unit every command measures.
+// One training step's forward and backward under a strategy, measured: the
+// unit every command runs.
+#include <cstdint>
+#include <map>
+#include <string>
+
 #include "datasets/batch.hpp"
+#include "strategies/strategy.hpp"
 #include "zoo/model.hpp"
 
 namespace remat {
 
-// Clears the parameters' gradients, runs forward and backward, returns the loss.
-double forward_backward(const Model& model, const ParamStore& params, const Batch& batch);
+struct StepOptions {
+  Strategy* strategy = nullptr;  // null: no strategy (everything kept)
+  std::uint64_t seed = 1;        // random draws (dropout) are keyed by seed and step
+  std::uint64_t step = 0;
+};
+
+struct StepResult {
+  double loss = 0;
+  double seconds = 0;
+  std::int64_t activation_peak = 0;  // device pool: peak during the step minus live before it
+  std::int64_t offload_peak = 0;     // offload pool: the same
+  double flops = 0, recompute_flops = 0;            // GEMM FLOPs
+  std::map<std::string, std::int64_t> forward_ops;  // op -> forward runs
+};
+
+// Zeroes the parameter gradients (allocated once, so they are not counted as
+// activations), runs forward under the strategy and backward, and measures.
+StepResult run_step(const Model& model, const ParamStore& params, const Batch& batch, const StepOptions& options = {});
+
+// The step without measurement; returns the loss.
+double forward_backward(const Model& model, const ParamStore& params, const Batch& batch,
+                        const StepOptions& options = {});
 
 }  // namespace remat

@@ -1,0 +1,31 @@
+#pragma once
+// Strategy specs: parsing, the catalogue `remat strategies` prints, and the
+// `all` set. A spec is a base strategy with an optional "+offload":
+//   full | every:K | per-layer | sqrt | selective[:kind,kind...] | offload
+//   | offload-checkpoint, and every:K, per-layer, sqrt, selective + offload.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strategies/strategy.hpp"
+
+namespace remat {
+
+struct StrategyInfo {
+  std::string spec;         // as written, e.g. "every:K"
+  std::string description;  // one line
+  std::string applies_to;   // which models
+};
+
+const std::vector<StrategyInfo>& strategy_catalog();
+// The op kinds selective can drop, e.g. "attn-core".
+std::vector<std::string> selectable_kinds();
+
+// Throws UserError saying what is wrong and what is accepted.
+std::unique_ptr<Strategy> make_strategy(const std::string& spec);
+// "all", or a comma-separated list (a selective spec's kinds may follow it
+// with commas: "full,selective:attn-core,mlp-act,sqrt"). Each is validated.
+std::vector<std::string> parse_strategy_list(const std::string& list);
+std::vector<std::string> all_strategies();
+
+}  // namespace remat

@@ -1,0 +1,52 @@
+#pragma once
+// Where a strategy puts the tensors it keeps: on the device (KeepStorage) or
+// in the host offload pool (OffloadStorage). Tensors are grouped per block or
+// region; a group is moved out when its forward ends and brought back, with
+// the group before it prefetched, when its backward first needs it.
+#include <memory>
+#include <string>
+
+#include "autodiff/saved_tensor.hpp"
+#include "strategies/trace.hpp"
+
+namespace remat {
+
+class Storage : public SavedTensorHooks {
+ public:
+  virtual void begin_group(const std::string& name, RegionTrace* trace) = 0;
+  virtual void end_group() = 0;
+  virtual void reset() {}  // a new step
+};
+
+class KeepStorage final : public Storage {
+ public:
+  std::shared_ptr<Packed> pack(const Tensor& t) override;
+  void begin_group(const std::string&, RegionTrace* trace) override { trace_ = trace; }
+  void end_group() override { trace_ = nullptr; }
+
+ private:
+  KeepHooks keep_;
+  RegionTrace* trace_ = nullptr;
+};
+
+// The offload pool's bytes are reported to the memory tracker as pool
+// "offload", apart from the device pool, so the two peaks are seen apart.
+class OffloadStorage final : public Storage {
+ public:
+  static constexpr const char* kPool = "offload";
+  OffloadStorage();
+  ~OffloadStorage() override;
+  std::shared_ptr<Packed> pack(const Tensor& t) override;
+  void begin_group(const std::string& name, RegionTrace* trace) override;
+  void end_group() override;
+  void reset() override;
+
+  struct Group;
+
+ private:
+  std::shared_ptr<Group> current_, last_;
+  KeepHooks keep_;  // for anything saved outside a group
+  RegionTrace* trace_ = nullptr;
+};
+
+}  // namespace remat
