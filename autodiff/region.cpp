@@ -30,7 +30,8 @@ Tensors run_block(const BlockInfo& info, const Tensors& inputs, const BlockBody&
 }
 
 Tensor run_block(const BlockInfo& info, const Tensor& input, const std::function<Tensor(const Tensor&)>& body) {
-  return run_block(info, Tensors{input}, [&](const Tensors& in) { return Tensors{body(in[0])}; }).at(0);
+  // By value: a strategy may keep the body to run it again in backward.
+  return run_block(info, Tensors{input}, [body](const Tensors& in) { return Tensors{body(in[0])}; }).at(0);
 }
 
 Tensors run_reversible_block(const BlockInfo& info, const Tensor& x1, const Tensor& x2, const ReversibleBody& body) {

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "autodiff/memory_tracker.hpp"
+#include "autodiff/tape.hpp"
 
 namespace remat {
 
@@ -36,7 +37,12 @@ Runtime::Runtime(int& argc, char** argv) {
   MemoryTracker::instance().install();
 }
 
-Runtime::~Runtime() { Kokkos::finalize(); }
+Runtime::~Runtime() {
+  // A tape left by an interrupted forward pass holds tensors: free them
+  // while Kokkos can still deallocate.
+  current_tape().clear();
+  Kokkos::finalize();
+}
 
 std::string Runtime::describe() {
   using Exec = Kokkos::DefaultExecutionSpace;

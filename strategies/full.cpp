@@ -10,6 +10,11 @@ class Full final : public Strategy {
   Tensors run(const BlockInfo& info, const Tensors& inputs, const BlockBody& body) override {
     return run_stored(device_, info, inputs, body);
   }
+  MemoryPrediction predict(const SaveProfile& p) const override {
+    MemoryPrediction m{p.outside, 0};
+    for (const auto& b : p.blocks) m.device += b.saved;
+    return m;
+  }
 };
 
 }  // namespace

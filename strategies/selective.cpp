@@ -73,6 +73,21 @@ class Selective final : public Strategy {
     return out;
   }
 
+  // Peak: the end of forward, with every block but the last without its
+  // dropped tensors (in the pool with +offload).
+  MemoryPrediction predict(const SaveProfile& p) const override {
+    MemoryPrediction m{p.outside + p.blocks.back().saved, 0};
+    for (std::size_t i = 0; i + 1 < p.blocks.size(); ++i) {
+      std::int64_t kept = p.blocks[i].saved;
+      for (OpKind k : drop_) {
+        const auto it = p.blocks[i].recomputable.find(k);
+        if (it != p.blocks[i].recomputable.end()) kept -= it->second;
+      }
+      (storage_ ? m.offload : m.device) += kept;
+    }
+    return m;
+  }
+
  private:
   std::set<OpKind> drop_;
 };

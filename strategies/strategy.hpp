@@ -7,6 +7,7 @@
 #include <string>
 
 #include "autodiff/region.hpp"
+#include "strategies/profile.hpp"
 #include "strategies/storage.hpp"
 #include "strategies/trace.hpp"
 
@@ -19,6 +20,9 @@ class Strategy : public BlockRunner {
   // Same operations in the same order as `full`, hence bitwise-equal
   // gradients (every strategy but reversible).
   virtual bool exact() const { return true; }
+  // The bytes this strategy keeps at its peak for a model that saves `p`
+  // (activations only: the harness adds the working set of one block).
+  virtual MemoryPrediction predict(const SaveProfile& p) const = 0;
   // Call before each forward: clears per-step state and the trace.
   void begin_step();
   Trace& trace() { return trace_; }

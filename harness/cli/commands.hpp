@@ -7,5 +7,7 @@ namespace remat::cli {
 void setup_models(CLI::App& app);
 void setup_export(CLI::App& app);
 void setup_grads(CLI::App& app);
+void setup_check(CLI::App& app);
+void setup_strategies(CLI::App& app);
 
 }  // namespace remat::cli

@@ -17,8 +17,12 @@ int main(int argc, char** argv) {
   remat::cli::setup_models(app);
   remat::cli::setup_export(app);
   remat::cli::setup_grads(app);
+  remat::cli::setup_strategies(app);
+  remat::cli::setup_check(app);
   try {
     app.parse(argc, argv);
+  } catch (const CLI::RuntimeError& e) {  // a command's own failure, already reported
+    return e.get_exit_code();
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
     std::fprintf(stderr, "remat: error: %s (see --help)\n", e.what());

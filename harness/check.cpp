@@ -1,0 +1,88 @@
+#include "harness/check.hpp"
+
+#include <cmath>
+#include <cstring>
+
+#include "autodiff/random.hpp"
+#include "autodiff/tape.hpp"
+#include "strategies/registry.hpp"
+
+namespace remat {
+
+std::vector<std::vector<float>> gradients(const ParamStore& params) {
+  std::vector<std::vector<float>> out;
+  for (const auto& t : params.tensors()) {
+    const auto g = t.grad().to_host_f64();
+    out.emplace_back(g.begin(), g.end());
+  }
+  return out;
+}
+
+GradientComparison compare_gradients(const ParamStore& params, const std::vector<std::vector<float>>& reference,
+                                     double loss, double reference_loss) {
+  GradientComparison c;
+  c.loss_diff = std::abs(loss - reference_loss);
+  c.bitwise = std::memcmp(&loss, &reference_loss, sizeof loss) == 0;
+  const auto got = gradients(params);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    double diff = 0, scale = 0;
+    for (std::size_t j = 0; j < got[i].size(); ++j) {
+      diff = std::max(diff, double(std::abs(got[i][j] - reference[i][j])));
+      scale = std::max(scale, double(std::abs(reference[i][j])));
+    }
+    c.bitwise = c.bitwise && std::memcmp(got[i].data(), reference[i].data(), got[i].size() * sizeof(float)) == 0;
+    c.max_abs = std::max(c.max_abs, diff);
+    const double rel = scale > 0 ? diff / scale : diff;
+    if (rel > c.max_rel || c.worst.empty()) {
+      c.max_rel = std::max(c.max_rel, rel);
+      c.worst = params.names()[i];
+    }
+  }
+  return c;
+}
+
+SaveProfile profile_saves(const Model& model, const ParamStore& params, const Batch& batch) {
+  SaveProfiler profiler;
+  random_ops::begin_step(0, 0);
+  {
+    BlockRunnerScope runner(profiler);
+    SavedTensorHooksScope hooks(profiler);
+    model.loss(params, batch);
+  }
+  current_tape().clear();  // a probe: no backward
+  return profiler.profile();
+}
+
+CheckReport run_check(const Model& model, const ParamStore& params, const Batch& batch,
+                                const std::vector<std::string>& strategies, const CheckOptions& options) {
+  // A warm-up step: one-time allocations (gradients, runtime scratch) must
+  // not be counted against the first strategy measured.
+  auto full = make_strategy("full");
+  StepOptions step{full.get(), options.seed, 0};
+  forward_backward(model, params, batch, step);
+  const SaveProfile profile = profile_saves(model, params, batch);
+
+  CheckReport report;
+  report.full = run_step(model, params, batch, step);
+  const auto ref_grads = gradients(params);
+  // What a step holds beyond the saved tensors (gradients in flight, one
+  // op's workspace), measured once on full and added to every prediction.
+  const std::int64_t working_set = report.full.activation_peak - full->predict(profile).device;
+
+  for (const auto& spec : strategies) {
+    auto strategy = make_strategy(spec);
+    strategy->trace().enabled = options.trace;
+    CheckRow row;
+    row.strategy = spec;
+    row.exact = strategy->exact();
+    row.step = run_step(model, params, batch, {strategy.get(), options.seed, 0});
+    row.vs_full = compare_gradients(params, ref_grads, row.step.loss, report.full.loss);
+    row.predicted = strategy->predict(profile);
+    row.predicted.device += working_set;
+    if (options.trace) row.trace = strategy->trace().to_string();
+    report.rows.push_back(std::move(row));
+  }
+  return report;
+}
+
+}  // namespace remat

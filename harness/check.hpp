@@ -1,0 +1,51 @@
+#pragma once
+// Gradient equivalence and memory of strategies against `full`, on the same
+// weights and batch: what `remat check` prints and the tests assert.
+#include <string>
+#include <vector>
+
+#include "harness/step.hpp"
+#include "strategies/profile.hpp"
+
+namespace remat {
+
+struct GradientComparison {
+  double loss_diff = 0;
+  double max_abs = 0;  // worst |g - g_full| over every parameter element
+  double max_rel = 0;  // worst per-tensor max |g - g_full| / max |g_full|
+  bool bitwise = true;  // loss and every gradient identical to the bit
+  std::string worst;    // the parameter with the largest relative error
+};
+
+struct CheckRow {
+  std::string strategy;
+  bool exact = true;  // performs the same arithmetic as full
+  StepResult step;
+  GradientComparison vs_full;
+  MemoryPrediction predicted;  // activation bytes, working set included on the device
+  std::string trace;           // per-region trace, if asked
+};
+
+struct CheckOptions {
+  std::uint64_t seed = 1;
+  bool trace = false;
+};
+
+// Host copies of every parameter's gradient.
+std::vector<std::vector<float>> gradients(const ParamStore& params);
+GradientComparison compare_gradients(const ParamStore& params, const std::vector<std::vector<float>>& reference,
+                                     double loss, double reference_loss);
+
+// What the model saves, per block, from one probe forward pass.
+SaveProfile profile_saves(const Model& model, const ParamStore& params, const Batch& batch);
+
+struct CheckReport {
+  StepResult full;  // the reference step
+  std::vector<CheckRow> rows;
+};
+
+// Runs `full`, then each strategy, one step each, on the same weights and batch.
+CheckReport run_check(const Model& model, const ParamStore& params, const Batch& batch,
+                                const std::vector<std::string>& strategies, const CheckOptions& options);
+
+}  // namespace remat
