@@ -55,6 +55,12 @@ void BackwardContext::accumulate(int i, const Tensor& g) {
 }
 
 void Tape::run_backward() {
+  // A backward that fails (a recompute mismatch, a bad input) loses the step;
+  // it must not leave half a graph for the next one.
+  struct ClearOnError {
+    std::vector<std::unique_ptr<Node>>& nodes;
+    ~ClearOnError() { nodes.clear(); }
+  } clear{nodes_};
   while (!nodes_.empty()) {
     std::unique_ptr<Node> node = std::move(nodes_.back());
     nodes_.pop_back();

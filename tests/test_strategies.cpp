@@ -1,0 +1,210 @@
+// Every strategy against full: bitwise-equal gradients (with and without
+// dropout), the op counts each promises, the recompute-mismatch error, the
+// offload pool, and the spec parser.
+#include "autodiff/memory_tracker.hpp"
+#include "autodiff/ops/ops.hpp"
+#include "autodiff/stats.hpp"
+#include "autodiff/tape.hpp"
+#include "catch.hpp"
+#include "harness/check.hpp"
+#include "helpers.hpp"
+#include "strategies/recompute_region.hpp"
+#include "strategies/registry.hpp"
+#include "strategies/storage.hpp"
+
+using namespace remat;
+
+namespace {
+
+struct Setup {
+  Sizes sizes;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<ParamStore> params;
+  Batch batch;
+};
+
+Setup gpt2(const std::string& preset, int layers, double dropout) {
+  Setup s;
+  s.sizes = preset_sizes(preset);
+  if (layers) s.sizes.L = layers;
+  s.sizes.dropout = dropout;
+  s.model = models().find("gpt2").make(s.sizes);
+  s.params = std::make_unique<ParamStore>(s.model->params(), DType::f32);
+  initialize(*s.params, 1, s.sizes.L);
+  s.batch = random_batch(s.sizes.B, s.sizes.S, s.sizes.V, 1);
+  return s;
+}
+
+std::int64_t recomputed(const StepResult&, const std::string& op) {
+  const auto& r = stats::counts().recomputed;
+  const auto it = r.find(op);
+  return it == r.end() ? 0 : it->second;
+}
+
+}  // namespace
+
+TEST_CASE("every strategy gives gradients bitwise equal to full", "[strategies][equivalence]") {
+  const auto [preset, layers] = GENERATE(std::pair<const char*, int>{"tiny", 0}, std::pair<const char*, int>{"tiny", 7});
+  const double dropout = GENERATE(0.0, 0.1);
+  INFO("gpt2 " << preset << " L " << layers << " dropout " << dropout);
+  Setup s = gpt2(preset, layers, dropout);
+  const auto report = run_check(*s.model, *s.params, s.batch, all_strategies(), {});
+  REQUIRE(report.rows.size() == all_strategies().size());
+  for (const auto& row : report.rows) {
+    INFO(row.strategy << ": max abs " << row.vs_full.max_abs << " at " << row.vs_full.worst);
+    CHECK(row.vs_full.bitwise);
+    CHECK(row.step.loss == report.full.loss);
+  }
+}
+
+TEST_CASE("dropout changes the loss, and replays the same masks each step", "[strategies][dropout]") {
+  Setup plain = gpt2("tiny", 0, 0.0), dropped = gpt2("tiny", 0, 0.3);
+  const double a = forward_backward(*plain.model, *plain.params, plain.batch);
+  const double b = forward_backward(*dropped.model, *dropped.params, dropped.batch, {nullptr, 1, 0});
+  const double c = forward_backward(*dropped.model, *dropped.params, dropped.batch, {nullptr, 1, 0});
+  const double d = forward_backward(*dropped.model, *dropped.params, dropped.batch, {nullptr, 1, 1});
+  CHECK(a != b);
+  CHECK(b == c);  // same seed and step: same masks
+  CHECK(b != d);  // another step: other masks
+}
+
+TEST_CASE("each strategy runs forward exactly the ops it promises", "[strategies][counts]") {
+  Setup s = gpt2("tiny", 4, 0.0);  // L = 4
+  auto run = [&](const std::string& spec) {
+    auto strategy = make_strategy(spec);
+    return run_step(*s.model, *s.params, s.batch, {strategy.get(), 1, 0});
+  };
+  const StepResult full = run("full");
+  CHECK(full.forward_ops.at("linear") == 4 * 4 + 1);  // four per block and the head
+  CHECK(stats::counts().recomputed.empty());
+
+  SECTION("per-layer recomputes blocks 0-2 once each, stopping after each block's last save") {
+    const StepResult r = run("per-layer");
+    CHECK(recomputed(r, "linear") == 3 * 4);
+    CHECK(recomputed(r, "layer_norm") == 3 * 2);
+    CHECK(recomputed(r, "attention_probs") == 3);
+    CHECK(recomputed(r, "gelu_tanh") == 3);
+    CHECK(recomputed(r, "add") == 3 * 1);  // the closing residual add saves nothing: never re-run
+    CHECK(r.forward_ops.at("linear") == full.forward_ops.at("linear") + 12);
+  }
+  SECTION("every:2 recomputes the first segment (blocks 0-1)") {
+    const StepResult r = run("every:2");
+    CHECK(recomputed(r, "linear") == 2 * 4);
+    CHECK(recomputed(r, "add") == 2 + 1);  // block 0 whole, block 1 up to its last save
+  }
+  SECTION("sqrt on 4 blocks is every:2") {
+    const StepResult r = run("sqrt");
+    CHECK(recomputed(r, "linear") == 2 * 4);
+  }
+  SECTION("selective recomputes only the attention probabilities, once per kept block") {
+    const StepResult r = run("selective");
+    CHECK(stats::counts().recomputed == std::map<std::string, std::int64_t>{{"attention_probs", 3}});
+  }
+  SECTION("selective:attn-core,mlp-act also recomputes the GELU") {
+    const StepResult r = run("selective:attn-core,mlp-act");
+    CHECK(stats::counts().recomputed ==
+          std::map<std::string, std::int64_t>{{"attention_probs", 3}, {"gelu_tanh", 3}});
+  }
+  SECTION("offload recomputes nothing") {
+    const StepResult r = run("offload");
+    CHECK(stats::counts().recomputed.empty());
+    CHECK(r.forward_ops == full.forward_ops);
+  }
+}
+
+TEST_CASE("offloaded bytes go to the offload pool and come back", "[strategies][offload]") {
+  Setup s = gpt2("tiny", 4, 0.0);
+  auto& tracker = MemoryTracker::instance();
+  auto full = make_strategy("full"), offload = make_strategy("offload");
+  run_step(*s.model, *s.params, s.batch, {full.get(), 1, 0});  // warm-up
+  const StepResult f = run_step(*s.model, *s.params, s.batch, {full.get(), 1, 0});
+  offload->trace().enabled = true;
+  const StepResult o = run_step(*s.model, *s.params, s.batch, {offload.get(), 1, 0});
+  CHECK(o.offload_peak > 0);
+  CHECK(tracker.stats(OffloadStorage::kPool).live == 0);  // every byte came back
+  CHECK(o.activation_peak < f.activation_peak);
+  std::int64_t offloaded = 0;
+  for (const auto& r : offload->trace().regions()) offloaded += r.offloaded;
+  CHECK(o.offload_peak == offloaded);  // all three offloaded blocks are out at once, at the end of forward
+}
+
+TEST_CASE("offload-checkpoint keeps block inputs in the offload pool", "[strategies][offload]") {
+  Setup s = gpt2("tiny", 4, 0.0);
+  auto strategy = make_strategy("offload-checkpoint");
+  const StepResult r = run_step(*s.model, *s.params, s.batch, {strategy.get(), 1, 0});
+  const std::int64_t block_input = std::int64_t(s.sizes.B) * s.sizes.S * s.sizes.D * 4;
+  CHECK(r.offload_peak == 3 * block_input);  // the inputs of blocks 0-2
+  CHECK(MemoryTracker::instance().stats(OffloadStorage::kPool).live == 0);
+}
+
+TEST_CASE("a recomputation that differs from the forward pass is an error naming region and op",
+          "[strategies][mismatch]") {
+  Tensor w = test::random_leaf({8, 8}, 1, DType::f32);
+  Tensor wide = test::random_leaf({12, 8}, 2, DType::f32);
+  Tensor x = test::random_leaf({2, 8}, 3, DType::f32);
+  auto strategy = make_strategy("per-layer");
+  int calls = 0;
+  auto run_two_blocks = [&](const BlockBody& first) {
+    strategy->begin_step();
+    BlockRunnerScope scope(*strategy);
+    Tensor h = run_block({0, 2, "b0"}, Tensors{x}, first)[0];
+    return run_block({1, 2, "b1"}, h, [](const Tensor& t) { return ops::gelu_tanh(t); });
+  };
+  SECTION("a different shape") {
+    Tensor y = run_two_blocks([&](const Tensors& in) {
+      ++calls;  // the second call, the recomputation, takes another path
+      return Tensors{ops::gelu_tanh(ops::linear(in[0], calls == 1 ? w : wide))};
+    });
+    CHECK_THROWS_AS(backward(ops::cross_entropy(y, test::random_ids({2}, 8, 1))), RecomputeMismatch);
+    CHECK_THROWS_WITH(backward(ops::cross_entropy(run_two_blocks([&](const Tensors& in) {
+                        ++calls;
+                        return Tensors{ops::gelu_tanh(ops::linear(in[0], calls % 2 ? w : wide))};
+                      }),
+                                                  test::random_ids({2}, 8, 1))),
+                      test::Contains("region b0") && test::Contains("gelu_tanh [2, 12]"));
+  }
+  SECTION("fewer saved tensors") {
+    Tensor y = run_two_blocks([&](const Tensors& in) {
+      ++calls;
+      Tensor h = ops::linear(in[0], w);
+      return Tensors{calls == 1 ? ops::gelu_tanh(h) : h};
+    });
+    CHECK_THROWS_WITH(backward(ops::cross_entropy(y, test::random_ids({2}, 8, 1))),
+                      test::Contains("region b0: recomputation saved 1 tensors, the forward pass 2"));
+  }
+  current_tape().clear();
+}
+
+TEST_CASE("strategy specs parse, compose where it makes sense, and fail clearly", "[strategies][parse]") {
+  for (const char* ok : {"full", "per-layer", "sqrt", "every:3", "selective", "selective:norm,matmul", "offload",
+                         "offload-checkpoint", "every:2+offload", "sqrt+offload", "selective:mlp-act+offload"})
+    CHECK(make_strategy(ok)->spec() == ok);
+  CHECK_THROWS_WITH(make_strategy("everything"), test::Contains("unknown strategy"));
+  CHECK_THROWS_WITH(make_strategy("every:0"), test::Contains("at least 1, got '0'"));
+  CHECK_THROWS_WITH(make_strategy("every:x"), test::Contains("got 'x'"));
+  CHECK_THROWS_WITH(make_strategy("selective:softmax"), test::Contains("unknown op kind 'softmax'"));
+  CHECK_THROWS_WITH(make_strategy("full+offload"), test::Contains("does not compose"));
+  CHECK_THROWS_WITH(make_strategy("per-layer+selective"), test::Contains("only '+offload'"));
+  CHECK(parse_strategy_list("full,selective:attn-core,mlp-act,sqrt") ==
+        std::vector<std::string>{"full", "selective:attn-core,mlp-act", "sqrt"});
+  CHECK(parse_strategy_list("selective:attn-core,norm+offload,full") ==
+        std::vector<std::string>{"selective:attn-core,norm+offload", "full"});
+  CHECK(parse_strategy_list("all") == all_strategies());
+  CHECK_THROWS_WITH(parse_strategy_list("full,bogus"), test::Contains("strategy 'bogus'"));
+}
+
+TEST_CASE("the trace shows what each region kept, dropped and recomputed", "[strategies][trace]") {
+  Setup s = gpt2("tiny", 3, 0.0);
+  auto strategy = make_strategy("selective");
+  strategy->trace().enabled = true;
+  run_step(*s.model, *s.params, s.batch, {strategy.get(), 1, 0});
+  const auto& regions = strategy->trace().regions();
+  REQUIRE(regions.size() == 3);
+  const RegionTrace& h0 = regions[0];
+  CHECK(h0.name == "h.0");
+  const std::int64_t probs = std::int64_t(s.sizes.B) * s.sizes.H * s.sizes.S * s.sizes.S * 4;
+  CHECK(h0.dropped == probs);
+  CHECK(h0.kept + h0.dropped == h0.saved);
+  CHECK(h0.recomputed_ops.empty());  // recipes run outside a region re-run
+  CHECK(strategy->trace().to_string().find("attention: recompute attn-core") != std::string::npos);
+}
