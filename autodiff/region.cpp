@@ -1,5 +1,6 @@
 #include "autodiff/region.hpp"
 
+#include "autodiff/memory_tracker.hpp"
 #include "autodiff/ops/ops.hpp"
 
 namespace remat {
@@ -10,6 +11,24 @@ std::vector<BlockRunner*>& runner_stack() {
   return stack;
 }
 
+std::string& block_name() {
+  thread_local std::string name;
+  return name;
+}
+
+// Labels the memory phase, and the nodes recorded, with the block's name.
+class BlockScope {
+ public:
+  explicit BlockScope(const std::string& name) : previous_(block_name()), phase_("forward " + name) {
+    block_name() = name;
+  }
+  ~BlockScope() { block_name() = previous_; }
+
+ private:
+  std::string previous_;
+  MemoryPhase phase_;
+};
+
 Tensors couple(const Tensor& x1, const Tensor& x2, const ReversibleBody& body) {
   Tensor y1 = ops::add(x1, body.f(x2));
   Tensor y2 = ops::add(x2, body.g(y1));
@@ -18,12 +37,15 @@ Tensors couple(const Tensor& x1, const Tensor& x2, const ReversibleBody& body) {
 
 }  // namespace
 
+const std::string& current_block() { return block_name(); }
+
 Tensors BlockRunner::run_reversible(const BlockInfo& info, const Tensor& x1, const Tensor& x2,
                                     const ReversibleBody& body) {
-  return run(info, {x1, x2}, [&](const Tensors& in) { return couple(in[0], in[1], body); });
+  return run(info, {x1, x2}, [body](const Tensors& in) { return couple(in[0], in[1], body); });
 }
 
 Tensors run_block(const BlockInfo& info, const Tensors& inputs, const BlockBody& body) {
+  BlockScope scope(info.name);
   auto& stack = runner_stack();
   if (stack.empty()) return body(inputs);
   return stack.back()->run(info, inputs, body);
@@ -35,6 +57,7 @@ Tensor run_block(const BlockInfo& info, const Tensor& input, const std::function
 }
 
 Tensors run_reversible_block(const BlockInfo& info, const Tensor& x1, const Tensor& x2, const ReversibleBody& body) {
+  BlockScope scope(info.name);
   auto& stack = runner_stack();
   if (stack.empty()) return couple(x1, x2, body);
   return stack.back()->run_reversible(info, x1, x2, body);

@@ -46,6 +46,10 @@ Tensor run_block(const BlockInfo& info, const Tensor& input, const std::function
 // Runs a reversible block; returns {y1, y2}.
 Tensors run_reversible_block(const BlockInfo& info, const Tensor& x1, const Tensor& x2, const ReversibleBody& body);
 
+// The block whose forward is running ("" outside blocks). Nodes remember it,
+// so that the memory timeline labels backward phases by block too.
+const std::string& current_block();
+
 class BlockRunnerScope {
  public:
   explicit BlockRunnerScope(BlockRunner& r);

@@ -1,6 +1,8 @@
 #include "autodiff/tape.hpp"
 
 #include "autodiff/elementwise.hpp"
+#include "autodiff/memory_tracker.hpp"
+#include "autodiff/region.hpp"
 
 namespace remat {
 namespace {
@@ -61,9 +63,16 @@ void Tape::run_backward() {
     std::vector<std::unique_ptr<Node>>& nodes;
     ~ClearOnError() { nodes.clear(); }
   } clear{nodes_};
+  // The memory timeline names the block each node belongs to.
+  MemoryPhase phase("backward");
+  std::string block = "\n";  // no block has this name
   while (!nodes_.empty()) {
     std::unique_ptr<Node> node = std::move(nodes_.back());
     nodes_.pop_back();
+    if (block != node->block) {
+      block = node->block;
+      MemoryTracker::instance().set_phase(block.empty() ? "backward" : "backward " + block);
+    }
     bool any = false;
     for (auto& s : node->outputs) any = any || (s && s->grad);
     if (any) {
@@ -91,6 +100,7 @@ OpRecorder::OpRecorder(const char* op, std::initializer_list<const Tensor*> inpu
   if (!any) return;
   node_ = std::make_unique<Node>();
   node_->op = op;
+  node_->block = current_block();
   for (const Tensor* t : inputs) node_->inputs.push_back(t ? t->slot() : nullptr);
 }
 

@@ -6,6 +6,7 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "autodiff/saved_tensor.hpp"
@@ -26,6 +27,7 @@ using BackwardFn = std::function<void(BackwardContext&)>;
 
 struct Node {
   const char* op = "";
+  std::string block;  // the block it was recorded in ("" outside blocks)
   std::vector<std::shared_ptr<GradSlot>> inputs;   // null: that input needs no gradient
   std::vector<std::shared_ptr<GradSlot>> outputs;
   BackwardFn backward;

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "autodiff/memory_tracker.hpp"
 #include "autodiff/random.hpp"
 #include "autodiff/tape.hpp"
 #include "strategies/registry.hpp"
@@ -42,15 +43,25 @@ GradientComparison compare_gradients(const ParamStore& params, const std::vector
 }
 
 SaveProfile profile_saves(const Model& model, const ParamStore& params, const Batch& batch) {
+  auto& tracker = MemoryTracker::instance();
+  const std::string pool = MemoryTracker::default_pool();
+  params.zero_grad();
+  ExecSpace().fence();
+  const std::int64_t base = tracker.stats(pool).live;
   SaveProfiler profiler;
   random_ops::begin_step(0, 0);
+  tracker.start_timeline();
   {
-    BlockRunnerScope runner(profiler);
-    SavedTensorHooksScope hooks(profiler);
-    model.loss(params, batch);
+    Tensor loss;
+    {
+      BlockRunnerScope runner(profiler);
+      SavedTensorHooksScope hooks(profiler);
+      loss = model.loss(params, batch);
+    }
+    backward(loss);
   }
-  current_tape().clear();  // a probe: no backward
-  return profiler.profile();
+  tracker.stop_timeline();
+  return profiler.finish(tracker.timeline(), tracker.phases(), pool, base);
 }
 
 CheckReport run_check(const Model& model, const ParamStore& params, const Batch& batch,
@@ -65,9 +76,6 @@ CheckReport run_check(const Model& model, const ParamStore& params, const Batch&
   CheckReport report;
   report.full = run_step(model, params, batch, step);
   const auto ref_grads = gradients(params);
-  // What a step holds beyond the saved tensors (gradients in flight, one
-  // op's workspace), measured once on full and added to every prediction.
-  const std::int64_t working_set = report.full.activation_peak - full->predict(profile).device;
 
   for (const auto& spec : strategies) {
     auto strategy = make_strategy(spec);
@@ -78,7 +86,6 @@ CheckReport run_check(const Model& model, const ParamStore& params, const Batch&
     row.step = run_step(model, params, batch, {strategy.get(), options.seed, 0});
     row.vs_full = compare_gradients(params, ref_grads, row.step.loss, report.full.loss);
     row.predicted = strategy->predict(profile);
-    row.predicted.device += working_set;
     if (options.trace) row.trace = strategy->trace().to_string();
     report.rows.push_back(std::move(row));
   }

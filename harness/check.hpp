@@ -36,7 +36,8 @@ std::vector<std::vector<float>> gradients(const ParamStore& params);
 GradientComparison compare_gradients(const ParamStore& params, const std::vector<std::vector<float>>& reference,
                                      double loss, double reference_loss);
 
-// What the model saves, per block, from one probe forward pass.
+// What the model saves, per block, and the step's working set, from one
+// probe step (forward and backward, everything kept).
 SaveProfile profile_saves(const Model& model, const ParamStore& params, const Batch& batch);
 
 struct CheckReport {

@@ -29,32 +29,33 @@ class Checkpoint final : public Strategy {
     return run_traced(trace, [&] { return region_->run(inputs, body); });
   }
 
-  // Peak: the end of forward (kept segment inputs, the last segment, the
-  // head) or the backward of a recomputed segment (the inputs before it and
-  // the segment's saved tensors, its own input among them).
+  // Device, at each moment: the segment inputs kept so far (only the one
+  // prefetched with +offload), the saved tensors of the blocks of the
+  // current segment before the current block (recomputed, or kept for the
+  // last segment), and the block's own peak; the head at the end of forward.
+  // A recomputation is a forward pass that runs while the gradient of the
+  // segment's output (the size of a block input) is live.
   MemoryPrediction predict(const SaveProfile& p) const override {
     const int L = int(p.blocks.size()), k = segment_size(L), last = (L - 1) / k;
     const bool pool = storage_ != nullptr;
+    auto input_of = [&](int s) { return s >= 0 ? p.blocks[std::size_t(s * k)].input : 0; };
     MemoryPrediction m;
-    std::int64_t inputs_before = 0, end_of_forward = p.outside;
+    std::int64_t inputs = 0;  // of the segments before the current one
     for (int s = 0; s <= last; ++s) {
-      std::int64_t segment = 0;
-      for (int b = s * k; b < std::min(L, s * k + k); ++b) segment += p.blocks[std::size_t(b)].saved;
-      const std::int64_t input = p.blocks[std::size_t(s * k)].input;
-      if (s == last) {
-        end_of_forward += segment;
-      } else {
-        // With the inputs in the pool, the previous segment's is prefetched.
-        const std::int64_t before = pool ? (s > 0 ? p.blocks[std::size_t((s - 1) * k)].input : 0) : inputs_before;
-        m.device = std::max(m.device, before + segment);
-        inputs_before += input;
+      const std::int64_t held = pool ? input_of(s - 1) : inputs;  // in backward
+      const std::int64_t own = s == last || pool ? 0 : input_of(s);  // in forward, the segment's own input
+      std::int64_t segment = 0;  // saved by the segment's blocks before the current one
+      for (int i = s * k; i < std::min(L, s * k + k); ++i) {
+        const auto& b = p.blocks[std::size_t(i)];
+        const std::int64_t fwd = s == last ? segment + b.forward_peak : b.forward_peak - b.saved;
+        const std::int64_t recompute = s == last ? 0 : held + segment + b.forward_peak + b.input;
+        m.device = std::max({m.device, (pool ? 0 : inputs) + own + fwd, held + segment + b.backward_peak, recompute});
+        segment += b.saved;
       }
+      if (s == last) m.device = std::max(m.device, (pool ? 0 : inputs) + segment + p.outside_peak);
+      inputs += s == last ? 0 : input_of(s);
     }
-    if (pool)
-      m.offload = inputs_before;
-    else
-      end_of_forward += inputs_before;
-    m.device = std::max(m.device, end_of_forward);
+    if (pool) m.offload = inputs;
     return m;
   }
 

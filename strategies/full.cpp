@@ -1,4 +1,6 @@
 // full: keep every saved tensor on the device. The reference.
+#include <algorithm>
+
 #include "strategies/builtin.hpp"
 
 namespace remat {
@@ -10,9 +12,15 @@ class Full final : public Strategy {
   Tensors run(const BlockInfo& info, const Tensors& inputs, const BlockBody& body) override {
     return run_stored(device_, info, inputs, body);
   }
+  // Nothing is dropped: every moment holds all the saved tensors before it.
   MemoryPrediction predict(const SaveProfile& p) const override {
-    MemoryPrediction m{p.outside, 0};
-    for (const auto& b : p.blocks) m.device += b.saved;
+    MemoryPrediction m;
+    std::int64_t before = 0;
+    for (const auto& b : p.blocks) {
+      m.device = std::max({m.device, before + b.forward_peak, before + b.backward_peak});
+      before += b.saved;
+    }
+    m.device = std::max(m.device, before + p.outside_peak);
     return m;
   }
 };

@@ -15,14 +15,18 @@ class Offload final : public Strategy {
     const bool last = info.index == info.count - 1;
     return run_stored(last ? device_ : *storage_, info, inputs, body);
   }
-  // Peak on the device: the end of forward (last block and head), or a
-  // block's backward with the previous block prefetched.
+  // Device: a block's own tensors while its forward runs; in its backward,
+  // its own plus the previous block's, prefetched; the last block and the
+  // head at the end of forward. Pool: every block but the last.
   MemoryPrediction predict(const SaveProfile& p) const override {
     const auto& b = p.blocks;
-    const std::size_t n = b.size();
-    MemoryPrediction m{p.outside + b[n - 1].saved, 0};
-    for (std::size_t i = 0; i + 1 < n; ++i) m.offload += b[i].saved;
-    for (std::size_t i = 1; i + 1 < n; ++i) m.device = std::max(m.device, b[i].saved + b[i - 1].saved);
+    MemoryPrediction m{b.back().saved + p.outside_peak, 0};
+    for (std::size_t i = 0; i < b.size(); ++i) {
+      const bool last = i + 1 == b.size();
+      const std::int64_t prefetched = (i > 0 && !last) ? b[i - 1].saved : 0;
+      m.device = std::max({m.device, b[i].forward_peak, prefetched + b[i].backward_peak});
+      if (!last) m.offload += b[i].saved;
+    }
     return m;
   }
 };

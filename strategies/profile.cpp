@@ -1,29 +1,59 @@
 #include "strategies/profile.hpp"
 
+#include <algorithm>
+#include <map>
+
 namespace remat {
 namespace {
 
+// Keeps a tensor and reports it to the tracker as pool `pool` while any
+// handle holds it, each storage once.
+class ReportedKept final : public Packed {
+ public:
+  ReportedKept(Tensor t, std::string pool) : t_(std::move(t)), pool_(std::move(pool)) {
+    if (handles()[t_.raw()]++ == 0) MemoryTracker::instance().on_allocate(pool_, t_.raw(), t_.nbytes());
+  }
+  ~ReportedKept() override {
+    if (--handles()[t_.raw()] == 0) {
+      handles().erase(t_.raw());
+      MemoryTracker::instance().on_deallocate(pool_, t_.raw(), t_.nbytes());
+    }
+  }
+  Tensor unpack() override { return t_; }
+
+ private:
+  static std::map<const void*, int>& handles() {
+    static std::map<const void*, int> h;
+    return h;
+  }
+  Tensor t_;
+  std::string pool_;
+};
+
+std::string block_pool(const std::string& block) { return std::string(SaveProfiler::kSavedPool) + " " + block; }
+
 class BlockProbe final : public SavedTensorHooks {
  public:
-  explicit BlockProbe(BlockSaves& b) : block_(b) {}
+  explicit BlockProbe(BlockSaves& b) : block_(b), pool_(block_pool(b.name)) {}
   std::shared_ptr<Packed> pack(const Tensor& t) override {
     if (seen_.insert(t.raw()).second) {
       block_.saved += std::int64_t(t.nbytes());
       if (t.recipe()) block_.recomputable[t.kind()] += std::int64_t(t.nbytes());
     }
-    return keep_.pack(t);
+    return std::make_shared<ReportedKept>(t, pool_);
   }
 
  private:
   BlockSaves& block_;
+  std::string pool_;
   std::set<const void*> seen_;
-  KeepHooks keep_;
 };
 
 }  // namespace
 
-Tensors SaveProfiler::run(const BlockInfo&, const Tensors& inputs, const BlockBody& body) {
+Tensors SaveProfiler::run(const BlockInfo& info, const Tensors& inputs, const BlockBody& body) {
   BlockSaves& b = profile_.blocks.emplace_back();
+  b.name = info.name;
   for (const auto& x : inputs) b.input += std::int64_t(x.nbytes());
   BlockProbe probe(b);
   SavedTensorHooksScope scope(probe);
@@ -32,7 +62,41 @@ Tensors SaveProfiler::run(const BlockInfo&, const Tensors& inputs, const BlockBo
 
 std::shared_ptr<Packed> SaveProfiler::pack(const Tensor& t) {
   if (seen_.insert(t.raw()).second) profile_.outside += std::int64_t(t.nbytes());
-  return keep_.pack(t);
+  return std::make_shared<ReportedKept>(t, kSavedPool);
+}
+
+SaveProfile SaveProfiler::finish(const std::vector<MemoryTracker::Event>& timeline,
+                                 const std::vector<std::string>& phases, const std::string& pool, std::int64_t base) {
+  std::map<std::string, std::size_t> block_of_pool, block_of_forward, block_of_backward;
+  for (std::size_t i = 0; i < profile_.blocks.size(); ++i) {
+    const std::string& n = profile_.blocks[i].name;
+    block_of_pool[block_pool(n)] = i;
+    block_of_forward["forward " + n] = i;
+    block_of_backward["backward " + n] = i;
+  }
+  std::vector<std::int64_t> saved(profile_.blocks.size(), 0);
+  std::int64_t live = base, all_saved = 0;
+  for (const auto& e : timeline) {
+    if (e.pool == pool) {
+      live = e.live;
+    } else if (auto it = block_of_pool.find(e.pool); it != block_of_pool.end()) {
+      all_saved += e.live - saved[it->second];
+      saved[it->second] = e.live;
+    } else {
+      continue;
+    }
+    const std::string& phase = phases[std::size_t(e.phase)];
+    if (auto f = block_of_forward.find(phase); f != block_of_forward.end()) {
+      auto& b = profile_.blocks[f->second];
+      b.forward_peak = std::max(b.forward_peak, live - base - (all_saved - saved[f->second]));
+    } else if (auto g = block_of_backward.find(phase); g != block_of_backward.end()) {
+      auto& b = profile_.blocks[g->second];
+      b.backward_peak = std::max(b.backward_peak, live - base - (all_saved - saved[g->second]));
+    } else {
+      profile_.outside_peak = std::max(profile_.outside_peak, live - base - all_saved);
+    }
+  }
+  return profile_;
 }
 
 }  // namespace remat

@@ -73,18 +73,32 @@ class Selective final : public Strategy {
     return out;
   }
 
-  // Peak: the end of forward, with every block but the last without its
-  // dropped tensors (in the pool with +offload).
+  // Device, at each moment: what the blocks before kept (in the pool with
+  // +offload, where only the previous block's is prefetched in backward)
+  // and the block's own peak, less what it drops while its forward runs;
+  // the head at the end of forward.
   MemoryPrediction predict(const SaveProfile& p) const override {
-    MemoryPrediction m{p.outside + p.blocks.back().saved, 0};
-    for (std::size_t i = 0; i + 1 < p.blocks.size(); ++i) {
-      std::int64_t kept = p.blocks[i].saved;
+    const auto& b = p.blocks;
+    const bool pool = storage_ != nullptr;
+    MemoryPrediction m;
+    std::int64_t kept_before = 0, previous = 0;
+    for (std::size_t i = 0; i < b.size(); ++i) {
+      const bool last = i + 1 == b.size();
+      std::int64_t dropped = 0;
       for (OpKind k : drop_) {
-        const auto it = p.blocks[i].recomputable.find(k);
-        if (it != p.blocks[i].recomputable.end()) kept -= it->second;
+        const auto it = b[i].recomputable.find(k);
+        if (!last && it != b[i].recomputable.end()) dropped += it->second;
       }
-      (storage_ ? m.offload : m.device) += kept;
+      const std::int64_t before_fwd = pool ? 0 : kept_before, before_bwd = pool ? previous : kept_before;
+      m.device = std::max({m.device, before_fwd + b[i].forward_peak - dropped, before_bwd + b[i].backward_peak});
+      if (last) {
+        m.device = std::max(m.device, before_fwd + b[i].saved + p.outside_peak);
+      } else {
+        kept_before += b[i].saved - dropped;
+        previous = b[i].saved - dropped;
+      }
     }
+    if (pool) m.offload = kept_before;
     return m;
   }
 

@@ -36,7 +36,7 @@ Tensor gelu_tanh(const Tensor& x) {
   const SavedTensor sx = save(x);
   out.set_recipe([sx] { return gelu_tanh_forward(sx.unpack()); });
   rec.finish({&out}, [sx](BackwardContext& ctx) {
-    Tensor dy = ctx.grad_out(), xv = sx.unpack();
+    Tensor dy = ctx.grad_out(), xv = sx.unpack();  // before the gradient is allocated
     GradTarget dx = ctx.grad_in(0);
     dispatch_float(dy.dtype(), [&](auto tag) {
       using T = decltype(tag);

@@ -49,7 +49,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   out.set_recipe([sx, weight, bias] { return linear_forward(sx.unpack(), weight, bias); });
   const std::int64_t M = rows_of(x), in = weight.dim(1), out_f = weight.dim(0);
   rec.finish({&out}, [sx, weight, M, in, out_f](BackwardContext& ctx) {
-    Tensor dy = ctx.grad_out();
+    // Unpack before allocating gradients: a recomputation it may trigger
+    // then runs with less live.
+    Tensor dy = ctx.grad_out(), xv = ctx.needs_grad(1) ? sx.unpack() : Tensor();
     dispatch_float(dy.dtype(), [&](auto tag) {
       using T = decltype(tag);
       const T* gy = dy.data<T>();
@@ -57,7 +59,6 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
         gemm::gemm<T>(Op::N, Op::N, M, in, out_f, 1, gy, out_f, weight.data<T>(), in, dx.fresh ? 0 : 1,
                       dx.t.data<T>(), in);
       if (GradTarget dw = ctx.grad_in(1)) {
-        Tensor xv = sx.unpack();
         gemm::gemm<T>(Op::T, Op::N, out_f, in, M, 1, gy, out_f, xv.data<T>(), in, dw.fresh ? 0 : 1, dw.t.data<T>(),
                       in);
       }

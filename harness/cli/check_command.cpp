@@ -24,7 +24,7 @@ struct CheckOptions {
 
 std::string mb(double bytes) {
   char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f", bytes / (1 << 20));
+  std::snprintf(buf, sizeof buf, "%.2f", bytes / (1 << 20));
   return buf;
 }
 

@@ -5,6 +5,7 @@
 #include "harness/cli/commands.hpp"
 #include "harness/io/weights_file.hpp"
 #include "harness/step.hpp"
+#include "strategies/registry.hpp"
 
 namespace remat::cli {
 namespace {
@@ -13,6 +14,7 @@ struct GradsOptions {
   std::string weights;
   std::string out;
   std::uint64_t seed = 1;
+  std::string strategy = "full";
 };
 
 void run_grads(const GradsOptions& o) {
@@ -23,7 +25,8 @@ void run_grads(const GradsOptions& o) {
                 static_cast<unsigned long long>(o.seed));
     w.batch = random_batch(z.B, z.S, z.V, o.seed);
   }
-  const double loss = forward_backward(*w.model, *w.params, *w.batch);
+  auto strategy = make_strategy(o.strategy);
+  const double loss = forward_backward(*w.model, *w.params, *w.batch, {strategy.get(), o.seed, 0});
   if (!o.out.empty()) write_gradients(o.out, w.setup, *w.params, loss);
   std::printf("loss %.9g\n", loss);
   if (!o.out.empty()) std::printf("wrote %s: /loss and /grads for %zu parameters\n", o.out.c_str(), w.params->names().size());
@@ -36,7 +39,10 @@ void setup_grads(CLI::App& app) {
   auto* cmd = app.add_subcommand("grads", "Run one forward and backward on a weight file; write loss and gradients");
   cmd->add_option("--weights", o->weights, "HDF5 weight file (MODELS.md layout)")->required();
   cmd->add_option("--out", o->out, "Output HDF5 file for /loss and /grads/<name>");
-  cmd->add_option("--seed", o->seed, "Seed of the batch when the file carries none")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Seed of the batch (when the file carries none) and of dropout")
+      ->capture_default_str();
+  cmd->add_option("--strategy", o->strategy, "Activation-memory strategy (see `remat strategies`)")
+      ->capture_default_str();
   cmd->callback([o] { run_grads(*o); });
 }
 
