@@ -1,0 +1,68 @@
+// The strategies' memory on realistic sizes, measured by the tracker:
+// gpt2 `small` (L = 12) and the `deep` depth sweep.
+#include <cmath>
+
+#include "catch.hpp"
+#include "harness/check.hpp"
+#include "strategies/registry.hpp"
+
+using namespace remat;
+
+namespace {
+
+CheckReport check(const std::string& preset, int layers, const std::vector<std::string>& strategies) {
+  Sizes z = preset_sizes(preset);
+  if (layers) z.L = layers;
+  const auto model = models().find("gpt2").make(z);
+  ParamStore params(model->params(), DType::f32);
+  initialize(params, 1, z.L);
+  return run_check(*model, params, random_batch(z.B, z.S, z.V, 1), strategies, {});
+}
+
+const CheckRow& row(const CheckReport& r, const std::string& spec) {
+  for (const auto& x : r.rows)
+    if (x.strategy == spec) return x;
+  throw std::logic_error("no row " + spec);
+}
+
+double slope(const std::vector<double>& x, const std::vector<double>& y) {  // least squares on log-log axes
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  const double n = double(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double a = std::log(x[i]), b = std::log(y[i]);
+    sx += a, sy += b, sxx += a * a, sxy += a * b;
+  }
+  return (n * sxy - sx * sy) / (n * sxx - sx * sx);
+}
+
+}  // namespace
+
+TEST_CASE("gpt2 small: per-layer under a third of full, selective below full with little recompute, "
+          "every prediction within 5%",
+          "[memory][small]") {
+  const CheckReport r = check("small", 0, all_strategies());
+  const double full = double(r.full.activation_peak);
+  CHECK(double(row(r, "per-layer").step.activation_peak) < full / 3);
+  const StepResult& sel = row(r, "selective").step;
+  CHECK(double(sel.activation_peak) < full);
+  CHECK(sel.recompute_flops / sel.flops < 0.10);
+  for (const auto& x : r.rows) {
+    INFO(x.strategy << ": measured " << x.step.activation_peak << ", predicted " << x.predicted.device);
+    CHECK(std::abs(double(x.step.activation_peak - x.predicted.device)) <= 0.05 * double(x.step.activation_peak));
+    CHECK(x.vs_full.bitwise);
+  }
+}
+
+TEST_CASE("depth sweep: full grows like L, sqrt like sqrt(L)", "[memory][depth]") {
+  std::vector<double> layers, full, sqrt;
+  for (int L : {4, 8, 16, 32}) {
+    const CheckReport r = check("deep", L, {"sqrt"});
+    layers.push_back(L);
+    full.push_back(double(r.full.activation_peak));
+    sqrt.push_back(double(row(r, "sqrt").step.activation_peak));
+  }
+  const double full_slope = slope(layers, full), sqrt_slope = slope(layers, sqrt);
+  INFO("log-log slopes: full " << full_slope << ", sqrt " << sqrt_slope);
+  CHECK(full_slope == test::Approx(1.0).margin(0.1));
+  CHECK(sqrt_slope == test::Approx(0.5).margin(0.15));
+}
