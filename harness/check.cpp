@@ -34,6 +34,8 @@ GradientComparison compare_gradients(const ParamStore& params, const std::vector
     c.bitwise = c.bitwise && std::memcmp(got[i].data(), reference[i].data(), got[i].size() * sizeof(float)) == 0;
     c.max_abs = std::max(c.max_abs, diff);
     const double rel = scale > 0 ? diff / scale : diff;
+    c.abs_by_param.push_back(diff);
+    c.rel_by_param.push_back(rel);
     if (rel > c.max_rel || c.worst.empty()) {
       c.max_rel = std::max(c.max_rel, rel);
       c.worst = params.names()[i];
@@ -83,7 +85,7 @@ CheckReport run_check(const Model& model, const ParamStore& params, const Batch&
     CheckRow row;
     row.strategy = spec;
     row.exact = strategy->exact();
-    row.step = run_step(model, params, batch, {strategy.get(), options.seed, 0});
+    row.step = run_step(model, params, batch, {strategy.get(), options.seed, 0, options.timeline});
     row.vs_full = compare_gradients(params, ref_grads, row.step.loss, report.full.loss);
     row.predicted = strategy->predict(profile);
     if (options.trace) row.trace = strategy->trace().to_string();

@@ -15,6 +15,7 @@ struct GradientComparison {
   double max_rel = 0;  // worst per-tensor max |g - g_full| / max |g_full|
   bool bitwise = true;  // loss and every gradient identical to the bit
   std::string worst;    // the parameter with the largest relative error
+  std::vector<double> abs_by_param, rel_by_param;  // in the parameters' order
 };
 
 struct CheckRow {
@@ -29,6 +30,7 @@ struct CheckRow {
 struct CheckOptions {
   std::uint64_t seed = 1;
   bool trace = false;
+  bool timeline = false;  // record each strategy's memory timeline
 };
 
 // Host copies of every parameter's gradient.

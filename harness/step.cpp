@@ -42,10 +42,17 @@ StepResult run_step(const Model& model, const ParamStore& params, const Batch& b
   tracker.reset_peaks();
   stats::reset();
   StepResult r;
+  if (o.timeline) tracker.start_timeline();
   const auto t0 = std::chrono::steady_clock::now();
   r.loss = forward_backward(model, params, batch, o);
   ExecSpace().fence();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (o.timeline) {
+    tracker.stop_timeline();
+    const auto phases = tracker.phases();
+    for (const auto& e : tracker.timeline())
+      if (e.pool == pool) r.timeline.push_back({e.seconds, e.live - base, phases[std::size_t(e.phase)]});
+  }
   r.activation_peak = tracker.stats(pool).peak - base;
   r.offload_peak = tracker.stats(OffloadStorage::kPool).peak - base_offload;
   r.flops = stats::counts().flops;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "datasets/batch.hpp"
 #include "strategies/strategy.hpp"
@@ -15,6 +16,13 @@ struct StepOptions {
   Strategy* strategy = nullptr;  // null: no strategy (everything kept)
   std::uint64_t seed = 1;        // random draws (dropout) are keyed by seed and step
   std::uint64_t step = 0;
+  bool timeline = false;  // record the memory timeline of the step
+};
+
+struct TimelinePoint {
+  double seconds;
+  std::int64_t bytes;  // device pool, minus what was live before the step
+  std::string phase;
 };
 
 struct StepResult {
@@ -24,6 +32,7 @@ struct StepResult {
   std::int64_t offload_peak = 0;     // offload pool: the same
   double flops = 0, recompute_flops = 0;            // GEMM FLOPs
   std::map<std::string, std::int64_t> forward_ops;  // op -> forward runs
+  std::vector<TimelinePoint> timeline;               // if asked
 };
 
 // Zeroes the parameter gradients (allocated once, so they are not counted as

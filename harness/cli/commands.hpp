@@ -9,5 +9,6 @@ void setup_export(CLI::App& app);
 void setup_grads(CLI::App& app);
 void setup_check(CLI::App& app);
 void setup_strategies(CLI::App& app);
+void setup_matrix(CLI::App& app);
 
 }  // namespace remat::cli

@@ -1,6 +1,7 @@
 #include "harness/io/h5.hpp"
 
 #include <cstdio>
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 
@@ -174,25 +175,66 @@ std::vector<std::int32_t> read_i32(const File& f, const std::string& path) {
   return read_array<std::int32_t>(f, path, Kind::int32, H5T_NATIVE_INT32, "int32");
 }
 
-void write_attr(const File& f, const std::string& name, const std::string& value) {
-  Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
-  H5Tset_size(type.id(), value.empty() ? 1 : value.size());
-  H5Tset_cset(type.id(), H5T_CSET_UTF8);
+namespace {
+
+template <class F>
+void with_attribute(const File& f, const std::string& object, const std::string& name, hid_t file_type, F&& write) {
+  Handle o(check(H5Oopen(f.id(), object.c_str(), H5P_DEFAULT), f, "no object " + object), H5Oclose);
+  if (H5Aexists(o.id(), name.c_str()) > 0) H5Adelete(o.id(), name.c_str());
   Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  if (H5Aexists(f.id(), name.c_str()) > 0) H5Adelete(f.id(), name.c_str());
-  Handle a(check(H5Acreate2(f.id(), name.c_str(), type.id(), space.id(), H5P_DEFAULT, H5P_DEFAULT), f,
-                 "cannot create attribute " + name),
+  Handle a(check(H5Acreate2(o.id(), name.c_str(), file_type, space.id(), H5P_DEFAULT, H5P_DEFAULT), f,
+                 "cannot create attribute " + name + " on " + object),
            H5Aclose);
-  check_status(H5Awrite(a.id(), type.id(), value.c_str()), f, "cannot write attribute " + name);
+  check_status(write(a.id()), f, "cannot write attribute " + name + " on " + object);
 }
 
-void write_attr(const File& f, const std::string& name, std::int64_t value) {
-  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
-  if (H5Aexists(f.id(), name.c_str()) > 0) H5Adelete(f.id(), name.c_str());
-  Handle a(check(H5Acreate2(f.id(), name.c_str(), H5T_STD_I64LE, space.id(), H5P_DEFAULT, H5P_DEFAULT), f,
-                 "cannot create attribute " + name),
-           H5Aclose);
-  check_status(H5Awrite(a.id(), H5T_NATIVE_INT64, &value), f, "cannot write attribute " + name);
+Handle string_type(std::size_t size) {
+  Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type.id(), size == 0 ? 1 : size);
+  H5Tset_cset(type.id(), H5T_CSET_UTF8);
+  return type;
+}
+
+}  // namespace
+
+void write_attr(const File& f, const std::string& name, const std::string& value, const std::string& object) {
+  Handle type = string_type(value.size());
+  with_attribute(f, object, name, type.id(), [&](hid_t a) { return H5Awrite(a, type.id(), value.c_str()); });
+}
+
+void write_attr(const File& f, const std::string& name, std::int64_t value, const std::string& object) {
+  with_attribute(f, object, name, H5T_STD_I64LE, [&](hid_t a) { return H5Awrite(a, H5T_NATIVE_INT64, &value); });
+}
+
+void write_attr(const File& f, const std::string& name, double value, const std::string& object) {
+  with_attribute(f, object, name, H5T_IEEE_F64LE, [&](hid_t a) { return H5Awrite(a, H5T_NATIVE_DOUBLE, &value); });
+}
+
+void create_group(const File& f, const std::string& path) {
+  Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  H5Pset_create_intermediate_group(lcpl.id(), 1);
+  Handle g(check(H5Gcreate2(f.id(), path.c_str(), lcpl.id(), H5P_DEFAULT, H5P_DEFAULT), f, "cannot create " + path),
+           H5Gclose);
+}
+
+void write(const File& f, const std::string& path, const std::vector<std::string>& strings) {
+  std::size_t width = 1;
+  for (const auto& x : strings) width = std::max(width, x.size());
+  std::vector<char> buf(strings.size() * width, '\0');
+  for (std::size_t i = 0; i < strings.size(); ++i) std::memcpy(buf.data() + i * width, strings[i].data(), strings[i].size());
+  Handle type = string_type(width);
+  hsize_t n = strings.size();
+  Handle space(check(H5Screate_simple(1, &n, nullptr), f, "cannot make dataspace"), H5Sclose);
+  Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
+  H5Pset_create_intermediate_group(lcpl.id(), 1);
+  Handle ds(check(H5Dcreate2(f.id(), path.c_str(), type.id(), space.id(), lcpl.id(), H5P_DEFAULT, H5P_DEFAULT), f,
+                  "cannot create " + path),
+            H5Dclose);
+  if (n) check_status(H5Dwrite(ds.id(), type.id(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()), f, "cannot write " + path);
+}
+
+void write(const File& f, const std::string& path, const std::vector<std::int64_t>& d, const Shape& s) {
+  write_array(f, path, d, s, H5T_NATIVE_INT64, H5T_STD_I64LE);
 }
 
 std::optional<std::string> read_attr_string(const File& f, const std::string& name) {

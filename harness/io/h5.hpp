@@ -61,12 +61,17 @@ std::vector<std::string> list(const File& f, const std::string& group);
 void write(const File& f, const std::string& path, const std::vector<float>& data, const Shape& shape);
 void write(const File& f, const std::string& path, const std::vector<double>& data, const Shape& shape);
 void write(const File& f, const std::string& path, const std::vector<std::int32_t>& data, const Shape& shape);
+void write(const File& f, const std::string& path, const std::vector<std::int64_t>& data, const Shape& shape);
+void write(const File& f, const std::string& path, const std::vector<std::string>& strings);  // fixed-length UTF-8
 // Reads a dataset that must hold exactly this element kind.
 std::vector<float> read_f32(const File& f, const std::string& path);
 std::vector<std::int32_t> read_i32(const File& f, const std::string& path);
 
-void write_attr(const File& f, const std::string& name, const std::string& value);
-void write_attr(const File& f, const std::string& name, std::int64_t value);
+// Attributes on / (or on `object`, a group or dataset path).
+void write_attr(const File& f, const std::string& name, const std::string& value, const std::string& object = "/");
+void write_attr(const File& f, const std::string& name, std::int64_t value, const std::string& object = "/");
+void write_attr(const File& f, const std::string& name, double value, const std::string& object = "/");
+void create_group(const File& f, const std::string& path);
 std::optional<std::string> read_attr_string(const File& f, const std::string& name);
 std::optional<std::int64_t> read_attr_int(const File& f, const std::string& name);
 

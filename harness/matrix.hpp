@@ -1,0 +1,44 @@
+#pragma once
+// The strategy matrix: every (model, shape, strategy) cell, one measured
+// step for memory and equivalence (against full on the same weights and
+// batch), then timed steps; each cell appended to the results file as soon
+// as it is done.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "harness/io/results_file.hpp"
+
+namespace remat {
+
+struct MatrixOptions {
+  std::vector<std::string> models{"gpt2"};
+  std::vector<std::string> strategies;  // specs
+  std::string preset = "small";
+  std::vector<int> layers, seq, batch;  // empty: the preset's
+  int steps = 3, warmup = 1;
+  std::uint64_t seed = 1;
+  std::string out = "results.h5";
+  bool resume = false;
+};
+
+struct MatrixCell {
+  std::string model;
+  Sizes sizes;
+  std::string strategy;
+  std::string id;
+};
+
+// Every cell the options name, in run order; throws UserError for a bad model or size.
+std::vector<MatrixCell> matrix_cells(const MatrixOptions& o);
+
+struct MatrixProgress {
+  std::function<void(std::size_t done, std::size_t total, const MatrixCell& cell, const std::string& what)> update;
+  std::function<void(const RunRecord&)> finished;
+};
+
+// Runs the cells not yet in the results file (all of them without --resume,
+// which is then an error if any is recorded). Returns the records made.
+std::vector<RunRecord> run_matrix(const MatrixOptions& o, const MatrixProgress& progress);
+
+}  // namespace remat
