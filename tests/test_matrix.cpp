@@ -1,0 +1,83 @@
+// remat matrix: a small matrix into a temporary file, read back through the
+// HDF5 API; appending, resuming and refusing foreign files.
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "autodiff/error.hpp"
+#include "catch.hpp"
+#include "harness/matrix.hpp"
+
+using namespace remat;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempFile {
+  std::string path = (fs::temp_directory_path() / ("remat-matrix-" + std::to_string(::getpid()) + ".h5")).string();
+  ~TempFile() { fs::remove(path); }
+};
+
+MatrixOptions small_matrix(const std::string& out) {
+  MatrixOptions o;
+  o.preset = "tiny";
+  o.strategies = {"full", "per-layer"};
+  o.layers = {2, 3};
+  o.steps = 2;
+  o.out = out;
+  return o;
+}
+
+}  // namespace
+
+TEST_CASE("a 2 x 2 matrix is recorded with every documented field", "[matrix]") {
+  TempFile tmp;
+  const auto records = run_matrix(small_matrix(tmp.path), {});
+  REQUIRE(records.size() == 4);
+  h5::File f = h5::File::open(tmp.path);
+  CHECK(h5::read_attr_int(f, "remat_results") == ResultsFile::kSchemaVersion);
+  const auto runs = h5::list(f, "/runs");
+  CHECK(runs.size() == 4);
+  const std::string g = "/runs/gpt2 per-layer L3 S16 B2";
+  REQUIRE(h5::exists(f, g));
+  h5::Handle group(H5Gopen2(f.id(), g.c_str(), H5P_DEFAULT), H5Gclose);
+  for (const char* a : {"model", "preset", "strategy", "L", "D", "H", "Hkv", "F", "S", "S_max", "V", "B", "dropout",
+                        "attention", "backend", "threads", "kokkos_version", "git_revision", "host", "time", "status",
+                        "step_time_median", "step_time_min", "step_time_max", "tokens_per_second", "loss",
+                        "activation_peak_bytes", "predicted_activation_bytes", "offload_peak_bytes",
+                        "predicted_offload_bytes", "gemm_flops", "recompute_flops_share", "grad_max_abs_error",
+                        "grad_max_rel_error", "bitwise_equal_to_full"}) {
+    INFO(a);
+    CHECK(H5Aexists(group.id(), a) > 0);
+  }
+  CHECK(h5::info(f, g + "/step_times").shape == Shape{2});
+  CHECK(h5::info(f, g + "/losses").shape == Shape{2});
+  const auto events = h5::info(f, g + "/timeline/bytes").shape;
+  REQUIRE(events.size() == 1);
+  CHECK(events[0] > 10);
+  CHECK(h5::info(f, g + "/timeline/seconds").shape == events);
+  CHECK(h5::info(f, g + "/timeline/phase").shape == events);
+  CHECK(h5::info(f, g + "/grad_error/max_abs").shape == Shape{std::int64_t(records[3].param_names.size())});
+  CHECK(h5::info(f, g + "/grad_error/max_rel").kind == h5::Kind::float64);
+}
+
+TEST_CASE("matrix runs append, resume without repeating, and refuse foreign files", "[matrix]") {
+  TempFile tmp;
+  MatrixOptions o = small_matrix(tmp.path);
+  o.layers = {2};
+  CHECK(run_matrix(o, {}).size() == 2);
+  CHECK_THROWS_WITH(run_matrix(o, {}), test::Contains("--resume"));
+  o.layers = {2, 3};
+  o.resume = true;
+  const auto more = run_matrix(o, {});
+  CHECK(more.size() == 2);  // only the L3 runs
+  for (const auto& r : more) CHECK(r.sizes.L == 3);
+  CHECK(h5::list(h5::File::open(tmp.path), "/runs").size() == 4);
+
+  TempFile foreign;
+  { h5::File f = h5::File::create(foreign.path); }
+  const auto before = fs::last_write_time(foreign.path);
+  o.out = foreign.path;
+  CHECK_THROWS_WITH(run_matrix(o, {}), test::Contains("not a remat results file"));
+  CHECK(fs::last_write_time(foreign.path) == before);
+}
