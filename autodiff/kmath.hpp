@@ -9,6 +9,7 @@ using Kokkos::cos;
 using Kokkos::erf;
 using Kokkos::exp;
 using Kokkos::log;
+using Kokkos::sin;
 using Kokkos::sqrt;
 using Kokkos::tanh;
 #else
@@ -16,6 +17,7 @@ using Kokkos::Experimental::cos;
 using Kokkos::Experimental::erf;
 using Kokkos::Experimental::exp;
 using Kokkos::Experimental::log;
+using Kokkos::Experimental::sin;
 using Kokkos::Experimental::sqrt;
 using Kokkos::Experimental::tanh;
 #endif

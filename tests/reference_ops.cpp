@@ -91,4 +91,62 @@ double cross_entropy(const Vec& logits, std::int64_t V, const Ids& targets) {
   return total / double(targets.size());
 }
 
+Vec rms_norm(const Vec& x, std::int64_t D, const Vec& w, double eps) {
+  Vec y(x.size());
+  for (std::size_t r = 0; r < x.size() / D; ++r) {
+    double ms = 0;
+    for (std::int64_t j = 0; j < D; ++j) ms += x[r * D + j] * x[r * D + j] / D;
+    for (std::int64_t j = 0; j < D; ++j) y[r * D + j] = x[r * D + j] / std::sqrt(ms + eps) * w[j];
+  }
+  return y;
+}
+
+Vec rotary(const Vec& x, std::int64_t S, std::int64_t W, std::int64_t hd, double theta) {
+  Vec y(x.size());
+  for (std::size_t r = 0; r < x.size() / W; ++r)
+    for (std::int64_t h = 0; h < W / hd; ++h)
+      for (std::int64_t j = 0; j < hd / 2; ++j) {
+        const double angle = double(r % S) * std::pow(theta, -2.0 * j / hd);
+        const std::size_t a = r * W + h * hd + j, b = a + hd / 2;
+        y[a] = x[a] * std::cos(angle) - x[b] * std::sin(angle);
+        y[b] = x[b] * std::cos(angle) + x[a] * std::sin(angle);
+      }
+  return y;
+}
+
+Vec gelu_erf(const Vec& x) {
+  Vec y(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) y[i] = 0.5 * x[i] * (1 + std::erf(x[i] / std::sqrt(2.0)));
+  return y;
+}
+
+Vec silu(const Vec& x) {
+  Vec y(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) y[i] = x[i] / (1 + std::exp(-x[i]));
+  return y;
+}
+
+Vec swiglu(const Vec& gate, const Vec& up) {
+  Vec y = silu(gate);
+  for (std::size_t i = 0; i < y.size(); ++i) y[i] *= up[i];
+  return y;
+}
+
+Vec attention_gqa(const Vec& q, const Vec& k, const Vec& v, std::int64_t B, std::int64_t S, std::int64_t H,
+                  std::int64_t Hkv, std::int64_t hd, bool causal) {
+  // Pack into one qkv per (query head) and reuse the multi-head reference.
+  Vec qkv(std::size_t(B * S * 3 * H * hd));
+  const std::int64_t D = H * hd;
+  for (std::int64_t b = 0; b < B; ++b)
+    for (std::int64_t s = 0; s < S; ++s)
+      for (std::int64_t h = 0; h < H; ++h)
+        for (std::int64_t e = 0; e < hd; ++e) {
+          const std::int64_t kvh = h / (H / Hkv), row = b * S + s;
+          qkv[row * 3 * D + h * hd + e] = q[row * D + h * hd + e];
+          qkv[row * 3 * D + D + h * hd + e] = k[row * Hkv * hd + kvh * hd + e];
+          qkv[row * 3 * D + 2 * D + h * hd + e] = v[row * Hkv * hd + kvh * hd + e];
+        }
+  return attention(qkv, B, S, D, H, causal);
+}
+
 }  // namespace remat::test::ref

@@ -65,6 +65,33 @@ TEST_CASE("cross_entropy backward", "[ops][gradcheck]") {
                     {random_leaf({2, 3, 6}, 1, DType::f64, -3, 3)});
 }
 
+TEST_CASE("rms_norm backward", "[ops][gradcheck]") {
+  require_gradients([](const Inputs& in) { return ops::rms_norm(in[0], in[1], 1e-5); },
+                    {random_leaf({3, 7}, 1, DType::f64, -2, 2), random_leaf({7}, 2)});
+}
+
+TEST_CASE("rotary backward", "[ops][gradcheck]") {
+  require_gradients([](const Inputs& in) { return ops::rotary(in[0], 4); }, {random_leaf({2, 3, 8}, 1)});
+}
+
+TEST_CASE("gelu_erf, silu, swiglu and scale backward", "[ops][gradcheck]") {
+  require_gradients([](const Inputs& in) { return ops::gelu_erf(in[0]); }, {random_leaf({40}, 1, DType::f64, -4, 4)});
+  require_gradients([](const Inputs& in) { return ops::silu(in[0]); }, {random_leaf({40}, 1, DType::f64, -4, 4)});
+  require_gradients([](const Inputs& in) { return ops::swiglu(in[0], in[1]); },
+                    {random_leaf({30}, 1, DType::f64, -4, 4), random_leaf({30}, 2)});
+  require_gradients([](const Inputs& in) { return ops::scale(in[0], -0.7); }, {random_leaf({10}, 1)});
+}
+
+TEST_CASE("grouped-query attention backward, causal and bidirectional", "[ops][gradcheck]") {
+  for (bool causal : {true, false})
+    for (int kv : {1, 2}) {
+      INFO("causal " << causal << " kv heads " << kv);
+      require_gradients([causal, kv](const Inputs& in) { return ops::attention(in[0], in[1], in[2], 4, kv, causal); },
+                        {random_leaf({2, 3, 8}, 1, DType::f64, -1.5, 1.5), random_leaf({2, 3, 2 * kv}, 2, DType::f64, -1.5, 1.5),
+                         random_leaf({2, 3, 2 * kv}, 3)});
+    }
+}
+
 TEST_CASE("a chain of ops: gradients flow through a small block", "[ops][gradcheck]") {
   require_gradients(
       [](const Inputs& in) {

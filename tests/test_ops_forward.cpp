@@ -92,6 +92,45 @@ TEST_CASE("cross_entropy", "[ops][forward]") {
   }
 }
 
+TEST_CASE("rms_norm", "[ops][forward]") {
+  for (DType dt : kDtypes) {
+    Tensor x = random_tensor({4, 8}, 1, dt, -3, 3);
+    Tensor w = random_tensor({8}, 2, dt);
+    require_close(ops::rms_norm(x, w, 1e-5), test::ref::rms_norm(x.to_host_f64(), 8, w.to_host_f64(), 1e-5));
+  }
+}
+
+TEST_CASE("rotary, rotate-half, theta 10000", "[ops][forward]") {
+  for (DType dt : kDtypes) {
+    Tensor x = random_tensor({2, 5, 16}, 1, dt);
+    require_close(ops::rotary(x, 8), test::ref::rotary(x.to_host_f64(), 5, 16, 8, 10000.0));
+  }
+}
+
+TEST_CASE("gelu_erf, silu, swiglu, scale", "[ops][forward]") {
+  for (DType dt : kDtypes) {
+    Tensor x = random_tensor({50}, 1, dt, -5, 5), u = random_tensor({50}, 2, dt, -2, 2);
+    require_close(ops::gelu_erf(x), test::ref::gelu_erf(x.to_host_f64()));
+    require_close(ops::silu(x), test::ref::silu(x.to_host_f64()));
+    require_close(ops::swiglu(x, u), test::ref::swiglu(x.to_host_f64(), u.to_host_f64()));
+    auto half = x.to_host_f64();
+    for (auto& v : half) v *= 0.5;
+    require_close(ops::scale(x, 0.5), half);
+  }
+}
+
+TEST_CASE("grouped-query attention, causal and bidirectional", "[ops][forward]") {
+  for (DType dt : kDtypes)
+    for (bool causal : {true, false})
+      for (int kv : {1, 2, 4}) {
+        INFO("kv heads " << kv << " causal " << causal);
+        Tensor q = random_tensor({2, 5, 16}, 1, dt, -2, 2);
+        Tensor k = random_tensor({2, 5, 4 * kv}, 2, dt, -2, 2), v = random_tensor({2, 5, 4 * kv}, 3, dt, -2, 2);
+        require_close(ops::attention(q, k, v, 4, kv, causal),
+                      test::ref::attention_gqa(q.to_host_f64(), k.to_host_f64(), v.to_host_f64(), 2, 5, 4, kv, 4, causal));
+      }
+}
+
 TEST_CASE("ops reject bad input with the offending shape", "[ops][errors]") {
   Tensor x = random_tensor({2, 6}, 1, DType::f32);
   CHECK_THROWS_WITH(ops::linear(x, random_tensor({5, 7}, 2, DType::f32)), test::Contains("[2, 6]") && test::Contains("[5, 7]"));

@@ -13,13 +13,20 @@ using gemm::Op;
 
 namespace {
 
-// Geometry of one attention call on packed qkv[B, S, 3D].
+// Where q, k and v live: each head's rows are `ld` elements apart, heads
+// `hd` apart, sequences `batch_stride` apart. Packed qkv[B, S, 3D] and
+// separate q[B, S, H hd], k, v[B, S, Hkv hd] are both such layouts.
+struct Operand {
+  std::int64_t offset, ld, batch_stride;
+};
+
 struct Geometry {
-  std::int64_t B, S, D, H, hd;
+  std::int64_t B, S, H, Hkv, hd;
   bool causal;
-  std::int64_t qkv_batch() const { return S * 3 * D; }  // stride between sequences in qkv
-  std::int64_t out_batch() const { return S * D; }
+  Operand q, k, v;
+  std::int64_t width() const { return H * hd; }  // of the output
   std::int64_t p_batch() const { return H * S * S; }
+  std::int64_t kv_head(std::int64_t h) const { return h / (H / Hkv); }
   double scale() const { return 1.0 / std::sqrt(double(hd)); }
 };
 
@@ -31,20 +38,27 @@ struct Dropout {
   bool active() const { return p > 0; }
 };
 
+// The q, k, v tensors of one call (the same tensor three times when packed).
+struct Inputs {
+  Tensor q, k, v;
+  bool packed() const { return q.raw() == k.raw(); }
+};
+
 // softmax(q k^T * scale, mask) -> probs[B, H, S, S]
-Tensor attention_probs(const Tensor& qkv, const Geometry& g) {
+Tensor attention_probs(const Inputs& in, const Geometry& g) {
   stats::count_forward("attention_probs");
-  Tensor probs = Tensor::empty({g.B, g.H, g.S, g.S}, qkv.dtype(), "attention_probs");
+  Tensor probs = Tensor::empty({g.B, g.H, g.S, g.S}, in.q.dtype(), "attention_probs");
   probs.set_kind(OpKind::attn_core);
-  dispatch_float(qkv.dtype(), [&](auto tag) {
+  dispatch_float(in.q.dtype(), [&](auto tag) {
     using T = decltype(tag);
-    const T* x = qkv.data<T>();
+    const T *q = in.q.data<T>() + g.q.offset, *k = in.k.data<T>() + g.k.offset;
     T* p = probs.data<T>();
-    const std::int64_t S = g.S, ld = 3 * g.D;
+    const std::int64_t S = g.S;
     const bool causal = g.causal;
     for (std::int64_t h = 0; h < g.H; ++h)  // one GEMM per (sequence, head)
-      gemm::gemm_strided_batched<T>(Op::N, Op::T, S, S, g.hd, T(g.scale()), x + h * g.hd, ld, g.qkv_batch(),
-                                    x + g.D + h * g.hd, ld, g.qkv_batch(), 0, p + h * S * S, S, g.p_batch(), g.B);
+      gemm::gemm_strided_batched<T>(Op::N, Op::T, S, S, g.hd, T(g.scale()), q + h * g.hd, g.q.ld, g.q.batch_stride,
+                                    k + g.kv_head(h) * g.hd, g.k.ld, g.k.batch_stride, 0, p + h * S * S, S,
+                                    g.p_batch(), g.B);
     for_each("attention_softmax", g.B * g.H * S, KOKKOS_LAMBDA(std::int64_t row) {
       T* r = p + row * S;
       const std::int64_t valid = causal ? row % S + 1 : S;
@@ -74,67 +88,67 @@ void apply_dropout(const T* src, T* dst, std::int64_t n, const Dropout& d) {
   });
 }
 
-// out[B, S, D] = dropout(probs) v, heads merged.
-Tensor attention_output(const Tensor& probs, const Tensor& qkv, const Geometry& g, const Dropout& d) {
+// out[B, S, H hd] = dropout(probs) v, heads merged.
+Tensor attention_output(const Tensor& probs, const Inputs& in, const Geometry& g, const Dropout& d) {
   stats::count_forward("attention_output");
-  Tensor out = Tensor::empty({g.B, g.S, g.D}, qkv.dtype(), "attention");
+  Tensor out = Tensor::empty({g.B, g.S, g.width()}, probs.dtype(), "attention");
   out.set_kind(OpKind::matmul);
   Tensor dropped = d.active() ? Tensor::empty(probs.shape(), probs.dtype(), "attention_dropped") : probs;
-  dispatch_float(qkv.dtype(), [&](auto tag) {
+  dispatch_float(probs.dtype(), [&](auto tag) {
     using T = decltype(tag);
     if (d.active()) apply_dropout(probs.data<T>(), dropped.data<T>(), probs.numel(), d);
-    const T *x = qkv.data<T>(), *p = dropped.data<T>();
+    const T *v = in.v.data<T>() + g.v.offset, *p = dropped.data<T>();
     T* y = out.data<T>();
     const std::int64_t S = g.S;
     for (std::int64_t h = 0; h < g.H; ++h)
       gemm::gemm_strided_batched<T>(Op::N, Op::N, S, g.hd, S, 1, p + h * S * S, S, g.p_batch(),
-                                    x + 2 * g.D + h * g.hd, 3 * g.D, g.qkv_batch(), 0, y + h * g.hd, g.D,
-                                    g.out_batch(), g.B);
+                                    v + g.kv_head(h) * g.hd, g.v.ld, g.v.batch_stride, 0, y + h * g.hd, g.width(),
+                                    S * g.width(), g.B);
   });
   return out;
 }
 
-}  // namespace
-
-Tensor attention(const Tensor& qkv, int heads, bool causal, double dropout) {
-  require_float("attention", qkv, "qkv");
-  require(qkv.rank() == 3 && qkv.dim(2) % 3 == 0, "attention: qkv must be [B, S, 3D], got " + to_string(qkv.shape()));
-  const std::int64_t D = qkv.dim(2) / 3;
-  require(heads > 0 && D % heads == 0,
-          "attention: " + std::to_string(heads) + " heads do not divide the model width " + std::to_string(D));
-  require(dropout >= 0 && dropout < 1, "attention: dropout " + std::to_string(dropout) + " outside [0, 1)");
-  const Geometry g{qkv.dim(0), qkv.dim(1), D, heads, D / heads, causal};
+Tensor record(const Inputs& in, const Geometry& g, double dropout) {
   Dropout d;
   if (dropout > 0) d = {dropout, random_ops::seed(), random_ops::stream(random_ops::next_op())};
-
-  Tensor probs = attention_probs(qkv, g);
-  Tensor out = attention_output(probs, qkv, g, d);
-  OpRecorder rec("attention", {&qkv});
+  Tensor probs = attention_probs(in, g);
+  Tensor out = attention_output(probs, in, g, d);
+  OpRecorder rec("attention", {&in.q, in.packed() ? nullptr : &in.k, in.packed() ? nullptr : &in.v});
   if (!rec) return out;
-  const SavedTensor sq = save(qkv);
-  probs.set_recipe([sq, g] { return attention_probs(sq.unpack(), g); });
+  const SavedTensor sq = save(in.q), sk = in.packed() ? sq : save(in.k), sv = in.packed() ? sq : save(in.v);
+  auto unpack = [sq, sk, sv] { return Inputs{sq.unpack(), sk.unpack(), sv.unpack()}; };
+  probs.set_recipe([unpack, g] { return attention_probs(unpack(), g); });
   const SavedTensor sp = save(probs);
-  out.set_recipe([sq, sp, g, d] { return attention_output(sp.unpack(), sq.unpack(), g, d); });
-  rec.finish({&out}, [sq, sp, g, d](BackwardContext& ctx) {
-    Tensor dy = ctx.grad_out(), x = sq.unpack(), pr = sp.unpack();
-    GradTarget dx = ctx.grad_in(0);
+  out.set_recipe([unpack, sp, g, d] { return attention_output(sp.unpack(), unpack(), g, d); });
+  const bool packed = in.packed();
+  rec.finish({&out}, [unpack, sp, g, d, packed](BackwardContext& ctx) {
+    const Inputs x = unpack();
+    Tensor dy = ctx.grad_out(), pr = sp.unpack();
+    // Gradient targets: one tensor for packed qkv, three otherwise.
+    GradTarget tq = ctx.grad_in(0), tk = packed ? tq : ctx.grad_in(1), tv = packed ? tq : ctx.grad_in(2);
     Tensor dprobs = Tensor::empty(pr.shape(), pr.dtype(), "attention_dprobs");
     Tensor dropped = d.active() ? Tensor::empty(pr.shape(), pr.dtype(), "attention_dropped") : pr;
     dispatch_float(dy.dtype(), [&](auto tag) {
       using T = decltype(tag);
       if (d.active()) apply_dropout(pr.data<T>(), dropped.data<T>(), pr.numel(), d);
-      const T *gy = dy.data<T>(), *px = x.data<T>(), *p = pr.data<T>(), *pd = dropped.data<T>();
+      const T *gy = dy.data<T>(), *p = pr.data<T>(), *pd = dropped.data<T>();
+      const T *q = x.q.data<T>() + g.q.offset, *k = x.k.data<T>() + g.k.offset, *v = x.v.data<T>() + g.v.offset;
       T* dp = dprobs.data<T>();
-      T* gx = dx.t.data<T>();
-      const T beta = dx.fresh ? 0 : 1;
-      const std::int64_t S = g.S, ld = 3 * g.D;
+      T* gq = tq ? tq.t.data<T>() + g.q.offset : nullptr;
+      T* gk = tk ? tk.t.data<T>() + g.k.offset : nullptr;
+      T* gv = tv ? tv.t.data<T>() + g.v.offset : nullptr;
+      const std::int64_t S = g.S, W = g.width(), group = g.H / g.Hkv;
+      // Query heads sharing a kv head add into its gradient: the first
+      // writes (or adds, if the buffer held something), the rest add.
+      auto beta = [&](const GradTarget& t, std::int64_t h) { return T(t.fresh && h % group == 0 ? 0 : 1); };
       for (std::int64_t h = 0; h < g.H; ++h) {
-        const std::int64_t q = h * g.hd, v = 2 * g.D + h * g.hd;
-        // dv = dropout(probs)^T dy ; d(dropped probs) = dy v^T
-        gemm::gemm_strided_batched<T>(Op::T, Op::N, S, g.hd, S, 1, pd + h * S * S, S, g.p_batch(), gy + q, g.D,
-                                      g.out_batch(), beta, gx + v, ld, g.qkv_batch(), g.B);
-        gemm::gemm_strided_batched<T>(Op::N, Op::T, S, S, g.hd, 1, gy + q, g.D, g.out_batch(), px + v, ld,
-                                      g.qkv_batch(), 0, dp + h * S * S, S, g.p_batch(), g.B);
+        const std::int64_t kvh = g.kv_head(h);
+        // dv += dropout(probs)^T dy ; d(dropped probs) = dy v^T
+        if (gv)
+          gemm::gemm_strided_batched<T>(Op::T, Op::N, S, g.hd, S, 1, pd + h * S * S, S, g.p_batch(), gy + h * g.hd,
+                                        W, S * W, beta(tv, h), gv + kvh * g.hd, g.v.ld, g.v.batch_stride, g.B);
+        gemm::gemm_strided_batched<T>(Op::N, Op::T, S, S, g.hd, 1, gy + h * g.hd, W, S * W, v + kvh * g.hd, g.v.ld,
+                                      g.v.batch_stride, 0, dp + h * S * S, S, g.p_batch(), g.B);
       }
       if (d.active()) apply_dropout(dp, dp, dprobs.numel(), d);  // through the same mask
       // softmax backward, scaled: dscores = probs * (dprobs - <dprobs, probs>) * scale
@@ -147,17 +161,53 @@ Tensor attention(const Tensor& qkv, int heads, bool causal, double dropout) {
         for (std::int64_t j = 0; j < S; ++j) r[j] = pr_row[j] * (r[j] - dot) * sc;
       });
       for (std::int64_t h = 0; h < g.H; ++h) {
-        const std::int64_t q = h * g.hd, k = g.D + h * g.hd;
+        const std::int64_t kvh = g.kv_head(h);
         const T* dh = dp + h * S * S;
-        // dq = dscores k ; dk = dscores^T q
-        gemm::gemm_strided_batched<T>(Op::N, Op::N, S, g.hd, S, 1, dh, S, g.p_batch(), px + k, ld, g.qkv_batch(),
-                                      beta, gx + q, ld, g.qkv_batch(), g.B);
-        gemm::gemm_strided_batched<T>(Op::T, Op::N, S, g.hd, S, 1, dh, S, g.p_batch(), px + q, ld, g.qkv_batch(),
-                                      beta, gx + k, ld, g.qkv_batch(), g.B);
+        // dq = dscores k ; dk += dscores^T q
+        if (gq)
+          gemm::gemm_strided_batched<T>(Op::N, Op::N, S, g.hd, S, 1, dh, S, g.p_batch(), k + kvh * g.hd, g.k.ld,
+                                        g.k.batch_stride, T(tq.fresh ? 0 : 1), gq + h * g.hd, g.q.ld,
+                                        g.q.batch_stride, g.B);
+        if (gk)
+          gemm::gemm_strided_batched<T>(Op::T, Op::N, S, g.hd, S, 1, dh, S, g.p_batch(), q + h * g.hd, g.q.ld,
+                                        g.q.batch_stride, beta(tk, h), gk + kvh * g.hd, g.k.ld, g.k.batch_stride,
+                                        g.B);
       }
     });
   });
   return out;
+}
+
+}  // namespace
+
+Tensor attention(const Tensor& qkv, int heads, bool causal, double dropout) {
+  require_float("attention", qkv, "qkv");
+  require(qkv.rank() == 3 && qkv.dim(2) % 3 == 0, "attention: qkv must be [B, S, 3D], got " + to_string(qkv.shape()));
+  const std::int64_t D = qkv.dim(2) / 3, B = qkv.dim(0), S = qkv.dim(1);
+  require(heads > 0 && D % heads == 0,
+          "attention: " + std::to_string(heads) + " heads do not divide the model width " + std::to_string(D));
+  require(dropout >= 0 && dropout < 1, "attention: dropout " + std::to_string(dropout) + " outside [0, 1)");
+  const std::int64_t ld = 3 * D, bs = S * 3 * D;
+  const Geometry g{B, S, heads, heads, D / heads, causal, {0, ld, bs}, {D, ld, bs}, {2 * D, ld, bs}};
+  return record({qkv, qkv, qkv}, g, dropout);
+}
+
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, int kv_heads, bool causal,
+                 double dropout) {
+  for (const Tensor* t : {&q, &k, &v}) require_float("attention", *t, "q, k, v");
+  require(q.rank() == 3 && k.shape() == v.shape() && k.rank() == 3 && q.dim(0) == k.dim(0) && q.dim(1) == k.dim(1),
+          "attention: q " + to_string(q.shape()) + ", k " + to_string(k.shape()) + ", v " + to_string(v.shape()) +
+              " must be [B, S, H hd], [B, S, Hkv hd], [B, S, Hkv hd]");
+  require(heads > 0 && kv_heads > 0 && heads % kv_heads == 0 && q.dim(2) % heads == 0,
+          "attention: " + std::to_string(heads) + " query heads, " + std::to_string(kv_heads) +
+              " kv heads and width " + std::to_string(q.dim(2)) + " do not fit");
+  const std::int64_t hd = q.dim(2) / heads, B = q.dim(0), S = q.dim(1);
+  require(k.dim(2) == kv_heads * hd, "attention: k width " + std::to_string(k.dim(2)) + " is not " +
+                                         std::to_string(kv_heads) + " kv heads of " + std::to_string(hd));
+  require(dropout >= 0 && dropout < 1, "attention: dropout " + std::to_string(dropout) + " outside [0, 1)");
+  const std::int64_t wq = heads * hd, wk = kv_heads * hd;
+  const Geometry g{B, S, heads, kv_heads, hd, causal, {0, wq, S * wq}, {0, wk, S * wk}, {0, wk, S * wk}};
+  return record({q, k, v}, g, dropout);
 }
 
 }  // namespace remat::ops

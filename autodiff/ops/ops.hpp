@@ -28,6 +28,29 @@ Tensor gelu_tanh(const Tensor& x);
 // mask)) v, heads merged -> [B, S, D].
 Tensor attention(const Tensor& qkv, int heads, bool causal, double dropout = 0);
 
+// Attention on separate projections: q[B, S, H hd], k and v [B, S, Hkv hd]
+// (grouped-query: query head h uses kv head h / (H / Hkv)).
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, int kv_heads, bool causal,
+                 double dropout = 0);
+
+// RMSNorm over the last dimension: x * rsqrt(mean(x^2) + eps) * weight.
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps);
+
+// Rotary position embedding, "rotate half": per head of `head_dim`, for
+// position p and j < head_dim/2 the pair (j, j + head_dim/2) turns by
+// p * theta^(-2j/head_dim). x is [B, S, heads * head_dim].
+Tensor rotary(const Tensor& x, int head_dim, double theta = 10000.0);
+
+// GELU, exact: 0.5 x (1 + erf(x / sqrt 2)).
+Tensor gelu_erf(const Tensor& x);
+
+// SiLU, x * sigmoid(x); and the SwiGLU product silu(gate) * up.
+Tensor silu(const Tensor& x);
+Tensor swiglu(const Tensor& gate, const Tensor& up);
+
+// x * s.
+Tensor scale(const Tensor& x, double s);
+
 // Inverted dropout; the identity when p = 0. Its mask is a pure function of
 // (seed, step, op id, element): recomputation draws the same one.
 Tensor dropout(const Tensor& x, double p);

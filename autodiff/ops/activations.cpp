@@ -1,0 +1,136 @@
+// Elementwise activations: each is a value and a derivative; one template
+// makes the op (forward, recipe, backward) from them.
+#include "autodiff/ops/kernel.hpp"
+#include "autodiff/ops/ops.hpp"
+#include "autodiff/stats.hpp"
+#include "autodiff/tape.hpp"
+
+namespace remat::ops {
+using namespace detail;
+
+namespace {
+
+constexpr double kSqrt2OverPi = 0.7978845608028654, kInvSqrt2 = 0.7071067811865476, kInvSqrt2Pi = 0.3989422804014327;
+
+struct GeluTanh {
+  static constexpr const char* name = "gelu_tanh";
+  template <class T> KOKKOS_INLINE_FUNCTION static T value(T v) {
+    return T(0.5) * v * (T(1) + kmath::tanh(T(kSqrt2OverPi) * (v + T(0.044715) * v * v * v)));
+  }
+  template <class T> KOKKOS_INLINE_FUNCTION static T derivative(T v) {
+    const T c = T(kSqrt2OverPi), t = kmath::tanh(c * (v + T(0.044715) * v * v * v));
+    return T(0.5) * (T(1) + t) + T(0.5) * v * (T(1) - t * t) * c * (T(1) + T(3 * 0.044715) * v * v);
+  }
+};
+
+struct GeluErf {
+  static constexpr const char* name = "gelu_erf";
+  template <class T> KOKKOS_INLINE_FUNCTION static T value(T v) {
+    return T(0.5) * v * (T(1) + kmath::erf(v * T(kInvSqrt2)));
+  }
+  template <class T> KOKKOS_INLINE_FUNCTION static T derivative(T v) {
+    return T(0.5) * (T(1) + kmath::erf(v * T(kInvSqrt2))) + v * kmath::exp(T(-0.5) * v * v) * T(kInvSqrt2Pi);
+  }
+};
+
+struct Silu {
+  static constexpr const char* name = "silu";
+  template <class T> KOKKOS_INLINE_FUNCTION static T value(T v) { return v / (T(1) + kmath::exp(-v)); }
+  template <class T> KOKKOS_INLINE_FUNCTION static T derivative(T v) {
+    const T s = T(1) / (T(1) + kmath::exp(-v));
+    return s * (T(1) + v * (T(1) - s));
+  }
+};
+
+template <class F>
+Tensor unary_forward(const Tensor& x) {
+  stats::count_forward(F::name);
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), F::name);
+  out.set_kind(OpKind::mlp_act);
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* px = x.data<T>();
+    T* y = out.data<T>();
+    for_each(F::name, x.numel(), KOKKOS_LAMBDA(std::int64_t i) { y[i] = F::value(px[i]); });
+  });
+  return out;
+}
+
+template <class F>
+Tensor unary(const Tensor& x) {
+  require_float(F::name, x, "x");
+  Tensor out = unary_forward<F>(x);
+  OpRecorder rec(F::name, {&x});
+  if (!rec) return out;
+  const SavedTensor sx = save(x);
+  out.set_recipe([sx] { return unary_forward<F>(sx.unpack()); });
+  rec.finish({&out}, [sx](BackwardContext& ctx) {
+    Tensor dy = ctx.grad_out(), xv = sx.unpack();  // before the gradient is allocated
+    GradTarget dx = ctx.grad_in(0);
+    dispatch_float(dy.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      const T *gy = dy.data<T>(), *px = xv.data<T>();
+      T* gx = dx.t.data<T>();
+      const bool fresh = dx.fresh;
+      for_each("unary_backward", xv.numel(), KOKKOS_LAMBDA(std::int64_t i) {
+        const T v = gy[i] * F::derivative(px[i]);
+        gx[i] = fresh ? v : gx[i] + v;
+      });
+    });
+  });
+  return out;
+}
+
+Tensor swiglu_forward(const Tensor& gate, const Tensor& up) {
+  stats::count_forward("swiglu");
+  Tensor out = Tensor::empty(gate.shape(), gate.dtype(), "swiglu");
+  out.set_kind(OpKind::mlp_act);
+  dispatch_float(gate.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T *a = gate.data<T>(), *b = up.data<T>();
+    T* y = out.data<T>();
+    for_each("swiglu", gate.numel(), KOKKOS_LAMBDA(std::int64_t i) { y[i] = Silu::value(a[i]) * b[i]; });
+  });
+  return out;
+}
+
+}  // namespace
+
+Tensor gelu_tanh(const Tensor& x) { return unary<GeluTanh>(x); }
+Tensor gelu_erf(const Tensor& x) { return unary<GeluErf>(x); }
+Tensor silu(const Tensor& x) { return unary<Silu>(x); }
+
+Tensor swiglu(const Tensor& gate, const Tensor& up) {
+  require_float("swiglu", gate, "gate");
+  require(up.shape() == gate.shape() && up.dtype() == gate.dtype(),
+          "swiglu: gate " + to_string(gate.shape()) + " and up " + to_string(up.shape()) + " differ");
+  Tensor out = swiglu_forward(gate, up);
+  OpRecorder rec("swiglu", {&gate, &up});
+  if (!rec) return out;
+  const SavedTensor sa = save(gate), sb = save(up);
+  out.set_recipe([sa, sb] { return swiglu_forward(sa.unpack(), sb.unpack()); });
+  rec.finish({&out}, [sa, sb](BackwardContext& ctx) {
+    Tensor dy = ctx.grad_out(), a = sa.unpack(), b = sb.unpack();
+    GradTarget da = ctx.grad_in(0), db = ctx.grad_in(1);
+    dispatch_float(dy.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      const T *gy = dy.data<T>(), *pa = a.data<T>(), *pb = b.data<T>();
+      T* ga = da ? da.t.data<T>() : nullptr;
+      T* gb = db ? db.t.data<T>() : nullptr;
+      const bool fa = da.fresh, fb = db.fresh;
+      for_each("swiglu_backward", a.numel(), KOKKOS_LAMBDA(std::int64_t i) {
+        if (ga) {
+          const T v = gy[i] * pb[i] * Silu::derivative(pa[i]);
+          ga[i] = fa ? v : ga[i] + v;
+        }
+        if (gb) {
+          const T v = gy[i] * Silu::value(pa[i]);
+          gb[i] = fb ? v : gb[i] + v;
+        }
+      });
+    });
+  });
+  return out;
+}
+
+}  // namespace remat::ops

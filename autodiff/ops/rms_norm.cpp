@@ -1,0 +1,85 @@
+#include "autodiff/ops/kernel.hpp"
+#include "autodiff/ops/ops.hpp"
+#include "autodiff/stats.hpp"
+#include "autodiff/tape.hpp"
+
+namespace remat::ops {
+using namespace detail;
+
+namespace {
+
+struct Normalized {
+  Tensor out, rstd;
+};
+
+Normalized rms_norm_forward(const Tensor& x, const Tensor& weight, double eps) {
+  stats::count_forward("rms_norm");
+  const std::int64_t D = x.dim(-1), M = rows_of(x);
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), "rms_norm");
+  Tensor rstd = Tensor::empty({M}, x.dtype(), "rms_norm_rstd");
+  out.set_kind(OpKind::norm);
+  rstd.set_kind(OpKind::norm);
+  dispatch_float(x.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T *px = x.data<T>(), *w = weight.data<T>();
+    T *y = out.data<T>(), *pr = rstd.data<T>();
+    const T e = T(eps);
+    for_each("rms_norm_forward", M, KOKKOS_LAMBDA(std::int64_t r) {
+      const T* row = px + r * D;
+      T ss = 0;
+      for (std::int64_t j = 0; j < D; ++j) ss += row[j] * row[j];
+      const T s = T(1) / kmath::sqrt(ss / T(D) + e);
+      for (std::int64_t j = 0; j < D; ++j) y[r * D + j] = row[j] * s * w[j];
+      pr[r] = s;
+    });
+  });
+  return {out, rstd};
+}
+
+}  // namespace
+
+Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
+  require_float("rms_norm", x, "x");
+  const std::int64_t D = x.dim(-1), M = rows_of(x);
+  require(weight.shape() == Shape{D}, "rms_norm: weight " + to_string(weight.shape()) + " must be [" +
+                                          std::to_string(D) + "]");
+  auto [out, rstd] = rms_norm_forward(x, weight, eps);
+  OpRecorder rec("rms_norm", {&x, &weight});
+  if (!rec) return out;
+  const SavedTensor sx = save(x);
+  out.set_recipe([sx, weight, eps] { return rms_norm_forward(sx.unpack(), weight, eps).out; });
+  rec.finish({&out}, [sx, sr = save(rstd), weight, M, D](BackwardContext& ctx) {
+    Tensor dy = ctx.grad_out(), xv = sx.unpack(), rv = sr.unpack();
+    dispatch_float(dy.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      const T *gy = dy.data<T>(), *px = xv.data<T>(), *pr = rv.data<T>(), *w = weight.data<T>();
+      if (GradTarget dx = ctx.grad_in(0)) {
+        T* gx = dx.t.data<T>();
+        const bool fresh = dx.fresh;
+        // dx = s (g w) - x s^3 mean(g w x)
+        for_each("rms_norm_backward_x", M, KOKKOS_LAMBDA(std::int64_t r) {
+          const T s = pr[r];
+          T dot = 0;
+          for (std::int64_t j = 0; j < D; ++j) dot += gy[r * D + j] * w[j] * px[r * D + j];
+          dot /= T(D);
+          for (std::int64_t j = 0; j < D; ++j) {
+            const T v = s * gy[r * D + j] * w[j] - px[r * D + j] * s * s * s * dot;
+            gx[r * D + j] = fresh ? v : gx[r * D + j] + v;
+          }
+        });
+      }
+      if (GradTarget dw = ctx.grad_in(1)) {
+        T* gw = dw.t.data<T>();
+        const bool fresh = dw.fresh;
+        for_each("rms_norm_backward_w", D, KOKKOS_LAMBDA(std::int64_t j) {
+          T acc = 0;
+          for (std::int64_t r = 0; r < M; ++r) acc += gy[r * D + j] * px[r * D + j] * pr[r];
+          gw[j] = fresh ? acc : gw[j] + acc;
+        });
+      }
+    });
+  });
+  return out;
+}
+
+}  // namespace remat::ops
