@@ -6,6 +6,9 @@ namespace remat {
 
 // One line per model: its file defines the function.
 void register_gpt2(ModelRegistry&);
+void register_llama(ModelRegistry&);
+void register_bert(ModelRegistry&);
+void register_revformer(ModelRegistry&);
 
 Tensor Model::loss(const ParamStore& p, const Batch& batch) const {
   return ops::cross_entropy(logits(p, batch.tokens), batch.targets);
@@ -31,6 +34,9 @@ const ModelRegistry& models() {
   static const ModelRegistry registry = [] {
     ModelRegistry r;
     register_gpt2(r);
+    register_llama(r);
+    register_bert(r);
+    register_revformer(r);
     return r;
   }();
   return registry;

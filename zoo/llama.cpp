@@ -1,0 +1,73 @@
+// llama: decoder, RMSNorm, rotary positions, SwiGLU, grouped-query attention,
+// untied output (MODELS.md).
+//   x = tok_embeddings[tokens]
+//   for i: h = x + Attn_i(RMS1_i(x));  x = h + FFN_i(RMS2_i(h))
+//   logits = output(RMS_f(x))
+#include "autodiff/ops/ops.hpp"
+#include "autodiff/region.hpp"
+#include "zoo/common.hpp"
+#include "zoo/model.hpp"
+
+namespace remat {
+namespace {
+
+class Llama final : public Model {
+ public:
+  using Model::Model;
+
+  std::vector<ParamSpec> params() const override {
+    const std::int64_t V = sizes_.V, D = sizes_.D, hd = D / sizes_.H, F = sizes_.F;
+    const std::int64_t q = sizes_.H * hd, kv = sizes_.Hkv * hd;
+    std::vector<ParamSpec> p = {{"tok_embeddings.weight", {V, D}}};
+    for (int i = 0; i < sizes_.L; ++i) {
+      const std::string l = block_name(i) + ".";
+      p.push_back({l + "attention_norm.weight", {D}, Init::ones});
+      append_linear(p, l + "attention.wq", q, D, Init::normal, false);
+      append_linear(p, l + "attention.wk", kv, D, Init::normal, false);
+      append_linear(p, l + "attention.wv", kv, D, Init::normal, false);
+      append_linear(p, l + "attention.wo", D, q, Init::residual_out, false);
+      p.push_back({l + "ffn_norm.weight", {D}, Init::ones});
+      append_linear(p, l + "feed_forward.w1", F, D, Init::normal, false);
+      append_linear(p, l + "feed_forward.w2", D, F, Init::residual_out, false);
+      append_linear(p, l + "feed_forward.w3", F, D, Init::normal, false);
+    }
+    p.push_back({"norm.weight", {D}, Init::ones});
+    append_linear(p, "output", V, D, Init::normal, false);
+    return p;
+  }
+
+  Tensor logits(const ParamStore& p, const Tensor& tokens) const override {
+    Tensor x = ops::dropout(ops::embedding(p["tok_embeddings.weight"], tokens), sizes_.dropout);
+    for (int i = 0; i < sizes_.L; ++i)
+      x = run_block({i, sizes_.L, block_name(i)}, x, [this, &p, i](const Tensor& x) { return block(p, i, x); });
+    return ops::linear(ops::rms_norm(x, p["norm.weight"], 1e-5), p["output.weight"]);
+  }
+
+ private:
+  static std::string block_name(int i) { return "layers." + std::to_string(i); }
+
+  Tensor block(const ParamStore& p, int i, const Tensor& x) const {
+    const std::string l = block_name(i) + ".";
+    const int hd = sizes_.D / sizes_.H;
+    const double drop = sizes_.dropout;
+    const Tensor a = ops::rms_norm(x, p[l + "attention_norm.weight"], 1e-5);
+    const Tensor q = ops::rotary(ops::linear(a, p[l + "attention.wq.weight"]), hd);
+    const Tensor k = ops::rotary(ops::linear(a, p[l + "attention.wk.weight"]), hd);
+    const Tensor v = ops::linear(a, p[l + "attention.wv.weight"]);
+    const Tensor attn = ops::attention(q, k, v, sizes_.H, sizes_.Hkv, /*causal=*/true, drop);
+    const Tensor h = ops::add(x, ops::dropout(ops::linear(attn, p[l + "attention.wo.weight"]), drop));
+    const Tensor m = ops::rms_norm(h, p[l + "ffn_norm.weight"], 1e-5);
+    const Tensor gated = ops::swiglu(ops::linear(m, p[l + "feed_forward.w1.weight"]),
+                                     ops::linear(m, p[l + "feed_forward.w3.weight"]));
+    return ops::add(h, ops::dropout(ops::linear(gated, p[l + "feed_forward.w2.weight"]), drop));
+  }
+};
+
+}  // namespace
+
+void register_llama(ModelRegistry& r) {
+  r.add({"llama", "decoder, RMSNorm, rotary positions, SwiGLU, grouped-query attention, untied head", false,
+         [](const Sizes& s) { return std::make_unique<Llama>(s); }});
+}
+
+}  // namespace remat
