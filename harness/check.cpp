@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "autodiff/error.hpp"
 #include "autodiff/memory_tracker.hpp"
 #include "autodiff/random.hpp"
 #include "autodiff/tape.hpp"
@@ -66,6 +67,19 @@ SaveProfile profile_saves(const Model& model, const ParamStore& params, const Ba
   return profiler.finish(tracker.timeline(), tracker.phases(), pool, base);
 }
 
+std::vector<std::string> strategies_for(const std::string& model, const std::string& list) {
+  const ModelInfo& info = models().find(model);
+  auto specs = parse_strategy_list(list, info.reversible);
+  for (const auto& s : specs)
+    if (make_strategy(s)->needs_reversible_model() && !info.reversible) {
+      std::string reversible;
+      for (const auto& m : models().all())
+        if (m.reversible) reversible += (reversible.empty() ? "" : ", ") + m.name;
+      throw UserError("strategy '" + s + "' applies only to reversible models (" + reversible + "), not " + model);
+    }
+  return specs;
+}
+
 CheckReport run_check(const Model& model, const ParamStore& params, const Batch& batch,
                                 const std::vector<std::string>& strategies, const CheckOptions& options) {
   // A warm-up step: one-time allocations (gradients, runtime scratch) must
@@ -88,6 +102,12 @@ CheckReport run_check(const Model& model, const ParamStore& params, const Batch&
     row.step = run_step(model, params, batch, {strategy.get(), options.seed, 0, options.timeline});
     row.vs_full = compare_gradients(params, ref_grads, row.step.loss, report.full.loss);
     row.predicted = strategy->predict(profile);
+    if (!row.exact) {  // a second, unmeasured step that keeps the true inputs to compare
+      strategy->set_verify(true);
+      forward_backward(model, params, batch, {strategy.get(), options.seed, 0});
+      row.reconstruction = strategy->reconstruction();
+      strategy->set_verify(false);
+    }
     if (options.trace) row.trace = strategy->trace().to_string();
     report.rows.push_back(std::move(row));
   }

@@ -1,6 +1,7 @@
 #pragma once
 // Gradient equivalence and memory of strategies against `full`, on the same
 // weights and batch: what `remat check` prints and the tests assert.
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,8 @@ struct CheckRow {
   bool exact = true;  // performs the same arithmetic as full
   StepResult step;
   GradientComparison vs_full;
-  MemoryPrediction predicted;  // activation bytes, working set included on the device
+  MemoryPrediction predicted;  // activation bytes at the peak, device and offload pool
+  std::optional<ReconstructionError> reconstruction;  // reversible: rebuilt vs true block inputs
   std::string trace;           // per-region trace, if asked
 };
 
@@ -46,6 +48,10 @@ struct CheckReport {
   StepResult full;  // the reference step
   std::vector<CheckRow> rows;
 };
+
+// The strategies `list` names for this model ("all" includes reversible for
+// a reversible model); UserError for one that does not apply to it.
+std::vector<std::string> strategies_for(const std::string& model, const std::string& list);
 
 // Runs `full`, then each strategy, one step each, on the same weights and batch.
 CheckReport run_check(const Model& model, const ParamStore& params, const Batch& batch,

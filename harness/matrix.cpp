@@ -12,7 +12,7 @@ std::vector<MatrixCell> matrix_cells(const MatrixOptions& o) {
   auto or_base = [](const std::vector<int>& v, int b) { return v.empty() ? std::vector<int>{b} : v; };
   std::vector<MatrixCell> cells;
   for (const auto& model : o.models) {
-    models().find(model);
+    const auto specs = strategies_for(model, o.strategies);
     for (int L : or_base(o.layers, base.L))
       for (int S : or_base(o.seq, base.S))
         for (int B : or_base(o.batch, base.B)) {
@@ -21,7 +21,7 @@ std::vector<MatrixCell> matrix_cells(const MatrixOptions& o) {
           z.S = z.S_max = S;
           z.B = B;
           validate(z);
-          for (const auto& s : o.strategies) cells.push_back({model, z, s, ResultsFile::run_id(model, s, z)});
+          for (const auto& s : specs) cells.push_back({model, z, s, ResultsFile::run_id(model, s, z)});
         }
   }
   return cells;

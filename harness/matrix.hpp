@@ -13,7 +13,7 @@ namespace remat {
 
 struct MatrixOptions {
   std::vector<std::string> models{"gpt2"};
-  std::vector<std::string> strategies;  // specs
+  std::string strategies = "all";       // per model: "all" or a list (see strategies_for)
   std::string preset = "small";
   std::vector<int> layers, seq, batch;  // empty: the preset's
   int steps = 3, warmup = 1;

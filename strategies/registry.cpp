@@ -68,14 +68,18 @@ const std::vector<StrategyInfo>& strategy_catalog() {
       {"offload", "move every tensor a block saves to the host offload pool; prefetch it back for backward",
        "every model"},
       {"offload-checkpoint", "per-layer checkpointing with the block inputs in the offload pool", "every model"},
+      {"reversible", "keep nothing inside blocks: rebuild each block's inputs from its outputs in backward",
+       "reversible models"},
       {"<S>+offload", "every:K, per-layer, sqrt or selective with what they keep in the offload pool", "every model"},
   };
   return catalog;
 }
 
-std::vector<std::string> all_strategies() {
-  return {"full", "per-layer", "every:2", "sqrt", "selective", "selective:attn-core,mlp-act", "offload",
-          "offload-checkpoint"};
+std::vector<std::string> all_strategies(bool reversible_model) {
+  std::vector<std::string> all = {"full", "per-layer", "every:2", "sqrt", "selective", "selective:attn-core,mlp-act",
+                                  "offload", "offload-checkpoint"};
+  if (reversible_model) all.push_back("reversible");
+  return all;
 }
 
 std::unique_ptr<Strategy> make_strategy(const std::string& spec) {
@@ -85,11 +89,12 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec) {
     base = spec.substr(0, plus);
     const std::string extra = spec.substr(plus + 1);
     if (extra != "offload") bad(spec, "only '+offload' composes with a strategy, got '+" + extra + "'");
-    if (base == "full" || base == "offload" || base == "offload-checkpoint")
+    if (base == "full" || base == "offload" || base == "offload-checkpoint" || base == "reversible")
       bad(spec, "'" + base + "' does not compose with +offload (use 'offload' or 'offload-checkpoint')");
     offload = true;
   }
   if (base == "full") return make_full();
+  if (base == "reversible") return make_reversible();
   if (base == "offload") return make_offload();
   if (base == "offload-checkpoint") return make_checkpoint(spec, 1, true);
   if (base == "per-layer") return make_checkpoint(spec, 1, offload);
@@ -102,8 +107,8 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec) {
   bad(spec, "unknown strategy; strategies: " + join(known, ", "));
 }
 
-std::vector<std::string> parse_strategy_list(const std::string& list) {
-  if (list == "all") return all_strategies();
+std::vector<std::string> parse_strategy_list(const std::string& list, bool reversible_model) {
+  if (list == "all") return all_strategies(reversible_model);
   std::vector<std::string> specs;
   const auto kinds = selectable_kinds();
   std::size_t start = 0;
@@ -121,7 +126,7 @@ std::vector<std::string> parse_strategy_list(const std::string& list) {
       continue;
     }
     if (item == "all") {
-      for (auto& s : all_strategies()) specs.push_back(s);
+      for (auto& s : all_strategies(reversible_model)) specs.push_back(s);
       continue;
     }
     if (item.empty()) throw UserError("empty strategy in list '" + list + "'");

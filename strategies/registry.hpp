@@ -2,7 +2,8 @@
 // Strategy specs: parsing, the catalogue `remat strategies` prints, and the
 // `all` set. A spec is a base strategy with an optional "+offload":
 //   full | every:K | per-layer | sqrt | selective[:kind,kind...] | offload
-//   | offload-checkpoint, and every:K, per-layer, sqrt, selective + offload.
+//   | offload-checkpoint | reversible, and every:K, per-layer, sqrt,
+//   selective + offload.
 #include <memory>
 #include <string>
 #include <vector>
@@ -25,7 +26,8 @@ std::vector<std::string> selectable_kinds();
 std::unique_ptr<Strategy> make_strategy(const std::string& spec);
 // "all", or a comma-separated list (a selective spec's kinds may follow it
 // with commas: "full,selective:attn-core,mlp-act,sqrt"). Each is validated.
-std::vector<std::string> parse_strategy_list(const std::string& list);
-std::vector<std::string> all_strategies();
+// `all` includes `reversible` for a reversible model.
+std::vector<std::string> parse_strategy_list(const std::string& list, bool reversible_model = false);
+std::vector<std::string> all_strategies(bool reversible_model = false);
 
 }  // namespace remat

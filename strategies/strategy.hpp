@@ -4,6 +4,7 @@
 // a BlockRunner (models mark blocks, strategies run them) and knows nothing
 // of any model. Make one with make_strategy(spec) (strategies/registry.hpp).
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "autodiff/region.hpp"
@@ -13,6 +14,12 @@
 
 namespace remat {
 
+// How far rebuilt block inputs are from the true ones (reversible).
+struct ReconstructionError {
+  double max_abs = 0, max_rel = 0;  // worst block; relative to the inputs' largest magnitude
+  std::string block;
+};
+
 class Strategy : public BlockRunner {
  public:
   Strategy(std::string spec, bool offload);
@@ -20,6 +27,12 @@ class Strategy : public BlockRunner {
   // Same operations in the same order as `full`, hence bitwise-equal
   // gradients (every strategy but reversible).
   virtual bool exact() const { return true; }
+  // Applies only to models whose blocks are reversible.
+  virtual bool needs_reversible_model() const { return false; }
+  // Diagnostics of reconstructing strategies: keep the true inputs (costs
+  // memory, so off when measuring) and report the worst reconstruction.
+  virtual void set_verify(bool) {}
+  virtual std::optional<ReconstructionError> reconstruction() const { return std::nullopt; }
   // The bytes this strategy keeps at its peak for a model that saves `p`
   // (activations only: the harness adds the working set of one block).
   virtual MemoryPrediction predict(const SaveProfile& p) const = 0;

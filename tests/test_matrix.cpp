@@ -21,7 +21,7 @@ struct TempFile {
 MatrixOptions small_matrix(const std::string& out) {
   MatrixOptions o;
   o.preset = "tiny";
-  o.strategies = {"full", "per-layer"};
+  o.strategies = "full,per-layer";
   o.layers = {2, 3};
   o.steps = 2;
   o.out = out;

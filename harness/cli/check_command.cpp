@@ -29,7 +29,6 @@ std::string mb(double bytes) {
 }
 
 int run_check_command(const CheckOptions& o) {
-  const auto specs = parse_strategy_list(o.strategies);
   ModelSetup setup;
   std::unique_ptr<Model> model;
   std::unique_ptr<ParamStore> params;
@@ -49,6 +48,7 @@ int run_check_command(const CheckOptions& o) {
   setup.sizes.dropout = o.dropout;
   validate(setup.sizes);
   model = models().find(setup.model).make(setup.sizes);
+  const auto specs = strategies_for(setup.model, o.strategies);
 
   const Sizes& z = setup.sizes;
   std::printf("remat check: %s %s (L %d, D %d, H %d, S %d, B %d), dropout %g, %s\n", setup.model.c_str(),
@@ -73,6 +73,12 @@ int run_check_command(const CheckOptions& o) {
       "\nact MB: device-pool peak during the step minus what was live before it (parameters, gradients, batch);\n"
       "pred MB: predicted from the saved-tensor sizes of one probe pass plus full's working set; ratio: act / full's;\n"
       "offl. MB: offload-pool peak; recomp.: share of the step's GEMM FLOPs spent recomputing.\n");
+  for (const auto& r : report.rows)
+    if (r.reconstruction)
+      std::printf("%s: reconstruction of block inputs, worst block %s: max abs %.3e, max rel %.3e; gradients vs full: "
+                  "max rel %.3e (%s)\n",
+                  r.strategy.c_str(), r.reconstruction->block.c_str(), r.reconstruction->max_abs,
+                  r.reconstruction->max_rel, r.vs_full.max_rel, r.vs_full.worst.c_str());
   for (const auto& r : report.rows)
     if (!r.trace.empty()) std::printf("\n== trace: %s ==\n%s", r.strategy.c_str(), r.trace.c_str());
   if (failures) std::fprintf(stderr, "remat check: %d exact strategies are not bitwise equal to full\n", failures);

@@ -18,7 +18,7 @@ namespace {
 
 struct Options {
   MatrixOptions matrix;
-  std::string models = "gpt2", strategies = "all";
+  std::string models = "gpt2";
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -67,10 +67,9 @@ void print_summary(const std::vector<RunRecord>& records) {
 
 void run(Options& o) {
   o.matrix.models = split(o.models);
-  o.matrix.strategies = parse_strategy_list(o.strategies);
   const auto cells = matrix_cells(o.matrix);
-  std::printf("remat matrix: %zu runs (%s x %zu strategies), preset %s, %d warm-up + %d timed steps, %s -> %s\n",
-              cells.size(), o.models.c_str(), o.matrix.strategies.size(), o.matrix.preset.c_str(), o.matrix.warmup,
+  std::printf("remat matrix: %zu runs (%s x strategies %s), preset %s, %d warm-up + %d timed steps, %s -> %s\n",
+              cells.size(), o.models.c_str(), o.matrix.strategies.c_str(), o.matrix.preset.c_str(), o.matrix.warmup,
               o.matrix.steps, Runtime::describe().c_str(), o.matrix.out.c_str());
   std::fflush(stdout);
   const bool tty = isatty(fileno(stderr));
@@ -104,7 +103,7 @@ void setup_matrix(CLI::App& app) {
     for (const auto& n : models().names()) s += (s.empty() ? "" : ", ") + n;
     return s;
   }())->capture_default_str();
-  cmd->add_option("--strategies", o->strategies, "'all' or a comma-separated list (see `remat strategies`)")
+  cmd->add_option("--strategies", o->matrix.strategies, "'all' or a comma-separated list (see `remat strategies`)")
       ->capture_default_str();
   cmd->add_option("--preset", o->matrix.preset, "Size preset")->check(CLI::IsMember(preset_names()))->capture_default_str();
   cmd->add_option("--layers", o->matrix.layers, "Blocks L to sweep (comma-separated)")->delimiter(',');

@@ -1,0 +1,154 @@
+// reversible: a reversible block keeps nothing. Backward rebuilds its inputs
+// from its outputs with the inverse coupling (x2 = y2 - G(y1), x1 = y1 -
+// F(x2)), recomputes F and G on them and backpropagates, replaying dropout;
+// the rebuilt inputs are the outputs the block before it needs. Only the
+// last block's outputs are kept. Not bitwise: reconstruction rounds.
+#include <cmath>
+#include <map>
+
+#include "autodiff/error.hpp"
+#include "autodiff/ops/ops.hpp"
+#include "autodiff/random.hpp"
+#include "autodiff/stats.hpp"
+#include "autodiff/tape.hpp"
+#include "strategies/builtin.hpp"
+
+namespace remat {
+namespace {
+
+// A block's outputs, handed over in backward by the block after it.
+struct Outputs {
+  Tensor y1, y2;
+};
+
+Tensor minus(const Tensor& a, const Tensor& b) { return ops::add(a, ops::scale(b, -1.0)); }
+
+double max_abs(const Tensor& a, const Tensor& b) {
+  const auto x = a.to_host_f64(), y = b.to_host_f64();
+  double m = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) m = std::max(m, std::abs(x[i] - y[i]));
+  return m;
+}
+
+double max_magnitude(const Tensor& a) {
+  double m = 0;
+  for (double v : a.to_host_f64()) m = std::max(m, std::abs(v));
+  return m;
+}
+
+// A leaf copy of `t` for the recomputation's own little graph.
+Tensor leaf(const Tensor& t) {
+  Tensor v = t.view_as(t.shape());
+  auto slot = std::make_shared<GradSlot>();
+  slot->shape = t.shape();
+  slot->dtype = t.dtype();
+  v.attach_slot(slot);
+  return v;
+}
+
+class Reversible final : public Strategy {
+ public:
+  Reversible() : Strategy("reversible", false) {}
+  bool exact() const override { return false; }
+  bool needs_reversible_model() const override { return true; }
+  void set_verify(bool on) override { verify_ = on; }
+  std::optional<ReconstructionError> reconstruction() const override { return error_; }
+
+  Tensors run(const BlockInfo& info, const Tensors&, const BlockBody&) override {
+    throw UserError("strategy 'reversible' needs reversible blocks, and block " + info.name +
+                    " is not one (use a reversible model)");
+  }
+
+  Tensors run_reversible(const BlockInfo& info, const Tensor& x1, const Tensor& x2,
+                         const ReversibleBody& body) override {
+    RegionTrace* trace = trace_region(info.name);
+    auto mine = std::make_shared<Outputs>();
+    const std::uint64_t c0 = random_ops::cursor();
+    std::uint64_t c1 = 0;
+    Tensor y1, y2;
+    run_traced(trace, [&] {
+      NoGradScope no_grad;  // nothing inside the block is recorded or saved
+      y1 = ops::add(x1, body.f(x2));
+      c1 = random_ops::cursor();
+      y2 = ops::add(x2, body.g(y1));
+      return Tensors{};
+    });
+    OpRecorder rec("reversible_block", {&x1, &x2});
+    if (!rec) return {y1, y2};
+    Outputs truth;
+    if (verify_) truth = {x1, x2};
+    rec.finish({&y1, &y2}, [this, mine, before = previous_, body, c0, c1, truth, name = info.name,
+                            trace](BackwardContext& ctx) {
+      const Outputs y = *mine;
+      *mine = {};
+      const std::uint64_t cursor = random_ops::cursor();
+      MemoryPhase phase("reconstruct " + name);
+      Tensor x1, x2;
+      {
+        stats::RecomputeScope recomputing;
+        NoGradScope no_grad;
+        random_ops::set_cursor(c1);
+        x2 = minus(y.y2, body.g(y.y1));
+        random_ops::set_cursor(c0);
+        x1 = minus(y.y1, body.f(x2));
+      }
+      if (truth.y1.defined()) record_error(name, truth, {x1, x2});
+      const auto before_ops = stats::counts().forward;
+      Tape scratch;
+      {
+        TapeScope tape(scratch);
+        Tensor a1 = leaf(x1), a2 = leaf(x2), z1, z2;
+        {
+          stats::RecomputeScope recomputing;
+          random_ops::set_cursor(c0);
+          z1 = ops::add(a1, body.f(a2));
+          z2 = ops::add(a2, body.g(z1));
+        }
+        if (Tensor g = ctx.grad_out(0); g.defined()) z1.slot()->grad = std::make_shared<Tensor>(g);
+        if (Tensor g = ctx.grad_out(1); g.defined()) z2.slot()->grad = std::make_shared<Tensor>(g);
+        scratch.run_backward();
+        if (a1.grad().defined()) ctx.accumulate(0, a1.grad());
+        if (a2.grad().defined()) ctx.accumulate(1, a2.grad());
+      }
+      if (trace)
+        for (const auto& [op, n] : stats::forward_since(before_ops)) trace->recomputed_ops[op] += n;
+      random_ops::set_cursor(cursor);
+      if (before) *before = {x1, x2};  // the previous block's outputs
+    });
+    if (info.index == info.count - 1) *mine = {y1, y2};  // the head needs no more: keep these for backward
+    previous_ = mine;
+    if (trace) trace->kept += info.index == info.count - 1 ? std::int64_t(y1.nbytes() + y2.nbytes()) : 0;
+    return {y1, y2};
+  }
+
+  // Forward keeps nothing but the last block's outputs; backward holds one
+  // block's outputs and rebuilt inputs with the block's own recomputation.
+  MemoryPrediction predict(const SaveProfile& p) const override {
+    MemoryPrediction m{p.outside_peak + p.blocks.back().input, 0};
+    for (const auto& b : p.blocks) m.device = std::max({m.device, b.input + b.forward_peak - b.saved, 2 * b.input + b.backward_peak});
+    return m;
+  }
+
+ private:
+  void reset() override {
+    previous_.reset();
+    error_.reset();
+  }
+
+  void record_error(const std::string& block, const Outputs& truth, const Outputs& rebuilt) {
+    const double abs = std::max(max_abs(truth.y1, rebuilt.y1), max_abs(truth.y2, rebuilt.y2));
+    const double scale = std::max(max_magnitude(truth.y1), max_magnitude(truth.y2));
+    const double rel = scale > 0 ? abs / scale : abs;
+    if (!error_ || rel > error_->max_rel) error_ = ReconstructionError{abs, rel, block};
+  }
+
+  std::shared_ptr<Outputs> previous_;
+  bool verify_ = false;
+  std::optional<ReconstructionError> error_;
+};
+
+}  // namespace
+
+std::unique_ptr<Strategy> make_reversible() { return std::make_unique<Reversible>(); }
+
+}  // namespace remat
