@@ -2,7 +2,6 @@
 // the whole model against finite differences in float64.
 #include <cmath>
 
-#include "autodiff/tape.hpp"
 #include "catch.hpp"
 #include "helpers.hpp"
 #include "zoo/model.hpp"
@@ -64,55 +63,6 @@ TEST_CASE("gpt2 initialisation follows MODELS.md and depends only on the seed", 
   CHECK(a["h.2.attn.c_attn.weight"].to_host_f64() != c["h.2.attn.c_attn.weight"].to_host_f64());
   // Keyed by name, not by position: the same tensor at another depth differs.
   CHECK(a["h.2.attn.c_attn.weight"].to_host_f64() != a["h.3.attn.c_attn.weight"].to_host_f64());
-}
-
-TEST_CASE("gpt2 gradients match finite differences of the whole model in float64", "[zoo][gpt2][gradcheck]") {
-  Sizes z = preset_sizes("tiny");
-  z.L = 2;
-  const auto model = gpt2(z);
-  ParamStore p(model->params(), DType::f64);
-  initialize(p, 3, z.L);
-  // Larger weights than the 0.02 init, so every path carries signal.
-  for (const auto& t : p.tensors()) test::upload(t, test::random_values(t.numel(), std::hash<std::string>{}(t.label()), -0.3, 0.3));
-  const Batch batch = random_batch(z.B, z.S, z.V, 5);
-
-  p.zero_grad();
-  backward(model->loss(p, batch));
-  NoGradScope no_grad;
-  double worst = 0;
-  std::string where;
-  for (std::size_t i = 0; i < p.tensors().size(); ++i) {
-    const Tensor& t = p.tensors()[i];
-    const auto grad = t.grad().to_host_f64();
-    auto values = t.to_host_f64();
-    for (std::int64_t j : {std::int64_t(0), t.numel() / 2, t.numel() - 1}) {
-      const double keep = values[j], eps = 1e-6;
-      values[j] = keep + eps;
-      test::upload(t, values);
-      const double plus = model->loss(p, batch).item();
-      values[j] = keep - eps;
-      test::upload(t, values);
-      const double minus = model->loss(p, batch).item();
-      values[j] = keep;
-      test::upload(t, values);
-      const double numeric = (plus - minus) / (2 * eps);
-      const double err = std::abs(grad[j] - numeric) / (1e-3 + std::abs(numeric));
-      if (err > worst) worst = err, where = p.names()[i] + "[" + std::to_string(j) + "]";
-    }
-  }
-  INFO("worst at " << where);
-  CHECK(worst < 1e-5);
-}
-
-TEST_CASE("gpt2 in float32 agrees with float64 on the same weights", "[zoo][gpt2]") {
-  const Sizes z = preset_sizes("tiny");
-  const auto model = gpt2(z);
-  ParamStore p32(model->params(), DType::f32), p64(model->params(), DType::f64);
-  initialize(p32, 1, z.L);
-  initialize(p64, 1, z.L);
-  const Batch batch = random_batch(z.B, z.S, z.V, 1);
-  NoGradScope no_grad;
-  CHECK(model->loss(p32, batch).item() == test::Approx(model->loss(p64, batch).item()).epsilon(1e-6));
 }
 
 TEST_CASE("models and presets are looked up by name with helpful errors", "[zoo][errors]") {

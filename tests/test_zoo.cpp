@@ -1,0 +1,132 @@
+// Every zoo model: whole-model gradients against finite differences in
+// float64, float32 against float64, and every strategy against full.
+#include <cmath>
+#include <fstream>
+#include <filesystem>
+
+#include "autodiff/tape.hpp"
+#include "catch.hpp"
+#include "harness/check.hpp"
+#include "helpers.hpp"
+#include "strategies/registry.hpp"
+#include "zoo/model.hpp"
+
+using namespace remat;
+
+namespace {
+
+std::string any_model() {
+  static const auto names = models().names();
+  return GENERATE_REF(from_range(names));
+}
+
+}  // namespace
+
+TEST_CASE("every model's gradients match finite differences of the whole model in float64", "[zoo][gradcheck]") {
+  const std::string name = any_model();
+  INFO(name);
+  const Sizes z = preset_sizes("tiny");
+  const auto model = models().find(name).make(z);
+  ParamStore p(model->params(), DType::f64);
+  for (const auto& t : p.tensors())
+    test::upload(t, test::random_values(t.numel(), std::hash<std::string>{}(t.label()), -0.3, 0.3));
+  const Batch batch = random_batch(z.B, z.S, z.V, 5);
+  p.zero_grad();
+  backward(model->loss(p, batch));
+  NoGradScope no_grad;
+  double worst = 0;
+  std::string where;
+  for (std::size_t i = 0; i < p.tensors().size(); ++i) {
+    const Tensor& t = p.tensors()[i];
+    const auto grad = t.grad().to_host_f64();
+    auto values = t.to_host_f64();
+    for (std::int64_t j : {std::int64_t(0), t.numel() / 3, t.numel() - 1}) {
+      const double keep = values[j], eps = 1e-6;
+      values[j] = keep + eps;
+      test::upload(t, values);
+      const double plus = model->loss(p, batch).item();
+      values[j] = keep - eps;
+      test::upload(t, values);
+      const double minus = model->loss(p, batch).item();
+      values[j] = keep;
+      test::upload(t, values);
+      const double numeric = (plus - minus) / (2 * eps);
+      const double err = std::abs(grad[j] - numeric) / (1e-3 + std::abs(numeric));
+      if (err > worst) worst = err, where = p.names()[i] + "[" + std::to_string(j) + "]";
+    }
+  }
+  INFO("worst at " << where);
+  CHECK(worst < 1e-5);
+}
+
+TEST_CASE("every model in float32 agrees with float64 on the same weights", "[zoo]") {
+  const std::string name = any_model();
+  INFO(name);
+  const Sizes z = preset_sizes("tiny");
+  const auto model = models().find(name).make(z);
+  ParamStore p32(model->params(), DType::f32), p64(model->params(), DType::f64);
+  initialize(p32, 1, z.L);
+  initialize(p64, 1, z.L);
+  const Batch batch = random_batch(z.B, z.S, z.V, 1);
+  NoGradScope no_grad;
+  CHECK(model->loss(p32, batch).item() == test::Approx(model->loss(p64, batch).item()).epsilon(1e-6));
+}
+
+TEST_CASE("every model with every strategy: bitwise equal to full, reversible within 1e-4", "[zoo][strategies]") {
+  const std::string name = any_model();
+  const auto [layers, dropout] = GENERATE(std::pair<int, double>{0, 0.0}, std::pair<int, double>{0, 0.1},
+                                          std::pair<int, double>{6, 0.0});
+  INFO(name << " L " << layers << " dropout " << dropout);
+  Sizes z = preset_sizes(layers ? "deep" : "tiny");
+  if (layers) z.L = layers, z.S = z.S_max = 32, z.B = 2;
+  z.dropout = dropout;
+  const auto model = models().find(name).make(z);
+  ParamStore params(model->params(), DType::f32);
+  initialize(params, 1, z.L);
+  const auto report = run_check(*model, params, random_batch(z.B, z.S, z.V, 1), strategies_for(name, "all"), {});
+  for (const auto& row : report.rows) {
+    INFO(row.strategy << ": max rel " << row.vs_full.max_rel << " at " << row.vs_full.worst);
+    if (row.exact) {
+      CHECK(row.vs_full.bitwise);
+    } else {
+      CHECK(row.vs_full.max_rel < 1e-4);
+      REQUIRE(row.reconstruction);
+      CHECK(row.reconstruction->max_rel < 1e-4);
+    }
+  }
+}
+
+TEST_CASE("reversible strategy only for reversible models, and its memory is flat in depth", "[zoo][reversible]") {
+  CHECK_THROWS_WITH(strategies_for("gpt2", "reversible"), test::Contains("only to reversible models (revformer)"));
+  CHECK(strategies_for("revformer", "all").back() == "reversible");
+  CHECK(strategies_for("gpt2", "all") == all_strategies(false));
+  std::vector<std::int64_t> peaks;
+  for (int L : {4, 8, 16, 32}) {
+    Sizes z = preset_sizes("deep");
+    z.L = L;
+    const auto model = models().find("revformer").make(z);
+    ParamStore params(model->params(), DType::f32);
+    initialize(params, 1, L);
+    const auto report = run_check(*model, params, random_batch(z.B, z.S, z.V, 1), {"reversible"}, {});
+    peaks.push_back(report.rows[0].step.activation_peak);
+    CHECK(report.rows[0].vs_full.max_rel < 1e-4);
+  }
+  const double slope = std::log(double(peaks.back()) / double(peaks.front())) / std::log(8.0);
+  INFO("log-log slope " << slope);
+  CHECK(std::abs(slope) < 0.05);
+}
+
+TEST_CASE("zoo/ and strategies/ never include each other", "[zoo][design]") {
+  // The arrow that must not exist: a model knowing a strategy or the reverse.
+  const std::string root = REMAT_SOURCE_DIR;
+  for (const auto& [dir, forbidden] : {std::pair<std::string, std::string>{"zoo", "strategies/"},
+                                       std::pair<std::string, std::string>{"strategies", "zoo/"}})
+    for (const auto& entry : std::filesystem::directory_iterator(root + "/" + dir)) {
+      std::ifstream in(entry.path());
+      std::string line;
+      while (std::getline(in, line)) {
+        INFO(entry.path().string() << ": " << line);
+        CHECK_FALSE((line.rfind("#include", 0) == 0 && line.find("\"" + forbidden) != std::string::npos));
+      }
+    }
+}
