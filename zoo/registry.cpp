@@ -1,14 +1,13 @@
 #include "autodiff/error.hpp"
 #include "autodiff/ops/ops.hpp"
 #include "zoo/model.hpp"
+#include "zoo/model_list.hpp"
 
 namespace remat {
 
-// One line per model: its file defines the function.
-void register_gpt2(ModelRegistry&);
-void register_llama(ModelRegistry&);
-void register_bert(ModelRegistry&);
-void register_revformer(ModelRegistry&);
+#define REMAT_DECLARE_MODEL(name) void register_##name(ModelRegistry&);
+REMAT_MODELS(REMAT_DECLARE_MODEL)
+#undef REMAT_DECLARE_MODEL
 
 Tensor Model::loss(const ParamStore& p, const Batch& batch) const {
   return ops::cross_entropy(logits(p, batch.tokens), batch.targets);
@@ -33,10 +32,9 @@ const ModelInfo& ModelRegistry::find(const std::string& name) const {
 const ModelRegistry& models() {
   static const ModelRegistry registry = [] {
     ModelRegistry r;
-    register_gpt2(r);
-    register_llama(r);
-    register_bert(r);
-    register_revformer(r);
+#define REMAT_REGISTER_MODEL(name) register_##name(r);
+    REMAT_MODELS(REMAT_REGISTER_MODEL)
+#undef REMAT_REGISTER_MODEL
     return r;
   }();
   return registry;
