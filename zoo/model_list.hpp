@@ -6,4 +6,5 @@
   X(gpt2)               \
   X(llama)              \
   X(bert)               \
-  X(revformer)
+  X(revformer)          \
+  X(parallel)

@@ -143,7 +143,20 @@ def revformer(p, tokens, z):
     return x @ p["wte.weight"].T
 
 
-MODELS = {"gpt2": gpt2, "llama": llama, "bert": bert, "revformer": revformer}
+def parallel(p, tokens, z):
+    S = tokens.shape[1]
+    x = p["wte.weight"][tokens] + p["wpe.weight"][:S]
+    for i in range(z["L"]):
+        h = f"h.{i}."
+        a = layer_norm(x, p[h + "ln.weight"], p[h + "ln.bias"], 1e-5)
+        q, k, v = linear(a, p, h + "attn.c_attn").split(z["D"], dim=-1)
+        x = x + linear(mha(q, k, v, z["H"], True), p, h + "attn.c_proj") + linear(
+            gelu_tanh(linear(a, p, h + "mlp.c_fc")), p, h + "mlp.c_proj")
+    x = layer_norm(x, p["ln_f.weight"], p["ln_f.bias"], 1e-5)
+    return x @ p["wte.weight"].T
+
+
+MODELS = {"gpt2": gpt2, "llama": llama, "bert": bert, "revformer": revformer, "parallel": parallel}
 
 
 def main(weights_path, result_path):
