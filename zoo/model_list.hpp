@@ -7,4 +7,5 @@
   X(llama)              \
   X(bert)               \
   X(revformer)          \
-  X(parallel)
+  X(parallel)           \
+  /* end of the list */

@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "harness/cli/commands.hpp"
+#include "strategies/registry.hpp"
 #include "zoo/model.hpp"
 
 namespace remat::cli {
@@ -25,6 +26,12 @@ void run_models() {
     std::printf("%-10s", m.name.c_str());
     for (const auto& p : presets()) std::printf(" %11s", human(count_params(m.make(p.sizes)->params())).c_str());
     std::printf("\n");
+  }
+  std::printf("\nstrategies per model (`remat strategies` says what each does):\n");
+  for (const auto& m : models().all()) {
+    std::string list;
+    for (const auto& st : all_strategies(m.reversible)) list += (list.empty() ? "" : " ") + st;
+    std::printf("%-10s %s, and compositions with +offload\n", m.name.c_str(), list.c_str());
   }
   std::printf("\npresets (L D H Hkv F S V B):\n");
   for (const auto& p : presets()) {
