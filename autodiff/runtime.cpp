@@ -1,6 +1,8 @@
 #include "autodiff/runtime.hpp"
 
 #include <Kokkos_Core.hpp>
+#include <malloc.h>
+
 #include <cstdlib>
 #include <cstring>
 
@@ -10,6 +12,14 @@
 namespace remat {
 
 Runtime::Runtime(int& argc, char** argv) {
+  // A step allocates and frees hundreds of MB of activations. By default
+  // glibc maps large blocks fresh and unmaps them on free, so every step
+  // page-faults them in again (about 8 us per page here). Keep freed memory
+  // in the heap for reuse instead. The tracker still counts every byte
+  // handed out: it sees Kokkos' allocations, not the heap's.
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);  // the largest glibc allows: bigger blocks are still mapped
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  mallopt(M_TOP_PAD, 64 << 20);
   // Kokkos would also act on un-prefixed flags such as --help, so it only
   // ever sees the --kokkos-* ones.
   std::vector<std::string> kokkos_args{argc > 0 ? argv[0] : "remat"};
