@@ -3,6 +3,7 @@
 #include <map>
 
 #include "autodiff/error.hpp"
+#include "datasets/batch_source.hpp"
 #include "strategies/registry.hpp"
 
 namespace remat {
@@ -50,7 +51,7 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const MatrixProgress& 
     const auto model = models().find(first.model).make(z);
     ParamStore params(model->params(), DType::f32);
     initialize(params, o.seed, z.L);
-    const Batch batch = random_batch(z.B, z.S, z.V, o.seed);
+    const Batch batch = make_batch_source(o.data, z.B, z.S, z.V, o.seed)->next();
     std::vector<std::string> specs;
     for (const auto* c : group) specs.push_back(c->strategy);
     if (progress.update) progress.update(done, todo.size(), first, "checking against full");
@@ -58,7 +59,7 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const MatrixProgress& 
 
     for (std::size_t k = 0; k < group.size(); ++k) {
       const MatrixCell& cell = *group[k];
-      RunRecord r{cell.model, o.preset, cell.strategy, z, {}, {}, report.rows[k], params.names()};
+      RunRecord r{cell.model, o.preset, cell.strategy, o.data, z, {}, {}, report.rows[k], params.names()};
       auto strategy = make_strategy(cell.strategy);
       for (int w = 0; w < o.warmup + o.steps; ++w) {
         if (progress.update)

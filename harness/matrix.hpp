@@ -18,6 +18,7 @@ struct MatrixOptions {
   std::vector<int> layers, seq, batch;  // empty: the preset's
   int steps = 3, warmup = 1;
   std::uint64_t seed = 1;
+  std::string data = "random";  // batch source
   std::string out = "results.h5";
   bool resume = false;
 };

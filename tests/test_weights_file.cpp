@@ -5,7 +5,7 @@
 
 #include "autodiff/error.hpp"
 #include "catch.hpp"
-#include "harness/io/h5.hpp"
+#include "h5/h5.hpp"
 #include "harness/io/weights_file.hpp"
 #include "harness/step.hpp"
 

@@ -20,6 +20,7 @@ struct CheckOptions {
   std::string strategies = "all";
   double dropout = 0;
   bool trace = false;
+  bool data_given = false;  // --data overrides a weight file's batch
 };
 
 std::string mb(double bytes) {
@@ -36,14 +37,14 @@ int run_check_command(const CheckOptions& o) {
   if (!o.weights.empty()) {
     LoadedWeights w = load_weights(o.weights);
     setup = w.setup;
-    if (!w.batch) w.batch = random_batch(setup.sizes.B, setup.sizes.S, setup.sizes.V, o.model.seed);
+    if (!w.batch || o.data_given) w.batch = o.model.make_batch(setup.sizes);
     batch = *w.batch;
     params = std::move(w.params);
   } else {
     setup = o.model.resolve();
     params = std::make_unique<ParamStore>(models().find(setup.model).make(setup.sizes)->params(), DType::f32);
     initialize(*params, o.model.seed, setup.sizes.L);
-    batch = random_batch(setup.sizes.B, setup.sizes.S, setup.sizes.V, o.model.seed);
+    batch = o.model.make_batch(setup.sizes);
   }
   setup.sizes.dropout = o.dropout;
   validate(setup.sizes);
@@ -71,7 +72,8 @@ int run_check_command(const CheckOptions& o) {
   }
   std::printf(
       "\nact MB: device-pool peak during the step minus what was live before it (parameters, gradients, batch);\n"
-      "pred MB: predicted from the saved-tensor sizes of one probe pass plus full's working set; ratio: act / full's;\n"
+      "pred MB: predicted from one probe step (each block's saved bytes and working set) by the strategy's plan;\n"
+      "ratio: act / full's; "
       "offl. MB: offload-pool peak; recomp.: share of the step's GEMM FLOPs spent recomputing.\n");
   for (const auto& r : report.rows)
     if (r.reconstruction)
@@ -97,7 +99,8 @@ void setup_check(CLI::App& app) {
   cmd->add_option("--dropout", o->dropout, "Dropout probability (masks replay exactly under recomputation)")
       ->check(CLI::Range(0.0, 0.99));
   cmd->add_flag("--trace", o->trace, "Print, per region, the ops run and recomputed and the bytes kept/dropped/offloaded");
-  cmd->callback([o] {
+  cmd->callback([o, cmd] {
+    o->data_given = cmd->count("--data") > 0;
     if (const int rc = run_check_command(*o)) throw CLI::RuntimeError(rc);
   });
 }

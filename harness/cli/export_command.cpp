@@ -19,7 +19,7 @@ void run_export(const ExportOptions& o) {
   const auto model = models().find(setup.model).make(setup.sizes);
   ParamStore params(model->params(), DType::f32);
   initialize(params, o.model.seed, setup.sizes.L);
-  const Batch batch = random_batch(setup.sizes.B, setup.sizes.S, setup.sizes.V, o.model.seed);
+  const Batch batch = o.model.make_batch(setup.sizes);
   write_weights(o.out, setup, params, &batch);
   std::printf("wrote %s: %s %s, %lld parameters, batch [%d, %d], seed %llu\n", o.out.c_str(), setup.model.c_str(),
               setup.preset.c_str(), static_cast<long long>(params.count()), setup.sizes.B, setup.sizes.S,

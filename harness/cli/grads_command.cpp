@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "harness/cli/commands.hpp"
+#include "datasets/batch_source.hpp"
 #include "harness/io/weights_file.hpp"
 #include "harness/step.hpp"
 #include "strategies/registry.hpp"
@@ -15,12 +16,15 @@ struct GradsOptions {
   std::string out;
   std::uint64_t seed = 1;
   std::string strategy = "full";
+  std::string data;  // overrides the file's batch
 };
 
 void run_grads(const GradsOptions& o) {
   LoadedWeights w = load_weights(o.weights);
   const Sizes& z = w.setup.sizes;
-  if (!w.batch) {
+  if (!o.data.empty()) {
+    w.batch = make_batch_source(o.data, z.B, z.S, z.V, o.seed)->next();
+  } else if (!w.batch) {
     std::printf("%s has no /batch: using a random batch [%d, %d] with seed %llu\n", o.weights.c_str(), z.B, z.S,
                 static_cast<unsigned long long>(o.seed));
     w.batch = random_batch(z.B, z.S, z.V, o.seed);
@@ -41,6 +45,7 @@ void setup_grads(CLI::App& app) {
   cmd->add_option("--out", o->out, "Output HDF5 file for /loss and /grads/<name>");
   cmd->add_option("--seed", o->seed, "Seed of the batch (when the file carries none) and of dropout")
       ->capture_default_str();
+  cmd->add_option("--data", o->data, "Batch source instead of the file's batch (see `remat check --help`)");
   cmd->add_option("--strategy", o->strategy, "Activation-memory strategy (see `remat strategies`)")
       ->capture_default_str();
   cmd->callback([o] { run_grads(*o); });

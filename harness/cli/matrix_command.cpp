@@ -111,6 +111,8 @@ void setup_matrix(CLI::App& app) {
   cmd->add_option("--batch", o->matrix.batch, "Batch sizes B to sweep")->delimiter(',');
   cmd->add_option("--steps", o->matrix.steps, "Timed steps per run")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--warmup", o->matrix.warmup, "Untimed steps before them")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--data", o->matrix.data, "Batch source: random, copy, reverse, text:PATH, h5:PATH[:DATASET]")
+      ->capture_default_str();
   cmd->add_option("--seed", o->matrix.seed, "Seed of weights, batch and dropout")->capture_default_str();
   cmd->add_option("--out", o->matrix.out, "HDF5 results file (appended to)")->capture_default_str();
   cmd->add_flag("--resume", o->matrix.resume, "Skip runs already in the results file");

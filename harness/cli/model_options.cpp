@@ -1,5 +1,7 @@
 #include "harness/cli/model_options.hpp"
 
+#include "datasets/batch_source.hpp"
+
 namespace remat::cli {
 
 void ModelOptions::bind(CLI::App& cmd) {
@@ -9,7 +11,11 @@ void ModelOptions::bind(CLI::App& cmd) {
   cmd.add_option("--seq", seq, "Override the preset's sequence length S")->check(CLI::PositiveNumber);
   cmd.add_option("--batch", batch, "Override the preset's batch size B")->check(CLI::PositiveNumber);
   cmd.add_option("--seed", seed, "Seed of the initialisation and the batch")->capture_default_str();
+  cmd.add_option("--data", data, "Batch source: random, copy, reverse, text:PATH, h5:PATH[:DATASET]")
+      ->capture_default_str();
 }
+
+Batch ModelOptions::make_batch(const Sizes& z) const { return make_batch_source(data, z.B, z.S, z.V, seed)->next(); }
 
 ModelSetup ModelOptions::resolve() const {
   ModelSetup s{model, preset, preset_sizes(preset)};

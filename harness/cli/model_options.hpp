@@ -13,8 +13,11 @@ struct ModelOptions {
   std::string preset = "tiny";
   int layers = 0, seq = 0, batch = 0;  // 0: the preset's
   std::uint64_t seed = 1;
+  std::string data = "random";  // batch source (datasets/batch_source.hpp)
 
   void bind(CLI::App& cmd);
+  // The first batch of the --data source for these sizes.
+  Batch make_batch(const Sizes& sizes) const;
   // The model, preset and sizes these options name (validated).
   ModelSetup resolve() const;
 };

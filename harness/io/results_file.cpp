@@ -66,6 +66,7 @@ void ResultsFile::append(const RunRecord& r) {
   attr_s("model", r.model);
   attr_s("preset", r.preset);
   attr_s("strategy", r.strategy);
+  attr_s("data", r.data);
   for (auto [n, v] : {std::pair{"L", z.L}, {"D", z.D}, {"H", z.H}, {"Hkv", z.Hkv}, {"F", z.F}, {"S", z.S},
                       {"S_max", z.S_max}, {"V", z.V}, {"B", z.B}})
     attr_i(n, v);

@@ -6,13 +6,13 @@
 #include <vector>
 
 #include "harness/check.hpp"
-#include "harness/io/h5.hpp"
+#include "h5/h5.hpp"
 #include "zoo/sizes.hpp"
 
 namespace remat {
 
 struct RunRecord {
-  std::string model, preset, strategy;
+  std::string model, preset, strategy, data;
   Sizes sizes;
   std::vector<double> step_times, losses;
   CheckRow check;                       // memory, equivalence, timeline of the measured step

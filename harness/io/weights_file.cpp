@@ -3,7 +3,7 @@
 #include <set>
 
 #include "autodiff/error.hpp"
-#include "harness/io/h5.hpp"
+#include "h5/h5.hpp"
 
 namespace remat {
 namespace {

@@ -1,4 +1,4 @@
-#include "harness/io/h5.hpp"
+#include "h5/h5.hpp"
 
 #include <cstdio>
 #include <algorithm>

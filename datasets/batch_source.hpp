@@ -1,0 +1,31 @@
+#pragma once
+// Where batches come from, behind one interface used by `matrix`, `check`
+// and `grads` (--data SPEC):
+//   random            seeded uniform tokens and targets
+//   copy, reverse     algorithmic tasks: a random first half, then the same
+//                     half copied or reversed; targets are the next token
+//   text:PATH         byte-level tokens of any file, consecutive windows
+//   h5:PATH[:DATASET] an integer token array in an HDF5 file (default
+//                     dataset "tokens"), consecutive windows
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "datasets/batch.hpp"
+
+namespace remat {
+
+class BatchSource {
+ public:
+  virtual ~BatchSource() = default;
+  // The next batch of tokens[B, S] and targets[B, S] (deterministic: the
+  // same sequence of batches for the same spec and seed).
+  virtual Batch next() = 0;
+  virtual std::string describe() const = 0;
+};
+
+// Throws UserError for a bad spec, a missing or short file, or tokens >= V.
+std::unique_ptr<BatchSource> make_batch_source(const std::string& spec, std::int64_t B, std::int64_t S,
+                                               std::int64_t V, std::uint64_t seed);
+
+}  // namespace remat
