@@ -21,8 +21,11 @@ std::vector<std::vector<float>> gradients(const ParamStore& params) {
 }
 
 GradientComparison compare_gradients(const ParamStore& params, const std::vector<std::vector<float>>& reference,
-                                     double loss, double reference_loss) {
+                                     double loss, double reference_loss, double floor) {
   GradientComparison c;
+  double largest = 0;
+  for (const auto& r : reference)
+    for (float v : r) largest = std::max(largest, double(std::abs(v)));
   c.loss_diff = std::abs(loss - reference_loss);
   c.bitwise = std::memcmp(&loss, &reference_loss, sizeof loss) == 0;
   const auto got = gradients(params);
@@ -34,6 +37,7 @@ GradientComparison compare_gradients(const ParamStore& params, const std::vector
     }
     c.bitwise = c.bitwise && std::memcmp(got[i].data(), reference[i].data(), got[i].size() * sizeof(float)) == 0;
     c.max_abs = std::max(c.max_abs, diff);
+    scale = std::max(scale, floor * largest);
     const double rel = scale > 0 ? diff / scale : diff;
     c.abs_by_param.push_back(diff);
     c.rel_by_param.push_back(rel);
@@ -101,6 +105,8 @@ CheckReport run_check(const Model& model, const ParamStore& params, const Batch&
     row.exact = strategy->exact();
     row.step = run_step(model, params, batch, {strategy.get(), options.seed, 0, options.timeline});
     row.vs_full = compare_gradients(params, ref_grads, row.step.loss, report.full.loss);
+    if (options.golden)
+      row.vs_golden = compare_gradients(params, *options.golden, row.step.loss, options.golden_loss, 1e-6);
     row.predicted = strategy->predict(profile);
     if (!row.exact) {  // a second, unmeasured step that keeps the true inputs to compare
       strategy->set_verify(true);

@@ -24,6 +24,7 @@ struct CheckRow {
   bool exact = true;  // performs the same arithmetic as full
   StepResult step;
   GradientComparison vs_full;
+  std::optional<GradientComparison> vs_golden;
   MemoryPrediction predicted;  // activation bytes at the peak, device and offload pool
   std::optional<ReconstructionError> reconstruction;  // reversible: rebuilt vs true block inputs
   std::string trace;           // per-region trace, if asked
@@ -33,12 +34,21 @@ struct CheckOptions {
   std::uint64_t seed = 1;
   bool trace = false;
   bool timeline = false;  // record each strategy's memory timeline
+  const std::vector<std::vector<float>>* golden = nullptr;  // compare every strategy with these gradients too
+  double golden_loss = 0;
 };
+
+// Tolerance against a golden file, which may come from another build, BLAS
+// or thread count: loss to 1e-5 relative, gradients to 1e-4 relative.
+constexpr double kGoldenLossTolerance = 1e-5, kGoldenGradTolerance = 1e-4;
 
 // Host copies of every parameter's gradient.
 std::vector<std::vector<float>> gradients(const ParamStore& params);
+// Relative errors are per tensor, against its largest reference magnitude,
+// but never against less than `floor` times the model's largest gradient
+// (a gradient that is zero in exact arithmetic has no scale of its own).
 GradientComparison compare_gradients(const ParamStore& params, const std::vector<std::vector<float>>& reference,
-                                     double loss, double reference_loss);
+                                     double loss, double reference_loss, double floor = 0);
 
 // What the model saves, per block, and the step's working set, from one
 // probe step (forward and backward, everything kept).

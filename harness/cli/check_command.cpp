@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "autodiff/runtime.hpp"
+#include "autodiff/error.hpp"
 #include "harness/check.hpp"
 #include "harness/cli/commands.hpp"
 #include "harness/cli/model_options.hpp"
@@ -14,13 +15,14 @@
 namespace remat::cli {
 namespace {
 
-struct CheckOptions {
+struct CheckCommandOptions {
   ModelOptions model;
   std::string weights;
   std::string strategies = "all";
   double dropout = 0;
   bool trace = false;
   bool data_given = false;  // --data overrides a weight file's batch
+  std::string save_golden, golden;
 };
 
 std::string mb(double bytes) {
@@ -29,13 +31,16 @@ std::string mb(double bytes) {
   return buf;
 }
 
-int run_check_command(const CheckOptions& o) {
+int run_check_command(const CheckCommandOptions& o) {
   ModelSetup setup;
   std::unique_ptr<Model> model;
   std::unique_ptr<ParamStore> params;
   Batch batch;
-  if (!o.weights.empty()) {
-    LoadedWeights w = load_weights(o.weights);
+  if (!o.weights.empty() && !o.golden.empty()) throw UserError("--weights and --golden both name the weights: give one");
+  std::optional<Golden> golden;
+  if (!o.golden.empty()) golden = load_golden(o.golden);
+  if (!o.weights.empty() || golden) {
+    LoadedWeights w = golden ? std::move(golden->weights) : load_weights(o.weights);
     setup = w.setup;
     if (!w.batch || o.data_given) w.batch = o.model.make_batch(setup.sizes);
     batch = *w.batch;
@@ -54,7 +59,14 @@ int run_check_command(const CheckOptions& o) {
   const Sizes& z = setup.sizes;
   std::printf("remat check: %s %s (L %d, D %d, H %d, S %d, B %d), dropout %g, %s\n", setup.model.c_str(),
               setup.preset.c_str(), z.L, z.D, z.H, z.S, z.B, z.dropout, Runtime::describe().c_str());
-  const CheckReport report = run_check(*model, *params, batch, specs, {o.model.seed, o.trace});
+  remat::CheckOptions options{o.model.seed, o.trace, false, golden ? &golden->grads : nullptr, golden ? golden->loss : 0};
+  const CheckReport report = run_check(*model, *params, batch, specs, options);
+  if (!o.save_golden.empty()) {  // full's gradients: run it once more, as the table's steps ran strategies
+    auto full = make_strategy("full");
+    const double loss = forward_backward(*model, *params, batch, {full.get(), o.model.seed, 0});
+    write_golden(o.save_golden, setup, *params, batch, loss);
+    std::printf("wrote golden %s: weights, batch, loss and full's gradients\n", o.save_golden.c_str());
+  }
 
   std::printf("\n%-28s %12s %10s %10s %7s %10s %10s %6s %9s %8s %7s\n", "strategy", "loss", "max abs", "max rel",
               "bitwise", "act MB", "pred MB", "ratio", "offl. MB", "recomp.", "time s");
@@ -84,13 +96,26 @@ int run_check_command(const CheckOptions& o) {
   for (const auto& r : report.rows)
     if (!r.trace.empty()) std::printf("\n== trace: %s ==\n%s", r.strategy.c_str(), r.trace.c_str());
   if (failures) std::fprintf(stderr, "remat check: %d exact strategies are not bitwise equal to full\n", failures);
-  return failures ? 1 : 0;
+  int drifted = 0;
+  for (const auto& r : report.rows) {
+    if (!r.vs_golden) continue;
+    const auto& g = *r.vs_golden;
+    const bool ok = g.loss_diff <= kGoldenLossTolerance * std::abs(golden->loss) && g.max_rel <= kGoldenGradTolerance;
+    std::printf("%-28s vs golden: loss diff %.2e, max rel gradient error %.2e (%s)%s\n", r.strategy.c_str(),
+                g.loss_diff, g.max_rel, g.worst.c_str(), ok ? "" : "   <- DRIFT");
+    if (!ok) {
+      ++drifted;
+      std::fprintf(stderr, "remat check: %s drifted from %s: worst parameter %s, relative error %.3e (tolerance %.0e)\n",
+                   r.strategy.c_str(), o.golden.c_str(), g.worst.c_str(), g.max_rel, kGoldenGradTolerance);
+    }
+  }
+  return failures || drifted ? 1 : 0;
 }
 
 }  // namespace
 
 void setup_check(CLI::App& app) {
-  auto o = std::make_shared<CheckOptions>();
+  auto o = std::make_shared<CheckCommandOptions>();
   auto* cmd = app.add_subcommand("check", "Check every strategy's gradients and memory against full, one step each");
   o->model.bind(*cmd);
   cmd->add_option("--weights", o->weights, "Take the model, sizes, weights and batch from this HDF5 file instead");
@@ -98,6 +123,8 @@ void setup_check(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--dropout", o->dropout, "Dropout probability (masks replay exactly under recomputation)")
       ->check(CLI::Range(0.0, 0.99));
+  cmd->add_option("--save-golden", o->save_golden, "Write weights, batch, loss and full's gradients to this file");
+  cmd->add_option("--golden", o->golden, "Compare every strategy with this golden file; exit 1 on drift");
   cmd->add_flag("--trace", o->trace, "Print, per region, the ops run and recomputed and the bytes kept/dropped/offloaded");
   cmd->callback([o, cmd] {
     o->data_given = cmd->count("--data") > 0;

@@ -64,21 +64,68 @@ Batch read_batch(const h5::File& f, const Sizes& z) {
           Tensor::from_host(h5::read_i32(f, "/batch/targets"), shape, "targets")};
 }
 
-}  // namespace
-
-void write_weights(const std::string& path, const ModelSetup& setup, const ParamStore& params, const Batch* batch) {
+// The one writer of the MODELS.md layout: any of parameters, batch, result.
+void write_model_file(const std::string& path, const ModelSetup& setup, const ParamStore& params, bool with_params,
+                      const Batch* batch, const double* loss) {
   h5::AtomicOutput out(path);
   {
     h5::File f = h5::File::create(out.temp_path());
     write_setup(f, setup);
-    for (std::size_t i = 0; i < params.names().size(); ++i)
+    for (std::size_t i = 0; i < params.names().size() && with_params; ++i)
       h5::write(f, "/params/" + params.names()[i], to_f32(params.tensors()[i]), params.tensors()[i].shape());
     if (batch) {
       h5::write(f, "/batch/tokens", batch->tokens.to_host_i32(), batch->tokens.shape());
       h5::write(f, "/batch/targets", batch->targets.to_host_i32(), batch->targets.shape());
     }
+    if (loss) {
+      h5::write(f, "/loss", std::vector<double>{*loss}, Shape{});
+      for (std::size_t i = 0; i < params.names().size(); ++i) {
+        const Tensor& p = params.tensors()[i];
+        const Tensor g = p.grad();
+        h5::write(f, "/grads/" + params.names()[i], g.defined() ? to_f32(g) : std::vector<float>(p.numel(), 0.0f),
+                  p.shape());
+      }
+    }
   }
   out.commit();
+}
+
+}  // namespace
+
+void write_weights(const std::string& path, const ModelSetup& setup, const ParamStore& params, const Batch* batch) {
+  write_model_file(path, setup, params, true, batch, nullptr);
+}
+
+void write_gradients(const std::string& path, const ModelSetup& setup, const ParamStore& params, double loss) {
+  write_model_file(path, setup, params, false, nullptr, &loss);
+}
+
+void write_golden(const std::string& path, const ModelSetup& setup, const ParamStore& params, const Batch& batch,
+                  double loss) {
+  write_model_file(path, setup, params, true, &batch, &loss);
+}
+
+Golden load_golden(const std::string& path) {
+  Golden g;
+  g.weights = load_weights(path);
+  if (!g.weights.batch) throw UserError(path + ": a golden file needs /batch");
+  h5::File f = h5::File::open(path);
+  if (!h5::exists(f, "/loss")) throw UserError(path + ": no /loss (not a golden file: write one with --save-golden)");
+  const auto loss = h5::info(f, "/loss");
+  if (loss.kind != h5::Kind::float64 || !loss.shape.empty()) throw UserError(path + ": /loss must be a float64 scalar");
+  {
+    h5::Handle ds(H5Dopen2(f.id(), "/loss", H5P_DEFAULT), H5Dclose);
+    H5Dread(ds.id(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, &g.loss);
+  }
+  for (const auto& spec : g.weights.params->specs()) {
+    const std::string p = "/grads/" + spec.name;
+    if (!h5::exists(f, p)) throw UserError(path + ": missing gradient '" + spec.name + "'");
+    if (h5::info(f, p).shape != spec.shape)
+      throw UserError(path + ": gradient '" + spec.name + "' has shape " + to_string(h5::info(f, p).shape) +
+                      ", expected " + to_string(spec.shape));
+    g.grads.push_back(h5::read_f32(f, p));
+  }
+  return g;
 }
 
 LoadedWeights load_weights(const std::string& path) {
@@ -116,22 +163,6 @@ LoadedWeights load_weights(const std::string& path) {
     w.setup.sizes.S = int(w.batch->tokens.dim(1));
   }
   return w;
-}
-
-void write_gradients(const std::string& path, const ModelSetup& setup, const ParamStore& params, double loss) {
-  h5::AtomicOutput out(path);
-  {
-    h5::File f = h5::File::create(out.temp_path());
-    write_setup(f, setup);
-    h5::write(f, "/loss", std::vector<double>{loss}, Shape{});
-    for (std::size_t i = 0; i < params.names().size(); ++i) {
-      const Tensor& p = params.tensors()[i];
-      Tensor g = p.grad();
-      h5::write(f, "/grads/" + params.names()[i], g.defined() ? to_f32(g) : std::vector<float>(p.numel(), 0.0f),
-                p.shape());
-    }
-  }
-  out.commit();
 }
 
 }  // namespace remat

@@ -35,4 +35,14 @@ LoadedWeights load_weights(const std::string& path);
 // Writes /loss and /grads/<name> (and the setup's attributes), atomically.
 void write_gradients(const std::string& path, const ModelSetup& setup, const ParamStore& params, double loss);
 
+// A golden file: weights, batch, loss and gradients in one file.
+void write_golden(const std::string& path, const ModelSetup& setup, const ParamStore& params, const Batch& batch,
+                  double loss);
+struct Golden {
+  LoadedWeights weights;
+  double loss = 0;
+  std::vector<std::vector<float>> grads;  // in the model's parameter order
+};
+Golden load_golden(const std::string& path);
+
 }  // namespace remat

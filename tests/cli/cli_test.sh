@@ -70,4 +70,17 @@ expect_error "'wte.weight' has shape [64, 31], expected [64, 32]" "$remat" grads
 expect_error "'wte.weight' holds float64, expected float32" "$remat" grads --weights dtype.h5 --out r.h5
 expect_error "unknown model 'gpt5'" "$remat" grads --weights model.h5 --out r.h5
 
+# Golden regression: a drifted gradient fails and names the parameter.
+expect_ok "save golden" "$remat" check --preset tiny --strategies full --save-golden golden.h5
+expect_ok "golden" "$remat" check --golden golden.h5 --strategies full,per-layer
+"${PYTHON:-python3}" -c "
+import h5py
+with h5py.File('golden.h5', 'r+') as f:
+    f['grads/h.1.mlp.c_fc.weight'][0, 0] += 1.0
+" || fail "could not perturb the golden file"
+"$remat" check --golden golden.h5 --strategies full >out.txt 2>err.txt
+rc=$?
+[ $rc -eq 1 ] || fail "a drifted golden file: exit $rc, expected 1"
+grep -q "h.1.mlp.c_fc.weight" err.txt || fail "the drift error does not name the parameter: $(cat err.txt)"
+
 if [ $failures -eq 0 ]; then echo "cli: all checks passed"; else echo "cli: $failures check(s) failed"; exit 1; fi
