@@ -75,9 +75,11 @@ std::vector<T> read_array(const File& f, const std::string& path, Kind want, hid
   return out;
 }
 
-Handle open_root_attr(const File& f, const std::string& name) {
-  if (H5Aexists(f.id(), name.c_str()) <= 0) return {};
-  return Handle(check(H5Aopen(f.id(), name.c_str(), H5P_DEFAULT), f, "cannot open attribute " + name), H5Aclose);
+Handle open_attr(const File& f, const std::string& name, const std::string& object) {
+  if (H5Aexists_by_name(f.id(), object.c_str(), name.c_str(), H5P_DEFAULT) <= 0) return {};
+  return Handle(check(H5Aopen_by_name(f.id(), object.c_str(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT), f,
+                      "cannot open attribute " + name),
+                H5Aclose);
 }
 
 }  // namespace
@@ -237,8 +239,8 @@ void write(const File& f, const std::string& path, const std::vector<std::int64_
   write_array(f, path, d, s, H5T_NATIVE_INT64, H5T_STD_I64LE);
 }
 
-std::optional<std::string> read_attr_string(const File& f, const std::string& name) {
-  Handle a = open_root_attr(f, name);
+std::optional<std::string> read_attr_string(const File& f, const std::string& name, const std::string& object) {
+  Handle a = open_attr(f, name, object);
   if (!a.valid()) return std::nullopt;
   Handle type(H5Aget_type(a.id()), H5Tclose);
   if (H5Tget_class(type.id()) != H5T_STRING) fail(f, "attribute '" + name + "' is not a string");
@@ -256,14 +258,50 @@ std::optional<std::string> read_attr_string(const File& f, const std::string& na
   return out;
 }
 
-std::optional<std::int64_t> read_attr_int(const File& f, const std::string& name) {
-  Handle a = open_root_attr(f, name);
+std::optional<std::int64_t> read_attr_int(const File& f, const std::string& name, const std::string& object) {
+  Handle a = open_attr(f, name, object);
   if (!a.valid()) return std::nullopt;
   Handle type(H5Aget_type(a.id()), H5Tclose);
   if (H5Tget_class(type.id()) != H5T_INTEGER) fail(f, "attribute '" + name + "' is not an integer");
   std::int64_t v = 0;
   check_status(H5Aread(a.id(), H5T_NATIVE_INT64, &v), f, "cannot read attribute " + name);
   return v;
+}
+
+std::optional<double> read_attr_double(const File& f, const std::string& name, const std::string& object) {
+  Handle a = open_attr(f, name, object);
+  if (!a.valid()) return std::nullopt;
+  double v = 0;
+  check_status(H5Aread(a.id(), H5T_NATIVE_DOUBLE, &v), f, "cannot read attribute " + name);
+  return v;
+}
+
+std::vector<double> read_f64(const File& f, const std::string& path) {
+  return read_array<double>(f, path, Kind::float64, H5T_NATIVE_DOUBLE, "float64");
+}
+
+std::vector<std::int64_t> read_i64(const File& f, const std::string& path) {
+  const DatasetInfo di = info(f, path);
+  if (di.type_name != "int64") fail(f, path + " holds " + di.type_name + ", expected int64");
+  std::vector<std::int64_t> out(std::size_t(numel(di.shape)));
+  Handle ds(check(H5Dopen2(f.id(), path.c_str(), H5P_DEFAULT), f, "cannot open " + path), H5Dclose);
+  if (!out.empty())
+    check_status(H5Dread(ds.id(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()), f, "cannot read " + path);
+  return out;
+}
+
+std::vector<std::string> read_strings(const File& f, const std::string& path) {
+  Handle ds(check(H5Dopen2(f.id(), path.c_str(), H5P_DEFAULT), f, "cannot open " + path), H5Dclose);
+  Handle type(H5Dget_type(ds.id()), H5Tclose);
+  if (H5Tget_class(type.id()) != H5T_STRING || H5Tis_variable_str(type.id()) > 0)
+    fail(f, path + " is not an array of fixed-length strings");
+  const std::size_t width = H5Tget_size(type.id());
+  const std::size_t n = std::size_t(numel(info(f, path).shape));
+  std::vector<char> buf(n * width);
+  if (n) check_status(H5Dread(ds.id(), type.id(), H5S_ALL, H5S_ALL, H5P_DEFAULT, buf.data()), f, "cannot read " + path);
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < n; ++i) out.emplace_back(buf.data() + i * width, strnlen(buf.data() + i * width, width));
+  return out;
 }
 
 AtomicOutput::AtomicOutput(std::string path) : path_(std::move(path)), temp_(path_ + ".partial") {}

@@ -72,8 +72,12 @@ void write_attr(const File& f, const std::string& name, const std::string& value
 void write_attr(const File& f, const std::string& name, std::int64_t value, const std::string& object = "/");
 void write_attr(const File& f, const std::string& name, double value, const std::string& object = "/");
 void create_group(const File& f, const std::string& path);
-std::optional<std::string> read_attr_string(const File& f, const std::string& name);
-std::optional<std::int64_t> read_attr_int(const File& f, const std::string& name);
+std::optional<std::string> read_attr_string(const File& f, const std::string& name, const std::string& object = "/");
+std::optional<std::int64_t> read_attr_int(const File& f, const std::string& name, const std::string& object = "/");
+std::optional<double> read_attr_double(const File& f, const std::string& name, const std::string& object = "/");
+std::vector<double> read_f64(const File& f, const std::string& path);
+std::vector<std::int64_t> read_i64(const File& f, const std::string& path);
+std::vector<std::string> read_strings(const File& f, const std::string& path);  // fixed-length
 
 // Writes to a temporary name beside `path`, renamed over it by commit(); if
 // never committed (an error, an exception) the temporary is removed, so a

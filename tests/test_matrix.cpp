@@ -3,10 +3,12 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "autodiff/error.hpp"
 #include "catch.hpp"
 #include "harness/matrix.hpp"
+#include "harness/report/report.hpp"
 
 using namespace remat;
 namespace fs = std::filesystem;
@@ -80,4 +82,27 @@ TEST_CASE("matrix runs append, resume without repeating, and refuse foreign file
   o.out = foreign.path;
   CHECK_THROWS_WITH(run_matrix(o, {}), test::Contains("not a remat results file"));
   CHECK(fs::last_write_time(foreign.path) == before);
+}
+
+TEST_CASE("the report summarises a results file and draws its plots", "[matrix][report]") {
+  TempFile tmp;
+  MatrixOptions o = small_matrix(tmp.path);
+  run_matrix(o, {});
+  const auto runs = read_results(tmp.path);
+  REQUIRE(runs.size() == 4);
+  CHECK(runs[0].strategy == "full");  // full first in each shape
+  const std::string md = markdown_summary(runs);
+  CHECK(md.find("## gpt2") != std::string::npos);
+  CHECK(md.find("| per-layer | L3 S16 B2 |") != std::string::npos);
+  const std::string dir = tmp.path + ".plots";
+  const auto files = write_plots(runs, dir);
+  CHECK(files.size() == 3);  // tradeoff, timeline-gpt2, depth (two depths)
+  for (const auto& f : files) {
+    std::ifstream in(f);
+    const std::string svg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    CHECK(svg.rfind("<svg", 0) == 0);
+    CHECK(svg.find("</svg>") != std::string::npos);
+  }
+  CHECK_THROWS_WITH(read_results(dir + "/none.h5"), test::Contains("no such file"));
+  fs::remove_all(dir);
 }

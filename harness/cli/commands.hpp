@@ -10,5 +10,6 @@ void setup_grads(CLI::App& app);
 void setup_check(CLI::App& app);
 void setup_strategies(CLI::App& app);
 void setup_matrix(CLI::App& app);
+void setup_report(CLI::App& app);
 
 }  // namespace remat::cli

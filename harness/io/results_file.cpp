@@ -30,32 +30,42 @@ std::string host_name() {
 
 }  // namespace
 
-h5::File ResultsFile::open_or_create(const std::string& path) {
+ResultsFile::ResultsFile(const std::string& path) : path_(path) {
   if (!std::filesystem::exists(path)) {
-    h5::File f = h5::File::create(path);
-    h5::write_attr(f, "remat_results", kSchemaVersion);
-    h5::write_attr(f, "created", now_iso());
-    h5::create_group(f, "/runs");
-    f.flush();
-    return f;
+    h5::AtomicOutput out(path);
+    {
+      h5::File f = h5::File::create(out.temp_path());
+      h5::write_attr(f, "remat_results", kSchemaVersion);
+      h5::write_attr(f, "created", now_iso());
+      h5::create_group(f, "/runs");
+    }
+    out.commit();
+    return;
   }
-  {
-    h5::File probe = h5::File::open(path);  // read-only: refuse without touching
-    if (!h5::read_attr_int(probe, "remat_results"))
-      throw UserError(path + ": not a remat results file (no 'remat_results' attribute); refusing to modify it");
-  }
-  return h5::File::open(path, /*writable=*/true);
+  h5::File f = h5::File::open(path);  // read-only: a foreign file is refused untouched
+  if (!h5::read_attr_int(f, "remat_results"))
+    throw UserError(path + ": not a remat results file (no 'remat_results' attribute); refusing to modify it");
+  for (const auto& id : h5::list(f, "/runs")) runs_.insert(id);
 }
-
-ResultsFile::ResultsFile(const std::string& path) : file_(open_or_create(path)) {}
 
 std::string ResultsFile::run_id(const std::string& model, const std::string& strategy, const Sizes& s) {
   return model + " " + strategy + " L" + std::to_string(s.L) + " S" + std::to_string(s.S) + " B" + std::to_string(s.B);
 }
 
-bool ResultsFile::has(const std::string& id) const { return h5::exists(file_, "/runs/" + id); }
-
 void ResultsFile::append(const RunRecord& r) {
+  h5::AtomicOutput out(path_);
+  std::error_code ec;
+  std::filesystem::copy_file(path_, out.temp_path(), std::filesystem::copy_options::overwrite_existing, ec);
+  if (ec) throw UserError(path_ + ": cannot copy for appending (" + ec.message() + ")");
+  {
+    h5::File f = h5::File::open(out.temp_path(), /*writable=*/true);
+    write_run(f, r);
+  }
+  out.commit();
+  runs_.insert(run_id(r.model, r.strategy, r.sizes));
+}
+
+void ResultsFile::write_run(const h5::File& file_, const RunRecord& r) const {
   const std::string id = run_id(r.model, r.strategy, r.sizes), g = "/runs/" + id;
   h5::create_group(file_, g);
   auto attr_s = [&](const char* n, const std::string& v) { h5::write_attr(file_, n, v, g); };
@@ -121,7 +131,6 @@ void ResultsFile::append(const RunRecord& r) {
   const Shape p{std::int64_t(r.param_names.size())};
   h5::write(file_, g + "/grad_error/max_abs", r.check.vs_full.abs_by_param, p);
   h5::write(file_, g + "/grad_error/max_rel", r.check.vs_full.rel_by_param, p);
-  file_.flush();
 }
 
 }  // namespace remat

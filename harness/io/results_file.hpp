@@ -1,7 +1,10 @@
 #pragma once
 // The results file of `remat matrix` (docs/results-schema.md): one group per
-// run under /runs, append-only, flushed after every run so that a crash or
-// an interrupt never loses a finished one.
+// run under /runs, append-only. Each append writes a copy of the file and
+// renames it over the original, so the file on disk is always a complete,
+// closed HDF5 file: a crash, kill -9 or Ctrl-C at any moment loses at most
+// the run in progress.
+#include <set>
 #include <string>
 #include <vector>
 
@@ -26,13 +29,14 @@ class ResultsFile {
   // remat results file is refused (UserError) and left untouched.
   explicit ResultsFile(const std::string& path);
   static std::string run_id(const std::string& model, const std::string& strategy, const Sizes& s);
-  bool has(const std::string& id) const;
-  void append(const RunRecord& r);  // then flushes
-  const std::string& path() const { return file_.path(); }
+  bool has(const std::string& id) const { return runs_.count(id) > 0; }
+  void append(const RunRecord& r);
+  const std::string& path() const { return path_; }
 
  private:
-  static h5::File open_or_create(const std::string& path);
-  h5::File file_;
+  void write_run(const h5::File& f, const RunRecord& r) const;
+  std::string path_;
+  std::set<std::string> runs_;  // ids already recorded
 };
 
 }  // namespace remat

@@ -1,0 +1,176 @@
+#include "harness/report/report.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+#include <tuple>
+
+#include "autodiff/error.hpp"
+#include "h5/h5.hpp"
+#include "harness/report/svg_chart.hpp"
+
+namespace remat {
+namespace {
+
+double mb(std::int64_t b) { return double(b) / (1 << 20); }
+std::string shape(const RunSummary& r) {
+  return "L" + std::to_string(r.L) + " S" + std::to_string(r.S) + " B" + std::to_string(r.B);
+}
+
+// The runs of each model at its first-recorded shape (the plots compare
+// strategies at one shape).
+std::map<std::string, std::vector<const RunSummary*>> by_model_first_shape(const std::vector<RunSummary>& runs) {
+  std::map<std::string, std::string> first;
+  std::map<std::string, std::vector<const RunSummary*>> out;
+  for (const auto& r : runs) {
+    first.emplace(r.model, shape(r));
+    if (first[r.model] == shape(r)) out[r.model].push_back(&r);
+  }
+  return out;
+}
+
+double slope(const std::vector<double>& x, const std::vector<double>& y) {
+  double sx = 0, sy = 0, sxx = 0, sxy = 0;
+  const double n = double(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double a = std::log(x[i]), b = std::log(y[i]);
+    sx += a, sy += b, sxx += a * a, sxy += a * b;
+  }
+  return (n * sxy - sx * sy) / (n * sxx - sx * sx);
+}
+
+void write_file(const std::string& path, const std::string& text, std::vector<std::string>& written) {
+  std::ofstream out(path);
+  if (!(out << text)) throw UserError(path + ": cannot write");
+  written.push_back(path);
+}
+
+}  // namespace
+
+std::vector<RunSummary> read_results(const std::string& path) {
+  h5::File f = h5::File::open(path);
+  if (!h5::read_attr_int(f, "remat_results")) throw UserError(path + ": not a remat results file");
+  std::vector<RunSummary> runs;
+  for (const auto& name : h5::list(f, "/runs")) {
+    const std::string g = "/runs/" + name;
+    RunSummary r;
+    r.model = h5::read_attr_string(f, "model", g).value_or("?");
+    r.strategy = h5::read_attr_string(f, "strategy", g).value_or("?");
+    r.L = int(h5::read_attr_int(f, "L", g).value_or(0));
+    r.S = int(h5::read_attr_int(f, "S", g).value_or(0));
+    r.B = int(h5::read_attr_int(f, "B", g).value_or(0));
+    r.step_time = h5::read_attr_double(f, "step_time_median", g).value_or(0);
+    r.tokens_per_second = h5::read_attr_double(f, "tokens_per_second", g).value_or(0);
+    r.recompute_share = h5::read_attr_double(f, "recompute_flops_share", g).value_or(0);
+    r.activation = h5::read_attr_int(f, "activation_peak_bytes", g).value_or(0);
+    r.predicted = h5::read_attr_int(f, "predicted_activation_bytes", g).value_or(0);
+    r.offload = h5::read_attr_int(f, "offload_peak_bytes", g).value_or(0);
+    r.bitwise = h5::read_attr_int(f, "bitwise_equal_to_full", g).value_or(0) != 0;
+    if (h5::exists(f, g + "/timeline/seconds")) {
+      r.timeline_seconds = h5::read_f64(f, g + "/timeline/seconds");
+      for (auto b : h5::read_i64(f, g + "/timeline/bytes")) r.timeline_mb.push_back(mb(b));
+    }
+    runs.push_back(std::move(r));
+  }
+  // Run order: by model, shape, then as recorded.
+  std::stable_sort(runs.begin(), runs.end(), [](const RunSummary& a, const RunSummary& b) {
+    const bool fa = a.strategy != "full", fb = b.strategy != "full";  // full first in each shape
+    return std::tie(a.model, a.L, a.S, a.B, fa) < std::tie(b.model, b.L, b.S, b.B, fb);
+  });
+  return runs;
+}
+
+std::string markdown_summary(const std::vector<RunSummary>& runs) {
+  std::ostringstream o;
+  std::map<std::string, const RunSummary*> full;  // model + shape -> full's run
+  for (const auto& r : runs)
+    if (r.strategy == "full") full[r.model + " " + shape(r)] = &r;
+  std::string model;
+  char buf[512];
+  for (const auto& r : runs) {
+    if (r.model != model) {
+      model = r.model;
+      o << "\n## " << model << "\n\n"
+        << "| strategy | shape | step s | time vs full | act MB | memory vs full | predicted MB | offload MB | "
+           "recompute | bitwise |\n|---|---|---|---|---|---|---|---|---|---|\n";
+    }
+    const auto it = full.find(r.model + " " + shape(r));
+    const RunSummary* f = it == full.end() ? nullptr : it->second;
+    std::snprintf(buf, sizeof buf, "| %s | %s | %.3f | %s | %.1f | %s | %.1f | %.1f | %.1f%% | %s |\n", r.strategy.c_str(),
+                  shape(r).c_str(), r.step_time,
+                  f && f->step_time > 0 ? (std::to_string(r.step_time / f->step_time).substr(0, 4) + "x").c_str() : "-",
+                  mb(r.activation),
+                  f && f->activation > 0 ? (std::to_string(double(r.activation) / f->activation).substr(0, 5) + "x").c_str() : "-",
+                  mb(r.predicted), mb(r.offload), 100 * r.recompute_share, r.bitwise ? "yes" : "no");
+    o << buf;
+  }
+  return o.str();
+}
+
+std::vector<std::string> write_plots(const std::vector<RunSummary>& runs, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw UserError(dir + ": cannot create (" + ec.message() + ")");
+  std::vector<std::string> written;
+  const auto groups = by_model_first_shape(runs);
+
+  // 1. Step time against activation memory, one panel per model, Pareto front marked.
+  std::vector<svg::Chart> tradeoff;
+  for (const auto& [model, rs] : groups) {
+    svg::Chart c{model + " " + shape(*rs.front()), "activation memory (MB)", "step time (s)", false, false, {}};
+    for (const RunSummary* r : rs) c.series.push_back({r->strategy, {mb(r->activation)}, {r->step_time}, false, true});
+    std::vector<const RunSummary*> sorted = rs;
+    std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->activation < b->activation; });
+    svg::Series front{"Pareto front", {}, {}, true, false, true, true};
+    double best = std::numeric_limits<double>::max();
+    for (const RunSummary* r : sorted)  // lowest time so far, by growing memory
+      if (r->step_time < best) {
+        best = r->step_time;
+        front.x.push_back(mb(r->activation));
+        front.y.push_back(r->step_time);
+      }
+    c.series.push_back(front);
+    tradeoff.push_back(std::move(c));
+  }
+  if (!tradeoff.empty())
+    write_file(dir + "/tradeoff.svg", svg::render("Step time against activation memory (Pareto front ringed)", tradeoff),
+               written);
+
+  // 2. The memory timeline of one step, every strategy on one chart per model.
+  for (const auto& [model, rs] : groups) {
+    svg::Chart c{model + " " + shape(*rs.front()), "time in the step (s)", "activation memory (MB)", false, false, {}};
+    for (const RunSummary* r : rs)
+      if (!r->timeline_seconds.empty()) c.series.push_back({r->strategy, r->timeline_seconds, r->timeline_mb});
+    if (!c.series.empty())
+      write_file(dir + "/timeline-" + model + ".svg",
+                 svg::render("Memory during one training step: " + model, {std::move(c)}), written);
+  }
+
+  // 3. Depth sweep: activation memory against L on log-log axes, fitted slopes.
+  std::vector<svg::Chart> depth;
+  std::map<std::string, std::map<std::string, std::map<int, std::int64_t>>> sweep;  // model -> strategy -> L -> bytes
+  for (const auto& r : runs) sweep[r.model][r.strategy][r.L] = r.activation;
+  for (const auto& [model, strategies] : sweep) {
+    svg::Chart c{model, "blocks L", "activation memory (MB)", true, true, {}};
+    for (const auto& [strategy, points] : strategies) {
+      if (points.size() < 2) continue;
+      svg::Series s{strategy, {}, {}, true, true};
+      for (const auto& [L, bytes] : points) s.x.push_back(L), s.y.push_back(std::max(mb(bytes), 1e-3));
+      char label[96];
+      std::snprintf(label, sizeof label, "%s (slope %.2f)", strategy.c_str(), slope(s.x, s.y));
+      s.name = label;
+      c.series.push_back(std::move(s));
+    }
+    if (!c.series.empty()) depth.push_back(std::move(c));
+  }
+  if (!depth.empty())
+    write_file(dir + "/depth.svg", svg::render("Activation memory against depth (log-log, fitted slopes)", depth), written);
+  return written;
+}
+
+}  // namespace remat

@@ -1,0 +1,27 @@
+#pragma once
+// `remat report`: a results file as a Markdown summary (grouped by model,
+// ratios to full) and SVG plots: time against memory with the Pareto front,
+// the memory timeline of one step per strategy, and the depth sweep.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace remat {
+
+struct RunSummary {
+  std::string model, strategy;
+  int L = 0, S = 0, B = 0;
+  double step_time = 0, tokens_per_second = 0, recompute_share = 0;
+  std::int64_t activation = 0, predicted = 0, offload = 0;
+  bool bitwise = false;
+  std::vector<double> timeline_seconds;
+  std::vector<double> timeline_mb;
+};
+
+// Every run in a results file (UserError if it is not one).
+std::vector<RunSummary> read_results(const std::string& path);
+std::string markdown_summary(const std::vector<RunSummary>& runs);
+// Writes the plots into `dir` (created if needed); returns the files written.
+std::vector<std::string> write_plots(const std::vector<RunSummary>& runs, const std::string& dir);
+
+}  // namespace remat

@@ -1,0 +1,144 @@
+#include "harness/report/svg_chart.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <sstream>
+
+namespace remat::svg {
+namespace {
+
+constexpr double kW = 600, kH = 380, kLeft = 78, kRight = 250, kTop = 40, kBottom = 56;  // panel geometry
+const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
+                         "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
+
+std::string esc(const std::string& s) {
+  std::string o;
+  for (char c : s) {
+    if (c == '<') o += "&lt;";
+    else if (c == '>') o += "&gt;";
+    else if (c == '&') o += "&amp;";
+    else o += c;
+  }
+  return o;
+}
+
+std::string num(double v) {
+  char buf[32];
+  const double a = std::abs(v);
+  if (v == 0) return "0";
+  if (a >= 1e5 || a < 1e-3) std::snprintf(buf, sizeof buf, "%.0e", v);
+  else std::snprintf(buf, sizeof buf, "%g", v);
+  return buf;
+}
+
+struct Axis {
+  bool log;
+  double lo, hi;  // in data units
+  std::vector<double> ticks;
+
+  Axis(bool log_scale, double mn, double mx) : log(log_scale) {
+    if (!(mx > mn)) {  // a single value: widen around it
+      mx = mn == 0 ? 1 : mn * (log ? 2 : 1.1);
+      mn = mn == 0 ? -1 : mn / (log ? 2 : 1.1);
+      if (!log && mn > 0 && mn < mx * 0.5) mn = 0;
+    }
+    if (log) {
+      const double span = std::log10(mx / mn);
+      const double base = span < 1.5 ? 2 : 10;  // powers of two over short ranges
+      double t = std::pow(base, std::floor(std::log(mn) / std::log(base)));
+      lo = t;
+      while (t < mx * (1 - 1e-9)) t *= base;
+      hi = t;
+      for (double v = lo; v <= hi * 1.0000001; v *= base) ticks.push_back(v);
+    } else {
+      if (mn > 0 && mn < 0.35 * mx) mn = 0;  // show zero when it is near
+      const double raw = (mx - mn) / 6;
+      const double mag = std::pow(10, std::floor(std::log10(raw)));
+      double step = mag;
+      for (double m : {1.0, 2.0, 5.0, 10.0})
+        if (raw <= m * mag) {
+          step = m * mag;
+          break;
+        }
+      lo = std::floor(mn / step) * step;
+      hi = std::ceil(mx / step) * step;
+      for (double v = lo; v <= hi + step * 1e-9; v += step) ticks.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
+    }
+  }
+  double frac(double v) const { return log ? std::log(v / lo) / std::log(hi / lo) : (v - lo) / (hi - lo); }
+};
+
+void panel(std::ostringstream& o, const Chart& c, double ox, double oy) {
+  double xmin = std::numeric_limits<double>::max(), xmax = -xmin, ymin = xmin, ymax = -xmin;
+  for (const auto& s : c.series)
+    for (std::size_t i = 0; i < s.x.size(); ++i) {
+      if ((c.log_x && s.x[i] <= 0) || (c.log_y && s.y[i] <= 0)) continue;
+      xmin = std::min(xmin, s.x[i]), xmax = std::max(xmax, s.x[i]);
+      ymin = std::min(ymin, s.y[i]), ymax = std::max(ymax, s.y[i]);
+    }
+  if (xmin > xmax) xmin = ymin = c.log_x ? 1 : 0, xmax = ymax = 1;
+  const Axis ax(c.log_x, xmin, xmax), ay(c.log_y, ymin, ymax);
+  const double pw = kW - kLeft - kRight, ph = kH - kTop - kBottom, x0 = ox + kLeft, y0 = oy + kTop;
+  auto px = [&](double v) { return x0 + ax.frac(v) * pw; };
+  auto py = [&](double v) { return y0 + ph - ay.frac(v) * ph; };
+
+  o << "<text x='" << x0 + pw / 2 << "' y='" << oy + 22 << "' text-anchor='middle' font-size='14' font-weight='bold'>"
+    << esc(c.title) << "</text>\n";
+  o << "<rect x='" << x0 << "' y='" << y0 << "' width='" << pw << "' height='" << ph
+    << "' fill='none' stroke='#333'/>\n";
+  for (double t : ax.ticks) {
+    const double x = px(t);
+    o << "<line x1='" << x << "' y1='" << y0 << "' x2='" << x << "' y2='" << y0 + ph << "' stroke='#e4e4e4'/>"
+      << "<text x='" << x << "' y='" << y0 + ph + 16 << "' text-anchor='middle' font-size='11'>" << num(t) << "</text>\n";
+  }
+  for (double t : ay.ticks) {
+    const double y = py(t);
+    o << "<line x1='" << x0 << "' y1='" << y << "' x2='" << x0 + pw << "' y2='" << y << "' stroke='#e4e4e4'/>"
+      << "<text x='" << x0 - 6 << "' y='" << y + 4 << "' text-anchor='end' font-size='11'>" << num(t) << "</text>\n";
+  }
+  o << "<text x='" << x0 + pw / 2 << "' y='" << y0 + ph + 38 << "' text-anchor='middle' font-size='12'>"
+    << esc(c.x_label) << (c.log_x ? " (log)" : "") << "</text>\n";
+  o << "<text transform='translate(" << ox + 18 << "," << y0 + ph / 2 << ") rotate(-90)' text-anchor='middle' font-size='12'>"
+    << esc(c.y_label) << (c.log_y ? " (log)" : "") << "</text>\n";
+
+  int legend = 0;
+  for (std::size_t k = 0; k < c.series.size(); ++k) {
+    const Series& s = c.series[k];
+    const std::string color = s.ring ? "#000" : kColors[k % 10];
+    std::string points;
+    for (std::size_t i = 0; i < s.x.size(); ++i) {
+      if ((c.log_x && s.x[i] <= 0) || (c.log_y && s.y[i] <= 0)) continue;
+      points += num(px(s.x[i])) + "," + num(py(s.y[i])) + " ";
+    }
+    if (s.line && !points.empty())
+      o << "<polyline fill='none' stroke='" << color << "' stroke-width='" << (s.ring ? 1 : 1.6) << "'"
+        << (s.dashed ? " stroke-dasharray='5,4'" : "") << " points='" << points << "'/>\n";
+    if (s.markers || s.ring)
+      for (std::size_t i = 0; i < s.x.size(); ++i)
+        o << "<circle cx='" << px(s.x[i]) << "' cy='" << py(s.y[i]) << "' r='" << (s.ring ? 7 : 4) << "' fill='"
+          << (s.ring ? "none" : color) << "' stroke='" << color << "'><title>" << esc(s.name) << ": " << num(s.x[i])
+          << ", " << num(s.y[i]) << "</title></circle>\n";
+    const double ly = y0 + 10 + 16 * legend++;
+    o << "<line x1='" << x0 + pw + 10 << "' y1='" << ly << "' x2='" << x0 + pw + 28 << "' y2='" << ly << "' stroke='"
+      << color << "' stroke-width='2'" << (s.dashed ? " stroke-dasharray='5,4'" : "") << "/>"
+      << "<text x='" << x0 + pw + 32 << "' y='" << ly + 4 << "' font-size='11'>"
+      << esc(s.name.size() > 38 ? s.name.substr(0, 36) + "..." : s.name) << "</text>\n";
+  }
+}
+
+}  // namespace
+
+std::string render(const std::string& title, const std::vector<Chart>& panels) {
+  const double width = kW * double(std::max<std::size_t>(panels.size(), 1)), height = kH + 30;
+  std::ostringstream o;
+  o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << width << "' height='" << height << "' viewBox='0 0 "
+    << width << " " << height << "' font-family='sans-serif'>\n<rect width='100%' height='100%' fill='white'/>\n"
+    << "<text x='" << width / 2 << "' y='20' text-anchor='middle' font-size='16'>" << esc(title) << "</text>\n";
+  for (std::size_t i = 0; i < panels.size(); ++i) panel(o, panels[i], kW * double(i), 30);
+  o << "</svg>\n";
+  return o.str();
+}
+
+}  // namespace remat::svg
