@@ -11,4 +11,11 @@ class UserError : public std::runtime_error {
   explicit UserError(const std::string& what) : std::runtime_error(what) {}
 };
 
+// An allocation that would exceed the memory limit set on the tracker (a
+// simulated smaller device).
+class OutOfMemory : public std::runtime_error {
+ public:
+  explicit OutOfMemory(const std::string& what) : std::runtime_error(what) {}
+};
+
 }  // namespace remat

@@ -3,6 +3,8 @@
 #include <Kokkos_Core.hpp>
 #include <chrono>
 
+#include "autodiff/error.hpp"
+
 namespace remat {
 namespace {
 
@@ -63,6 +65,16 @@ MemoryTracker::PoolStats MemoryTracker::stats(const std::string& pool) const {
 std::map<std::string, MemoryTracker::PoolStats> MemoryTracker::all_stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return pools_;
+}
+
+void MemoryTracker::set_limit(std::int64_t bytes) { limit_ = bytes; }
+
+void MemoryTracker::check_allocation(std::int64_t bytes) const {
+  if (limit_ <= 0) return;
+  const std::int64_t live = stats(default_pool()).live;
+  if (live + bytes > limit_)
+    throw OutOfMemory("out of memory: " + std::to_string(bytes) + " more bytes with " + std::to_string(live) +
+                      " live would pass the limit of " + std::to_string(limit_));
 }
 
 void MemoryTracker::reset_peaks() {

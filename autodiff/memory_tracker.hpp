@@ -39,6 +39,12 @@ class MemoryTracker {
   // The pool Tensors live in (the default memory space's name, e.g. "Host").
   static std::string default_pool();
 
+  // A cap on the live bytes of the default pool (0: none), as on a smaller
+  // device: Tensor allocations that would pass it throw OutOfMemory.
+  void set_limit(std::int64_t bytes);
+  std::int64_t limit() const { return limit_; }
+  void check_allocation(std::int64_t bytes) const;
+
   // Peak := live, allocation counters to 0, in every pool.
   void reset_peaks();
 
@@ -56,6 +62,7 @@ class MemoryTracker {
 
   mutable std::mutex mutex_;
   bool installed_ = false;
+  std::int64_t limit_ = 0;
   std::map<std::string, PoolStats> pools_;
   std::vector<std::string> phases_{"idle"};
   int phase_ = 0;

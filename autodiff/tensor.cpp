@@ -1,5 +1,7 @@
 #include "autodiff/tensor.hpp"
 
+#include "autodiff/memory_tracker.hpp"
+
 #include <cstring>
 #include <sstream>
 
@@ -41,6 +43,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, const std::string& label) 
   t.shape_ = shape;
   t.numel_ = remat::numel(shape);
   t.dtype_ = dtype;
+  MemoryTracker::instance().check_allocation(std::int64_t(t.nbytes()));
   t.bytes_ = Bytes(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), t.nbytes());
   return t;
 }

@@ -84,6 +84,23 @@ std::vector<std::string> strategies_for(const std::string& model, const std::str
   return specs;
 }
 
+bool within_limit(std::int64_t limit, const std::function<void()>& fn) {
+  auto& tracker = MemoryTracker::instance();
+  tracker.set_limit(limit);
+  try {
+    fn();
+  } catch (const OutOfMemory&) {
+    tracker.set_limit(0);
+    current_tape().clear();
+    return false;
+  } catch (...) {
+    tracker.set_limit(0);
+    throw;
+  }
+  tracker.set_limit(0);
+  return true;
+}
+
 CheckReport run_check(const Model& model, const ParamStore& params, const Batch& batch,
                                 const std::vector<std::string>& strategies, const CheckOptions& options) {
   // A warm-up step: one-time allocations (gradients, runtime scratch) must
@@ -103,7 +120,13 @@ CheckReport run_check(const Model& model, const ParamStore& params, const Batch&
     CheckRow row;
     row.strategy = spec;
     row.exact = strategy->exact();
-    row.step = run_step(model, params, batch, {strategy.get(), options.seed, 0, options.timeline});
+    if (!within_limit(options.mem_limit, [&] {
+          row.step = run_step(model, params, batch, {strategy.get(), options.seed, 0, options.timeline});
+        })) {
+      row.oom = true;
+      report.rows.push_back(std::move(row));
+      continue;
+    }
     row.vs_full = compare_gradients(params, ref_grads, row.step.loss, report.full.loss);
     if (options.golden)
       row.vs_golden = compare_gradients(params, *options.golden, row.step.loss, options.golden_loss, 1e-6);

@@ -1,6 +1,7 @@
 #pragma once
 // Gradient equivalence and memory of strategies against `full`, on the same
 // weights and batch: what `remat check` prints and the tests assert.
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -28,7 +29,12 @@ struct CheckRow {
   MemoryPrediction predicted;  // activation bytes at the peak, device and offload pool
   std::optional<ReconstructionError> reconstruction;  // reversible: rebuilt vs true block inputs
   std::string trace;           // per-region trace, if asked
+  bool oom = false;            // the step passed --mem-limit: nothing else in the row holds
 };
+
+// Runs `fn` under the tracker's memory limit; false if it ran out of memory
+// (the partial graph is dropped).
+bool within_limit(std::int64_t limit, const std::function<void()>& fn);
 
 struct CheckOptions {
   std::uint64_t seed = 1;
@@ -36,6 +42,7 @@ struct CheckOptions {
   bool timeline = false;  // record each strategy's memory timeline
   const std::vector<std::vector<float>>* golden = nullptr;  // compare every strategy with these gradients too
   double golden_loss = 0;
+  std::int64_t mem_limit = 0;  // cap on the device pool during each strategy's steps (0: none)
 };
 
 // Tolerance against a golden file, which may come from another build, BLAS

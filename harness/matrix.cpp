@@ -55,16 +55,22 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const MatrixProgress& 
     std::vector<std::string> specs;
     for (const auto* c : group) specs.push_back(c->strategy);
     if (progress.update) progress.update(done, todo.size(), first, "checking against full");
-    const CheckReport report = run_check(*model, params, batch, specs, {o.seed, false, true});
+    CheckOptions check{o.seed, false, true};
+    check.mem_limit = o.mem_limit;
+    const CheckReport report = run_check(*model, params, batch, specs, check);
 
     for (std::size_t k = 0; k < group.size(); ++k) {
       const MatrixCell& cell = *group[k];
       RunRecord r{cell.model, o.preset, cell.strategy, o.data, z, {}, {}, report.rows[k], params.names()};
       auto strategy = make_strategy(cell.strategy);
-      for (int w = 0; w < o.warmup + o.steps; ++w) {
+      for (int w = 0; w < o.warmup + o.steps && !r.check.oom; ++w) {
         if (progress.update)
           progress.update(done, todo.size(), cell, w < o.warmup ? "warm-up" : "step " + std::to_string(w - o.warmup + 1) + "/" + std::to_string(o.steps));
-        const StepResult s = run_step(*model, params, batch, {strategy.get(), o.seed, 0});
+        StepResult s;
+        if (!within_limit(o.mem_limit, [&] { s = run_step(*model, params, batch, {strategy.get(), o.seed, 0}); })) {
+          r.check.oom = true;
+          break;
+        }
         if (w >= o.warmup) {
           r.step_times.push_back(s.seconds);
           r.losses.push_back(s.loss);

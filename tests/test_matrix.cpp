@@ -6,6 +6,7 @@
 #include <fstream>
 
 #include "autodiff/error.hpp"
+#include "autodiff/memory_tracker.hpp"
 #include "catch.hpp"
 #include "harness/matrix.hpp"
 #include "harness/report/report.hpp"
@@ -105,4 +106,33 @@ TEST_CASE("the report summarises a results file and draws its plots", "[matrix][
   }
   CHECK_THROWS_WITH(read_results(dir + "/none.h5"), test::Contains("no such file"));
   fs::remove_all(dir);
+}
+
+TEST_CASE("a run that passes --mem-limit is recorded as out of memory and the matrix goes on", "[matrix][oom]") {
+  TempFile tmp;
+  MatrixOptions o = small_matrix(tmp.path);
+  o.preset = "deep";
+  o.layers = {4};
+  o.seq = {64};
+  o.steps = 1;
+  o.strategies = "full,per-layer";
+  const auto probe = run_matrix(o, {});
+  const std::int64_t full = probe[0].check.step.activation_peak, per_layer = probe[1].check.step.activation_peak;
+  REQUIRE(per_layer < full);
+  fs::remove(tmp.path);
+  // A device with room for the parameters, gradients, batch and per-layer's
+  // activations, but not full's.
+  Sizes z = preset_sizes("deep");
+  z.L = 4;
+  z.S = z.S_max = 64;
+  const std::int64_t weights = 2 * 4 * count_params(models().find("gpt2").make(z)->params());
+  const std::int64_t batch = 3 * std::int64_t(z.B) * z.S * 4;
+  o.mem_limit = MemoryTracker::instance().stats(MemoryTracker::default_pool()).live + weights + batch +
+                (full + per_layer) / 2;
+  const auto records = run_matrix(o, {});
+  REQUIRE(records.size() == 2);
+  CHECK(records[0].check.oom);
+  CHECK_FALSE(records[1].check.oom);
+  CHECK(h5::read_attr_string(h5::File::open(tmp.path), "status", "/runs/gpt2 full L4 S64 B4") == "oom");
+  CHECK(MemoryTracker::instance().limit() == 0);  // lifted afterwards
 }

@@ -51,6 +51,11 @@ void print_summary(const std::vector<RunRecord>& records) {
   for (const auto& r : records)
     if (r.strategy == "full") full_time[ResultsFile::run_id(r.model, "", r.sizes)] = median(r.step_times);
   for (const auto& r : records) {
+    if (r.check.oom) {
+      std::printf("%-8s %-28s L%d S%d B%d: OUT OF MEMORY under --mem-limit\n", r.model.c_str(), r.strategy.c_str(),
+                  r.sizes.L, r.sizes.S, r.sizes.B);
+      continue;
+    }
     const double t = median(r.step_times);
     const auto& st = r.check.step;
     const auto ft = full_time.find(ResultsFile::run_id(r.model, "", r.sizes));
@@ -115,6 +120,9 @@ void setup_matrix(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--seed", o->matrix.seed, "Seed of weights, batch and dropout")->capture_default_str();
   cmd->add_option("--out", o->matrix.out, "HDF5 results file (appended to)")->capture_default_str();
+  cmd->add_option("--mem-limit", o->matrix.mem_limit,
+                  "Simulate a device of this many bytes (suffixes k, M, G): a run that needs more is recorded as OOM")
+      ->transform(CLI::AsSizeValue(false));
   cmd->add_flag("--resume", o->matrix.resume, "Skip runs already in the results file");
   cmd->callback([o] { run(*o); });
 }

@@ -88,7 +88,8 @@ void ResultsFile::write_run(const h5::File& file_, const RunRecord& r) const {
   attr_s("git_revision", REMAT_GIT_REVISION);
   attr_s("host", host_name());
   attr_s("time", now_iso());
-  attr_s("status", "ok");
+  attr_s("status", r.check.oom ? "oom" : "ok");
+  if (r.check.oom) return;  // nothing was measured
 
   std::vector<double> sorted = r.step_times;
   std::sort(sorted.begin(), sorted.end());

@@ -61,6 +61,7 @@ std::vector<RunSummary> read_results(const std::string& path) {
     RunSummary r;
     r.model = h5::read_attr_string(f, "model", g).value_or("?");
     r.strategy = h5::read_attr_string(f, "strategy", g).value_or("?");
+    r.oom = h5::read_attr_string(f, "status", g).value_or("ok") == "oom";
     r.L = int(h5::read_attr_int(f, "L", g).value_or(0));
     r.S = int(h5::read_attr_int(f, "S", g).value_or(0));
     r.B = int(h5::read_attr_int(f, "B", g).value_or(0));
@@ -89,7 +90,7 @@ std::string markdown_summary(const std::vector<RunSummary>& runs) {
   std::ostringstream o;
   std::map<std::string, const RunSummary*> full;  // model + shape -> full's run
   for (const auto& r : runs)
-    if (r.strategy == "full") full[r.model + " " + shape(r)] = &r;
+    if (r.strategy == "full" && !r.oom) full[r.model + " " + shape(r)] = &r;
   std::string model;
   char buf[512];
   for (const auto& r : runs) {
@@ -98,6 +99,10 @@ std::string markdown_summary(const std::vector<RunSummary>& runs) {
       o << "\n## " << model << "\n\n"
         << "| strategy | shape | step s | time vs full | act MB | memory vs full | predicted MB | offload MB | "
            "recompute | bitwise |\n|---|---|---|---|---|---|---|---|---|---|\n";
+    }
+    if (r.oom) {
+      o << "| " << r.strategy << " | " << shape(r) << " | out of memory | | | | | | | |\n";
+      continue;
     }
     const auto it = full.find(r.model + " " + shape(r));
     const RunSummary* f = it == full.end() ? nullptr : it->second;
@@ -123,8 +128,12 @@ std::vector<std::string> write_plots(const std::vector<RunSummary>& runs, const 
   std::vector<svg::Chart> tradeoff;
   for (const auto& [model, rs] : groups) {
     svg::Chart c{model + " " + shape(*rs.front()), "activation memory (MB)", "step time (s)", false, false, {}};
-    for (const RunSummary* r : rs) c.series.push_back({r->strategy, {mb(r->activation)}, {r->step_time}, false, true});
-    std::vector<const RunSummary*> sorted = rs;
+    std::vector<const RunSummary*> sorted;
+    for (const RunSummary* r : rs)
+      if (!r->oom) {
+        c.series.push_back({r->strategy, {mb(r->activation)}, {r->step_time}, false, true});
+        sorted.push_back(r);
+      }
     std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->activation < b->activation; });
     svg::Series front{"Pareto front", {}, {}, true, false, true, true};
     double best = std::numeric_limits<double>::max();
@@ -154,7 +163,8 @@ std::vector<std::string> write_plots(const std::vector<RunSummary>& runs, const 
   // 3. Depth sweep: activation memory against L on log-log axes, fitted slopes.
   std::vector<svg::Chart> depth;
   std::map<std::string, std::map<std::string, std::map<int, std::int64_t>>> sweep;  // model -> strategy -> L -> bytes
-  for (const auto& r : runs) sweep[r.model][r.strategy][r.L] = r.activation;
+  for (const auto& r : runs)
+    if (!r.oom) sweep[r.model][r.strategy][r.L] = r.activation;
   for (const auto& [model, strategies] : sweep) {
     svg::Chart c{model, "blocks L", "activation memory (MB)", true, true, {}};
     for (const auto& [strategy, points] : strategies) {

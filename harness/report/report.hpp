@@ -14,6 +14,7 @@ struct RunSummary {
   double step_time = 0, tokens_per_second = 0, recompute_share = 0;
   std::int64_t activation = 0, predicted = 0, offload = 0;
   bool bitwise = false;
+  bool oom = false;  // recorded as out of memory under --mem-limit
   std::vector<double> timeline_seconds;
   std::vector<double> timeline_mb;
 };
