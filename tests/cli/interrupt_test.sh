@@ -7,7 +7,7 @@ remat=$1
 work=$(mktemp -d)
 trap 'kill -9 $pid 2>/dev/null; rm -rf "$work"' EXIT
 cd "$work"
-args=(matrix --models gpt2 --preset deep --layers 6 --seq 128 --strategies all --steps 15 --warmup 1 --out r.h5)
+args=(matrix --models gpt2 --preset deep --layers 6 --seq 128 --strategies all --steps 6 --warmup 1 --out r.h5)
 runs() { "$remat" report r.h5 2>/dev/null | grep -c '^| .* | L[0-9]* S[0-9]* B[0-9]* |' || true; }
 
 "$remat" "${args[@]}" >first.txt 2>&1 &
