@@ -23,7 +23,9 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias)
     T beta = 0;
     if (bias.defined()) {  // y = bias, then y += x W^T inside the GEMM
       const T* b = bias.data<T>();
-      for_each("linear_bias", M * out_f, KOKKOS_LAMBDA(std::int64_t i) { y[i] = b[i % out_f]; });
+      for_each("linear_bias", M, KOKKOS_LAMBDA(std::int64_t r) {
+        for (std::int64_t j = 0; j < out_f; ++j) y[r * out_f + j] = b[j];
+      });
       beta = 1;
     }
     gemm::gemm<T>(Op::N, Op::T, M, out_f, in, 1, x.data<T>(), in, weight.data<T>(), in, beta, y, out_f);
