@@ -1,35 +1,46 @@
-// One training step (forward + backward) per model, at a preset's sizes.
-// Reported: seconds per step, tokens/s, and model FLOP/s (6 x params x tokens
-// plus attention), to compare against the sgemm rate in the same run.
+// One training step (forward + backward) per model x strategy at a preset's
+// sizes. Reported: seconds per step (Time), tokens/s, and model FLOP/s
+// (6 x params x tokens plus attention), to compare with the sgemm rate
+// measured in the same run (bench_gemm.cpp).
 #include <benchmark/benchmark.h>
 
 #include "autodiff/tensor.hpp"
+#include "harness/check.hpp"
 #include "harness/step.hpp"
+#include "strategies/registry.hpp"
 #include "zoo/model.hpp"
 
 namespace {
 
-void BM_step(benchmark::State& state, const std::string& model_name, const std::string& preset) {
-  const remat::Sizes z = remat::preset_sizes(preset);
+void BM_step(benchmark::State& state, const std::string& model_name, const std::string& strategy_spec) {
+  const remat::Sizes z = remat::preset_sizes("small");
   const auto model = remat::models().find(model_name).make(z);
   remat::ParamStore params(model->params(), remat::DType::f32);
   remat::initialize(params, 1, z.L);
   const remat::Batch batch = remat::random_batch(z.B, z.S, z.V, 1);
-  remat::forward_backward(*model, params, batch);  // warm-up
+  auto strategy = remat::make_strategy(strategy_spec);
+  const remat::StepOptions options{strategy.get(), 1, 0};
+  remat::forward_backward(*model, params, batch, options);  // warm-up
   for (auto _ : state) {
-    remat::forward_backward(*model, params, batch);
+    remat::forward_backward(*model, params, batch, options);
     remat::ExecSpace().fence();
   }
   const double tokens = double(z.B) * z.S;
   const double attention = 6.0 * z.L * z.B * double(z.S) * z.S * z.D;  // QK^T and PV, forward and backward
   state.counters["tokens/s"] = benchmark::Counter(tokens, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["FLOP/s"] = benchmark::Counter(6.0 * params.count() * tokens + attention,
+  state.counters["FLOP/s"] = benchmark::Counter(6.0 * double(params.count()) * tokens + attention,
                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 
-}  // namespace
+// Every model with every strategy that applies to it, registered at start-up.
+const bool registered = [] {
+  for (const auto& m : remat::models().all())
+    for (const auto& s : remat::all_strategies(m.reversible))
+      benchmark::RegisterBenchmark(("BM_step/" + m.name + "/" + s).c_str(), BM_step, m.name, s)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime()
+          ->MinTime(2.0);
+  return true;
+}();
 
-BENCHMARK_CAPTURE(BM_step, gpt2_small, std::string("gpt2"), std::string("small"))
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime()
-    ->MinTime(3.0);
+}  // namespace
