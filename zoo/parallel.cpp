@@ -3,10 +3,12 @@
 //   x = wte[tokens] + wpe[0..S)
 //   for i: a = LN_i(x);  x = x + Attn_i(a) + MLP_i(a)
 //   logits = LN_f(x) @ wte^T
-// Attn and MLP as in gpt2 (tanh GELU). Added by following docs/adding-a-model.md.
+// Attn and MLP as in gpt2 (zoo/gpt_layers.hpp). Added by following
+// docs/adding-a-model.md.
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/region.hpp"
 #include "zoo/common.hpp"
+#include "zoo/gpt_layers.hpp"
 #include "zoo/model.hpp"
 
 namespace remat {
@@ -17,27 +19,24 @@ class Parallel final : public Model {
   using Model::Model;
 
   std::vector<ParamSpec> params() const override {
-    const std::int64_t V = sizes_.V, D = sizes_.D, Smax = sizes_.S_max;
-    std::vector<ParamSpec> p = {{"wte.weight", {V, D}}, {"wpe.weight", {Smax, D}}};
+    const std::int64_t D = sizes_.D;
+    std::vector<ParamSpec> p;
+    gpt::append_embeddings(p, sizes_.V, D, sizes_.S_max);
     for (int i = 0; i < sizes_.L; ++i) {
       const std::string h = block_name(i) + ".";
       append_layer_norm(p, h + "ln", D);
-      append_linear(p, h + "attn.c_attn", 3 * D, D);
-      append_linear(p, h + "attn.c_proj", D, D, Init::residual_out);
-      append_linear(p, h + "mlp.c_fc", 4 * D, D);
-      append_linear(p, h + "mlp.c_proj", D, 4 * D, Init::residual_out);
+      gpt::append_attention(p, h + "attn", D);
+      gpt::append_mlp(p, h + "mlp", D);
     }
     append_layer_norm(p, "ln_f", D);
     return p;
   }
 
   Tensor logits(const ParamStore& p, const Tensor& tokens) const override {
-    const Tensor& wte = p["wte.weight"];
-    Tensor x = ops::add(ops::embedding(wte, tokens), ops::embedding(p["wpe.weight"], positions(tokens)));
-    x = ops::dropout(x, sizes_.dropout);
+    Tensor x = gpt::embeddings(p, tokens, sizes_.dropout);
     for (int i = 0; i < sizes_.L; ++i)
       x = run_block({i, sizes_.L, block_name(i)}, x, [this, &p, i](const Tensor& x) { return block(p, i, x); });
-    return ops::linear(ops::layer_norm(x, p["ln_f.weight"], p["ln_f.bias"], 1e-5), wte);
+    return gpt::tied_head(p, x);
   }
 
  private:
@@ -45,12 +44,9 @@ class Parallel final : public Model {
 
   Tensor block(const ParamStore& p, int i, const Tensor& x) const {
     const std::string h = block_name(i) + ".";
-    const double drop = sizes_.dropout;
-    auto lin = [&](const Tensor& t, const std::string& name) { return ops::linear(t, p[name + ".weight"], p[name + ".bias"]); };
     const Tensor a = ops::layer_norm(x, p[h + "ln.weight"], p[h + "ln.bias"], 1e-5);
-    const Tensor attn = lin(ops::attention(lin(a, h + "attn.c_attn"), sizes_.H, /*causal=*/true, drop), h + "attn.c_proj");
-    const Tensor mlp = lin(ops::gelu_tanh(lin(a, h + "mlp.c_fc")), h + "mlp.c_proj");
-    return ops::add(ops::add(x, ops::dropout(attn, drop)), ops::dropout(mlp, drop));
+    const Tensor attn = gpt::attention(p, h + "attn", a, sizes_.H, sizes_.dropout);
+    return ops::add(ops::add(x, attn), gpt::mlp(p, h + "mlp", a, sizes_.dropout));
   }
 };
 

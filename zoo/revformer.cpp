@@ -7,6 +7,7 @@
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/region.hpp"
 #include "zoo/common.hpp"
+#include "zoo/gpt_layers.hpp"
 #include "zoo/model.hpp"
 
 namespace remat {
@@ -17,25 +18,22 @@ class Revformer final : public Model {
   using Model::Model;
 
   std::vector<ParamSpec> params() const override {
-    const std::int64_t V = sizes_.V, D = sizes_.D, Smax = sizes_.S_max;
-    std::vector<ParamSpec> p = {{"wte.weight", {V, D}}, {"wpe.weight", {Smax, D}}};
+    const std::int64_t D = sizes_.D;
+    std::vector<ParamSpec> p;
+    gpt::append_embeddings(p, sizes_.V, D, sizes_.S_max);
     for (int i = 0; i < sizes_.L; ++i) {
       const std::string h = block_name(i) + ".";
       append_layer_norm(p, h + "f.ln", D);
-      append_linear(p, h + "f.attn.c_attn", 3 * D, D);
-      append_linear(p, h + "f.attn.c_proj", D, D, Init::residual_out);
+      gpt::append_attention(p, h + "f.attn", D);
       append_layer_norm(p, h + "g.ln", D);
-      append_linear(p, h + "g.mlp.c_fc", 4 * D, D);
-      append_linear(p, h + "g.mlp.c_proj", D, 4 * D, Init::residual_out);
+      gpt::append_mlp(p, h + "g.mlp", D);
     }
     append_layer_norm(p, "ln_f", D);
     return p;
   }
 
   Tensor logits(const ParamStore& p, const Tensor& tokens) const override {
-    const Tensor& wte = p["wte.weight"];
-    Tensor x = ops::add(ops::embedding(wte, tokens), ops::embedding(p["wpe.weight"], positions(tokens)));
-    x = ops::dropout(x, sizes_.dropout);
+    const Tensor x = gpt::embeddings(p, tokens, sizes_.dropout);
     Tensor x1 = x, x2 = x;
     for (int i = 0; i < sizes_.L; ++i) {
       const ReversibleBody body{[this, &p, i](const Tensor& z) { return f(p, i, z); },
@@ -44,26 +42,21 @@ class Revformer final : public Model {
       x1 = y[0];
       x2 = y[1];
     }
-    const Tensor mean = ops::scale(ops::add(x1, x2), 0.5);
-    return ops::linear(ops::layer_norm(mean, p["ln_f.weight"], p["ln_f.bias"], 1e-5), wte);
+    return gpt::tied_head(p, ops::scale(ops::add(x1, x2), 0.5));
   }
 
  private:
   static std::string block_name(int i) { return "h." + std::to_string(i); }
 
-  Tensor f(const ParamStore& p, int i, const Tensor& z) const {
+  Tensor f(const ParamStore& p, int i, const Tensor& z) const {  // Attn(LN(z))
     const std::string h = block_name(i) + ".f.";
-    Tensor a = ops::layer_norm(z, p[h + "ln.weight"], p[h + "ln.bias"], 1e-5);
-    a = ops::attention(ops::linear(a, p[h + "attn.c_attn.weight"], p[h + "attn.c_attn.bias"]), sizes_.H, true,
-                       sizes_.dropout);
-    return ops::dropout(ops::linear(a, p[h + "attn.c_proj.weight"], p[h + "attn.c_proj.bias"]), sizes_.dropout);
+    const Tensor a = ops::layer_norm(z, p[h + "ln.weight"], p[h + "ln.bias"], 1e-5);
+    return gpt::attention(p, h + "attn", a, sizes_.H, sizes_.dropout);
   }
 
-  Tensor g(const ParamStore& p, int i, const Tensor& z) const {
+  Tensor g(const ParamStore& p, int i, const Tensor& z) const {  // MLP(LN(z))
     const std::string h = block_name(i) + ".g.";
-    Tensor m = ops::layer_norm(z, p[h + "ln.weight"], p[h + "ln.bias"], 1e-5);
-    m = ops::gelu_tanh(ops::linear(m, p[h + "mlp.c_fc.weight"], p[h + "mlp.c_fc.bias"]));
-    return ops::dropout(ops::linear(m, p[h + "mlp.c_proj.weight"], p[h + "mlp.c_proj.bias"]), sizes_.dropout);
+    return gpt::mlp(p, h + "mlp", ops::layer_norm(z, p[h + "ln.weight"], p[h + "ln.bias"], 1e-5), sizes_.dropout);
   }
 };
 

@@ -1,0 +1,28 @@
+#pragma once
+// gpt2's pieces, shared by the models MODELS.md defines "as in gpt2"
+// (revformer's F and G, the parallel block): parameters and forward of the
+// attention branch, the MLP branch, the learned embeddings and the tied head.
+#include <string>
+#include <vector>
+
+#include "zoo/params.hpp"
+
+namespace remat::gpt {
+
+// <prefix>.c_attn [3D, D] and <prefix>.c_proj [D, D] (residual output init), with biases.
+void append_attention(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t D);
+// <prefix>.c_fc [4D, D] and <prefix>.c_proj [D, 4D] (residual output init), with biases.
+void append_mlp(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t D);
+// wte [V, D] and wpe [S_max, D].
+void append_embeddings(std::vector<ParamSpec>& p, std::int64_t V, std::int64_t D, std::int64_t S_max);
+
+// dropout(c_proj(attention(c_attn(x)))), causal, H heads, dropout on the probabilities too.
+Tensor attention(const ParamStore& p, const std::string& prefix, const Tensor& x, int heads, double dropout);
+// dropout(c_proj(gelu_tanh(c_fc(x)))).
+Tensor mlp(const ParamStore& p, const std::string& prefix, const Tensor& x, double dropout);
+// dropout(wte[tokens] + wpe[0..S)).
+Tensor embeddings(const ParamStore& p, const Tensor& tokens, double dropout);
+// LN_f(x) @ wte^T.
+Tensor tied_head(const ParamStore& p, const Tensor& x);
+
+}  // namespace remat::gpt
