@@ -59,6 +59,12 @@ void gemm_strided_batched(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std:
 }
 
 template <class T>
+void gemm_serial(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
+                 std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+  host_gemm(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+template <class T>
 void gemm_reference(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
                     std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
   for (std::int64_t i = 0; i < m; ++i)
@@ -79,6 +85,8 @@ void gemm_reference(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64
   template void gemm_strided_batched<T>(Op, Op, std::int64_t, std::int64_t, std::int64_t, T, const T*,             \
                                         std::int64_t, std::int64_t, const T*, std::int64_t, std::int64_t, T, T*,   \
                                         std::int64_t, std::int64_t, std::int64_t);                                 \
+  template void gemm_serial<T>(Op, Op, std::int64_t, std::int64_t, std::int64_t, T, const T*, std::int64_t,       \
+                               const T*, std::int64_t, T, T*, std::int64_t);                                     \
   template void gemm_reference<T>(Op, Op, std::int64_t, std::int64_t, std::int64_t, T, const T*, std::int64_t,     \
                                   const T*, std::int64_t, T, T*, std::int64_t);
 REMAT_GEMM_INSTANTIATE(float)

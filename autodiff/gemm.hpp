@@ -20,6 +20,12 @@ void gemm_strided_batched(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std:
                           std::int64_t stride_b, T beta, T* c, std::int64_t ldc, std::int64_t stride_c,
                           std::int64_t count);
 
+// One product on the calling thread, for use inside a parallel region over
+// host memory; not counted in stats (the caller counts its FLOPs once).
+template <class T>
+void gemm_serial(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
+                 std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc);
+
 // Naive triple loop on the host: the reference the tests check against.
 template <class T>
 void gemm_reference(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,

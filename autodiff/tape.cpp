@@ -36,11 +36,17 @@ Tensor BackwardContext::grad_out(int i) const {
 GradTarget BackwardContext::grad_in(int i) {
   GradSlot* slot = node_.inputs.at(i).get();
   if (!slot) return {};
+  for (const auto& [s, t] : handed_out_)  // the same tensor as an earlier input: share its buffer
+    if (s == slot) return {t, false};
+  GradTarget target;
   if (!slot->grad) {
     slot->grad = std::make_shared<Tensor>(Tensor::empty(slot->shape, slot->dtype, "grad"));
-    return {*slot->grad, true};
+    target = {*slot->grad, true};
+  } else {
+    target = {writable_grad(*slot), false};
   }
-  return {writable_grad(*slot), false};
+  handed_out_.emplace_back(slot, target.t);
+  return target;
 }
 
 void BackwardContext::accumulate(int i, const Tensor& g) {

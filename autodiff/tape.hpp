@@ -40,12 +40,14 @@ class BackwardContext {
   Tensor grad_out(int i = 0) const;
   bool needs_grad(int i) const { return node_.inputs.at(i) != nullptr; }
   // The buffer to write input i's gradient into (undefined if not needed).
+  // Inputs that are one tensor get one buffer: fresh only the first time.
   GradTarget grad_in(int i);
   // Adds g into input i's gradient (adopting g when it is the first).
   void accumulate(int i, const Tensor& g);
 
  private:
   Node& node_;
+  std::vector<std::pair<const GradSlot*, Tensor>> handed_out_;  // buffers given by grad_in
 };
 
 class Tape {

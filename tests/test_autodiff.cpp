@@ -97,13 +97,25 @@ TEST_CASE("ops save through the innermost hooks, tagged with the producing op's 
   current_tape().clear();
 }
 
-TEST_CASE("attention saves its input and its probabilities as attention core", "[autodiff][hooks]") {
+TEST_CASE("plain attention saves its input and its probabilities as attention core", "[autodiff][hooks]") {
+  test::AttentionKernelScope plain(ops::AttentionKernel::plain);
   CountingHooks hooks;
   SavedTensorHooksScope scope(hooks);
   Tensor qkv = random_leaf({2, 4, 12}, 1, DType::f32);
   ops::attention(qkv, 2, true);
   CHECK(hooks.kinds == std::vector<OpKind>{OpKind::leaf, OpKind::attn_core});
   CHECK(hooks.bytes == (2 * 4 * 12 + 2 * 2 * 4 * 4) * 4);
+  current_tape().clear();
+}
+
+TEST_CASE("fused attention saves its input, its output and the rows' log-sum-exp", "[autodiff][hooks]") {
+  test::AttentionKernelScope fused(ops::AttentionKernel::fused);
+  CountingHooks hooks;
+  SavedTensorHooksScope scope(hooks);
+  Tensor qkv = random_leaf({2, 4, 12}, 1, DType::f32);
+  ops::attention(qkv, 2, true);
+  CHECK(hooks.kinds == std::vector<OpKind>{OpKind::leaf, OpKind::matmul, OpKind::attn_core});
+  CHECK(hooks.bytes == (2 * 4 * 12 + 2 * 4 * 4 + 2 * 2 * 4) * 4);  // qkv, out [2,4,4], lse [2,2,4]
   current_tape().clear();
 }
 

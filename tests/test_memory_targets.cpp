@@ -2,7 +2,9 @@
 // gpt2 `small` (L = 12) and the `deep` depth sweep.
 #include <cmath>
 
+#include "autodiff/ops/ops.hpp"
 #include "catch.hpp"
+#include "helpers.hpp"
 #include "harness/check.hpp"
 #include "strategies/registry.hpp"
 
@@ -40,6 +42,10 @@ double slope(const std::vector<double>& x, const std::vector<double>& y) {  // l
 TEST_CASE("gpt2 small: per-layer under a third of full, selective below full with little recompute, "
           "every prediction within 5%",
           "[memory][small]") {
+  // With the plain kernel, which keeps the attention probabilities that
+  // Megatron-style selective recomputation drops (the fused kernel never
+  // keeps them; see the next test).
+  test::AttentionKernelScope plain(ops::AttentionKernel::plain);
   const CheckReport r = check("small", 0, all_strategies());
   const double full = double(r.full.activation_peak);
   CHECK(double(row(r, "per-layer").step.activation_peak) < full / 3);
@@ -51,6 +57,17 @@ TEST_CASE("gpt2 small: per-layer under a third of full, selective below full wit
     CHECK(std::abs(double(x.step.activation_peak - x.predicted.device)) <= 0.05 * double(x.step.activation_peak));
     CHECK(x.vs_full.bitwise);
   }
+}
+
+TEST_CASE("the fused attention kernel keeps no probabilities: full+fused below selective+plain", "[memory][small]") {
+  const CheckReport fused = check("small", 0, {"per-layer"});
+  const CheckReport plain = [] {
+    test::AttentionKernelScope scope(ops::AttentionKernel::plain);
+    return check("small", 0, {"selective"});
+  }();
+  CHECK(fused.full.activation_peak < row(plain, "selective").step.activation_peak);
+  CHECK(row(fused, "per-layer").step.activation_peak < plain.full.activation_peak / 3);
+  for (const auto& x : fused.rows) CHECK(std::abs(double(x.step.activation_peak - x.predicted.device)) <= 0.05 * double(x.step.activation_peak));
 }
 
 TEST_CASE("depth sweep: full grows like L, sqrt like sqrt(L)", "[memory][depth]") {

@@ -51,9 +51,11 @@ TEST_CASE("gelu_tanh backward", "[ops][gradcheck]") {
   require_gradients([](const Inputs& in) { return ops::gelu_tanh(in[0]); }, {random_leaf({40}, 1, DType::f64, -4, 4)});
 }
 
-TEST_CASE("attention backward, causal and bidirectional", "[ops][gradcheck]") {
+TEST_CASE("attention backward, causal and bidirectional, both kernels", "[ops][gradcheck]") {
+  const auto kernel = GENERATE(ops::AttentionKernel::fused, ops::AttentionKernel::plain);
+  ops::set_attention_kernel(kernel);
   for (bool causal : {true, false}) {
-    INFO("causal " << causal);
+    INFO("causal " << causal << " kernel " << ops::attention_kernel_name(kernel));
     require_gradients([causal](const Inputs& in) { return ops::attention(in[0], 2, causal); },
                       {random_leaf({2, 4, 12}, 1, DType::f64, -1.5, 1.5)});
   }
@@ -82,7 +84,9 @@ TEST_CASE("gelu_erf, silu, swiglu and scale backward", "[ops][gradcheck]") {
   require_gradients([](const Inputs& in) { return ops::scale(in[0], -0.7); }, {random_leaf({10}, 1)});
 }
 
-TEST_CASE("grouped-query attention backward, causal and bidirectional", "[ops][gradcheck]") {
+TEST_CASE("grouped-query attention backward, causal and bidirectional, both kernels", "[ops][gradcheck]") {
+  const auto kernel = GENERATE(ops::AttentionKernel::fused, ops::AttentionKernel::plain);
+  ops::set_attention_kernel(kernel);
   for (bool causal : {true, false})
     for (int kv : {1, 2}) {
       INFO("causal " << causal << " kv heads " << kv);
@@ -90,6 +94,15 @@ TEST_CASE("grouped-query attention backward, causal and bidirectional", "[ops][g
                         {random_leaf({2, 3, 8}, 1, DType::f64, -1.5, 1.5), random_leaf({2, 3, 2 * kv}, 2, DType::f64, -1.5, 1.5),
                          random_leaf({2, 3, 2 * kv}, 3)});
     }
+}
+
+TEST_CASE("an op whose inputs are one tensor gets one gradient buffer for them", "[ops][gradcheck]") {
+  require_gradients([](const Inputs& in) { return ops::swiglu(in[0], in[0]); }, {random_leaf({20}, 1)});
+  for (auto kernel : {ops::AttentionKernel::fused, ops::AttentionKernel::plain}) {
+    ops::set_attention_kernel(kernel);
+    require_gradients([](const Inputs& in) { return ops::attention(in[0], in[1], in[1], 2, 1, true); },
+                      {random_leaf({1, 3, 4}, 1), random_leaf({1, 3, 2}, 2)});
+  }
 }
 
 TEST_CASE("a chain of ops: gradients flow through a small block", "[ops][gradcheck]") {

@@ -2,6 +2,8 @@
 #include <cmath>
 
 #include "autodiff/ops/ops.hpp"
+#include "autodiff/random.hpp"
+#include "autodiff/tape.hpp"
 #include "catch.hpp"
 #include "helpers.hpp"
 #include "reference_ops.hpp"
@@ -74,7 +76,9 @@ TEST_CASE("gelu_tanh", "[ops][forward]") {
   }
 }
 
-TEST_CASE("attention, causal and bidirectional", "[ops][forward]") {
+TEST_CASE("attention, causal and bidirectional, both kernels", "[ops][forward]") {
+  const auto kernel = GENERATE(ops::AttentionKernel::fused, ops::AttentionKernel::plain);
+  ops::set_attention_kernel(kernel);
   for (DType dt : kDtypes)
     for (bool causal : {true, false}) {
       Tensor qkv = random_tensor({2, 5, 24}, 1, dt, -2, 2);
@@ -119,7 +123,9 @@ TEST_CASE("gelu_erf, silu, swiglu, scale", "[ops][forward]") {
   }
 }
 
-TEST_CASE("grouped-query attention, causal and bidirectional", "[ops][forward]") {
+TEST_CASE("grouped-query attention, causal and bidirectional, both kernels", "[ops][forward]") {
+  const auto kernel = GENERATE(ops::AttentionKernel::fused, ops::AttentionKernel::plain);
+  ops::set_attention_kernel(kernel);
   for (DType dt : kDtypes)
     for (bool causal : {true, false})
       for (int kv : {1, 2, 4}) {
@@ -129,6 +135,29 @@ TEST_CASE("grouped-query attention, causal and bidirectional", "[ops][forward]")
         require_close(ops::attention(q, k, v, 4, kv, causal),
                       test::ref::attention_gqa(q.to_host_f64(), k.to_host_f64(), v.to_host_f64(), 2, 5, 4, kv, 4, causal));
       }
+}
+
+TEST_CASE("fused and plain attention agree to 1e-5, with the same dropout masks", "[ops][forward]") {
+  for (double dropout : {0.0, 0.2})
+    for (bool causal : {true, false}) {
+      INFO("dropout " << dropout << " causal " << causal);
+      auto run = [&](ops::AttentionKernel k) {
+        ops::set_attention_kernel(k);
+        random_ops::begin_step(5, 0);
+        Tensor q = test::random_leaf({2, 70, 16}, 1, DType::f32), kv = test::random_leaf({2, 70, 8}, 2, DType::f32);
+        Tensor y = ops::attention(q, kv, kv, 4, 2, causal, dropout);
+        backward(y, random_tensor({2, 70, 16}, 3, DType::f32));
+        std::vector<double> all = y.to_host_f64();
+        for (const Tensor& t : {q, kv})
+          for (double v : t.grad().to_host_f64()) all.push_back(v);
+        return all;
+      };
+      const auto fused = run(ops::AttentionKernel::fused), plain = run(ops::AttentionKernel::plain);
+      double worst = 0;
+      for (std::size_t i = 0; i < fused.size(); ++i) worst = std::max(worst, std::abs(fused[i] - plain[i]) / (1 + std::abs(plain[i])));
+      CHECK(worst < 1e-5);
+    }
+  ops::set_attention_kernel(ops::AttentionKernel::fused);
 }
 
 TEST_CASE("ops reject bad input with the offending shape", "[ops][errors]") {

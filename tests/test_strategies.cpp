@@ -55,6 +55,7 @@ TEST_CASE("dropout changes the loss, and replays the same masks each step", "[st
 }
 
 TEST_CASE("each strategy runs forward exactly the ops it promises", "[strategies][counts]") {
+  test::AttentionKernelScope plain(ops::AttentionKernel::plain);  // whose probabilities selective drops
   Setup s = gpt2("tiny", 4, 0.0);  // L = 4
   auto run = [&](const std::string& spec) {
     auto strategy = make_strategy(spec);
@@ -90,6 +91,12 @@ TEST_CASE("each strategy runs forward exactly the ops it promises", "[strategies
     const StepResult r = run("selective:attn-core,mlp-act");
     CHECK(stats::counts().recomputed ==
           std::map<std::string, std::int64_t>{{"attention_probs", 3}, {"gelu_tanh", 3}});
+  }
+  SECTION("with the fused kernel, per-layer recomputes the fused attention once per recomputed block") {
+    test::AttentionKernelScope fused(ops::AttentionKernel::fused);
+    const StepResult r = run("per-layer");
+    CHECK(recomputed(r, "attention_fused") == 3);
+    CHECK(recomputed(r, "attention_probs") == 0);
   }
   SECTION("offload recomputes nothing") {
     const StepResult r = run("offload");
@@ -180,6 +187,7 @@ TEST_CASE("strategy specs parse, compose where it makes sense, and fail clearly"
 }
 
 TEST_CASE("the trace shows what each region kept, dropped and recomputed", "[strategies][trace]") {
+  test::AttentionKernelScope plain(ops::AttentionKernel::plain);
   Setup s = gpt2("tiny", 3, 0.0);
   auto strategy = make_strategy("selective");
   strategy->trace().enabled = true;

@@ -1,6 +1,8 @@
 #include <cmath>
 
+#include "autodiff/elementwise.hpp"
 #include "autodiff/gemm.hpp"
+#include "autodiff/ops/attention_fused.hpp"
 #include "autodiff/ops/kernel.hpp"
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/random.hpp"
@@ -108,9 +110,76 @@ Tensor attention_output(const Tensor& probs, const Inputs& in, const Geometry& g
   return out;
 }
 
+AttentionKernel& kernel_setting() {
+  static AttentionKernel k = AttentionKernel::fused;
+  return k;
+}
+
+// Zeroes the fresh gradient buffers among `targets`, once each (they may be
+// one buffer), so kernels can always add.
+void zero_fresh(std::initializer_list<GradTarget*> targets) {
+  for (GradTarget* t : targets)
+    if (*t && t->fresh) {
+      fill(t->t, 0.0);
+      for (GradTarget* u : targets)
+        if (u->t.raw() == t->t.raw()) u->fresh = false;
+    }
+}
+
+fused::Problem fused_problem(const Geometry& g, const Dropout& d) {
+  return {g.B, g.S, g.H, g.Hkv, g.hd, g.causal, {g.q.offset, g.q.ld, g.q.batch_stride},
+          {g.k.offset, g.k.ld, g.k.batch_stride}, {g.v.offset, g.v.ld, g.v.batch_stride}, g.scale(), d.p, d.seed, d.stream};
+}
+
+double attention_flops(const Geometry& g) { return 4.0 * double(g.B * g.H) * double(g.S * g.S) * double(g.hd); }
+
+// The fused kernel: out and lse[B, H, S].
+std::pair<Tensor, Tensor> fused_forward(const Inputs& in, const Geometry& g, const Dropout& d) {
+  stats::count_forward("attention_fused");
+  stats::count_flops(attention_flops(g) * (g.causal ? 0.5 : 1.0));
+  Tensor out = Tensor::empty({g.B, g.S, g.width()}, in.q.dtype(), "attention");
+  out.set_kind(OpKind::matmul);
+  Tensor lse = Tensor::empty({g.B, g.H, g.S}, in.q.dtype(), "attention_lse");
+  lse.set_kind(OpKind::attn_core);
+  dispatch_float(in.q.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    fused::forward<T>(fused_problem(g, d), in.q.data<T>(), in.k.data<T>(), in.v.data<T>(), out.data<T>(),
+                      lse.data<T>());
+  });
+  return {out, lse};
+}
+
+Tensor record_fused(const Inputs& in, const Geometry& g, const Dropout& d) {
+  auto [out, lse] = fused_forward(in, g, d);
+  OpRecorder rec("attention", {&in.q, in.packed() ? nullptr : &in.k, in.packed() ? nullptr : &in.v});
+  if (!rec) return out;
+  const SavedTensor sq = save(in.q), sk = in.packed() ? sq : save(in.k), sv = in.packed() ? sq : save(in.v);
+  auto unpack = [sq, sk, sv] { return Inputs{sq.unpack(), sk.unpack(), sv.unpack()}; };
+  out.set_recipe([unpack, g, d] { return fused_forward(unpack(), g, d).first; });
+  const SavedTensor so = save(out), sl = save(lse);
+  const bool packed = in.packed();
+  rec.finish({&out}, [unpack, so, sl, g, d, packed](BackwardContext& ctx) {
+    const Inputs x = unpack();
+    Tensor o = so.unpack(), l = sl.unpack(), dy = ctx.grad_out();
+    GradTarget tq = ctx.grad_in(0), tk = packed ? tq : ctx.grad_in(1), tv = packed ? tq : ctx.grad_in(2);
+    zero_fresh({&tq, &tk, &tv});  // the kernel adds
+    stats::count_flops(attention_flops(g) * 1.5 * (g.causal ? 0.5 : 1.0));  // recomputed scores + four products
+    dispatch_float(dy.dtype(), [&](auto tag) {
+      using T = decltype(tag);
+      fused::backward<T>(fused_problem(g, d), x.q.data<T>(), x.k.data<T>(), x.v.data<T>(), o.data<T>(), l.data<T>(),
+                         dy.data<T>(), tq ? tq.t.data<T>() : nullptr, tk ? tk.t.data<T>() : nullptr,
+                         tv ? tv.t.data<T>() : nullptr);
+    });
+  });
+  return out;
+}
+
 Tensor record(const Inputs& in, const Geometry& g, double dropout) {
   Dropout d;
   if (dropout > 0) d = {dropout, random_ops::seed(), random_ops::stream(random_ops::next_op())};
+  // The fused kernel runs on host memory; elsewhere the plain one serves.
+  constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
+  if (host && kernel_setting() == AttentionKernel::fused) return record_fused(in, g, d);
   Tensor probs = attention_probs(in, g);
   Tensor out = attention_output(probs, in, g, d);
   OpRecorder rec("attention", {&in.q, in.packed() ? nullptr : &in.k, in.packed() ? nullptr : &in.v});
@@ -124,8 +193,10 @@ Tensor record(const Inputs& in, const Geometry& g, double dropout) {
   rec.finish({&out}, [unpack, sp, g, d, packed](BackwardContext& ctx) {
     const Inputs x = unpack();
     Tensor dy = ctx.grad_out(), pr = sp.unpack();
-    // Gradient targets: one tensor for packed qkv, three otherwise.
+    // Gradient targets: one tensor for packed qkv, three otherwise (which may
+    // be one buffer, if k and v are one tensor): zero fresh ones, then add.
     GradTarget tq = ctx.grad_in(0), tk = packed ? tq : ctx.grad_in(1), tv = packed ? tq : ctx.grad_in(2);
+    zero_fresh({&tq, &tk, &tv});
     Tensor dprobs = Tensor::empty(pr.shape(), pr.dtype(), "attention_dprobs");
     Tensor dropped = d.active() ? Tensor::empty(pr.shape(), pr.dtype(), "attention_dropped") : pr;
     dispatch_float(dy.dtype(), [&](auto tag) {
@@ -137,10 +208,8 @@ Tensor record(const Inputs& in, const Geometry& g, double dropout) {
       T* gq = tq ? tq.t.data<T>() + g.q.offset : nullptr;
       T* gk = tk ? tk.t.data<T>() + g.k.offset : nullptr;
       T* gv = tv ? tv.t.data<T>() + g.v.offset : nullptr;
-      const std::int64_t S = g.S, W = g.width(), group = g.H / g.Hkv;
-      // Query heads sharing a kv head add into its gradient: the first
-      // writes (or adds, if the buffer held something), the rest add.
-      auto beta = [&](const GradTarget& t, std::int64_t h) { return T(t.fresh && h % group == 0 ? 0 : 1); };
+      const std::int64_t S = g.S, W = g.width();
+      auto beta = [](const GradTarget&, std::int64_t) { return T(1); };  // targets hold zeros or gradients
       for (std::int64_t h = 0; h < g.H; ++h) {
         const std::int64_t kvh = g.kv_head(h);
         // dv += dropout(probs)^T dy ; d(dropped probs) = dy v^T
@@ -166,7 +235,7 @@ Tensor record(const Inputs& in, const Geometry& g, double dropout) {
         // dq = dscores k ; dk += dscores^T q
         if (gq)
           gemm::gemm_strided_batched<T>(Op::N, Op::N, S, g.hd, S, 1, dh, S, g.p_batch(), k + kvh * g.hd, g.k.ld,
-                                        g.k.batch_stride, T(tq.fresh ? 0 : 1), gq + h * g.hd, g.q.ld,
+                                        g.k.batch_stride, T(1), gq + h * g.hd, g.q.ld,
                                         g.q.batch_stride, g.B);
         if (gk)
           gemm::gemm_strided_batched<T>(Op::T, Op::N, S, g.hd, S, 1, dh, S, g.p_batch(), q + h * g.hd, g.q.ld,
@@ -179,6 +248,15 @@ Tensor record(const Inputs& in, const Geometry& g, double dropout) {
 }
 
 }  // namespace
+
+void set_attention_kernel(AttentionKernel k) { kernel_setting() = k; }
+AttentionKernel attention_kernel() { return kernel_setting(); }
+const char* attention_kernel_name(AttentionKernel k) { return k == AttentionKernel::fused ? "fused" : "plain"; }
+AttentionKernel parse_attention_kernel(const std::string& name) {
+  if (name == "fused") return AttentionKernel::fused;
+  if (name == "plain") return AttentionKernel::plain;
+  throw std::invalid_argument("unknown attention kernel '" + name + "' (fused, plain)");
+}
 
 Tensor attention(const Tensor& qkv, int heads, bool causal, double dropout) {
   require_float("attention", qkv, "qkv");

@@ -3,6 +3,8 @@
 // input requires a gradient) and saves what its backward needs through the
 // saved-tensor hooks. Activations are [..., features], row-major; linear
 // weights follow PyTorch: weight[out][in], y = x W^T + b.
+#include <string>
+
 #include "autodiff/tensor.hpp"
 
 namespace remat::ops {
@@ -32,6 +34,16 @@ Tensor attention(const Tensor& qkv, int heads, bool causal, double dropout = 0);
 // (grouped-query: query head h uses kv head h / (H / Hkv)).
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, int kv_heads, bool causal,
                  double dropout = 0);
+
+// Which attention kernel the attention ops use. `fused` (the default) keeps
+// only the output and each row's log-sum-exp and recomputes probabilities
+// tile by tile in backward; `plain` keeps the probabilities [B, H, S, S].
+// Both take the same dropout masks and agree to rounding.
+enum class AttentionKernel { fused, plain };
+void set_attention_kernel(AttentionKernel k);
+AttentionKernel attention_kernel();
+const char* attention_kernel_name(AttentionKernel k);
+AttentionKernel parse_attention_kernel(const std::string& name);  // invalid_argument if unknown
 
 // RMSNorm over the last dimension: x * rsqrt(mean(x^2) + eps) * weight.
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps);

@@ -6,6 +6,7 @@
 
 #include "autodiff/runtime.hpp"
 #include "autodiff/error.hpp"
+#include "autodiff/ops/ops.hpp"
 #include "harness/check.hpp"
 #include "harness/cli/commands.hpp"
 #include "harness/cli/model_options.hpp"
@@ -57,8 +58,9 @@ int run_check_command(const CheckCommandOptions& o) {
   const auto specs = strategies_for(setup.model, o.strategies);
 
   const Sizes& z = setup.sizes;
-  std::printf("remat check: %s %s (L %d, D %d, H %d, S %d, B %d), dropout %g, %s\n", setup.model.c_str(),
-              setup.preset.c_str(), z.L, z.D, z.H, z.S, z.B, z.dropout, Runtime::describe().c_str());
+  std::printf("remat check: %s %s (L %d, D %d, H %d, S %d, B %d), dropout %g, %s attention, %s\n",
+              setup.model.c_str(), setup.preset.c_str(), z.L, z.D, z.H, z.S, z.B, z.dropout,
+              ops::attention_kernel_name(ops::attention_kernel()), Runtime::describe().c_str());
   remat::CheckOptions options{o.model.seed, o.trace, false, golden ? &golden->grads : nullptr, golden ? golden->loss : 0};
   const CheckReport report = run_check(*model, *params, batch, specs, options);
   if (!o.save_golden.empty()) {  // full's gradients: run it once more, as the table's steps ran strategies

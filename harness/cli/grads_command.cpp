@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "harness/cli/commands.hpp"
+#include "harness/cli/model_options.hpp"
 #include "datasets/batch_source.hpp"
 #include "harness/io/weights_file.hpp"
 #include "harness/step.hpp"
@@ -17,6 +18,7 @@ struct GradsOptions {
   std::uint64_t seed = 1;
   std::string strategy = "full";
   std::string data;  // overrides the file's batch
+  std::string attention = "fused";
 };
 
 void run_grads(const GradsOptions& o) {
@@ -45,6 +47,7 @@ void setup_grads(CLI::App& app) {
   cmd->add_option("--out", o->out, "Output HDF5 file for /loss and /grads/<name>");
   cmd->add_option("--seed", o->seed, "Seed of the batch (when the file carries none) and of dropout")
       ->capture_default_str();
+  add_attention_option(*cmd, o->attention);
   cmd->add_option("--data", o->data, "Batch source instead of the file's batch (see `remat check --help`)");
   cmd->add_option("--strategy", o->strategy, "Activation-memory strategy (see `remat strategies`)")
       ->capture_default_str();

@@ -9,6 +9,7 @@
 
 #include "autodiff/runtime.hpp"
 #include "harness/cli/commands.hpp"
+#include "harness/cli/model_options.hpp"
 #include "harness/matrix.hpp"
 #include "strategies/registry.hpp"
 #include "strategies/trace.hpp"
@@ -18,7 +19,7 @@ namespace {
 
 struct Options {
   MatrixOptions matrix;
-  std::string models = "gpt2";
+  std::string models = "gpt2", attention = "fused";
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -118,6 +119,7 @@ void setup_matrix(CLI::App& app) {
   cmd->add_option("--warmup", o->matrix.warmup, "Untimed steps before them")->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->add_option("--data", o->matrix.data, "Batch source: random, copy, reverse, text:PATH, h5:PATH[:DATASET]")
       ->capture_default_str();
+  add_attention_option(*cmd, o->attention);
   cmd->add_option("--seed", o->matrix.seed, "Seed of weights, batch and dropout")->capture_default_str();
   cmd->add_option("--out", o->matrix.out, "HDF5 results file (appended to)")->capture_default_str();
   cmd->add_option("--mem-limit", o->matrix.mem_limit,

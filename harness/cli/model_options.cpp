@@ -1,5 +1,6 @@
 #include "harness/cli/model_options.hpp"
 
+#include "autodiff/ops/ops.hpp"
 #include "datasets/batch_source.hpp"
 
 namespace remat::cli {
@@ -13,6 +14,16 @@ void ModelOptions::bind(CLI::App& cmd) {
   cmd.add_option("--seed", seed, "Seed of the initialisation and the batch")->capture_default_str();
   cmd.add_option("--data", data, "Batch source: random, copy, reverse, text:PATH, h5:PATH[:DATASET]")
       ->capture_default_str();
+  add_attention_option(cmd, attention);
+}
+
+void add_attention_option(CLI::App& cmd, std::string& kernel) {
+  cmd.add_option("--attention", kernel,
+                 "Attention kernel: fused (keeps output and log-sum-exp, recomputes probabilities in backward) or "
+                 "plain (keeps the probabilities)")
+      ->check(CLI::IsMember({"fused", "plain"}))
+      ->capture_default_str()
+      ->each([](const std::string& k) { ops::set_attention_kernel(ops::parse_attention_kernel(k)); });
 }
 
 Batch ModelOptions::make_batch(const Sizes& z) const { return make_batch_source(data, z.B, z.S, z.V, seed)->next(); }

@@ -7,6 +7,7 @@
 #include <filesystem>
 
 #include "autodiff/error.hpp"
+#include "autodiff/ops/ops.hpp"
 #include "autodiff/runtime.hpp"
 
 #ifndef REMAT_GIT_REVISION
@@ -81,7 +82,7 @@ void ResultsFile::write_run(const h5::File& file_, const RunRecord& r) const {
                       {"S_max", z.S_max}, {"V", z.V}, {"B", z.B}})
     attr_i(n, v);
   attr_d("dropout", z.dropout);
-  attr_s("attention", "plain");
+  attr_s("attention", ops::attention_kernel_name(ops::attention_kernel()));
   attr_s("backend", Runtime::describe());
   attr_i("threads", Kokkos::DefaultExecutionSpace().concurrency());
   attr_s("kokkos_version", std::to_string(KOKKOS_VERSION));
