@@ -6,6 +6,7 @@
 #include "catch.hpp"
 #include "helpers.hpp"
 #include "harness/check.hpp"
+#include "harness/report/report.hpp"
 #include "strategies/registry.hpp"
 
 using namespace remat;
@@ -25,16 +26,6 @@ const CheckRow& row(const CheckReport& r, const std::string& spec) {
   for (const auto& x : r.rows)
     if (x.strategy == spec) return x;
   throw std::logic_error("no row " + spec);
-}
-
-double slope(const std::vector<double>& x, const std::vector<double>& y) {  // least squares on log-log axes
-  double sx = 0, sy = 0, sxx = 0, sxy = 0;
-  const double n = double(x.size());
-  for (std::size_t i = 0; i < x.size(); ++i) {
-    const double a = std::log(x[i]), b = std::log(y[i]);
-    sx += a, sy += b, sxx += a * a, sxy += a * b;
-  }
-  return (n * sxy - sx * sy) / (n * sxx - sx * sx);
 }
 
 }  // namespace
@@ -78,7 +69,7 @@ TEST_CASE("depth sweep: full grows like L, sqrt like sqrt(L)", "[memory][depth]"
     full.push_back(double(r.full.activation_peak));
     sqrt.push_back(double(row(r, "sqrt").step.activation_peak));
   }
-  const double full_slope = slope(layers, full), sqrt_slope = slope(layers, sqrt);
+  const double full_slope = loglog_slope(layers, full), sqrt_slope = loglog_slope(layers, sqrt);
   INFO("log-log slopes: full " << full_slope << ", sqrt " << sqrt_slope);
   CHECK(full_slope == test::Approx(1.0).margin(0.1));
   CHECK(sqrt_slope == test::Approx(0.5).margin(0.15));

@@ -34,7 +34,9 @@ std::map<std::string, std::vector<const RunSummary*>> by_model_first_shape(const
   return out;
 }
 
-double slope(const std::vector<double>& x, const std::vector<double>& y) {
+}  // namespace
+
+double loglog_slope(const std::vector<double>& x, const std::vector<double>& y) {
   double sx = 0, sy = 0, sxx = 0, sxy = 0;
   const double n = double(x.size());
   for (std::size_t i = 0; i < x.size(); ++i) {
@@ -43,6 +45,8 @@ double slope(const std::vector<double>& x, const std::vector<double>& y) {
   }
   return (n * sxy - sx * sy) / (n * sxx - sx * sx);
 }
+
+namespace {
 
 void write_file(const std::string& path, const std::string& text, std::vector<std::string>& written) {
   std::ofstream out(path);
@@ -172,7 +176,7 @@ std::vector<std::string> write_plots(const std::vector<RunSummary>& runs, const 
       svg::Series s{strategy, {}, {}, true, true};
       for (const auto& [L, bytes] : points) s.x.push_back(L), s.y.push_back(std::max(mb(bytes), 1e-3));
       char label[96];
-      std::snprintf(label, sizeof label, "%s (slope %.2f)", strategy.c_str(), slope(s.x, s.y));
+      std::snprintf(label, sizeof label, "%s (slope %.2f)", strategy.c_str(), loglog_slope(s.x, s.y));
       s.name = label;
       c.series.push_back(std::move(s));
     }

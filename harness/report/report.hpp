@@ -19,6 +19,9 @@ struct RunSummary {
   std::vector<double> timeline_mb;
 };
 
+// Least-squares slope of log y against log x (a growth exponent).
+double loglog_slope(const std::vector<double>& x, const std::vector<double>& y);
+
 // Every run in a results file (UserError if it is not one).
 std::vector<RunSummary> read_results(const std::string& path);
 std::string markdown_summary(const std::vector<RunSummary>& runs);
