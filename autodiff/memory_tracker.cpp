@@ -96,7 +96,7 @@ void MemoryTracker::set_phase(const std::string& phase) {
   phase_ = int(phases_.size()) - 1;
 }
 
-const std::string& MemoryTracker::phase() const {
+std::string MemoryTracker::phase() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return phases_[phase_];
 }

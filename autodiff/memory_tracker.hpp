@@ -49,7 +49,7 @@ class MemoryTracker {
   void reset_peaks();
 
   void set_phase(const std::string& phase);
-  const std::string& phase() const;
+  std::string phase() const;
   std::vector<std::string> phases() const;
 
   void start_timeline();  // clears and starts recording

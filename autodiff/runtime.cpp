@@ -59,11 +59,7 @@ std::string Runtime::describe() {
   const int v = KOKKOS_VERSION;
   std::string s = "Kokkos " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
                   std::to_string(v % 100) + ", " + Exec::name();
-#if KOKKOS_VERSION >= 40000
-  s += ", " + std::to_string(Exec().concurrency()) + " threads";
-#else
-  s += ", " + std::to_string(Exec::concurrency()) + " threads";
-#endif
+  s += ", " + std::to_string(Exec().concurrency()) + " threads";  // static in 3.x, a member in 4.x
   return s;
 }
 

@@ -1,7 +1,7 @@
 #include "h5/h5.hpp"
 
-#include <cstdio>
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 

@@ -20,15 +20,15 @@ std::vector<std::vector<float>> gradients(const ParamStore& params) {
   return out;
 }
 
-GradientComparison compare_gradients(const ParamStore& params, const std::vector<std::vector<float>>& reference,
-                                     double loss, double reference_loss, double floor) {
+GradientComparison compare_gradients(const ParamStore& params, const std::vector<std::vector<float>>& got,
+                                     const std::vector<std::vector<float>>& reference, double loss,
+                                     double reference_loss, double floor) {
   GradientComparison c;
   double largest = 0;
   for (const auto& r : reference)
     for (float v : r) largest = std::max(largest, double(std::abs(v)));
   c.loss_diff = std::abs(loss - reference_loss);
   c.bitwise = std::memcmp(&loss, &reference_loss, sizeof loss) == 0;
-  const auto got = gradients(params);
   for (std::size_t i = 0; i < got.size(); ++i) {
     double diff = 0, scale = 0;
     for (std::size_t j = 0; j < got[i].size(); ++j) {
@@ -127,17 +127,18 @@ CheckReport run_check(const Model& model, const ParamStore& params, const Batch&
       report.rows.push_back(std::move(row));
       continue;
     }
-    row.vs_full = compare_gradients(params, ref_grads, row.step.loss, report.full.loss);
+    const auto grads = gradients(params);
+    row.vs_full = compare_gradients(params, grads, ref_grads, row.step.loss, report.full.loss);
     if (options.golden)
-      row.vs_golden = compare_gradients(params, *options.golden, row.step.loss, options.golden_loss, 1e-6);
+      row.vs_golden = compare_gradients(params, grads, *options.golden, row.step.loss, options.golden_loss, 1e-6);
     row.predicted = strategy->predict(profile);
+    if (options.trace) row.trace = strategy->trace().to_string();  // the measured step's, before any other
     if (!row.exact) {  // a second, unmeasured step that keeps the true inputs to compare
       strategy->set_verify(true);
       forward_backward(model, params, batch, {strategy.get(), options.seed, 0});
       row.reconstruction = strategy->reconstruction();
       strategy->set_verify(false);
     }
-    if (options.trace) row.trace = strategy->trace().to_string();
     report.rows.push_back(std::move(row));
   }
   return report;

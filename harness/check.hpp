@@ -54,8 +54,9 @@ std::vector<std::vector<float>> gradients(const ParamStore& params);
 // Relative errors are per tensor, against its largest reference magnitude,
 // but never against less than `floor` times the model's largest gradient
 // (a gradient that is zero in exact arithmetic has no scale of its own).
-GradientComparison compare_gradients(const ParamStore& params, const std::vector<std::vector<float>>& reference,
-                                     double loss, double reference_loss, double floor = 0);
+GradientComparison compare_gradients(const ParamStore& params, const std::vector<std::vector<float>>& got,
+                                     const std::vector<std::vector<float>>& reference, double loss,
+                                     double reference_loss, double floor = 0);
 
 // What the model saves, per block, and the step's working set, from one
 // probe step (forward and backward, everything kept).

@@ -10,8 +10,10 @@
 
 namespace remat {
 
-double forward_backward(const Model& model, const ParamStore& params, const Batch& batch, const StepOptions& o) {
-  params.zero_grad();
+namespace {
+
+// The step itself; the caller has zeroed the gradients.
+double run_forward_backward(const Model& model, const ParamStore& params, const Batch& batch, const StepOptions& o) {
   random_ops::begin_step(o.seed, o.step);
   Tensor loss;
   {
@@ -32,6 +34,13 @@ double forward_backward(const Model& model, const ParamStore& params, const Batc
   return value;
 }
 
+}  // namespace
+
+double forward_backward(const Model& model, const ParamStore& params, const Batch& batch, const StepOptions& o) {
+  params.zero_grad();
+  return run_forward_backward(model, params, batch, o);
+}
+
 StepResult run_step(const Model& model, const ParamStore& params, const Batch& batch, const StepOptions& o) {
   auto& tracker = MemoryTracker::instance();
   const std::string pool = MemoryTracker::default_pool();
@@ -44,7 +53,7 @@ StepResult run_step(const Model& model, const ParamStore& params, const Batch& b
   StepResult r;
   if (o.timeline) tracker.start_timeline();
   const auto t0 = std::chrono::steady_clock::now();
-  r.loss = forward_backward(model, params, batch, o);
+  r.loss = run_forward_backward(model, params, batch, o);
   ExecSpace().fence();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (o.timeline) {

@@ -3,7 +3,6 @@
 // producer saved anyway (the op's recipe), so only those ops run again, once
 // each; everything else is kept. Megatron-LM's selective recomputation is
 // selective:attn-core. The last block is kept: its backward comes at once.
-#include "autodiff/stats.hpp"
 #include "strategies/builtin.hpp"
 #include "strategies/recompute_region.hpp"
 

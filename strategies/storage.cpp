@@ -62,6 +62,7 @@ struct OffloadStorage::Group {
   std::map<const void*, int> index;  // one copy per storage, however often saved
   std::weak_ptr<Group> previous;     // the group whose backward comes next
   bool resident = true;
+  bool fetched = false;              // brought back for its backward (once)
 
   void offload() {
     for (auto& e : entries) {
@@ -85,6 +86,9 @@ struct OffloadStorage::Group {
   // Brings this group back and starts on the previous one, so its copy runs
   // while this group's backward computes.
   void fetch() {
+    if (fetched) return;
+    fetched = true;
+    MemoryPhase phase("offload fetch " + name);
     copy_in();
     if (auto p = previous.lock()) p->copy_in();
     ExecSpace().fence();
@@ -107,7 +111,6 @@ class OffloadedPacked final : public Packed {
       : group_(std::move(g)), index_(i), shape_(std::move(shape)) {}
   Tensor unpack() override {
     if (!value_.defined()) {
-      MemoryPhase phase("offload fetch " + group_->name);
       group_->fetch();
       value_ = group_->take(index_);
       if (value_.shape() != shape_) value_ = value_.view_as(shape_);  // saved as another view of the storage

@@ -209,13 +209,12 @@ Tensor record(const Inputs& in, const Geometry& g, double dropout) {
       T* gk = tk ? tk.t.data<T>() + g.k.offset : nullptr;
       T* gv = tv ? tv.t.data<T>() + g.v.offset : nullptr;
       const std::int64_t S = g.S, W = g.width();
-      auto beta = [](const GradTarget&, std::int64_t) { return T(1); };  // targets hold zeros or gradients
       for (std::int64_t h = 0; h < g.H; ++h) {
         const std::int64_t kvh = g.kv_head(h);
         // dv += dropout(probs)^T dy ; d(dropped probs) = dy v^T
         if (gv)
           gemm::gemm_strided_batched<T>(Op::T, Op::N, S, g.hd, S, 1, pd + h * S * S, S, g.p_batch(), gy + h * g.hd,
-                                        W, S * W, beta(tv, h), gv + kvh * g.hd, g.v.ld, g.v.batch_stride, g.B);
+                                        W, S * W, T(1), gv + kvh * g.hd, g.v.ld, g.v.batch_stride, g.B);
         gemm::gemm_strided_batched<T>(Op::N, Op::T, S, S, g.hd, 1, gy + h * g.hd, W, S * W, v + kvh * g.hd, g.v.ld,
                                       g.v.batch_stride, 0, dp + h * S * S, S, g.p_batch(), g.B);
       }
@@ -239,7 +238,7 @@ Tensor record(const Inputs& in, const Geometry& g, double dropout) {
                                         g.q.batch_stride, g.B);
         if (gk)
           gemm::gemm_strided_batched<T>(Op::T, Op::N, S, g.hd, S, 1, dh, S, g.p_batch(), q + h * g.hd, g.q.ld,
-                                        g.q.batch_stride, beta(tk, h), gk + kvh * g.hd, g.k.ld, g.k.batch_stride,
+                                        g.q.batch_stride, T(1), gk + kvh * g.hd, g.k.ld, g.k.batch_stride,
                                         g.B);
       }
     });
