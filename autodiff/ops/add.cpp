@@ -27,7 +27,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
     const T* y = b.data<T>();
     T* z = out.data<T>();
     if (n == nb)
-      for_each("add_forward", n, KOKKOS_LAMBDA(std::int64_t i) { z[i] = x[i] + y[i]; });
+      for_each_element("add_forward", n, KOKKOS_LAMBDA(std::int64_t i) { z[i] = x[i] + y[i]; });
     else  // b repeats over rows of a
       for_each("add_broadcast_forward", n / nb, KOKKOS_LAMBDA(std::int64_t r) {
         for (std::int64_t j = 0; j < nb; ++j) z[r * nb + j] = x[r * nb + j] + y[j];

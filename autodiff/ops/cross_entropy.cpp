@@ -1,3 +1,4 @@
+#include "autodiff/fast_math.hpp"
 #include "autodiff/ops/kernel.hpp"
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/stats.hpp"
@@ -36,7 +37,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
           T m = row[0];
           for (std::int64_t j = 1; j < V; ++j) m = row[j] > m ? row[j] : m;
           T s = 0;
-          for (std::int64_t j = 0; j < V; ++j) s += kmath::exp(row[j] - m);
+          for (std::int64_t j = 0; j < V; ++j) s += fast_exp(row[j] - m);
           pl[r] = m + kmath::log(s);
           acc += double(pl[r]) - double(row[t[r]]);
         },
@@ -56,12 +57,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
         const T *z = zv.data<T>(), *pl = lv.data<T>(), *gy = dy.data<T>();
         const std::int32_t* t = targets.data<std::int32_t>();
         T* gz = dz.t.data<T>();
-        const bool fresh = dz.fresh;
         const T inv_m = T(1) / T(M);
-        for_each("cross_entropy_backward", M * V, KOKKOS_LAMBDA(std::int64_t i) {
+        write_gradient("cross_entropy_backward", M * V, gz, dz.fresh, KOKKOS_LAMBDA(std::int64_t i) {
           const std::int64_t r = i / V, j = i % V;
-          const T v = (kmath::exp(z[i] - pl[r]) - (j == t[r] ? T(1) : T(0))) * gy[0] * inv_m;
-          gz[i] = fresh ? v : gz[i] + v;
+          return (fast_exp(z[i] - pl[r]) - (j == t[r] ? T(1) : T(0))) * gy[0] * inv_m;
         });
       });
     });

@@ -19,7 +19,7 @@ Tensor masked_scale(const Tensor& x, double p, std::uint64_t seed, std::uint64_t
     const T* px = x.data<T>();
     T* y = out.data<T>();
     const T keep_scale = T(1.0 / (1.0 - p));
-    for_each("dropout", x.numel(), KOKKOS_LAMBDA(std::int64_t i) {
+    for_each_element("dropout", x.numel(), KOKKOS_LAMBDA(std::int64_t i) {
       y[i] = rng::uniform(seed, stream, std::uint64_t(i)) > p ? px[i] * keep_scale : T(0);
     });
   });

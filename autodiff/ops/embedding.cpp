@@ -20,7 +20,7 @@ Tensor embedding_forward(const Tensor& weight, const Tensor& ids) {
     const T* w = weight.data<T>();
     const std::int32_t* id = ids.data<std::int32_t>();
     T* y = out.data<T>();
-    for_each("embedding_forward", N * D, KOKKOS_LAMBDA(std::int64_t i) {
+    for_each_element("embedding_forward", N * D, KOKKOS_LAMBDA(std::int64_t i) {
       const std::int64_t n = i / D, d = i % D;
       y[i] = w[std::int64_t(id[n]) * D + d];
     });

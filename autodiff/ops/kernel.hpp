@@ -15,6 +15,43 @@ void for_each(const char* name, std::int64_t n, const F& f) {
   Kokkos::parallel_for(name, Kokkos::RangePolicy<ExecSpace>(0, n), f);
 }
 
+// for_each for independent elementwise work on big arrays. On the host it
+// hands each thread blocks of elements and runs each block as an explicit
+// SIMD loop: the compiler does not vectorise Kokkos's generic range loop
+// (unknown trip count, OpenMP calls in its body). On a device it is for_each.
+template <class F>
+void for_each_element(const char* name, std::int64_t n, const F& f) {
+  if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, ExecSpace::memory_space>::accessible) {
+    constexpr std::int64_t kBlock = 2048;
+    Kokkos::parallel_for(name, Kokkos::RangePolicy<ExecSpace>(0, (n + kBlock - 1) / kBlock), [=](std::int64_t b) {
+      const std::int64_t lo = b * kBlock, hi = lo + kBlock < n ? lo + kBlock : n;
+#pragma omp simd
+      for (std::int64_t i = lo; i < hi; ++i) f(i);
+    });
+  } else {
+    for_each(name, n, f);
+  }
+}
+
+// g[i] = value(i) into a fresh gradient buffer, g[i] += value(i) otherwise:
+// two loops, so neither carries a per-element branch and both vectorise.
+template <class T, class V>
+void write_gradient(const char* name, std::int64_t n, T* g, bool fresh, const V& value) {
+  if (fresh)
+    for_each_element(name, n, KOKKOS_LAMBDA(std::int64_t i) { g[i] = value(i); });
+  else
+    for_each_element(name, n, KOKKOS_LAMBDA(std::int64_t i) { g[i] = g[i] + value(i); });
+}
+
+// A gradient write: the first contribution to a fresh buffer overwrites it
+// (whatever it held), later ones add. Written as an unconditional load and a
+// select, not a branch, so the loops around it vectorise.
+template <class T>
+KOKKOS_INLINE_FUNCTION void accumulate(T& dst, T v, bool fresh) {
+  const T old = dst;
+  dst = v + (fresh ? T(0) : old);
+}
+
 // Rows of a tensor seen as a matrix [rows, last dim].
 inline std::int64_t rows_of(const Tensor& t) { return t.rank() == 0 ? 1 : t.numel() / t.dim(-1); }
 

@@ -77,7 +77,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
             for (std::int64_t j = 0; j < D; ++j) {
               const T xhat = (px[r * D + j] - m) * s;
               const T v = s * (gy[r * D + j] * w[j] - sum_g - xhat * sum_gx);
-              gx[r * D + j] = fresh ? v : gx[r * D + j] + v;
+              accumulate(gx[r * D + j], v, fresh);
             }
           });
         }

@@ -64,7 +64,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
           dot /= T(D);
           for (std::int64_t j = 0; j < D; ++j) {
             const T v = s * gy[r * D + j] * w[j] - px[r * D + j] * s * s * s * dot;
-            gx[r * D + j] = fresh ? v : gx[r * D + j] + v;
+            accumulate(gx[r * D + j], v, fresh);
           }
         });
       }

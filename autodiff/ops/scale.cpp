@@ -16,7 +16,7 @@ Tensor scaled(const Tensor& x, double s) {
     const T* px = x.data<T>();
     T* y = out.data<T>();
     const T f = T(s);
-    for_each("scale", x.numel(), KOKKOS_LAMBDA(std::int64_t i) { y[i] = px[i] * f; });
+    for_each_element("scale", x.numel(), KOKKOS_LAMBDA(std::int64_t i) { y[i] = px[i] * f; });
   });
   return out;
 }
