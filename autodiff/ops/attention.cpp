@@ -5,6 +5,7 @@
 #include "autodiff/ops/attention_fused.hpp"
 #include "autodiff/ops/kernel.hpp"
 #include "autodiff/ops/ops.hpp"
+#include "autodiff/ops/softmax_row.hpp"
 #include "autodiff/random.hpp"
 #include "autodiff/stats.hpp"
 #include "autodiff/tape.hpp"
@@ -62,18 +63,7 @@ Tensor attention_probs(const Inputs& in, const Geometry& g) {
                                     k + g.kv_head(h) * g.hd, g.k.ld, g.k.batch_stride, 0, p + h * S * S, S,
                                     g.p_batch(), g.B);
     for_each("attention_softmax", g.B * g.H * S, KOKKOS_LAMBDA(std::int64_t row) {
-      T* r = p + row * S;
-      const std::int64_t valid = causal ? row % S + 1 : S;
-      T m = r[0];
-      for (std::int64_t j = 1; j < valid; ++j) m = r[j] > m ? r[j] : m;
-      T sum = 0;
-      for (std::int64_t j = 0; j < valid; ++j) {
-        r[j] = kmath::exp(r[j] - m);
-        sum += r[j];
-      }
-      const T inv = T(1) / sum;
-      for (std::int64_t j = 0; j < valid; ++j) r[j] *= inv;
-      for (std::int64_t j = valid; j < S; ++j) r[j] = 0;
+      softmax_row(p + row * S, causal ? row % S + 1 : S, S);
     });
   });
   return probs;
