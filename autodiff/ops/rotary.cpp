@@ -1,4 +1,5 @@
 #include <cmath>
+#include <string>
 
 #include "autodiff/ops/kernel.hpp"
 #include "autodiff/ops/ops.hpp"
@@ -20,17 +21,26 @@ Tensor rotate(const Tensor& x, int head_dim, double theta, double sign) {
     using T = decltype(tag);
     const T* px = x.data<T>();
     T* y = out.data<T>();
-    const std::int64_t pairs = W / 2;  // per row: heads * half
     const double log_theta = std::log(theta);
-    for_each("rotary", rows * pairs, KOKKOS_LAMBDA(std::int64_t i) {
-      const std::int64_t r = i / pairs, pair = i % pairs, head = pair / half, j = pair % half;
-      const double pos = double(r % S);
-      const double angle = pos * kmath::exp(-2.0 * double(j) / double(head_dim) * log_theta);
-      const T c = T(kmath::cos(angle)), s = T(sign * kmath::sin(angle));
-      const std::int64_t a = r * W + head * head_dim + j, b = a + half;
-      const T xa = px[a], xb = px[b];
-      y[a] = xa * c - xb * s;
-      y[b] = xb * c + xa * s;
+    // cos and sin of each (position, frequency), once per call: the
+    // transcendental calls, in double, are worth hoisting out of the rows.
+    Kokkos::View<T* [2], MemSpace> table(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("rotary_table")),
+                                         std::size_t(S * half));
+    for_each("rotary_table", S * half, KOKKOS_LAMBDA(std::int64_t i) {
+      const double pos = double(i / half), j = double(i % half);
+      const double angle = pos * kmath::exp(-2.0 * j / double(head_dim) * log_theta);
+      table(i, 0) = T(kmath::cos(angle));
+      table(i, 1) = T(sign * kmath::sin(angle));
+    });
+    for_each("rotary", rows, KOKKOS_LAMBDA(std::int64_t r) {
+      const T* row_table = &table((r % S) * half, 0);
+      for (std::int64_t a = r * W; a < (r + 1) * W; a += head_dim)  // each head
+        for (std::int64_t j = 0; j < half; ++j) {
+          const T c = row_table[2 * j], s = row_table[2 * j + 1];
+          const T xa = px[a + j], xb = px[a + j + half];
+          y[a + j] = xa * c - xb * s;
+          y[a + j + half] = xb * c + xa * s;
+        }
     });
   });
   return out;
