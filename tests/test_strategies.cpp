@@ -67,21 +67,23 @@ TEST_CASE("each strategy runs forward exactly the ops it promises", "[strategies
 
   SECTION("per-layer recomputes blocks 0-2 once each, stopping after each block's last save") {
     const StepResult r = run("per-layer");
-    CHECK(recomputed(r, "linear") == 3 * 4);
+    // The MLP's second linear saves its input before its product: the
+    // recomputation stops there, so three of four linears run again.
+    CHECK(recomputed(r, "linear") == 3 * 3);
     CHECK(recomputed(r, "layer_norm") == 3 * 2);
     CHECK(recomputed(r, "attention_probs") == 3);
     CHECK(recomputed(r, "gelu_tanh") == 3);
     CHECK(recomputed(r, "add") == 3 * 1);  // the closing residual add saves nothing: never re-run
-    CHECK(r.forward_ops.at("linear") == full.forward_ops.at("linear") + 12);
+    CHECK(r.forward_ops.at("linear") == full.forward_ops.at("linear") + 9);
   }
   SECTION("every:2 recomputes the first segment (blocks 0-1)") {
     const StepResult r = run("every:2");
-    CHECK(recomputed(r, "linear") == 2 * 4);
+    CHECK(recomputed(r, "linear") == 4 + 3);  // block 0 whole, block 1 up to its last save
     CHECK(recomputed(r, "add") == 2 + 1);  // block 0 whole, block 1 up to its last save
   }
   SECTION("sqrt on 4 blocks is every:2") {
     const StepResult r = run("sqrt");
-    CHECK(recomputed(r, "linear") == 2 * 4);
+    CHECK(recomputed(r, "linear") == 4 + 3);
   }
   SECTION("selective recomputes only the attention probabilities, once per kept block") {
     const StepResult r = run("selective");

@@ -43,11 +43,14 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   require(!bias.defined() || bias.shape() == Shape{weight.dim(0)},
           "linear: bias " + to_string(bias.shape()) + " for weight " + to_string(weight.shape()));
   require(x.dtype() == weight.dtype() && (!bias.defined() || bias.dtype() == x.dtype()), "linear: dtypes differ");
-  Tensor out = linear_forward(x, weight, bias);
   OpRecorder rec("linear", {&x, &weight, &bias});
+  // x is saved before the product is computed: a recomputation that needs
+  // nothing after this save (a block's last linear) stops here, without
+  // redoing the GEMM. Weights are parameters, alive anyway: held directly,
+  // never through hooks.
+  const SavedTensor sx = rec ? save(x) : SavedTensor();
+  Tensor out = linear_forward(x, weight, bias);
   if (!rec) return out;
-  // Weights are parameters, alive anyway: held directly, never through hooks.
-  const SavedTensor sx = save(x);
   out.set_recipe([sx, weight, bias] { return linear_forward(sx.unpack(), weight, bias); });
   const std::int64_t M = rows_of(x), in = weight.dim(1), out_f = weight.dim(0);
   rec.finish({&out}, [sx, weight, M, in, out_f](BackwardContext& ctx) {
