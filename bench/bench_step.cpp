@@ -3,6 +3,7 @@
 // (6 x params x tokens plus attention), to compare with the sgemm rate
 // measured in the same run (bench_gemm.cpp).
 #include <benchmark/benchmark.h>
+#include <sys/resource.h>
 
 #include "autodiff/tensor.hpp"
 #include "harness/check.hpp"
@@ -11,6 +12,12 @@
 #include "zoo/model.hpp"
 
 namespace {
+
+long minor_page_faults() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  return u.ru_minflt;
+}
 
 void BM_step(benchmark::State& state, const std::string& model_name, const std::string& strategy_spec) {
   const remat::Sizes z = remat::preset_sizes("small");
@@ -21,10 +28,15 @@ void BM_step(benchmark::State& state, const std::string& model_name, const std::
   auto strategy = remat::make_strategy(strategy_spec);
   const remat::StepOptions options{strategy.get(), 1, 0};
   remat::forward_backward(*model, params, batch, options);  // warm-up
+  const long faults_before = minor_page_faults();
   for (auto _ : state) {
     remat::forward_backward(*model, params, batch, options);
     remat::ExecSpace().fence();
   }
+  // Steady-state steps should reuse memory the heap already holds: a page
+  // fault costs about 8 us here.
+  state.counters["faults/step"] = benchmark::Counter(double(minor_page_faults() - faults_before),
+                                                     benchmark::Counter::kAvgIterations);
   const double tokens = double(z.B) * z.S;
   const double attention = 6.0 * z.L * z.B * double(z.S) * z.S * z.D;  // QK^T and PV, forward and backward
   state.counters["tokens/s"] = benchmark::Counter(tokens, benchmark::Counter::kIsIterationInvariantRate);
