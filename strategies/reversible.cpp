@@ -1,8 +1,9 @@
 // reversible: a reversible block keeps nothing. Backward rebuilds its inputs
 // from its outputs with the inverse coupling (x2 = y2 - G(y1), x1 = y1 -
-// F(x2)), recomputes F and G on them and backpropagates, replaying dropout;
-// the rebuilt inputs are the outputs the block before it needs. Only the
-// last block's outputs are kept. Not bitwise: reconstruction rounds.
+// F(x2)), running G and F once each, recorded, replaying dropout: the same
+// run gives the inverse and, backpropagated, the gradients. The rebuilt
+// inputs are the outputs the block before it needs. Only the last block's
+// outputs are kept. Not bitwise: reconstruction rounds.
 #include <cmath>
 #include <map>
 
@@ -83,33 +84,60 @@ class Reversible final : public Strategy {
       *mine = {};
       const std::uint64_t cursor = random_ops::cursor();
       MemoryPhase phase("reconstruct " + name);
-      Tensor x1, x2;
-      {
-        stats::RecomputeScope recomputing;
-        NoGradScope no_grad;
-        random_ops::set_cursor(c1);
-        x2 = minus(y.y2, body.g(y.y1));
-        random_ops::set_cursor(c0);
-        x1 = minus(y.y1, body.f(x2));
-      }
-      if (truth.y1.defined()) record_error(name, truth, {x1, x2});
       const auto before_ops = stats::counts().forward;
-      Tape scratch;
+      const Tensor dy1 = ctx.grad_out(0), dy2 = ctx.grad_out(1);
+      // Each of G and F runs once, recorded, and serves both the inverse and
+      // the gradients; G's graph is freed before F's is built.
+      // y2 = x2 + G(y1): x2 = y2 - G(y1), dy1 += G'(y1)^T dy2.
+      Tensor x2, dy1_total = dy1;
       {
-        TapeScope tape(scratch);
-        Tensor a1 = leaf(x1), a2 = leaf(x2), z1, z2;
+        Tape tape;
+        TapeScope scope(tape);
+        Tensor a = leaf(y.y1), gz;
+        {
+          stats::RecomputeScope recomputing;
+          random_ops::set_cursor(c1);
+          gz = body.g(a);
+        }
+        {
+          NoGradScope no_grad;
+          x2 = minus(y.y2, gz);
+        }
+        if (dy2.defined()) {
+          gz.slot()->grad = std::make_shared<Tensor>(dy2);
+          tape.run_backward();
+          if (a.grad().defined()) {
+            NoGradScope no_grad;
+            dy1_total = dy1.defined() ? ops::add(dy1, a.grad()) : a.grad();
+          }
+        }
+      }
+      // y1 = x1 + F(x2): x1 = y1 - F(x2), dx1 = dy1, dx2 = dy2 + F'(x2)^T dy1.
+      Tensor x1;
+      {
+        Tape tape;
+        TapeScope scope(tape);
+        Tensor a = leaf(x2), fz;
         {
           stats::RecomputeScope recomputing;
           random_ops::set_cursor(c0);
-          z1 = ops::add(a1, body.f(a2));
-          z2 = ops::add(a2, body.g(z1));
+          fz = body.f(a);
         }
-        if (Tensor g = ctx.grad_out(0); g.defined()) z1.slot()->grad = std::make_shared<Tensor>(g);
-        if (Tensor g = ctx.grad_out(1); g.defined()) z2.slot()->grad = std::make_shared<Tensor>(g);
-        scratch.run_backward();
-        if (a1.grad().defined()) ctx.accumulate(0, a1.grad());
-        if (a2.grad().defined()) ctx.accumulate(1, a2.grad());
+        {
+          NoGradScope no_grad;
+          x1 = minus(y.y1, fz);
+        }
+        if (dy1_total.defined()) {
+          fz.slot()->grad = std::make_shared<Tensor>(dy1_total);
+          tape.run_backward();
+          ctx.accumulate(0, dy1_total);
+        }
+        NoGradScope no_grad;
+        const Tensor da = a.grad();
+        const Tensor dx2 = dy2.defined() && da.defined() ? ops::add(dy2, da) : dy2.defined() ? dy2 : da;
+        if (dx2.defined()) ctx.accumulate(1, dx2);
       }
+      if (truth.y1.defined()) record_error(name, truth, {x1, x2});
       if (trace)
         for (const auto& [op, n] : stats::forward_since(before_ops)) trace->recomputed_ops[op] += n;
       random_ops::set_cursor(cursor);
@@ -123,6 +151,9 @@ class Reversible final : public Strategy {
 
   // Forward keeps nothing but the last block's outputs; backward holds one
   // block's outputs and rebuilt inputs with the block's own recomputation.
+  // An upper bound: backward holds G's graph, then F's, never both, but the
+  // profile knows the block only as a whole (on revformer small it predicts
+  // 52 MB for a measured 46 MB).
   MemoryPrediction predict(const SaveProfile& p) const override {
     MemoryPrediction m{p.outside_peak + p.blocks.back().input, 0};
     for (const auto& b : p.blocks) m.device = std::max({m.device, b.input + b.forward_peak - b.saved, 2 * b.input + b.backward_peak});
