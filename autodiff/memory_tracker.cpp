@@ -13,8 +13,9 @@ double now_seconds() {
   return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
 }
 
-void allocate_callback(Kokkos::Profiling::SpaceHandle space, const char*, const void* ptr, std::uint64_t bytes) {
-  MemoryTracker::instance().on_allocate(space.name, ptr, bytes);
+void allocate_callback(Kokkos::Profiling::SpaceHandle space, const char* label, const void* ptr,
+                       std::uint64_t bytes) {
+  MemoryTracker::instance().on_allocate(space.name, ptr, bytes, label);
 }
 
 void deallocate_callback(Kokkos::Profiling::SpaceHandle space, const char*, const void* ptr, std::uint64_t bytes) {
@@ -46,9 +47,14 @@ void MemoryTracker::record(const std::string& pool, std::int64_t delta) {
   if (recording_) timeline_.push_back({now_seconds() - t0_, pool, s.live, phase_});
 }
 
-void MemoryTracker::on_allocate(const std::string& pool, const void*, std::uint64_t bytes) {
+void MemoryTracker::on_allocate(const std::string& pool, const void*, std::uint64_t bytes, const std::string& label) {
   std::lock_guard<std::mutex> lock(mutex_);
   record(pool, std::int64_t(bytes));
+  if (counting_) {
+    LabelStats& l = census_[label];
+    ++l.allocations;
+    l.bytes += std::int64_t(bytes);
+  }
 }
 
 void MemoryTracker::on_deallocate(const std::string& pool, const void*, std::uint64_t bytes) {
@@ -75,6 +81,22 @@ void MemoryTracker::check_allocation(std::int64_t bytes) const {
   if (live + bytes > limit_)
     throw OutOfMemory("out of memory: " + std::to_string(bytes) + " more bytes with " + std::to_string(live) +
                       " live would pass the limit of " + std::to_string(limit_));
+}
+
+void MemoryTracker::start_census() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  census_.clear();
+  counting_ = true;
+}
+
+void MemoryTracker::stop_census() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  counting_ = false;
+}
+
+std::map<std::string, MemoryTracker::LabelStats> MemoryTracker::census() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return census_;
 }
 
 void MemoryTracker::reset_peaks() {

@@ -31,7 +31,7 @@ class MemoryTracker {
   void install();
   bool installed() const { return installed_; }
 
-  void on_allocate(const std::string& pool, const void* ptr, std::uint64_t bytes);
+  void on_allocate(const std::string& pool, const void* ptr, std::uint64_t bytes, const std::string& label = "");
   void on_deallocate(const std::string& pool, const void* ptr, std::uint64_t bytes);
 
   PoolStats stats(const std::string& pool) const;
@@ -52,6 +52,17 @@ class MemoryTracker {
   std::string phase() const;
   std::vector<std::string> phases() const;
 
+  // Allocations by label (the View's label: the op that produced a tensor,
+  // "grad", or a named workspace), counted while a census runs: the audit
+  // that a step allocates nothing it cannot name.
+  struct LabelStats {
+    std::int64_t allocations = 0;
+    std::int64_t bytes = 0;
+  };
+  void start_census();  // clears and starts counting
+  void stop_census();
+  std::map<std::string, LabelStats> census() const;
+
   void start_timeline();  // clears and starts recording
   void stop_timeline();
   std::vector<Event> timeline() const;
@@ -69,6 +80,8 @@ class MemoryTracker {
   bool recording_ = false;
   double t0_ = 0;
   std::vector<Event> timeline_;
+  bool counting_ = false;
+  std::map<std::string, LabelStats> census_;
 };
 
 // Labels the phase for the scope's lifetime.

@@ -22,7 +22,7 @@ class HostBuffer {
   explicit HostBuffer(std::size_t bytes) : bytes_(bytes) {
     ptr_ = static_cast<unsigned char*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64));
     if (!ptr_) throw std::bad_alloc();
-    MemoryTracker::instance().on_allocate(OffloadStorage::kPool, ptr_, bytes_);
+    MemoryTracker::instance().on_allocate(OffloadStorage::kPool, ptr_, bytes_, "offloaded");
   }
   ~HostBuffer() {
     MemoryTracker::instance().on_deallocate(OffloadStorage::kPool, ptr_, bytes_);

@@ -1,0 +1,59 @@
+// The allocation audit: every byte a step allocates, for every model and
+// strategy and both attention kernels, is an op's output (an activation), a
+// gradient, or a workspace with a name. Allocations are counted by label
+// through the memory tracker's census (Kokkos Tools sees every View).
+#include <set>
+
+#include "autodiff/memory_tracker.hpp"
+#include "catch.hpp"
+#include "harness/step.hpp"
+#include "helpers.hpp"
+#include "strategies/registry.hpp"
+#include "zoo/model.hpp"
+
+using namespace remat;
+
+namespace {
+
+// Op outputs: the activations (and per-row statistics) ops produce.
+const std::set<std::string> kActivations = {
+    "add",          "attention",         "attention_lse", "attention_probs", "cross_entropy_lse",
+    "dropout",      "embedding",         "gelu_erf",      "gelu_tanh",       "silu",
+    "layer_norm",   "layer_norm_mean",   "layer_norm_rstd", "linear",        "loss",
+    "positions",    "rms_norm",          "rms_norm_rstd", "rotary",          "scale",
+    "swiglu",
+    "offloaded"};  // saved activations moved to the offload pool
+// Scratch an op or a strategy needs while it runs, freed when it returns.
+const std::set<std::string> kWorkspaces = {"attention_fused_workspace", "attention_dprobs", "attention_dropped",
+                                           "rotary_table", "offload_fetch"};
+
+bool is_gradient(const std::string& label) {
+  return label == "grad" || label == "grad_loss" || label.rfind("grad.", 0) == 0;  // grad.<parameter>: once
+}
+
+}  // namespace
+
+TEST_CASE("a step allocates only activations, gradients and named workspaces", "[memory][audit]") {
+  for (const auto kernel : {ops::AttentionKernel::fused, ops::AttentionKernel::plain}) {
+    test::AttentionKernelScope scope(kernel);
+    for (const auto& m : models().all()) {
+      Sizes z = preset_sizes("tiny");
+      z.dropout = 0.1;
+      const auto model = m.make(z);
+      ParamStore params(model->params(), DType::f32);
+      initialize(params, 1, z.L);
+      const Batch batch = random_batch(z.B, z.S, z.V, 1);
+      for (const auto& spec : all_strategies(m.reversible)) {
+        auto strategy = make_strategy(spec);
+        MemoryTracker::instance().start_census();
+        forward_backward(*model, params, batch, {strategy.get(), 1, 0});
+        MemoryTracker::instance().stop_census();
+        for (const auto& [label, l] : MemoryTracker::instance().census()) {
+          INFO(m.name << " " << spec << ": " << l.allocations << " allocations labelled '" << label << "', "
+                      << l.bytes << " bytes");
+          CHECK((kActivations.count(label) || kWorkspaces.count(label) || is_gradient(label)));
+        }
+      }
+    }
+  }
+}
