@@ -11,5 +11,6 @@ void setup_check(CLI::App& app);
 void setup_strategies(CLI::App& app);
 void setup_matrix(CLI::App& app);
 void setup_report(CLI::App& app);
+void setup_time(CLI::App& app);
 
 }  // namespace remat::cli

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   remat::cli::setup_check(app);
   remat::cli::setup_matrix(app);
   remat::cli::setup_report(app);
+  remat::cli::setup_time(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {  // a command's own failure, already reported

@@ -83,4 +83,14 @@ rc=$?
 [ $rc -eq 1 ] || fail "a drifted golden file: exit $rc, expected 1"
 grep -q "h.1.mlp.c_fc.weight" err.txt || fail "the drift error does not name the parameter: $(cat err.txt)"
 
+# remat time: steps timed in this process, the resident set and the tracker beside it.
+expect_ok "time" "$remat" time --preset tiny --strategy per-layer --steps 2
+grep -q "step time: median" out.txt || fail "time does not print the median step time"
+grep -q "resident set: peak" out.txt || fail "time does not print the resident set"
+expect_ok "time --json" "$remat" time --preset tiny --model llama --strategy full --steps 1 --json
+"${PYTHON:-python3}" -c "import json,sys; d=json.load(open('out.txt')); sys.exit(0 if d['median_s'] > 0 and d['activation_peak_bytes'] > 0 else 1)" \
+  || fail "time --json is not the expected JSON: $(cat out.txt)"
+expect_error "runs one strategy" "$remat" time --preset tiny --strategy all
+expect_error "reversible" "$remat" time --preset tiny --model gpt2 --strategy reversible
+
 if [ $failures -eq 0 ]; then echo "cli: all checks passed"; else echo "cli: $failures check(s) failed"; exit 1; fi

@@ -1,0 +1,111 @@
+// remat time: training steps of one model under one strategy, in a fresh
+// process, the way a training loop runs them: the median step time, the
+// tracker's activation peak, and the peak resident set above its level once
+// the model and batch exist (the measure of the PyTorch figures it is
+// compared with; bench/side_by_side.py runs both, alternating).
+#include <algorithm>
+#include <cstdio>
+#include <memory>
+#include <vector>
+
+#include "autodiff/error.hpp"
+#include "autodiff/runtime.hpp"
+#include "harness/check.hpp"
+#include "harness/cli/commands.hpp"
+#include "harness/cli/model_options.hpp"
+#include "harness/resident_memory.hpp"
+#include "harness/step.hpp"
+#include "strategies/registry.hpp"
+
+namespace remat::cli {
+namespace {
+
+struct TimeOptions {
+  ModelOptions model;
+  std::string strategy = "full";
+  int steps = 5, warmup = 1;
+  bool json = false;
+};
+
+double mb(std::int64_t bytes) { return double(bytes) / (1 << 20); }
+
+void run_time(const TimeOptions& o) {
+  const ModelSetup setup = o.model.resolve();
+  const auto specs = strategies_for(setup.model, o.strategy);
+  if (specs.size() != 1) throw UserError("remat time runs one strategy; '" + o.strategy + "' names " +
+                                         std::to_string(specs.size()) + " (use `remat matrix` for several)");
+  const auto model = models().find(setup.model).make(setup.sizes);
+  ParamStore params(model->params(), DType::f32);
+  initialize(params, o.model.seed, setup.sizes.L);
+  const Batch batch = o.model.make_batch(setup.sizes);
+  auto strategy = make_strategy(specs[0]);
+  // Gradient buffers are allocated once and kept: part of the model, like
+  // its weights, and in the baseline (side_by_side.py does the same in PyTorch).
+  params.zero_grad();
+  const std::int64_t baseline = resident_bytes();
+  const bool peak_reset = reset_peak_resident();
+
+  std::vector<double> seconds;
+  std::int64_t activation_peak = 0, offload_peak = 0;
+  double loss = 0;
+  for (int i = 0; i < o.warmup + o.steps; ++i) {
+    const StepResult r = run_step(*model, params, batch, {strategy.get(), o.model.seed, 0});
+    const bool timed = i >= o.warmup;
+    if (timed) {
+      seconds.push_back(r.seconds);
+      activation_peak = std::max(activation_peak, r.activation_peak);
+      offload_peak = std::max(offload_peak, r.offload_peak);
+    }
+    loss = r.loss;
+    if (!o.json)
+      std::fprintf(stderr, "%s %d/%d: %.3f s\n", timed ? "step" : "warm-up", timed ? i - o.warmup + 1 : i + 1,
+                   timed ? o.steps : o.warmup, r.seconds);
+  }
+  const std::int64_t rss_peak = peak_resident_bytes() - baseline;
+  std::vector<double> sorted = seconds;
+  std::sort(sorted.begin(), sorted.end());
+  const double median = sorted.size() % 2 ? sorted[sorted.size() / 2]
+                                          : 0.5 * (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]);
+  if (o.json) {
+    std::printf("{\"model\": \"%s\", \"preset\": \"%s\", \"strategy\": \"%s\", \"attention\": \"%s\", "
+                "\"backend\": \"%s\", \"steps\": %d, \"median_s\": %.6f, \"min_s\": %.6f, \"loss\": %.9g, "
+                "\"activation_peak_bytes\": %lld, \"offload_peak_bytes\": %lld, \"rss_peak_above_baseline_bytes\": "
+                "%lld, \"rss_baseline_bytes\": %lld, \"rss_peak_since_start\": %s, \"parameters\": %lld}\n",
+                setup.model.c_str(), setup.preset.c_str(), specs[0].c_str(), o.model.attention.c_str(),
+                Runtime::describe().c_str(), o.steps, median, sorted.front(), loss, (long long)activation_peak,
+                (long long)offload_peak, (long long)rss_peak, (long long)baseline, peak_reset ? "false" : "true",
+                (long long)params.count());
+    return;
+  }
+  const Sizes& z = setup.sizes;
+  std::printf("%s %s (L %d, D %d, S %d, B %d), %s, %s attention, %s\n", setup.model.c_str(), setup.preset.c_str(),
+              z.L, z.D, z.S, z.B, specs[0].c_str(), o.model.attention.c_str(), Runtime::describe().c_str());
+  std::printf("step time: median %.3f s, fastest %.3f s, over %d steps after %d warm-up\n", median, sorted.front(),
+              o.steps, o.warmup);
+  std::printf("activation peak (tracker, exact): %.1f MB%s\n", mb(activation_peak),
+              offload_peak ? (", offload pool " + std::to_string(mb(offload_peak)).substr(0, 6) + " MB").c_str() : "");
+  std::printf("resident set: peak %.1f MB above the %.1f MB held once the model (weights and gradient buffers) and "
+              "batch existed%s\n",
+              mb(rss_peak), mb(baseline), peak_reset ? "" : " (peak since process start: the system refused a reset)");
+}
+
+}  // namespace
+
+void setup_time(CLI::App& app) {
+  auto o = std::make_shared<TimeOptions>();
+  auto* cmd = app.add_subcommand(
+      "time", "Time training steps of one model under one strategy; report step time, activation bytes and the "
+              "resident set's peak (the measure PyTorch comparisons use)");
+  o->model.preset = "small";
+  o->model.bind(*cmd);
+  cmd->add_option("--strategy", o->strategy, "Activation-memory strategy (see `remat strategies`)")
+      ->capture_default_str();
+  cmd->add_option("--steps", o->steps, "Timed steps (the median is reported)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--warmup", o->warmup, "Untimed steps first")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_flag("--json", o->json, "Print one JSON object instead of the table (for scripts)");
+  cmd->callback([o] { run_time(*o); });
+}
+
+}  // namespace remat::cli
