@@ -43,6 +43,23 @@ void write_gradient(const char* name, std::int64_t n, T* g, bool fresh, const V&
     for_each_element(name, n, KOKKOS_LAMBDA(std::int64_t i) { g[i] = g[i] + value(i); });
 }
 
+// sum of term(j) for j in [0, n), in eight interleaved lanes combined in a
+// fixed order: the loop vectorises (one running sum is a chain of dependent
+// adds, four cycles each), and the result depends on n alone, never on the
+// thread count.
+template <class T, class Term>
+KOKKOS_INLINE_FUNCTION T lane_sum(std::int64_t n, const Term& term) {
+  constexpr int kLanes = 8;
+  T lane[kLanes] = {};
+  std::int64_t j = 0;
+  for (; j + kLanes <= n; j += kLanes)
+    for (int l = 0; l < kLanes; ++l) lane[l] += term(j + l);
+  for (; j < n; ++j) lane[0] += term(j);
+  T sum = T(0);
+  for (int l = 0; l < kLanes; ++l) sum += lane[l];
+  return sum;
+}
+
 // A gradient write: the first contribution to a fresh buffer overwrites it
 // (whatever it held), later ones add. Written as an unconditional load and a
 // select, not a branch, so the loops around it vectorise.

@@ -26,11 +26,8 @@ Normalized layer_norm_forward(const Tensor& x, const Tensor& weight, const Tenso
     const T e = T(eps);
     for_each("layer_norm_forward", M, KOKKOS_LAMBDA(std::int64_t r) {
       const T* row = px + r * D;
-      T m = 0;
-      for (std::int64_t j = 0; j < D; ++j) m += row[j];
-      m /= T(D);
-      T v = 0;
-      for (std::int64_t j = 0; j < D; ++j) v += (row[j] - m) * (row[j] - m);
+      const T m = lane_sum<T>(D, [&](std::int64_t j) { return row[j]; }) / T(D);
+      const T v = lane_sum<T>(D, [&](std::int64_t j) { return (row[j] - m) * (row[j] - m); });
       const T s = T(1) / kmath::sqrt(v / T(D) + e);
       for (std::int64_t j = 0; j < D; ++j) y[r * D + j] = (row[j] - m) * s * w[j] + b[j];
       pm[r] = m;
@@ -66,14 +63,11 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
           const bool fresh = dx.fresh;
           for_each("layer_norm_backward_x", M, KOKKOS_LAMBDA(std::int64_t r) {
             const T m = pm[r], s = pr[r];
-            T sum_g = 0, sum_gx = 0;  // means of dxhat and dxhat * xhat
-            for (std::int64_t j = 0; j < D; ++j) {
-              const T g = gy[r * D + j] * w[j];
-              sum_g += g;
-              sum_gx += g * (px[r * D + j] - m) * s;
-            }
-            sum_g /= T(D);
-            sum_gx /= T(D);
+            // means of dxhat and dxhat * xhat
+            const T sum_g = lane_sum<T>(D, [&](std::int64_t j) { return gy[r * D + j] * w[j]; }) / T(D);
+            const T sum_gx = lane_sum<T>(D, [&](std::int64_t j) {
+                               return gy[r * D + j] * w[j] * (px[r * D + j] - m) * s;
+                             }) / T(D);
             for (std::int64_t j = 0; j < D; ++j) {
               const T xhat = (px[r * D + j] - m) * s;
               const T v = s * (gy[r * D + j] * w[j] - sum_g - xhat * sum_gx);
@@ -86,15 +80,24 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
           T* gw = dw ? dw.t.data<T>() : nullptr;
           T* gb = db ? db.t.data<T>() : nullptr;
           const bool fw = dw.fresh, fb = db.fresh;
-          // Columns in parallel, rows in order: deterministic sums.
-          for_each("layer_norm_backward_wb", D, KOKKOS_LAMBDA(std::int64_t j) {
-            T aw = 0, ab = 0;
+          // Blocks of columns in parallel, rows in order (deterministic
+          // sums), each row's run of columns contiguous (vectorised).
+          constexpr std::int64_t kBlock = 32;
+          for_each("layer_norm_backward_wb", (D + kBlock - 1) / kBlock, KOKKOS_LAMBDA(std::int64_t blk) {
+            const std::int64_t j0 = blk * kBlock, n = D - j0 < kBlock ? D - j0 : kBlock;
+            T aw[kBlock] = {}, ab[kBlock] = {};
             for (std::int64_t r = 0; r < M; ++r) {
-              aw += gy[r * D + j] * (px[r * D + j] - pm[r]) * pr[r];
-              ab += gy[r * D + j];
+              const T m = pm[r], s = pr[r];
+              const T *g = gy + r * D + j0, *x = px + r * D + j0;
+              for (std::int64_t j = 0; j < n; ++j) {
+                aw[j] += g[j] * (x[j] - m) * s;
+                ab[j] += g[j];
+              }
             }
-            if (gw) gw[j] = fw ? aw : gw[j] + aw;
-            if (gb) gb[j] = fb ? ab : gb[j] + ab;
+            for (std::int64_t j = 0; j < n; ++j) {
+              if (gw) gw[j0 + j] = fw ? aw[j] : gw[j0 + j] + aw[j];
+              if (gb) gb[j0 + j] = fb ? ab[j] : gb[j0 + j] + ab[j];
+            }
           });
         }
       });

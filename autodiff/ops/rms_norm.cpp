@@ -26,8 +26,7 @@ Normalized rms_norm_forward(const Tensor& x, const Tensor& weight, double eps) {
     const T e = T(eps);
     for_each("rms_norm_forward", M, KOKKOS_LAMBDA(std::int64_t r) {
       const T* row = px + r * D;
-      T ss = 0;
-      for (std::int64_t j = 0; j < D; ++j) ss += row[j] * row[j];
+      const T ss = lane_sum<T>(D, [&](std::int64_t j) { return row[j] * row[j]; });
       const T s = T(1) / kmath::sqrt(ss / T(D) + e);
       for (std::int64_t j = 0; j < D; ++j) y[r * D + j] = row[j] * s * w[j];
       pr[r] = s;
@@ -59,9 +58,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
         // dx = s (g w) - x s^3 mean(g w x)
         for_each("rms_norm_backward_x", M, KOKKOS_LAMBDA(std::int64_t r) {
           const T s = pr[r];
-          T dot = 0;
-          for (std::int64_t j = 0; j < D; ++j) dot += gy[r * D + j] * w[j] * px[r * D + j];
-          dot /= T(D);
+          const T dot = lane_sum<T>(D, [&](std::int64_t j) { return gy[r * D + j] * w[j] * px[r * D + j]; }) / T(D);
           for (std::int64_t j = 0; j < D; ++j) {
             const T v = s * gy[r * D + j] * w[j] - px[r * D + j] * s * s * s * dot;
             accumulate(gx[r * D + j], v, fresh);
@@ -71,10 +68,16 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
       if (GradTarget dw = ctx.grad_in(1)) {
         T* gw = dw.t.data<T>();
         const bool fresh = dw.fresh;
-        for_each("rms_norm_backward_w", D, KOKKOS_LAMBDA(std::int64_t j) {
-          T acc = 0;
-          for (std::int64_t r = 0; r < M; ++r) acc += gy[r * D + j] * px[r * D + j] * pr[r];
-          gw[j] = fresh ? acc : gw[j] + acc;
+        constexpr std::int64_t kBlock = 32;  // columns per task, rows in order (as in layer_norm)
+        for_each("rms_norm_backward_w", (D + kBlock - 1) / kBlock, KOKKOS_LAMBDA(std::int64_t blk) {
+          const std::int64_t j0 = blk * kBlock, n = D - j0 < kBlock ? D - j0 : kBlock;
+          T acc[kBlock] = {};
+          for (std::int64_t r = 0; r < M; ++r) {
+            const T s = pr[r];
+            const T *g = gy + r * D + j0, *x = px + r * D + j0;
+            for (std::int64_t j = 0; j < n; ++j) acc[j] += g[j] * x[j] * s;
+          }
+          for (std::int64_t j = 0; j < n; ++j) gw[j0 + j] = fresh ? acc[j] : gw[j0 + j] + acc[j];
         });
       }
     });

@@ -1,13 +1,14 @@
 #pragma once
 // One row of a masked softmax, shared by the plain and the fused attention.
 // The max and the sum run in eight interleaved lanes combined in a fixed
-// order: the loops vectorise, and the result does not depend on the thread
-// count (a single running sum is a chain of dependent adds, four cycles each).
+// order (lane_sum): the loops vectorise, and the result does not depend on
+// the thread count.
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 
 #include "autodiff/fast_math.hpp"
 #include "autodiff/kmath.hpp"
+#include "autodiff/ops/kernel.hpp"
 
 namespace remat::ops::detail {
 
@@ -26,12 +27,7 @@ KOKKOS_INLINE_FUNCTION T softmax_row(T* row, std::int64_t valid, std::int64_t le
   for (int l = 1; l < kLanes; ++l) m = lane[l] > m ? lane[l] : m;
 
   for (j = 0; j < valid; ++j) row[j] = fast_exp(row[j] - m);
-  for (int l = 0; l < kLanes; ++l) lane[l] = T(0);
-  for (j = 0; j + kLanes <= valid; j += kLanes)
-    for (int l = 0; l < kLanes; ++l) lane[l] += row[j + l];
-  for (; j < valid; ++j) lane[0] += row[j];
-  T sum = T(0);
-  for (int l = 0; l < kLanes; ++l) sum += lane[l];
+  const T sum = lane_sum<T>(valid, [&](std::int64_t i) { return row[i]; });
 
   const T inv = T(1) / sum;
   for (j = 0; j < valid; ++j) row[j] *= inv;
