@@ -61,8 +61,17 @@ const bool registered = [] {
       {"gelu_tanh", [] { auto x = leaf({B, S, 4 * D}); return std::function<Tensor()>([=] { return ops::gelu_tanh(x); }); }, double(B * S * 4 * D)},
       {"gelu_erf", [] { auto x = leaf({B, S, 4 * D}); return std::function<Tensor()>([=] { return ops::gelu_erf(x); }); }, double(B * S * 4 * D)},
       {"swiglu", [] { auto a = leaf({B, S, 688}), b = leaf({B, S, 688}); return std::function<Tensor()>([=] { return ops::swiglu(a, b); }); }, double(B * S * 688)},
+      {"silu", [] { auto x = leaf({B, S, 688}); return std::function<Tensor()>([=] { return ops::silu(x); }); }, double(B * S * 688)},
+      {"scale", [] { auto x = leaf({B, S, D}); return std::function<Tensor()>([=] { return ops::scale(x, 0.5); }); }, double(B * S * D)},
+      {"dropout", [] { auto x = leaf({B, S, D}); return std::function<Tensor()>([=] { return ops::dropout(x, 0.1); }); }, double(B * S * D)},
       {"rotary", [] { auto x = leaf({B, S, D}); return std::function<Tensor()>([=] { return ops::rotary(x, int(D / H)); }); }, double(B * S * D)},
       {"attention_causal", [] { auto qkv = leaf({B, S, 3 * D}); return std::function<Tensor()>([=] { return ops::attention(qkv, int(H), true); }); }, 4.0 * B * S * S * D},
+      {"attention_causal_plain", [] { auto qkv = leaf({B, S, 3 * D}); return std::function<Tensor()>([=] {
+         const ops::AttentionKernel was = ops::attention_kernel();
+         ops::set_attention_kernel(ops::AttentionKernel::plain);  // keeps the probabilities
+         Tensor y = ops::attention(qkv, int(H), true);
+         ops::set_attention_kernel(was);
+         return y; }); }, 4.0 * B * S * S * D},
       {"attention_gqa", [] { auto q = leaf({B, S, D}), k = leaf({B, S, D / 4}), v = leaf({B, S, D / 4}); return std::function<Tensor()>([=] { return ops::attention(q, k, v, int(H), 2, true); }); }, 4.0 * B * S * S * D},
       {"cross_entropy", [] { auto z = leaf({B, S, V}); auto t = ids({B, S}, V); return std::function<Tensor()>([=] { return ops::cross_entropy(z, t); }); }, double(B * S * V)},
   };

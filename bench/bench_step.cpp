@@ -5,6 +5,7 @@
 #include <benchmark/benchmark.h>
 #include <sys/resource.h>
 
+#include "autodiff/ops/ops.hpp"
 #include "autodiff/tensor.hpp"
 #include "harness/check.hpp"
 #include "harness/step.hpp"
@@ -19,7 +20,10 @@ long minor_page_faults() {
   return u.ru_minflt;
 }
 
-void BM_step(benchmark::State& state, const std::string& model_name, const std::string& strategy_spec) {
+void BM_step(benchmark::State& state, const std::string& model_name, const std::string& strategy_spec,
+             remat::ops::AttentionKernel kernel) {
+  const remat::ops::AttentionKernel was = remat::ops::attention_kernel();
+  remat::ops::set_attention_kernel(kernel);
   const remat::Sizes z = remat::preset_sizes("small");
   const auto model = remat::models().find(model_name).make(z);
   remat::ParamStore params(model->params(), remat::DType::f32);
@@ -42,16 +46,27 @@ void BM_step(benchmark::State& state, const std::string& model_name, const std::
   state.counters["tokens/s"] = benchmark::Counter(tokens, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["FLOP/s"] = benchmark::Counter(6.0 * double(params.count()) * tokens + attention,
                                                 benchmark::Counter::kIsIterationInvariantRate);
+  remat::ops::set_attention_kernel(was);
 }
 
-// Every model with every strategy that applies to it, registered at start-up.
+void add(const std::string& name, const std::string& model, const std::string& strategy,
+         remat::ops::AttentionKernel kernel) {
+  benchmark::RegisterBenchmark(name.c_str(), BM_step, model, strategy, kernel)
+      ->Unit(benchmark::kMillisecond)
+      ->UseRealTime()
+      ->MinTime(2.0);
+}
+
+// Every model with every strategy that applies to it, registered at start-up;
+// and gpt2's full and selective with the plain attention kernel, whose
+// probabilities are what selective drops (BM_step_plain).
 const bool registered = [] {
+  using remat::ops::AttentionKernel;
   for (const auto& m : remat::models().all())
     for (const auto& s : remat::all_strategies(m.reversible))
-      benchmark::RegisterBenchmark(("BM_step/" + m.name + "/" + s).c_str(), BM_step, m.name, s)
-          ->Unit(benchmark::kMillisecond)
-          ->UseRealTime()
-          ->MinTime(2.0);
+      add("BM_step/" + m.name + "/" + s, m.name, s, AttentionKernel::fused);
+  for (const char* s : {"full", "selective"})
+    add(std::string("BM_step_plain/gpt2/") + s, "gpt2", s, AttentionKernel::plain);
   return true;
 }();
 

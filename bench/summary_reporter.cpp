@@ -1,0 +1,57 @@
+#include "summary_reporter.hpp"
+
+#include <cstdio>
+#include <vector>
+
+namespace remat::bench {
+
+void SummaryReporter::ReportRuns(const std::vector<Run>& runs) {
+  ConsoleReporter::ReportRuns(runs);
+  for (const Run& r : runs) {
+    if (r.error_occurred || !(r.aggregate_name.empty() || r.aggregate_name == "median")) continue;
+    Figure f;
+    f.seconds = r.GetAdjustedRealTime() / benchmark::GetTimeUnitMultiplier(r.time_unit);
+    if (auto it = r.counters.find("FLOP/s"); it != r.counters.end()) f.flops = it->second.value;
+    const std::string& args = r.run_name.args;
+    figures_[r.run_name.function_name + (args.empty() ? "" : "/" + args)] = f;
+  }
+}
+
+void SummaryReporter::Finalize() {
+  ConsoleReporter::Finalize();
+  std::FILE* out = stdout;
+  const auto sgemm = figures_.find("BM_cblas_sgemm/2048");
+  std::fprintf(out, "\nSummary of this run\n");
+  if (sgemm != figures_.end()) {
+    std::fprintf(out, "  sgemm n=2048: %.1f GFLOP/s (the ceiling)\n", sgemm->second.flops / 1e9);
+    if (auto d = figures_.find("BM_gemm_dispatch/2048"); d != figures_.end())
+      std::fprintf(out, "  remat's GEMM dispatch: %.2fx the raw sgemm rate\n", d->second.flops / sgemm->second.flops);
+  }
+  // Step rows: BM_step[_plain]/<model>/<strategy>. Ratios to the same
+  // family's and model's full step.
+  for (const char* family : {"BM_step/", "BM_step_plain/"}) {
+    std::map<std::string, std::vector<std::pair<std::string, Figure>>> by_model;
+    for (const auto& [name, f] : figures_) {
+      if (name.rfind(family, 0) != 0) continue;
+      const std::string rest = name.substr(std::string(family).size());
+      const auto slash = rest.find('/');
+      if (slash != std::string::npos) by_model[rest.substr(0, slash)].push_back({rest.substr(slash + 1), f});
+    }
+    for (const auto& [model, rows] : by_model) {
+      const Figure* full = nullptr;
+      for (const auto& [s, f] : rows)
+        if (s == "full") full = &f;
+      if (!full) continue;
+      std::fprintf(out, "  %s%s full: %.3f s/step", model.c_str(), family[7] == '_' ? " (plain attention)" : "",
+                   full->seconds);
+      if (sgemm != figures_.end() && full->flops > 0)
+        std::fprintf(out, ", %.0f%% of the sgemm rate", 100.0 * full->flops / sgemm->second.flops);
+      std::fprintf(out, "\n    step time / full:");
+      for (const auto& [s, f] : rows)
+        if (s != "full") std::fprintf(out, " %s %.2f;", s.c_str(), f.seconds / full->seconds);
+      std::fprintf(out, "\n");
+    }
+  }
+}
+
+}  // namespace remat::bench
