@@ -1,6 +1,7 @@
 #include "autodiff/memory_tracker.hpp"
 
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <chrono>
 
 #include "autodiff/error.hpp"
@@ -60,6 +61,15 @@ void MemoryTracker::on_allocate(const std::string& pool, const void*, std::uint6
 void MemoryTracker::on_deallocate(const std::string& pool, const void*, std::uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   record(pool, -std::int64_t(bytes));
+}
+
+void MemoryTracker::transfer(const std::string& from, const std::string& to, std::uint64_t bytes) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  record(from, -std::int64_t(bytes));
+  PoolStats& s = pools_[to];
+  s.live += std::int64_t(bytes);
+  s.peak = std::max(s.peak, s.live);
+  if (recording_) timeline_.push_back({now_seconds() - t0_, to, s.live, phase_});
 }
 
 MemoryTracker::PoolStats MemoryTracker::stats(const std::string& pool) const {

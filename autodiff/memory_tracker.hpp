@@ -33,6 +33,9 @@ class MemoryTracker {
 
   void on_allocate(const std::string& pool, const void* ptr, std::uint64_t bytes, const std::string& label = "");
   void on_deallocate(const std::string& pool, const void* ptr, std::uint64_t bytes);
+  // Bytes that change pools without being copied (an offload pool that is the
+  // device's own memory): live and peak move, nothing is allocated.
+  void transfer(const std::string& from, const std::string& to, std::uint64_t bytes);
 
   PoolStats stats(const std::string& pool) const;
   std::map<std::string, PoolStats> all_stats() const;

@@ -38,7 +38,15 @@ class HostBuffer {
   std::size_t bytes_;
 };
 
+bool& copies_setting() {
+  static bool copy = !Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
+  return copy;
+}
+
 }  // namespace
+
+bool OffloadStorage::copies() { return copies_setting(); }
+void OffloadStorage::set_copies(bool copy) { copies_setting() = copy; }
 
 std::shared_ptr<Packed> KeepStorage::pack(const Tensor& t) {
   if (trace_) {
@@ -54,7 +62,8 @@ struct OffloadStorage::Group {
     Tensor device;  // resident copy (undefined while offloaded)
     Shape shape;
     DType dtype;
-    std::unique_ptr<HostBuffer> host;
+    std::unique_ptr<HostBuffer> host;  // the copy, where offloading copies
+    Tensor parked;                     // the tensor itself, where it does not
     int handles = 0, taken = 0;
   };
   std::string name;
@@ -64,19 +73,43 @@ struct OffloadStorage::Group {
   bool resident = true;
   bool fetched = false;              // brought back for its backward (once)
 
+  ~Group() {
+    for (auto& e : entries)
+      if (e.parked.defined()) move_pool(e.parked, OffloadStorage::kPool, MemoryTracker::default_pool());
+  }
+
+  static void move_pool(const Tensor& t, const std::string& from, const std::string& to) {
+    MemoryTracker::instance().transfer(from, to, t.bytes().extent(0));
+  }
+
   void offload() {
+    resident = false;
+    if (!OffloadStorage::copies()) {
+      for (auto& e : entries) {
+        move_pool(e.device, MemoryTracker::default_pool(), OffloadStorage::kPool);
+        e.parked = std::move(e.device);
+        e.device = Tensor();
+      }
+      return;
+    }
     for (auto& e : entries) {
       e.host = std::make_unique<HostBuffer>(e.device.nbytes());
       Kokkos::deep_copy(ExecSpace(), e.host->view(), e.device.bytes());
     }
     ExecSpace().fence();
     for (auto& e : entries) e.device = Tensor();
-    resident = false;
   }
 
   void copy_in() {
     if (resident) return;
     for (auto& e : entries) {
+      if (e.parked.defined()) {
+        MemoryTracker::instance().check_allocation(std::int64_t(e.parked.bytes().extent(0)));
+        move_pool(e.parked, OffloadStorage::kPool, MemoryTracker::default_pool());
+        e.device = std::move(e.parked);
+        e.parked = Tensor();
+        continue;
+      }
       e.device = Tensor::empty(e.shape, e.dtype, "offload_fetch");
       Kokkos::deep_copy(ExecSpace(), e.device.bytes(), e.host->view());
     }
@@ -156,7 +189,9 @@ void OffloadStorage::reset() {
 std::shared_ptr<Packed> OffloadStorage::pack(const Tensor& t) {
   if (!current_) return keep_.pack(t);
   auto [it, fresh] = current_->index.emplace(t.raw(), int(current_->entries.size()));
-  if (fresh) current_->entries.push_back({t, t.shape(), t.dtype(), nullptr, 0, 0});
+  // The data alone: a tensor's recipe holds its producer's saved handles,
+  // which may be in this group, and the group must not own itself.
+  if (fresh) current_->entries.push_back({t.view_as(t.shape()), t.shape(), t.dtype(), nullptr, Tensor(), 0, 0});
   auto& e = current_->entries[std::size_t(it->second)];
   ++e.handles;
   if (trace_) {

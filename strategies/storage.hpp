@@ -31,9 +31,19 @@ class KeepStorage final : public Storage {
 
 // The offload pool's bytes are reported to the memory tracker as pool
 // "offload", apart from the device pool, so the two peaks are seen apart.
+// Where the device's memory is host memory (the host backends) nothing is
+// copied: the pool takes the tensor as it is, as PyTorch's save_on_cpu does
+// for CPU tensors, and the tracker moves its bytes from the device pool to
+// the offload pool and back. A copy there would only add a memcpy and a
+// second resident copy that no real host training run would make.
 class OffloadStorage final : public Storage {
  public:
   static constexpr const char* kPool = "offload";
+  // Whether offloading copies into host buffers: by default only where the
+  // device memory is not host memory. Tests turn copies on to exercise the
+  // path a GPU build takes.
+  static bool copies();
+  static void set_copies(bool copy);
   OffloadStorage();
   ~OffloadStorage() override;
   std::shared_ptr<Packed> pack(const Tensor& t) override;
