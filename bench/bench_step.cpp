@@ -58,14 +58,14 @@ void add(const std::string& name, const std::string& model, const std::string& s
 }
 
 // Every model with every strategy that applies to it, registered at start-up;
-// and gpt2's full and selective with the plain attention kernel, whose
-// probabilities are what selective drops (BM_step_plain).
+// and gpt2's full and selective:attn-core with the plain attention kernel,
+// whose probabilities are what selective:attn-core drops (BM_step_plain).
 const bool registered = [] {
   using remat::ops::AttentionKernel;
   for (const auto& m : remat::models().all())
     for (const auto& s : remat::all_strategies(m.reversible))
       add("BM_step/" + m.name + "/" + s, m.name, s, AttentionKernel::fused);
-  for (const char* s : {"full", "selective"})
+  for (const char* s : {"full", "selective:attn-core"})
     add(std::string("BM_step_plain/gpt2/") + s, "gpt2", s, AttentionKernel::plain);
   return true;
 }();

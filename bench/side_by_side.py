@@ -18,10 +18,14 @@ since timings on a shared machine drift.
 The PyTorch side is written here in idiomatic PyTorch (float32, F.layer_norm,
 F.gelu, torch.utils.checkpoint without reentrancy), from MODELS.md; it shares
 no code with remat. Strategies: full; per-layer (every block checkpointed);
-sqrt (segments of ceil(sqrt L) blocks); selective (the attention core,
-softmax(q k^T) v, checkpointed); offload-checkpoint (per-layer, block inputs
-through save_on_cpu, a copy on a CPU-only machine); reversible (revformer:
-a RevNet autograd function that rebuilds block inputs in backward).
+sqrt (segments of ceil(sqrt L) blocks); selective and selective:attn-core
+(both the attention core, softmax(q k^T) v, checkpointed: remat's bare
+`selective` also recomputes norms and the MLP activation, which PyTorch 1.13's
+checkpoint cannot do without recomputing the GEMMs that consume them);
+offload-checkpoint (per-layer, block inputs through save_on_cpu, which on a
+CPU-only machine keeps a CPU tensor as it is, as remat's host backend does);
+reversible (revformer: a RevNet autograd function that rebuilds block inputs
+in backward).
 """
 import argparse
 import json
@@ -32,7 +36,7 @@ import subprocess
 import sys
 import time
 
-STRATEGIES = ["full", "per-layer", "sqrt", "selective", "offload-checkpoint"]
+STRATEGIES = ["full", "per-layer", "sqrt", "selective", "selective:attn-core", "offload-checkpoint"]
 
 
 # ----------------------------------------------------------------------------
@@ -69,7 +73,7 @@ def torch_worker(model_name, strategy, z, steps, threads):
         return torch.softmax(att, dim=-1) @ v
 
     def attention_core(q, k, v, causal):
-        if strategy == "selective":
+        if strategy.startswith("selective"):
             return checkpoint(core, q, k, v, causal, use_reentrant=False)
         return core(q, k, v, causal)
 

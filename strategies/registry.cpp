@@ -48,6 +48,8 @@ std::set<OpKind> parse_kinds(const std::string& spec, const std::string& text) {
 
 }  // namespace
 
+std::set<OpKind> default_selective_kinds() { return {OpKind::attn_core, OpKind::mlp_act, OpKind::norm}; }
+
 std::vector<std::string> selectable_kinds() {
   std::vector<std::string> v;
   for (OpKind k : kSelectable) v.push_back(op_kind_name(k));
@@ -62,8 +64,9 @@ const std::vector<StrategyInfo>& strategy_catalog() {
       {"per-layer", "every:1: keep only each block's input", "every model"},
       {"sqrt", "every:K with K = floor(sqrt(L)): memory ~ sqrt(L)", "every model"},
       {"selective[:kinds]",
-       "drop saved tensors of these op kinds (default attn-core) and recompute just those ops; kinds: " +
-           join(selectable_kinds(), ", "),
+       "drop saved tensors of these op kinds and recompute just those ops; kinds: " + join(selectable_kinds(), ", ") +
+           ". Default attn-core,mlp-act,norm: keep GEMM outputs, recompute the cheap ops (selective:attn-core is "
+           "Megatron-LM's, which the fused attention kernel already is)",
        "every model"},
       {"offload", "move every tensor a block saves to the host offload pool; prefetch it back for backward",
        "every model"},
@@ -76,7 +79,7 @@ const std::vector<StrategyInfo>& strategy_catalog() {
 }
 
 std::vector<std::string> all_strategies(bool reversible_model) {
-  std::vector<std::string> all = {"full", "per-layer", "every:2", "sqrt", "selective", "selective:attn-core,mlp-act",
+  std::vector<std::string> all = {"full", "per-layer", "every:2", "sqrt", "selective", "selective:attn-core",
                                   "offload", "offload-checkpoint"};
   if (reversible_model) all.push_back("reversible");
   return all;
@@ -100,7 +103,7 @@ std::unique_ptr<Strategy> make_strategy(const std::string& spec) {
   if (base == "per-layer") return make_checkpoint(spec, 1, offload);
   if (base == "sqrt") return make_checkpoint(spec, 0, offload);
   if (base.rfind("every:", 0) == 0) return make_checkpoint(spec, parse_k(spec, base.substr(6)), offload);
-  if (base == "selective") return make_selective(spec, {OpKind::attn_core}, offload);
+  if (base == "selective") return make_selective(spec, default_selective_kinds(), offload);
   if (base.rfind("selective:", 0) == 0) return make_selective(spec, parse_kinds(spec, base.substr(10)), offload);
   std::vector<std::string> known;
   for (const auto& s : strategy_catalog()) known.push_back(s.spec);

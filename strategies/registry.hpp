@@ -5,6 +5,7 @@
 //   | offload-checkpoint | reversible, and every:K, per-layer, sqrt,
 //   selective + offload.
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,12 @@ struct StrategyInfo {
 const std::vector<StrategyInfo>& strategy_catalog();
 // The op kinds selective can drop, e.g. "attn-core".
 std::vector<std::string> selectable_kinds();
+// What bare `selective` drops: every saved tensor that is not a GEMM's output
+// (the attention core, the MLP activation, the norms). They cost a few
+// percent of a step's time to recompute and hold a third of gpt2's activations;
+// the attention core alone (Megatron-LM's choice) is what the fused kernel
+// already leaves unsaved.
+std::set<OpKind> default_selective_kinds();
 
 // Throws UserError saying what is wrong and what is accepted.
 std::unique_ptr<Strategy> make_strategy(const std::string& spec);

@@ -1,7 +1,8 @@
 // selective:<kinds>: inside every block, a saved tensor whose producing op is
 // of a listed kind is dropped and recomputed in backward from what its
 // producer saved anyway (the op's recipe), so only those ops run again, once
-// each; everything else is kept. Megatron-LM's selective recomputation is
+// each; everything else is kept. Bare `selective` drops everything but GEMM
+// outputs (default_selective_kinds); Megatron-LM's selective recomputation is
 // selective:attn-core. The last block is kept: its backward comes at once.
 #include "strategies/builtin.hpp"
 #include "strategies/recompute_region.hpp"

@@ -85,14 +85,19 @@ TEST_CASE("each strategy runs forward exactly the ops it promises", "[strategies
     const StepResult r = run("sqrt");
     CHECK(recomputed(r, "linear") == 4 + 3);
   }
-  SECTION("selective recomputes only the attention probabilities, once per kept block") {
-    const StepResult r = run("selective");
+  SECTION("selective:attn-core recomputes only the attention probabilities, once per kept block") {
+    const StepResult r = run("selective:attn-core");
     CHECK(stats::counts().recomputed == std::map<std::string, std::int64_t>{{"attention_probs", 3}});
   }
   SECTION("selective:attn-core,mlp-act also recomputes the GELU") {
     const StepResult r = run("selective:attn-core,mlp-act");
     CHECK(stats::counts().recomputed ==
           std::map<std::string, std::int64_t>{{"attention_probs", 3}, {"gelu_tanh", 3}});
+  }
+  SECTION("bare selective recomputes every op that is not a GEMM, and no GEMM") {
+    const StepResult r = run("selective");
+    CHECK(stats::counts().recomputed ==
+          std::map<std::string, std::int64_t>{{"attention_probs", 3}, {"gelu_tanh", 3}, {"layer_norm", 3 * 2}});
   }
   SECTION("with the fused kernel, per-layer recomputes the fused attention once per recomputed block") {
     test::AttentionKernelScope fused(ops::AttentionKernel::fused);
@@ -130,6 +135,56 @@ TEST_CASE("offload-checkpoint keeps block inputs in the offload pool", "[strateg
   const std::int64_t block_input = std::int64_t(s.sizes.B) * s.sizes.S * s.sizes.D * 4;
   CHECK(r.offload_peak == 3 * block_input);  // the inputs of blocks 0-2
   CHECK(MemoryTracker::instance().stats(OffloadStorage::kPool).live == 0);
+}
+
+TEST_CASE("offloading with copies (a GPU build's path) and without (the host's) give the same gradients and bytes",
+          "[strategies][offload]") {
+  Setup s = gpt2("tiny", 4, 0.1);
+  const std::vector<std::string> specs = {"offload", "offload-checkpoint", "sqrt+offload", "selective+offload"};
+  auto run = [&](bool copies) {
+    const bool previous = OffloadStorage::copies();
+    OffloadStorage::set_copies(copies);
+    CheckReport r = run_check(*s.model, *s.params, s.batch, specs, {});
+    OffloadStorage::set_copies(previous);
+    return r;
+  };
+  const CheckReport copied = run(true), moved = run(false);
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    INFO(specs[i]);
+    CHECK(copied.rows[i].vs_full.bitwise);
+    CHECK(moved.rows[i].vs_full.bitwise);
+    CHECK(copied.rows[i].step.activation_peak == moved.rows[i].step.activation_peak);
+    CHECK(copied.rows[i].step.offload_peak == moved.rows[i].step.offload_peak);
+  }
+  CHECK(MemoryTracker::instance().stats(OffloadStorage::kPool).live == 0);
+}
+
+TEST_CASE("a step dropped before its backward gives its offloaded bytes back to the device pool",
+          "[strategies][offload]") {
+  Tensor w = test::random_leaf({8, 8}, 1, DType::f32);
+  Tensor x = test::random_leaf({4, 8}, 3, DType::f32);
+  auto& tracker = MemoryTracker::instance();
+  const std::string device = MemoryTracker::default_pool();
+  const std::int64_t before = tracker.stats(device).live;
+  for (bool copies : {false, true}) {
+    INFO("copies " << copies);
+    const bool previous = OffloadStorage::copies();
+    OffloadStorage::set_copies(copies);
+    {
+      auto strategy = make_strategy("offload");
+      strategy->begin_step();
+      BlockRunnerScope scope(*strategy);
+      Tensor h = run_block({0, 2, "b0"}, Tensors{x}, [&](const Tensors& in) {
+        return Tensors{ops::gelu_tanh(ops::linear(in[0], w))};
+      })[0];
+      Tensor y = run_block({1, 2, "b1"}, h, [](const Tensor& t) { return ops::gelu_tanh(t); });
+      CHECK(tracker.stats(OffloadStorage::kPool).live > 0);
+      current_tape().clear();
+    }
+    OffloadStorage::set_copies(previous);
+    CHECK(tracker.stats(OffloadStorage::kPool).live == 0);
+    CHECK(tracker.stats(device).live == before);
+  }
 }
 
 TEST_CASE("a recomputation that differs from the forward pass is an error naming region and op",
@@ -191,7 +246,7 @@ TEST_CASE("strategy specs parse, compose where it makes sense, and fail clearly"
 TEST_CASE("the trace shows what each region kept, dropped and recomputed", "[strategies][trace]") {
   test::AttentionKernelScope plain(ops::AttentionKernel::plain);
   Setup s = gpt2("tiny", 3, 0.0);
-  auto strategy = make_strategy("selective");
+  auto strategy = make_strategy("selective:attn-core");
   strategy->trace().enabled = true;
   run_step(*s.model, *s.params, s.batch, {strategy.get(), 1, 0});
   const auto& regions = strategy->trace().regions();

@@ -9,9 +9,9 @@ namespace remat::cli {
 void setup_strategies(CLI::App& app) {
   auto* cmd = app.add_subcommand("strategies", "List the activation-memory strategies");
   cmd->callback([] {
-    std::printf("%-20s %-14s %s\n", "strategy", "applies to", "what it does");
+    std::printf("%-20s %-18s %s\n", "strategy", "applies to", "what it does");
     for (const auto& s : strategy_catalog())
-      std::printf("%-20s %-14s %s\n", s.spec.c_str(), s.applies_to.c_str(), s.description.c_str());
+      std::printf("%-20s %-18s %s\n", s.spec.c_str(), s.applies_to.c_str(), s.description.c_str());
     std::printf("\n'all' = ");
     for (const auto& s : all_strategies()) std::printf("%s ", s.c_str());
     std::printf("\ncompositions: every:K, per-layer, sqrt and selective[:kinds] take '+offload';\n"
