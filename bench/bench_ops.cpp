@@ -66,6 +66,7 @@ const bool registered = [] {
       {"dropout", [] { auto x = leaf({B, S, D}); return std::function<Tensor()>([=] { return ops::dropout(x, 0.1); }); }, double(B * S * D)},
       {"rotary", [] { auto x = leaf({B, S, D}); return std::function<Tensor()>([=] { return ops::rotary(x, int(D / H)); }); }, double(B * S * D)},
       {"attention_causal", [] { auto qkv = leaf({B, S, 3 * D}); return std::function<Tensor()>([=] { return ops::attention(qkv, int(H), true); }); }, 4.0 * B * S * S * D},
+      {"attention_bidirectional", [] { auto qkv = leaf({B, S, 3 * D}); return std::function<Tensor()>([=] { return ops::attention(qkv, int(H), false); }); }, 4.0 * B * S * S * D},
       {"attention_causal_plain", [] { auto qkv = leaf({B, S, 3 * D}); return std::function<Tensor()>([=] {
          const ops::AttentionKernel was = ops::attention_kernel();
          ops::set_attention_kernel(ops::AttentionKernel::plain);  // keeps the probabilities
