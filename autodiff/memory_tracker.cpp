@@ -1,7 +1,6 @@
 #include "autodiff/memory_tracker.hpp"
 
 #include <Kokkos_Core.hpp>
-#include <algorithm>
 #include <chrono>
 
 #include "autodiff/error.hpp"
@@ -40,17 +39,17 @@ std::string MemoryTracker::default_pool() {
   return Kokkos::DefaultExecutionSpace::memory_space::name();
 }
 
-void MemoryTracker::record(const std::string& pool, std::int64_t delta) {
+void MemoryTracker::record(const std::string& pool, std::int64_t delta, bool allocation) {
   PoolStats& s = pools_[pool];
   s.live += delta;
-  if (delta > 0) ++s.allocations;
+  if (allocation) ++s.allocations;
   if (s.live > s.peak) s.peak = s.live;
   if (recording_) timeline_.push_back({now_seconds() - t0_, pool, s.live, phase_});
 }
 
 void MemoryTracker::on_allocate(const std::string& pool, const void*, std::uint64_t bytes, const std::string& label) {
   std::lock_guard<std::mutex> lock(mutex_);
-  record(pool, std::int64_t(bytes));
+  record(pool, std::int64_t(bytes), true);
   if (counting_) {
     LabelStats& l = census_[label];
     ++l.allocations;
@@ -66,10 +65,7 @@ void MemoryTracker::on_deallocate(const std::string& pool, const void*, std::uin
 void MemoryTracker::transfer(const std::string& from, const std::string& to, std::uint64_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
   record(from, -std::int64_t(bytes));
-  PoolStats& s = pools_[to];
-  s.live += std::int64_t(bytes);
-  s.peak = std::max(s.peak, s.live);
-  if (recording_) timeline_.push_back({now_seconds() - t0_, to, s.live, phase_});
+  record(to, std::int64_t(bytes));
 }
 
 MemoryTracker::PoolStats MemoryTracker::stats(const std::string& pool) const {

@@ -72,7 +72,7 @@ class MemoryTracker {
 
  private:
   MemoryTracker() = default;
-  void record(const std::string& pool, std::int64_t delta);
+  void record(const std::string& pool, std::int64_t delta, bool allocation = false);
 
   mutable std::mutex mutex_;
   bool installed_ = false;

@@ -166,6 +166,16 @@ def torch_worker(model_name, strategy, z, steps, threads):
         def g_fn(t, w):
             return gpt_mlp(F.layer_norm(t, (D,), w["ln2_w"], w["ln2_b"], 1e-5), w)
 
+        def undo_half(fn, w, inp, out, grad_out, grad_in_other):
+            """out = other + fn(inp): returns other, and grad_in_other plus fn's
+            gradient into inp; fn runs once, its graph freed on return."""
+            with torch.enable_grad():
+                a = inp.detach().requires_grad_(True)
+                z = fn(a, w)
+                torch.autograd.backward(z, grad_out)
+            with torch.no_grad():
+                return out - z, grad_in_other + a.grad
+
         class RevBlock(torch.autograd.Function):
             """y1 = x1 + F(x2), y2 = x2 + G(y1); backward rebuilds x from y."""
 
@@ -183,21 +193,8 @@ def torch_worker(model_name, strategy, z, steps, threads):
             def backward(ctx, dy1, dy2):
                 w = blocks[ctx.w_index]
                 y1, y2 = ctx.outputs
-                with torch.enable_grad():
-                    a = y1.detach().requires_grad_(True)
-                    gz = g_fn(a, w)
-                    torch.autograd.backward(gz, dy2)
-                with torch.no_grad():
-                    x2 = y2 - gz
-                    dy1 = dy1 + a.grad
-                del gz, a
-                with torch.enable_grad():
-                    b = x2.detach().requires_grad_(True)
-                    fz = f_fn(b, w)
-                    torch.autograd.backward(fz, dy1)
-                with torch.no_grad():
-                    x1 = y1 - fz
-                    dx2 = dy2 + b.grad
+                x2, dy1 = undo_half(g_fn, w, y1, y2, dy2, dy1)  # y2 = x2 + G(y1)
+                x1, dx2 = undo_half(f_fn, w, x2, y1, dy1, dy2)  # y1 = x1 + F(x2)
                 if ctx.previous is not None:
                     ctx.previous.outputs = (x1, x2)
                 return (dy1, dx2, None) + (None,) * len(w)

@@ -1,5 +1,6 @@
 #include "harness/step.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include "autodiff/memory_tracker.hpp"
@@ -39,6 +40,13 @@ double run_forward_backward(const Model& model, const ParamStore& params, const 
 double forward_backward(const Model& model, const ParamStore& params, const Batch& batch, const StepOptions& o) {
   params.zero_grad();
   return run_forward_backward(model, params, batch, o);
+}
+
+double median(std::vector<double> seconds) {
+  if (seconds.empty()) return 0;
+  std::sort(seconds.begin(), seconds.end());
+  const std::size_t n = seconds.size();
+  return n % 2 ? seconds[n / 2] : 0.5 * (seconds[n / 2 - 1] + seconds[n / 2]);
 }
 
 StepResult run_step(const Model& model, const ParamStore& params, const Batch& batch, const StepOptions& o) {

@@ -39,6 +39,10 @@ struct StepResult {
 // activations), runs forward under the strategy and backward, and measures.
 StepResult run_step(const Model& model, const ParamStore& params, const Batch& batch, const StepOptions& options = {});
 
+// The median of step times (the mean of the middle two for an even count;
+// 0 for none): every command reports steps by it.
+double median(std::vector<double> seconds);
+
 // The step without measurement; returns the loss.
 double forward_backward(const Model& model, const ParamStore& params, const Batch& batch,
                         const StepOptions& options = {});

@@ -47,6 +47,35 @@ Tensor leaf(const Tensor& t) {
   return v;
 }
 
+// One half of the inverse coupling out = other + fn(in): fn runs once on
+// `in`, recorded on its own tape, replaying the RNG draws from `cursor`. It
+// gives other = out - fn(in) and grad_in = grad_in_other + fn's gradient
+// with respect to in, where a gradient flows into out (either term may be
+// undefined). The graph is freed on return.
+struct Half {
+  Tensor other, grad_in;
+};
+Half undo_half(const std::function<Tensor(const Tensor&)>& fn, std::uint64_t cursor, const Tensor& in,
+               const Tensor& out, const Tensor& grad_out, const Tensor& grad_in_other) {
+  Tape tape;
+  TapeScope scope(tape);
+  Tensor a = leaf(in), z;
+  {
+    stats::RecomputeScope recomputing;
+    random_ops::set_cursor(cursor);
+    z = fn(a);
+  }
+  Half h{Tensor(), grad_in_other};
+  NoGradScope no_grad;
+  h.other = minus(out, z);
+  if (grad_out.defined()) {
+    z.slot()->grad = std::make_shared<Tensor>(grad_out);
+    tape.run_backward();
+    if (const Tensor d = a.grad(); d.defined()) h.grad_in = h.grad_in.defined() ? ops::add(h.grad_in, d) : d;
+  }
+  return h;
+}
+
 class Reversible final : public Strategy {
  public:
   Reversible() : Strategy("reversible", false) {}
@@ -89,54 +118,11 @@ class Reversible final : public Strategy {
       // Each of G and F runs once, recorded, and serves both the inverse and
       // the gradients; G's graph is freed before F's is built.
       // y2 = x2 + G(y1): x2 = y2 - G(y1), dy1 += G'(y1)^T dy2.
-      Tensor x2, dy1_total = dy1;
-      {
-        Tape tape;
-        TapeScope scope(tape);
-        Tensor a = leaf(y.y1), gz;
-        {
-          stats::RecomputeScope recomputing;
-          random_ops::set_cursor(c1);
-          gz = body.g(a);
-        }
-        {
-          NoGradScope no_grad;
-          x2 = minus(y.y2, gz);
-        }
-        if (dy2.defined()) {
-          gz.slot()->grad = std::make_shared<Tensor>(dy2);
-          tape.run_backward();
-          if (a.grad().defined()) {
-            NoGradScope no_grad;
-            dy1_total = dy1.defined() ? ops::add(dy1, a.grad()) : a.grad();
-          }
-        }
-      }
+      const auto [x2, dy1_total] = undo_half(body.g, c1, y.y1, y.y2, dy2, dy1);
       // y1 = x1 + F(x2): x1 = y1 - F(x2), dx1 = dy1, dx2 = dy2 + F'(x2)^T dy1.
-      Tensor x1;
-      {
-        Tape tape;
-        TapeScope scope(tape);
-        Tensor a = leaf(x2), fz;
-        {
-          stats::RecomputeScope recomputing;
-          random_ops::set_cursor(c0);
-          fz = body.f(a);
-        }
-        {
-          NoGradScope no_grad;
-          x1 = minus(y.y1, fz);
-        }
-        if (dy1_total.defined()) {
-          fz.slot()->grad = std::make_shared<Tensor>(dy1_total);
-          tape.run_backward();
-          ctx.accumulate(0, dy1_total);
-        }
-        NoGradScope no_grad;
-        const Tensor da = a.grad();
-        const Tensor dx2 = dy2.defined() && da.defined() ? ops::add(dy2, da) : dy2.defined() ? dy2 : da;
-        if (dx2.defined()) ctx.accumulate(1, dx2);
-      }
+      const auto [x1, dx2] = undo_half(body.f, c0, x2, y.y1, dy1_total, dy2);
+      if (dy1_total.defined()) ctx.accumulate(0, dy1_total);
+      if (dx2.defined()) ctx.accumulate(1, dx2);
       if (truth.y1.defined()) record_error(name, truth, {x1, x2});
       if (trace)
         for (const auto& [op, n] : stats::forward_since(before_ops)) trace->recomputed_ops[op] += n;
@@ -156,7 +142,8 @@ class Reversible final : public Strategy {
   // 52 MB for a measured 46 MB).
   MemoryPrediction predict(const SaveProfile& p) const override {
     MemoryPrediction m{p.outside_peak + p.blocks.back().input, 0};
-    for (const auto& b : p.blocks) m.device = std::max({m.device, b.input + b.forward_peak - b.saved, 2 * b.input + b.backward_peak});
+    for (const auto& b : p.blocks)
+      m.device = std::max({m.device, b.input + b.forward_peak - b.saved, 2 * b.input + b.backward_peak});
     return m;
   }
 

@@ -59,11 +59,12 @@ std::shared_ptr<Packed> KeepStorage::pack(const Tensor& t) {
 
 struct OffloadStorage::Group {
   struct Entry {
-    Tensor device;  // resident copy (undefined while offloaded)
+    // The data: while resident, and while offloaded where offloading moves
+    // rather than copies (no `host`), when the pool owns this same memory.
+    Tensor device;
     Shape shape;
     DType dtype;
     std::unique_ptr<HostBuffer> host;  // the copy, where offloading copies
-    Tensor parked;                     // the tensor itself, where it does not
     int handles = 0, taken = 0;
   };
   std::string name;
@@ -73,9 +74,10 @@ struct OffloadStorage::Group {
   bool resident = true;
   bool fetched = false;              // brought back for its backward (once)
 
-  ~Group() {
-    for (auto& e : entries)
-      if (e.parked.defined()) move_pool(e.parked, OffloadStorage::kPool, MemoryTracker::default_pool());
+  ~Group() {  // moved bytes go back to the device pool, where they are freed
+    if (!resident)
+      for (auto& e : entries)
+        if (!e.host) move_pool(e.device, OffloadStorage::kPool, MemoryTracker::default_pool());
   }
 
   static void move_pool(const Tensor& t, const std::string& from, const std::string& to) {
@@ -85,11 +87,7 @@ struct OffloadStorage::Group {
   void offload() {
     resident = false;
     if (!OffloadStorage::copies()) {
-      for (auto& e : entries) {
-        move_pool(e.device, MemoryTracker::default_pool(), OffloadStorage::kPool);
-        e.parked = std::move(e.device);
-        e.device = Tensor();
-      }
+      for (auto& e : entries) move_pool(e.device, MemoryTracker::default_pool(), OffloadStorage::kPool);
       return;
     }
     for (auto& e : entries) {
@@ -102,16 +100,16 @@ struct OffloadStorage::Group {
 
   void copy_in() {
     if (resident) return;
-    for (auto& e : entries) {
-      if (e.parked.defined()) {
-        MemoryTracker::instance().check_allocation(std::int64_t(e.parked.bytes().extent(0)));
-        move_pool(e.parked, OffloadStorage::kPool, MemoryTracker::default_pool());
-        e.device = std::move(e.parked);
-        e.parked = Tensor();
-        continue;
+    if (!entries.empty() && !entries.front().host) {  // moved, not copied: all or none come back
+      std::int64_t bytes = 0;
+      for (auto& e : entries) bytes += std::int64_t(e.device.bytes().extent(0));
+      MemoryTracker::instance().check_allocation(bytes);
+      for (auto& e : entries) move_pool(e.device, OffloadStorage::kPool, MemoryTracker::default_pool());
+    } else {
+      for (auto& e : entries) {
+        e.device = Tensor::empty(e.shape, e.dtype, "offload_fetch");
+        Kokkos::deep_copy(ExecSpace(), e.device.bytes(), e.host->view());
       }
-      e.device = Tensor::empty(e.shape, e.dtype, "offload_fetch");
-      Kokkos::deep_copy(ExecSpace(), e.device.bytes(), e.host->view());
     }
     resident = true;
   }
@@ -191,7 +189,7 @@ std::shared_ptr<Packed> OffloadStorage::pack(const Tensor& t) {
   auto [it, fresh] = current_->index.emplace(t.raw(), int(current_->entries.size()));
   // The data alone: a tensor's recipe holds its producer's saved handles,
   // which may be in this group, and the group must not own itself.
-  if (fresh) current_->entries.push_back({t.view_as(t.shape()), t.shape(), t.dtype(), nullptr, Tensor(), 0, 0});
+  if (fresh) current_->entries.push_back({t.view_as(t.shape()), t.shape(), t.dtype(), nullptr, 0, 0});
   auto& e = current_->entries[std::size_t(it->second)];
   ++e.handles;
   if (trace_) {

@@ -69,6 +69,23 @@ KOKKOS_INLINE_FUNCTION void accumulate(T& dst, T v, bool fresh) {
   dst = v + (fresh ? T(0) : old);
 }
 
+// out[j] = sum over rows r of term(r, j) for j in [0, D), or += where the
+// buffer is not fresh: blocks of columns in parallel, rows in order within
+// each (deterministic sums, whatever the thread count), each row's run of
+// columns contiguous (the inner loop vectorises). A norm's weight and bias
+// gradients.
+template <class T, class Term>
+void column_sums(const char* name, std::int64_t M, std::int64_t D, T* out, bool fresh, const Term& term) {
+  constexpr std::int64_t kBlock = 32;
+  for_each(name, (D + kBlock - 1) / kBlock, KOKKOS_LAMBDA(std::int64_t blk) {
+    const std::int64_t j0 = blk * kBlock, n = D - j0 < kBlock ? D - j0 : kBlock;
+    T acc[kBlock] = {};
+    for (std::int64_t r = 0; r < M; ++r)
+      for (std::int64_t j = 0; j < n; ++j) acc[j] += term(r, j0 + j);
+    for (std::int64_t j = 0; j < n; ++j) accumulate(out[j0 + j], acc[j], fresh);
+  });
+}
+
 // Rows of a tensor seen as a matrix [rows, last dim].
 inline std::int64_t rows_of(const Tensor& t) { return t.rank() == 0 ? 1 : t.numel() / t.dim(-1); }
 

@@ -75,31 +75,14 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
             }
           });
         }
-        GradTarget dw = ctx.grad_in(1), db = ctx.grad_in(2);
-        if (dw || db) {
-          T* gw = dw ? dw.t.data<T>() : nullptr;
-          T* gb = db ? db.t.data<T>() : nullptr;
-          const bool fw = dw.fresh, fb = db.fresh;
-          // Blocks of columns in parallel, rows in order (deterministic
-          // sums), each row's run of columns contiguous (vectorised).
-          constexpr std::int64_t kBlock = 32;
-          for_each("layer_norm_backward_wb", (D + kBlock - 1) / kBlock, KOKKOS_LAMBDA(std::int64_t blk) {
-            const std::int64_t j0 = blk * kBlock, n = D - j0 < kBlock ? D - j0 : kBlock;
-            T aw[kBlock] = {}, ab[kBlock] = {};
-            for (std::int64_t r = 0; r < M; ++r) {
-              const T m = pm[r], s = pr[r];
-              const T *g = gy + r * D + j0, *x = px + r * D + j0;
-              for (std::int64_t j = 0; j < n; ++j) {
-                aw[j] += g[j] * (x[j] - m) * s;
-                ab[j] += g[j];
-              }
-            }
-            for (std::int64_t j = 0; j < n; ++j) {
-              if (gw) gw[j0 + j] = fw ? aw[j] : gw[j0 + j] + aw[j];
-              if (gb) gb[j0 + j] = fb ? ab[j] : gb[j0 + j] + ab[j];
-            }
-          });
-        }
+        if (GradTarget dw = ctx.grad_in(1))
+          column_sums<T>("layer_norm_backward_w", M, D, dw.t.data<T>(), dw.fresh,
+                         KOKKOS_LAMBDA(std::int64_t r, std::int64_t j) {
+                           return gy[r * D + j] * (px[r * D + j] - pm[r]) * pr[r];
+                         });
+        if (GradTarget db = ctx.grad_in(2))
+          column_sums<T>("layer_norm_backward_b", M, D, db.t.data<T>(), db.fresh,
+                         KOKKOS_LAMBDA(std::int64_t r, std::int64_t j) { return gy[r * D + j]; });
       });
     });
   return out;

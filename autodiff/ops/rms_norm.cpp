@@ -65,21 +65,9 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
           }
         });
       }
-      if (GradTarget dw = ctx.grad_in(1)) {
-        T* gw = dw.t.data<T>();
-        const bool fresh = dw.fresh;
-        constexpr std::int64_t kBlock = 32;  // columns per task, rows in order (as in layer_norm)
-        for_each("rms_norm_backward_w", (D + kBlock - 1) / kBlock, KOKKOS_LAMBDA(std::int64_t blk) {
-          const std::int64_t j0 = blk * kBlock, n = D - j0 < kBlock ? D - j0 : kBlock;
-          T acc[kBlock] = {};
-          for (std::int64_t r = 0; r < M; ++r) {
-            const T s = pr[r];
-            const T *g = gy + r * D + j0, *x = px + r * D + j0;
-            for (std::int64_t j = 0; j < n; ++j) acc[j] += g[j] * x[j] * s;
-          }
-          for (std::int64_t j = 0; j < n; ++j) gw[j0 + j] = fresh ? acc[j] : gw[j0 + j] + acc[j];
-        });
-      }
+      if (GradTarget dw = ctx.grad_in(1))
+        column_sums<T>("rms_norm_backward_w", M, D, dw.t.data<T>(), dw.fresh,
+                       KOKKOS_LAMBDA(std::int64_t r, std::int64_t j) { return gy[r * D + j] * px[r * D + j] * pr[r]; });
     });
   });
   return out;

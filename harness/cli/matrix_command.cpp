@@ -11,6 +11,7 @@
 #include "harness/cli/commands.hpp"
 #include "harness/cli/model_options.hpp"
 #include "harness/matrix.hpp"
+#include "harness/step.hpp"
 #include "strategies/registry.hpp"
 #include "strategies/trace.hpp"
 
@@ -38,11 +39,6 @@ std::string duration(double s) {
   if (s >= 60) std::snprintf(buf, sizeof buf, "%dm%02ds", int(s) / 60, int(s) % 60);
   else std::snprintf(buf, sizeof buf, "%.0fs", s);
   return buf;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
 }
 
 void print_summary(const std::vector<RunRecord>& records) {

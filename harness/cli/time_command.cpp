@@ -62,17 +62,14 @@ void run_time(const TimeOptions& o) {
                    timed ? o.steps : o.warmup, r.seconds);
   }
   const std::int64_t rss_peak = peak_resident_bytes() - baseline;
-  std::vector<double> sorted = seconds;
-  std::sort(sorted.begin(), sorted.end());
-  const double median = sorted.size() % 2 ? sorted[sorted.size() / 2]
-                                          : 0.5 * (sorted[sorted.size() / 2 - 1] + sorted[sorted.size() / 2]);
+  const double step_median = median(seconds), fastest = *std::min_element(seconds.begin(), seconds.end());
   if (o.json) {
     std::printf("{\"model\": \"%s\", \"preset\": \"%s\", \"strategy\": \"%s\", \"attention\": \"%s\", "
                 "\"backend\": \"%s\", \"steps\": %d, \"median_s\": %.6f, \"min_s\": %.6f, \"loss\": %.9g, "
                 "\"activation_peak_bytes\": %lld, \"offload_peak_bytes\": %lld, \"rss_peak_above_baseline_bytes\": "
                 "%lld, \"rss_baseline_bytes\": %lld, \"rss_peak_since_start\": %s, \"parameters\": %lld}\n",
                 setup.model.c_str(), setup.preset.c_str(), specs[0].c_str(), o.model.attention.c_str(),
-                Runtime::describe().c_str(), o.steps, median, sorted.front(), loss, (long long)activation_peak,
+                Runtime::describe().c_str(), o.steps, step_median, fastest, loss, (long long)activation_peak,
                 (long long)offload_peak, (long long)rss_peak, (long long)baseline, peak_reset ? "false" : "true",
                 (long long)params.count());
     return;
@@ -80,7 +77,7 @@ void run_time(const TimeOptions& o) {
   const Sizes& z = setup.sizes;
   std::printf("%s %s (L %d, D %d, S %d, B %d), %s, %s attention, %s\n", setup.model.c_str(), setup.preset.c_str(),
               z.L, z.D, z.S, z.B, specs[0].c_str(), o.model.attention.c_str(), Runtime::describe().c_str());
-  std::printf("step time: median %.3f s, fastest %.3f s, over %d steps after %d warm-up\n", median, sorted.front(),
+  std::printf("step time: median %.3f s, fastest %.3f s, over %d steps after %d warm-up\n", step_median, fastest,
               o.steps, o.warmup);
   std::printf("activation peak (tracker, exact): %.1f MB%s\n", mb(activation_peak),
               offload_peak ? (", offload pool " + std::to_string(mb(offload_peak)).substr(0, 6) + " MB").c_str() : "");

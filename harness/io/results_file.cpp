@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <ctime>
 #include <filesystem>
@@ -9,6 +10,7 @@
 #include "autodiff/error.hpp"
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/runtime.hpp"
+#include "harness/step.hpp"
 
 #ifndef REMAT_GIT_REVISION
 #define REMAT_GIT_REVISION "unknown"
@@ -92,13 +94,12 @@ void ResultsFile::write_run(const h5::File& file_, const RunRecord& r) const {
   attr_s("status", r.check.oom ? "oom" : "ok");
   if (r.check.oom) return;  // nothing was measured
 
-  std::vector<double> sorted = r.step_times;
-  std::sort(sorted.begin(), sorted.end());
-  const double median = sorted.empty() ? 0 : sorted[sorted.size() / 2];
-  attr_d("step_time_median", median);
-  attr_d("step_time_min", sorted.empty() ? 0 : sorted.front());
-  attr_d("step_time_max", sorted.empty() ? 0 : sorted.back());
-  attr_d("tokens_per_second", median > 0 ? double(z.B) * z.S / median : 0);
+  const auto [fastest, slowest] = std::minmax_element(r.step_times.begin(), r.step_times.end());
+  const double step_median = median(r.step_times);
+  attr_d("step_time_median", step_median);
+  attr_d("step_time_min", r.step_times.empty() ? 0 : *fastest);
+  attr_d("step_time_max", r.step_times.empty() ? 0 : *slowest);
+  attr_d("tokens_per_second", step_median > 0 ? double(z.B) * z.S / step_median : 0);
   attr_d("loss", st.loss);
   attr_i("activation_peak_bytes", st.activation_peak);
   attr_i("predicted_activation_bytes", r.check.predicted.device);
