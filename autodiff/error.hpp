@@ -1,6 +1,12 @@
 #pragma once
-// An error in what the user asked for (a bad file, name, shape or option),
-// as opposed to a bug: the CLI prints its one-line message and exits 2.
+// The two kinds of failure, and how the CLI reports them:
+// - UserError: something wrong in what the user asked for or gave (a bad
+//   file, name, shape, option or data; a full disk; a run that does not fit
+//   in memory). One line, exit code 2.
+// - everything else (std::logic_error, std::invalid_argument from an op's
+//   own checks, ...): a bug in remat. "internal error", exit code 3.
+// An op's check of its arguments is a bug check: the harness validates what
+// the user gives before it reaches an op.
 #include <stdexcept>
 #include <string>
 
@@ -13,9 +19,9 @@ class UserError : public std::runtime_error {
 
 // An allocation that would exceed the memory limit set on the tracker (a
 // simulated smaller device).
-class OutOfMemory : public std::runtime_error {
+class OutOfMemory : public UserError {
  public:
-  explicit OutOfMemory(const std::string& what) : std::runtime_error(what) {}
+  explicit OutOfMemory(const std::string& what) : UserError(what) {}
 };
 
 }  // namespace remat

@@ -40,10 +40,12 @@ KOKKOS_INLINE_FUNCTION float fast_exp(float x) {
   // 2^n: n sits in the low bits of `shifted`; move it into the exponent
   // field. Below 2^-126 the result is flushed to zero. The test is on the
   // integer n: a float comparison here would stop the loop vectorising.
-  std::int32_t bits;
+  // Unsigned arithmetic: a NaN's bits make n_int meaningless, and a signed
+  // shift of it would be undefined (the result is NaN through p anyway).
+  std::uint32_t bits;
   std::memcpy(&bits, &shifted, sizeof bits);
-  const std::int32_t n_int = bits - 0x4B400000;
-  bits = n_int < -126 ? 0 : (n_int + 127) << 23;
+  const std::int32_t n_int = std::int32_t(bits - 0x4B400000u);
+  bits = n_int < -126 ? 0u : (std::uint32_t(n_int) + 127u) << 23;
   float scale;
   std::memcpy(&scale, &bits, sizeof scale);
   return p * scale;

@@ -74,11 +74,6 @@ MemoryTracker::PoolStats MemoryTracker::stats(const std::string& pool) const {
   return it == pools_.end() ? PoolStats{} : it->second;
 }
 
-std::map<std::string, MemoryTracker::PoolStats> MemoryTracker::all_stats() const {
-  std::lock_guard<std::mutex> lock(mutex_);
-  return pools_;
-}
-
 void MemoryTracker::set_limit(std::int64_t bytes) { limit_ = bytes; }
 
 void MemoryTracker::check_allocation(std::int64_t bytes) const {

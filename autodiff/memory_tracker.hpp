@@ -38,7 +38,6 @@ class MemoryTracker {
   void transfer(const std::string& from, const std::string& to, std::uint64_t bytes);
 
   PoolStats stats(const std::string& pool) const;
-  std::map<std::string, PoolStats> all_stats() const;
   // The pool Tensors live in (the default memory space's name, e.g. "Host").
   static std::string default_pool();
 

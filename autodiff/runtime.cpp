@@ -3,13 +3,41 @@
 #include <Kokkos_Core.hpp>
 #include <malloc.h>
 
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
+
+#include "autodiff/error.hpp"
 
 #include "autodiff/memory_tracker.hpp"
 #include "autodiff/tape.hpp"
 
 namespace remat {
+namespace {
+
+// Kokkos aborts (or its OpenMP runtime crashes) on a malformed or absurd
+// value; these are checked first and refused in one line.
+void check_kokkos_argument(const std::string& a) {
+  const auto eq = a.find('=');
+  const std::string name = a.substr(0, eq);
+  auto number = [&](long lo, long hi, const char* what) {
+    const std::string text = eq == std::string::npos ? "" : a.substr(eq + 1);
+    char* end = nullptr;
+    const long v = text.empty() ? -1 : std::strtol(text.c_str(), &end, 10);
+    if (text.empty() || *end != '\0' || v < lo || v > hi)
+      throw UserError(name + ": expected " + name + "=N with N " + what + " from " + std::to_string(lo) + " to " +
+                      std::to_string(hi) + ", got '" + a + "'");
+  };
+  const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+  if (name == "--kokkos-threads" || name == "--kokkos-num-threads") number(1, 4 * cores, "threads");
+  else if (name == "--kokkos-numa") number(1, 64, "NUMA regions");
+  else if (name == "--kokkos-device-id" || name == "--kokkos-device") number(0, 1023, "a device id");
+  else if (name == "--kokkos-num-devices" || name == "--kokkos-ndevices") number(1, 1024, "devices");
+}
+
+}  // namespace
 
 Runtime::Runtime(int& argc, char** argv) {
   // A step allocates and frees hundreds of MB of activations. By default
@@ -30,6 +58,7 @@ Runtime::Runtime(int& argc, char** argv) {
       argv[kept++] = argv[i];
       continue;
     }
+    check_kokkos_argument(a);
 #if KOKKOS_VERSION < 40000
     if (a.rfind("--kokkos-num-threads", 0) == 0) a = "--kokkos-threads" + a.substr(std::strlen("--kokkos-num-threads"));
 #endif
@@ -52,6 +81,25 @@ Runtime::~Runtime() {
   // while Kokkos can still deallocate.
   current_tape().clear();
   Kokkos::finalize();
+}
+
+std::string Runtime::version() {
+  const int v = KOKKOS_VERSION;
+  std::string s = std::string("remat ") + REMAT_VERSION + ", Kokkos " + std::to_string(v / 10000) + "." +
+                  std::to_string(v / 100 % 100) + "." + std::to_string(v % 100) + ", backends:";
+#ifdef KOKKOS_ENABLE_CUDA
+  s += " CUDA";
+#endif
+#ifdef KOKKOS_ENABLE_OPENMP
+  s += " OpenMP";
+#endif
+#ifdef KOKKOS_ENABLE_THREADS
+  s += " Threads";
+#endif
+#ifdef KOKKOS_ENABLE_SERIAL
+  s += " Serial";
+#endif
+  return s;
 }
 
 std::string Runtime::describe() {

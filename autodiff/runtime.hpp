@@ -11,12 +11,16 @@ class Runtime {
  public:
   // Takes the --kokkos-* arguments out of argv (they are Kokkos'); the rest
   // stay for the caller. `--kokkos-num-threads` works on every Kokkos version.
+  // A malformed or absurd Kokkos argument is a UserError.
   Runtime(int& argc, char** argv);
   ~Runtime();
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
   static std::string describe();  // "Kokkos 3.4.1, OpenMP, 2 threads"
+  // "remat 0.4.0, Kokkos 3.4.1, backends: OpenMP Serial" without touching
+  // Kokkos' runtime (safe on a CUDA build without a GPU).
+  static std::string version();
 };
 
 }  // namespace remat

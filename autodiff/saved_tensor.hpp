@@ -30,7 +30,6 @@ class SavedTensor {
   SavedTensor() = default;
   explicit SavedTensor(std::shared_ptr<Packed> p) : packed_(std::move(p)) {}
   Tensor unpack() const { return packed_ ? packed_->unpack() : Tensor(); }
-  void release() { packed_.reset(); }
 
  private:
   std::shared_ptr<Packed> packed_;

@@ -129,20 +129,4 @@ double Tensor::item() const {
   return to_host_f64()[0];
 }
 
-Tensor to_dtype(const Tensor& t, DType dtype) {
-  if (t.dtype() == dtype) return t;
-  Tensor out = Tensor::empty(t.shape(), dtype, t.label());
-  dispatch_float(t.dtype(), [&](auto a) {
-    dispatch_float(dtype, [&](auto b) {
-      using A = decltype(a);
-      using B = decltype(b);
-      const A* src = t.data<A>();
-      B* dst = out.data<B>();
-      Kokkos::parallel_for("to_dtype", Kokkos::RangePolicy<ExecSpace>(0, t.numel()),
-                           KOKKOS_LAMBDA(std::int64_t i) { dst[i] = B(src[i]); });
-    });
-  });
-  return out;
-}
-
 }  // namespace remat

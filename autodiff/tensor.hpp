@@ -105,6 +105,4 @@ class Tensor {
   std::shared_ptr<const Recipe> recipe_;
 };
 
-Tensor to_dtype(const Tensor& t, DType dtype);
-
 }  // namespace remat

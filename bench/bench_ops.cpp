@@ -68,11 +68,8 @@ const bool registered = [] {
       {"attention_causal", [] { auto qkv = leaf({B, S, 3 * D}); return std::function<Tensor()>([=] { return ops::attention(qkv, int(H), true); }); }, 4.0 * B * S * S * D},
       {"attention_bidirectional", [] { auto qkv = leaf({B, S, 3 * D}); return std::function<Tensor()>([=] { return ops::attention(qkv, int(H), false); }); }, 4.0 * B * S * S * D},
       {"attention_causal_plain", [] { auto qkv = leaf({B, S, 3 * D}); return std::function<Tensor()>([=] {
-         const ops::AttentionKernel was = ops::attention_kernel();
-         ops::set_attention_kernel(ops::AttentionKernel::plain);  // keeps the probabilities
-         Tensor y = ops::attention(qkv, int(H), true);
-         ops::set_attention_kernel(was);
-         return y; }); }, 4.0 * B * S * S * D},
+         ops::AttentionKernelScope plain(ops::AttentionKernel::plain);  // keeps the probabilities
+         return ops::attention(qkv, int(H), true); }); }, 4.0 * B * S * S * D},
       {"attention_gqa", [] { auto q = leaf({B, S, D}), k = leaf({B, S, D / 4}), v = leaf({B, S, D / 4}); return std::function<Tensor()>([=] { return ops::attention(q, k, v, int(H), 2, true); }); }, 4.0 * B * S * S * D},
       {"cross_entropy", [] { auto z = leaf({B, S, V}); auto t = ids({B, S}, V); return std::function<Tensor()>([=] { return ops::cross_entropy(z, t); }); }, double(B * S * V)},
   };

@@ -22,15 +22,14 @@ long minor_page_faults() {
 
 void BM_step(benchmark::State& state, const std::string& model_name, const std::string& strategy_spec,
              remat::ops::AttentionKernel kernel) {
-  const remat::ops::AttentionKernel was = remat::ops::attention_kernel();
-  remat::ops::set_attention_kernel(kernel);
   const remat::Sizes z = remat::preset_sizes("small");
   const auto model = remat::models().find(model_name).make(z);
   remat::ParamStore params(model->params(), remat::DType::f32);
   remat::initialize(params, 1, z.L);
   const remat::Batch batch = remat::random_batch(z.B, z.S, z.V, 1);
   auto strategy = remat::make_strategy(strategy_spec);
-  const remat::StepOptions options{strategy.get(), 1, 0};
+  remat::StepOptions options{strategy.get(), 1, 0};
+  options.attention = kernel;
   remat::forward_backward(*model, params, batch, options);  // warm-up
   const long faults_before = minor_page_faults();
   for (auto _ : state) {
@@ -46,7 +45,6 @@ void BM_step(benchmark::State& state, const std::string& model_name, const std::
   state.counters["tokens/s"] = benchmark::Counter(tokens, benchmark::Counter::kIsIterationInvariantRate);
   state.counters["FLOP/s"] = benchmark::Counter(6.0 * double(params.count()) * tokens + attention,
                                                 benchmark::Counter::kIsIterationInvariantRate);
-  remat::ops::set_attention_kernel(was);
 }
 
 void add(const std::string& name, const std::string& model, const std::string& strategy,

@@ -1,5 +1,6 @@
 #include "datasets/batch_source.hpp"
 
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <vector>
@@ -82,15 +83,44 @@ class StreamSource final : public BatchSource {
 };
 
 std::vector<std::int32_t> read_bytes(const std::string& path, std::int64_t V) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw UserError("text:" + path + ": no such file");
+  if (!std::filesystem::is_regular_file(path, ec)) throw UserError("text:" + path + ": not a regular file");
   if (V < 256) throw UserError("text:" + path + ": byte-level text needs a vocabulary of 256, the model has V = " + std::to_string(V));
   std::ifstream in(path, std::ios::binary);
   if (!in) throw UserError("text:" + path + ": cannot read the file");
   std::vector<std::int32_t> out;
-  for (std::istreambuf_iterator<char> it(in), end; it != end; ++it) out.push_back(std::int32_t(static_cast<unsigned char>(*it)));
+  try {
+    for (std::istreambuf_iterator<char> it(in), end; it != end; ++it)
+      out.push_back(std::int32_t(static_cast<unsigned char>(*it)));
+  } catch (const std::exception&) {
+    throw UserError("text:" + path + ": cannot read the file");
+  }
+  if (in.bad()) throw UserError("text:" + path + ": cannot read the file");
   return out;
 }
 
 }  // namespace
+
+namespace {
+
+// "h5:PATH[:DATASET]" -> {PATH, DATASET}.
+std::pair<std::string, std::string> token_file_spec(const std::string& spec) {
+  std::string rest = spec.substr(3), dataset = "tokens";
+  if (const auto colon = rest.rfind(':'); colon != std::string::npos && colon > 0) {
+    dataset = rest.substr(colon + 1);
+    rest = rest.substr(0, colon);
+  }
+  return {rest, dataset};
+}
+
+}  // namespace
+
+std::string batch_source_file(const std::string& spec) {
+  if (spec.rfind("text:", 0) == 0) return spec.substr(5);
+  if (spec.rfind("h5:", 0) == 0) return token_file_spec(spec).first;
+  return "";
+}
 
 std::unique_ptr<BatchSource> make_batch_source(const std::string& spec, std::int64_t B, std::int64_t S,
                                                std::int64_t V, std::uint64_t seed) {
@@ -98,14 +128,12 @@ std::unique_ptr<BatchSource> make_batch_source(const std::string& spec, std::int
   if (spec == "copy" || spec == "reverse") return std::make_unique<TaskSource>(spec == "reverse", B, S, V, seed);
   if (spec.rfind("text:", 0) == 0) {
     const std::string path = spec.substr(5);
+    if (path.empty()) throw UserError("data source 'text:' names no file (text:PATH)");
     return std::make_unique<StreamSource>(read_bytes(path, V), "text " + path, B, S);
   }
   if (spec.rfind("h5:", 0) == 0) {
-    std::string rest = spec.substr(3), dataset = "tokens";
-    if (const auto colon = rest.rfind(':'); colon != std::string::npos && colon > 0) {
-      dataset = rest.substr(colon + 1);
-      rest = rest.substr(0, colon);
-    }
+    const auto [rest, dataset] = token_file_spec(spec);
+    if (rest.empty() || dataset.empty()) throw UserError("data source '" + spec + "': expected h5:PATH[:DATASET]");
     return std::make_unique<StreamSource>(read_token_file(rest, dataset, V), "tokens " + rest + ":" + dataset, B, S);
   }
   throw UserError("unknown data source '" + spec + "' (random, copy, reverse, text:PATH, h5:PATH[:DATASET])");

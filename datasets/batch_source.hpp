@@ -28,4 +28,8 @@ class BatchSource {
 std::unique_ptr<BatchSource> make_batch_source(const std::string& spec, std::int64_t B, std::int64_t S,
                                                std::int64_t V, std::uint64_t seed);
 
+// The file a spec reads ("" for random, copy, reverse): an input no output
+// may overwrite.
+std::string batch_source_file(const std::string& spec);
+
 }  // namespace remat

@@ -2,6 +2,16 @@
 // A thin RAII layer over the HDF5 C API: handles that close themselves,
 // typed array and attribute I/O, and errors that name the file and the
 // object instead of HDF5's error stack.
+//
+// Writing never touches the disk until everything is written: a new or
+// edited file lives in memory (HDF5's core driver) and save() replaces the
+// file on disk atomically (h5/atomic_file.hpp). HDF5 itself never writes to
+// disk, so a full disk is one checked write of ours, never a half-closed
+// HDF5 file (HDF5 1.10 crashes at exit on a file whose close failed).
+//
+// Reading trusts nothing in the file: every attribute is checked to be one
+// value of the expected class before it is read, every dataset's type and
+// shape before its data.
 #include <hdf5.h>
 
 #include <cstdint>
@@ -33,17 +43,24 @@ class Handle {
 
 class File {
  public:
-  // Throws UserError if the file is missing or not HDF5.
-  static File open(const std::string& path, bool writable = false);
-  static File create(const std::string& path);  // truncates
+  // Reads a file on disk; throws UserError if it is missing or not HDF5.
+  static File open(const std::string& path);
+  // A new, empty file in memory; save() writes it to `path`.
+  static File create(const std::string& path);
+  // An existing file read into memory for changes; `path` itself is
+  // untouched until save().
+  static File edit(const std::string& path);
+  // Replaces `path` with the file as it is now, atomically (created and
+  // edited files only). On failure `path` keeps its previous content.
+  void save() const;
   hid_t id() const { return handle_.id(); }
   const std::string& path() const { return path_; }
-  void flush() const;
 
  private:
-  File(Handle h, std::string path) : handle_(std::move(h)), path_(std::move(path)) {}
+  File(Handle h, std::string path, bool in_memory) : handle_(std::move(h)), path_(std::move(path)), in_memory_(in_memory) {}
   Handle handle_;
   std::string path_;
+  bool in_memory_ = false;
 };
 
 enum class Kind { float32, float64, int32, other };
@@ -54,8 +71,11 @@ struct DatasetInfo {
 };
 
 bool exists(const File& f, const std::string& path);
+// Whether `path` is a group (false if absent or a dataset).
+bool is_group(const File& f, const std::string& path);
 DatasetInfo info(const File& f, const std::string& path);
-// Names of the datasets directly under a group (empty if it does not exist).
+// Names of the links directly under a group (empty if it does not exist;
+// UserError if it is not a group).
 std::vector<std::string> list(const File& f, const std::string& group);
 
 void write(const File& f, const std::string& path, const std::vector<float>& data, const Shape& shape);
@@ -65,9 +85,16 @@ void write(const File& f, const std::string& path, const std::vector<std::int64_
 void write(const File& f, const std::string& path, const std::vector<std::string>& strings);  // fixed-length UTF-8
 // Reads a dataset that must hold exactly this element kind.
 std::vector<float> read_f32(const File& f, const std::string& path);
+std::vector<double> read_f64(const File& f, const std::string& path);
 std::vector<std::int32_t> read_i32(const File& f, const std::string& path);
+std::vector<std::int64_t> read_i64(const File& f, const std::string& path);
+std::vector<std::string> read_strings(const File& f, const std::string& path);  // fixed-length
+// A float64 scalar dataset (e.g. /loss).
+double read_scalar_f64(const File& f, const std::string& path);
 
-// Attributes on / (or on `object`, a group or dataset path).
+// Attributes on / (or on `object`, a group or dataset path). A read returns
+// nothing if the attribute is absent, and throws UserError if it is not one
+// value of the expected class.
 void write_attr(const File& f, const std::string& name, const std::string& value, const std::string& object = "/");
 void write_attr(const File& f, const std::string& name, std::int64_t value, const std::string& object = "/");
 void write_attr(const File& f, const std::string& name, double value, const std::string& object = "/");
@@ -75,23 +102,5 @@ void create_group(const File& f, const std::string& path);
 std::optional<std::string> read_attr_string(const File& f, const std::string& name, const std::string& object = "/");
 std::optional<std::int64_t> read_attr_int(const File& f, const std::string& name, const std::string& object = "/");
 std::optional<double> read_attr_double(const File& f, const std::string& name, const std::string& object = "/");
-std::vector<double> read_f64(const File& f, const std::string& path);
-std::vector<std::int64_t> read_i64(const File& f, const std::string& path);
-std::vector<std::string> read_strings(const File& f, const std::string& path);  // fixed-length
-
-// Writes to a temporary name beside `path`, renamed over it by commit(); if
-// never committed (an error, an exception) the temporary is removed, so a
-// failed run leaves no half-written file.
-class AtomicOutput {
- public:
-  explicit AtomicOutput(std::string path);
-  ~AtomicOutput();
-  const std::string& temp_path() const { return temp_; }
-  void commit();
-
- private:
-  std::string path_, temp_;
-  bool committed_ = false;
-};
 
 }  // namespace remat::h5

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "autodiff/error.hpp"
 #include "autodiff/memory_tracker.hpp"
@@ -27,18 +28,22 @@ GradientComparison compare_gradients(const ParamStore& params, const std::vector
   double largest = 0;
   for (const auto& r : reference)
     for (float v : r) largest = std::max(largest, double(std::abs(v)));
-  c.loss_diff = std::abs(loss - reference_loss);
-  c.bitwise = std::memcmp(&loss, &reference_loss, sizeof loss) == 0;
+  // A NaN anywhere is a mismatch, never a zero error (NaN compares false).
+  const double inf = std::numeric_limits<double>::infinity();
+  auto gap = [inf](double a, double b) { return std::isfinite(a) && std::isfinite(b) ? std::abs(a - b) : inf; };
+  c.loss_diff = gap(loss, reference_loss);
+  c.bitwise = std::memcmp(&loss, &reference_loss, sizeof loss) == 0 && std::isfinite(loss);
   for (std::size_t i = 0; i < got.size(); ++i) {
     double diff = 0, scale = 0;
     for (std::size_t j = 0; j < got[i].size(); ++j) {
-      diff = std::max(diff, double(std::abs(got[i][j] - reference[i][j])));
+      diff = std::max(diff, gap(got[i][j], reference[i][j]));
       scale = std::max(scale, double(std::abs(reference[i][j])));
     }
-    c.bitwise = c.bitwise && std::memcmp(got[i].data(), reference[i].data(), got[i].size() * sizeof(float)) == 0;
+    c.bitwise = c.bitwise && diff == 0 &&
+                std::memcmp(got[i].data(), reference[i].data(), got[i].size() * sizeof(float)) == 0;
     c.max_abs = std::max(c.max_abs, diff);
     scale = std::max(scale, floor * largest);
-    const double rel = scale > 0 ? diff / scale : diff;
+    const double rel = diff == inf ? inf : scale > 0 ? diff / scale : diff;
     c.abs_by_param.push_back(diff);
     c.rel_by_param.push_back(rel);
     if (rel > c.max_rel || c.worst.empty()) {
@@ -49,7 +54,9 @@ GradientComparison compare_gradients(const ParamStore& params, const std::vector
   return c;
 }
 
-SaveProfile profile_saves(const Model& model, const ParamStore& params, const Batch& batch) {
+SaveProfile profile_saves(const Model& model, const ParamStore& params, const Batch& batch,
+                          ops::AttentionKernel attention) {
+  ops::AttentionKernelScope kernel(attention);
   auto& tracker = MemoryTracker::instance();
   const std::string pool = MemoryTracker::default_pool();
   params.zero_grad();
@@ -107,21 +114,25 @@ CheckReport run_check(const Model& model, const ParamStore& params, const Batch&
   // not be counted against the first strategy measured.
   auto full = make_strategy("full");
   StepOptions step{full.get(), options.seed, 0};
+  step.attention = options.attention;
   forward_backward(model, params, batch, step);
-  const SaveProfile profile = profile_saves(model, params, batch);
+  const SaveProfile profile = profile_saves(model, params, batch, options.attention);
 
   CheckReport report;
   report.full = run_step(model, params, batch, step);
+  require_finite_result(report.full.loss, params);
   const auto ref_grads = gradients(params);
 
   for (const auto& spec : strategies) {
+    if (options.progress) options.progress(report.rows.size(), strategies.size(), spec);
     auto strategy = make_strategy(spec);
     strategy->trace().enabled = options.trace;
     CheckRow row;
     row.strategy = spec;
     row.exact = strategy->exact();
     if (!within_limit(options.mem_limit, [&] {
-          row.step = run_step(model, params, batch, {strategy.get(), options.seed, 0, options.timeline});
+          row.step = run_step(model, params, batch,
+                              {strategy.get(), options.seed, 0, options.timeline, options.attention});
         })) {
       row.oom = true;
       report.rows.push_back(std::move(row));
@@ -135,7 +146,7 @@ CheckReport run_check(const Model& model, const ParamStore& params, const Batch&
     if (options.trace) row.trace = strategy->trace().to_string();  // the measured step's, before any other
     if (!row.exact) {  // a second, unmeasured step that keeps the true inputs to compare
       strategy->set_verify(true);
-      forward_backward(model, params, batch, {strategy.get(), options.seed, 0});
+      forward_backward(model, params, batch, {strategy.get(), options.seed, 0, false, options.attention});
       row.reconstruction = strategy->reconstruction();
       strategy->set_verify(false);
     }

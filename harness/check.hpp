@@ -43,6 +43,9 @@ struct CheckOptions {
   const std::vector<std::vector<float>>* golden = nullptr;  // compare every strategy with these gradients too
   double golden_loss = 0;
   std::int64_t mem_limit = 0;  // cap on the device pool during each strategy's steps (0: none)
+  ops::AttentionKernel attention = ops::AttentionKernel::fused;
+  // Called before each strategy's step (index, count, spec).
+  std::function<void(std::size_t, std::size_t, const std::string&)> progress;
 };
 
 // Tolerance against a golden file, which may come from another build, BLAS
@@ -60,7 +63,8 @@ GradientComparison compare_gradients(const ParamStore& params, const std::vector
 
 // What the model saves, per block, and the step's working set, from one
 // probe step (forward and backward, everything kept).
-SaveProfile profile_saves(const Model& model, const ParamStore& params, const Batch& batch);
+SaveProfile profile_saves(const Model& model, const ParamStore& params, const Batch& batch,
+                          ops::AttentionKernel attention = ops::AttentionKernel::fused);
 
 struct CheckReport {
   StepResult full;  // the reference step

@@ -1,19 +1,38 @@
 #include "harness/matrix.hpp"
 
-#include <map>
+#include <algorithm>
+#include <filesystem>
 
 #include "autodiff/error.hpp"
 #include "datasets/batch_source.hpp"
+#include "harness/io/output_guard.hpp"
+#include "harness/memory_estimate.hpp"
 #include "strategies/registry.hpp"
 
 namespace remat {
+namespace {
 
-std::vector<MatrixCell> matrix_cells(const MatrixOptions& o) {
+template <class T>
+std::vector<T> unique_in_order(const std::vector<T>& v) {
+  std::vector<T> out;
+  for (const auto& x : v)
+    if (std::find(out.begin(), out.end(), x) == out.end()) out.push_back(x);
+  return out;
+}
+
+bool same_shape(const RunKey& a, const RunKey& b) {
+  return a.model == b.model && a.sizes.L == b.sizes.L && a.sizes.S == b.sizes.S && a.sizes.B == b.sizes.B;
+}
+
+}  // namespace
+
+std::vector<RunKey> matrix_cells(const MatrixOptions& o) {
   const Sizes base = preset_sizes(o.preset);
-  auto or_base = [](const std::vector<int>& v, int b) { return v.empty() ? std::vector<int>{b} : v; };
-  std::vector<MatrixCell> cells;
-  for (const auto& model : o.models) {
-    const auto specs = strategies_for(model, o.strategies);
+  const auto kernel = ops::parse_attention_kernel(o.attention);
+  auto or_base = [](const std::vector<int>& v, int b) { return v.empty() ? std::vector<int>{b} : unique_in_order(v); };
+  std::vector<RunKey> cells;
+  for (const auto& model : unique_in_order(o.models)) {
+    const auto specs = unique_in_order(strategies_for(model, o.strategies));
     for (int L : or_base(o.layers, base.L))
       for (int S : or_base(o.seq, base.S))
         for (int B : or_base(o.batch, base.B)) {
@@ -21,32 +40,46 @@ std::vector<MatrixCell> matrix_cells(const MatrixOptions& o) {
           z.L = L;
           z.S = z.S_max = S;
           z.B = B;
+          z.dropout = o.dropout;
           validate(z);
-          for (const auto& s : specs) cells.push_back({model, z, s, ResultsFile::run_id(model, s, z)});
+          make_batch_source(o.data, z.B, z.S, z.V, o.seed);  // a bad source fails now, not after hours
+          // Weights, gradients and full's reference gradients, and the
+          // activations of the hungriest strategy (full always runs).
+          std::vector<std::string> with_full = specs;
+          with_full.push_back("full");
+          const MemoryNeed need = estimate_need(model, z, kernel == ops::AttentionKernel::plain, with_full);
+          require_memory(need.total(3),
+                         model + " L" + std::to_string(L) + " S" + std::to_string(S) + " B" + std::to_string(B),
+                         o.mem_limit, o.force);
+          for (const auto& s : specs) {
+            RunKey k{model, o.preset, s, o.data, ops::attention_kernel_name(kernel), z, o.seed, o.mem_limit};
+            cells.push_back(k);
+          }
         }
   }
+  if (std::filesystem::exists(o.out)) check_results_schema(h5::File::open(o.out), true);  // a foreign file: refused untouched
+  check_output(o.out, FileKind::results, {batch_source_file(o.data)}, false);
   return cells;
 }
 
 std::vector<RunRecord> run_matrix(const MatrixOptions& o, const MatrixProgress& progress) {
   const auto cells = matrix_cells(o);
   ResultsFile file(o.out);
-  std::vector<const MatrixCell*> todo;
+  std::vector<const RunKey*> todo;
   for (const auto& c : cells) {
-    if (!file.has(c.id))
+    if (!file.has(c))
       todo.push_back(&c);
     else if (!o.resume)
-      throw UserError(o.out + " already holds run '" + c.id + "': pass --resume to skip recorded runs, or another --out");
+      throw UserError(o.out + " already holds run '" + c.name() + "': pass --resume to skip recorded runs, or another --out");
   }
+  const auto kernel = ops::parse_attention_kernel(o.attention);
   std::vector<RunRecord> records;
   std::size_t done = 0;
   // Cells sharing a model and shape share weights, batch and the full reference.
   for (std::size_t i = 0; i < todo.size();) {
-    const MatrixCell& first = *todo[i];
-    std::vector<const MatrixCell*> group;
-    while (i < todo.size() && todo[i]->model == first.model && todo[i]->sizes.L == first.sizes.L &&
-           todo[i]->sizes.S == first.sizes.S && todo[i]->sizes.B == first.sizes.B)
-      group.push_back(todo[i++]);
+    const RunKey& first = *todo[i];
+    std::vector<const RunKey*> group;
+    while (i < todo.size() && same_shape(*todo[i], first)) group.push_back(todo[i++]);
     const Sizes& z = first.sizes;
     const auto model = models().find(first.model).make(z);
     ParamStore params(model->params(), DType::f32);
@@ -57,17 +90,20 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const MatrixProgress& 
     if (progress.update) progress.update(done, todo.size(), first, "checking against full");
     CheckOptions check{o.seed, false, true};
     check.mem_limit = o.mem_limit;
+    check.attention = kernel;
     const CheckReport report = run_check(*model, params, batch, specs, check);
 
     for (std::size_t k = 0; k < group.size(); ++k) {
-      const MatrixCell& cell = *group[k];
-      RunRecord r{cell.model, o.preset, cell.strategy, o.data, z, {}, {}, report.rows[k], params.names()};
-      auto strategy = make_strategy(cell.strategy);
+      RunRecord r{*group[k], {}, {}, report.rows[k], params.names()};
+      auto strategy = make_strategy(r.key.strategy);
+      StepOptions step{strategy.get(), o.seed, 0};
+      step.attention = kernel;
       for (int w = 0; w < o.warmup + o.steps && !r.check.oom; ++w) {
         if (progress.update)
-          progress.update(done, todo.size(), cell, w < o.warmup ? "warm-up" : "step " + std::to_string(w - o.warmup + 1) + "/" + std::to_string(o.steps));
+          progress.update(done, todo.size(), r.key,
+                          w < o.warmup ? "warm-up" : "step " + std::to_string(w - o.warmup + 1) + "/" + std::to_string(o.steps));
         StepResult s;
-        if (!within_limit(o.mem_limit, [&] { s = run_step(*model, params, batch, {strategy.get(), o.seed, 0}); })) {
+        if (!within_limit(o.mem_limit, [&] { s = run_step(*model, params, batch, step); })) {
           r.check.oom = true;
           break;
         }
@@ -76,8 +112,12 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const MatrixProgress& 
           r.losses.push_back(s.loss);
         }
       }
-      file.append(r);
+      const bool appended = file.append(r);
       ++done;
+      if (!appended) {
+        if (progress.update) progress.update(done, todo.size(), r.key, "already recorded by another process; not appended");
+        continue;
+      }
       if (progress.finished) progress.finished(r);
       records.push_back(std::move(r));
     }

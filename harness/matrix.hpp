@@ -19,23 +19,23 @@ struct MatrixOptions {
   int steps = 3, warmup = 1;
   std::uint64_t seed = 1;
   std::string data = "random";  // batch source
+  std::string attention = "fused";
+  double dropout = 0;
   std::string out = "results.h5";
   bool resume = false;
   std::int64_t mem_limit = 0;  // simulated device size in bytes (0: none); a run past it is recorded as OOM
+  bool force = false;          // run even where the memory estimate says it will not fit
 };
 
-struct MatrixCell {
-  std::string model;
-  Sizes sizes;
-  std::string strategy;
-  std::string id;
-};
-
-// Every cell the options name, in run order; throws UserError for a bad model or size.
-std::vector<MatrixCell> matrix_cells(const MatrixOptions& o);
+// Every cell the options name, in run order, each once (a model, size or
+// strategy named twice runs once). Validates everything that can be known
+// before the first run: models, sizes, strategies, the data source at every
+// shape, the results file, and the memory each shape needs. Throws
+// UserError on the first problem.
+std::vector<RunKey> matrix_cells(const MatrixOptions& o);
 
 struct MatrixProgress {
-  std::function<void(std::size_t done, std::size_t total, const MatrixCell& cell, const std::string& what)> update;
+  std::function<void(std::size_t done, std::size_t total, const RunKey& cell, const std::string& what)> update;
   std::function<void(const RunRecord&)> finished;
 };
 

@@ -2,6 +2,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <cstdio>
+
+#include "autodiff/error.hpp"
 
 #include "autodiff/memory_tracker.hpp"
 #include "autodiff/random.hpp"
@@ -16,6 +20,7 @@ namespace {
 // The step itself; the caller has zeroed the gradients.
 double run_forward_backward(const Model& model, const ParamStore& params, const Batch& batch, const StepOptions& o) {
   random_ops::begin_step(o.seed, o.step);
+  ops::AttentionKernelScope kernel(o.attention);  // forward and backward (recomputation included)
   Tensor loss;
   {
     MemoryPhase phase("forward");
@@ -40,6 +45,25 @@ double run_forward_backward(const Model& model, const ParamStore& params, const 
 double forward_backward(const Model& model, const ParamStore& params, const Batch& batch, const StepOptions& o) {
   params.zero_grad();
   return run_forward_backward(model, params, batch, o);
+}
+
+void require_finite_result(double loss, const ParamStore& params) {
+  std::string first;
+  for (std::size_t i = 0; i < params.tensors().size() && first.empty(); ++i) {
+    const Tensor g = params.tensors()[i].grad();
+    if (!g.defined()) continue;
+    for (double v : g.to_host_f64())
+      if (!std::isfinite(v)) {
+        first = params.names()[i];
+        break;
+      }
+  }
+  if (std::isfinite(loss) && first.empty()) return;
+  char value[32];
+  std::snprintf(value, sizeof value, "%g", loss);
+  throw UserError(std::string("the step's result is not finite: loss ") + value +
+                  (first.empty() ? ", every gradient finite" : ", first non-finite gradient '" + first + "'") +
+                  " (overflow from the weights or the learning rate?)");
 }
 
 double median(std::vector<double> seconds) {

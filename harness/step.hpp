@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "autodiff/ops/ops.hpp"
 #include "datasets/batch.hpp"
 #include "strategies/strategy.hpp"
 #include "zoo/model.hpp"
@@ -17,6 +18,7 @@ struct StepOptions {
   std::uint64_t seed = 1;        // random draws (dropout) are keyed by seed and step
   std::uint64_t step = 0;
   bool timeline = false;  // record the memory timeline of the step
+  ops::AttentionKernel attention = ops::AttentionKernel::fused;  // the kernel the step's attention ops use
 };
 
 struct TimelinePoint {
@@ -42,6 +44,12 @@ StepResult run_step(const Model& model, const ParamStore& params, const Batch& b
 // The median of step times (the mean of the middle two for an even count;
 // 0 for none): every command reports steps by it.
 double median(std::vector<double> seconds);
+
+// Throws UserError if the loss or a parameter's gradient is not finite,
+// naming the loss and the first parameter (in the model's order) whose
+// gradient holds a NaN or an infinity: a non-finite result is never a
+// silent "loss nan".
+void require_finite_result(double loss, const ParamStore& params);
 
 // The step without measurement; returns the loss.
 double forward_backward(const Model& model, const ParamStore& params, const Batch& batch,

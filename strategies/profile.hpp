@@ -5,8 +5,6 @@
 #include <map>
 #include <vector>
 
-#include <set>
-
 #include "autodiff/memory_tracker.hpp"
 #include "autodiff/region.hpp"
 #include "autodiff/saved_tensor.hpp"
@@ -27,7 +25,6 @@ struct BlockSaves {
 
 struct SaveProfile {
   std::vector<BlockSaves> blocks;  // in forward order
-  std::int64_t outside = 0;        // saved outside blocks (embeddings, head, loss)
   // The most bytes live outside the blocks' phases (embeddings, head, loss)
   // beyond what the blocks' saved tensors held then.
   std::int64_t outside_peak = 0;
@@ -54,7 +51,6 @@ class SaveProfiler final : public BlockRunner, public SavedTensorHooks {
 
  private:
   SaveProfile profile_;
-  std::set<const void*> seen_;
 };
 
 

@@ -34,7 +34,6 @@ class RecomputeRegion : public std::enable_shared_from_this<RecomputeRegion> {
   // Runs one block of the region; its saves become placeholders.
   Tensors run(const Tensors& inputs, const BlockBody& body);
   const std::string& name() const { return name_; }
-  void rename(const std::string& name) { name_ = name; }
 
  private:
   friend class RegionPlaceholder;

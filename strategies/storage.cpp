@@ -114,8 +114,10 @@ struct OffloadStorage::Group {
     resident = true;
   }
 
-  // Brings this group back and starts on the previous one, so its copy runs
-  // while this group's backward computes.
+  // Brings this group back, and the previous one with it (whose backward
+  // comes next), then waits for both copies: on the host backend nothing is
+  // copied, and where copies happen they do not yet overlap this group's
+  // backward (that needs the copies on their own execution-space instance).
   void fetch() {
     if (fetched) return;
     fetched = true;

@@ -27,13 +27,6 @@ struct GradCheck {
 // Compares the gradient of sum(w * f(inputs)) for random w, from backward,
 // against central finite differences of every element of every input.
 // Inputs must be float64 leaves (random_leaf).
-// Selects an attention kernel for the scope's lifetime.
-struct AttentionKernelScope {
-  explicit AttentionKernelScope(ops::AttentionKernel k) : previous(ops::attention_kernel()) { ops::set_attention_kernel(k); }
-  ~AttentionKernelScope() { ops::set_attention_kernel(previous); }
-  ops::AttentionKernel previous;
-};
-
 GradCheck check_gradients(const std::function<Tensor(const std::vector<Tensor>&)>& f,
                           const std::vector<Tensor>& inputs, double eps = 1e-6);
 

@@ -35,7 +35,6 @@ bool is_gradient(const std::string& label) {
 
 TEST_CASE("a step allocates only activations, gradients and named workspaces", "[memory][audit]") {
   for (const auto kernel : {ops::AttentionKernel::fused, ops::AttentionKernel::plain}) {
-    test::AttentionKernelScope scope(kernel);
     for (const auto& m : models().all()) {
       Sizes z = preset_sizes("tiny");
       z.dropout = 0.1;
@@ -46,7 +45,7 @@ TEST_CASE("a step allocates only activations, gradients and named workspaces", "
       for (const auto& spec : all_strategies(m.reversible)) {
         auto strategy = make_strategy(spec);
         MemoryTracker::instance().start_census();
-        forward_backward(*model, params, batch, {strategy.get(), 1, 0});
+        forward_backward(*model, params, batch, {strategy.get(), 1, 0, false, kernel});
         MemoryTracker::instance().stop_census();
         for (const auto& [label, l] : MemoryTracker::instance().census()) {
           INFO(m.name << " " << spec << ": " << l.allocations << " allocations labelled '" << label << "', "

@@ -98,7 +98,7 @@ TEST_CASE("ops save through the innermost hooks, tagged with the producing op's 
 }
 
 TEST_CASE("plain attention saves its input and its probabilities as attention core", "[autodiff][hooks]") {
-  test::AttentionKernelScope plain(ops::AttentionKernel::plain);
+  ops::AttentionKernelScope plain(ops::AttentionKernel::plain);
   CountingHooks hooks;
   SavedTensorHooksScope scope(hooks);
   Tensor qkv = random_leaf({2, 4, 12}, 1, DType::f32);
@@ -109,7 +109,7 @@ TEST_CASE("plain attention saves its input and its probabilities as attention co
 }
 
 TEST_CASE("fused attention saves its input, its output and the rows' log-sum-exp", "[autodiff][hooks]") {
-  test::AttentionKernelScope fused(ops::AttentionKernel::fused);
+  ops::AttentionKernelScope fused(ops::AttentionKernel::fused);
   CountingHooks hooks;
   SavedTensorHooksScope scope(hooks);
   Tensor qkv = random_leaf({2, 4, 12}, 1, DType::f32);

@@ -49,7 +49,9 @@ TEST_CASE("text files give consecutive byte windows, and a short file is an erro
   CHECK(second.tokens.to_host_i32()[0] == 'i');
   CHECK_THROWS_WITH(make_batch_source("text:" + path, 4, 8, 256, 1), test::Contains("needs 33"));
   CHECK_THROWS_WITH(make_batch_source("text:" + path, 2, 4, 64, 1), test::Contains("vocabulary of 256"));
-  CHECK_THROWS_WITH(make_batch_source("text:/no/such/file", 2, 4, 256, 1), test::Contains("cannot read"));
+  CHECK_THROWS_WITH(make_batch_source("text:/no/such/file", 2, 4, 256, 1), test::Contains("no such file"));
+  CHECK_THROWS_WITH(make_batch_source("text:" + fs::temp_directory_path().string(), 2, 4, 256, 1),
+                    test::Contains("not a regular file"));
   fs::remove(path);
 }
 
@@ -62,6 +64,7 @@ TEST_CASE("HDF5 token arrays give windows and refuse bad tokens", "[datasets]") 
     h5::write(f, "/tokens", tokens, {10, 10});
     h5::write(f, "/floats", std::vector<float>(10), {10});
     h5::write(f, "/big", std::vector<std::int32_t>(20, 99), {20});
+    f.save();
   }
   const Batch b = make_batch_source("h5:" + path, 2, 5, 17, 1)->next();
   CHECK(b.tokens.to_host_i32() == std::vector<std::int32_t>{0, 1, 2, 3, 4, 5, 6, 7, 8, 9});

@@ -4,6 +4,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "autodiff/error.hpp"
 #include "autodiff/memory_tracker.hpp"
@@ -74,11 +75,11 @@ TEST_CASE("matrix runs append, resume without repeating, and refuse foreign file
   o.resume = true;
   const auto more = run_matrix(o, {});
   CHECK(more.size() == 2);  // only the L3 runs
-  for (const auto& r : more) CHECK(r.sizes.L == 3);
+  for (const auto& r : more) CHECK(r.key.sizes.L == 3);
   CHECK(h5::list(h5::File::open(tmp.path), "/runs").size() == 4);
 
   TempFile foreign;
-  { h5::File f = h5::File::create(foreign.path); }
+  h5::File::create(foreign.path).save();
   const auto before = fs::last_write_time(foreign.path);
   o.out = foreign.path;
   CHECK_THROWS_WITH(run_matrix(o, {}), test::Contains("not a remat results file"));
@@ -89,12 +90,37 @@ TEST_CASE("the report summarises a results file and draws its plots", "[matrix][
   TempFile tmp;
   MatrixOptions o = small_matrix(tmp.path);
   run_matrix(o, {});
-  const auto runs = read_results(tmp.path);
+  const auto results = read_results(tmp.path);
+  const auto& runs = results.runs;
   REQUIRE(runs.size() == 4);
+  CHECK(results.damaged.empty());
   CHECK(runs[0].strategy == "full");  // full first in each shape
-  const std::string md = markdown_summary(runs);
+  // The values, not just the fields: read back as the matrix measured them.
+  const auto records = run_matrix([&] {
+    MatrixOptions again = o;
+    again.out = tmp.path + ".2";
+    return again;
+  }(), {});
+  fs::remove(tmp.path + ".2");
+  for (const auto& r : runs) {
+    INFO(r.name);
+    CHECK(r.model == "gpt2");
+    CHECK(r.S == 16);
+    CHECK(r.B == 2);
+    CHECK(r.step_time > 0);
+    CHECK(r.tokens_per_second == test::Approx(32 / r.step_time).epsilon(1e-9));
+    CHECK(r.bitwise);
+    CHECK(r.activation > 0);
+    CHECK(r.timeline_seconds.size() == r.timeline_mb.size());
+    for (const auto& rec : records)  // memory is deterministic: the same on a second run
+      if (rec.key.strategy == r.strategy && rec.key.sizes.L == r.L) CHECK(rec.check.step.activation_peak == r.activation);
+  }
+  CHECK(runs[1].activation < runs[0].activation);  // per-layer below full at L2
+  const std::string md = markdown_summary(results);
   CHECK(md.find("## gpt2") != std::string::npos);
+  CHECK(md.find("| full | L2 S16 B2 |") != std::string::npos);
   CHECK(md.find("| per-layer | L3 S16 B2 |") != std::string::npos);
+  CHECK(md.find("| 1.00x |") != std::string::npos);  // full against itself
   const std::string dir = tmp.path + ".plots";
   const auto files = write_plots(runs, dir);
   CHECK(files.size() == 3);  // tradeoff, timeline-gpt2, depth (two depths)
@@ -134,5 +160,87 @@ TEST_CASE("a run that passes --mem-limit is recorded as out of memory and the ma
   CHECK(records[0].check.oom);
   CHECK_FALSE(records[1].check.oom);
   CHECK(h5::read_attr_string(h5::File::open(tmp.path), "status", "/runs/gpt2 full L4 S64 B4") == "oom");
+  // The limit is part of the run: another limit runs it again.
+  o.mem_limit *= 4;
+  o.resume = true;
+  const auto retried = run_matrix(o, {});
+  REQUIRE(retried.size() == 2);
+  CHECK_FALSE(retried[0].check.oom);
   CHECK(MemoryTracker::instance().limit() == 0);  // lifted afterwards
+}
+
+TEST_CASE("resume skips a run only when every option that changes it matches", "[matrix][resume]") {
+  TempFile tmp;
+  MatrixOptions o = small_matrix(tmp.path);
+  o.layers = {2};
+  o.strategies = "full";
+  REQUIRE(run_matrix(o, {}).size() == 1);
+  o.resume = true;
+  CHECK(run_matrix(o, {}).empty());  // the same: skipped
+  auto rerun = [&](const std::function<void(MatrixOptions&)>& change) {
+    MatrixOptions c = o;
+    change(c);
+    return run_matrix(c, {}).size();
+  };
+  CHECK(rerun([](MatrixOptions& c) { c.seed = 2; }) == 1);
+  CHECK(rerun([](MatrixOptions& c) { c.attention = "plain"; }) == 1);
+  CHECK(rerun([](MatrixOptions& c) { c.data = "copy"; }) == 1);
+  CHECK(rerun([](MatrixOptions& c) { c.dropout = 0.1; }) == 1);
+  CHECK(rerun([](MatrixOptions& c) { c.preset = "deep"; c.seq = {16}; c.batch = {2}; }) == 1);
+  CHECK(rerun([](MatrixOptions& c) { c.seed = 2; }) == 0);  // now recorded too
+  const auto results = read_results(tmp.path);
+  CHECK(results.runs.size() == 6);
+  CHECK(results.damaged.empty());
+}
+
+TEST_CASE("duplicates run once and everything is validated before the first run", "[matrix][errors]") {
+  TempFile tmp;
+  MatrixOptions o = small_matrix(tmp.path);
+  o.models = {"gpt2", "gpt2"};
+  o.layers = {2, 2};
+  o.strategies = "full,per-layer,full";
+  CHECK(matrix_cells(o).size() == 2);
+  o.data = "text:/nonexistent/file";
+  CHECK_THROWS_WITH(run_matrix(o, {}), test::Contains("no such file"));
+  CHECK_FALSE(fs::exists(tmp.path));  // nothing created for a matrix that never ran
+  o.data = "text:" + fs::temp_directory_path().string();
+  CHECK_THROWS_WITH(run_matrix(o, {}), test::Contains("not a regular file"));
+}
+
+TEST_CASE("results files of another schema or with damaged runs", "[matrix][report][errors]") {
+  TempFile tmp;
+  MatrixOptions o = small_matrix(tmp.path);
+  o.layers = {2};
+  run_matrix(o, {});
+  SECTION("a newer schema is refused, for appending and for reading") {
+    { h5::File f = h5::File::edit(tmp.path); h5::write_attr(f, "remat_results", std::int64_t(99)); f.save(); }
+    o.resume = true;
+    o.seed = 5;
+    CHECK_THROWS_WITH(run_matrix(o, {}), test::Contains("schema version 99"));
+    CHECK_THROWS_WITH(read_results(tmp.path), test::Contains("schema version 99"));
+  }
+  SECTION("a damaged run is named and left out; the others are reported") {
+    {
+      h5::File f = h5::File::edit(tmp.path);
+      H5Adelete_by_name(f.id(), "/runs/gpt2 per-layer L2 S16 B2", "step_time_median", H5P_DEFAULT);
+      f.save();
+    }
+    const auto results = read_results(tmp.path);
+    CHECK(results.runs.size() == 1);
+    REQUIRE(results.damaged.size() == 1);
+    CHECK(results.damaged[0] == "'gpt2 per-layer L2 S16 B2': no 'step_time_median' attribute");
+    CHECK(markdown_summary(results).find("Damaged runs") != std::string::npos);
+  }
+  SECTION("timeline arrays of different lengths") {
+    {
+      h5::File f = h5::File::edit(tmp.path);
+      const std::string g = "/runs/gpt2 full L2 S16 B2/timeline/bytes";
+      H5Ldelete(f.id(), g.c_str(), H5P_DEFAULT);
+      h5::write(f, g, std::vector<std::int64_t>(3), {3});
+      f.save();
+    }
+    const auto results = read_results(tmp.path);
+    REQUIRE(results.damaged.size() == 1);
+    CHECK(results.damaged[0].find("differ in length") != std::string::npos);
+  }
 }

@@ -13,13 +13,16 @@ using namespace remat;
 
 namespace {
 
-CheckReport check(const std::string& preset, int layers, const std::vector<std::string>& strategies) {
+CheckReport check(const std::string& preset, int layers, const std::vector<std::string>& strategies,
+                  ops::AttentionKernel kernel = ops::AttentionKernel::fused) {
   Sizes z = preset_sizes(preset);
   if (layers) z.L = layers;
   const auto model = models().find("gpt2").make(z);
   ParamStore params(model->params(), DType::f32);
   initialize(params, 1, z.L);
-  return run_check(*model, params, random_batch(z.B, z.S, z.V, 1), strategies, {});
+  CheckOptions options;
+  options.attention = kernel;
+  return run_check(*model, params, random_batch(z.B, z.S, z.V, 1), strategies, options);
 }
 
 const CheckRow& row(const CheckReport& r, const std::string& spec) {
@@ -36,8 +39,7 @@ TEST_CASE("gpt2 small: per-layer under a third of full, selective below full wit
   // With the plain kernel, which keeps the attention probabilities that
   // Megatron-style selective recomputation drops (the fused kernel never
   // keeps them; see the next test).
-  test::AttentionKernelScope plain(ops::AttentionKernel::plain);
-  const CheckReport r = check("small", 0, all_strategies());
+  const CheckReport r = check("small", 0, all_strategies(), ops::AttentionKernel::plain);
   const double full = double(r.full.activation_peak);
   CHECK(double(row(r, "per-layer").step.activation_peak) < full / 3);
   const StepResult& sel = row(r, "selective").step;
@@ -58,10 +60,7 @@ TEST_CASE("the fused attention kernel keeps no probabilities: full+fused below s
   const StepResult& sel = row(fused, "selective").step;
   CHECK(double(sel.activation_peak) < 0.7 * double(fused.full.activation_peak));
   CHECK(sel.recompute_flops == 0);
-  const CheckReport plain = [] {
-    test::AttentionKernelScope scope(ops::AttentionKernel::plain);
-    return check("small", 0, {"selective:attn-core"});
-  }();
+  const CheckReport plain = check("small", 0, {"selective:attn-core"}, ops::AttentionKernel::plain);
   CHECK(fused.full.activation_peak < row(plain, "selective:attn-core").step.activation_peak);
   CHECK(row(fused, "per-layer").step.activation_peak < plain.full.activation_peak / 3);
   for (const auto& x : fused.rows) CHECK(std::abs(double(x.step.activation_peak - x.predicted.device)) <= 0.05 * double(x.step.activation_peak));

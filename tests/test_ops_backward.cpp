@@ -53,7 +53,7 @@ TEST_CASE("gelu_tanh backward", "[ops][gradcheck]") {
 
 TEST_CASE("attention backward, causal and bidirectional, both kernels", "[ops][gradcheck]") {
   const auto kernel = GENERATE(ops::AttentionKernel::fused, ops::AttentionKernel::plain);
-  ops::set_attention_kernel(kernel);
+  ops::AttentionKernelScope scope(kernel);
   for (bool causal : {true, false}) {
     INFO("causal " << causal << " kernel " << ops::attention_kernel_name(kernel));
     require_gradients([causal](const Inputs& in) { return ops::attention(in[0], 2, causal); },
@@ -86,7 +86,7 @@ TEST_CASE("gelu_erf, silu, swiglu and scale backward", "[ops][gradcheck]") {
 
 TEST_CASE("grouped-query attention backward, causal and bidirectional, both kernels", "[ops][gradcheck]") {
   const auto kernel = GENERATE(ops::AttentionKernel::fused, ops::AttentionKernel::plain);
-  ops::set_attention_kernel(kernel);
+  ops::AttentionKernelScope scope(kernel);
   for (bool causal : {true, false})
     for (int kv : {1, 2}) {
       INFO("causal " << causal << " kv heads " << kv);
@@ -99,7 +99,7 @@ TEST_CASE("grouped-query attention backward, causal and bidirectional, both kern
 TEST_CASE("an op whose inputs are one tensor gets one gradient buffer for them", "[ops][gradcheck]") {
   require_gradients([](const Inputs& in) { return ops::swiglu(in[0], in[0]); }, {random_leaf({20}, 1)});
   for (auto kernel : {ops::AttentionKernel::fused, ops::AttentionKernel::plain}) {
-    ops::set_attention_kernel(kernel);
+    ops::AttentionKernelScope scope(kernel);
     require_gradients([](const Inputs& in) { return ops::attention(in[0], in[1], in[1], 2, 1, true); },
                       {random_leaf({1, 3, 4}, 1), random_leaf({1, 3, 2}, 2)});
   }

@@ -78,7 +78,7 @@ TEST_CASE("gelu_tanh", "[ops][forward]") {
 
 TEST_CASE("attention, causal and bidirectional, both kernels", "[ops][forward]") {
   const auto kernel = GENERATE(ops::AttentionKernel::fused, ops::AttentionKernel::plain);
-  ops::set_attention_kernel(kernel);
+  ops::AttentionKernelScope scope(kernel);
   for (DType dt : kDtypes)
     for (bool causal : {true, false}) {
       Tensor qkv = random_tensor({2, 5, 24}, 1, dt, -2, 2);
@@ -125,7 +125,7 @@ TEST_CASE("gelu_erf, silu, swiglu, scale", "[ops][forward]") {
 
 TEST_CASE("grouped-query attention, causal and bidirectional, both kernels", "[ops][forward]") {
   const auto kernel = GENERATE(ops::AttentionKernel::fused, ops::AttentionKernel::plain);
-  ops::set_attention_kernel(kernel);
+  ops::AttentionKernelScope scope(kernel);
   for (DType dt : kDtypes)
     for (bool causal : {true, false})
       for (int kv : {1, 2, 4}) {
@@ -142,7 +142,7 @@ TEST_CASE("fused and plain attention agree to 1e-5, with the same dropout masks"
     for (bool causal : {true, false}) {
       INFO("dropout " << dropout << " causal " << causal);
       auto run = [&](ops::AttentionKernel k) {
-        ops::set_attention_kernel(k);
+        ops::AttentionKernelScope scope(k);
         random_ops::begin_step(5, 0);
         Tensor q = test::random_leaf({2, 70, 16}, 1, DType::f32), kv = test::random_leaf({2, 70, 8}, 2, DType::f32);
         Tensor y = ops::attention(q, kv, kv, 4, 2, causal, dropout);
@@ -157,7 +157,6 @@ TEST_CASE("fused and plain attention agree to 1e-5, with the same dropout masks"
       for (std::size_t i = 0; i < fused.size(); ++i) worst = std::max(worst, std::abs(fused[i] - plain[i]) / (1 + std::abs(plain[i])));
       CHECK(worst < 1e-5);
     }
-  ops::set_attention_kernel(ops::AttentionKernel::fused);
 }
 
 TEST_CASE("ops reject bad input with the offending shape", "[ops][errors]") {

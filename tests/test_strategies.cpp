@@ -55,11 +55,13 @@ TEST_CASE("dropout changes the loss, and replays the same masks each step", "[st
 }
 
 TEST_CASE("each strategy runs forward exactly the ops it promises", "[strategies][counts]") {
-  test::AttentionKernelScope plain(ops::AttentionKernel::plain);  // whose probabilities selective drops
   Setup s = gpt2("tiny", 4, 0.0);  // L = 4
-  auto run = [&](const std::string& spec) {
+  // The plain kernel, whose probabilities selective drops, unless a section says otherwise.
+  auto run = [&](const std::string& spec, ops::AttentionKernel kernel = ops::AttentionKernel::plain) {
     auto strategy = make_strategy(spec);
-    return run_step(*s.model, *s.params, s.batch, {strategy.get(), 1, 0});
+    StepOptions o{strategy.get(), 1, 0};
+    o.attention = kernel;
+    return run_step(*s.model, *s.params, s.batch, o);
   };
   const StepResult full = run("full");
   CHECK(full.forward_ops.at("linear") == 4 * 4 + 1);  // four per block and the head
@@ -100,8 +102,7 @@ TEST_CASE("each strategy runs forward exactly the ops it promises", "[strategies
           std::map<std::string, std::int64_t>{{"attention_probs", 3}, {"gelu_tanh", 3}, {"layer_norm", 3 * 2}});
   }
   SECTION("with the fused kernel, per-layer recomputes the fused attention once per recomputed block") {
-    test::AttentionKernelScope fused(ops::AttentionKernel::fused);
-    const StepResult r = run("per-layer");
+    const StepResult r = run("per-layer", ops::AttentionKernel::fused);
     CHECK(recomputed(r, "attention_fused") == 3);
     CHECK(recomputed(r, "attention_probs") == 0);
   }
@@ -244,11 +245,12 @@ TEST_CASE("strategy specs parse, compose where it makes sense, and fail clearly"
 }
 
 TEST_CASE("the trace shows what each region kept, dropped and recomputed", "[strategies][trace]") {
-  test::AttentionKernelScope plain(ops::AttentionKernel::plain);
   Setup s = gpt2("tiny", 3, 0.0);
   auto strategy = make_strategy("selective:attn-core");
   strategy->trace().enabled = true;
-  run_step(*s.model, *s.params, s.batch, {strategy.get(), 1, 0});
+  StepOptions o{strategy.get(), 1, 0};
+  o.attention = ops::AttentionKernel::plain;
+  run_step(*s.model, *s.params, s.batch, o);
   const auto& regions = strategy->trace().regions();
   REQUIRE(regions.size() == 3);
   const RegionTrace& h0 = regions[0];

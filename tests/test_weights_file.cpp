@@ -1,6 +1,8 @@
 // HDF5 weight files: round trips, and a clear error for every malformed file.
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <unistd.h>
 
 #include "autodiff/error.hpp"
@@ -79,8 +81,9 @@ TEST_CASE("malformed weight files are refused with the offending name", "[io][er
   const std::string path = dir.file("w.h5");
   auto edit = [&](const std::function<void(const h5::File&)>& change) {
     write_tiny(path);
-    h5::File f = h5::File::open(path, /*writable=*/true);
+    h5::File f = h5::File::edit(path);
     change(f);
+    f.save();
   };
 
   SECTION("missing parameter") {
@@ -132,16 +135,96 @@ TEST_CASE("malformed weight files are refused with the offending name", "[io][er
   SECTION("no such file") { require_load_error(dir.file("absent.h5"), "no such file"); }
 }
 
-TEST_CASE("a failed write leaves no file behind", "[io][errors]") {
+TEST_CASE("hostile weight files are refused before anything is allocated or computed", "[io][errors]") {
   TempDir dir;
-  const std::string path = dir.file("out.h5");
-  {
-    h5::AtomicOutput out(path);
-    h5::File f = h5::File::create(out.temp_path());
-    h5::write(f, "/x", std::vector<float>(4), {4});
-    // no commit: as if an exception had been thrown
+  const std::string path = dir.file("w.h5");
+  auto edit = [&](const std::function<void(const h5::File&)>& change) {
+    write_tiny(path);
+    h5::File f = h5::File::edit(path);
+    change(f);
+    f.save();
+  };
+  SECTION("a size stored as an array") {
+    edit([](const h5::File& f) {
+      H5Adelete(f.id(), "L");
+      hsize_t n = 64;
+      h5::Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+      h5::Handle a(H5Acreate2(f.id(), "L", H5T_STD_I64LE, space.id(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+      std::vector<std::int64_t> v(64, 2);
+      H5Awrite(a.id(), H5T_NATIVE_INT64, v.data());
+    });
+    require_load_error(path, "attribute 'L' must be a single value");
   }
-  CHECK_FALSE(fs::exists(path));
-  CHECK_FALSE(fs::exists(path + ".partial"));
-  CHECK_THROWS_AS(write_tiny(dir.file("no/such/dir/w.h5")), UserError);
+  SECTION("a model name stored as an array of strings") {
+    edit([](const h5::File& f) {
+      H5Adelete(f.id(), "model");
+      hsize_t n = 500;
+      h5::Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+      h5::Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+      H5Tset_size(type.id(), 8);
+      h5::Handle a(H5Acreate2(f.id(), "model", type.id(), space.id(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+      std::vector<char> v(500 * 8, 'x');
+      H5Awrite(a.id(), type.id(), v.data());
+    });
+    require_load_error(path, "attribute 'model' must be a single value");
+  }
+  SECTION("an absurd depth") {
+    edit([](const h5::File& f) { h5::write_attr(f, "L", std::int64_t(1000000000)); });
+    require_load_error(path, "L = 1000000000 is beyond the largest supported");
+  }
+  SECTION("a missing Hkv does not quietly become H") {
+    edit([](const h5::File& f) { H5Adelete(f.id(), "Hkv"); });
+    require_load_error(path, "missing size attribute 'Hkv'");
+  }
+  SECTION("a NaN weight") {
+    edit([](const h5::File& f) {
+      H5Ldelete(f.id(), "/params/ln_f.bias", H5P_DEFAULT);
+      std::vector<float> v(32, 0.0f);
+      v[7] = std::numeric_limits<float>::quiet_NaN();
+      h5::write(f, "/params/ln_f.bias", v, {32});
+    });
+    require_load_error(path, "parameter 'ln_f.bias' holds a non-finite value");
+  }
+  SECTION("a token id equal to V") {
+    edit([](const h5::File& f) {
+      H5Ldelete(f.id(), "/batch/tokens", H5P_DEFAULT);
+      std::vector<std::int32_t> v(32, 1);
+      v[5] = 64;
+      h5::write(f, "/batch/tokens", v, {2, 16});
+    });
+    require_load_error(path, "/batch/tokens holds 64 at index 5, outside the vocabulary [0, 64)");
+  }
+  SECTION("S and B attributes that disagree with the batch") {
+    edit([](const h5::File& f) { h5::write_attr(f, "S", std::int64_t(8)); });
+    require_load_error(path, "/batch is [2, 16] but the file's attributes say B = 2, S = 8");
+  }
+  SECTION("a /batch that is not a group") {
+    edit([](const h5::File& f) {
+      H5Ldelete(f.id(), "/batch", H5P_DEFAULT);
+      h5::write(f, "/batch", std::vector<std::int32_t>(4), {4});
+    });
+    require_load_error(path, "/batch is not a group");
+  }
+}
+
+TEST_CASE("a golden file with a NaN gradient or loss is refused", "[io][errors]") {
+  TempDir dir;
+  const std::string path = dir.file("g.h5");
+  const ModelSetup setup{"gpt2", "tiny", preset_sizes("tiny")};
+  const auto model = models().find("gpt2").make(setup.sizes);
+  ParamStore params(model->params(), DType::f32);
+  initialize(params, 1, setup.sizes.L);
+  const Batch batch = random_batch(setup.sizes.B, setup.sizes.S, setup.sizes.V, 1);
+  const double loss = forward_backward(*model, params, batch);
+  write_golden(path, setup, params, batch, loss);
+  CHECK_NOTHROW(load_golden(path));
+  {
+    h5::File f = h5::File::edit(path);
+    H5Ldelete(f.id(), "/grads/h.0.ln_1.weight", H5P_DEFAULT);
+    std::vector<float> v(32, 0.0f);
+    v[3] = std::numeric_limits<float>::infinity();
+    h5::write(f, "/grads/h.0.ln_1.weight", v, {32});
+    f.save();
+  }
+  CHECK_THROWS_WITH(load_golden(path), test::Contains("gradient 'h.0.ln_1.weight' holds a non-finite value"));
 }

@@ -36,6 +36,18 @@ void validate(const Sizes& s) {
     if (!ok) throw UserError("invalid sizes: " + what);
   };
   need(s.L >= 1 && s.D >= 1 && s.H >= 1 && s.S >= 1 && s.V >= 1 && s.B >= 1, "L, D, H, S, V and B must be positive");
+  // Far beyond any model this tool can run, and small enough that products
+  // of sizes never overflow: a damaged file's L = 10^9 is refused here.
+  auto at_most = [&](int v, int max, const char* name) {
+    need(v <= max, std::string(name) + " = " + std::to_string(v) + " is beyond the largest supported, " + std::to_string(max));
+  };
+  at_most(s.L, 1 << 16, "L");
+  at_most(s.D, 1 << 16, "D");
+  at_most(s.H, 1 << 12, "H");
+  at_most(s.F, 1 << 18, "F");
+  at_most(s.S_max, 1 << 20, "S_max");
+  at_most(s.V, 1 << 22, "V");
+  at_most(s.B, 1 << 16, "B");
   need(s.D % s.H == 0, "H = " + std::to_string(s.H) + " does not divide D = " + std::to_string(s.D));
   need(s.Hkv >= 1 && s.H % s.Hkv == 0, "Hkv = " + std::to_string(s.Hkv) + " does not divide H = " + std::to_string(s.H));
   need(s.S_max >= s.S, "S = " + std::to_string(s.S) + " exceeds S_max = " + std::to_string(s.S_max));

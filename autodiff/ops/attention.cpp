@@ -1,6 +1,7 @@
 #include <cmath>
 
 #include "autodiff/elementwise.hpp"
+#include "autodiff/error.hpp"
 #include "autodiff/gemm.hpp"
 #include "autodiff/ops/attention_fused.hpp"
 #include "autodiff/ops/kernel.hpp"
@@ -238,13 +239,14 @@ Tensor record(const Inputs& in, const Geometry& g, double dropout) {
 
 }  // namespace
 
-void set_attention_kernel(AttentionKernel k) { kernel_setting() = k; }
-AttentionKernel attention_kernel() { return kernel_setting(); }
+AttentionKernel current_attention_kernel() { return kernel_setting(); }
+AttentionKernelScope::AttentionKernelScope(AttentionKernel k) : previous_(kernel_setting()) { kernel_setting() = k; }
+AttentionKernelScope::~AttentionKernelScope() { kernel_setting() = previous_; }
 const char* attention_kernel_name(AttentionKernel k) { return k == AttentionKernel::fused ? "fused" : "plain"; }
 AttentionKernel parse_attention_kernel(const std::string& name) {
   if (name == "fused") return AttentionKernel::fused;
   if (name == "plain") return AttentionKernel::plain;
-  throw std::invalid_argument("unknown attention kernel '" + name + "' (fused, plain)");
+  throw UserError("unknown attention kernel '" + name + "' (fused, plain)");
 }
 
 Tensor attention(const Tensor& qkv, int heads, bool causal, double dropout) {

@@ -1,3 +1,4 @@
+#include "autodiff/error.hpp"
 #include "autodiff/fast_math.hpp"
 #include "autodiff/ops/kernel.hpp"
 #include "autodiff/ops/ops.hpp"
@@ -15,7 +16,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
   require(targets.numel() == M, "cross_entropy: " + std::to_string(targets.numel()) + " targets for " +
                                     std::to_string(M) + " rows of logits " + to_string(logits.shape()));
   if (const auto bad = count_out_of_range(targets, V))
-    throw std::invalid_argument("cross_entropy: " + std::to_string(bad) + " target(s) outside [0, " +
+    throw UserError("cross_entropy: " + std::to_string(bad) + " target(s) outside [0, " +
                                 std::to_string(V) + ")");
 
   stats::count_forward("cross_entropy");

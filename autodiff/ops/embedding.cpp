@@ -1,3 +1,4 @@
+#include "autodiff/error.hpp"
 #include "autodiff/ops/kernel.hpp"
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/stats.hpp"
@@ -36,7 +37,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   require(ids.dtype() == DType::i32, std::string("embedding: ids must be int32, got ") + dtype_name(ids.dtype()));
   const std::int64_t V = weight.dim(0), D = weight.dim(1), N = ids.numel();
   if (const auto bad = count_out_of_range(ids, V))
-    throw std::invalid_argument("embedding: " + std::to_string(bad) + " id(s) outside [0, " + std::to_string(V) + ")");
+    throw UserError("embedding: " + std::to_string(bad) + " id(s) outside [0, " + std::to_string(V) + ")");
   Tensor out = embedding_forward(weight, ids);
   OpRecorder rec("embedding", {&weight, nullptr});
   if (!rec) return out;

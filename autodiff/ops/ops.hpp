@@ -38,12 +38,23 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, i
 // Which attention kernel the attention ops use. `fused` (the default) keeps
 // only the output and each row's log-sum-exp and recomputes probabilities
 // tile by tile in backward; `plain` keeps the probabilities [B, H, S, S].
-// Both take the same dropout masks and agree to rounding.
+// Both take the same dropout masks and agree to rounding. The choice is a
+// step's option (StepOptions::attention): the step installs it with a scope
+// for its forward and backward, so no choice outlives the step that made it.
 enum class AttentionKernel { fused, plain };
-void set_attention_kernel(AttentionKernel k);
-AttentionKernel attention_kernel();
 const char* attention_kernel_name(AttentionKernel k);
-AttentionKernel parse_attention_kernel(const std::string& name);  // invalid_argument if unknown
+AttentionKernel parse_attention_kernel(const std::string& name);  // UserError if unknown
+AttentionKernel current_attention_kernel();  // fused outside any scope
+class AttentionKernelScope {
+ public:
+  explicit AttentionKernelScope(AttentionKernel k);
+  ~AttentionKernelScope();
+  AttentionKernelScope(const AttentionKernelScope&) = delete;
+  AttentionKernelScope& operator=(const AttentionKernelScope&) = delete;
+
+ private:
+  AttentionKernel previous_;
+};
 
 // RMSNorm over the last dimension: x * rsqrt(mean(x^2) + eps) * weight.
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps);

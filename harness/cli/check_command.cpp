@@ -1,8 +1,13 @@
 // remat check: every strategy against `full` on the same weights and batch:
 // loss, gradient error, bitwise equality, measured and predicted activation
 // memory, recomputed FLOPs. Exit 1 if an exact strategy is not bitwise equal.
+#include <unistd.h>
+
 #include <cstdio>
 #include <memory>
+
+#include "datasets/batch_source.hpp"
+#include "harness/io/output_guard.hpp"
 
 #include "autodiff/runtime.hpp"
 #include "autodiff/error.hpp"
@@ -24,6 +29,7 @@ struct CheckCommandOptions {
   bool trace = false;
   bool data_given = false;  // --data overrides a weight file's batch
   std::string save_golden, golden;
+  bool force = false;
 };
 
 std::string mb(double bytes) {
@@ -38,16 +44,20 @@ int run_check_command(const CheckCommandOptions& o) {
   std::unique_ptr<ParamStore> params;
   Batch batch;
   if (!o.weights.empty() && !o.golden.empty()) throw UserError("--weights and --golden both name the weights: give one");
+  if (!o.save_golden.empty())
+    check_output(o.save_golden, FileKind::golden, {o.weights, o.golden, batch_source_file(o.model.data)}, o.force);
   std::optional<Golden> golden;
   if (!o.golden.empty()) golden = load_golden(o.golden);
   if (!o.weights.empty() || golden) {
-    LoadedWeights w = golden ? std::move(golden->weights) : load_weights(o.weights);
+    LoadedWeights w = golden ? std::move(golden->weights) : load_weights(o.weights, o.force);
     setup = w.setup;
+    require_step_memory(setup, o.model.kernel(), strategies_for(setup.model, o.strategies), 3, o.force);
     if (!w.batch || o.data_given) w.batch = o.model.make_batch(setup.sizes);
     batch = *w.batch;
     params = std::move(w.params);
   } else {
     setup = o.model.resolve();
+    require_step_memory(setup, o.model.kernel(), strategies_for(setup.model, o.strategies), 3, o.force);
     params = std::make_unique<ParamStore>(models().find(setup.model).make(setup.sizes)->params(), DType::f32);
     initialize(*params, o.model.seed, setup.sizes.L);
     batch = o.model.make_batch(setup.sizes);
@@ -60,12 +70,21 @@ int run_check_command(const CheckCommandOptions& o) {
   const Sizes& z = setup.sizes;
   std::printf("remat check: %s %s (L %d, D %d, H %d, S %d, B %d), dropout %g, %s attention, %s\n",
               setup.model.c_str(), setup.preset.c_str(), z.L, z.D, z.H, z.S, z.B, z.dropout,
-              ops::attention_kernel_name(ops::attention_kernel()), Runtime::describe().c_str());
+              o.model.attention.c_str(), Runtime::describe().c_str());
   remat::CheckOptions options{o.model.seed, o.trace, false, golden ? &golden->grads : nullptr, golden ? golden->loss : 0};
+  options.attention = o.model.kernel();
+  if (isatty(fileno(stderr)))
+    options.progress = [](std::size_t i, std::size_t n, const std::string& spec) {
+      std::fprintf(stderr, "\r\033[K[%zu/%zu] %s", i + 1, n, spec.c_str());
+      if (i + 1 == n) std::fprintf(stderr, "\r\033[K");
+    };
   const CheckReport report = run_check(*model, *params, batch, specs, options);
   if (!o.save_golden.empty()) {  // full's gradients: run it once more, as the table's steps ran strategies
     auto full = make_strategy("full");
-    const double loss = forward_backward(*model, *params, batch, {full.get(), o.model.seed, 0});
+    StepOptions step{full.get(), o.model.seed, 0};
+    step.attention = o.model.kernel();
+    const double loss = forward_backward(*model, *params, batch, step);
+    require_finite_result(loss, *params);
     write_golden(o.save_golden, setup, *params, batch, loss);
     std::printf("wrote golden %s: weights, batch, loss and full's gradients\n", o.save_golden.c_str());
   }
@@ -124,9 +143,10 @@ void setup_check(CLI::App& app) {
   cmd->add_option("--strategies", o->strategies, "'all' or a comma-separated list (see `remat strategies`)")
       ->capture_default_str();
   cmd->add_option("--dropout", o->dropout, "Dropout probability (masks replay exactly under recomputation)")
-      ->check(CLI::Range(0.0, 0.99));
+      ->check(CLI::Range(0.0, 0.99).description("from 0 to 0.99"));
   cmd->add_option("--save-golden", o->save_golden, "Write weights, batch, loss and full's gradients to this file");
   cmd->add_option("--golden", o->golden, "Compare every strategy with this golden file; exit 1 on drift");
+  cmd->add_flag("--force", o->force, "Let --save-golden replace a file of another kind; skip the memory check");
   cmd->add_flag("--trace", o->trace, "Print, per region, the ops run and recomputed and the bytes kept/dropped/offloaded");
   cmd->callback([o, cmd] {
     o->data_given = cmd->count("--data") > 0;

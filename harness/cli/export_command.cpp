@@ -3,8 +3,10 @@
 #include <memory>
 
 #include "autodiff/tensor.hpp"
+#include "datasets/batch_source.hpp"
 #include "harness/cli/commands.hpp"
 #include "harness/cli/model_options.hpp"
+#include "harness/io/output_guard.hpp"
 
 namespace remat::cli {
 namespace {
@@ -12,10 +14,13 @@ namespace {
 struct ExportOptions {
   ModelOptions model;
   std::string out;
+  bool force = false;
 };
 
 void run_export(const ExportOptions& o) {
   const ModelSetup setup = o.model.resolve();
+  check_output(o.out, FileKind::weights, {batch_source_file(o.model.data)}, o.force);
+  require_step_memory(setup, o.model.kernel(), {}, 2, o.force);  // the weights and their host copy
   const auto model = models().find(setup.model).make(setup.sizes);
   ParamStore params(model->params(), DType::f32);
   initialize(params, o.model.seed, setup.sizes.L);
@@ -33,6 +38,7 @@ void setup_export(CLI::App& app) {
   auto* cmd = app.add_subcommand("export", "Write a model's seeded weights and a seeded batch to an HDF5 file");
   o->model.bind(*cmd);
   cmd->add_option("--out", o->out, "Output HDF5 file")->required();
+  cmd->add_flag("--force", o->force, "Replace an existing file of another kind; skip the memory check");
   cmd->callback([o] { run_export(*o); });
 }
 

@@ -2,9 +2,12 @@
 #include <cstdio>
 #include <memory>
 
+#include "autodiff/error.hpp"
+#include "datasets/batch_source.hpp"
+#include "harness/check.hpp"
 #include "harness/cli/commands.hpp"
 #include "harness/cli/model_options.hpp"
-#include "datasets/batch_source.hpp"
+#include "harness/io/output_guard.hpp"
 #include "harness/io/weights_file.hpp"
 #include "harness/step.hpp"
 #include "strategies/registry.hpp"
@@ -19,11 +22,17 @@ struct GradsOptions {
   std::string strategy = "full";
   std::string data;  // overrides the file's batch
   std::string attention = "fused";
+  bool force = false;
 };
 
 void run_grads(const GradsOptions& o) {
-  LoadedWeights w = load_weights(o.weights);
+  if (!o.out.empty()) check_output(o.out, FileKind::gradients, {o.weights, batch_source_file(o.data)}, o.force);
+  LoadedWeights w = load_weights(o.weights, o.force);
+  const auto specs = strategies_for(w.setup.model, o.strategy);
+  if (specs.size() != 1) throw UserError("remat grads runs one strategy; '" + o.strategy + "' names " + std::to_string(specs.size()));
   const Sizes& z = w.setup.sizes;
+  const auto kernel = ops::parse_attention_kernel(o.attention);
+  require_step_memory(w.setup, kernel, specs, 3, o.force);
   if (!o.data.empty()) {
     w.batch = make_batch_source(o.data, z.B, z.S, z.V, o.seed)->next();
   } else if (!w.batch) {
@@ -31,8 +40,11 @@ void run_grads(const GradsOptions& o) {
                 static_cast<unsigned long long>(o.seed));
     w.batch = random_batch(z.B, z.S, z.V, o.seed);
   }
-  auto strategy = make_strategy(o.strategy);
-  const double loss = forward_backward(*w.model, *w.params, *w.batch, {strategy.get(), o.seed, 0});
+  auto strategy = make_strategy(specs[0]);
+  StepOptions step{strategy.get(), o.seed, 0};
+  step.attention = kernel;
+  const double loss = forward_backward(*w.model, *w.params, *w.batch, step);
+  require_finite_result(loss, *w.params);
   if (!o.out.empty()) write_gradients(o.out, w.setup, *w.params, loss);
   std::printf("loss %.9g\n", loss);
   if (!o.out.empty()) std::printf("wrote %s: /loss and /grads for %zu parameters\n", o.out.c_str(), w.params->names().size());
@@ -45,12 +57,12 @@ void setup_grads(CLI::App& app) {
   auto* cmd = app.add_subcommand("grads", "Run one forward and backward on a weight file; write loss and gradients");
   cmd->add_option("--weights", o->weights, "HDF5 weight file (MODELS.md layout)")->required();
   cmd->add_option("--out", o->out, "Output HDF5 file for /loss and /grads/<name>");
-  cmd->add_option("--seed", o->seed, "Seed of the batch (when the file carries none) and of dropout")
-      ->capture_default_str();
+  add_seed_option(*cmd, o->seed, "Seed of the batch (when the file carries none) and of dropout");
   add_attention_option(*cmd, o->attention);
   cmd->add_option("--data", o->data, "Batch source instead of the file's batch (see `remat check --help`)");
   cmd->add_option("--strategy", o->strategy, "Activation-memory strategy (see `remat strategies`)")
       ->capture_default_str();
+  cmd->add_flag("--force", o->force, "Replace an existing file of another kind; skip the memory check");
   cmd->callback([o] { run_grads(*o); });
 }
 

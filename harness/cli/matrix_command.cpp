@@ -9,7 +9,9 @@
 
 #include "autodiff/runtime.hpp"
 #include "harness/cli/commands.hpp"
+#include "autodiff/error.hpp"
 #include "harness/cli/model_options.hpp"
+#include "harness/cli/validators.hpp"
 #include "harness/matrix.hpp"
 #include "harness/step.hpp"
 #include "strategies/registry.hpp"
@@ -20,7 +22,7 @@ namespace {
 
 struct Options {
   MatrixOptions matrix;
-  std::string models = "gpt2", attention = "fused";
+  std::string models = "gpt2";
 };
 
 std::vector<std::string> split(const std::string& s) {
@@ -29,6 +31,7 @@ std::vector<std::string> split(const std::string& s) {
   while (start <= s.size()) {
     const std::size_t end = std::min(s.find(',', start), s.size());
     out.push_back(s.substr(start, end - start));
+    if (out.back().empty()) throw UserError("--models: empty name in '" + s + "'");
     start = end + 1;
   }
   return out;
@@ -44,23 +47,29 @@ std::string duration(double s) {
 void print_summary(const std::vector<RunRecord>& records) {
   std::printf("\n%-8s %-28s %-14s %9s %9s %9s %9s %7s %9s %8s %7s\n", "model", "strategy", "shape", "step s",
               "tokens/s", "act MB", "pred MB", "vs full", "offl. MB", "recomp.", "bitwise");
+  auto shape_of = [](const RunKey& k) {
+    RunKey shape = k;
+    shape.strategy = "";
+    return shape.text();
+  };
   std::map<std::string, double> full_time;
   for (const auto& r : records)
-    if (r.strategy == "full") full_time[ResultsFile::run_id(r.model, "", r.sizes)] = median(r.step_times);
+    if (r.key.strategy == "full" && !r.check.oom) full_time[shape_of(r.key)] = median(r.step_times);
   for (const auto& r : records) {
+    const RunKey& k = r.key;
     if (r.check.oom) {
-      std::printf("%-8s %-28s L%d S%d B%d: OUT OF MEMORY under --mem-limit\n", r.model.c_str(), r.strategy.c_str(),
-                  r.sizes.L, r.sizes.S, r.sizes.B);
+      std::printf("%-8s %-28s L%d S%d B%d: OUT OF MEMORY under --mem-limit\n", k.model.c_str(), k.strategy.c_str(),
+                  k.sizes.L, k.sizes.S, k.sizes.B);
       continue;
     }
     const double t = median(r.step_times);
     const auto& st = r.check.step;
-    const auto ft = full_time.find(ResultsFile::run_id(r.model, "", r.sizes));
-    char shape[32], vs[16] = "-";
-    std::snprintf(shape, sizeof shape, "L%d S%d B%d", r.sizes.L, r.sizes.S, r.sizes.B);
+    const auto ft = full_time.find(shape_of(k));
+    char shape[48], vs[16] = "-";
+    std::snprintf(shape, sizeof shape, "L%d S%d B%d", k.sizes.L, k.sizes.S, k.sizes.B);
     if (ft != full_time.end() && ft->second > 0) std::snprintf(vs, sizeof vs, "%.2fx", t / ft->second);
-    std::printf("%-8s %-28s %-14s %9.3f %9.0f %9.1f %9.1f %7s %9.1f %7.1f%% %7s\n", r.model.c_str(), r.strategy.c_str(),
-                shape, t, double(r.sizes.B) * r.sizes.S / t, st.activation_peak / 1048576.0,
+    std::printf("%-8s %-28s %-14s %9.3f %9.0f %9.1f %9.1f %7s %9.1f %7.1f%% %7s\n", k.model.c_str(), k.strategy.c_str(),
+                shape, t, double(k.sizes.B) * k.sizes.S / t, st.activation_peak / 1048576.0,
                 r.check.predicted.device / 1048576.0, vs, st.offload_peak / 1048576.0,
                 st.flops > 0 ? 100 * st.recompute_flops / st.flops : 0.0, r.check.vs_full.bitwise ? "yes" : "NO");
   }
@@ -77,15 +86,15 @@ void run(Options& o) {
   const bool tty = isatty(fileno(stderr));
   const auto start = std::chrono::steady_clock::now();
   MatrixProgress progress;
-  progress.update = [&](std::size_t done, std::size_t total, const MatrixCell& cell, const std::string& what) {
+  progress.update = [&](std::size_t done, std::size_t total, const RunKey& cell, const std::string& what) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const std::string eta = done ? duration(elapsed / double(done) * double(total - done)) : "?";
     if (tty) {
       const int width = 24, filled = int(width * done / std::max<std::size_t>(total, 1));
       std::fprintf(stderr, "\r\033[K[%s%s] %zu/%zu  %s: %s  ETA %s", std::string(filled, '#').c_str(),
-                   std::string(width - filled, '.').c_str(), done, total, cell.id.c_str(), what.c_str(), eta.c_str());
-    } else if (what == "warm-up" || what == "checking against full") {
-      std::fprintf(stderr, "[%zu/%zu] %s: %s (ETA %s)\n", done + 1, total, cell.id.c_str(), what.c_str(), eta.c_str());
+                   std::string(width - filled, '.').c_str(), done, total, cell.name().c_str(), what.c_str(), eta.c_str());
+    } else if (what == "warm-up" || what == "checking against full" || what.rfind("already", 0) == 0) {
+      std::fprintf(stderr, "[%zu/%zu] %s: %s (ETA %s)\n", done + 1, total, cell.name().c_str(), what.c_str(), eta.c_str());
     }
   };
   const auto records = run_matrix(o.matrix, progress);
@@ -108,20 +117,27 @@ void setup_matrix(CLI::App& app) {
   cmd->add_option("--strategies", o->matrix.strategies, "'all' or a comma-separated list (see `remat strategies`)")
       ->capture_default_str();
   cmd->add_option("--preset", o->matrix.preset, "Size preset")->check(CLI::IsMember(preset_names()))->capture_default_str();
-  cmd->add_option("--layers", o->matrix.layers, "Blocks L to sweep (comma-separated)")->delimiter(',');
-  cmd->add_option("--seq", o->matrix.seq, "Sequence lengths S to sweep")->delimiter(',');
-  cmd->add_option("--batch", o->matrix.batch, "Batch sizes B to sweep")->delimiter(',');
-  cmd->add_option("--steps", o->matrix.steps, "Timed steps per run")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--warmup", o->matrix.warmup, "Untimed steps before them")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--layers", o->matrix.layers, "Blocks L to sweep (comma-separated)")
+      ->delimiter(',')
+      ->check(whole_number(1, 1 << 16));
+  cmd->add_option("--seq", o->matrix.seq, "Sequence lengths S to sweep")->delimiter(',')->check(whole_number(1, 1 << 20));
+  cmd->add_option("--batch", o->matrix.batch, "Batch sizes B to sweep")->delimiter(',')->check(whole_number(1, 1 << 16));
+  cmd->add_option("--steps", o->matrix.steps, "Timed steps per run")->check(whole_number(1, 1000000))->capture_default_str();
+  cmd->add_option("--warmup", o->matrix.warmup, "Untimed steps before them")
+      ->check(whole_number(0, 1000000))
+      ->capture_default_str();
+  cmd->add_option("--dropout", o->matrix.dropout, "Dropout probability (masks replay exactly under recomputation)")
+      ->check(CLI::Range(0.0, 0.99).description("from 0 to 0.99"));
   cmd->add_option("--data", o->matrix.data, "Batch source: random, copy, reverse, text:PATH, h5:PATH[:DATASET]")
       ->capture_default_str();
-  add_attention_option(*cmd, o->attention);
-  cmd->add_option("--seed", o->matrix.seed, "Seed of weights, batch and dropout")->capture_default_str();
+  add_attention_option(*cmd, o->matrix.attention);
+  add_seed_option(*cmd, o->matrix.seed, "Seed of weights, batch and dropout");
   cmd->add_option("--out", o->matrix.out, "HDF5 results file (appended to)")->capture_default_str();
   cmd->add_option("--mem-limit", o->matrix.mem_limit,
-                  "Simulate a device of this many bytes (suffixes k, M, G): a run that needs more is recorded as OOM")
-      ->transform(CLI::AsSizeValue(false));
-  cmd->add_flag("--resume", o->matrix.resume, "Skip runs already in the results file");
+                  "Simulate a device of this many bytes (e.g. 512M, 2G): a run that needs more is recorded as OOM")
+      ->check(byte_size());
+  cmd->add_flag("--resume", o->matrix.resume, "Skip runs already in the results file (those with the same options)");
+  cmd->add_flag("--force", o->matrix.force, "Run even where the memory estimate says a shape will not fit");
   cmd->callback([o] { run(*o); });
 }
 

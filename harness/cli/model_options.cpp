@@ -1,17 +1,17 @@
 #include "harness/cli/model_options.hpp"
 
-#include "autodiff/ops/ops.hpp"
 #include "datasets/batch_source.hpp"
+#include "harness/cli/validators.hpp"
 
 namespace remat::cli {
 
 void ModelOptions::bind(CLI::App& cmd) {
   cmd.add_option("--model", model, "Model from the zoo")->check(CLI::IsMember(models().names()))->capture_default_str();
   cmd.add_option("--preset", preset, "Size preset")->check(CLI::IsMember(preset_names()))->capture_default_str();
-  cmd.add_option("--layers", layers, "Override the preset's number of blocks L")->check(CLI::PositiveNumber);
-  cmd.add_option("--seq", seq, "Override the preset's sequence length S")->check(CLI::PositiveNumber);
-  cmd.add_option("--batch", batch, "Override the preset's batch size B")->check(CLI::PositiveNumber);
-  cmd.add_option("--seed", seed, "Seed of the initialisation and the batch")->capture_default_str();
+  cmd.add_option("--layers", layers, "Override the preset's number of blocks L")->check(whole_number(1, 1 << 16));
+  cmd.add_option("--seq", seq, "Override the preset's sequence length S")->check(whole_number(1, 1 << 20));
+  cmd.add_option("--batch", batch, "Override the preset's batch size B")->check(whole_number(1, 1 << 16));
+  add_seed_option(cmd, seed, "Seed of the initialisation and the batch");
   cmd.add_option("--data", data, "Batch source: random, copy, reverse, text:PATH, h5:PATH[:DATASET]")
       ->capture_default_str();
   add_attention_option(cmd, attention);
@@ -22,8 +22,11 @@ void add_attention_option(CLI::App& cmd, std::string& kernel) {
                  "Attention kernel: fused (keeps output and log-sum-exp, recomputes probabilities in backward) or "
                  "plain (keeps the probabilities)")
       ->check(CLI::IsMember({"fused", "plain"}))
-      ->capture_default_str()
-      ->each([](const std::string& k) { ops::set_attention_kernel(ops::parse_attention_kernel(k)); });
+      ->capture_default_str();
+}
+
+void add_seed_option(CLI::App& cmd, std::uint64_t& seed, const std::string& help) {
+  cmd.add_option("--seed", seed, help)->check(seed_number())->capture_default_str();
 }
 
 Batch ModelOptions::make_batch(const Sizes& z) const { return make_batch_source(data, z.B, z.S, z.V, seed)->next(); }
@@ -36,6 +39,16 @@ ModelSetup ModelOptions::resolve() const {
   validate(s.sizes);
   models().find(model);
   return s;
+}
+
+void require_step_memory(const ModelSetup& setup, ops::AttentionKernel kernel, const std::vector<std::string>& strategies,
+                         int parameter_copies, bool force) {
+  const Sizes& z = setup.sizes;
+  const MemoryNeed need = estimate_need(setup.model, z, kernel == ops::AttentionKernel::plain, strategies);
+  require_memory(need.total(parameter_copies),
+                 setup.model + " (L " + std::to_string(z.L) + ", D " + std::to_string(z.D) + ", S " +
+                     std::to_string(z.S) + ", B " + std::to_string(z.B) + ")",
+                 0, force);
 }
 
 }  // namespace remat::cli

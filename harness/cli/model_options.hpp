@@ -4,7 +4,9 @@
 #include <cstdint>
 #include <string>
 
+#include "autodiff/ops/ops.hpp"
 #include "harness/io/weights_file.hpp"
+#include "harness/memory_estimate.hpp"
 
 namespace remat::cli {
 
@@ -21,9 +23,18 @@ struct ModelOptions {
   Batch make_batch(const Sizes& sizes) const;
   // The model, preset and sizes these options name (validated).
   ModelSetup resolve() const;
+  ops::AttentionKernel kernel() const { return ops::parse_attention_kernel(attention); }
 };
 
-// --attention fused|plain: sets the kernel the attention ops use.
+// --attention fused|plain.
 void add_attention_option(CLI::App& cmd, std::string& kernel);
+// --seed, validated.
+void add_seed_option(CLI::App& cmd, std::uint64_t& seed, const std::string& help);
+
+// Refuses (UserError) a step of `setup` under `strategies` that would not
+// fit in memory, holding `parameter_copies` copies of the weights (weights,
+// gradients, reference gradients...), unless `force`.
+void require_step_memory(const ModelSetup& setup, ops::AttentionKernel kernel, const std::vector<std::string>& strategies,
+                         int parameter_copies, bool force);
 
 }  // namespace remat::cli

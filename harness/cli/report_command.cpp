@@ -16,10 +16,14 @@ void setup_report(CLI::App& app) {
   cmd->add_option("results", o->results, "HDF5 results file written by `remat matrix`")->required();
   cmd->add_option("--svg", o->svg, "Write tradeoff.svg, timeline-<model>.svg and depth.svg into this folder");
   cmd->callback([o] {
-    const auto runs = read_results(o->results);
-    std::printf("# remat results: %s (%zu runs)\n%s", o->results.c_str(), runs.size(), markdown_summary(runs).c_str());
+    const auto results = read_results(o->results);
+    std::printf("# remat results: %s (%zu runs)\n%s", o->results.c_str(), results.runs.size(),
+                markdown_summary(results).c_str());
+    if (!results.damaged.empty())
+      std::fprintf(stderr, "remat report: %zu damaged run(s) left out (listed at the end of the summary)\n",
+                   results.damaged.size());
     if (!o->svg.empty())
-      for (const auto& f : write_plots(runs, o->svg)) std::printf("wrote %s\n", f.c_str());
+      for (const auto& f : write_plots(results.runs, o->svg)) std::printf("wrote %s\n", f.c_str());
   });
 }
 

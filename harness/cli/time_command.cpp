@@ -13,6 +13,7 @@
 #include "harness/check.hpp"
 #include "harness/cli/commands.hpp"
 #include "harness/cli/model_options.hpp"
+#include "harness/cli/validators.hpp"
 #include "harness/resident_memory.hpp"
 #include "harness/step.hpp"
 #include "strategies/registry.hpp"
@@ -24,7 +25,7 @@ struct TimeOptions {
   ModelOptions model;
   std::string strategy = "full";
   int steps = 5, warmup = 1;
-  bool json = false;
+  bool json = false, force = false;
 };
 
 double mb(std::int64_t bytes) { return double(bytes) / (1 << 20); }
@@ -34,6 +35,7 @@ void run_time(const TimeOptions& o) {
   const auto specs = strategies_for(setup.model, o.strategy);
   if (specs.size() != 1) throw UserError("remat time runs one strategy; '" + o.strategy + "' names " +
                                          std::to_string(specs.size()) + " (use `remat matrix` for several)");
+  require_step_memory(setup, o.model.kernel(), specs, 2, o.force);
   const auto model = models().find(setup.model).make(setup.sizes);
   ParamStore params(model->params(), DType::f32);
   initialize(params, o.model.seed, setup.sizes.L);
@@ -49,7 +51,9 @@ void run_time(const TimeOptions& o) {
   std::int64_t activation_peak = 0, offload_peak = 0;
   double loss = 0;
   for (int i = 0; i < o.warmup + o.steps; ++i) {
-    const StepResult r = run_step(*model, params, batch, {strategy.get(), o.model.seed, 0});
+    StepOptions step{strategy.get(), o.model.seed, 0};
+    step.attention = o.model.kernel();
+    const StepResult r = run_step(*model, params, batch, step);
     const bool timed = i >= o.warmup;
     if (timed) {
       seconds.push_back(r.seconds);
@@ -98,9 +102,10 @@ void setup_time(CLI::App& app) {
   cmd->add_option("--strategy", o->strategy, "Activation-memory strategy (see `remat strategies`)")
       ->capture_default_str();
   cmd->add_option("--steps", o->steps, "Timed steps (the median is reported)")
-      ->check(CLI::PositiveNumber)
+      ->check(whole_number(1, 1000000))
       ->capture_default_str();
-  cmd->add_option("--warmup", o->warmup, "Untimed steps first")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--warmup", o->warmup, "Untimed steps first")->check(whole_number(0, 1000000))->capture_default_str();
+  cmd->add_flag("--force", o->force, "Run even where the memory estimate says it will not fit");
   cmd->add_flag("--json", o->json, "Print one JSON object instead of the table (for scripts)");
   cmd->callback([o] { run_time(*o); });
 }

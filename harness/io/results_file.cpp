@@ -4,12 +4,14 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <ctime>
 #include <filesystem>
 
 #include "autodiff/error.hpp"
-#include "autodiff/ops/ops.hpp"
 #include "autodiff/runtime.hpp"
+#include "h5/atomic_file.hpp"
+#include "harness/io/file_lock.hpp"
 #include "harness/step.hpp"
 
 #ifndef REMAT_GIT_REVISION
@@ -31,60 +33,95 @@ std::string host_name() {
   return gethostname(buf, sizeof buf - 1) == 0 ? buf : "unknown";
 }
 
+void write_run(const h5::File& f, const std::string& group, const RunRecord& r);
+
 }  // namespace
 
-ResultsFile::ResultsFile(const std::string& path) : path_(path) {
-  if (!std::filesystem::exists(path)) {
-    h5::AtomicOutput out(path);
-    {
-      h5::File f = h5::File::create(out.temp_path());
-      h5::write_attr(f, "remat_results", kSchemaVersion);
-      h5::write_attr(f, "created", now_iso());
-      h5::create_group(f, "/runs");
-    }
-    out.commit();
-    return;
+std::string RunKey::text() const {
+  const Sizes& z = sizes;
+  char dropout[32];
+  std::snprintf(dropout, sizeof dropout, "%.17g", z.dropout);
+  return "model=" + model + ";preset=" + preset + ";strategy=" + strategy + ";L=" + std::to_string(z.L) +
+         ";D=" + std::to_string(z.D) + ";H=" + std::to_string(z.H) + ";Hkv=" + std::to_string(z.Hkv) +
+         ";F=" + std::to_string(z.F) + ";S=" + std::to_string(z.S) + ";S_max=" + std::to_string(z.S_max) +
+         ";V=" + std::to_string(z.V) + ";B=" + std::to_string(z.B) + ";dropout=" + dropout + ";attention=" + attention +
+         ";data=" + data + ";seed=" + std::to_string(seed) + ";mem_limit=" + std::to_string(mem_limit);
+}
+
+std::string RunKey::name() const {
+  return model + " " + strategy + " L" + std::to_string(sizes.L) + " S" + std::to_string(sizes.S) + " B" +
+         std::to_string(sizes.B);
+}
+
+void check_results_schema(const h5::File& f, bool for_append) {
+  const auto version = h5::read_attr_int(f, "remat_results");
+  if (!version)
+    throw UserError(f.path() + ": not a remat results file (no 'remat_results' attribute); refusing to " +
+                    (for_append ? "modify" : "read") + " it");
+  if (*version < 1 || *version > ResultsFile::kSchemaVersion)
+    throw UserError(f.path() + ": results schema version " + std::to_string(*version) + ", this remat reads 1 to " +
+                    std::to_string(ResultsFile::kSchemaVersion) + " (written by a newer remat?); refusing to " +
+                    (for_append ? "modify" : "read") + " it");
+  if (h5::exists(f, "/runs") && !h5::is_group(f, "/runs")) throw UserError(f.path() + ": /runs is not a group");
+}
+
+ResultsFile::ResultsFile(std::string path) : path_(std::move(path)) {
+  if (!std::filesystem::exists(path_)) return;
+  read_keys(h5::File::open(path_));
+}
+
+// Runs recorded before schema 2 carry no key: they are never taken for a
+// run asked now, which is therefore made again.
+void ResultsFile::read_keys(const h5::File& f) {
+  check_results_schema(f, true);
+  keys_.clear();
+  for (const auto& name : h5::list(f, "/runs"))
+    if (const auto key = h5::read_attr_string(f, "key", "/runs/" + name)) keys_.insert(*key);
+}
+
+bool ResultsFile::append(const RunRecord& r) {
+  FileLock lock(path_, [&] { std::fprintf(stderr, "waiting for another remat writing %s\n", path_.c_str()); });
+  remove_stale_temporaries(path_);
+  const bool fresh = !std::filesystem::exists(path_);
+  h5::File f = fresh ? h5::File::create(path_) : h5::File::edit(path_);
+  if (fresh) {
+    h5::write_attr(f, "created", now_iso());
+    h5::create_group(f, "/runs");
+  } else {
+    read_keys(f);  // another process may have appended since we last looked
+    if (has(r.key)) return false;
   }
-  h5::File f = h5::File::open(path);  // read-only: a foreign file is refused untouched
-  if (!h5::read_attr_int(f, "remat_results"))
-    throw UserError(path + ": not a remat results file (no 'remat_results' attribute); refusing to modify it");
-  for (const auto& id : h5::list(f, "/runs")) runs_.insert(id);
+  h5::write_attr(f, "remat_results", kSchemaVersion);
+  std::string name = r.key.name();
+  for (int n = 2; h5::exists(f, "/runs/" + name); ++n) name = r.key.name() + " #" + std::to_string(n);
+  write_run(f, "/runs/" + name, r);
+  f.save();
+  keys_.insert(r.key.text());
+  return true;
 }
 
-std::string ResultsFile::run_id(const std::string& model, const std::string& strategy, const Sizes& s) {
-  return model + " " + strategy + " L" + std::to_string(s.L) + " S" + std::to_string(s.S) + " B" + std::to_string(s.B);
-}
+namespace {
 
-void ResultsFile::append(const RunRecord& r) {
-  h5::AtomicOutput out(path_);
-  std::error_code ec;
-  std::filesystem::copy_file(path_, out.temp_path(), std::filesystem::copy_options::overwrite_existing, ec);
-  if (ec) throw UserError(path_ + ": cannot copy for appending (" + ec.message() + ")");
-  {
-    h5::File f = h5::File::open(out.temp_path(), /*writable=*/true);
-    write_run(f, r);
-  }
-  out.commit();
-  runs_.insert(run_id(r.model, r.strategy, r.sizes));
-}
-
-void ResultsFile::write_run(const h5::File& file_, const RunRecord& r) const {
-  const std::string id = run_id(r.model, r.strategy, r.sizes), g = "/runs/" + id;
+void write_run(const h5::File& file_, const std::string& g, const RunRecord& r) {
   h5::create_group(file_, g);
   auto attr_s = [&](const char* n, const std::string& v) { h5::write_attr(file_, n, v, g); };
   auto attr_i = [&](const char* n, std::int64_t v) { h5::write_attr(file_, n, v, g); };
   auto attr_d = [&](const char* n, double v) { h5::write_attr(file_, n, v, g); };
-  const Sizes& z = r.sizes;
+  const RunKey& k = r.key;
+  const Sizes& z = k.sizes;
   const StepResult& st = r.check.step;
-  attr_s("model", r.model);
-  attr_s("preset", r.preset);
-  attr_s("strategy", r.strategy);
-  attr_s("data", r.data);
+  attr_s("key", k.text());
+  attr_s("model", k.model);
+  attr_s("preset", k.preset);
+  attr_s("strategy", k.strategy);
+  attr_s("data", k.data);
+  attr_i("seed", std::int64_t(k.seed));
+  attr_i("mem_limit_bytes", k.mem_limit);
   for (auto [n, v] : {std::pair{"L", z.L}, {"D", z.D}, {"H", z.H}, {"Hkv", z.Hkv}, {"F", z.F}, {"S", z.S},
                       {"S_max", z.S_max}, {"V", z.V}, {"B", z.B}})
     attr_i(n, v);
   attr_d("dropout", z.dropout);
-  attr_s("attention", ops::attention_kernel_name(ops::attention_kernel()));
+  attr_s("attention", k.attention);
   attr_s("backend", Runtime::describe());
   attr_i("threads", Kokkos::DefaultExecutionSpace().concurrency());
   attr_s("kokkos_version", std::to_string(KOKKOS_VERSION));
@@ -135,5 +172,7 @@ void ResultsFile::write_run(const h5::File& file_, const RunRecord& r) const {
   h5::write(file_, g + "/grad_error/max_abs", r.check.vs_full.abs_by_param, p);
   h5::write(file_, g + "/grad_error/max_rel", r.check.vs_full.rel_by_param, p);
 }
+
+}  // namespace
 
 }  // namespace remat

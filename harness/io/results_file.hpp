@@ -1,9 +1,11 @@
 #pragma once
 // The results file of `remat matrix` (docs/results-schema.md): one group per
-// run under /runs, append-only. Each append writes a copy of the file and
-// renames it over the original, so the file on disk is always a complete,
-// closed HDF5 file: a crash, kill -9 or Ctrl-C at any moment loses at most
-// the run in progress.
+// run under /runs, append-only. Each append reads the file into memory, adds
+// the run and replaces the file atomically, under a lock that serialises
+// concurrent writers: the file on disk is always complete, so a crash,
+// kill -9, Ctrl-C or a full disk at any moment loses at most the run in
+// progress.
+#include <cstdint>
 #include <set>
 #include <string>
 #include <vector>
@@ -14,9 +16,22 @@
 
 namespace remat {
 
-struct RunRecord {
-  std::string model, preset, strategy, data;
+// Everything that changes what a run measures. --resume skips a run only if
+// a recorded run has the same key: another seed, data source, attention
+// kernel, dropout or memory limit is another run.
+struct RunKey {
+  std::string model, preset, strategy, data = "random", attention = "fused";
   Sizes sizes;
+  std::uint64_t seed = 1;
+  std::int64_t mem_limit = 0;  // bytes; 0: none
+  // Canonical text, stored as the run's `key` attribute.
+  std::string text() const;
+  // The group name: readable, "<model> <strategy> L<L> S<S> B<B>".
+  std::string name() const;
+};
+
+struct RunRecord {
+  RunKey key;
   std::vector<double> step_times, losses;
   CheckRow check;                       // memory, equivalence, timeline of the measured step
   std::vector<std::string> param_names;
@@ -24,19 +39,25 @@ struct RunRecord {
 
 class ResultsFile {
  public:
-  static constexpr std::int64_t kSchemaVersion = 1;
-  // Opens `path` for appending, creating it if absent. A file that is not a
-  // remat results file is refused (UserError) and left untouched.
-  explicit ResultsFile(const std::string& path);
-  static std::string run_id(const std::string& model, const std::string& strategy, const Sizes& s);
-  bool has(const std::string& id) const { return runs_.count(id) > 0; }
-  void append(const RunRecord& r);
+  static constexpr std::int64_t kSchemaVersion = 2;
+  // Reads the runs recorded in `path`, if it exists. A file that is not a
+  // remat results file, or one of a schema this build cannot append to, is
+  // refused (UserError) and left untouched. Creates nothing: the file is
+  // made by the first append.
+  explicit ResultsFile(std::string path);
+  bool has(const RunKey& key) const { return keys_.count(key.text()) > 0; }
+  // Appends the run; false (and nothing written) if another process
+  // recorded the same key since.
+  bool append(const RunRecord& r);
   const std::string& path() const { return path_; }
 
  private:
-  void write_run(const h5::File& f, const RunRecord& r) const;
+  void read_keys(const h5::File& f);
   std::string path_;
-  std::set<std::string> runs_;  // ids already recorded
+  std::set<std::string> keys_;
 };
+
+// The schema versions `remat report` reads, and the one check for them.
+void check_results_schema(const h5::File& f, bool for_append);
 
 }  // namespace remat

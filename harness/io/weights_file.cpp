@@ -1,9 +1,11 @@
 #include "harness/io/weights_file.hpp"
 
+#include <cmath>
 #include <set>
 
 #include "autodiff/error.hpp"
 #include "h5/h5.hpp"
+#include "harness/memory_estimate.hpp"
 
 namespace remat {
 namespace {
@@ -11,6 +13,16 @@ namespace {
 std::vector<float> to_f32(const Tensor& t) {
   const auto d = t.to_host_f64();
   return std::vector<float>(d.begin(), d.end());
+}
+
+// The first non-finite value of a tensor read from a file is an error: a NaN
+// weight would only come back as a NaN loss with exit 0.
+template <class T>
+void require_finite(const std::vector<T>& v, const std::string& path, const std::string& what) {
+  for (std::size_t i = 0; i < v.size(); ++i)
+    if (!std::isfinite(double(v[i])))
+      throw UserError(path + ": " + what + " holds a non-finite value (" + std::to_string(double(v[i])) +
+                      ") at index " + std::to_string(i));
 }
 
 void write_setup(const h5::File& f, const ModelSetup& s) {
@@ -22,6 +34,8 @@ void write_setup(const h5::File& f, const ModelSetup& s) {
     h5::write_attr(f, name, std::int64_t(v));
 }
 
+// Every size MODELS.md lists is required (a missing Hkv must not quietly
+// become H); S_max defaults to S and B to the batch's.
 ModelSetup read_setup(const h5::File& f) {
   ModelSetup s;
   auto model = h5::read_attr_string(f, "model");
@@ -29,30 +43,41 @@ ModelSetup read_setup(const h5::File& f) {
   s.model = *model;
   models().find(s.model);  // unknown model: a clear error now
   s.preset = h5::read_attr_string(f, "preset").value_or("custom");
-  auto size = [&](const char* name, std::optional<std::int64_t> fallback) {
-    auto v = h5::read_attr_int(f, name);
+  auto size = [&](const char* name, std::optional<int> fallback) {
+    const auto v = h5::read_attr_int(f, name);
     if (!v && !fallback) throw UserError(f.path() + ": missing size attribute '" + name + "' on /");
-    return int(v ? *v : *fallback);
+    if (v && (*v < 1 || *v > INT32_MAX))
+      throw UserError(f.path() + ": size attribute '" + name + "' = " + std::to_string(*v) + " is out of range");
+    return v ? int(*v) : *fallback;
   };
   Sizes& z = s.sizes;
   z.L = size("L", {});
   z.D = size("D", {});
   z.H = size("H", {});
+  z.Hkv = size("Hkv", {});
+  z.F = size("F", {});
   z.S = size("S", {});
   z.V = size("V", {});
-  z.Hkv = size("Hkv", z.H);
-  z.F = size("F", 4 * std::int64_t(z.D));
   z.S_max = size("S_max", z.S);
   z.B = size("B", 1);
-  validate(z);
+  try {
+    validate(z);
+  } catch (const UserError& e) {
+    throw UserError(f.path() + ": " + e.what());
+  }
   return s;
 }
 
-Batch read_batch(const h5::File& f, const Sizes& z) {
+// /batch/tokens and /batch/targets, int32 [B, S], ids in [0, V); the file's
+// S and B attributes, where given, must agree with them.
+Batch read_batch(const h5::File& f, ModelSetup& setup, bool has_b, bool has_s) {
+  const Sizes& z = setup.sizes;
+  if (!h5::is_group(f, "/batch")) throw UserError(f.path() + ": /batch is not a group");
   for (const char* name : {"/batch/tokens", "/batch/targets"}) {
+    if (!h5::exists(f, name)) throw UserError(f.path() + ": /batch has no " + std::string(name + 7));
     const auto di = h5::info(f, name);
     if (di.kind != h5::Kind::int32) throw UserError(f.path() + ": " + name + " holds " + di.type_name + ", expected int32");
-    if (di.shape.size() != 2 || di.shape[1] > z.S_max)
+    if (di.shape.size() != 2 || di.shape[0] < 1 || di.shape[1] < 1 || di.shape[1] > z.S_max || di.shape[0] > (1 << 16))
       throw UserError(f.path() + ": " + name + " has shape " + to_string(di.shape) + ", expected [B, S] with S <= " +
                       std::to_string(z.S_max));
   }
@@ -60,34 +85,42 @@ Batch read_batch(const h5::File& f, const Sizes& z) {
   if (h5::info(f, "/batch/targets").shape != shape)
     throw UserError(f.path() + ": /batch/targets has shape " + to_string(h5::info(f, "/batch/targets").shape) +
                     ", /batch/tokens " + to_string(shape));
-  return {Tensor::from_host(h5::read_i32(f, "/batch/tokens"), shape, "tokens"),
-          Tensor::from_host(h5::read_i32(f, "/batch/targets"), shape, "targets")};
+  if ((has_b && shape[0] != z.B) || (has_s && shape[1] != z.S))
+    throw UserError(f.path() + ": /batch is " + to_string(shape) + " but the file's attributes say B = " +
+                    std::to_string(z.B) + ", S = " + std::to_string(z.S));
+  std::vector<std::int32_t> tokens = h5::read_i32(f, "/batch/tokens"), targets = h5::read_i32(f, "/batch/targets");
+  for (const auto* v : {&tokens, &targets})
+    for (std::size_t i = 0; i < v->size(); ++i)
+      if ((*v)[i] < 0 || (*v)[i] >= z.V)
+        throw UserError(f.path() + ": " + (v == &tokens ? "/batch/tokens" : "/batch/targets") + " holds " +
+                        std::to_string((*v)[i]) + " at index " + std::to_string(i) + ", outside the vocabulary [0, " +
+                        std::to_string(z.V) + ")");
+  setup.sizes.B = int(shape[0]);
+  setup.sizes.S = int(shape[1]);
+  return {Tensor::from_host(tokens, shape, "tokens"), Tensor::from_host(targets, shape, "targets")};
 }
 
 // The one writer of the MODELS.md layout: any of parameters, batch, result.
 void write_model_file(const std::string& path, const ModelSetup& setup, const ParamStore& params, bool with_params,
                       const Batch* batch, const double* loss) {
-  h5::AtomicOutput out(path);
-  {
-    h5::File f = h5::File::create(out.temp_path());
-    write_setup(f, setup);
-    for (std::size_t i = 0; i < params.names().size() && with_params; ++i)
-      h5::write(f, "/params/" + params.names()[i], to_f32(params.tensors()[i]), params.tensors()[i].shape());
-    if (batch) {
-      h5::write(f, "/batch/tokens", batch->tokens.to_host_i32(), batch->tokens.shape());
-      h5::write(f, "/batch/targets", batch->targets.to_host_i32(), batch->targets.shape());
-    }
-    if (loss) {
-      h5::write(f, "/loss", std::vector<double>{*loss}, Shape{});
-      for (std::size_t i = 0; i < params.names().size(); ++i) {
-        const Tensor& p = params.tensors()[i];
-        const Tensor g = p.grad();
-        h5::write(f, "/grads/" + params.names()[i], g.defined() ? to_f32(g) : std::vector<float>(p.numel(), 0.0f),
-                  p.shape());
-      }
+  h5::File f = h5::File::create(path);
+  write_setup(f, setup);
+  for (std::size_t i = 0; i < params.names().size() && with_params; ++i)
+    h5::write(f, "/params/" + params.names()[i], to_f32(params.tensors()[i]), params.tensors()[i].shape());
+  if (batch) {
+    h5::write(f, "/batch/tokens", batch->tokens.to_host_i32(), batch->tokens.shape());
+    h5::write(f, "/batch/targets", batch->targets.to_host_i32(), batch->targets.shape());
+  }
+  if (loss) {
+    h5::write(f, "/loss", std::vector<double>{*loss}, Shape{});
+    for (std::size_t i = 0; i < params.names().size(); ++i) {
+      const Tensor& p = params.tensors()[i];
+      const Tensor g = p.grad();
+      h5::write(f, "/grads/" + params.names()[i], g.defined() ? to_f32(g) : std::vector<float>(p.numel(), 0.0f),
+                p.shape());
     }
   }
-  out.commit();
+  f.save();
 }
 
 }  // namespace
@@ -111,30 +144,33 @@ Golden load_golden(const std::string& path) {
   if (!g.weights.batch) throw UserError(path + ": a golden file needs /batch");
   h5::File f = h5::File::open(path);
   if (!h5::exists(f, "/loss")) throw UserError(path + ": no /loss (not a golden file: write one with --save-golden)");
-  const auto loss = h5::info(f, "/loss");
-  if (loss.kind != h5::Kind::float64 || !loss.shape.empty()) throw UserError(path + ": /loss must be a float64 scalar");
-  {
-    h5::Handle ds(H5Dopen2(f.id(), "/loss", H5P_DEFAULT), H5Dclose);
-    H5Dread(ds.id(), H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, &g.loss);
-  }
+  g.loss = h5::read_scalar_f64(f, "/loss");
+  if (!std::isfinite(g.loss)) throw UserError(path + ": /loss is not finite");
   for (const auto& spec : g.weights.params->specs()) {
     const std::string p = "/grads/" + spec.name;
     if (!h5::exists(f, p)) throw UserError(path + ": missing gradient '" + spec.name + "'");
-    if (h5::info(f, p).shape != spec.shape)
-      throw UserError(path + ": gradient '" + spec.name + "' has shape " + to_string(h5::info(f, p).shape) +
-                      ", expected " + to_string(spec.shape));
+    const auto di = h5::info(f, p);
+    if (di.shape != spec.shape)
+      throw UserError(path + ": gradient '" + spec.name + "' has shape " + to_string(di.shape) + ", expected " +
+                      to_string(spec.shape));
     g.grads.push_back(h5::read_f32(f, p));
+    require_finite(g.grads.back(), path, "gradient '" + spec.name + "'");
   }
   return g;
 }
 
-LoadedWeights load_weights(const std::string& path) {
+LoadedWeights load_weights(const std::string& path, bool force) {
   h5::File f = h5::File::open(path);
   LoadedWeights w;
   w.setup = read_setup(f);
+  require_memory(estimate_need(w.setup.model, w.setup.sizes, false, {}).parameters * 2,
+                 path + " (" + w.setup.model + ", L " + std::to_string(w.setup.sizes.L) + ", D " +
+                     std::to_string(w.setup.sizes.D) + ")",
+                 0, force);
   w.model = models().find(w.setup.model).make(w.setup.sizes);
   const auto specs = w.model->params();
 
+  if (h5::exists(f, "/params") && !h5::is_group(f, "/params")) throw UserError(path + ": /params is not a group");
   std::set<std::string> expected;
   for (const auto& s : specs) expected.insert(s.name);
   for (const auto& name : h5::list(f, "/params"))
@@ -154,14 +190,13 @@ LoadedWeights load_weights(const std::string& path) {
 
   w.params = std::make_unique<ParamStore>(specs, DType::f32);
   for (std::size_t i = 0; i < specs.size(); ++i) {
-    Tensor loaded = Tensor::from_host(h5::read_f32(f, "/params/" + specs[i].name), specs[i].shape);
+    const auto values = h5::read_f32(f, "/params/" + specs[i].name);
+    require_finite(values, path, "parameter '" + specs[i].name + "'");
+    Tensor loaded = Tensor::from_host(values, specs[i].shape);
     Kokkos::deep_copy(w.params->tensors()[i].bytes(), loaded.bytes());
   }
-  if (h5::exists(f, "/batch/tokens") || h5::exists(f, "/batch/targets")) {
-    w.batch = read_batch(f, w.setup.sizes);
-    w.setup.sizes.B = int(w.batch->tokens.dim(0));
-    w.setup.sizes.S = int(w.batch->tokens.dim(1));
-  }
+  if (h5::exists(f, "/batch"))
+    w.batch = read_batch(f, w.setup, h5::read_attr_int(f, "B").has_value(), h5::read_attr_int(f, "S").has_value());
   return w;
 }
 

@@ -25,14 +25,18 @@ struct LoadedWeights {
   std::optional<Batch> batch;
 };
 
-// Writes parameters (and the batch, if given) to `path`, atomically.
+// Writers replace `path` atomically (h5::File::save): on failure the
+// previous file is intact. Guard the path first (harness/io/output_guard.hpp).
+// Writes parameters (and the batch, if given) to `path`.
 void write_weights(const std::string& path, const ModelSetup& setup, const ParamStore& params, const Batch* batch);
 
 // Loads any file in the layout; the model and its sizes come from the file's
-// attributes. Every mismatch is a UserError naming the parameter and shapes.
-LoadedWeights load_weights(const std::string& path);
+// attributes. Every mismatch is a UserError naming the parameter and shapes;
+// so are non-finite weights, token ids outside [0, V), and a model too large
+// for the memory available (unless `force`).
+LoadedWeights load_weights(const std::string& path, bool force = false);
 
-// Writes /loss and /grads/<name> (and the setup's attributes), atomically.
+// Writes /loss and /grads/<name> (and the setup's attributes).
 void write_gradients(const std::string& path, const ModelSetup& setup, const ParamStore& params, double loss);
 
 // A golden file: weights, batch, loss and gradients in one file.

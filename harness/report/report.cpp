@@ -11,7 +11,9 @@
 #include <tuple>
 
 #include "autodiff/error.hpp"
+#include "h5/atomic_file.hpp"
 #include "h5/h5.hpp"
+#include "harness/io/results_file.hpp"
 #include "harness/report/svg_chart.hpp"
 
 namespace remat {
@@ -49,52 +51,105 @@ double loglog_slope(const std::vector<double>& x, const std::vector<double>& y) 
 namespace {
 
 void write_file(const std::string& path, const std::string& text, std::vector<std::string>& written) {
-  std::ofstream out(path);
-  if (!(out << text)) throw UserError(path + ": cannot write");
+  write_file_atomically(path, text);
   written.push_back(path);
 }
 
 }  // namespace
 
-std::vector<RunSummary> read_results(const std::string& path) {
-  h5::File f = h5::File::open(path);
-  if (!h5::read_attr_int(f, "remat_results")) throw UserError(path + ": not a remat results file");
-  std::vector<RunSummary> runs;
-  for (const auto& name : h5::list(f, "/runs")) {
-    const std::string g = "/runs/" + name;
-    RunSummary r;
-    r.model = h5::read_attr_string(f, "model", g).value_or("?");
-    r.strategy = h5::read_attr_string(f, "strategy", g).value_or("?");
-    r.oom = h5::read_attr_string(f, "status", g).value_or("ok") == "oom";
-    r.L = int(h5::read_attr_int(f, "L", g).value_or(0));
-    r.S = int(h5::read_attr_int(f, "S", g).value_or(0));
-    r.B = int(h5::read_attr_int(f, "B", g).value_or(0));
-    r.step_time = h5::read_attr_double(f, "step_time_median", g).value_or(0);
-    r.tokens_per_second = h5::read_attr_double(f, "tokens_per_second", g).value_or(0);
-    r.recompute_share = h5::read_attr_double(f, "recompute_flops_share", g).value_or(0);
-    r.activation = h5::read_attr_int(f, "activation_peak_bytes", g).value_or(0);
-    r.predicted = h5::read_attr_int(f, "predicted_activation_bytes", g).value_or(0);
-    r.offload = h5::read_attr_int(f, "offload_peak_bytes", g).value_or(0);
-    r.bitwise = h5::read_attr_int(f, "bitwise_equal_to_full", g).value_or(0) != 0;
-    if (h5::exists(f, g + "/timeline/seconds")) {
-      r.timeline_seconds = h5::read_f64(f, g + "/timeline/seconds");
-      for (auto b : h5::read_i64(f, g + "/timeline/bytes")) r.timeline_mb.push_back(mb(b));
+namespace {
+
+// One run's record, every field checked; UserError saying what is wrong.
+RunSummary read_run(const h5::File& f, const std::string& name) {
+  const std::string g = "/runs/" + name;
+  if (!h5::is_group(f, g)) throw UserError("not a group");
+  auto text = [&](const char* a) {
+    const auto v = h5::read_attr_string(f, a, g);
+    if (!v) throw UserError("no '" + std::string(a) + "' attribute");
+    return *v;
+  };
+  auto count = [&](const char* a, std::int64_t lo, std::int64_t hi) {
+    const auto v = h5::read_attr_int(f, a, g);
+    if (!v) throw UserError("no '" + std::string(a) + "' attribute");
+    if (*v < lo || *v > hi) throw UserError("'" + std::string(a) + "' = " + std::to_string(*v) + " is out of range");
+    return *v;
+  };
+  auto measure = [&](const char* a) {
+    const auto v = h5::read_attr_double(f, a, g);
+    if (!v) throw UserError("no '" + std::string(a) + "' attribute");
+    if (!std::isfinite(*v) || *v < 0) throw UserError("'" + std::string(a) + "' = " + std::to_string(*v) + " is not a measure");
+    return *v;
+  };
+  RunSummary r;
+  r.name = name;
+  r.model = text("model");
+  r.strategy = text("strategy");
+  const std::string status = text("status");
+  if (status != "ok" && status != "oom") throw UserError("status '" + status + "' is neither ok nor oom");
+  r.oom = status == "oom";
+  r.L = int(count("L", 1, INT32_MAX));
+  r.S = int(count("S", 1, INT32_MAX));
+  r.B = int(count("B", 1, INT32_MAX));
+  // Runs compare with full's run of the same setting: the key without the
+  // strategy (model and shape for files written before keys existed).
+  if (const auto key = h5::read_attr_string(f, "key", g)) {
+    const std::string strategy_field = ";strategy=" + r.strategy + ";";
+    const auto at = key->find(strategy_field);
+    r.setting = at == std::string::npos ? *key : key->substr(0, at) + ";" + key->substr(at + strategy_field.size());
+  } else {
+    r.setting = r.model + " " + shape(r);
+  }
+  if (r.oom) return r;
+  r.step_time = measure("step_time_median");
+  r.tokens_per_second = measure("tokens_per_second");
+  r.recompute_share = measure("recompute_flops_share");
+  r.activation = count("activation_peak_bytes", 0, INT64_MAX);
+  r.predicted = count("predicted_activation_bytes", 0, INT64_MAX);
+  r.offload = count("offload_peak_bytes", 0, INT64_MAX);
+  r.bitwise = count("bitwise_equal_to_full", 0, 1) != 0;
+  if (h5::exists(f, g + "/timeline/seconds")) {
+    r.timeline_seconds = h5::read_f64(f, g + "/timeline/seconds");
+    const auto bytes = h5::read_i64(f, g + "/timeline/bytes");
+    if (bytes.size() != r.timeline_seconds.size())
+      throw UserError("timeline/seconds and timeline/bytes differ in length (" + std::to_string(r.timeline_seconds.size()) +
+                      " and " + std::to_string(bytes.size()) + ")");
+    for (std::size_t i = 0; i < bytes.size(); ++i) {
+      if (!std::isfinite(r.timeline_seconds[i])) throw UserError("timeline/seconds holds a non-finite time");
+      r.timeline_mb.push_back(mb(bytes[i]));
     }
-    runs.push_back(std::move(r));
+  }
+  return r;
+}
+
+}  // namespace
+
+Results read_results(const std::string& path) {
+  h5::File f = h5::File::open(path);
+  check_results_schema(f, false);
+  Results results;
+  for (const auto& name : h5::list(f, "/runs")) {
+    try {
+      results.runs.push_back(read_run(f, name));
+    } catch (const UserError& e) {
+      std::string why = e.what();
+      if (why.rfind(path + ": ", 0) == 0) why = why.substr(path.size() + 2);
+      results.damaged.push_back("'" + name + "': " + why);
+    }
   }
   // Run order: by model, shape, then as recorded.
-  std::stable_sort(runs.begin(), runs.end(), [](const RunSummary& a, const RunSummary& b) {
+  std::stable_sort(results.runs.begin(), results.runs.end(), [](const RunSummary& a, const RunSummary& b) {
     const bool fa = a.strategy != "full", fb = b.strategy != "full";  // full first in each shape
     return std::tie(a.model, a.L, a.S, a.B, fa) < std::tie(b.model, b.L, b.S, b.B, fb);
   });
-  return runs;
+  return results;
 }
 
-std::string markdown_summary(const std::vector<RunSummary>& runs) {
+std::string markdown_summary(const Results& results) {
+  const auto& runs = results.runs;
   std::ostringstream o;
-  std::map<std::string, const RunSummary*> full;  // model + shape -> full's run
+  std::map<std::string, const RunSummary*> full;  // setting -> full's run
   for (const auto& r : runs)
-    if (r.strategy == "full" && !r.oom) full[r.model + " " + shape(r)] = &r;
+    if (r.strategy == "full" && !r.oom) full[r.setting] = &r;
   std::string model;
   char buf[512];
   for (const auto& r : runs) {
@@ -108,7 +163,7 @@ std::string markdown_summary(const std::vector<RunSummary>& runs) {
       o << "| " << r.strategy << " | " << shape(r) << " | out of memory | | | | | | | |\n";
       continue;
     }
-    const auto it = full.find(r.model + " " + shape(r));
+    const auto it = full.find(r.setting);
     const RunSummary* f = it == full.end() ? nullptr : it->second;
     std::snprintf(buf, sizeof buf, "| %s | %s | %.3f | %s | %.1f | %s | %.1f | %.1f | %.1f%% | %s |\n", r.strategy.c_str(),
                   shape(r).c_str(), r.step_time,
@@ -117,6 +172,10 @@ std::string markdown_summary(const std::vector<RunSummary>& runs) {
                   f && f->activation > 0 ? (std::to_string(double(r.activation) / f->activation).substr(0, 5) + "x").c_str() : "-",
                   mb(r.predicted), mb(r.offload), 100 * r.recompute_share, r.bitwise ? "yes" : "no");
     o << buf;
+  }
+  if (!results.damaged.empty()) {
+    o << "\n## Damaged runs, left out\n\n";
+    for (const auto& d : results.damaged) o << "- " << d << "\n";
   }
   return o.str();
 }

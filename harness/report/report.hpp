@@ -9,7 +9,9 @@
 namespace remat {
 
 struct RunSummary {
+  std::string name;  // the run's group in the file
   std::string model, strategy;
+  std::string setting;  // every option but the strategy: runs compared with each other share it
   int L = 0, S = 0, B = 0;
   double step_time = 0, tokens_per_second = 0, recompute_share = 0;
   std::int64_t activation = 0, predicted = 0, offload = 0;
@@ -22,9 +24,17 @@ struct RunSummary {
 // Least-squares slope of log y against log x (a growth exponent).
 double loglog_slope(const std::vector<double>& x, const std::vector<double>& y);
 
-// Every run in a results file (UserError if it is not one).
-std::vector<RunSummary> read_results(const std::string& path);
-std::string markdown_summary(const std::vector<RunSummary>& runs);
+struct Results {
+  std::vector<RunSummary> runs;
+  std::vector<std::string> damaged;  // "run name: what is wrong", for runs left out
+};
+
+// Every run in a results file (UserError if it is not one). A run whose
+// record is damaged (a missing or mistyped attribute, a non-finite or
+// negative measure, timeline arrays of different lengths) is left out and
+// listed in `damaged`, saying which run and why.
+Results read_results(const std::string& path);
+std::string markdown_summary(const Results& results);
 // Writes the plots into `dir` (created if needed); returns the files written.
 std::vector<std::string> write_plots(const std::vector<RunSummary>& runs, const std::string& dir);
 

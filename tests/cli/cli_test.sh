@@ -22,7 +22,7 @@ expect_error() {  # expect_error "fragment" cmd...: exit 2, one line naming the 
   [ $rc -eq 2 ] || fail "$*: exit $rc, expected 2"
   grep -qF -- "$fragment" err.txt || fail "$*: error does not mention '$fragment': $(cat err.txt)"
   [ "$(grep -c . err.txt)" -le 1 ] || fail "$*: error is more than one line: $(cat err.txt)"
-  [ ! -e r.h5 ] && [ ! -e r.h5.partial ] || fail "$*: left an output file behind"
+  [ ! -e r.h5 ] && ! ls r.h5.partial* >/dev/null 2>&1 || fail "$*: left an output file behind"
 }
 
 for sub in "" models export grads; do
@@ -40,9 +40,9 @@ expect_ok "export" "$remat" export --model gpt2 --preset tiny --seed 1 --out w.h
 expect_ok "grads" "$remat" grads --weights w.h5 --out r.h5
 grep -qE "^loss [0-9.]+" out.txt || fail "grads does not print the loss"
 [ -s r.h5 ] || fail "grads wrote no r.h5"
-expect_ok "threads" "$remat" --kokkos-num-threads=1 grads --weights w.h5
+expect_ok "threads" env -u OMP_NUM_THREADS "$remat" --kokkos-num-threads=1 grads --weights w.h5
 one_thread=$(cat out.txt)
-expect_ok "threads" "$remat" --kokkos-num-threads=2 grads --weights w.h5
+expect_ok "threads" env -u OMP_NUM_THREADS "$remat" --kokkos-num-threads=2 grads --weights w.h5
 [ "$one_thread" = "$(cat out.txt)" ] || fail "the loss depends on the thread count"
 
 expect_error "gpt5" "$remat" export --model gpt5 --out r.h5
@@ -92,5 +92,81 @@ expect_ok "time --json" "$remat" time --preset tiny --model llama --strategy ful
   || fail "time --json is not the expected JSON: $(cat out.txt)"
 expect_error "runs one strategy" "$remat" time --preset tiny --strategy all
 expect_error "reversible" "$remat" time --preset tiny --model gpt2 --strategy reversible
+
+
+# --- hardening: every bad input is one line and exit 2; no file is lost ---
+expect_ok "version" "$remat" --version
+grep -q "^remat [0-9.]*, Kokkos [0-9.]*, backends:" out.txt || fail "--version: $(cat out.txt)"
+
+# Outputs never replace inputs or files of another kind.
+cp w.h5 w.bak
+"$remat" grads --weights w.h5 --out w.h5 >out.txt 2>err.txt; rc=$?
+[ $rc -eq 2 ] && grep -q "is also an input" err.txt || fail "grads --out = --weights: exit $rc, $(cat err.txt)"
+cmp -s w.h5 w.bak || fail "grads --out = --weights changed the weights file"
+"$remat" matrix --preset tiny --strategies full --layers 2 --steps 1 --out res.h5 >/dev/null 2>&1 || fail "tiny matrix failed"
+cp res.h5 res.bak
+"$remat" export --preset tiny --out res.h5 >out.txt 2>err.txt; rc=$?
+[ $rc -eq 2 ] && grep -q "is a results file" err.txt || fail "export over a results file: exit $rc, $(cat err.txt)"
+cmp -s res.h5 res.bak || fail "export over a results file changed it"
+"$remat" check --preset tiny --strategies full --save-golden res.h5 >out.txt 2>err.txt; rc=$?
+[ $rc -eq 2 ] && cmp -s res.h5 res.bak || fail "--save-golden over a results file: exit $rc"
+expect_ok "export --force" "$remat" export --preset tiny --out res.h5 --force
+cp w.bak w.h5
+
+# A full disk (a file-size limit on the process) keeps the previous file intact.
+for cmd in "export --preset small --out w.h5" "grads --weights w.bak --out w.h5 --force" \
+           "check --preset small --strategies full --save-golden w.h5 --force"; do
+  cp w.bak w.h5
+  (ulimit -f 64; exec "$remat" $cmd) >out.txt 2>err.txt; rc=$?
+  [ $rc -eq 2 ] || fail "$cmd on a full disk: exit $rc, expected 2 ($(cat err.txt))"
+  [ "$(grep -c . err.txt)" -le 1 ] || fail "$cmd on a full disk: more than one line: $(cat err.txt)"
+  cmp -s w.h5 w.bak || fail "$cmd on a full disk damaged the previous file"
+  ! ls w.h5.partial* >/dev/null 2>&1 || fail "$cmd on a full disk left a temporary file"
+done
+cp res.bak res.h5
+(ulimit -f 8; exec "$remat" matrix --preset tiny --strategies per-layer --layers 2 --steps 1 --out res.h5) >out.txt 2>err.txt; rc=$?
+[ $rc -eq 2 ] && cmp -s res.h5 res.bak || fail "a matrix append on a full disk: exit $rc, file intact? $(cat err.txt)"
+cp w.bak w.h5
+
+# Malformed options and sizes.
+expect_error "--kokkos-num-threads" "$remat" --kokkos-num-threads=-1 models
+expect_error "--kokkos-threads" "$remat" --kokkos-threads=x models
+expect_error "--kokkos-numa" "$remat" --kokkos-numa=-5 models
+expect_error "--kokkos-num-threads" "$remat" --kokkos-num-threads=1000 models
+expect_error "must be a whole number from 1 to 65536, got '0'" "$remat" export --layers 0 --out r.h5
+expect_error "must be a whole number from 0 to" "$remat" export --seed -1 --out r.h5
+expect_error "not a positive size" "$remat" matrix --preset tiny --mem-limit 0 --out r.h5
+expect_error "not a positive size" "$remat" matrix --preset tiny --mem-limit -1 --out r.h5
+expect_error "not a regular file" "$remat" check --preset tiny --data "text:$work"
+expect_error "text:$work" "$remat" matrix --preset small --strategies full --data "text:$work" --out r.h5
+expect_error "needs about" "$remat" check --preset small --layers 60000 --strategies full
+expect_error "needs about" "$remat" matrix --preset gpu-medium --models gpt2 --batch 64 --out r.h5
+
+# Non-finite weights are refused; a non-finite result is an error, not "loss nan".
+"${PYTHON:-python3}" - <<'PY' || fail "could not prepare the non-finite files"
+import h5py, shutil, numpy as np
+shutil.copy("w.h5", "nan.h5")
+with h5py.File("nan.h5", "r+") as f:
+    f["params/ln_f.weight"][3] = np.nan
+shutil.copy("w.h5", "huge.h5")
+with h5py.File("huge.h5", "r+") as f:
+    f["params/wte.weight"][...] = 3e38
+PY
+expect_error "non-finite value" "$remat" grads --weights nan.h5 --out r.h5
+expect_error "not finite" "$remat" grads --weights huge.h5 --out r.h5
+
+# Two matrices appending to one results file at once: nothing lost, nothing damaged.
+for trial in 1 2 3; do
+  rm -f both.h5
+  "$remat" matrix --preset tiny --layers 2 --strategies full,per-layer --steps 1 --out both.h5 >a.txt 2>&1 &
+  a=$!
+  "$remat" matrix --preset tiny --layers 3 --strategies full,per-layer --steps 1 --out both.h5 >b.txt 2>&1 &
+  b=$!
+  wait $a || fail "concurrent matrix A failed: $(cat a.txt)"
+  wait $b || fail "concurrent matrix B failed: $(cat b.txt)"
+  n=$("$remat" report both.h5 2>/dev/null | grep -c '^| .* | L[0-9]* S16 B2 |')
+  [ "$n" -eq 4 ] || fail "concurrent appends, trial $trial: $n runs recorded, expected 4"
+  ! ls both.h5.partial* both.h5.lock >/dev/null 2>&1 || fail "concurrent appends left temporary or lock files"
+done
 
 if [ $failures -eq 0 ]; then echo "cli: all checks passed"; else echo "cli: $failures check(s) failed"; exit 1; fi

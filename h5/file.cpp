@@ -1,0 +1,87 @@
+// h5::File and h5::Handle: opening, creating in memory, saving atomically.
+#include <filesystem>
+#include <vector>
+
+#include "autodiff/error.hpp"
+#include "h5/atomic_file.hpp"
+#include "h5/h5.hpp"
+
+namespace remat::h5 {
+namespace {
+
+// HDF5 prints its error stack by default; we report our own one-line errors.
+void silence() {
+  static const bool once = (H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr), true);
+  (void)once;
+}
+
+// File access through HDF5's core driver without a backing store: the file
+// is read into memory (if it exists) and never written back by HDF5.
+Handle in_memory_access() {
+  Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
+  if (!fapl.valid() || H5Pset_fapl_core(fapl.id(), 1 << 20, /*backing_store=*/0) < 0)
+    throw std::runtime_error("HDF5: cannot set up in-memory file access");
+  return fapl;
+}
+
+void check_readable(const std::string& path) {
+  std::error_code ec;
+  const auto status = std::filesystem::status(path, ec);
+  if (!std::filesystem::exists(status)) throw UserError(path + ": no such file");
+  if (!std::filesystem::is_regular_file(status)) throw UserError(path + ": not a regular file");
+  if (H5Fis_hdf5(path.c_str()) <= 0) throw UserError(path + ": not an HDF5 file");
+}
+
+}  // namespace
+
+Handle& Handle::operator=(Handle&& o) noexcept {
+  if (this != &o) {
+    if (valid() && close_) close_(id_);
+    id_ = o.id_;
+    close_ = o.close_;
+    o.id_ = -1;
+  }
+  return *this;
+}
+
+Handle::~Handle() {
+  if (valid() && close_) close_(id_);
+}
+
+File File::open(const std::string& path) {
+  silence();
+  check_readable(path);
+  const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  if (id < 0) throw UserError(path + ": cannot open (truncated or corrupt HDF5 file?)");
+  return File(Handle(id, H5Fclose), path, false);
+}
+
+File File::create(const std::string& path) {
+  silence();
+  const Handle fapl = in_memory_access();
+  const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id());
+  if (id < 0) throw UserError(path + ": cannot create an HDF5 file in memory");
+  return File(Handle(id, H5Fclose), path, true);
+}
+
+File File::edit(const std::string& path) {
+  silence();
+  check_readable(path);
+  const Handle fapl = in_memory_access();
+  const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDWR, fapl.id());
+  if (id < 0) throw UserError(path + ": cannot open (truncated or corrupt HDF5 file?)");
+  return File(Handle(id, H5Fclose), path, true);
+}
+
+void File::save() const {
+  if (!in_memory_) throw std::logic_error(path_ + ": save() on a file opened for reading");
+  if (H5Fflush(id(), H5F_SCOPE_GLOBAL) < 0) throw UserError(path_ + ": cannot finish the file in memory");
+  const ssize_t size = H5Fget_file_image(id(), nullptr, 0);
+  if (size < 0) throw UserError(path_ + ": cannot finish the file in memory");
+  std::vector<char> image(static_cast<std::size_t>(size));
+  if (H5Fget_file_image(id(), image.data(), image.size()) != size)
+    throw UserError(path_ + ": cannot finish the file in memory");
+  write_file_atomically(path_, image.data(), image.size());
+}
+
+}  // namespace remat::h5

@@ -1,0 +1,68 @@
+#include "harness/io/output_guard.hpp"
+
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "autodiff/error.hpp"
+#include "h5/h5.hpp"
+
+namespace remat {
+namespace fs = std::filesystem;
+
+FileKind file_kind(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(path, ec))) return FileKind::absent;
+  if (!fs::is_regular_file(path, ec) || H5Fis_hdf5(path.c_str()) <= 0) return FileKind::not_hdf5;
+  try {
+    const h5::File f = h5::File::open(path);
+    if (H5Aexists(f.id(), "remat_results") > 0) return FileKind::results;
+    if (H5Aexists(f.id(), "remat_training_run") > 0) return FileKind::training_run;
+    const bool params = h5::exists(f, "/params"), grads = h5::exists(f, "/grads");
+    if (params && grads) return FileKind::golden;
+    if (params) return FileKind::weights;
+    if (grads) return FileKind::gradients;
+  } catch (const UserError&) {
+    return FileKind::not_hdf5;  // unreadable as HDF5: not a file remat made
+  }
+  return FileKind::other_hdf5;
+}
+
+const char* file_kind_name(FileKind k) {
+  switch (k) {
+    case FileKind::absent: return "no file";
+    case FileKind::not_hdf5: return "a file that is not HDF5";
+    case FileKind::results: return "a results file";
+    case FileKind::weights: return "a weights file";
+    case FileKind::gradients: return "a gradients file";
+    case FileKind::golden: return "a golden file";
+    case FileKind::training_run: return "a training run";
+    case FileKind::other_hdf5: return "an HDF5 file remat did not write";
+  }
+  return "?";
+}
+
+void check_output(const std::string& out, FileKind writing, const std::vector<std::string>& inputs, bool force) {
+  std::error_code ec;
+  for (const auto& in : inputs)
+    if (!in.empty() && fs::equivalent(in, out, ec))
+      throw UserError(out + ": is also an input of this command (" + in + "); refusing to overwrite it, give another output");
+  const FileKind existing = file_kind(out);
+  if (fs::is_directory(out, ec)) throw UserError(out + ": is a directory, not a file");
+  if (existing != FileKind::absent && existing != writing && !force)
+    throw UserError(out + ": exists and is " + file_kind_name(existing) + ", not " + file_kind_name(writing) +
+                    "; refusing to replace it (pass --force to replace it, or give another output)");
+  const fs::path parent = fs::path(out).parent_path();
+  const std::string dir = parent.empty() ? "." : parent.string();
+  if (!fs::is_directory(dir, ec)) throw UserError(out + ": no such directory " + dir);
+  if (::access(dir.c_str(), W_OK) != 0) throw UserError(out + ": cannot write into directory " + dir);
+  // The mode bits too: root may write anything, but a file its owner made
+  // read-only is not one to replace behind their back.
+  const auto perms = fs::status(out, ec).permissions();
+  if (existing != FileKind::absent &&
+      (::access(out.c_str(), W_OK) != 0 || (perms & (fs::perms::owner_write | fs::perms::group_write |
+                                                     fs::perms::others_write)) == fs::perms::none))
+    throw UserError(out + ": is read-only; refusing to replace it");
+}
+
+}  // namespace remat

@@ -1,0 +1,83 @@
+#include "harness/memory_estimate.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <set>
+
+#include "autodiff/error.hpp"
+#include "strategies/registry.hpp"
+#include "zoo/model.hpp"
+
+namespace remat {
+namespace {
+
+std::vector<ParamSpec> specs_with(const std::string& model, Sizes z, int L) {
+  z.L = L;
+  return models().find(model).make(z)->params();
+}
+
+std::string gigabytes(std::int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GB", double(bytes) / 1e9);
+  return buf;
+}
+
+}  // namespace
+
+MemoryNeed estimate_need(const std::string& model, const Sizes& z, bool plain_attention,
+                         const std::vector<std::string>& strategies) {
+  const auto one = specs_with(model, z, 1), two = specs_with(model, z, 2);
+  const std::int64_t p1 = count_params(one), per_block = count_params(two) - p1;
+  MemoryNeed need;
+  need.parameters = 4 * (p1 + std::int64_t(z.L - 1) * per_block);
+  if (strategies.empty()) return need;
+
+  // One block's saved bytes: the inputs and outputs of its linear layers
+  // (the 2-D weights that the second block adds), a quarter more for norms,
+  // activations and residuals; the probabilities with the plain kernel.
+  std::set<std::string> first;
+  for (const auto& s : one) first.insert(s.name);
+  std::int64_t per_token = 0;
+  for (const auto& s : two)
+    if (!first.count(s.name) && s.shape.size() == 2) per_token += s.shape[0] + s.shape[1];
+  const std::int64_t tokens = std::int64_t(z.B) * z.S;
+  BlockSaves block;
+  block.saved = 4 * tokens * per_token * 5 / 4;
+  if (plain_attention) block.saved += 4 * std::int64_t(z.B) * z.H * z.S * z.S;
+  block.input = 2 * 4 * tokens * z.D;  // two streams for a reversible model
+  block.forward_peak = block.saved + 2 * block.input;
+  block.backward_peak = 2 * block.saved;
+  SaveProfile profile;
+  profile.blocks.assign(std::size_t(z.L), block);
+  profile.outside_peak = 4 * tokens * (3 * std::int64_t(z.V) + 4 * z.D);
+  for (const auto& spec : strategies) {
+    const MemoryPrediction p = make_strategy(spec)->predict(profile);
+    need.activations = std::max(need.activations, p.device + p.offload);
+  }
+  return need;
+}
+
+std::int64_t available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  std::int64_t kilobytes = 0;
+  std::string unit;
+  while (in >> key >> kilobytes >> unit)
+    if (key == "MemAvailable:") return kilobytes * 1024;
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? std::int64_t(pages) * page : INT64_MAX;
+}
+
+void require_memory(std::int64_t bytes, const std::string& what, std::int64_t limit, bool force) {
+  if (force) return;
+  const std::int64_t available = available_memory();
+  if (limit > 0 && limit <= available) return;  // the tracker enforces the user's own limit
+  if (bytes > available)
+    throw UserError(what + " needs about " + gigabytes(bytes) + " of memory, and " + gigabytes(available) +
+                    " is available; use smaller sizes, a strategy that keeps less, --mem-limit, or --force to try anyway");
+}
+
+}  // namespace remat

@@ -1,0 +1,139 @@
+// No user file is ever lost or replaced by a broken one: atomic replacement
+// under a full disk, exclusive temporaries, the output guard, the lock.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <thread>
+
+#include "autodiff/error.hpp"
+#include "catch.hpp"
+#include "h5/atomic_file.hpp"
+#include "h5/h5.hpp"
+#include "harness/io/file_lock.hpp"
+#include "harness/io/output_guard.hpp"
+#include "harness/io/weights_file.hpp"
+
+using namespace remat;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("remat-safety-" + std::to_string(::getpid()));
+  TempDir() { fs::create_directories(path); }
+  ~TempDir() { fs::remove_all(path); }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+  std::size_t entries() const { return std::size_t(std::distance(fs::directory_iterator(path), fs::directory_iterator())); }
+};
+
+std::string contents(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+void write_weights_of(const std::string& path, int layers) {
+  ModelSetup setup{"gpt2", "tiny", preset_sizes("tiny")};
+  setup.sizes.L = layers;
+  const auto model = models().find("gpt2").make(setup.sizes);
+  ParamStore params(model->params(), DType::f32);
+  initialize(params, 1, layers);
+  write_weights(path, setup, params, nullptr);
+}
+
+// The process may write at most `bytes` into any file while it lives: a
+// disk that fills up mid-write, for this process alone.
+struct FileSizeLimit {
+  rlimit previous{};
+  explicit FileSizeLimit(rlim_t bytes) {
+    getrlimit(RLIMIT_FSIZE, &previous);
+    rlimit small{bytes, previous.rlim_max};
+    setrlimit(RLIMIT_FSIZE, &small);
+  }
+  ~FileSizeLimit() { setrlimit(RLIMIT_FSIZE, &previous); }
+};
+
+}  // namespace
+
+TEST_CASE("a write that fails for lack of space keeps the previous file byte for byte", "[io][safety]") {
+  TempDir dir;
+  const std::string path = dir.file("w.h5");
+  write_weights_of(path, 2);
+  const std::string before = contents(path);
+  {
+    FileSizeLimit limit(before.size() + 1000);  // room for the old size, not for 8 blocks
+    CHECK_THROWS_WITH(write_weights_of(path, 8), test::Contains("w.h5: cannot write") && test::Contains("unchanged"));
+  }
+  CHECK(contents(path) == before);
+  CHECK(dir.entries() == 1);  // no temporary left beside it
+  CHECK_NOTHROW(load_weights(path));
+}
+
+TEST_CASE("temporaries are created exclusively: a planted symlink is never written through", "[io][safety]") {
+  TempDir dir;
+  const std::string path = dir.file("out.h5"), victim = dir.file("victim");
+  std::ofstream(victim) << "precious";
+  fs::create_symlink(victim, path + ".partial");
+  for (int pid : {1, ::getpid()})  // whatever name a writer might pick
+    for (int k = 0; k < 3; ++k) fs::create_symlink(victim, path + ".partial." + std::to_string(pid) + "." + std::to_string(k));
+  write_file_atomically(path, std::string("new content"));
+  CHECK(contents(victim) == "precious");
+  CHECK(fs::is_regular_file(fs::symlink_status(path)));
+  CHECK(contents(path) == "new content");
+}
+
+TEST_CASE("temporaries of writers that died are cleaned up, a live writer's are not", "[io][safety]") {
+  TempDir dir;
+  const std::string path = dir.file("r.h5");
+  // pid 1 is alive (init); a pid beyond pid_max is not.
+  const std::string live = path + ".partial.1.7", dead = path + ".partial.2147483646.7";
+  std::ofstream(live) << "x";
+  std::ofstream(dead) << "x";
+  remove_stale_temporaries(path);
+  CHECK(fs::exists(live));
+  CHECK_FALSE(fs::exists(dead));
+}
+
+TEST_CASE("an output never replaces an input or a file of another kind without --force", "[io][safety]") {
+  TempDir dir;
+  const std::string weights = dir.file("w.h5"), text = dir.file("notes.txt");
+  write_weights_of(weights, 2);
+  std::ofstream(text) << "notes";
+  CHECK(file_kind(weights) == FileKind::weights);
+  CHECK(file_kind(text) == FileKind::not_hdf5);
+  CHECK(file_kind(dir.file("absent.h5")) == FileKind::absent);
+
+  CHECK_THROWS_WITH(check_output(weights, FileKind::gradients, {weights}, true), test::Contains("is also an input"));
+  fs::create_symlink(weights, dir.file("alias.h5"));
+  CHECK_THROWS_WITH(check_output(dir.file("alias.h5"), FileKind::weights, {weights}, true),
+                    test::Contains("is also an input"));
+  CHECK_THROWS_WITH(check_output(weights, FileKind::gradients, {}, false),
+                    test::Contains("is a weights file, not a gradients file") && test::Contains("--force"));
+  CHECK_THROWS_WITH(check_output(text, FileKind::weights, {}, false), test::Contains("not HDF5"));
+  CHECK_NOTHROW(check_output(weights, FileKind::gradients, {}, true));
+  CHECK_NOTHROW(check_output(weights, FileKind::weights, {}, false));  // re-export: same kind
+  CHECK_THROWS_WITH(check_output(dir.file("no/dir/x.h5"), FileKind::weights, {}, false), test::Contains("no such directory"));
+  fs::permissions(weights, fs::perms::owner_read);
+  CHECK_THROWS_WITH(check_output(weights, FileKind::weights, {}, true), test::Contains("read-only"));
+}
+
+TEST_CASE("the file lock serialises writers and leaves no lock file", "[io][safety]") {
+  TempDir dir;
+  const std::string path = dir.file("r.h5");
+  std::vector<int> order;
+  auto first = std::make_unique<FileLock>(path);
+  bool waited = false;
+  std::thread second([&] {
+    FileLock lock(path, [&] { waited = true; });
+    order.push_back(2);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  order.push_back(1);  // the second writer is still waiting
+  first.reset();
+  second.join();
+  CHECK(waited);
+  CHECK(order == std::vector<int>{1, 2});
+  CHECK(dir.entries() == 0);
+}
