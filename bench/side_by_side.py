@@ -16,7 +16,7 @@ live tensors rather than its allocator's retained arenas. The order alternates b
 since timings on a shared machine drift.
 
 The PyTorch side is written here in idiomatic PyTorch (float32, F.layer_norm,
-F.gelu, torch.utils.checkpoint without reentrancy), from MODELS.md; it shares
+F.gelu, torch.utils.checkpoint without reentrancy), from docs/models.md; it shares
 no code with remat. Strategies: full; per-layer (every block checkpointed);
 sqrt (segments of ceil(sqrt L) blocks); selective and selective:attn-core
 (both the attention core, softmax(q k^T) v, checkpointed: remat's bare

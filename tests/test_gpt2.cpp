@@ -1,4 +1,4 @@
-// zoo/gpt2: MODELS.md's names, shapes and initialisation, and gradients of
+// zoo/gpt2: docs/models.md's names, shapes and initialisation, and gradients of
 // the whole model against finite differences in float64.
 #include <cmath>
 
@@ -21,7 +21,7 @@ double stddev(const std::vector<double>& v) {
 
 }  // namespace
 
-TEST_CASE("gpt2 parameters have MODELS.md's names and shapes", "[zoo][gpt2]") {
+TEST_CASE("gpt2 parameters have docs/models.md's names and shapes", "[zoo][gpt2]") {
   const Sizes z = preset_sizes("tiny");
   const auto specs = gpt2(z)->params();
   std::map<std::string, Shape> got;
@@ -46,7 +46,7 @@ TEST_CASE("gpt2 parameters have MODELS.md's names and shapes", "[zoo][gpt2]") {
   CHECK(count_params(specs) == V * D + S * D + z.L * (12 * D * D + 13 * D) + 2 * D);
 }
 
-TEST_CASE("gpt2 initialisation follows MODELS.md and depends only on the seed", "[zoo][gpt2]") {
+TEST_CASE("gpt2 initialisation follows docs/models.md and depends only on the seed", "[zoo][gpt2]") {
   const Sizes z = preset_sizes("small");
   const auto model = gpt2(z);
   ParamStore a(model->params(), DType::f32), b(model->params(), DType::f32), c(model->params(), DType::f32);

@@ -1,5 +1,5 @@
 // bert: encoder, post-LayerNorm, bidirectional, exact GELU, untied head with
-// bias (MODELS.md).
+// bias (docs/models.md).
 //   x = LN_e(word[tokens] + pos[0..S))
 //   for i: h = LN1_i(x + Attn_i(x));  x = LN2_i(h + MLP_i(h))
 //   logits = x @ cls.weight^T + cls.bias

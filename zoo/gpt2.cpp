@@ -1,4 +1,4 @@
-// gpt2: decoder, pre-LayerNorm, learned positions, tied head (MODELS.md).
+// gpt2: decoder, pre-LayerNorm, learned positions, tied head (docs/models.md).
 //   x = wte[tokens] + wpe[0..S)
 //   for i: h = x + Attn_i(LN1_i(x));  x = h + MLP_i(LN2_i(h))
 //   logits = LN_f(x) @ wte^T

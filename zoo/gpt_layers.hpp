@@ -1,5 +1,5 @@
 #pragma once
-// gpt2's pieces, shared by the models MODELS.md defines "as in gpt2"
+// gpt2's pieces, shared by the models docs/models.md defines "as in gpt2"
 // (revformer's F and G, the parallel block): parameters and forward of the
 // attention branch, the MLP branch, the learned embeddings and the tied head.
 #include <string>

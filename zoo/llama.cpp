@@ -1,5 +1,5 @@
 // llama: decoder, RMSNorm, rotary positions, SwiGLU, grouped-query attention,
-// untied output (MODELS.md).
+// untied output (docs/models.md).
 //   x = tok_embeddings[tokens]
 //   for i: h = x + Attn_i(RMS1_i(x));  x = h + FFN_i(RMS2_i(h))
 //   logits = output(RMS_f(x))

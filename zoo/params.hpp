@@ -44,7 +44,7 @@ class ParamStore {
   std::unordered_map<std::string, std::size_t> index_;
 };
 
-// MODELS.md initialisation: a pure function of (seed, parameter name, index).
+// docs/models.md initialisation: a pure function of (seed, parameter name, index).
 void initialize(const ParamStore& params, std::uint64_t seed, int layers);
 
 std::int64_t count_params(const std::vector<ParamSpec>& specs);

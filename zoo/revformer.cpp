@@ -1,4 +1,4 @@
-// revformer: reversible decoder, RevNet/Reformer coupling (MODELS.md).
+// revformer: reversible decoder, RevNet/Reformer coupling (docs/models.md).
 //   x = wte[tokens] + wpe[0..S);  x1 = x;  x2 = x
 //   for i: y1 = x1 + F_i(x2);  y2 = x2 + G_i(y1)
 //   logits = LN_f((x1 + x2) / 2) @ wte^T

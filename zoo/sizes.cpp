@@ -5,7 +5,7 @@
 namespace remat {
 
 const std::vector<Preset>& presets() {
-  // L, D, H, Hkv, F, S, S_max, V, B  (MODELS.md; deep and long are the
+  // L, D, H, Hkv, F, S, S_max, V, B  (docs/models.md; deep and long are the
   // midpoints of their sweeps: --layers and --seq move them)
   static const std::vector<Preset> table = {
       {"tiny", {2, 32, 4, 2, 96, 16, 16, 64, 2}, "unit tests, finite differences"},

@@ -1,5 +1,5 @@
 #pragma once
-// A model's sizes and the named presets of MODELS.md.
+// A model's sizes and the named presets of docs/models.md.
 #include <string>
 #include <vector>
 

@@ -1,4 +1,4 @@
-// remat export: seeded weights and batch in the MODELS.md HDF5 layout.
+// remat export: seeded weights and batch in the docs/models.md HDF5 layout.
 #include <cstdio>
 #include <memory>
 

@@ -55,7 +55,7 @@ void run_grads(const GradsOptions& o) {
 void setup_grads(CLI::App& app) {
   auto o = std::make_shared<GradsOptions>();
   auto* cmd = app.add_subcommand("grads", "Run one forward and backward on a weight file; write loss and gradients");
-  cmd->add_option("--weights", o->weights, "HDF5 weight file (MODELS.md layout)")->required();
+  cmd->add_option("--weights", o->weights, "HDF5 weight file (docs/models.md layout)")->required();
   cmd->add_option("--out", o->out, "Output HDF5 file for /loss and /grads/<name>");
   add_seed_option(*cmd, o->seed, "Seed of the batch (when the file carries none) and of dropout");
   add_attention_option(*cmd, o->attention);

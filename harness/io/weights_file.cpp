@@ -34,7 +34,7 @@ void write_setup(const h5::File& f, const ModelSetup& s) {
     h5::write_attr(f, name, std::int64_t(v));
 }
 
-// Every size MODELS.md lists is required (a missing Hkv must not quietly
+// Every size docs/models.md lists is required (a missing Hkv must not quietly
 // become H); S_max defaults to S and B to the batch's.
 ModelSetup read_setup(const h5::File& f) {
   ModelSetup s;
@@ -100,7 +100,7 @@ Batch read_batch(const h5::File& f, ModelSetup& setup, bool has_b, bool has_s) {
   return {Tensor::from_host(tokens, shape, "tokens"), Tensor::from_host(targets, shape, "targets")};
 }
 
-// The one writer of the MODELS.md layout: any of parameters, batch, result.
+// The one writer of the docs/models.md layout: any of parameters, batch, result.
 void write_model_file(const std::string& path, const ModelSetup& setup, const ParamStore& params, bool with_params,
                       const Batch* batch, const double* loss) {
   h5::File f = h5::File::create(path);

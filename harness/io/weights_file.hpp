@@ -1,5 +1,5 @@
 #pragma once
-// Weight, batch and result files in the MODELS.md layout:
+// Weight, batch and result files in the docs/models.md layout:
 //   /params/<name> float32, attributes model, preset, L D H Hkv F S S_max V B on /,
 //   optional /batch/tokens and /batch/targets int32 [B, S],
 //   results: scalar /loss and /grads/<name>.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# remat against the independent PyTorch implementation of MODELS.md:
+# remat against the independent PyTorch implementation of docs/models.md:
 #   check_model.sh path/to/remat MODEL PRESET
 set -euo pipefail
 remat=$1 model=$2 preset=$3

@@ -1,9 +1,9 @@
 #!/usr/bin/env python3
-"""An independent implementation of MODELS.md in PyTorch, for checking remat.
+"""An independent implementation of docs/models.md in PyTorch, for checking remat.
 
     models_reference.py WEIGHTS.h5 RESULT.h5
 
-Loads the weights and batch from WEIGHTS.h5 (MODELS.md layout), computes the
+Loads the weights and batch from WEIGHTS.h5 (docs/models.md layout), computes the
 loss and the gradients in float64 with PyTorch autograd, and compares them with
 /loss and /grads/<name> in RESULT.h5 (written by `remat grads`): the loss to
 1e-5 relative, each gradient to 1e-4 relative to the tensor's largest
