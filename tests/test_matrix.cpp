@@ -129,7 +129,13 @@ TEST_CASE("the report summarises a results file and draws its plots", "[matrix][
     const std::string svg((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     CHECK(svg.rfind("<svg", 0) == 0);
     CHECK(svg.find("</svg>") != std::string::npos);
+    // What each plot draws: every strategy of the matrix, by name.
+    for (const char* strategy : {"full", "per-layer"}) CHECK(svg.find(strategy) != std::string::npos);
   }
+  std::ifstream tradeoff(dir + "/tradeoff.svg");
+  const std::string svg((std::istreambuf_iterator<char>(tradeoff)), std::istreambuf_iterator<char>());
+  CHECK(svg.find("Pareto front") != std::string::npos);
+  CHECK(svg.find("<circle") != std::string::npos);
   CHECK_THROWS_WITH(read_results(dir + "/none.h5"), test::Contains("no such file"));
   fs::remove_all(dir);
 }

@@ -51,7 +51,7 @@ struct Axis {
       lo = t;
       while (t < mx * (1 - 1e-9)) t *= base;
       hi = t;
-      for (double v = lo; v <= hi * 1.0000001; v *= base) ticks.push_back(v);
+      for (double v = lo; v <= hi * 1.0000001 && ticks.size() < 64; v *= base) ticks.push_back(v);
     } else {
       if (mn > 0 && mn < 0.35 * mx) mn = 0;  // show zero when it is near
       const double raw = (mx - mn) / 6;
@@ -64,17 +64,25 @@ struct Axis {
         }
       lo = std::floor(mn / step) * step;
       hi = std::ceil(mx / step) * step;
-      for (double v = lo; v <= hi + step * 1e-9; v += step) ticks.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
+      for (double v = lo; v <= hi + step * 1e-9 && ticks.size() < 64; v += step)
+        ticks.push_back(std::abs(v) < step * 1e-9 ? 0 : v);
     }
   }
   double frac(double v) const { return log ? std::log(v / lo) / std::log(hi / lo) : (v - lo) / (hi - lo); }
 };
 
+// The points of a series a chart can draw: as many as both coordinates
+// have, finite, and positive on a log axis.
+bool drawable(const Chart& c, const Series& s, std::size_t i) {
+  return i < s.y.size() && std::isfinite(s.x[i]) && std::isfinite(s.y[i]) && !(c.log_x && s.x[i] <= 0) &&
+         !(c.log_y && s.y[i] <= 0);
+}
+
 void panel(std::ostringstream& o, const Chart& c, double ox, double oy) {
   double xmin = std::numeric_limits<double>::max(), xmax = -xmin, ymin = xmin, ymax = -xmin;
   for (const auto& s : c.series)
     for (std::size_t i = 0; i < s.x.size(); ++i) {
-      if ((c.log_x && s.x[i] <= 0) || (c.log_y && s.y[i] <= 0)) continue;
+      if (!drawable(c, s, i)) continue;
       xmin = std::min(xmin, s.x[i]), xmax = std::max(xmax, s.x[i]);
       ymin = std::min(ymin, s.y[i]), ymax = std::max(ymax, s.y[i]);
     }
@@ -109,7 +117,7 @@ void panel(std::ostringstream& o, const Chart& c, double ox, double oy) {
     const std::string color = s.ring ? "#000" : kColors[k % 10];
     std::string points;
     for (std::size_t i = 0; i < s.x.size(); ++i) {
-      if ((c.log_x && s.x[i] <= 0) || (c.log_y && s.y[i] <= 0)) continue;
+      if (!drawable(c, s, i)) continue;
       points += num(px(s.x[i])) + "," + num(py(s.y[i])) + " ";
     }
     if (s.line && !points.empty())
@@ -117,7 +125,7 @@ void panel(std::ostringstream& o, const Chart& c, double ox, double oy) {
         << (s.dashed ? " stroke-dasharray='5,4'" : "") << " points='" << points << "'/>\n";
     if (s.markers || s.ring)
       for (std::size_t i = 0; i < s.x.size(); ++i)
-        o << "<circle cx='" << px(s.x[i]) << "' cy='" << py(s.y[i]) << "' r='" << (s.ring ? 7 : 4) << "' fill='"
+        if (drawable(c, s, i)) o << "<circle cx='" << px(s.x[i]) << "' cy='" << py(s.y[i]) << "' r='" << (s.ring ? 7 : 4) << "' fill='"
           << (s.ring ? "none" : color) << "' stroke='" << color << "'><title>" << esc(s.name) << ": " << num(s.x[i])
           << ", " << num(s.y[i]) << "</title></circle>\n";
     const double ly = y0 + 10 + 16 * legend++;

@@ -22,10 +22,11 @@ done_before=$(runs)
 echo "killed after $done_before finished runs"
 [ "$done_before" -ge 2 ] || { echo "FAIL: no finished run survived"; exit 1; }
 [ "$done_before" -lt 8 ] || { echo "FAIL: the matrix finished before it could be interrupted"; exit 1; }
-ls r.h5.partial >/dev/null 2>&1 && echo "(a partial copy was left behind; it is ignored and overwritten)"
+ls r.h5.partial.* >/dev/null 2>&1 && echo "(a temporary was left behind; the next append removes it)"
 
 "$remat" "${args[@]}" >second.txt 2>&1 && { echo "FAIL: a re-run without --resume must refuse"; exit 1; }
 "$remat" "${args[@]}" --resume >third.txt 2>&1 || { echo "FAIL: --resume failed:"; cat third.txt; exit 1; }
 grep -q "wrote $((8 - done_before)) runs" third.txt || { echo "FAIL: --resume did not run exactly the missing runs:"; cat third.txt; exit 1; }
 [ "$(runs)" -eq 8 ] || { echo "FAIL: $(runs) runs recorded, expected 8"; exit 1; }
+! ls r.h5.partial.* r.h5.lock >/dev/null 2>&1 || { echo "FAIL: temporary or lock files remain after the resumed run"; exit 1; }
 echo "interrupt: all checks passed"
