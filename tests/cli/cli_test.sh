@@ -128,6 +128,11 @@ cp res.bak res.h5
 [ $rc -eq 2 ] && cmp -s res.h5 res.bak || fail "a matrix append on a full disk: exit $rc, file intact? $(cat err.txt)"
 cp w.bak w.h5
 
+# A read-only results file is refused before any run, not after all of them.
+cp res.bak ro.h5 && chmod 444 ro.h5
+"$remat" matrix --preset tiny --strategies per-layer --layers 2 --steps 1 --out ro.h5 >out.txt 2>err.txt; rc=$?
+[ $rc -eq 2 ] && grep -q "read-only" err.txt && ! grep -q "warm-up" err.txt || fail "read-only results file: exit $rc, $(cat err.txt)"
+
 # Malformed options and sizes.
 expect_error "--kokkos-num-threads" "$remat" --kokkos-num-threads=-1 models
 expect_error "--kokkos-threads" "$remat" --kokkos-threads=x models
