@@ -5,7 +5,7 @@ namespace remat {
 Tensor clone(const Tensor& t) {
   Tensor out = Tensor::empty(t.shape(), t.dtype(), t.label());
   Kokkos::deep_copy(out.bytes(), t.bytes());
-  out.set_kind(t.kind());
+  out.set_tag(t.tag());
   return out;
 }
 

@@ -3,6 +3,8 @@
 #include "autodiff/memory_tracker.hpp"
 
 #include <cstring>
+#include <mutex>
+#include <set>
 #include <sstream>
 
 namespace remat {
@@ -21,19 +23,11 @@ std::string to_string(const Shape& s) {
   return o.str();
 }
 
-const char* op_kind_name(OpKind k) {
-  switch (k) {
-    case OpKind::leaf: return "leaf";
-    case OpKind::embedding: return "embedding";
-    case OpKind::matmul: return "matmul";
-    case OpKind::attn_core: return "attn-core";
-    case OpKind::mlp_act: return "mlp-act";
-    case OpKind::norm: return "norm";
-    case OpKind::residual: return "residual";
-    case OpKind::loss: return "loss";
-    case OpKind::other: return "other";
-  }
-  return "?";
+const char* intern_tag(const std::string& name) {
+  static std::mutex mutex;
+  static std::set<std::string> names;  // node-based: the strings never move
+  std::lock_guard<std::mutex> lock(mutex);
+  return names.insert(name).first->c_str();
 }
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, const std::string& label) {

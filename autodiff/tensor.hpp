@@ -21,11 +21,14 @@ using Shape = std::vector<std::int64_t>;
 std::int64_t numel(const Shape& s);
 std::string to_string(const Shape& s);
 
-// What produced a tensor. Strategies decide what to keep by this kind, the
-// way JAX remat policies and PyTorch selective-checkpoint policies decide per
-// op ("recompute every attention core, keep every matmul output").
-enum class OpKind { leaf, embedding, matmul, attn_core, mlp_act, norm, residual, loss, other };
-const char* op_kind_name(OpKind k);
+// Tags: what produced a tensor, as an open name, by convention the
+// producing op's ("linear", "softmax", "layer_norm"). Strategies decide what
+// to keep by it, the way JAX remat policies and PyTorch selective-checkpoint
+// policies decide per op ("recompute every softmax, keep every linear").
+// A tag is a string of static lifetime: a literal, or intern_tag(name) for a
+// name made at run time. Models may tag tensors of their own (set_tag on
+// the tensor a consumer saves) without touching autodiff.
+const char* intern_tag(const std::string& name);
 
 class Tensor;
 
@@ -70,8 +73,8 @@ class Tensor {
   // tape: use it on tensors that need no gradient, or through ops::reshape.
   Tensor view_as(const Shape& shape) const;
 
-  OpKind kind() const { return kind_; }
-  void set_kind(OpKind k) { kind_ = k; }
+  const char* tag() const { return tag_; }
+  void set_tag(const char* tag) { tag_ = tag; }
 
   // How to compute this tensor again from what its producing op saved anyway
   // (so holding the recipe costs no activation memory). Selective policies
@@ -100,7 +103,7 @@ class Tensor {
   Shape shape_;
   std::int64_t numel_ = 0;
   DType dtype_ = DType::f32;
-  OpKind kind_ = OpKind::leaf;
+  const char* tag_ = "leaf";
   std::shared_ptr<GradSlot> slot_;
   std::shared_ptr<const Recipe> recipe_;
 };

@@ -61,7 +61,7 @@ void add(const std::string& name, const std::string& model, const std::string& s
 const bool registered = [] {
   using remat::ops::AttentionKernel;
   for (const auto& m : remat::models().all())
-    for (const auto& s : remat::all_strategies(m.reversible))
+    for (const auto& s : remat::all_strategies(remat::ModelTraits{m.reversible}))
       add("BM_step/" + m.name + "/" + s, m.name, s, AttentionKernel::fused);
   for (const char* s : {"full", "selective:attn-core"})
     add(std::string("BM_step_plain/gpt2/") + s, "gpt2", s, AttentionKernel::plain);

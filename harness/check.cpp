@@ -1,8 +1,11 @@
 #include "harness/check.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <set>
 
 #include "autodiff/error.hpp"
 #include "autodiff/memory_tracker.hpp"
@@ -78,16 +81,59 @@ SaveProfile profile_saves(const Model& model, const ParamStore& params, const Ba
   return profiler.finish(tracker.timeline(), tracker.phases(), pool, base);
 }
 
-std::vector<std::string> strategies_for(const std::string& model, const std::string& list) {
+std::vector<std::string> tags_produced(const std::string& model, ops::AttentionKernel kernel) {
+  static std::map<std::pair<std::string, ops::AttentionKernel>, std::vector<std::string>> cache;
+  auto& tags = cache[{model, kernel}];
+  if (!tags.empty()) return tags;
+  struct Collect final : SavedTensorHooks {
+    std::set<std::string> tags;
+    std::shared_ptr<Packed> pack(const Tensor& t) override {
+      tags.insert(t.tag());
+      return keep.pack(t);
+    }
+    KeepHooks keep;
+  } collect;
+  Sizes z = preset_sizes("tiny");
+  z.dropout = 0.1;
+  const auto m = models().find(model).make(z);
+  ParamStore params(m->params(), DType::f32);
+  initialize(params, 1, z.L);
+  {
+    ops::AttentionKernelScope scope(kernel);
+    random_ops::begin_step(1, 0);
+    SavedTensorHooksScope hooks(collect);
+    m->loss(params, random_batch(z.B, z.S, z.V, 1));
+  }
+  current_tape().clear();
+  tags.assign(collect.tags.begin(), collect.tags.end());
+  return tags;
+}
+
+std::vector<std::string> strategies_for(const std::string& model, const std::string& list, ops::AttentionKernel kernel) {
   const ModelInfo& info = models().find(model);
-  auto specs = parse_strategy_list(list, info.reversible);
-  for (const auto& s : specs)
-    if (make_strategy(s)->needs_reversible_model() && !info.reversible) {
+  const ModelTraits traits{info.reversible};
+  auto specs = parse_strategy_list(list, traits);
+  for (const auto& s : specs) {
+    std::string why;
+    if (!strategy_applies(s, traits, &why)) {
       std::string reversible;
       for (const auto& m : models().all())
         if (m.reversible) reversible += (reversible.empty() ? "" : ", ") + m.name;
-      throw UserError("strategy '" + s + "' applies only to reversible models (" + reversible + "), not " + model);
+      throw UserError(why + " (" + reversible + "), not " + model);
     }
+    const auto produced = tags_produced(model, kernel);
+    for (const auto& name : tags_named_by(s)) {
+      const auto expanded = expand_tag(name);
+      if (std::any_of(expanded.begin(), expanded.end(),
+                      [&](const std::string& t) { return std::count(produced.begin(), produced.end(), t) > 0; }))
+        continue;
+      std::string list_of;
+      for (const auto& t : produced) list_of += (list_of.empty() ? "" : ", ") + t;
+      throw UserError("strategy '" + s + "': " + model + " (" + ops::attention_kernel_name(kernel) +
+                      " attention) produces no tag '" + name + "'; its tags: " + list_of +
+                      "; groups: attn-core, mlp-act, norm, matmul, gelu (see `remat strategies`)");
+    }
+  }
   return specs;
 }
 

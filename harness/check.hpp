@@ -71,9 +71,15 @@ struct CheckReport {
   std::vector<CheckRow> rows;
 };
 
+// The tags a model's saved tensors carry with this attention kernel, from a
+// small probe forward (tiny sizes, with dropout).
+std::vector<std::string> tags_produced(const std::string& model, ops::AttentionKernel kernel);
+
 // The strategies `list` names for this model ("all" includes reversible for
-// a reversible model); UserError for one that does not apply to it.
-std::vector<std::string> strategies_for(const std::string& model, const std::string& list);
+// a reversible model); UserError for one that does not apply to it, or that
+// names a tag the model does not produce (listing those it does).
+std::vector<std::string> strategies_for(const std::string& model, const std::string& list,
+                                        ops::AttentionKernel kernel = ops::AttentionKernel::fused);
 
 // Runs `full`, then each strategy, one step each, on the same weights and batch.
 CheckReport run_check(const Model& model, const ParamStore& params, const Batch& batch,

@@ -32,7 +32,7 @@ std::vector<RunKey> matrix_cells(const MatrixOptions& o) {
   auto or_base = [](const std::vector<int>& v, int b) { return v.empty() ? std::vector<int>{b} : unique_in_order(v); };
   std::vector<RunKey> cells;
   for (const auto& model : unique_in_order(o.models)) {
-    const auto specs = unique_in_order(strategies_for(model, o.strategies));
+    const auto specs = unique_in_order(strategies_for(model, o.strategies, kernel));
     for (int L : or_base(o.layers, base.L))
       for (int S : or_base(o.seq, base.S))
         for (int B : or_base(o.batch, base.B)) {
@@ -88,7 +88,9 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const MatrixProgress& 
     std::vector<std::string> specs;
     for (const auto* c : group) specs.push_back(c->strategy);
     if (progress.update) progress.update(done, todo.size(), first, "checking against full");
-    CheckOptions check{o.seed, false, true};
+    CheckOptions check;
+    check.seed = o.seed;
+    check.timeline = true;
     check.mem_limit = o.mem_limit;
     check.attention = kernel;
     const CheckReport report = run_check(*model, params, batch, specs, check);

@@ -11,7 +11,6 @@
 #include "autodiff/random.hpp"
 #include "autodiff/stats.hpp"
 #include "autodiff/tape.hpp"
-#include "strategies/storage.hpp"
 
 namespace remat {
 
@@ -79,7 +78,7 @@ StepResult run_step(const Model& model, const ParamStore& params, const Batch& b
   params.zero_grad();  // allocates the gradients before the baseline is read
   ExecSpace().fence();
   const auto base = tracker.stats(pool).live;
-  const auto base_offload = tracker.stats(OffloadStorage::kPool).live;
+  const auto base_offload = offload_pool_bytes().live;
   tracker.reset_peaks();
   stats::reset();
   StepResult r;
@@ -95,7 +94,7 @@ StepResult run_step(const Model& model, const ParamStore& params, const Batch& b
       if (e.pool == pool) r.timeline.push_back({e.seconds, e.live - base, phases[std::size_t(e.phase)]});
   }
   r.activation_peak = tracker.stats(pool).peak - base;
-  r.offload_peak = tracker.stats(OffloadStorage::kPool).peak - base_offload;
+  r.offload_peak = offload_pool_bytes().peak - base_offload;
   r.flops = stats::counts().flops;
   r.recompute_flops = stats::counts().recompute_flops;
   r.forward_ops = stats::counts().forward;

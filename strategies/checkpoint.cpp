@@ -1,77 +1,74 @@
-// every:K (per-layer = every:1, sqrt = every:floor(sqrt(L))): segments of K
-// blocks keep only their input; what they save is recomputed in backward.
-// The segment holding the last block runs plainly: its backward follows its
-// forward at once, so keeping it costs no extra peak and saves its recompute.
-// With +offload the segment inputs live in the offload pool.
-#include <algorithm>
+// Checkpointing: segments of K consecutive blocks keep only their input;
+// what their blocks save is recomputed by running the segment again in
+// backward (strategies/recompute_region.hpp). every:K, per-layer (every:1)
+// and sqrt (K = floor(sqrt(L)), memory ~ sqrt(L)). The blocks after the last
+// whole segment boundary run plainly and keep what they save: their
+// backward follows their forward at once, so keeping them costs no extra
+// peak and saves their recomputation.
 #include <cmath>
 
-#include "strategies/builtin.hpp"
-#include "strategies/recompute_region.hpp"
+#include "autodiff/error.hpp"
+#include "strategies/registry.hpp"
 
 namespace remat {
 namespace {
 
-class Checkpoint final : public Strategy {
- public:
-  Checkpoint(std::string spec, int k, bool offload) : Strategy(std::move(spec), offload), k_(k) {}
+// k = 0: floor(sqrt(L)).
+Policy segments_of(int k) {
+  auto size = [k](int blocks) { return k > 0 ? k : std::max(1, int(std::floor(std::sqrt(double(blocks))))); };
+  Policy p;
+  p.segment = [size](const BlockInfo& b) -> std::optional<Segment> {
+    const int k = size(b.count), s = b.index / k;
+    if (s == (b.count - 1) / k) return std::nullopt;  // the tail
+    return Segment{s * k, std::min(s * k + k, b.count) - 1};
+  };
+  // The tail is kept: another policy (offload) must not move it.
+  p.decide = [size](const SavedTensorInfo& t) {
+    const int k = size(t.block.count);
+    return t.block.index / k == (t.block.count - 1) / k ? Decision::keep : Decision::none;
+  };
+  return p;
+}
 
-  Tensors run(const BlockInfo& info, const Tensors& inputs, const BlockBody& body) override {
-    const int k = segment_size(info.count);
-    const int segment = info.index / k, first = segment * k, last = std::min(first + k, info.count) - 1;
-    if (segment == (info.count - 1) / k) {
-      region_.reset();
-      return run_stored(device_, info, inputs, body);
-    }
-    const std::string name = k == 1 ? info.name : "blocks " + std::to_string(first) + "-" + std::to_string(last);
-    RegionTrace* trace = trace_region(name);
-    if (info.index == first) region_ = RecomputeRegion::begin(name, inputs, storage(), trace);
-    return run_traced(trace, [&] { return region_->run(inputs, body); });
+int parse_k(const std::string& text) {
+  try {
+    std::size_t used = 0;
+    const int k = std::stoi(text, &used);
+    if (used == text.size() && k >= 1) return k;
+  } catch (const std::exception&) {
   }
-
-  // Device, at each moment: the segment inputs kept so far (only the one
-  // prefetched with +offload), the saved tensors of the blocks of the
-  // current segment before the current block (recomputed, or kept for the
-  // last segment), and the block's own peak; the head at the end of forward.
-  // A recomputation is a forward pass that runs while the gradient of the
-  // segment's output (the size of a block input) is live.
-  MemoryPrediction predict(const SaveProfile& p) const override {
-    const int L = int(p.blocks.size()), k = segment_size(L), last = (L - 1) / k;
-    const bool pool = storage_ != nullptr;
-    auto input_of = [&](int s) { return s >= 0 ? p.blocks[std::size_t(s * k)].input : 0; };
-    MemoryPrediction m;
-    std::int64_t inputs = 0;  // of the segments before the current one
-    for (int s = 0; s <= last; ++s) {
-      const std::int64_t held = pool ? input_of(s - 1) : inputs;  // in backward
-      const std::int64_t own = s == last || pool ? 0 : input_of(s);  // in forward, the segment's own input
-      std::int64_t segment = 0;  // saved by the segment's blocks before the current one
-      for (int i = s * k; i < std::min(L, s * k + k); ++i) {
-        const auto& b = p.blocks[std::size_t(i)];
-        const std::int64_t fwd = s == last ? segment + b.forward_peak : b.forward_peak - b.saved;
-        const std::int64_t recompute = s == last ? 0 : held + segment + b.forward_peak + b.input;
-        m.device = std::max({m.device, (pool ? 0 : inputs) + own + fwd, held + segment + b.backward_peak, recompute});
-        segment += b.saved;
-      }
-      if (s == last) m.device = std::max(m.device, (pool ? 0 : inputs) + segment + p.outside_peak);
-      inputs += s == last ? 0 : input_of(s);
-    }
-    if (pool) m.offload = inputs;
-    return m;
-  }
-
- private:
-  int segment_size(int blocks) const {
-    return k_ > 0 ? k_ : std::max(1, int(std::floor(std::sqrt(double(blocks)))));
-  }
-  void reset() override { region_.reset(); }
-  int k_;  // 0: floor(sqrt(L))
-  std::shared_ptr<RecomputeRegion> region_;
-};
+  throw UserError("strategy 'every:" + text + "': K must be a whole number of blocks, at least 1, got '" + text + "'");
+}
 
 }  // namespace
 
-std::unique_ptr<Strategy> make_checkpoint(const std::string& spec, int k, bool offload) {
-  return std::make_unique<Checkpoint>(spec, k, offload);
+Policy per_layer_policy() { return segments_of(1); }
+
+void register_checkpoint(StrategyRegistry& r) {
+  StrategyEntry per_layer;
+  per_layer.name = per_layer.usage = "per-layer";
+  per_layer.description = "every:1: keep only each block's input, recompute the block in backward";
+  per_layer.policy = [](const std::string&) { return segments_of(1); };
+  per_layer.in_all = {"per-layer"};
+  r.add(std::move(per_layer));
+
+  StrategyEntry every;
+  every.name = "every";
+  every.usage = "every:K";
+  every.description = "checkpoint segments of K blocks: keep each segment's input, recompute the rest in backward";
+  every.policy = [](const std::string& k) {
+    if (k.empty()) throw UserError("strategy 'every' needs K, the blocks per segment (every:K)");
+    return segments_of(parse_k(k));
+  };
+  every.in_all = {"every:2"};
+  r.add(std::move(every));
+
+  StrategyEntry sqrt;
+  sqrt.name = sqrt.usage = "sqrt";
+  sqrt.description = "every:K with K = floor(sqrt(L)): memory ~ sqrt(L)";
+  sqrt.policy = [](const std::string&) { return segments_of(0); };
+  sqrt.in_all = {"sqrt"};
+  r.add(std::move(sqrt));
 }
 
 }  // namespace remat

@@ -1,32 +1,20 @@
-// full: keep every saved tensor on the device. The reference.
-#include <algorithm>
-
-#include "strategies/builtin.hpp"
+// full: keep every saved tensor on the device. The reference every other
+// strategy is compared with.
+#include "strategies/registry.hpp"
 
 namespace remat {
-namespace {
 
-class Full final : public Strategy {
- public:
-  Full() : Strategy("full", false) {}
-  Tensors run(const BlockInfo& info, const Tensors& inputs, const BlockBody& body) override {
-    return run_stored(device_, info, inputs, body);
-  }
-  // Nothing is dropped: every moment holds all the saved tensors before it.
-  MemoryPrediction predict(const SaveProfile& p) const override {
-    MemoryPrediction m;
-    std::int64_t before = 0;
-    for (const auto& b : p.blocks) {
-      m.device = std::max({m.device, before + b.forward_peak, before + b.backward_peak});
-      before += b.saved;
-    }
-    m.device = std::max(m.device, before + p.outside_peak);
-    return m;
-  }
-};
-
-}  // namespace
-
-std::unique_ptr<Strategy> make_full() { return std::make_unique<Full>(); }
+void register_full(StrategyRegistry& r) {
+  StrategyEntry e;
+  e.name = e.usage = "full";
+  e.description = "keep every saved tensor on the device (the reference)";
+  e.policy = [](const std::string&) {
+    Policy p;
+    p.decide = [](const SavedTensorInfo&) { return Decision::keep; };
+    return p;
+  };
+  e.in_all = {"full"};
+  r.add(std::move(e));
+}
 
 }  // namespace remat

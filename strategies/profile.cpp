@@ -39,7 +39,7 @@ class BlockProbe final : public SavedTensorHooks {
   std::shared_ptr<Packed> pack(const Tensor& t) override {
     if (seen_.insert(t.raw()).second) {
       block_.saved += std::int64_t(t.nbytes());
-      if (t.recipe()) block_.recomputable[t.kind()] += std::int64_t(t.nbytes());
+      block_.tensors.push_back({t.tag(), t.shape(), std::int64_t(t.nbytes()), t.recipe() != nullptr});
     }
     return std::make_shared<ReportedKept>(t, pool_);
   }
@@ -55,7 +55,10 @@ class BlockProbe final : public SavedTensorHooks {
 Tensors SaveProfiler::run(const BlockInfo& info, const Tensors& inputs, const BlockBody& body) {
   BlockSaves& b = profile_.blocks.emplace_back();
   b.name = info.name;
-  for (const auto& x : inputs) b.input += std::int64_t(x.nbytes());
+  for (const auto& x : inputs) {
+    b.input += std::int64_t(x.nbytes());
+    b.inputs.push_back({x.tag(), x.shape(), std::int64_t(x.nbytes()), false});
+  }
   BlockProbe probe(b);
   SavedTensorHooksScope scope(probe);
   return body(inputs);

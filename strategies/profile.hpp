@@ -12,11 +12,20 @@
 
 namespace remat {
 
+// One tensor a block saves (or takes as input), as a policy sees it.
+struct SavedRecord {
+  const char* tag;
+  Shape shape;
+  std::int64_t bytes = 0;
+  bool recomputable = false;  // has a recipe
+};
+
 struct BlockSaves {
   std::string name;
   std::int64_t saved = 0;  // bytes the block's ops save, each storage once
   std::int64_t input = 0;  // bytes of the block's inputs
-  std::map<OpKind, std::int64_t> recomputable;  // of `saved`, by producing kind, tensors that have a recipe
+  std::vector<SavedRecord> tensors;  // what makes up `saved`, in save order, each storage once
+  std::vector<SavedRecord> inputs;   // what makes up `input`
   // The most bytes live during the block's forward / backward beyond what
   // the other blocks' saved tensors held then: its own saved tensors (all of
   // them, as under full) and its working set.

@@ -33,7 +33,7 @@ class RegionHooks final : public SavedTensorHooks {
     if (RegionTrace* tr = region_.trace_) {
       tr->saved += std::int64_t(t.nbytes());
       tr->dropped += std::int64_t(t.nbytes());
-      tr->saves.push_back(std::string(current_op()) + ": recompute " + op_kind_name(t.kind()) + " " +
+      tr->saves.push_back(std::string(current_op()) + ": recompute " + t.tag() + " " +
                           to_string(t.shape()) + " " + human_bytes(double(t.nbytes())));
     }
     return std::make_shared<RegionPlaceholder>(region_.shared_from_this(), region_.slots_.size() - 1);

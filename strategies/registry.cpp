@@ -3,133 +3,141 @@
 #include <algorithm>
 
 #include "autodiff/error.hpp"
-#include "strategies/builtin.hpp"
+#include "strategies/policy_strategy.hpp"
+#include "strategies/strategy_list.hpp"
 
 namespace remat {
+
+#define REMAT_DECLARE_STRATEGY(name) void register_##name(StrategyRegistry&);
+REMAT_STRATEGIES(REMAT_DECLARE_STRATEGY)
+#undef REMAT_DECLARE_STRATEGY
+
 namespace {
 
-const OpKind kSelectable[] = {OpKind::attn_core, OpKind::mlp_act, OpKind::norm, OpKind::matmul, OpKind::embedding};
-
-std::string join(const std::vector<std::string>& v, const char* sep) {
-  std::string s;
-  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
-  return s;
-}
-
-[[noreturn]] void bad(const std::string& spec, const std::string& why) {
-  throw UserError("strategy '" + spec + "': " + why + " (see `remat strategies`)");
-}
-
-int parse_k(const std::string& spec, const std::string& text) {
-  try {
-    std::size_t used = 0;
-    const int k = std::stoi(text, &used);
-    if (used == text.size() && k >= 1) return k;
-  } catch (const std::exception&) {
-  }
-  bad(spec, "K must be a whole number of blocks, at least 1, got '" + text + "'");
-}
-
-std::set<OpKind> parse_kinds(const std::string& spec, const std::string& text) {
-  std::set<OpKind> kinds;
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
   std::size_t start = 0;
-  while (start <= text.size()) {
-    const std::size_t end = std::min(text.find(',', start), text.size());
-    const std::string name = text.substr(start, end - start);
-    const OpKind* k = std::find_if(std::begin(kSelectable), std::end(kSelectable),
-                                   [&](OpKind o) { return name == op_kind_name(o); });
-    if (k == std::end(kSelectable))
-      bad(spec, "unknown op kind '" + name + "'; kinds: " + join(selectable_kinds(), ", "));
-    kinds.insert(*k);
+  while (start <= s.size()) {
+    const std::size_t end = std::min(s.find(sep, start), s.size());
+    out.push_back(s.substr(start, end - start));
     start = end + 1;
   }
-  return kinds;
+  return out;
+}
+
+struct Part {
+  const StrategyEntry* entry;
+  std::string text, argument;
+};
+
+// "every:2+offload" -> its parts, each an entry and its argument.
+std::vector<Part> parse(const std::string& spec, const StrategyRegistry& registry) {
+  std::vector<Part> parts;
+  for (const auto& text : split(spec, '+')) {
+    if (text.empty()) throw UserError("strategy '" + spec + "': an empty part (see `remat strategies`)");
+    const auto colon = text.find(':');
+    const std::string head = text.substr(0, colon);
+    const StrategyEntry& e = registry.find(head);
+    parts.push_back({&e, text, colon == std::string::npos ? "" : text.substr(colon + 1)});
+    if (colon != std::string::npos && parts.back().argument.empty())
+      throw UserError("strategy '" + spec + "': '" + head + ":' needs an argument (" + e.usage + ")");
+    if (colon != std::string::npos && e.usage.find(':') == std::string::npos)
+      throw UserError("strategy '" + spec + "': '" + head + "' takes no argument");
+  }
+  if (parts.size() > 1)
+    for (const auto& p : parts)
+      if (p.entry->runner)
+        throw UserError("strategy '" + spec + "': '" + p.entry->name +
+                        "' has a mechanism of its own and composes with no other strategy");
+  return parts;
+}
+
+Policy policy_of(const std::vector<Part>& parts, const std::string& spec) {
+  std::vector<Policy> policies;
+  for (const auto& p : parts) {
+    Policy policy = p.entry->policy(p.argument);
+    policy.name = p.text;
+    policies.push_back(std::move(policy));
+  }
+  return compose(policies, spec);
 }
 
 }  // namespace
 
-std::set<OpKind> default_selective_kinds() { return {OpKind::attn_core, OpKind::mlp_act, OpKind::norm}; }
-
-std::vector<std::string> selectable_kinds() {
-  std::vector<std::string> v;
-  for (OpKind k : kSelectable) v.push_back(op_kind_name(k));
-  return v;
+void StrategyRegistry::add(StrategyEntry entry) {
+  if (!entry.policy == !entry.runner)
+    throw std::logic_error("strategy '" + entry.name + "' must be either a policy or a runner");
+  entries_.push_back(std::move(entry));
 }
 
-const std::vector<StrategyInfo>& strategy_catalog() {
-  static const std::vector<StrategyInfo> catalog = {
-      {"full", "keep every saved tensor on the device (the reference)", "every model"},
-      {"every:K", "checkpoint segments of K blocks: keep each segment's input, recompute the rest in backward",
-       "every model"},
-      {"per-layer", "every:1: keep only each block's input", "every model"},
-      {"sqrt", "every:K with K = floor(sqrt(L)): memory ~ sqrt(L)", "every model"},
-      {"selective[:kinds]",
-       "drop saved tensors of these op kinds and recompute just those ops; kinds: " + join(selectable_kinds(), ", ") +
-           ". Default attn-core,mlp-act,norm: keep GEMM outputs, recompute the cheap ops (selective:attn-core is "
-           "Megatron-LM's, which the fused attention kernel already is)",
-       "every model"},
-      {"offload", "move every tensor a block saves to the host offload pool; prefetch it back for backward",
-       "every model"},
-      {"offload-checkpoint", "per-layer checkpointing with the block inputs in the offload pool", "every model"},
-      {"reversible", "keep nothing inside blocks: rebuild each block's inputs from its outputs in backward",
-       "reversible models"},
-      {"<S>+offload", "every:K, per-layer, sqrt or selective with what they keep in the offload pool", "every model"},
-  };
-  return catalog;
+const StrategyEntry& StrategyRegistry::find(const std::string& name) const {
+  for (const auto& e : entries_)
+    if (e.name == name) return e;
+  std::string known;
+  for (const auto& e : entries_) known += (known.empty() ? "" : ", ") + e.usage;
+  throw UserError("strategy '" + name + "': unknown strategy; strategies: " + known + " (see `remat strategies`)");
 }
 
-std::vector<std::string> all_strategies(bool reversible_model) {
-  std::vector<std::string> all = {"full", "per-layer", "every:2", "sqrt", "selective", "selective:attn-core",
-                                  "offload", "offload-checkpoint"};
-  if (reversible_model) all.push_back("reversible");
+const StrategyRegistry& strategies() {
+  static const StrategyRegistry registry = [] {
+    StrategyRegistry r;
+#define REMAT_REGISTER_STRATEGY(name) register_##name(r);
+    REMAT_STRATEGIES(REMAT_REGISTER_STRATEGY)
+#undef REMAT_REGISTER_STRATEGY
+    return r;
+  }();
+  return registry;
+}
+
+std::unique_ptr<Strategy> make_strategy(const std::string& spec) { return make_strategy(spec, strategies()); }
+
+std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategyRegistry& registry) {
+  const auto parts = parse(spec, registry);
+  std::unique_ptr<Strategy> s = parts.front().entry->runner ? parts.front().entry->runner(parts.front().argument)
+                                                            : std::make_unique<PolicyStrategy>(spec, policy_of(parts, spec));
+  s->exact_ = std::all_of(parts.begin(), parts.end(), [](const Part& p) { return p.entry->exact; });
+  return s;
+}
+
+bool strategy_applies(const std::string& spec, const ModelTraits& model, std::string* why) {
+  for (const auto& p : parse(spec, strategies()))
+    if (!p.entry->applies(model)) {
+      if (why) *why = "strategy '" + spec + "' applies only to " + p.entry->applies_to;
+      return false;
+    }
+  return true;
+}
+
+std::vector<std::string> tags_named_by(const std::string& spec) {
+  const auto parts = parse(spec, strategies());
+  if (parts.front().entry->runner) return {};
+  return policy_of(parts, spec).named_tags;
+}
+
+std::vector<std::string> all_strategies(const ModelTraits& model) {
+  std::vector<std::string> all;
+  for (const auto& e : strategies().all())
+    if (e.applies(model)) all.insert(all.end(), e.in_all.begin(), e.in_all.end());
   return all;
 }
 
-std::unique_ptr<Strategy> make_strategy(const std::string& spec) {
-  std::string base = spec;
-  bool offload = false;
-  if (const auto plus = spec.find('+'); plus != std::string::npos) {
-    base = spec.substr(0, plus);
-    const std::string extra = spec.substr(plus + 1);
-    if (extra != "offload") bad(spec, "only '+offload' composes with a strategy, got '+" + extra + "'");
-    if (base == "full" || base == "offload" || base == "offload-checkpoint" || base == "reversible")
-      bad(spec, "'" + base + "' does not compose with +offload (use 'offload' or 'offload-checkpoint')");
-    offload = true;
-  }
-  if (base == "full") return make_full();
-  if (base == "reversible") return make_reversible();
-  if (base == "offload") return make_offload();
-  if (base == "offload-checkpoint") return make_checkpoint(spec, 1, true);
-  if (base == "per-layer") return make_checkpoint(spec, 1, offload);
-  if (base == "sqrt") return make_checkpoint(spec, 0, offload);
-  if (base.rfind("every:", 0) == 0) return make_checkpoint(spec, parse_k(spec, base.substr(6)), offload);
-  if (base == "selective") return make_selective(spec, default_selective_kinds(), offload);
-  if (base.rfind("selective:", 0) == 0) return make_selective(spec, parse_kinds(spec, base.substr(10)), offload);
-  std::vector<std::string> known;
-  for (const auto& s : strategy_catalog()) known.push_back(s.spec);
-  bad(spec, "unknown strategy; strategies: " + join(known, ", "));
-}
-
-std::vector<std::string> parse_strategy_list(const std::string& list, bool reversible_model) {
-  if (list == "all") return all_strategies(reversible_model);
+std::vector<std::string> parse_strategy_list(const std::string& list, const ModelTraits& model) {
+  if (list == "all") return all_strategies(model);
   std::vector<std::string> specs;
-  const auto kinds = selectable_kinds();
-  std::size_t start = 0;
-  while (start <= list.size()) {
-    const std::size_t end = std::min(list.find(',', start), list.size());
-    std::string item = list.substr(start, end - start);
-    start = end + 1;
-    // A bare op kind continues the selective spec before it.
-    const std::string kind = item.substr(0, item.find('+'));
-    if (!specs.empty() && specs.back().rfind("selective:", 0) == 0 &&
-        std::find(kinds.begin(), kinds.end(), kind) != kinds.end()) {
+  for (const std::string& item : split(list, ',')) {
+    // An item that names no strategy continues the tags of a selective spec
+    // before it: "selective:softmax,norm+offload".
+    const std::string head = item.substr(0, std::min(item.find(':'), item.find('+')));
+    const bool known = std::any_of(strategies().all().begin(), strategies().all().end(),
+                                   [&](const StrategyEntry& e) { return e.name == head; });
+    if (!specs.empty() && !known && head != "all" && !head.empty() && specs.back().rfind("selective:", 0) == 0) {
       std::string& prev = specs.back();
       const auto plus = prev.find('+');
       prev = prev.substr(0, plus) + "," + item + (plus == std::string::npos ? "" : prev.substr(plus));
       continue;
     }
     if (item == "all") {
-      for (auto& s : all_strategies(reversible_model)) specs.push_back(s);
+      for (auto& s : all_strategies(model)) specs.push_back(s);
       continue;
     }
     if (item.empty()) throw UserError("empty strategy in list '" + list + "'");

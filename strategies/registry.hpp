@@ -1,40 +1,71 @@
 #pragma once
-// Strategy specs: parsing, the catalogue `remat strategies` prints, and the
-// `all` set. A spec is a base strategy with an optional "+offload":
-//   full | every:K | per-layer | sqrt | selective[:kind,kind...] | offload
-//   | offload-checkpoint | reversible, and every:K, per-layer, sqrt,
-//   selective + offload.
+// The strategies: one registry entry each, registered from one list
+// (strategies/strategy_list.hpp), as the zoo's models are. An entry holds
+// everything known about a strategy: its name and description, the models
+// it applies to (a predicate), whether it is exact, and what it is: a
+// policy (most are; the engine runs it and predicts its memory) or a
+// strategy with a block runner of its own.
+//
+// A spec names one entry, or several joined by '+' whose policies compose
+// (strategies/policy.hpp): "full", "every:2", "selective:softmax,norm",
+// "selective:attn-core+offload".
+#include <functional>
 #include <memory>
-#include <set>
 #include <string>
 #include <vector>
 
+#include "strategies/policy.hpp"
 #include "strategies/strategy.hpp"
 
 namespace remat {
 
-struct StrategyInfo {
-  std::string spec;         // as written, e.g. "every:K"
-  std::string description;  // one line
-  std::string applies_to;   // which models
+inline bool every_model(const ModelTraits&) { return true; }
+
+struct StrategyEntry {
+  std::string name;         // the spec's head: "every", "selective", "full"
+  std::string usage;        // as written in a spec: "every:K", "selective[:tags]"
+  std::string description;  // one line, for `remat strategies`
+  bool exact = true;        // bitwise equal to full (the same arithmetic)
+  std::function<bool(const ModelTraits&)> applies = every_model;
+  std::string applies_to = "every model";  // the predicate in words, for `remat strategies`
+  // A policy strategy: the policy for the spec's argument (the text after
+  // ':', empty if none); UserError for a bad one.
+  std::function<Policy(const std::string& argument)> policy;
+  // Or a strategy with its own block runner; it composes with nothing.
+  std::function<std::unique_ptr<Strategy>(const std::string& argument)> runner;
+  // Specs `remat matrix --strategies all` includes for this entry.
+  std::vector<std::string> in_all;
 };
 
-const std::vector<StrategyInfo>& strategy_catalog();
-// The op kinds selective can drop, e.g. "attn-core".
-std::vector<std::string> selectable_kinds();
-// What bare `selective` drops: every saved tensor that is not a GEMM's output
-// (the attention core, the MLP activation, the norms). They cost a few
-// percent of a step's time to recompute and hold a third of gpt2's activations;
-// the attention core alone (Megatron-LM's choice) is what the fused kernel
-// already leaves unsaved.
-std::set<OpKind> default_selective_kinds();
+class StrategyRegistry {
+ public:
+  void add(StrategyEntry entry);
+  // UserError listing the strategies if `name` is none.
+  const StrategyEntry& find(const std::string& name) const;
+  const std::vector<StrategyEntry>& all() const { return entries_; }
+
+ private:
+  std::vector<StrategyEntry> entries_;
+};
+
+// Every built-in strategy (the list in strategies/strategy_list.hpp).
+const StrategyRegistry& strategies();
 
 // Throws UserError saying what is wrong and what is accepted.
 std::unique_ptr<Strategy> make_strategy(const std::string& spec);
-// "all", or a comma-separated list (a selective spec's kinds may follow it
-// with commas: "full,selective:attn-core,mlp-act,sqrt"). Each is validated.
-// `all` includes `reversible` for a reversible model.
-std::vector<std::string> parse_strategy_list(const std::string& list, bool reversible_model = false);
-std::vector<std::string> all_strategies(bool reversible_model = false);
+std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategyRegistry& registry);
+
+// Whether `spec` applies to a model with these traits; if not, why.
+bool strategy_applies(const std::string& spec, const ModelTraits& model, std::string* why = nullptr);
+
+// "all", or a comma-separated list (a selective spec's tags may follow it
+// with commas: "full,selective:softmax,norm,sqrt"). Each is validated.
+// `all` is every entry's `in_all` that applies to the model.
+std::vector<std::string> parse_strategy_list(const std::string& list, const ModelTraits& model = {});
+std::vector<std::string> all_strategies(const ModelTraits& model = {});
+
+// The tags and tag groups a spec's policies name, to check against the tags
+// a model produces.
+std::vector<std::string> tags_named_by(const std::string& spec);
 
 }  // namespace remat

@@ -12,7 +12,7 @@
 #include "autodiff/random.hpp"
 #include "autodiff/stats.hpp"
 #include "autodiff/tape.hpp"
-#include "strategies/builtin.hpp"
+#include "strategies/registry.hpp"
 
 namespace remat {
 namespace {
@@ -78,11 +78,7 @@ Half undo_half(const std::function<Tensor(const Tensor&)>& fn, std::uint64_t cur
 
 class Reversible final : public Strategy {
  public:
-  Reversible() : Strategy("reversible", false) {}
-  bool exact() const override { return false; }
-  bool needs_reversible_model() const override { return true; }
-  void set_verify(bool on) override { verify_ = on; }
-  std::optional<ReconstructionError> reconstruction() const override { return error_; }
+  Reversible() : Strategy("reversible") {}
 
   Tensors run(const BlockInfo& info, const Tensors&, const BlockBody&) override {
     throw UserError("strategy 'reversible' needs reversible blocks, and block " + info.name +
@@ -106,7 +102,7 @@ class Reversible final : public Strategy {
     OpRecorder rec("reversible_block", {&x1, &x2});
     if (!rec) return {y1, y2};
     Outputs truth;
-    if (verify_) truth = {x1, x2};
+    if (verifying()) truth = {x1, x2};
     rec.finish({&y1, &y2}, [this, mine, before = previous_, body, c0, c1, truth, name = info.name,
                             trace](BackwardContext& ctx) {
       const Outputs y = *mine;
@@ -148,25 +144,29 @@ class Reversible final : public Strategy {
   }
 
  private:
-  void reset() override {
-    previous_.reset();
-    error_.reset();
-  }
+  void reset() override { previous_.reset(); }
 
   void record_error(const std::string& block, const Outputs& truth, const Outputs& rebuilt) {
     const double abs = std::max(max_abs(truth.y1, rebuilt.y1), max_abs(truth.y2, rebuilt.y2));
     const double scale = std::max(max_magnitude(truth.y1), max_magnitude(truth.y2));
-    const double rel = scale > 0 ? abs / scale : abs;
-    if (!error_ || rel > error_->max_rel) error_ = ReconstructionError{abs, rel, block};
+    report_reconstruction({abs, scale > 0 ? abs / scale : abs, block});
   }
 
   std::shared_ptr<Outputs> previous_;
-  bool verify_ = false;
-  std::optional<ReconstructionError> error_;
 };
 
 }  // namespace
 
-std::unique_ptr<Strategy> make_reversible() { return std::make_unique<Reversible>(); }
+void register_reversible(StrategyRegistry& r) {
+  StrategyEntry e;
+  e.name = e.usage = "reversible";
+  e.description = "keep nothing inside blocks: rebuild each block's inputs from its outputs in backward";
+  e.exact = false;  // reconstruction rounds
+  e.applies = [](const ModelTraits& m) { return m.reversible; };
+  e.applies_to = "reversible models";
+  e.runner = [](const std::string&) { return std::make_unique<Reversible>(); };
+  e.in_all = {"reversible"};
+  r.add(std::move(e));
+}
 
 }  // namespace remat

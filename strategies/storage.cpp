@@ -12,7 +12,7 @@ namespace remat {
 namespace {
 
 std::string describe_save(const char* action, const Tensor& t) {
-  return std::string(current_op()) + ": " + action + " " + op_kind_name(t.kind()) + " " + to_string(t.shape()) + " " +
+  return std::string(current_op()) + ": " + action + " " + t.tag() + " " + to_string(t.shape()) + " " +
          human_bytes(double(t.nbytes()));
 }
 
@@ -172,6 +172,11 @@ void OffloadStorage::begin_group(const std::string& name, RegionTrace* trace) {
 
 void OffloadStorage::end_group() {
   if (!current_) return;
+  if (current_->entries.empty()) {  // nothing offloaded: no group, and no link in the prefetch chain
+    current_.reset();
+    trace_ = nullptr;
+    return;
+  }
   {
     MemoryPhase phase("offload " + current_->name);
     current_->offload();

@@ -54,7 +54,7 @@ class OffloadStorage final : public Storage {
   struct Group;
 
  private:
-  std::shared_ptr<Group> current_, last_;
+  std::shared_ptr<Group> current_, last_;  // last_: the last group that holds anything
   KeepHooks keep_;  // for anything saved outside a group
   RegionTrace* trace_ = nullptr;
 };

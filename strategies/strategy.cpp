@@ -1,18 +1,19 @@
 #include "strategies/strategy.hpp"
 
+#include "autodiff/memory_tracker.hpp"
 #include "autodiff/stats.hpp"
+#include "strategies/storage.hpp"
 
 namespace remat {
 
-Strategy::Strategy(std::string spec, bool offload) : spec_(std::move(spec)) {
-  if (offload) storage_ = std::make_unique<OffloadStorage>();
-}
-
 void Strategy::begin_step() {
   trace_.clear();
-  device_.reset();
-  if (storage_) storage_->reset();
+  reconstruction_.reset();
   reset();
+}
+
+void Strategy::report_reconstruction(const ReconstructionError& e) {
+  if (!reconstruction_ || e.max_rel > reconstruction_->max_rel) reconstruction_ = e;
 }
 
 Tensors Strategy::run_traced(RegionTrace* trace, const std::function<Tensors()>& fn) {
@@ -23,15 +24,9 @@ Tensors Strategy::run_traced(RegionTrace* trace, const std::function<Tensors()>&
   return out;
 }
 
-Tensors Strategy::run_stored(Storage& storage, const BlockInfo& info, const Tensors& inputs, const BlockBody& body) {
-  RegionTrace* trace = trace_region(info.name);
-  storage.begin_group(info.name, trace);
-  Tensors out = run_traced(trace, [&] {
-    SavedTensorHooksScope hooks(storage);
-    return body(inputs);
-  });
-  storage.end_group();
-  return out;
+PoolBytes offload_pool_bytes() {
+  const auto s = MemoryTracker::instance().stats(OffloadStorage::kPool);
+  return {s.live, s.peak};
 }
 
 }  // namespace remat

@@ -2,14 +2,16 @@
 // A strategy decides, block by block, what the ops' saved tensors become:
 // kept, dropped and recomputed, moved to the offload pool, or rebuilt. It is
 // a BlockRunner (models mark blocks, strategies run them) and knows nothing
-// of any model. Make one with make_strategy(spec) (strategies/registry.hpp).
+// of any model. Nearly every strategy is a Policy (strategies/policy.hpp)
+// run by one engine (PolicyStrategy); one with a mechanism of its own
+// (reversible) is its own BlockRunner. Make one with make_strategy(spec)
+// (strategies/registry.hpp).
 #include <memory>
 #include <optional>
 #include <string>
 
 #include "autodiff/region.hpp"
 #include "strategies/profile.hpp"
-#include "strategies/storage.hpp"
 #include "strategies/trace.hpp"
 
 namespace remat {
@@ -20,39 +22,54 @@ struct ReconstructionError {
   std::string block;
 };
 
+// What a strategy's registry entry may ask of the model it would run.
+struct ModelTraits {
+  bool reversible = false;  // its blocks are reversible couplings
+};
+
 class Strategy : public BlockRunner {
  public:
-  Strategy(std::string spec, bool offload);
+  explicit Strategy(std::string spec) : spec_(std::move(spec)) {}
   const std::string& spec() const { return spec_; }
   // Same operations in the same order as `full`, hence bitwise-equal
-  // gradients (every strategy but reversible).
-  virtual bool exact() const { return true; }
-  // Applies only to models whose blocks are reversible.
-  virtual bool needs_reversible_model() const { return false; }
-  // Diagnostics of reconstructing strategies: keep the true inputs (costs
-  // memory, so off when measuring) and report the worst reconstruction.
-  virtual void set_verify(bool) {}
-  virtual std::optional<ReconstructionError> reconstruction() const { return std::nullopt; }
+  // gradients (set from the registry entries the spec names).
+  bool exact() const { return exact_; }
   // The bytes this strategy keeps at its peak for a model that saves `p`
   // (activations only: the harness adds the working set of one block).
   virtual MemoryPrediction predict(const SaveProfile& p) const = 0;
   // Call before each forward: clears per-step state and the trace.
   void begin_step();
+
+  // Diagnostics, provided here for every strategy.
+  // The trace of the last step, when enabled (`remat check --trace`).
   Trace& trace() { return trace_; }
+  // With verify on, a strategy that reconstructs tensors keeps the true ones
+  // too (costs memory: off when measuring) and reports the worst error.
+  void set_verify(bool on) { verify_ = on; }
+  const std::optional<ReconstructionError>& reconstruction() const { return reconstruction_; }
 
  protected:
   virtual void reset() {}
-  // Runs a block saving through `storage` (one group per block).
-  Tensors run_stored(Storage& storage, const BlockInfo& info, const Tensors& inputs, const BlockBody& body);
+  bool verifying() const { return verify_; }
+  void report_reconstruction(const ReconstructionError& e);  // keeps the worst
   // Runs `fn`, adding the ops it ran forward to `trace` (if tracing).
   Tensors run_traced(RegionTrace* trace, const std::function<Tensors()>& fn);
   RegionTrace* trace_region(const std::string& name) { return trace_.enabled ? &trace_.region(name) : nullptr; }
-  Storage& storage() { return storage_ ? *storage_ : device_; }
 
+ private:
+  friend std::unique_ptr<Strategy> make_strategy(const std::string& spec, const class StrategyRegistry& registry);
   std::string spec_;
-  KeepStorage device_;
-  std::unique_ptr<Storage> storage_;  // device_ or an offload pool: where kept tensors go
+  bool exact_ = true;
   Trace trace_;
+  bool verify_ = false;
+  std::optional<ReconstructionError> reconstruction_;
 };
+
+// The offload pool's live and peak bytes as the memory tracker counts them
+// (the harness reports them beside the device pool's).
+struct PoolBytes {
+  std::int64_t live = 0, peak = 0;
+};
+PoolBytes offload_pool_bytes();
 
 }  // namespace remat

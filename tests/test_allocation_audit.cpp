@@ -42,7 +42,7 @@ TEST_CASE("a step allocates only activations, gradients and named workspaces", "
       ParamStore params(model->params(), DType::f32);
       initialize(params, 1, z.L);
       const Batch batch = random_batch(z.B, z.S, z.V, 1);
-      for (const auto& spec : all_strategies(m.reversible)) {
+      for (const auto& spec : all_strategies(ModelTraits{m.reversible})) {
         auto strategy = make_strategy(spec);
         MemoryTracker::instance().start_census();
         forward_backward(*model, params, batch, {strategy.get(), 1, 0, false, kernel});

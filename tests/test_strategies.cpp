@@ -122,7 +122,7 @@ TEST_CASE("offloaded bytes go to the offload pool and come back", "[strategies][
   offload->trace().enabled = true;
   const StepResult o = run_step(*s.model, *s.params, s.batch, {offload.get(), 1, 0});
   CHECK(o.offload_peak > 0);
-  CHECK(tracker.stats(OffloadStorage::kPool).live == 0);  // every byte came back
+  CHECK(offload_pool_bytes().live == 0);  // every byte came back
   CHECK(o.activation_peak < f.activation_peak);
   std::int64_t offloaded = 0;
   for (const auto& r : offload->trace().regions()) offloaded += r.offloaded;
@@ -135,7 +135,7 @@ TEST_CASE("offload-checkpoint keeps block inputs in the offload pool", "[strateg
   const StepResult r = run_step(*s.model, *s.params, s.batch, {strategy.get(), 1, 0});
   const std::int64_t block_input = std::int64_t(s.sizes.B) * s.sizes.S * s.sizes.D * 4;
   CHECK(r.offload_peak == 3 * block_input);  // the inputs of blocks 0-2
-  CHECK(MemoryTracker::instance().stats(OffloadStorage::kPool).live == 0);
+  CHECK(offload_pool_bytes().live == 0);
 }
 
 TEST_CASE("offloading with copies (a GPU build's path) and without (the host's) give the same gradients and bytes",
@@ -157,7 +157,7 @@ TEST_CASE("offloading with copies (a GPU build's path) and without (the host's) 
     CHECK(copied.rows[i].step.activation_peak == moved.rows[i].step.activation_peak);
     CHECK(copied.rows[i].step.offload_peak == moved.rows[i].step.offload_peak);
   }
-  CHECK(MemoryTracker::instance().stats(OffloadStorage::kPool).live == 0);
+  CHECK(offload_pool_bytes().live == 0);
 }
 
 TEST_CASE("a step dropped before its backward gives its offloaded bytes back to the device pool",
@@ -179,11 +179,11 @@ TEST_CASE("a step dropped before its backward gives its offloaded bytes back to 
         return Tensors{ops::gelu_tanh(ops::linear(in[0], w))};
       })[0];
       Tensor y = run_block({1, 2, "b1"}, h, [](const Tensor& t) { return ops::gelu_tanh(t); });
-      CHECK(tracker.stats(OffloadStorage::kPool).live > 0);
+      CHECK(offload_pool_bytes().live > 0);
       current_tape().clear();
     }
     OffloadStorage::set_copies(previous);
-    CHECK(tracker.stats(OffloadStorage::kPool).live == 0);
+    CHECK(offload_pool_bytes().live == 0);
     CHECK(tracker.stats(device).live == before);
   }
 }
@@ -228,20 +228,65 @@ TEST_CASE("a recomputation that differs from the forward pass is an error naming
 
 TEST_CASE("strategy specs parse, compose where it makes sense, and fail clearly", "[strategies][parse]") {
   for (const char* ok : {"full", "per-layer", "sqrt", "every:3", "selective", "selective:norm,matmul", "offload",
-                         "offload-checkpoint", "every:2+offload", "sqrt+offload", "selective:mlp-act+offload"})
+                         "offload-checkpoint", "every:2+offload", "sqrt+offload", "selective:mlp-act+offload",
+                         "selective:softmax", "selective:softmax+selective:layer_norm", "selective:my_model_tag"})
     CHECK(make_strategy(ok)->spec() == ok);
   CHECK_THROWS_WITH(make_strategy("everything"), test::Contains("unknown strategy"));
   CHECK_THROWS_WITH(make_strategy("every:0"), test::Contains("at least 1, got '0'"));
   CHECK_THROWS_WITH(make_strategy("every:x"), test::Contains("got 'x'"));
-  CHECK_THROWS_WITH(make_strategy("selective:softmax"), test::Contains("unknown op kind 'softmax'"));
-  CHECK_THROWS_WITH(make_strategy("full+offload"), test::Contains("does not compose"));
-  CHECK_THROWS_WITH(make_strategy("per-layer+selective"), test::Contains("only '+offload'"));
+  CHECK_THROWS_WITH(make_strategy("full:2"), test::Contains("takes no argument"));
+  CHECK_THROWS_WITH(make_strategy("every:"), test::Contains("needs an argument"));
+  // Compositions that would do nothing, or could not be run, are refused.
+  CHECK_THROWS_WITH(make_strategy("full+offload"), test::Contains("'offload' would have no effect"));
+  CHECK_THROWS_WITH(make_strategy("offload+offload"), test::Contains("would have no effect"));
+  CHECK_THROWS_WITH(make_strategy("offload-checkpoint+offload"), test::Contains("would have no effect"));
+  CHECK_THROWS_WITH(make_strategy("per-layer+selective"), test::Contains("'selective' would have no effect"));
+  CHECK_THROWS_WITH(make_strategy("every:2+sqrt"), test::Contains("both choose checkpoint segments"));
+  CHECK_THROWS_WITH(make_strategy("reversible+offload"), test::Contains("composes with no other strategy"));
+  CHECK_THROWS_WITH(make_strategy("full+"), test::Contains("an empty part"));
   CHECK(parse_strategy_list("full,selective:attn-core,mlp-act,sqrt") ==
         std::vector<std::string>{"full", "selective:attn-core,mlp-act", "sqrt"});
   CHECK(parse_strategy_list("selective:attn-core,norm+offload,full") ==
         std::vector<std::string>{"selective:attn-core,norm+offload", "full"});
   CHECK(parse_strategy_list("all") == all_strategies());
   CHECK_THROWS_WITH(parse_strategy_list("full,bogus"), test::Contains("strategy 'bogus'"));
+}
+
+TEST_CASE("selective takes any tag the model produces, and names the ones it does for any other",
+          "[strategies][parse]") {
+  CHECK(strategies_for("gpt2", "selective:softmax", ops::AttentionKernel::plain) ==
+        std::vector<std::string>{"selective:softmax"});
+  CHECK(strategies_for("llama", "selective:rms_norm,swiglu") == std::vector<std::string>{"selective:rms_norm,swiglu"});
+  CHECK_THROWS_WITH(strategies_for("gpt2", "selective:rms_norm"),
+                    test::Contains("gpt2 (fused attention) produces no tag 'rms_norm'") &&
+                        test::Contains("layer_norm") && test::Contains("gelu_tanh"));
+  CHECK_THROWS_WITH(strategies_for("gpt2", "selective:softmax"), test::Contains("no tag 'softmax'"));  // fused
+  const auto tags = tags_produced("llama", ops::AttentionKernel::plain);
+  for (const char* t : {"linear", "rms_norm", "rotary", "softmax", "swiglu"})
+    CHECK(std::count(tags.begin(), tags.end(), t) == 1);
+}
+
+TEST_CASE("policies compose as documented: keep over recompute over offload", "[strategies][policy]") {
+  CHECK(combine(Decision::keep, Decision::recompute) == Decision::keep);
+  CHECK(combine(Decision::recompute, Decision::offload) == Decision::recompute);
+  CHECK(combine(Decision::offload, Decision::keep) == Decision::keep);
+  CHECK(combine(Decision::none, Decision::offload) == Decision::offload);
+  // A model's own tag: a policy may name it, and selective finds it where the model tags its tensors.
+  Tensor w = test::random_leaf({8, 8}, 1, DType::f32), x = test::random_leaf({2, 8}, 2, DType::f32);
+  auto strategy = make_strategy("selective:my_act");
+  strategy->begin_step();
+  strategy->trace().enabled = true;
+  {
+    BlockRunnerScope scope(*strategy);
+    Tensor h = run_block({0, 2, "b0"}, x, [&](const Tensor& in) {
+      Tensor a = ops::gelu_tanh(ops::linear(in, w));
+      a.set_tag("my_act");  // the model's own name for it
+      return ops::linear(a, w);
+    });
+    run_block({1, 2, "b1"}, h, [](const Tensor& t) { return ops::gelu_tanh(t); });
+  }
+  CHECK(strategy->trace().regions().front().dropped == 2 * 8 * 4);
+  current_tape().clear();
 }
 
 TEST_CASE("the trace shows what each region kept, dropped and recomputed", "[strategies][trace]") {
@@ -259,5 +304,5 @@ TEST_CASE("the trace shows what each region kept, dropped and recomputed", "[str
   CHECK(h0.dropped == probs);
   CHECK(h0.kept + h0.dropped == h0.saved);
   CHECK(h0.recomputed_ops.empty());  // recipes run outside a region re-run
-  CHECK(strategy->trace().to_string().find("attention: recompute attn-core") != std::string::npos);
+  CHECK(strategy->trace().to_string().find("attention: recompute softmax") != std::string::npos);
 }

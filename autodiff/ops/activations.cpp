@@ -58,7 +58,7 @@ template <class F>
 Tensor unary_forward(const Tensor& x) {
   stats::count_forward(F::name);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), F::name);
-  out.set_kind(OpKind::mlp_act);
+  out.set_tag(F::name);
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.data<T>();
@@ -93,7 +93,7 @@ Tensor unary(const Tensor& x) {
 Tensor swiglu_forward(const Tensor& gate, const Tensor& up) {
   stats::count_forward("swiglu");
   Tensor out = Tensor::empty(gate.shape(), gate.dtype(), "swiglu");
-  out.set_kind(OpKind::mlp_act);
+  out.set_tag("swiglu");
   dispatch_float(gate.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T *a = gate.data<T>(), *b = up.data<T>();

@@ -20,7 +20,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
 
   stats::count_forward("add");
   Tensor out = Tensor::empty(a.shape(), a.dtype(), "add");
-  out.set_kind(OpKind::residual);
+  out.set_tag("add");
   dispatch_float(a.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* x = a.data<T>();

@@ -52,7 +52,7 @@ struct Inputs {
 Tensor attention_probs(const Inputs& in, const Geometry& g) {
   stats::count_forward("attention_probs");
   Tensor probs = Tensor::empty({g.B, g.H, g.S, g.S}, in.q.dtype(), "attention_probs");
-  probs.set_kind(OpKind::attn_core);
+  probs.set_tag("softmax");
   dispatch_float(in.q.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T *q = in.q.data<T>() + g.q.offset, *k = in.k.data<T>() + g.k.offset;
@@ -85,7 +85,7 @@ void apply_dropout(const T* src, T* dst, std::int64_t n, const Dropout& d) {
 Tensor attention_output(const Tensor& probs, const Inputs& in, const Geometry& g, const Dropout& d) {
   stats::count_forward("attention_output");
   Tensor out = Tensor::empty({g.B, g.S, g.width()}, probs.dtype(), "attention");
-  out.set_kind(OpKind::matmul);
+  out.set_tag("attention");
   Tensor dropped = d.active() ? Tensor::empty(probs.shape(), probs.dtype(), "attention_dropped") : probs;
   dispatch_float(probs.dtype(), [&](auto tag) {
     using T = decltype(tag);
@@ -129,9 +129,9 @@ std::pair<Tensor, Tensor> fused_forward(const Inputs& in, const Geometry& g, con
   stats::count_forward("attention_fused");
   stats::count_flops(attention_flops(g) * (g.causal ? 0.5 : 1.0));
   Tensor out = Tensor::empty({g.B, g.S, g.width()}, in.q.dtype(), "attention");
-  out.set_kind(OpKind::matmul);
+  out.set_tag("attention");
   Tensor lse = Tensor::empty({g.B, g.H, g.S}, in.q.dtype(), "attention_lse");
-  lse.set_kind(OpKind::attn_core);
+  lse.set_tag("attention_lse");
   dispatch_float(in.q.dtype(), [&](auto tag) {
     using T = decltype(tag);
     fused::forward<T>(fused_problem(g, d), in.q.data<T>(), in.k.data<T>(), in.v.data<T>(), out.data<T>(),

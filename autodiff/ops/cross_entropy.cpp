@@ -21,9 +21,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
 
   stats::count_forward("cross_entropy");
   Tensor lse = Tensor::empty({M}, logits.dtype(), "cross_entropy_lse");
-  lse.set_kind(OpKind::loss);
+  lse.set_tag("cross_entropy");
   Tensor loss = Tensor::empty({}, logits.dtype(), "loss");
-  loss.set_kind(OpKind::loss);
+  loss.set_tag("cross_entropy");
   dispatch_float(logits.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* z = logits.data<T>();

@@ -13,7 +13,7 @@ namespace {
 // forward and backward draw the same mask, and nothing is saved.
 Tensor masked_scale(const Tensor& x, double p, std::uint64_t seed, std::uint64_t stream) {
   Tensor out = Tensor::empty(x.shape(), x.dtype(), "dropout");
-  out.set_kind(OpKind::other);
+  out.set_tag("dropout");
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.data<T>();

@@ -15,7 +15,7 @@ Tensor embedding_forward(const Tensor& weight, const Tensor& ids) {
   Shape shape = ids.shape();
   shape.push_back(D);
   Tensor out = Tensor::empty(shape, weight.dtype(), "embedding");
-  out.set_kind(OpKind::embedding);
+  out.set_tag("embedding");
   dispatch_float(weight.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* w = weight.data<T>();

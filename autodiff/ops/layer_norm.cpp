@@ -18,7 +18,7 @@ Normalized layer_norm_forward(const Tensor& x, const Tensor& weight, const Tenso
   Tensor out = Tensor::empty(x.shape(), x.dtype(), "layer_norm");
   Tensor mean = Tensor::empty({M}, x.dtype(), "layer_norm_mean");
   Tensor rstd = Tensor::empty({M}, x.dtype(), "layer_norm_rstd");
-  for (Tensor* t : {&out, &mean, &rstd}) t->set_kind(OpKind::norm);
+  for (Tensor* t : {&out, &mean, &rstd}) t->set_tag("layer_norm");
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T *px = x.data<T>(), *w = weight.data<T>(), *b = bias.data<T>();

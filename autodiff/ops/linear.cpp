@@ -16,7 +16,7 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias)
   Shape shape = x.shape();
   shape.back() = out_f;
   Tensor out = Tensor::empty(shape, x.dtype(), "linear");
-  out.set_kind(OpKind::matmul);
+  out.set_tag("linear");
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     T* y = out.data<T>();

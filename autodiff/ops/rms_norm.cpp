@@ -17,8 +17,8 @@ Normalized rms_norm_forward(const Tensor& x, const Tensor& weight, double eps) {
   const std::int64_t D = x.dim(-1), M = rows_of(x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), "rms_norm");
   Tensor rstd = Tensor::empty({M}, x.dtype(), "rms_norm_rstd");
-  out.set_kind(OpKind::norm);
-  rstd.set_kind(OpKind::norm);
+  out.set_tag("rms_norm");
+  rstd.set_tag("rms_norm");
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T *px = x.data<T>(), *w = weight.data<T>();

@@ -10,7 +10,7 @@ namespace {
 
 Tensor scaled(const Tensor& x, double s) {
   Tensor out = Tensor::empty(x.shape(), x.dtype(), "scale");
-  out.set_kind(OpKind::other);
+  out.set_tag("scale");
   dispatch_float(x.dtype(), [&](auto tag) {
     using T = decltype(tag);
     const T* px = x.data<T>();

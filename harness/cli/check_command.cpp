@@ -51,13 +51,13 @@ int run_check_command(const CheckCommandOptions& o) {
   if (!o.weights.empty() || golden) {
     LoadedWeights w = golden ? std::move(golden->weights) : load_weights(o.weights, o.force);
     setup = w.setup;
-    require_step_memory(setup, o.model.kernel(), strategies_for(setup.model, o.strategies), 3, o.force);
+    require_step_memory(setup, o.model.kernel(), strategies_for(setup.model, o.strategies, o.model.kernel()), 3, o.force);
     if (!w.batch || o.data_given) w.batch = o.model.make_batch(setup.sizes);
     batch = *w.batch;
     params = std::move(w.params);
   } else {
     setup = o.model.resolve();
-    require_step_memory(setup, o.model.kernel(), strategies_for(setup.model, o.strategies), 3, o.force);
+    require_step_memory(setup, o.model.kernel(), strategies_for(setup.model, o.strategies, o.model.kernel()), 3, o.force);
     params = std::make_unique<ParamStore>(models().find(setup.model).make(setup.sizes)->params(), DType::f32);
     initialize(*params, o.model.seed, setup.sizes.L);
     batch = o.model.make_batch(setup.sizes);
@@ -65,13 +65,19 @@ int run_check_command(const CheckCommandOptions& o) {
   setup.sizes.dropout = o.dropout;
   validate(setup.sizes);
   model = models().find(setup.model).make(setup.sizes);
-  const auto specs = strategies_for(setup.model, o.strategies);
+  const auto specs = strategies_for(setup.model, o.strategies, o.model.kernel());
 
   const Sizes& z = setup.sizes;
   std::printf("remat check: %s %s (L %d, D %d, H %d, S %d, B %d), dropout %g, %s attention, %s\n",
               setup.model.c_str(), setup.preset.c_str(), z.L, z.D, z.H, z.S, z.B, z.dropout,
               o.model.attention.c_str(), Runtime::describe().c_str());
-  remat::CheckOptions options{o.model.seed, o.trace, false, golden ? &golden->grads : nullptr, golden ? golden->loss : 0};
+  remat::CheckOptions options;
+  options.seed = o.model.seed;
+  options.trace = o.trace;
+  if (golden) {
+    options.golden = &golden->grads;
+    options.golden_loss = golden->loss;
+  }
   options.attention = o.model.kernel();
   if (isatty(fileno(stderr)))
     options.progress = [](std::size_t i, std::size_t n, const std::string& spec) {

@@ -28,7 +28,7 @@ struct GradsOptions {
 void run_grads(const GradsOptions& o) {
   if (!o.out.empty()) check_output(o.out, FileKind::gradients, {o.weights, batch_source_file(o.data)}, o.force);
   LoadedWeights w = load_weights(o.weights, o.force);
-  const auto specs = strategies_for(w.setup.model, o.strategy);
+  const auto specs = strategies_for(w.setup.model, o.strategy, ops::parse_attention_kernel(o.attention));
   if (specs.size() != 1) throw UserError("remat grads runs one strategy; '" + o.strategy + "' names " + std::to_string(specs.size()));
   const Sizes& z = w.setup.sizes;
   const auto kernel = ops::parse_attention_kernel(o.attention);

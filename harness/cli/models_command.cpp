@@ -30,7 +30,7 @@ void run_models() {
   std::printf("\nstrategies per model (`remat strategies` says what each does):\n");
   for (const auto& m : models().all()) {
     std::string list;
-    for (const auto& st : all_strategies(m.reversible)) list += (list.empty() ? "" : " ") + st;
+    for (const auto& st : all_strategies(ModelTraits{m.reversible})) list += (list.empty() ? "" : " ") + st;
     std::printf("%-10s %s, and compositions with +offload\n", m.name.c_str(), list.c_str());
   }
   std::printf("\npresets (L D H Hkv F S V B):\n");

@@ -1,4 +1,5 @@
-// remat strategies: the catalogue of strategies and how they compose.
+// remat strategies: the catalogue of strategies, the tags selective and a
+// policy can name, and how strategies compose.
 #include <cstdio>
 
 #include "harness/cli/commands.hpp"
@@ -7,15 +8,27 @@
 namespace remat::cli {
 
 void setup_strategies(CLI::App& app) {
-  auto* cmd = app.add_subcommand("strategies", "List the activation-memory strategies");
+  auto* cmd = app.add_subcommand("strategies", "List the activation-memory strategies, the tags, and how they compose");
   cmd->callback([] {
-    std::printf("%-20s %-18s %s\n", "strategy", "applies to", "what it does");
-    for (const auto& s : strategy_catalog())
-      std::printf("%-20s %-18s %s\n", s.spec.c_str(), s.applies_to.c_str(), s.description.c_str());
-    std::printf("\n'all' = ");
+    std::printf("%-20s %-18s %-6s %s\n", "strategy", "applies to", "exact", "what it does");
+    for (const auto& e : strategies().all())
+      std::printf("%-20s %-18s %-6s %s\n", e.usage.c_str(), e.applies_to.c_str(), e.exact ? "yes" : "no",
+                  e.description.c_str());
+    std::printf("\ntags (what produced a saved tensor; the built-in ops'): ");
+    for (const auto& t : builtin_tags()) std::printf("%s ", t.c_str());
+    std::printf("\ntag groups: ");
+    for (const auto& [group, tags] : tag_groups()) {
+      std::printf("%s = ", group.c_str());
+      for (std::size_t i = 0; i < tags.size(); ++i) std::printf("%s%s", i ? "," : "", tags[i].c_str());
+      std::printf("; ");
+    }
+    std::printf("\n\n'all' = ");
     for (const auto& s : all_strategies()) std::printf("%s ", s.c_str());
-    std::printf("\ncompositions: every:K, per-layer, sqrt and selective[:kinds] take '+offload';\n"
-                "full, offload and offload-checkpoint take none.\n");
+    std::printf(
+        "\n\ncompositions: A+B runs both policies, one decision per saved tensor: keep wins over recompute,\n"
+        "recompute over offload (e.g. selective:attn-core+offload recomputes the attention core and offloads the\n"
+        "rest). At most one part may choose checkpoint segments (every:K, per-layer, sqrt), a part that would\n"
+        "decide nothing is refused (full+offload), and reversible composes with nothing.\n");
   });
 }
 

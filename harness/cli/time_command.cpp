@@ -32,7 +32,7 @@ double mb(std::int64_t bytes) { return double(bytes) / (1 << 20); }
 
 void run_time(const TimeOptions& o) {
   const ModelSetup setup = o.model.resolve();
-  const auto specs = strategies_for(setup.model, o.strategy);
+  const auto specs = strategies_for(setup.model, o.strategy, o.model.kernel());
   if (specs.size() != 1) throw UserError("remat time runs one strategy; '" + o.strategy + "' names " +
                                          std::to_string(specs.size()) + " (use `remat matrix` for several)");
   require_step_memory(setup, o.model.kernel(), specs, 2, o.force);

@@ -1,0 +1,197 @@
+#include "strategies/policy_strategy.hpp"
+
+#include <algorithm>
+
+#include "autodiff/saved_tensor.hpp"
+
+namespace remat {
+namespace {
+
+// A tensor dropped in forward and computed again from its recipe (what its
+// producing op saved anyway) the first time backward unpacks it.
+class RecipePacked final : public Packed {
+ public:
+  RecipePacked(std::shared_ptr<const Tensor::Recipe> recipe, const Tensor& t, std::string where)
+      : recipe_(std::move(recipe)), shape_(t.shape()), dtype_(t.dtype()), where_(std::move(where)) {}
+  Tensor unpack() override {
+    if (!value_.defined()) {
+      value_ = run_recipe(*recipe_);
+      if (value_.shape() != shape_ || value_.dtype() != dtype_)
+        throw RecomputeMismatch(where_ + ": recomputed " + to_string(value_.shape()) + " " + dtype_name(value_.dtype()) +
+                                ", forward saved " + to_string(shape_) + " " + dtype_name(dtype_));
+    }
+    return value_;
+  }
+
+ private:
+  std::shared_ptr<const Tensor::Recipe> recipe_;
+  Shape shape_;
+  DType dtype_;
+  std::string where_;
+  Tensor value_;
+};
+
+std::string segment_name(const Segment& s, const BlockInfo& info) {
+  return s.first == s.last ? info.name : "blocks " + std::to_string(s.first) + "-" + std::to_string(s.last);
+}
+
+}  // namespace
+
+// Where each tensor a block saves goes: asks the policy, then keeps it on
+// the device, hands it to the offload pool's group for this block, or
+// replaces it by its recipe. Also the storage a segment's inputs are saved
+// through (its `segment_input` set while they are).
+class PolicyStrategy::Router final : public Storage {
+ public:
+  explicit Router(const Policy& policy) : policy_(policy) {}
+  void enter(const BlockInfo& block, bool segment_input) {
+    block_ = &block;
+    segment_input_ = segment_input;
+  }
+  std::shared_ptr<Packed> pack(const Tensor& t) override {
+    if (!block_) return device_.pack(t);
+    const SavedTensorInfo info{t.tag(), *block_, t.shape(), std::int64_t(t.nbytes()), t.recipe() != nullptr,
+                               segment_input_};
+    switch (policy_.decision(info)) {
+      case Decision::recompute:
+        if (t.recipe()) return recompute(t);
+        return device_.pack(t);  // no recipe: it cannot be recomputed alone
+      case Decision::offload: return pool().pack(t);
+      default: return device_.pack(t);
+    }
+  }
+  void begin_group(const std::string& name, RegionTrace* trace) override {
+    trace_ = trace;
+    device_.begin_group(name, trace);
+    pool().begin_group(name, trace);
+  }
+  void end_group() override {
+    device_.end_group();
+    pool().end_group();
+    trace_ = nullptr;
+    block_ = nullptr;
+  }
+  void reset() override {
+    if (pool_) pool_->reset();
+  }
+
+ private:
+  OffloadStorage& pool() {
+    if (!pool_) pool_ = std::make_unique<OffloadStorage>();
+    return *pool_;
+  }
+  std::shared_ptr<Packed> recompute(const Tensor& t) {
+    if (trace_) {
+      trace_->saved += std::int64_t(t.nbytes());
+      trace_->dropped += std::int64_t(t.nbytes());
+      trace_->saves.push_back(std::string(current_op()) + ": recompute " + t.tag() + " " + to_string(t.shape()) + " " +
+                              human_bytes(double(t.nbytes())));
+    }
+    return std::make_shared<RecipePacked>(t.recipe(), t,
+                                          "block " + block_->name + ", " + t.tag() + " saved by " + current_op());
+  }
+
+  const Policy& policy_;
+  const BlockInfo* block_ = nullptr;
+  bool segment_input_ = false;
+  RegionTrace* trace_ = nullptr;
+  KeepStorage device_;
+  std::unique_ptr<OffloadStorage> pool_;  // made on first use: most policies never offload
+};
+
+PolicyStrategy::PolicyStrategy(std::string spec, Policy policy)
+    : Strategy(std::move(spec)), policy_(std::move(policy)), router_(std::make_unique<Router>(policy_)) {}
+
+PolicyStrategy::~PolicyStrategy() = default;
+
+void PolicyStrategy::reset() {
+  region_.reset();
+  router_->reset();
+}
+
+Tensors PolicyStrategy::run(const BlockInfo& info, const Tensors& inputs, const BlockBody& body) {
+  if (const auto segment = policy_.segment_of(info)) {
+    const std::string name = segment_name(*segment, info);
+    RegionTrace* trace = trace_region(name);
+    if (info.index == segment->first || !region_) {
+      router_->enter(info, /*segment_input=*/true);
+      region_ = RecomputeRegion::begin(name, inputs, *router_, trace);
+    }
+    return run_traced(trace, [&] { return region_->run(inputs, body); });
+  }
+  region_.reset();
+  RegionTrace* trace = trace_region(info.name);
+  router_->begin_group(info.name, trace);
+  router_->enter(info, /*segment_input=*/false);
+  Tensors out = run_traced(trace, [&] {
+    SavedTensorHooksScope hooks(*router_);
+    return body(inputs);
+  });
+  router_->end_group();
+  return out;
+}
+
+MemoryPrediction PolicyStrategy::predict(const SaveProfile& p) const { return predict_policy(p, policy_); }
+
+// The moments of a step, in order, with what is on the device at each:
+// - a plain block's forward: what earlier blocks keep on the device, and its
+//   own working set less what it recomputes instead of saving;
+// - a segment block's forward: earlier blocks' kept bytes, the segment's kept
+//   inputs, and its working set without its saves (they are placeholders);
+// - the end of forward: everything kept, and the head's working set;
+// - a plain block's backward: earlier blocks' kept bytes, the previous
+//   offload group if this block's own group is fetched (the fetch brings the
+//   previous one with it), and its backward working set;
+// - a segment block's backward and its recomputation: likewise, with the
+//   recomputed saves of the segment's earlier blocks, and during the
+//   recomputation the gradient of the segment's output.
+MemoryPrediction predict_policy(const SaveProfile& p, const Policy& policy) {
+  const int L = int(p.blocks.size());
+  MemoryPrediction m;
+  std::int64_t device = 0;          // kept on the device by the blocks so far
+  std::int64_t last_group = 0;      // bytes of the last offload group made so far
+  std::int64_t segment_saved = 0;   // saves of the current segment's blocks so far (recomputed in backward)
+  std::int64_t segment_input = 0;   // the current segment's kept inputs
+  std::int64_t segment_held = 0;    // on the device during the current segment's backward, from before it
+  for (int i = 0; i < L; ++i) {
+    const BlockSaves& b = p.blocks[std::size_t(i)];
+    const BlockInfo info{i, L, b.name};
+    if (const auto seg = policy.segment_of(info)) {
+      if (i == seg->first) {
+        std::int64_t kept = 0, offloaded = 0;
+        for (const auto& x : b.inputs) {
+          const SavedTensorInfo t{x.tag, info, x.shape, x.bytes, false, true};
+          (policy.decision(t) == Decision::offload ? offloaded : kept) += x.bytes;
+        }
+        segment_held = device + (offloaded > 0 ? last_group : 0);
+        if (offloaded > 0) last_group = offloaded;
+        m.offload += offloaded;
+        segment_input = kept;
+        segment_saved = 0;
+      }
+      m.device = std::max({m.device, device + segment_input + b.forward_peak - b.saved,
+                           segment_held + segment_saved + b.backward_peak,
+                           segment_held + segment_saved + b.forward_peak + b.input});
+      segment_saved += b.saved;
+      if (i == seg->last || i == L - 1) device += segment_input;
+      continue;
+    }
+    std::int64_t kept = 0, offloaded = 0, recomputed = 0;
+    for (const auto& x : b.tensors) {
+      const SavedTensorInfo t{x.tag, info, x.shape, x.bytes, x.recomputable, false};
+      const Decision d = policy.decision(t);
+      if (d == Decision::recompute && x.recomputable) recomputed += x.bytes;
+      else if (d == Decision::offload) offloaded += x.bytes;
+      else kept += x.bytes;
+    }
+    const std::int64_t prefetched = offloaded > 0 ? last_group : 0;
+    m.device = std::max({m.device, device + b.forward_peak - recomputed, device + prefetched + b.backward_peak});
+    if (offloaded > 0) last_group = offloaded;
+    m.offload += offloaded;
+    device += kept;
+  }
+  m.device = std::max(m.device, device + p.outside_peak);
+  return m;
+}
+
+}  // namespace remat
