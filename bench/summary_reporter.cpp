@@ -27,6 +27,13 @@ void SummaryReporter::Finalize() {
     if (auto d = figures_.find("BM_gemm_dispatch/2048"); d != figures_.end())
       std::fprintf(out, "  remat's GEMM dispatch: %.2fx the raw sgemm rate\n", d->second.flops / sgemm->second.flops);
   }
+  if (auto a = figures_.find("BM_adamw_10M"); a != figures_.end())
+    std::fprintf(out, "  AdamW update of 10M parameters: %.1f ms\n", a->second.seconds * 1e3);
+  const auto train = figures_.find("BM_train_step"), bare = figures_.find("BM_bare_step");
+  if (train != figures_.end() && bare != figures_.end())
+    std::fprintf(out, "  training step / bare step (gpt2 small): %.3f (overhead %.1f%%)\n",
+                 train->second.seconds / bare->second.seconds,
+                 100.0 * (train->second.seconds / bare->second.seconds - 1));
   // Step rows: BM_step[_plain]/<model>/<strategy>. Ratios to the same
   // family's and model's full step.
   for (const char* family : {"BM_step/", "BM_step_plain/"}) {

@@ -17,6 +17,8 @@ class RandomSource final : public BatchSource {
   RandomSource(std::int64_t B, std::int64_t S, std::int64_t V, std::uint64_t seed) : B_(B), S_(S), V_(V), seed_(seed) {}
   Batch next() override { return random_batch(B_, S_, V_, seed_ + step_++); }
   std::string describe() const override { return "random (seed " + std::to_string(seed_) + ")"; }
+  std::uint64_t position() const override { return step_; }
+  void seek(std::uint64_t n) override { step_ = n; }
 
  private:
   std::int64_t B_, S_, V_;
@@ -49,6 +51,8 @@ class TaskSource final : public BatchSource {
     return {Tensor::from_host(tokens, {B_, S_}, "tokens"), Tensor::from_host(targets, {B_, S_}, "targets")};
   }
   std::string describe() const override { return reverse_ ? "reverse task" : "copy task"; }
+  std::uint64_t position() const override { return step_; }
+  void seek(std::uint64_t n) override { step_ = n; }
 
  private:
   bool reverse_;
@@ -67,19 +71,23 @@ class StreamSource final : public BatchSource {
                       std::to_string(B) + ", " + std::to_string(S) + "] needs " + std::to_string(B * S + 1));
   }
   Batch next() override {
-    const std::int64_t n = B_ * S_;
-    if (offset_ + n + 1 > std::int64_t(stream_.size())) offset_ = 0;
-    std::vector<std::int32_t> tokens(stream_.begin() + offset_, stream_.begin() + offset_ + n);
-    std::vector<std::int32_t> targets(stream_.begin() + offset_ + 1, stream_.begin() + offset_ + n + 1);
-    offset_ += n;
+    const std::int64_t n = B_ * S_, offset = std::int64_t(batch_ % batches()) * n;
+    ++batch_;
+    std::vector<std::int32_t> tokens(stream_.begin() + offset, stream_.begin() + offset + n);
+    std::vector<std::int32_t> targets(stream_.begin() + offset + 1, stream_.begin() + offset + n + 1);
     return {Tensor::from_host(tokens, {B_, S_}, "tokens"), Tensor::from_host(targets, {B_, S_}, "targets")};
   }
   std::string describe() const override { return what_; }
+  std::uint64_t position() const override { return batch_; }
+  void seek(std::uint64_t n) override { batch_ = n; }
 
  private:
+  // Whole batches in the stream; after the last, the first again.
+  std::uint64_t batches() const { return std::uint64_t((std::int64_t(stream_.size()) - 1) / (B_ * S_)); }
   std::vector<std::int32_t> stream_;
   std::string what_;
-  std::int64_t B_, S_, offset_ = 0;
+  std::int64_t B_, S_;
+  std::uint64_t batch_ = 0;
 };
 
 std::vector<std::int32_t> read_bytes(const std::string& path, std::int64_t V) {
@@ -122,19 +130,41 @@ std::string batch_source_file(const std::string& spec) {
   return "";
 }
 
+namespace {
+
+// The part of a token stream a split reads: validation the last tenth,
+// training the rest.
+std::vector<std::int32_t> split_stream(std::vector<std::int32_t> tokens, DataSplit split) {
+  if (split == DataSplit::all) return tokens;
+  const std::size_t cut = tokens.size() - tokens.size() / 10;
+  if (split == DataSplit::train) return std::vector<std::int32_t>(tokens.begin(), tokens.begin() + std::ptrdiff_t(cut));
+  return std::vector<std::int32_t>(tokens.begin() + std::ptrdiff_t(cut), tokens.end());
+}
+
+const char* split_name(DataSplit split) {
+  return split == DataSplit::train ? " (training part)" : split == DataSplit::validation ? " (held-out tenth)" : "";
+}
+
+}  // namespace
+
 std::unique_ptr<BatchSource> make_batch_source(const std::string& spec, std::int64_t B, std::int64_t S,
-                                               std::int64_t V, std::uint64_t seed) {
-  if (spec == "random") return std::make_unique<RandomSource>(B, S, V, seed);
-  if (spec == "copy" || spec == "reverse") return std::make_unique<TaskSource>(spec == "reverse", B, S, V, seed);
+                                               std::int64_t V, std::uint64_t seed, DataSplit split) {
+  // Generated data is held out by drawing from another seed.
+  const std::uint64_t generated_seed = split == DataSplit::validation ? seed ^ 0x9E3779B97F4A7C15ull : seed;
+  if (spec == "random") return std::make_unique<RandomSource>(B, S, V, generated_seed);
+  if (spec == "copy" || spec == "reverse")
+    return std::make_unique<TaskSource>(spec == "reverse", B, S, V, generated_seed);
   if (spec.rfind("text:", 0) == 0) {
     const std::string path = spec.substr(5);
     if (path.empty()) throw UserError("data source 'text:' names no file (text:PATH)");
-    return std::make_unique<StreamSource>(read_bytes(path, V), "text " + path, B, S);
+    return std::make_unique<StreamSource>(split_stream(read_bytes(path, V), split),
+                                          "text " + path + split_name(split), B, S);
   }
   if (spec.rfind("h5:", 0) == 0) {
     const auto [rest, dataset] = token_file_spec(spec);
     if (rest.empty() || dataset.empty()) throw UserError("data source '" + spec + "': expected h5:PATH[:DATASET]");
-    return std::make_unique<StreamSource>(read_token_file(rest, dataset, V), "tokens " + rest + ":" + dataset, B, S);
+    return std::make_unique<StreamSource>(split_stream(read_token_file(rest, dataset, V), split),
+                                          "tokens " + rest + ":" + dataset + split_name(split), B, S);
   }
   throw UserError("unknown data source '" + spec + "' (random, copy, reverse, text:PATH, h5:PATH[:DATASET])");
 }

@@ -22,11 +22,20 @@ class BatchSource {
   // same sequence of batches for the same spec and seed).
   virtual Batch next() = 0;
   virtual std::string describe() const = 0;
+  // Where the source is: the batches taken so far. seek(n) makes the next
+  // batch the n-th, so a resumed training run reads what it would have.
+  virtual std::uint64_t position() const = 0;
+  virtual void seek(std::uint64_t batches) = 0;
 };
+
+// Which part of the data a source reads: training uses all but a held-out
+// tail (the last tenth of a file's tokens; for generated data, another seed),
+// from which validation batches come.
+enum class DataSplit { all, train, validation };
 
 // Throws UserError for a bad spec, a missing or short file, or tokens >= V.
 std::unique_ptr<BatchSource> make_batch_source(const std::string& spec, std::int64_t B, std::int64_t S,
-                                               std::int64_t V, std::uint64_t seed);
+                                               std::int64_t V, std::uint64_t seed, DataSplit split = DataSplit::all);
 
 // The file a spec reads ("" for random, copy, reverse): an input no output
 // may overwrite.

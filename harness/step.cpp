@@ -42,7 +42,7 @@ double run_forward_backward(const Model& model, const ParamStore& params, const 
 }  // namespace
 
 double forward_backward(const Model& model, const ParamStore& params, const Batch& batch, const StepOptions& o) {
-  params.zero_grad();
+  if (o.zero_grad) params.zero_grad();
   return run_forward_backward(model, params, batch, o);
 }
 
@@ -75,7 +75,7 @@ double median(std::vector<double> seconds) {
 StepResult run_step(const Model& model, const ParamStore& params, const Batch& batch, const StepOptions& o) {
   auto& tracker = MemoryTracker::instance();
   const std::string pool = MemoryTracker::default_pool();
-  params.zero_grad();  // allocates the gradients before the baseline is read
+  if (o.zero_grad) params.zero_grad();  // allocates the gradients before the baseline is read
   ExecSpace().fence();
   const auto base = tracker.stats(pool).live;
   const auto base_offload = offload_pool_bytes().live;

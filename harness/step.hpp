@@ -19,6 +19,7 @@ struct StepOptions {
   std::uint64_t step = 0;
   bool timeline = false;  // record the memory timeline of the step
   ops::AttentionKernel attention = ops::AttentionKernel::fused;  // the kernel the step's attention ops use
+  bool zero_grad = true;  // false: add to the gradients already there (accumulating micro-batches)
 };
 
 struct TimelinePoint {
@@ -38,7 +39,8 @@ struct StepResult {
 };
 
 // Zeroes the parameter gradients (allocated once, so they are not counted as
-// activations), runs forward under the strategy and backward, and measures.
+// activations) unless told not to, runs forward under the strategy and
+// backward, and measures.
 StepResult run_step(const Model& model, const ParamStore& params, const Batch& batch, const StepOptions& options = {});
 
 // The median of step times (the mean of the middle two for an even count;

@@ -115,7 +115,6 @@ TEST_CASE("each strategy runs forward exactly the ops it promises", "[strategies
 
 TEST_CASE("offloaded bytes go to the offload pool and come back", "[strategies][offload]") {
   Setup s = gpt2("tiny", 4, 0.0);
-  auto& tracker = MemoryTracker::instance();
   auto full = make_strategy("full"), offload = make_strategy("offload");
   run_step(*s.model, *s.params, s.batch, {full.get(), 1, 0});  // warm-up
   const StepResult f = run_step(*s.model, *s.params, s.batch, {full.get(), 1, 0});

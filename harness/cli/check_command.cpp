@@ -7,7 +7,9 @@
 #include <memory>
 
 #include "datasets/batch_source.hpp"
+#include "harness/cli/validators.hpp"
 #include "harness/io/output_guard.hpp"
+#include "harness/train/trajectory.hpp"
 
 #include "autodiff/runtime.hpp"
 #include "autodiff/error.hpp"
@@ -30,7 +32,33 @@ struct CheckCommandOptions {
   bool data_given = false;  // --data overrides a weight file's batch
   std::string save_golden, golden;
   bool force = false;
+  int train_steps = 0;  // > 0: compare whole training runs instead of one step
 };
+
+// remat check --train-steps N: every strategy trains N steps beside full.
+int check_trajectories(const CheckCommandOptions& o, const ModelSetup& setup, const std::vector<std::string>& specs) {
+  TrainConfig c;
+  c.setup = setup;
+  c.attention = o.model.kernel();
+  c.data = o.model.data;
+  c.seed = o.model.seed;
+  c.steps = o.train_steps;
+  c.schedule.lr = 1e-3;
+  c.schedule.kind = "constant";
+  std::printf("training %d steps (AdamW, lr 1e-3) under full and each strategy, from the same weights and data\n\n",
+              c.steps);
+  std::printf("%-28s %10s %18s %14s %14s\n", "strategy", "bitwise", "first divergence", "max loss diff", "weights rel");
+  int failures = 0;
+  for (const auto& r : compare_trajectories(c, specs)) {
+    const bool ok = !r.exact || r.bitwise;
+    failures += ok ? 0 : 1;
+    std::printf("%-28s %10s %18s %14.2e %14.2e%s\n", r.strategy.c_str(), r.bitwise ? "yes" : "no",
+                r.first_divergence ? ("step " + std::to_string(r.first_divergence)).c_str() : "none", r.max_loss_diff,
+                r.weights_max_rel, ok ? "" : "   <- AN EXACT STRATEGY DIVERGED");
+  }
+  if (failures) std::fprintf(stderr, "remat check: %d exact strategies trained differently from full\n", failures);
+  return failures ? 1 : 0;
+}
 
 std::string mb(double bytes) {
   char buf[32];
@@ -66,6 +94,7 @@ int run_check_command(const CheckCommandOptions& o) {
   validate(setup.sizes);
   model = models().find(setup.model).make(setup.sizes);
   const auto specs = strategies_for(setup.model, o.strategies, o.model.kernel());
+  if (o.train_steps > 0) return check_trajectories(o, setup, specs);
 
   const Sizes& z = setup.sizes;
   std::printf("remat check: %s %s (L %d, D %d, H %d, S %d, B %d), dropout %g, %s attention, %s\n",
@@ -153,6 +182,10 @@ void setup_check(CLI::App& app) {
   cmd->add_option("--save-golden", o->save_golden, "Write weights, batch, loss and full's gradients to this file");
   cmd->add_option("--golden", o->golden, "Compare every strategy with this golden file; exit 1 on drift");
   cmd->add_flag("--force", o->force, "Let --save-golden replace a file of another kind; skip the memory check");
+  cmd->add_option("--train-steps", o->train_steps,
+                  "Instead of one step: train this many steps under full and each strategy, and compare the losses "
+                  "at every step and the final weights; prints the first step that diverges")
+      ->check(whole_number(1, 100000));
   cmd->add_flag("--trace", o->trace, "Print, per region, the ops run and recomputed and the bytes kept/dropped/offloaded");
   cmd->callback([o, cmd] {
     o->data_given = cmd->count("--data") > 0;

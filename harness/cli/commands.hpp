@@ -12,5 +12,6 @@ void setup_strategies(CLI::App& app);
 void setup_matrix(CLI::App& app);
 void setup_report(CLI::App& app);
 void setup_time(CLI::App& app);
+void setup_train(CLI::App& app);
 
 }  // namespace remat::cli

@@ -34,6 +34,7 @@ int run(int argc, char** argv) {
   remat::cli::setup_matrix(app);
   remat::cli::setup_report(app);
   remat::cli::setup_time(app);
+  remat::cli::setup_train(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {  // a command's own failure, already reported

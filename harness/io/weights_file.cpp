@@ -125,6 +125,13 @@ void write_model_file(const std::string& path, const ModelSetup& setup, const Pa
 
 }  // namespace
 
+void write_params(const h5::File& f, const ParamStore& params) {
+  for (std::size_t i = 0; i < params.names().size(); ++i)
+    h5::write(f, "/params/" + params.names()[i], to_f32(params.tensors()[i]), params.tensors()[i].shape());
+}
+
+void write_model_setup(const h5::File& f, const ModelSetup& setup) { write_setup(f, setup); }
+
 void write_weights(const std::string& path, const ModelSetup& setup, const ParamStore& params, const Batch* batch) {
   write_model_file(path, setup, params, true, batch, nullptr);
 }

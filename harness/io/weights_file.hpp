@@ -8,6 +8,7 @@
 #include <string>
 
 #include "datasets/batch.hpp"
+#include "h5/h5.hpp"
 #include "zoo/model.hpp"
 
 namespace remat {
@@ -29,6 +30,11 @@ struct LoadedWeights {
 // previous file is intact. Guard the path first (harness/io/output_guard.hpp).
 // Writes parameters (and the batch, if given) to `path`.
 void write_weights(const std::string& path, const ModelSetup& setup, const ParamStore& params, const Batch* batch);
+
+// The pieces, for files that hold more (a training run): the setup's
+// attributes on / and /params/<name>.
+void write_model_setup(const h5::File& f, const ModelSetup& setup);
+void write_params(const h5::File& f, const ParamStore& params);
 
 // Loads any file in the layout; the model and its sizes come from the file's
 // attributes. Every mismatch is a UserError naming the parameter and shapes;

@@ -1,0 +1,150 @@
+// remat train: training under any strategy, recorded and resumable.
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "autodiff/error.hpp"
+#include "autodiff/runtime.hpp"
+#include "datasets/batch_source.hpp"
+#include "harness/check.hpp"
+#include "harness/cli/commands.hpp"
+#include "harness/cli/model_options.hpp"
+#include "harness/cli/validators.hpp"
+#include "harness/io/output_guard.hpp"
+#include "harness/train/run_file.hpp"
+
+namespace remat::cli {
+namespace {
+
+struct TrainOptions {
+  ModelOptions model;
+  TrainConfig config;
+  std::string strategy = "full";
+  double dropout = 0;
+  bool resume = false, force = false;
+};
+
+std::string duration(double s) {
+  char buf[32];
+  if (s >= 3600) std::snprintf(buf, sizeof buf, "%dh%02dm", int(s) / 3600, int(s) / 60 % 60);
+  else if (s >= 60) std::snprintf(buf, sizeof buf, "%dm%02ds", int(s) / 60, int(s) % 60);
+  else std::snprintf(buf, sizeof buf, "%.0fs", s);
+  return buf;
+}
+
+// "step 120/300  loss 2.3456  val 2.4012  lr 8.1e-04  5210 tok/s  ETA 1m10s"
+std::string progress_line(const TrainConfig& c, const TrainState& s, double since_start, int first_step) {
+  const StepRecord& r = s.history.back();
+  const double tokens = double(c.setup.sizes.B) * c.setup.sizes.S * c.accumulate;
+  const int done_here = s.step - first_step;
+  const double per_step = since_start / std::max(1, done_here);
+  char buf[200];
+  std::snprintf(buf, sizeof buf, "step %d/%d  loss %.4f%s  lr %.2e  %.0f tok/s  ETA %s", s.step, c.steps, r.loss,
+                s.evals.empty() ? "" : ("  val " + std::to_string(s.evals.back().loss).substr(0, 6)).c_str(), r.lr,
+                tokens / r.seconds, duration(per_step * (c.steps - s.step)).c_str());
+  return buf;
+}
+
+void run_train(TrainOptions& o) {
+  TrainConfig& c = o.config;
+  c.setup = o.model.resolve();
+  c.setup.sizes.dropout = o.dropout;
+  validate(c.setup.sizes);
+  c.attention = o.model.kernel();
+  c.data = o.model.data;
+  c.seed = o.model.seed;
+  const auto specs = strategies_for(c.setup.model, o.strategy, c.attention);
+  if (specs.size() != 1) throw UserError("remat train runs one strategy; '" + o.strategy + "' names " + std::to_string(specs.size()));
+  c.strategy = specs[0];
+  // Weights, gradients, the optimizer's state (two for AdamW), the sum of
+  // accumulated micro-batches, and the step's activations.
+  require_step_memory(c.setup, c.attention, specs, 4 + (c.accumulate > 1 ? 1 : 0), o.force);
+
+  std::unique_ptr<SavedRun> resume;
+  if (!c.out.empty()) {
+    const FileKind kind = file_kind(c.out);
+    if (o.resume && kind == FileKind::training_run) {
+      resume = std::make_unique<SavedRun>(read_run_file(c.out));
+      require_same_run(c.out, resume->config, c);
+      if (resume->state.step >= c.steps) {
+        std::printf("%s is complete: %d of %d steps\n", c.out.c_str(), resume->state.step, c.steps);
+        return;
+      }
+      std::printf("resuming %s at step %d of %d\n", c.out.c_str(), resume->state.step, c.steps);
+    } else if (kind == FileKind::training_run && !o.force) {
+      throw UserError(c.out + ": holds a training run already; pass --resume to continue it, --force to start over, "
+                      "or give another --out");
+    } else {
+      check_output(c.out, FileKind::training_run, {batch_source_file(c.data)}, o.force);
+      if (o.resume) std::printf("no checkpoint in %s yet: starting at step 0\n", c.out.c_str());
+    }
+  }
+
+  const Sizes& z = c.setup.sizes;
+  std::printf("remat train: %s %s (L %d, D %d, S %d, B %d x %d), %s, %s attention, %s %s lr %g, %d steps, %s\n",
+              c.setup.model.c_str(), c.setup.preset.c_str(), z.L, z.D, z.S, z.B, c.accumulate, c.strategy.c_str(),
+              o.model.attention.c_str(), c.optimizer.kind.c_str(), c.schedule.kind.c_str(), c.schedule.lr, c.steps,
+              Runtime::describe().c_str());
+  std::fflush(stdout);
+  const bool tty = isatty(fileno(stderr));
+  const auto start = std::chrono::steady_clock::now();
+  const int first = resume ? resume->state.step : 0;
+  const int every = std::max(1, c.steps / 20);
+  TrainProgress progress;
+  progress.step = [&](const TrainConfig& cfg, const TrainState& s) {
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    const std::string line = progress_line(cfg, s, elapsed, first);
+    if (tty) std::fprintf(stderr, "\r\033[K%s", line.c_str());
+    else if (s.step % every == 0 || s.step == cfg.steps) std::fprintf(stderr, "%s\n", line.c_str());
+  };
+  const TrainResult result = train(c, progress, resume.get());
+  if (tty) std::fprintf(stderr, "\n");
+  const TrainState& s = result.state;
+  std::vector<double> times;
+  for (std::size_t i = std::size_t(first); i < s.history.size(); ++i) times.push_back(s.history[i].seconds);
+  std::printf("done: %d steps, final loss %.4f", s.step, s.history.back().loss);
+  if (!s.evals.empty()) std::printf(", validation loss %.4f", s.evals.back().loss);
+  std::printf(", median step %.3f s\n", median(times));
+  if (!c.out.empty()) std::printf("wrote %s (record, weights, optimizer state)\n", c.out.c_str());
+}
+
+}  // namespace
+
+void setup_train(CLI::App& app) {
+  auto o = std::make_shared<TrainOptions>();
+  auto* cmd = app.add_subcommand("train", "Train a model under a strategy; record the run and checkpoint it");
+  o->model.bind(*cmd);
+  TrainConfig& c = o->config;
+  cmd->add_option("--strategy", o->strategy, "Activation-memory strategy (see `remat strategies`)")->capture_default_str();
+  cmd->add_option("--dropout", o->dropout, "Dropout probability")->check(CLI::Range(0.0, 0.99).description("from 0 to 0.99"));
+  cmd->add_option("--steps", c.steps, "Optimizer steps")->check(whole_number(1, 100000000))->capture_default_str();
+  cmd->add_option("--optimizer", c.optimizer.kind, "adamw or sgd")->check(CLI::IsMember({"adamw", "sgd"}))->capture_default_str();
+  cmd->add_option("--lr", c.schedule.lr, "Peak learning rate")->capture_default_str();
+  cmd->add_option("--warmup", c.schedule.warmup, "Steps of linear warm-up from 0")->check(whole_number(0, 100000000))->capture_default_str();
+  cmd->add_option("--schedule", c.schedule.kind, "After warm-up: cosine (decay to 0 at the last step) or constant")
+      ->check(CLI::IsMember({"cosine", "constant"}))
+      ->capture_default_str();
+  cmd->add_option("--weight-decay", c.optimizer.weight_decay, "Decoupled weight decay (not on biases and norm gains)")
+      ->capture_default_str();
+  cmd->add_option("--momentum", c.optimizer.momentum, "SGD momentum")->capture_default_str();
+  cmd->add_option("--grad-clip", c.grad_clip, "Clip the global gradient norm to this (0: no clipping)")->capture_default_str();
+  cmd->add_option("--accumulate", c.accumulate, "Micro-batches of B per step (gradient accumulation)")
+      ->check(whole_number(1, 65536))
+      ->capture_default_str();
+  cmd->add_option("--eval-every", c.eval_every, "Steps between validation losses on held-out data (0: none)")
+      ->check(whole_number(0, 100000000));
+  cmd->add_option("--eval-batches", c.eval_batches, "Held-out batches per validation loss")
+      ->check(whole_number(1, 100000))
+      ->capture_default_str();
+  cmd->add_option("--out", c.out, "The run file: record, weights and optimizer state (HDF5)");
+  cmd->add_option("--save-every", c.save_every, "Steps between checkpoints into --out (it is also written at the end)")
+      ->check(whole_number(0, 100000000));
+  cmd->add_flag("--resume", o->resume, "Continue the run in --out from its last checkpoint (bitwise the same run)");
+  cmd->add_flag("--force", o->force, "Start over in an existing --out; skip the memory check");
+  cmd->callback([o] { run_train(*o); });
+}
+
+}  // namespace remat::cli

@@ -1,0 +1,13 @@
+#pragma once
+// `remat report` for training runs: a Markdown summary of each run and one
+// plot of their loss curves (training, and validation dashed), overlaid.
+#include <string>
+#include <vector>
+
+namespace remat {
+
+std::string training_summary(const std::vector<std::string>& run_files);
+// Writes loss.svg into `dir`; returns the file written.
+std::string write_loss_plot(const std::vector<std::string>& run_files, const std::string& dir);
+
+}  // namespace remat

@@ -1,0 +1,246 @@
+#include "harness/train/run_file.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <tuple>
+#include <type_traits>
+
+#include "autodiff/error.hpp"
+#include "h5/h5.hpp"
+#include "strategies/registry.hpp"
+
+namespace remat {
+namespace {
+
+std::vector<float> to_f32(const Tensor& t) {
+  const auto d = t.to_host_f64();
+  return std::vector<float>(d.begin(), d.end());
+}
+
+// Every setting of a run as (name, text) pairs: written as attributes, and
+// compared one by one when a run is resumed.
+std::vector<std::pair<std::string, std::string>> settings(const TrainConfig& c) {
+  auto num = [](double v) {
+    char buf[40];
+    std::snprintf(buf, sizeof buf, "%.17g", v);
+    return std::string(buf);
+  };
+  return {{"strategy", c.strategy},
+          {"attention", ops::attention_kernel_name(c.attention)},
+          {"data", c.data},
+          {"seed", std::to_string(c.seed)},
+          {"dropout", num(c.setup.sizes.dropout)},
+          {"steps", std::to_string(c.steps)},
+          {"optimizer", c.optimizer.kind},
+          {"lr", num(c.schedule.lr)},
+          {"warmup", std::to_string(c.schedule.warmup)},
+          {"schedule", c.schedule.kind},
+          {"weight_decay", num(c.optimizer.weight_decay)},
+          {"beta1", num(c.optimizer.beta1)},
+          {"beta2", num(c.optimizer.beta2)},
+          {"eps", num(c.optimizer.eps)},
+          {"momentum", num(c.optimizer.momentum)},
+          {"grad_clip", num(c.grad_clip)},
+          {"accumulate", std::to_string(c.accumulate)},
+          {"eval_every", std::to_string(c.eval_every)},
+          {"eval_batches", std::to_string(c.eval_batches)},
+          {"save_every", std::to_string(c.save_every)}};
+}
+
+std::string text_attr(const h5::File& f, const std::string& name) {
+  const auto v = h5::read_attr_string(f, "train." + name);
+  if (!v) throw UserError(f.path() + ": no 'train." + name + "' attribute (not a remat training run?)");
+  return *v;
+}
+
+double number(const h5::File& f, const std::string& name) {
+  const std::string s = text_attr(f, name);
+  char* end = nullptr;
+  const double v = std::strtod(s.c_str(), &end);
+  if (s.empty() || *end != '\0' || !std::isfinite(v))
+    throw UserError(f.path() + ": 'train." + name + "' = '" + s + "' is not a number");
+  return v;
+}
+
+int whole(const h5::File& f, const std::string& name) {
+  const double v = number(f, name);
+  if (v != std::floor(v) || v < 0 || v > 2e9)
+    throw UserError(f.path() + ": 'train." + name + "' = " + text_attr(f, name) + " is not a count");
+  return int(v);
+}
+
+template <class T>
+std::vector<T> history(const h5::File& f, const std::string& name, std::size_t n) {
+  if (!h5::exists(f, "/history/" + name)) throw UserError(f.path() + ": no /history/" + name);
+  std::vector<T> v;
+  if constexpr (std::is_same_v<T, double>) v = h5::read_f64(f, "/history/" + name);
+  else v = h5::read_i64(f, "/history/" + name);
+  if (v.size() != n)
+    throw UserError(f.path() + ": /history/" + name + " holds " + std::to_string(v.size()) + " values, expected " +
+                    std::to_string(n));
+  return v;
+}
+
+TrainConfig read_config(const h5::File& f, const ModelSetup& setup) {
+  TrainConfig c;
+  c.setup = setup;
+  c.strategy = text_attr(f, "strategy");
+  c.attention = ops::parse_attention_kernel(text_attr(f, "attention"));
+  c.data = text_attr(f, "data");
+  const std::string seed = text_attr(f, "seed");
+  char* end = nullptr;
+  c.seed = std::strtoull(seed.c_str(), &end, 10);
+  if (seed.empty() || *end != '\0') throw UserError(f.path() + ": 'train.seed' = '" + seed + "' is not a seed");
+  c.setup.sizes.dropout = number(f, "dropout");
+  c.steps = whole(f, "steps");
+  c.optimizer.kind = text_attr(f, "optimizer");
+  c.schedule.lr = number(f, "lr");
+  c.schedule.warmup = whole(f, "warmup");
+  c.schedule.kind = text_attr(f, "schedule");
+  c.optimizer.weight_decay = number(f, "weight_decay");
+  c.optimizer.beta1 = number(f, "beta1");
+  c.optimizer.beta2 = number(f, "beta2");
+  c.optimizer.eps = number(f, "eps");
+  c.optimizer.momentum = number(f, "momentum");
+  c.grad_clip = number(f, "grad_clip");
+  c.accumulate = whole(f, "accumulate");
+  c.eval_every = whole(f, "eval_every");
+  c.eval_batches = whole(f, "eval_batches");
+  c.save_every = whole(f, "save_every");
+  c.out = f.path();
+  return c;
+}
+
+void check_version(const h5::File& f) {
+  const auto v = h5::read_attr_int(f, "remat_training_run");
+  if (!v) throw UserError(f.path() + ": not a remat training run (no 'remat_training_run' attribute)");
+  if (*v != kRunFileVersion)
+    throw UserError(f.path() + ": training run version " + std::to_string(*v) + ", this remat reads " +
+                    std::to_string(kRunFileVersion));
+}
+
+// The record part: state and history, checked for consistency.
+TrainState read_state(const h5::File& f, const TrainConfig& c) {
+  TrainState s;
+  s.step = whole(f, "done");
+  if (s.step > c.steps) throw UserError(f.path() + ": 'train.done' exceeds 'train.steps'");
+  s.data_position = std::uint64_t(number(f, "data_position"));
+  const std::size_t n = std::size_t(s.step);
+  const auto loss = history<double>(f, "loss", n), lr = history<double>(f, "lr", n),
+             norm = history<double>(f, "grad_norm", n), seconds = history<double>(f, "step_time", n);
+  const auto peak = history<std::int64_t>(f, "activation_peak", n);
+  for (std::size_t i = 0; i < n; ++i) s.history.push_back({loss[i], lr[i], norm[i], seconds[i], peak[i]});
+  const auto eval_step = h5::exists(f, "/history/eval_step") ? h5::read_i64(f, "/history/eval_step") : std::vector<std::int64_t>{};
+  const auto eval_loss = history<double>(f, "eval_loss", eval_step.size());
+  for (std::size_t i = 0; i < eval_step.size(); ++i) s.evals.push_back({int(eval_step[i]), eval_loss[i]});
+  return s;
+}
+
+}  // namespace
+
+void write_run_file(const std::string& path, const TrainConfig& config, const TrainState& state,
+                    const ParamStore& params, Optimizer& optimizer) {
+  h5::File f = h5::File::create(path);
+  h5::write_attr(f, "remat_training_run", kRunFileVersion);
+  write_model_setup(f, config.setup);
+  for (const auto& [name, value] : settings(config)) h5::write_attr(f, "train." + name, value);
+  h5::write_attr(f, "train.done", std::to_string(state.step));
+  h5::write_attr(f, "train.data_position", std::to_string(state.data_position));
+  h5::write_attr(f, "train.optimizer_steps", std::to_string(optimizer.steps_taken()));
+  write_params(f, params);
+  for (const auto& name : optimizer.state_names()) {
+    const auto& buffers = optimizer.state(name);
+    for (std::size_t i = 0; i < buffers.size(); ++i)
+      h5::write(f, "/optimizer/" + name + "/" + params.names()[i], to_f32(buffers[i]), buffers[i].shape());
+  }
+  std::vector<double> loss, lr, norm, seconds;
+  std::vector<std::int64_t> peak, eval_step;
+  std::vector<double> eval_loss;
+  for (const auto& r : state.history) {
+    loss.push_back(r.loss);
+    lr.push_back(r.lr);
+    norm.push_back(r.grad_norm);
+    seconds.push_back(r.seconds);
+    peak.push_back(r.activation_peak);
+  }
+  for (const auto& e : state.evals) {
+    eval_step.push_back(e.step);
+    eval_loss.push_back(e.loss);
+  }
+  const Shape n{std::int64_t(loss.size())}, m{std::int64_t(eval_step.size())};
+  h5::write(f, "/history/loss", loss, n);
+  h5::write(f, "/history/lr", lr, n);
+  h5::write(f, "/history/grad_norm", norm, n);
+  h5::write(f, "/history/step_time", seconds, n);
+  h5::write(f, "/history/activation_peak", peak, n);
+  h5::write(f, "/history/eval_step", eval_step, m);
+  h5::write(f, "/history/eval_loss", eval_loss, m);
+  f.save();
+}
+
+SavedRun read_run_record(const std::string& path) {
+  const h5::File f = h5::File::open(path);
+  check_version(f);
+  SavedRun run;
+  ModelSetup setup;
+  setup.model = h5::read_attr_string(f, "model").value_or("?");
+  setup.preset = h5::read_attr_string(f, "preset").value_or("?");
+  for (auto [name, field] : {std::pair{"L", &setup.sizes.L}, {"D", &setup.sizes.D}, {"S", &setup.sizes.S},
+                             {"B", &setup.sizes.B}})
+    *field = int(h5::read_attr_int(f, name).value_or(0));
+  run.config = read_config(f, setup);
+  run.state = read_state(f, run.config);
+  return run;
+}
+
+SavedRun read_run_file(const std::string& path) {
+  SavedRun run;
+  run.weights = load_weights(path);
+  const h5::File f = h5::File::open(path);
+  check_version(f);
+  run.config = read_config(f, run.weights.setup);
+  run.state = read_state(f, run.config);
+  run.optimizer_steps = std::int64_t(number(f, "optimizer_steps"));
+  for (const char* name : {"m", "v", "momentum"}) {
+    if (!h5::exists(f, std::string("/optimizer/") + name)) continue;
+    auto& buffers = run.optimizer_state[name];
+    for (const auto& spec : run.weights.params->specs()) {
+      const std::string p = std::string("/optimizer/") + name + "/" + spec.name;
+      if (!h5::exists(f, p)) throw UserError(path + ": missing optimizer state " + p);
+      if (h5::info(f, p).shape != spec.shape)
+        throw UserError(path + ": optimizer state " + p + " has shape " + to_string(h5::info(f, p).shape) +
+                        ", expected " + to_string(spec.shape));
+      buffers.push_back(h5::read_f32(f, p));
+      for (float v : buffers.back())
+        if (!std::isfinite(v)) throw UserError(path + ": optimizer state " + p + " holds a non-finite value");
+    }
+  }
+  return run;
+}
+
+void require_same_run(const std::string& path, const TrainConfig& run, const TrainConfig& asked) {
+  const ModelSetup &a = run.setup, &b = asked.setup;
+  auto differ = [&](const std::string& what, const std::string& was, const std::string& now) {
+    throw UserError(path + ": was trained with " + what + " " + was + ", this run asks for " + now +
+                    "; resume with the same settings, or give another --out");
+  };
+  if (a.model != b.model) differ("model", a.model, b.model);
+  const Sizes &x = a.sizes, &y = b.sizes;
+  for (auto [name, u, v] : {std::tuple{"L", x.L, y.L}, {"D", x.D, y.D}, {"H", x.H, y.H}, {"Hkv", x.Hkv, y.Hkv},
+                            {"F", x.F, y.F}, {"S", x.S, y.S}, {"V", x.V, y.V}, {"B", x.B, y.B}})
+    if (u != v) differ(name, std::to_string(u), std::to_string(v));
+  const auto was = settings(run), now = settings(asked);
+  for (std::size_t i = 0; i < was.size(); ++i) {
+    if (was[i].first == "strategy" || was[i].first == "save_every") continue;  // see below
+    if (was[i].second != now[i].second) differ(was[i].first, was[i].second, now[i].second);
+  }
+  // Exact strategies give bitwise the same run: one may resume under another
+  // (to fit the memory of another machine, say). A non-exact one may not.
+  if (run.strategy != asked.strategy) {
+    const bool exact = make_strategy(run.strategy)->exact() && make_strategy(asked.strategy)->exact();
+    if (!exact) differ("strategy", run.strategy, asked.strategy);
+  }
+}
+
+}  // namespace remat

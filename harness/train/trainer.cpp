@@ -1,0 +1,151 @@
+#include "harness/train/trainer.hpp"
+
+#include <chrono>
+#include <cmath>
+
+#include "autodiff/elementwise.hpp"
+#include "autodiff/error.hpp"
+#include "autodiff/tape.hpp"
+#include "datasets/batch_source.hpp"
+#include "harness/step.hpp"
+#include "harness/train/run_file.hpp"
+#include "strategies/registry.hpp"
+
+namespace remat {
+namespace {
+
+void validate(const TrainConfig& c) {
+  if (c.steps < 1) throw UserError("--steps must be at least 1");
+  if (c.accumulate < 1) throw UserError("--accumulate must be at least 1");
+  if (!(c.grad_clip >= 0) || !std::isfinite(c.grad_clip)) throw UserError("--grad-clip must be 0 (none) or positive");
+  if (c.eval_every < 0 || c.eval_batches < 1) throw UserError("--eval-every must be >= 0 and --eval-batches >= 1");
+  if (c.save_every < 0) throw UserError("--save-every must be >= 0");
+  if (c.save_every > 0 && c.out.empty()) throw UserError("--save-every needs --out, the run file to save to");
+  Schedule s = c.schedule;
+  s.steps = c.steps;
+  s.validate();
+}
+
+// The mean held-out loss over `batches` batches (the same ones each time),
+// by `model` built without dropout: forward only, nothing recorded or saved.
+double validation_loss(const Model& model, const ParamStore& params, BatchSource& source, int batches,
+                       ops::AttentionKernel kernel) {
+  NoGradScope no_grad;
+  ops::AttentionKernelScope scope(kernel);
+  source.seek(0);
+  double sum = 0;
+  for (int b = 0; b < batches; ++b) sum += model.loss(params, source.next()).item();
+  return sum / batches;
+}
+
+}  // namespace
+
+Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(config) {
+  validate(config_);
+  const Sizes& z = config_.setup.sizes;
+  model_ = models().find(config_.setup.model).make(z);
+  params_ = std::make_unique<ParamStore>(model_->params(), DType::f32);
+  strategy_ = make_strategy(config_.strategy);
+  optimizer_ = make_optimizer(config_.optimizer, params_->tensors());
+  schedule_ = config_.schedule;
+  schedule_.steps = config_.steps;
+  data_ = make_batch_source(config_.data, z.B, z.S, z.V, config_.seed, DataSplit::train);
+  if (config_.eval_every > 0) {
+    held_out_ = make_batch_source(config_.data, z.B, z.S, z.V, config_.seed, DataSplit::validation);
+    Sizes no_dropout = z;
+    no_dropout.dropout = 0;
+    eval_model_ = models().find(config_.setup.model).make(no_dropout);  // the same parameters, no dropout
+  }
+  if (resume) {
+    state_ = resume->state;
+    for (std::size_t i = 0; i < params_->tensors().size(); ++i)
+      Kokkos::deep_copy(params_->tensors()[i].bytes(), resume->weights.params->tensors()[i].bytes());
+    optimizer_->set_steps_taken(resume->optimizer_steps);
+    for (const auto& name : optimizer_->state_names()) {
+      auto& buffers = optimizer_->state(name);
+      const auto& saved = resume->optimizer_state.at(name);
+      for (std::size_t i = 0; i < buffers.size(); ++i) {
+        const Tensor host = Tensor::from_host(saved[i], buffers[i].shape());
+        Kokkos::deep_copy(buffers[i].bytes(), host.bytes());
+      }
+    }
+  } else {
+    initialize(*params_, config_.seed, z.L);
+  }
+  data_->seek(state_.data_position);
+}
+
+Trainer::~Trainer() = default;
+
+const StepRecord& Trainer::step() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const int K = config_.accumulate;
+  ParamStore& params = *params_;
+  StepRecord r;
+  for (int k = 0; k < K; ++k) {
+    StepOptions o{strategy_.get(), config_.seed, std::uint64_t(state_.step) * K + k};
+    o.attention = config_.attention;
+    const StepResult s = run_step(*model_, params, data_->next(), o);
+    r.loss += s.loss;
+    r.activation_peak = std::max(r.activation_peak, s.activation_peak);
+    // Each micro-batch's gradient is computed fresh and added to the sum in
+    // micro-batch order: sum = g0; sum += g1; ... the additions, in the
+    // order, of a data-parallel reduction over ranks.
+    if (K > 1) {
+      const auto& ts = params.tensors();
+      for (std::size_t i = 0; i < ts.size(); ++i)
+        if (k == 0) sums_.push_back(clone(ts[i].grad()));
+        else add_inplace(sums_[i], ts[i].grad());
+    }
+  }
+  ++state_.data_position;
+  if (K > 1) {
+    const auto& ts = params.tensors();
+    for (std::size_t i = 0; i < ts.size(); ++i) Kokkos::deep_copy(ts[i].grad().bytes(), sums_[i].bytes());
+    sums_.clear();
+    scale_gradients(ts, 1.0 / K);
+    r.loss /= K;
+  }
+  r.grad_norm = gradient_norm(params.tensors());
+  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
+    try {
+      require_finite_result(r.loss, params);
+    } catch (const UserError& e) {
+      throw UserError("step " + std::to_string(state_.step + 1) + ": " + e.what() + "; stopped" +
+                      (config_.out.empty() ? std::string() : ", " + config_.out + " keeps the last checkpoint"));
+    }
+  }
+  if (config_.grad_clip > 0 && r.grad_norm > config_.grad_clip)
+    scale_gradients(params.tensors(), config_.grad_clip / (r.grad_norm + 1e-6));
+  r.lr = schedule_.at(state_.step);
+  optimizer_->step(r.lr);
+  ExecSpace().fence();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  state_.history.push_back(r);
+  const int done = ++state_.step;
+  if (held_out_ && (done % config_.eval_every == 0 || done == config_.steps))
+    state_.evals.push_back({done, validation_loss(*eval_model_, params, *held_out_, config_.eval_batches, config_.attention)});
+  saved_ = !config_.out.empty() && ((config_.save_every > 0 && done % config_.save_every == 0) || done == config_.steps);
+  if (saved_) write_run_file(config_.out, config_, state_, params, *optimizer_);
+  return state_.history.back();
+}
+
+TrainResult Trainer::finish() {
+  TrainResult r;
+  r.state = state_;
+  r.model = std::move(model_);
+  r.params = std::move(params_);
+  return r;
+}
+
+TrainResult train(const TrainConfig& config, const TrainProgress& progress, const SavedRun* resume) {
+  Trainer t(config, resume);
+  while (!t.done()) {
+    t.step();
+    if (progress.step) progress.step(t.config(), t.state());
+    if (t.saved() && progress.saved) progress.saved(t.config(), t.state());
+  }
+  return t.finish();
+}
+
+}  // namespace remat

@@ -1,0 +1,106 @@
+#pragma once
+// Training: the measured step (harness/step.hpp) in a loop with an
+// optimizer, a learning-rate schedule, gradient clipping and accumulation,
+// validation on held-out data, and checkpoints from which a run resumes
+// bitwise. Every random draw is a function of (seed, micro-step) and every
+// reduction has a fixed order, so the loss sequence and the final weights
+// are the same under every exact strategy and across interruptions.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "autodiff/ops/ops.hpp"
+#include "harness/io/weights_file.hpp"
+#include "optim/optimizer.hpp"
+#include "optim/schedule.hpp"
+
+namespace remat {
+
+struct TrainConfig {
+  ModelSetup setup;  // model, preset, sizes (dropout included)
+  std::string strategy = "full";
+  ops::AttentionKernel attention = ops::AttentionKernel::fused;
+  std::string data = "random";
+  std::uint64_t seed = 1;
+  int steps = 100;
+  OptimizerConfig optimizer;
+  Schedule schedule;  // its `steps` is this config's
+  double grad_clip = 0;  // global-norm clipping threshold; 0: none
+  int accumulate = 1;    // micro-batches of B per step
+  int eval_every = 0;    // steps between validation losses; 0: none
+  int eval_batches = 4;  // held-out batches per validation loss
+  int save_every = 0;    // steps between checkpoints (and one at the end); needs `out`
+  std::string out;       // the run file; "" for none
+};
+
+struct StepRecord {
+  double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
+  std::int64_t activation_peak = 0;
+};
+
+struct EvalRecord {
+  int step = 0;  // after this many steps
+  double loss = 0;
+};
+
+struct TrainState {
+  int step = 0;  // steps done
+  std::vector<StepRecord> history;
+  std::vector<EvalRecord> evals;
+  std::uint64_t data_position = 0;  // training batches read
+};
+
+struct TrainResult {
+  TrainState state;
+  std::unique_ptr<Model> model;
+  std::unique_ptr<ParamStore> params;
+};
+
+struct TrainProgress {
+  std::function<void(const TrainConfig&, const TrainState&)> step;   // after each step
+  std::function<void(const TrainConfig&, const TrainState&)> saved;  // after each checkpoint
+};
+
+// A run file read back: its configuration, state, weights and optimizer.
+struct SavedRun;
+class BatchSource;
+class Optimizer;
+class Strategy;
+
+// A training run, one step at a time.
+class Trainer {
+ public:
+  // From scratch, or from `resume` (a run file of the same configuration).
+  // UserError for a bad configuration.
+  explicit Trainer(const TrainConfig& config, const SavedRun* resume = nullptr);
+  ~Trainer();
+  bool done() const { return state_.step >= config_.steps; }
+  // One optimizer step: the micro-batches, clipping, the update, and the
+  // validation loss and checkpoint when they are due. UserError for a
+  // non-finite loss or gradient (naming the step and the first non-finite
+  // gradient; the last checkpoint stays as it was), or a write that fails.
+  const StepRecord& step();
+  // Whether the last step wrote a checkpoint.
+  bool saved() const { return saved_; }
+  const TrainConfig& config() const { return config_; }
+  const TrainState& state() const { return state_; }
+  TrainResult finish();  // hands over the model, the weights and the state
+
+ private:
+  TrainConfig config_;
+  TrainState state_;
+  std::unique_ptr<Model> model_, eval_model_;
+  std::unique_ptr<ParamStore> params_;
+  std::unique_ptr<Strategy> strategy_;
+  std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<BatchSource> data_, held_out_;
+  Schedule schedule_;
+  std::vector<Tensor> sums_;  // accumulated micro-batch gradients
+  bool saved_ = false;
+};
+
+// Trains config.steps steps (Trainer, step after step).
+TrainResult train(const TrainConfig& config, const TrainProgress& progress = {}, const SavedRun* resume = nullptr);
+
+}  // namespace remat

@@ -1,0 +1,48 @@
+#pragma once
+// Optimizers: they update parameters from the gradients backward left in
+// them. An optimizer owns its state (AdamW's moments), which a checkpoint
+// saves and restores by name, so that a resumed run continues bitwise.
+// Every update is elementwise, in Kokkos kernels, and deterministic.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "autodiff/tensor.hpp"
+
+namespace remat {
+
+struct OptimizerConfig {
+  std::string kind = "adamw";  // adamw | sgd
+  double weight_decay = 0.0;   // decoupled (AdamW's), never on biases and norm gains (1-D parameters)
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  // AdamW
+  double momentum = 0.0;                          // SGD
+};
+
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  // One update of every parameter with learning rate `lr`.
+  virtual void step(double lr) = 0;
+  // The state a checkpoint holds, per parameter: names of the buffers
+  // ("m", "v" for AdamW) and the buffers themselves, in parameter order.
+  virtual std::vector<std::string> state_names() const = 0;
+  virtual std::vector<Tensor>& state(const std::string& name) = 0;
+  std::int64_t steps_taken() const { return steps_; }
+  void set_steps_taken(std::int64_t n) { steps_ = n; }
+
+ protected:
+  std::int64_t steps_ = 0;
+};
+
+// UserError for an unknown kind or a bad setting.
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const std::vector<Tensor>& params);
+
+// The global L2 norm of the parameters' gradients (those that have one),
+// summed in a fixed order: the same for any thread count.
+double gradient_norm(const std::vector<Tensor>& params);
+// Multiplies every gradient by `factor` (clipping, averaging accumulated
+// micro-batches).
+void scale_gradients(const std::vector<Tensor>& params, double factor);
+
+}  // namespace remat

@@ -1,0 +1,263 @@
+// Training: the optimizers against their definitions, gradient accumulation,
+// whole trajectories under every strategy against full's, bitwise resume,
+// real learning on a text file, and bad settings. (A diverging run, whose
+// NaNs the trapping test main would turn into a signal, and kill -9 at any
+// moment are tested through the CLI: tests/cli/train_test.sh.)
+#include <unistd.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <map>
+
+#include "autodiff/error.hpp"
+#include "catch.hpp"
+#include "h5/h5.hpp"
+#include "harness/train/run_file.hpp"
+#include "harness/train/trajectory.hpp"
+#include "helpers.hpp"
+#include "optim/optimizer.hpp"
+#include "strategies/registry.hpp"
+
+using namespace remat;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct TempDir {
+  fs::path path = fs::temp_directory_path() / ("remat-train-" + std::to_string(::getpid()));
+  TempDir() { fs::create_directories(path); }
+  ~TempDir() { fs::remove_all(path); }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+};
+
+TrainConfig tiny(const std::string& model = "gpt2", double dropout = 0.1) {
+  TrainConfig c;
+  c.setup = {model, "tiny", preset_sizes("tiny")};
+  c.setup.sizes.dropout = dropout;
+  c.steps = 12;
+  c.schedule.lr = 3e-3;
+  c.schedule.warmup = 2;
+  c.optimizer.weight_decay = 0.1;
+  c.grad_clip = 1.0;
+  return c;
+}
+
+std::vector<std::vector<double>> weights(const ParamStore& p) {
+  std::vector<std::vector<double>> w;
+  for (const auto& t : p.tensors()) w.push_back(t.to_host_f64());
+  return w;
+}
+
+std::vector<double> losses(const TrainState& s) {
+  std::vector<double> l;
+  for (const auto& r : s.history) l.push_back(r.loss);
+  return l;
+}
+
+}  // namespace
+
+TEST_CASE("AdamW and SGD follow their definitions; no weight decay on 1-D parameters", "[train][optim]") {
+  const std::vector<double> p0 = {0.5, -1.0, 2.0, 0.25}, g = {0.1, -0.2, 0.3, 0.0};
+  auto make = [&](const Shape& shape) {
+    Tensor p = Tensor::parameter(shape, DType::f64, "p");
+    test::upload(p, p0);
+    p.slot()->grad = std::make_shared<Tensor>(Tensor::zeros(shape, DType::f64, "grad"));
+    test::upload(p.grad(), g);
+    return p;
+  };
+  for (const Shape& shape : {Shape{2, 2}, Shape{4}}) {
+    const bool decays = shape.size() == 2;
+    {
+      INFO("adamw " << to_string(shape));
+      Tensor p = make(shape);
+      OptimizerConfig c;
+      c.weight_decay = 0.1;
+      auto opt = make_optimizer(c, {p});
+      const double lr = 0.01;
+      opt->step(lr);
+      opt->step(lr);  // the same gradient twice: t = 2
+      const auto got = p.to_host_f64();
+      for (std::size_t i = 0; i < p0.size(); ++i) {
+        double w = p0[i], m = 0, v = 0;
+        for (int t = 1; t <= 2; ++t) {
+          w *= decays ? 1 - lr * 0.1 : 1;
+          m = 0.9 * m + 0.1 * g[i];
+          v = 0.999 * v + 0.001 * g[i] * g[i];
+          w -= lr / (1 - std::pow(0.9, t)) * m / (std::sqrt(v) / std::sqrt(1 - std::pow(0.999, t)) + 1e-8);
+        }
+        CHECK(got[i] == test::Approx(w).epsilon(1e-14));
+      }
+      CHECK(opt->steps_taken() == 2);
+      CHECK(opt->state_names() == std::vector<std::string>{"m", "v"});
+    }
+    {
+      INFO("sgd with momentum " << to_string(shape));
+      Tensor p = make(shape);
+      OptimizerConfig c;
+      c.kind = "sgd";
+      c.momentum = 0.5;
+      c.weight_decay = 0.1;
+      auto opt = make_optimizer(c, {p});
+      opt->step(0.1);
+      opt->step(0.1);
+      const auto got = p.to_host_f64();
+      for (std::size_t i = 0; i < p0.size(); ++i) {
+        double w = p0[i], b = 0;
+        for (int t = 0; t < 2; ++t) {
+          b = 0.5 * b + g[i];
+          w = w * (decays ? 1 - 0.1 * 0.1 : 1) - 0.1 * b;
+        }
+        CHECK(got[i] == test::Approx(w).epsilon(1e-14));
+      }
+    }
+  }
+  CHECK_THROWS_WITH(make_optimizer({"lamb"}, {}), test::Contains("unknown optimizer 'lamb'"));
+}
+
+TEST_CASE("the learning-rate schedule warms up linearly and decays by a cosine to zero", "[train][optim]") {
+  Schedule s{"cosine", 1.0, 4, 14};
+  CHECK(s.at(0) == test::Approx(0.25));
+  CHECK(s.at(3) == test::Approx(1.0));
+  CHECK(s.at(4) == test::Approx(1.0));
+  CHECK(s.at(9) == test::Approx(0.5));
+  CHECK(s.at(13) < 0.03);
+  s.kind = "constant";
+  CHECK(s.at(13) == 1.0);
+  for (double bad : std::vector<double>{0.0, -1.0, NAN}) {
+    s.lr = bad;
+    CHECK_THROWS_WITH(s.validate(), test::Contains("--lr must be a positive number"));
+  }
+}
+
+TEST_CASE("gradient accumulation over K micro-batches trains as one K-times larger batch", "[train]") {
+  TempDir dir;
+  std::ofstream(dir.file("text.txt")) << std::string(4000, 'a') + "the quick brown fox jumps over the lazy dog " +
+                                             std::string(200, 'b');
+  TrainConfig big = tiny("gpt2", 0.0);
+  big.setup.sizes.V = 256;
+  big.data = "text:" + dir.file("text.txt");
+  big.setup.sizes.B = 4;
+  TrainConfig small = big;
+  small.setup.sizes.B = 2;
+  small.accumulate = 2;  // the same rows, in the same order, two at a time
+  const TrainResult a = train(big), b = train(small);
+  for (std::size_t s = 0; s < a.state.history.size(); ++s) {
+    INFO("step " << s);
+    CHECK(b.state.history[s].loss == test::Approx(a.state.history[s].loss).epsilon(1e-6));
+    CHECK(b.state.history[s].grad_norm == test::Approx(a.state.history[s].grad_norm).epsilon(1e-5));
+  }
+  const auto wa = weights(*a.params), wb = weights(*b.params);
+  double worst = 0;
+  for (std::size_t i = 0; i < wa.size(); ++i) worst = std::max(worst, test::max_abs_diff(wa[i], wb[i]));
+  CHECK(worst < 1e-5);
+}
+
+TEST_CASE("50 steps with dropout under every strategy: the loss at every step and the final weights equal full's",
+          "[train][trajectory]") {
+  for (const auto& m : models().all()) {
+    TrainConfig c = tiny(m.name, 0.1);
+    c.steps = 50;
+    const auto specs = all_strategies(ModelTraits{m.reversible});
+    for (const auto& r : compare_trajectories(c, specs)) {
+      INFO(m.name << " " << r.strategy << ": first divergence at step " << r.first_divergence << ", weights rel "
+                  << r.weights_max_rel);
+      if (r.exact) {
+        CHECK(r.bitwise);
+      } else {  // reversible: reconstruction rounds, the trajectory stays close
+        CHECK(r.max_loss_diff < 1e-4);
+        CHECK(r.weights_max_rel < 1e-2);
+      }
+    }
+  }
+}
+
+TEST_CASE("a run interrupted after a checkpoint and resumed is bitwise the uninterrupted run", "[train][resume]") {
+  TempDir dir;
+  TrainConfig c = tiny("llama", 0.1);
+  c.steps = 20;
+  c.eval_every = 5;
+  c.out = dir.file("whole.h5");
+  const TrainResult whole = train(c);
+
+  struct Interrupted {};
+  c.out = dir.file("cut.h5");
+  c.save_every = 7;
+  TrainProgress stop;
+  stop.step = [](const TrainConfig&, const TrainState& s) {
+    if (s.step == 16) throw Interrupted{};  // after the checkpoint at 14, before the one at 20
+  };
+  CHECK_THROWS_AS(train(c, stop), Interrupted);
+  const SavedRun saved = read_run_file(c.out);
+  CHECK(saved.state.step == 14);
+  require_same_run(c.out, saved.config, c);
+  const TrainResult resumed = train(c, {}, &saved);
+  CHECK(losses(resumed.state) == losses(whole.state));
+  CHECK(weights(*resumed.params) == weights(*whole.params));
+  REQUIRE(resumed.state.evals.size() == whole.state.evals.size());
+  for (std::size_t i = 0; i < whole.state.evals.size(); ++i) CHECK(resumed.state.evals[i].loss == whole.state.evals[i].loss);
+
+  // The run file is a weights file too.
+  const LoadedWeights w = load_weights(c.out);
+  CHECK(weights(*w.params) == weights(*whole.params));
+
+  TrainConfig other = c;
+  other.schedule.lr = 1e-2;
+  CHECK_THROWS_WITH(require_same_run(c.out, saved.config, other),
+                    test::Contains("was trained with lr 0.0030000000000000001, this run asks for 0.01"));
+  other = c;
+  other.setup.sizes.D = 64;
+  CHECK_THROWS_WITH(require_same_run(c.out, saved.config, other), test::Contains("was trained with D 32"));
+  other = c;
+  other.optimizer.kind = "sgd";
+  CHECK_THROWS_WITH(require_same_run(c.out, saved.config, other), test::Contains("optimizer adamw"));
+  other = c;
+  other.strategy = "per-layer";  // exact strategies give the same run: allowed
+  CHECK_NOTHROW(require_same_run(c.out, saved.config, other));
+}
+
+TEST_CASE("byte-level gpt2 and llama learn a text well below its unigram entropy", "[train][learning]") {
+  const std::string text = "/usr/share/common-licenses/GPL-3";
+  std::ifstream in(text, std::ios::binary);
+  REQUIRE(in);
+  std::map<unsigned char, double> counts;
+  double n = 0;
+  for (std::istreambuf_iterator<char> it(in), end; it != end; ++it, ++n) counts[static_cast<unsigned char>(*it)] += 1;
+  double entropy = 0;
+  for (const auto& [byte, k] : counts) entropy -= k / n * std::log(k / n);
+  for (const char* model : {"gpt2", "llama"}) {
+    TrainConfig c;
+    c.setup = {model, "small", preset_sizes("small")};
+    c.setup.sizes.L = 2;
+    c.setup.sizes.S = c.setup.sizes.S_max = 64;
+    c.data = "text:" + text;
+    c.steps = 150;
+    c.schedule = {"constant", 3e-3, 10, 150};
+    const TrainResult r = train(c);
+    double last = 0;
+    for (std::size_t i = r.state.history.size() - 20; i < r.state.history.size(); ++i) last += r.state.history[i].loss / 20;
+    INFO(model << ": unigram entropy " << entropy << " nats, mean loss of the last 20 steps " << last);
+    CHECK(last < entropy - 0.25);
+  }
+}
+
+TEST_CASE("bad training settings are refused before anything runs", "[train][errors]") {
+  TrainConfig c = tiny();
+  c.schedule.lr = -1;
+  CHECK_THROWS_WITH(train(c), test::Contains("--lr must be a positive number"));
+  c = tiny();
+  c.save_every = 5;
+  CHECK_THROWS_WITH(train(c), test::Contains("--save-every needs --out"));
+  c = tiny();
+  c.schedule.warmup = 50;
+  CHECK_THROWS_WITH(train(c), test::Contains("--warmup"));
+  TempDir dir;
+  std::ofstream(dir.file("short.txt")) << "too short";
+  c = tiny();
+  c.setup.sizes.V = 256;
+  c.data = "text:" + dir.file("short.txt");
+  CHECK_THROWS_WITH(train(c), test::Contains("one batch of [2, 16] needs 33"));
+  const std::string foreign = dir.file("w.h5");
+  h5::File::create(foreign).save();
+  CHECK_THROWS_WITH(read_run_file(foreign), test::Contains("no 'model' attribute"));
+}
