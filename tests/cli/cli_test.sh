@@ -147,6 +147,10 @@ expect_error "text:$work" "$remat" matrix --preset small --strategies full --dat
 expect_error "needs about" "$remat" check --preset small --layers 60000 --strategies full
 expect_error "needs about" "$remat" matrix --preset gpu-medium --models gpt2 --batch 64 --out r.h5
 
+# A selective tag the model does not produce is one line listing the ones it does.
+expect_error "produces no tag 'bogus'; its tags: add, attention, attention_lse" "$remat" check --preset tiny --strategies selective:bogus
+expect_error "would have no effect" "$remat" check --preset tiny --strategies full+offload
+
 # Non-finite weights are refused; a non-finite result is an error, not "loss nan".
 "${PYTHON:-python3}" - <<'PY' || fail "could not prepare the non-finite files"
 import h5py, shutil, numpy as np
