@@ -98,4 +98,8 @@ class MemoryPhase {
   std::string previous_;
 };
 
+// "512M", "1.5G", "150MB", "4096" (binary units: M = 2^20 bytes); UserError
+// if `text` is not a positive size.
+std::int64_t parse_byte_size(const std::string& text);
+
 }  // namespace remat

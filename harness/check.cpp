@@ -5,6 +5,7 @@
 #include <cstring>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 #include "autodiff/error.hpp"
@@ -79,6 +80,55 @@ SaveProfile profile_saves(const Model& model, const ParamStore& params, const Ba
   }
   tracker.stop_timeline();
   return profiler.finish(tracker.timeline(), tracker.phases(), pool, base);
+}
+
+SaveProfile measure_costs(const Model& model, const ParamStore& params, const Batch& batch,
+                          ops::AttentionKernel attention, std::uint64_t seed, int repeats) {
+  SaveProfile p = profile_saves(model, params, batch, attention);
+  auto full = make_strategy("full");
+  StepOptions step{full.get(), seed, 0};
+  step.attention = attention;
+  std::vector<double> steps;
+  for (int i = 0; i < repeats; ++i) {
+    const StepResult r = run_step(model, params, batch, step);
+    steps.push_back(r.seconds);
+    p.measured_peak = std::max(p.measured_peak, r.activation_peak);
+  }
+  p.step_seconds = median(steps);
+  std::vector<std::vector<double>> forward(p.blocks.size());
+  std::vector<std::vector<std::vector<double>>> recipes(p.blocks.size());
+  for (int i = 0; i < repeats; ++i) {
+    CostTimer timer;
+    {
+      ops::AttentionKernelScope kernel(attention);
+      random_ops::begin_step(seed, 0);
+      BlockRunnerScope runner(timer);
+      model.loss(params, batch);
+    }
+    current_tape().clear();
+    if (timer.times().size() != p.blocks.size())
+      throw std::logic_error("measure_costs: the timed pass ran " + std::to_string(timer.times().size()) +
+                             " blocks, the probe " + std::to_string(p.blocks.size()));
+    for (std::size_t b = 0; b < p.blocks.size(); ++b) {
+      forward[b].push_back(timer.times()[b].forward);
+      recipes[b].resize(timer.times()[b].recipes.size());
+      for (std::size_t k = 0; k < recipes[b].size(); ++k) recipes[b][k].push_back(timer.times()[b].recipes[k]);
+    }
+  }
+  for (std::size_t b = 0; b < p.blocks.size(); ++b) {
+    p.blocks[b].forward_seconds = median(forward[b]);
+    for (std::size_t k = 0; k < p.blocks[b].tensors.size() && k < recipes[b].size(); ++k)
+      p.blocks[b].tensors[k].recompute_seconds = median(recipes[b][k]);
+  }
+  p.timed = true;
+  return p;
+}
+
+void prepare_strategy(Strategy& strategy, const Model& model, const ParamStore& params, const Batch& batch,
+                      ops::AttentionKernel attention, std::uint64_t seed, const SaveProfile* costs) {
+  if (!strategy.needs_costs()) return;
+  if (costs) return strategy.plan(*costs);
+  strategy.plan(measure_costs(model, params, batch, attention, seed));
 }
 
 std::vector<std::string> tags_produced(const std::string& model, ops::AttentionKernel kernel) {
@@ -169,9 +219,15 @@ CheckReport run_check(const Model& model, const ParamStore& params, const Batch&
   require_finite_result(report.full.loss, params);
   const auto ref_grads = gradients(params);
 
+  std::optional<SaveProfile> costs;  // measured once, for the first planned strategy
+  if (options.costs) costs = *options.costs;
   for (const auto& spec : strategies) {
     if (options.progress) options.progress(report.rows.size(), strategies.size(), spec);
     auto strategy = make_strategy(spec);
+    if (strategy->needs_costs()) {
+      if (!costs) costs = measure_costs(model, params, batch, options.attention, options.seed);
+      strategy->plan(*costs);
+    }
     strategy->trace().enabled = options.trace;
     CheckRow row;
     row.strategy = spec;
@@ -189,7 +245,10 @@ CheckReport run_check(const Model& model, const ParamStore& params, const Batch&
     if (options.golden)
       row.vs_golden = compare_gradients(params, grads, *options.golden, row.step.loss, options.golden_loss, 1e-6);
     row.predicted = strategy->predict(profile);
-    if (options.trace) row.trace = strategy->trace().to_string();  // the measured step's, before any other
+    if (options.trace) {
+      row.trace = strategy->trace().to_string();
+      if (!strategy->plan_summary().empty()) row.trace = "plan: " + strategy->plan_summary() + "\n" + row.trace;
+    }  // the measured step's, before any other
     if (!row.exact) {  // a second, unmeasured step that keeps the true inputs to compare
       strategy->set_verify(true);
       forward_backward(model, params, batch, {strategy.get(), options.seed, 0, false, options.attention});

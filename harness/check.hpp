@@ -44,6 +44,7 @@ struct CheckOptions {
   double golden_loss = 0;
   std::int64_t mem_limit = 0;  // cap on the device pool during each strategy's steps (0: none)
   ops::AttentionKernel attention = ops::AttentionKernel::fused;
+  const SaveProfile* costs = nullptr;  // a timed profile for planned strategies (measured if needed and null)
   // Called before each strategy's step (index, count, spec).
   std::function<void(std::size_t, std::size_t, const std::string&)> progress;
 };
@@ -65,6 +66,18 @@ GradientComparison compare_gradients(const ParamStore& params, const std::vector
 // probe step (forward and backward, everything kept).
 SaveProfile profile_saves(const Model& model, const ParamStore& params, const Batch& batch,
                           ops::AttentionKernel attention = ops::AttentionKernel::fused);
+
+// A timed profile for planned strategies (budget:<size>): profile_saves, a
+// step under `full` timed `repeats` times (its median time and measured
+// activation peak), and each block's forward and each recipe timed as many
+// times (medians).
+SaveProfile measure_costs(const Model& model, const ParamStore& params, const Batch& batch,
+                          ops::AttentionKernel attention, std::uint64_t seed, int repeats = 3);
+
+// Plans `strategy` if it needs costs, measuring them unless `costs` (a timed
+// profile of the same model, weights and batch) is given.
+void prepare_strategy(Strategy& strategy, const Model& model, const ParamStore& params, const Batch& batch,
+                      ops::AttentionKernel attention, std::uint64_t seed, const SaveProfile* costs = nullptr);
 
 struct CheckReport {
   StepResult full;  // the reference step

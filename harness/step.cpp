@@ -95,6 +95,11 @@ StepResult run_step(const Model& model, const ParamStore& params, const Batch& b
   }
   r.activation_peak = tracker.stats(pool).peak - base;
   r.offload_peak = offload_pool_bytes().peak - base_offload;
+  // A budget is a promise: a plan that broke it is a bug, never a quiet number.
+  if (o.strategy && o.strategy->activation_budget() > 0 && r.activation_peak > o.strategy->activation_budget())
+    throw std::logic_error("strategy '" + o.strategy->spec() + "' measured an activation peak of " +
+                           std::to_string(r.activation_peak) + " bytes, over its budget of " +
+                           std::to_string(o.strategy->activation_budget()));
   r.flops = stats::counts().flops;
   r.recompute_flops = stats::counts().recompute_flops;
   r.forward_ops = stats::counts().forward;

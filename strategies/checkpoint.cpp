@@ -20,7 +20,7 @@ Policy segments_of(int k) {
   p.segment = [size](const BlockInfo& b) -> std::optional<Segment> {
     const int k = size(b.count), s = b.index / k;
     if (s == (b.count - 1) / k) return std::nullopt;  // the tail
-    return Segment{s * k, std::min(s * k + k, b.count) - 1};
+    return Segment{s * k, std::min(s * k + k, b.count) - 1, nullptr};
   };
   // The tail is kept: another policy (offload) must not move it.
   p.decide = [size](const SavedTensorInfo& t) {

@@ -23,6 +23,7 @@
 // if a part would decide nothing (every tensor it has an opinion on is
 // decided otherwise by the rest: "full+offload").
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -45,9 +46,17 @@ struct SavedTensorInfo {
   bool segment_input;         // it is the input of a checkpoint segment
 };
 
+struct Policy;
+
 // Blocks [first, last] run as one checkpoint region.
 struct Segment {
   int first = 0, last = 0;
+  // How the region's recomputation in backward runs its blocks (null: keep
+  // everything they save, one level). It may drop tensors by tag, and make
+  // sub-segments that keep only their input during the recomputation and
+  // are recomputed again when their backward comes (multi-level
+  // checkpointing, as rotor and Revolve do; the planner makes these).
+  std::shared_ptr<const Policy> inner;
 };
 
 struct Policy {

@@ -7,30 +7,6 @@
 namespace remat {
 namespace {
 
-// A tensor dropped in forward and computed again from its recipe (what its
-// producing op saved anyway) the first time backward unpacks it.
-class RecipePacked final : public Packed {
- public:
-  RecipePacked(std::shared_ptr<const Tensor::Recipe> recipe, const Tensor& t, std::string where)
-      : recipe_(std::move(recipe)), shape_(t.shape()), dtype_(t.dtype()), where_(std::move(where)) {}
-  Tensor unpack() override {
-    if (!value_.defined()) {
-      value_ = run_recipe(*recipe_);
-      if (value_.shape() != shape_ || value_.dtype() != dtype_)
-        throw RecomputeMismatch(where_ + ": recomputed " + to_string(value_.shape()) + " " + dtype_name(value_.dtype()) +
-                                ", forward saved " + to_string(shape_) + " " + dtype_name(dtype_));
-    }
-    return value_;
-  }
-
- private:
-  std::shared_ptr<const Tensor::Recipe> recipe_;
-  Shape shape_;
-  DType dtype_;
-  std::string where_;
-  Tensor value_;
-};
-
 std::string segment_name(const Segment& s, const BlockInfo& info) {
   return s.first == s.last ? info.name : "blocks " + std::to_string(s.first) + "-" + std::to_string(s.last);
 }
@@ -87,8 +63,7 @@ class PolicyStrategy::Router final : public Storage {
       trace_->saves.push_back(std::string(current_op()) + ": recompute " + t.tag() + " " + to_string(t.shape()) + " " +
                               human_bytes(double(t.nbytes())));
     }
-    return std::make_shared<RecipePacked>(t.recipe(), t,
-                                          "block " + block_->name + ", " + t.tag() + " saved by " + current_op());
+    return recompute_later(t, "block " + block_->name + ", " + t.tag() + " saved by " + current_op());
   }
 
   const Policy& policy_;
@@ -115,9 +90,9 @@ Tensors PolicyStrategy::run(const BlockInfo& info, const Tensors& inputs, const 
     RegionTrace* trace = trace_region(name);
     if (info.index == segment->first || !region_) {
       router_->enter(info, /*segment_input=*/true);
-      region_ = RecomputeRegion::begin(name, inputs, *router_, trace);
+      region_ = RecomputeRegion::begin(name, inputs, *router_, trace, segment->inner);
     }
-    return run_traced(trace, [&] { return region_->run(inputs, body); });
+    return run_traced(trace, [&] { return region_->run(info, inputs, body); });
   }
   region_.reset();
   RegionTrace* trace = trace_region(info.name);
@@ -133,6 +108,46 @@ Tensors PolicyStrategy::run(const BlockInfo& info, const Tensors& inputs, const 
 
 MemoryPrediction PolicyStrategy::predict(const SaveProfile& p) const { return predict_policy(p, policy_); }
 
+namespace {
+
+// The peak while a segment's blocks [first, last] are recomputed and run
+// backward, with `held` on the device from before: a block the recomputation
+// keeps plainly is re-run (its working set and input on top of what the
+// segment's earlier blocks saved) and keeps what it saves, less what `inner`
+// drops, until its backward; a sub-segment keeps only its input, its blocks
+// re-run without saving (unless it ends the segment), and is recomputed the
+// same way in its turn.
+std::int64_t recompute_peak(const SaveProfile& p, int first, int last, const Policy* inner, std::int64_t held) {
+  const int L = int(p.blocks.size());
+  std::int64_t peak = 0, saved = 0;
+  for (int k = first; k <= last; ++k) {
+    const BlockSaves& b = p.blocks[std::size_t(k)];
+    const BlockInfo info{k, L, b.name};
+    if (const auto seg = inner ? inner->segment_of(info) : std::nullopt) {
+      const int end = std::min(seg->last, last);
+      peak = std::max(peak, recompute_peak(p, k, end, seg->inner.get(), held + saved));
+      if (end < last)
+        for (int j = k; j <= end; ++j)
+          peak = std::max(peak, held + saved + b.input + p.blocks[std::size_t(j)].forward_peak -
+                                    p.blocks[std::size_t(j)].saved);
+      saved += b.input;
+      k = end;
+      continue;
+    }
+    std::int64_t dropped = 0;
+    if (inner)
+      for (const auto& x : b.tensors)
+        if (x.recomputable &&
+            inner->decision({x.tag, info, x.shape, x.bytes, true, false}) == Decision::recompute)
+          dropped += x.bytes;
+    peak = std::max({peak, held + saved + b.forward_peak + b.input - dropped, held + saved + b.backward_peak});
+    saved += b.saved - dropped;
+  }
+  return peak;
+}
+
+}  // namespace
+
 // The moments of a step, in order, with what is on the device at each:
 // - a plain block's forward: what earlier blocks keep on the device, and its
 //   own working set less what it recomputes instead of saving;
@@ -142,17 +157,16 @@ MemoryPrediction PolicyStrategy::predict(const SaveProfile& p) const { return pr
 // - a plain block's backward: earlier blocks' kept bytes, the previous
 //   offload group if this block's own group is fetched (the fetch brings the
 //   previous one with it), and its backward working set;
-// - a segment block's backward and its recomputation: likewise, with the
-//   recomputed saves of the segment's earlier blocks, and during the
-//   recomputation the gradient of the segment's output.
+// - a segment's recomputation and backward: earlier blocks' kept bytes and
+//   what recompute_peak says.
 MemoryPrediction predict_policy(const SaveProfile& p, const Policy& policy) {
   const int L = int(p.blocks.size());
   MemoryPrediction m;
   std::int64_t device = 0;          // kept on the device by the blocks so far
   std::int64_t last_group = 0;      // bytes of the last offload group made so far
-  std::int64_t segment_saved = 0;   // saves of the current segment's blocks so far (recomputed in backward)
   std::int64_t segment_input = 0;   // the current segment's kept inputs
   std::int64_t segment_held = 0;    // on the device during the current segment's backward, from before it
+  int segment_first = 0;
   for (int i = 0; i < L; ++i) {
     const BlockSaves& b = p.blocks[std::size_t(i)];
     const BlockInfo info{i, L, b.name};
@@ -167,13 +181,13 @@ MemoryPrediction predict_policy(const SaveProfile& p, const Policy& policy) {
         if (offloaded > 0) last_group = offloaded;
         m.offload += offloaded;
         segment_input = kept;
-        segment_saved = 0;
+        segment_first = i;
       }
-      m.device = std::max({m.device, device + segment_input + b.forward_peak - b.saved,
-                           segment_held + segment_saved + b.backward_peak,
-                           segment_held + segment_saved + b.forward_peak + b.input});
-      segment_saved += b.saved;
-      if (i == seg->last || i == L - 1) device += segment_input;
+      m.device = std::max(m.device, device + segment_input + b.forward_peak - b.saved);
+      if (i == seg->last || i == L - 1) {
+        m.device = std::max(m.device, recompute_peak(p, segment_first, i, seg->inner.get(), segment_held));
+        device += segment_input;
+      }
       continue;
     }
     std::int64_t kept = 0, offloaded = 0, recomputed = 0;

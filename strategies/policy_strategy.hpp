@@ -15,7 +15,7 @@
 
 namespace remat {
 
-class PolicyStrategy final : public Strategy {
+class PolicyStrategy : public Strategy {
  public:
   PolicyStrategy(std::string spec, Policy policy);
   ~PolicyStrategy() override;
@@ -23,6 +23,10 @@ class PolicyStrategy final : public Strategy {
   MemoryPrediction predict(const SaveProfile& p) const override;
 
   class Router;
+
+ protected:
+  // A planned strategy sets its policy once it has planned.
+  void set_policy(Policy policy) { policy_ = std::move(policy); }
 
  private:
   void reset() override;

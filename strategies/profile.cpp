@@ -1,6 +1,7 @@
 #include "strategies/profile.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <map>
 #include <set>
 
@@ -100,6 +101,53 @@ SaveProfile SaveProfiler::finish(const std::vector<MemoryTracker::Event>& timeli
     }
   }
   return profile_;
+}
+
+namespace {
+
+// Keeps what a block saves (each storage once) and its recipes, in order.
+class RecipeCollector final : public SavedTensorHooks {
+ public:
+  std::shared_ptr<Packed> pack(const Tensor& t) override {
+    if (seen_.insert(t.raw()).second) recipes.push_back(t.recipe());
+    return keep_.pack(t);
+  }
+  std::vector<std::shared_ptr<const Tensor::Recipe>> recipes;
+
+ private:
+  std::set<const void*> seen_;
+  KeepHooks keep_;
+};
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  ExecSpace().fence();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+Tensors CostTimer::run(const BlockInfo&, const Tensors& inputs, const BlockBody& body) {
+  BlockTimes& t = times_.emplace_back();
+  RecipeCollector collector;
+  Tensors out;
+  ExecSpace().fence();
+  auto t0 = std::chrono::steady_clock::now();
+  {
+    SavedTensorHooksScope hooks(collector);
+    out = body(inputs);
+  }
+  t.forward = seconds_since(t0);
+  for (const auto& recipe : collector.recipes) {
+    if (!recipe) {
+      t.recipes.push_back(0);
+      continue;
+    }
+    ExecSpace().fence();
+    t0 = std::chrono::steady_clock::now();
+    run_recipe(*recipe);
+    t.recipes.push_back(seconds_since(t0));
+  }
+  return out;
 }
 
 }  // namespace remat

@@ -18,6 +18,7 @@ struct SavedRecord {
   Shape shape;
   std::int64_t bytes = 0;
   bool recomputable = false;  // has a recipe
+  double recompute_seconds = 0;  // running its recipe (timed profiles only)
 };
 
 struct BlockSaves {
@@ -30,6 +31,7 @@ struct BlockSaves {
   // the other blocks' saved tensors held then: its own saved tensors (all of
   // them, as under full) and its working set.
   std::int64_t forward_peak = 0, backward_peak = 0;
+  double forward_seconds = 0;  // the block's forward (timed profiles only)
 };
 
 struct SaveProfile {
@@ -37,6 +39,11 @@ struct SaveProfile {
   // The most bytes live outside the blocks' phases (embeddings, head, loss)
   // beyond what the blocks' saved tensors held then.
   std::int64_t outside_peak = 0;
+  // Timed profiles (what a planner needs, harness measure_costs): the
+  // median time and the measured activation peak of a step under `full`.
+  bool timed = false;
+  double step_seconds = 0;
+  std::int64_t measured_peak = 0;
 };
 
 // The bytes a strategy keeps at its peak, in the device pool and the offload pool.
@@ -62,6 +69,21 @@ class SaveProfiler final : public BlockRunner, public SavedTensorHooks {
   SaveProfile profile_;
 };
 
+// Times each block's forward and each recipe of what it saves, while a
+// forward pass runs under it (everything kept): per block, the forward
+// seconds and, in the order and with the dedup of BlockSaves::tensors, each
+// saved tensor's recipe seconds (0 without a recipe).
+class CostTimer final : public BlockRunner {
+ public:
+  struct BlockTimes {
+    double forward = 0;
+    std::vector<double> recipes;
+  };
+  Tensors run(const BlockInfo& info, const Tensors& inputs, const BlockBody& body) override;
+  const std::vector<BlockTimes>& times() const { return times_; }
 
+ private:
+  std::vector<BlockTimes> times_;
+};
 
 }  // namespace remat

@@ -6,13 +6,71 @@
 #include "autodiff/tape.hpp"
 
 namespace remat {
+namespace {
+
+class RecipePacked final : public Packed {
+ public:
+  RecipePacked(std::shared_ptr<const Tensor::Recipe> recipe, const Tensor& t, std::string where)
+      : recipe_(std::move(recipe)), shape_(t.shape()), dtype_(t.dtype()), where_(std::move(where)) {}
+  Tensor unpack() override {
+    if (!value_.defined()) {
+      value_ = run_recipe(*recipe_);
+      if (value_.shape() != shape_ || value_.dtype() != dtype_)
+        throw RecomputeMismatch(where_ + ": recomputed " + to_string(value_.shape()) + " " + dtype_name(value_.dtype()) +
+                                ", forward saved " + to_string(shape_) + " " + dtype_name(dtype_));
+    }
+    return value_;
+  }
+
+ private:
+  std::shared_ptr<const Tensor::Recipe> recipe_;
+  Shape shape_;
+  DType dtype_;
+  std::string where_;
+  Tensor value_;
+};
+
+// What a sub-segment's blocks save while the region around it is recomputed:
+// nothing (that scratch graph never runs backward).
+class Discarded final : public Packed {
+ public:
+  Tensor unpack() override { throw std::logic_error("a tensor discarded during a recomputation was unpacked"); }
+};
+class DiscardHooks final : public SavedTensorHooks {
+ public:
+  std::shared_ptr<Packed> pack(const Tensor&) override { return std::make_shared<Discarded>(); }
+};
+
+struct StopRecompute {};  // thrown once a span's last placeholder is filled: the rest need not run
+
+// The value alone: no gradient slot, no recipe (which could hold other tensors alive).
+Tensor value_of(const Tensor& t) { return t.view_as(t.shape()); }
+
+}  // namespace
+
+std::shared_ptr<Packed> recompute_later(const Tensor& t, std::string where) {
+  return std::make_shared<RecipePacked>(t.recipe(), t, std::move(where));
+}
+
+// A stretch of the region's blocks recomputed together: the whole region, or
+// a sub-segment of a span around it.
+struct RecomputeRegion::Span {
+  std::string name;
+  std::size_t first_body = 0, last_body = 0;  // inclusive (the root's last is the region's last)
+  std::uint64_t cursor = 0;                   // random-op cursor at its first block
+  std::shared_ptr<const Policy> policy;       // runs its recomputation (null: keep everything)
+  Tensors inputs;                             // sub-segments: their inputs' values
+  std::vector<bool> requires_grad;
+  bool recomputed = false;
+  std::vector<std::unique_ptr<Span>> children;
+};
 
 class RegionPlaceholder final : public Packed {
  public:
   RegionPlaceholder(std::shared_ptr<RecomputeRegion> r, std::size_t i) : region_(std::move(r)), index_(i) {}
   Tensor unpack() override {
     if (!value_.defined()) {
-      if (!region_->recomputed_) region_->recompute();
+      region_->fill(index_);
       value_ = region_->take(index_);
     }
     return value_;
@@ -29,7 +87,7 @@ class RegionHooks final : public SavedTensorHooks {
  public:
   explicit RegionHooks(RecomputeRegion& r) : region_(r) {}
   std::shared_ptr<Packed> pack(const Tensor& t) override {
-    region_.slots_.push_back({t.shape(), t.dtype(), current_op(), Tensor()});
+    region_.slots_.push_back({t.shape(), t.dtype(), current_op(), Tensor(), nullptr});
     if (RegionTrace* tr = region_.trace_) {
       tr->saved += std::int64_t(t.nbytes());
       tr->dropped += std::int64_t(t.nbytes());
@@ -43,43 +101,58 @@ class RegionHooks final : public SavedTensorHooks {
   RecomputeRegion& region_;
 };
 
-namespace {
-struct StopRecompute {};  // thrown once every placeholder is filled: the rest need not run
-}  // namespace
-
-// Recomputation: fill the placeholders in save order, checking each.
+// Recomputation of one block: fill its placeholders in save order, checking
+// each, or leave one to its recipe where the span's policy drops it.
 class CaptureHooks final : public SavedTensorHooks {
  public:
-  explicit CaptureHooks(RecomputeRegion& r) : region_(r) {}
+  CaptureHooks(RecomputeRegion& r, const RecomputeRegion::Span& span, const BlockInfo& info, std::size_t first,
+               std::size_t end, bool stop_when_full)
+      : region_(r), span_(span), info_(info), next_(first), end_(end), stop_(stop_when_full) {}
   std::shared_ptr<Packed> pack(const Tensor& t) override {
     auto& slots = region_.slots_;
-    if (next_ >= slots.size())
-      throw RecomputeMismatch("region " + region_.name_ + ": recomputation saved more tensors than the forward pass (" +
-                              std::to_string(slots.size()) + "), the extra one in op '" + current_op() + "'");
+    if (next_ >= end_)
+      throw RecomputeMismatch("region " + region_.name_ + ": recomputing block " + info_.name +
+                              " saved more tensors than its forward pass, the extra one in op '" + current_op() + "'");
     auto& s = slots[next_];
     if (t.shape() != s.shape || t.dtype() != s.dtype || std::string(current_op()) != s.op)
       throw RecomputeMismatch("region " + region_.name_ + ": saved tensor #" + std::to_string(next_) + " was " +
                               s.op + " " + to_string(s.shape) + " " + dtype_name(s.dtype) + " in forward but " +
                               current_op() + " " + to_string(t.shape()) + " " + dtype_name(t.dtype()) +
                               " when recomputed (is the block deterministic?)");
-    s.value = t;
-    if (++next_ == slots.size()) throw StopRecompute{};
-    return keep_.pack(t);
+    const SavedTensorInfo info{t.tag(), info_, t.shape(), std::int64_t(t.nbytes()), t.recipe() != nullptr, false};
+    std::shared_ptr<Packed> packed;
+    if (span_.policy && t.recipe() && span_.policy->decision(info) == Decision::recompute) {
+      // The recomputation's own recipes that read it read it lazily too, so
+      // nothing holds the dropped tensor.
+      packed = s.later = recompute_later(t, "block " + info_.name + ", " + t.tag() + " saved by " + current_op());
+    } else {
+      s.value = t.view_as(t.shape());  // the value: its recipe could hold dropped tensors alive
+      packed = keep_.pack(s.value);
+    }
+    if (++next_ == end_ && stop_) throw StopRecompute{};
+    return packed;
   }
   std::size_t filled() const { return next_; }
 
  private:
   RecomputeRegion& region_;
-  std::size_t next_ = 0;
+  const RecomputeRegion::Span& span_;
+  const BlockInfo& info_;
+  std::size_t next_, end_;
+  bool stop_;
   KeepHooks keep_;
 };
 
 std::shared_ptr<RecomputeRegion> RecomputeRegion::begin(const std::string& name, const Tensors& inputs,
-                                                        Storage& storage, RegionTrace* trace) {
+                                                        Storage& storage, RegionTrace* trace,
+                                                        std::shared_ptr<const Policy> inner) {
   auto r = std::make_shared<RecomputeRegion>();
   r->name_ = name;
   r->trace_ = trace;
-  r->random_cursor_ = random_ops::cursor();
+  r->root_ = std::make_unique<Span>();
+  r->root_->name = name;
+  r->root_->cursor = random_ops::cursor();
+  r->root_->policy = std::move(inner);
   storage.begin_group(name, trace);
   {
     SavedTensorHooksScope hooks(storage);
@@ -94,56 +167,110 @@ std::shared_ptr<RecomputeRegion> RecomputeRegion::begin(const std::string& name,
   return r;
 }
 
-Tensors RecomputeRegion::run(const Tensors& inputs, const BlockBody& body) {
+Tensors RecomputeRegion::run(const BlockInfo& info, const Tensors& inputs, const BlockBody& body) {
   bodies_.push_back(body);
+  infos_.push_back(info);
+  first_slot_.push_back(slots_.size());
+  root_->last_body = bodies_.size() - 1;
   RegionHooks hooks(*this);
   SavedTensorHooksScope scope(hooks);
   return body(inputs);
 }
 
-void RecomputeRegion::recompute() {
-  recomputed_ = true;
-  MemoryPhase phase("recompute " + name_);
+void RecomputeRegion::fill(std::size_t index) {
+  const auto end_of = [this](std::size_t body) { return body + 1 < first_slot_.size() ? first_slot_[body + 1] : slots_.size(); };
+  Span* span = root_.get();
+  for (;;) {
+    if (!span->recomputed) recompute(*span);
+    if (slots_[index].value.defined() || slots_[index].later) return;
+    Span* inner = nullptr;
+    for (auto& c : span->children)
+      if (first_slot_[c->first_body] <= index && index < end_of(c->last_body)) inner = c.get();
+    if (!inner)
+      throw RecomputeMismatch("region " + name_ + ": saved tensor #" + std::to_string(index) +
+                              " was not filled by recomputing " + span->name);
+    span = inner;
+  }
+}
+
+void RecomputeRegion::recompute(Span& span) {
+  span.recomputed = true;
+  const auto end_of = [this](std::size_t body) { return body + 1 < first_slot_.size() ? first_slot_[body + 1] : slots_.size(); };
+  MemoryPhase phase("recompute " + span.name);
   stats::RecomputeScope recomputing;
   const auto before = stats::counts().forward;
   // Nodes made while recomputing go to a scratch tape and are dropped: only
   // the saved tensors are wanted.
   Tape scratch;
   TapeScope tape(scratch);
-  CaptureHooks capture(*this);
-  SavedTensorHooksScope hooks(capture);
-  const auto cursor = random_ops::cursor();
-  random_ops::set_cursor(random_cursor_);
-  try {
-    Tensors x;
-    for (std::size_t i = 0; i < inputs_.size(); ++i) {
-      Tensor t = inputs_[i].unpack().view_as(input_shapes_[i]);
-      if (input_requires_grad_[i]) {
-        auto slot = std::make_shared<GradSlot>();
-        slot->shape = t.shape();
-        slot->dtype = t.dtype();
-        t.attach_slot(slot);
-      }
-      x.push_back(t);
+  struct RestoreCursor {
+    std::uint64_t cursor = random_ops::cursor();
+    ~RestoreCursor() { random_ops::set_cursor(cursor); }
+  } restore;
+  random_ops::set_cursor(span.cursor);
+
+  const bool root = &span == root_.get();
+  Tensors x;
+  for (std::size_t i = 0; i < (root ? inputs_.size() : span.inputs.size()); ++i) {
+    Tensor t = root ? inputs_[i].unpack().view_as(input_shapes_[i]) : span.inputs[i];
+    if (root ? input_requires_grad_[i] : span.requires_grad[i]) {
+      auto slot = std::make_shared<GradSlot>();
+      slot->shape = t.shape();
+      slot->dtype = t.dtype();
+      t.attach_slot(slot);
     }
-    for (const auto& body : bodies_) x = body(x);
-  } catch (const StopRecompute&) {
-  } catch (...) {
-    random_ops::set_cursor(cursor);
-    throw;
+    x.push_back(t);
   }
-  random_ops::set_cursor(cursor);
-  if (capture.filled() != slots_.size())
-    throw RecomputeMismatch("region " + name_ + ": recomputation saved " + std::to_string(capture.filled()) +
-                            " tensors, the forward pass " + std::to_string(slots_.size()));
-  inputs_.clear();  // nothing needs them any more
+  for (std::size_t k = span.first_body; k <= span.last_body; ++k) {
+    const BlockInfo& info = infos_[k];
+    if (const auto seg = span.policy ? span.policy->segment_of(info) : std::nullopt) {
+      // A sub-segment from block k: keep its input, skip its saves.
+      auto child = std::make_unique<Span>();
+      child->first_body = child->last_body = k;
+      while (child->last_body < span.last_body && infos_[child->last_body + 1].index <= seg->last) ++child->last_body;
+      child->name = span.name + "/" + (child->first_body == child->last_body
+                                           ? info.name
+                                           : infos_[child->first_body].name + "-" + infos_[child->last_body].name);
+      child->cursor = random_ops::cursor();
+      child->policy = seg->inner;
+      for (const auto& t : x) {
+        child->inputs.push_back(value_of(t));
+        child->requires_grad.push_back(t.requires_grad());
+      }
+      const std::size_t last = child->last_body;
+      span.children.push_back(std::move(child));
+      if (last == span.last_body) break;  // it ends the span: its blocks run when it is recomputed
+      DiscardHooks discard;
+      SavedTensorHooksScope hooks(discard);
+      for (; k <= last; ++k) x = bodies_[k](x);
+      k = last;
+      continue;
+    }
+    const bool last = k == span.last_body;
+    CaptureHooks capture(*this, span, info, first_slot_[k], end_of(k), last);
+    {
+      SavedTensorHooksScope hooks(capture);
+      try {
+        x = bodies_[k](x);
+      } catch (const StopRecompute&) {
+      }
+    }
+    if (capture.filled() != end_of(k))
+      throw RecomputeMismatch("region " + name_ + ": recomputing block " + info.name + " saved " +
+                              std::to_string(capture.filled() - first_slot_[k]) + " tensors, the forward pass " +
+                              std::to_string(end_of(k) - first_slot_[k]));
+  }
+  if (root) inputs_.clear();  // nothing needs them any more
+  span.inputs.clear();
   if (trace_)
     for (const auto& [op, n] : stats::forward_since(before)) trace_->recomputed_ops[op] += n;
 }
 
 Tensor RecomputeRegion::take(std::size_t index) {
-  Tensor t = slots_[index].value;
-  slots_[index].value = Tensor();  // the consumer owns it now
+  Slot& s = slots_[index];
+  Tensor t = s.later ? s.later->unpack() : s.value;
+  s.value = Tensor();  // the consumer owns it now
+  s.later.reset();
   return t;
 }
 

@@ -7,6 +7,13 @@
 // it stops as soon as the last is filled, checks each against what forward
 // saved, and hands each tensor over to its consumer, so a region's
 // recomputed tensors are freed as its backward consumes them.
+//
+// Multi-level (rotor, Revolve): the segment's `inner` policy may split the
+// recomputation again. A sub-segment keeps only its input during the
+// recomputation (its blocks run without saving, or not at all if it ends the
+// region) and is recomputed, by the same rules, when backward first needs
+// one of its tensors; the inner policy may also drop tensors by tag, filled
+// from their recipes when unpacked.
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -14,6 +21,7 @@
 
 #include "autodiff/region.hpp"
 #include "autodiff/saved_tensor.hpp"
+#include "strategies/policy.hpp"
 #include "strategies/storage.hpp"
 #include "strategies/trace.hpp"
 
@@ -26,14 +34,22 @@ class RecomputeMismatch : public std::logic_error {
   using std::logic_error::logic_error;
 };
 
+// A saved tensor dropped now and computed again from its recipe (what its
+// producing op saved anyway) the first time backward unpacks it; `where`
+// names it in a mismatch error.
+std::shared_ptr<Packed> recompute_later(const Tensor& t, std::string where);
+
 class RecomputeRegion : public std::enable_shared_from_this<RecomputeRegion> {
  public:
   // Saves `inputs` through `storage` (one group named after the region).
+  // `inner` (may be null: keep everything) runs the recomputation.
   static std::shared_ptr<RecomputeRegion> begin(const std::string& name, const Tensors& inputs, Storage& storage,
-                                                RegionTrace* trace);
+                                                RegionTrace* trace, std::shared_ptr<const Policy> inner = nullptr);
   // Runs one block of the region; its saves become placeholders.
-  Tensors run(const Tensors& inputs, const BlockBody& body);
+  Tensors run(const BlockInfo& info, const Tensors& inputs, const BlockBody& body);
   const std::string& name() const { return name_; }
+
+  struct Span;
 
  private:
   friend class RegionPlaceholder;
@@ -44,9 +60,11 @@ class RecomputeRegion : public std::enable_shared_from_this<RecomputeRegion> {
     DType dtype;
     const char* op;
     Tensor value;
+    std::shared_ptr<Packed> later;  // dropped by the inner policy: its recipe
   };
 
-  void recompute();
+  void recompute(Span& span);
+  void fill(std::size_t index);  // recomputes the spans `index` lies in, outermost first
   Tensor take(std::size_t index);
 
   std::string name_;
@@ -54,9 +72,10 @@ class RecomputeRegion : public std::enable_shared_from_this<RecomputeRegion> {
   std::vector<Shape> input_shapes_;
   std::vector<bool> input_requires_grad_;
   std::vector<BlockBody> bodies_;
+  std::vector<BlockInfo> infos_;
+  std::vector<std::size_t> first_slot_;  // of each body; one more entry: the end
   std::vector<Slot> slots_;
-  std::uint64_t random_cursor_ = 0;
-  bool recomputed_ = false;
+  std::unique_ptr<Span> root_;
   RegionTrace* trace_ = nullptr;
 };
 

@@ -40,6 +40,16 @@ class Strategy : public BlockRunner {
   // Call before each forward: clears per-step state and the trace.
   void begin_step();
 
+  // Planned strategies (budget:<size>) are planned from a timed probe of the
+  // model (SaveProfile::timed, harness measure_costs) before their first
+  // step: the harness asks needs_costs() and calls plan(). Others need none.
+  virtual bool needs_costs() const { return false; }
+  virtual void plan(const SaveProfile& timed) { (void)timed; }
+  // A promise on the measured activation peak (0: none); run_step checks it.
+  virtual std::int64_t activation_budget() const { return 0; }
+  // What the strategy decided for this model, when it planned (for `check --trace`).
+  virtual std::string plan_summary() const { return ""; }
+
   // Diagnostics, provided here for every strategy.
   // The trace of the last step, when enabled (`remat check --trace`).
   Trace& trace() { return trace_; }

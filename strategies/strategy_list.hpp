@@ -10,4 +10,5 @@
   X(selective)              \
   X(offload)                \
   X(reversible)             \
+  X(budget)                 \
   /* end of the list */

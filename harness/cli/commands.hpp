@@ -13,5 +13,6 @@ void setup_matrix(CLI::App& app);
 void setup_report(CLI::App& app);
 void setup_time(CLI::App& app);
 void setup_train(CLI::App& app);
+void setup_plan(CLI::App& app);
 
 }  // namespace remat::cli

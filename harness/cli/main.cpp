@@ -35,6 +35,7 @@ int run(int argc, char** argv) {
   remat::cli::setup_report(app);
   remat::cli::setup_time(app);
   remat::cli::setup_train(app);
+  remat::cli::setup_plan(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {  // a command's own failure, already reported

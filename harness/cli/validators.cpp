@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "autodiff/error.hpp"
+#include "autodiff/memory_tracker.hpp"
 
 namespace remat::cli {
 namespace {
@@ -33,26 +34,6 @@ CLI::Validator whole_number(std::int64_t lo, std::int64_t hi) {
 }
 
 CLI::Validator seed_number() { return whole_number(0, INT64_MAX); }
-
-std::int64_t parse_byte_size(const std::string& text) {
-  std::size_t end = 0;
-  while (end < text.size() && (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.')) ++end;
-  double value = 0;
-  try {
-    value = end ? std::stod(text.substr(0, end)) : -1;
-  } catch (const std::exception&) {
-    value = -1;
-  }
-  std::string unit = text.substr(end);
-  for (auto& c : unit) c = char(std::tolower(static_cast<unsigned char>(c)));
-  if (!unit.empty() && unit.back() == 'b') unit.pop_back();
-  if (!unit.empty() && unit.back() == 'i') unit.pop_back();
-  double scale = unit.empty() ? 1 : unit == "k" ? 1024.0 : unit == "m" ? 1048576.0 : unit == "g" ? 1073741824.0 : unit == "t" ? 1099511627776.0 : -1;
-  const double bytes = value * scale;
-  if (value < 0 || scale < 0 || !(bytes >= 1) || bytes > 9e18)
-    throw UserError("'" + text + "' is not a positive size (e.g. 512M, 1.5G, 150MB)");
-  return std::int64_t(std::llround(bytes));
-}
 
 CLI::Validator byte_size() {
   return CLI::Validator(

@@ -15,6 +15,5 @@ CLI::Validator whole_number(std::int64_t lo, std::int64_t hi = INT32_MAX);
 CLI::Validator seed_number();
 // A positive byte count with an optional k/M/G suffix (binary), e.g. 150MB.
 CLI::Validator byte_size();
-std::int64_t parse_byte_size(const std::string& text);  // UserError if not one
 
 }  // namespace remat::cli

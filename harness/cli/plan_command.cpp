@@ -1,0 +1,80 @@
+// remat plan: the schedule `budget:<size>` would run for a model and shape,
+// block by block, with its predicted activation peak and step time, from one
+// timed probe (nothing else runs; `remat check --strategies budget:...`
+// measures it).
+#include <cstdio>
+#include <memory>
+
+#include "autodiff/error.hpp"
+#include "harness/check.hpp"
+#include "harness/cli/commands.hpp"
+#include "harness/cli/model_options.hpp"
+#include "strategies/planner/solver.hpp"
+#include "strategies/registry.hpp"
+
+namespace remat::cli {
+namespace {
+
+struct PlanOptions {
+  ModelOptions model;
+  std::string budget;
+  bool json = false, force = false;
+};
+
+double mb(std::int64_t bytes) { return double(bytes) / 1048576.0; }
+
+void run_plan(const PlanOptions& o) {
+  const ModelSetup setup = o.model.resolve();
+  const std::string spec = "budget:" + o.budget;
+  const auto specs = strategies_for(setup.model, spec, o.model.kernel());
+  require_step_memory(setup, o.model.kernel(), {"full"}, 2, o.force);
+  const auto model = models().find(setup.model).make(setup.sizes);
+  ParamStore params(model->params(), DType::f32);
+  initialize(params, o.model.seed, setup.sizes.L);
+  const Batch batch = o.model.make_batch(setup.sizes);
+  if (!o.json) std::fprintf(stderr, "probing %s %s (timed full steps and blocks)...\n", setup.model.c_str(), setup.preset.c_str());
+  const SaveProfile costs = measure_costs(*model, params, batch, o.model.kernel(), o.model.seed);
+  auto strategy = make_strategy(specs[0]);
+  strategy->plan(costs);  // UserError naming the smallest feasible budget if none fits
+  const planner::ChainCosts chain = planner::chain_costs(costs);
+  auto plan = planner::solve(chain, costs, strategy->activation_budget());
+  if (!plan) throw std::logic_error("remat plan: the budget planned once and not again");
+  const std::int64_t smallest = planner::smallest_budget(chain, costs);
+  if (o.json) {
+    std::printf("{\"model\": \"%s\", \"preset\": \"%s\", \"strategy\": \"%s\", \"budget_bytes\": %lld, "
+                "\"smallest_budget_bytes\": %lld, \"full_measured_bytes\": %lld, \"predicted_peak_bytes\": %lld, "
+                "\"full_step_s\": %.6f, \"predicted_recompute_s\": %.6f, \"predicted_step_s\": %.6f, \"plan\": %s}\n",
+                setup.model.c_str(), setup.preset.c_str(), spec.c_str(), (long long)plan->budget,
+                (long long)smallest, (long long)costs.measured_peak, (long long)plan->predicted_peak,
+                costs.step_seconds, plan->recompute_seconds, plan->predicted_seconds,
+                planner::to_json(*plan, costs).c_str());
+    return;
+  }
+  const Sizes& z = setup.sizes;
+  std::printf("%s %s (L %d, D %d, S %d, B %d), %s attention, %s: a budget of %.2f MB\n", setup.model.c_str(),
+              setup.preset.c_str(), z.L, z.D, z.S, z.B, o.model.attention.c_str(), spec.c_str(), mb(plan->budget));
+  std::printf("%s", planner::describe(*plan, costs).c_str());
+  std::printf("predicted activation peak: %.2f MB (full measured %.2f MB; smallest feasible budget %.2f MB)\n",
+              mb(plan->predicted_peak), mb(costs.measured_peak), mb(smallest));
+  std::printf("predicted step: %.3f s = full's %.3f s + %.3f s recomputing\n", plan->predicted_seconds,
+              costs.step_seconds, plan->recompute_seconds);
+}
+
+}  // namespace
+
+void setup_plan(CLI::App& app) {
+  auto o = std::make_shared<PlanOptions>();
+  auto* cmd = app.add_subcommand(
+      "plan", "Plan the fastest exact schedule within an activation-memory budget (what --strategies budget:<size> "
+              "runs), block by block, with its predicted peak and step time");
+  o->model.preset = "small";
+  o->model.bind(*cmd);
+  cmd->add_option("--budget", o->budget,
+                  "Activation-memory budget: a size (150MB, 1.5G), a percentage of full's measured peak (40%), or min")
+      ->required();
+  cmd->add_flag("--json", o->json, "Print one JSON object (the plan as a tree) instead of the table");
+  cmd->add_flag("--force", o->force, "Run even where the memory estimate says it will not fit");
+  cmd->callback([o] { run_plan(*o); });
+}
+
+}  // namespace remat::cli

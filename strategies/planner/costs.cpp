@@ -1,0 +1,80 @@
+#include "strategies/planner/costs.hpp"
+
+#include <algorithm>
+#include <set>
+
+namespace remat::planner {
+namespace {
+
+// Untimed profiles: a byte saved stands for this many seconds of compute
+// (only ratios matter to the solver).
+constexpr double kSecondsPerByte = 1e-9;
+
+// Subsets of at most this many tags are tried per block (2^6 variants);
+// beyond, only the single tags and all of them.
+constexpr std::size_t kMaxTagsEnumerated = 6;
+
+}  // namespace
+
+double recipe_seconds(const BlockSaves& b, const std::vector<std::string>& tags, bool timed) {
+  double s = 0;
+  for (const auto& x : b.tensors)
+    if (x.recomputable && std::find(tags.begin(), tags.end(), x.tag) != tags.end())
+      s += timed ? x.recompute_seconds : kSecondsPerByte * double(x.bytes);
+  return s;
+}
+
+ChainCosts chain_costs(const SaveProfile& p) {
+  ChainCosts c;
+  c.outside_peak = p.outside_peak;
+  c.timed = p.timed;
+  std::int64_t all_saved = 0;
+  for (const auto& b : p.blocks) all_saved += b.saved;
+  c.step_seconds = p.timed ? p.step_seconds : 3 * kSecondsPerByte * double(all_saved);
+  for (const auto& b : p.blocks) {
+    BlockCosts k;
+    k.name = b.name;
+    k.saved = b.saved;
+    k.input = b.input;
+    k.forward_peak = b.forward_peak;
+    k.backward_peak = b.backward_peak;
+    k.forward_seconds = p.timed ? b.forward_seconds : kSecondsPerByte * double(b.saved);
+    std::set<std::string> tag_set;
+    for (const auto& x : b.tensors)
+      if (x.recomputable) tag_set.insert(x.tag);
+    const std::vector<std::string> tags(tag_set.begin(), tag_set.end());
+    std::vector<std::vector<std::string>> subsets;
+    if (tags.size() <= kMaxTagsEnumerated) {
+      for (std::size_t mask = 0; mask < (std::size_t(1) << tags.size()); ++mask) {
+        std::vector<std::string> s;
+        for (std::size_t i = 0; i < tags.size(); ++i)
+          if (mask >> i & 1) s.push_back(tags[i]);
+        subsets.push_back(s);
+      }
+    } else {
+      subsets.push_back({});
+      for (const auto& t : tags) subsets.push_back({t});
+      subsets.push_back(tags);
+    }
+    std::vector<Variant> all;
+    for (const auto& s : subsets) {
+      Variant v{s, 0, recipe_seconds(b, s, p.timed)};
+      for (const auto& x : b.tensors)
+        if (x.recomputable && std::find(s.begin(), s.end(), x.tag) != s.end()) v.dropped += x.bytes;
+      all.push_back(std::move(v));
+    }
+    // Keep the Pareto front (the empty subset always survives: it costs nothing).
+    for (std::size_t i = 0; i < all.size(); ++i) {
+      bool dominated = false;
+      for (std::size_t j = 0; j < all.size() && !dominated; ++j)
+        dominated = j != i && all[j].dropped >= all[i].dropped && all[j].seconds <= all[i].seconds &&
+                    (all[j].dropped > all[i].dropped || all[j].seconds < all[i].seconds || j < i);
+      if (!dominated) k.variants.push_back(all[i]);
+    }
+    std::sort(k.variants.begin(), k.variants.end(), [](const Variant& a, const Variant& b) { return a.dropped < b.dropped; });
+    c.blocks.push_back(std::move(k));
+  }
+  return c;
+}
+
+}  // namespace remat::planner

@@ -1,0 +1,44 @@
+#pragma once
+// What the planner knows of a model, block by block, from a probe step
+// (strategies/profile.hpp): the bytes each block saves, takes in and holds
+// at its forward and backward peaks, and the seconds its forward and each
+// droppable set of tags cost to run again. Timed where the profile was
+// timed; otherwise bytes stand in for seconds (a FLOP-free fallback that
+// ranks the same way for blocks of one model).
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "strategies/profile.hpp"
+
+namespace remat::planner {
+
+// A way to keep a block plainly: drop the tensors of these tags (recomputed
+// from their recipes in backward). The first of a block's variants drops
+// nothing.
+struct Variant {
+  std::vector<std::string> tags;
+  std::int64_t dropped = 0;  // bytes not kept
+  double seconds = 0;        // running their recipes again
+};
+
+struct BlockCosts {
+  std::string name;
+  std::int64_t saved = 0, input = 0, forward_peak = 0, backward_peak = 0;  // as in BlockSaves
+  double forward_seconds = 0;
+  std::vector<Variant> variants;  // Pareto-optimal: none drops as much for less time
+};
+
+struct ChainCosts {
+  std::vector<BlockCosts> blocks;
+  std::int64_t outside_peak = 0;
+  double step_seconds = 0;  // a step under full: what every plan adds its recomputation to
+  bool timed = false;
+};
+
+ChainCosts chain_costs(const SaveProfile& p);
+
+// The seconds to recompute the tensors of `tags` that block `b` saves.
+double recipe_seconds(const BlockSaves& b, const std::vector<std::string>& tags, bool timed);
+
+}  // namespace remat::planner

@@ -1,0 +1,168 @@
+#include "strategies/planner/plan.hpp"
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "strategies/policy_strategy.hpp"
+
+namespace remat::planner {
+
+Policy plan_policy(const std::vector<PlanPart>& parts, const std::string& name) {
+  // Per block: its segment (with the inner policy made once), or its drops.
+  auto segments = std::make_shared<std::map<int, Segment>>();
+  auto drops = std::make_shared<std::map<int, std::set<std::string>>>();
+  for (const auto& part : parts) {
+    if (part.segment) {
+      Segment s{part.first, part.last, nullptr};
+      if (!part.inner.empty()) s.inner = std::make_shared<const Policy>(plan_policy(part.inner, name));
+      for (int b = part.first; b <= part.last; ++b) (*segments)[b] = s;
+    } else if (!part.drops.empty()) {
+      (*drops)[part.first] = std::set<std::string>(part.drops.begin(), part.drops.end());
+    }
+  }
+  Policy p;
+  p.name = name;
+  p.segment = [segments](const BlockInfo& b) -> std::optional<Segment> {
+    const auto it = segments->find(b.index);
+    if (it == segments->end()) return std::nullopt;
+    return it->second;
+  };
+  p.decide = [drops](const SavedTensorInfo& t) {
+    const auto it = drops->find(t.block.index);
+    return it != drops->end() && !t.segment_input && t.recomputable && it->second.count(t.tag) ? Decision::recompute
+                                                                                               : Decision::none;
+  };
+  return p;
+}
+
+namespace {
+
+double forward_seconds(const ChainCosts& c, int first, int last) {
+  double s = 0;
+  for (int b = first; b <= last; ++b) s += c.blocks[std::size_t(b)].forward_seconds;
+  return s;
+}
+
+// A segment's recomputation over blocks [first, last] run by `parts` (empty: keep all).
+double span_seconds(const ChainCosts& c, const SaveProfile& p, int first, int last, const std::vector<PlanPart>& parts) {
+  if (parts.empty()) return forward_seconds(c, first, last);
+  double s = 0;
+  for (const auto& part : parts) {
+    if (part.segment) {
+      if (part.last < last) s += forward_seconds(c, part.first, part.last);
+      s += span_seconds(c, p, part.first, part.last, part.inner);
+    } else {
+      s += c.blocks[std::size_t(part.first)].forward_seconds +
+           recipe_seconds(p.blocks[std::size_t(part.first)], part.drops, c.timed);
+    }
+  }
+  return s;
+}
+
+std::string block_range(const SaveProfile& p, int first, int last) {
+  const auto& a = p.blocks[std::size_t(first)].name;
+  return first == last ? a : a + "-" + p.blocks[std::size_t(last)].name;
+}
+
+std::string join(const std::vector<std::string>& v) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : ",") + x;
+  return s;
+}
+
+double mb(std::int64_t bytes) { return double(bytes) / 1048576.0; }
+
+void describe_parts(const std::vector<PlanPart>& parts, const SaveProfile& p, int depth, std::string& out) {
+  for (const auto& part : parts) {
+    char line[512];
+    const std::string indent(std::size_t(2 * depth), ' ');
+    if (part.segment) {
+      std::int64_t input = p.blocks[std::size_t(part.first)].input;
+      std::snprintf(line, sizeof line, "%s%-12s segment: keeps its input (%.2f MB), recomputed in backward%s\n",
+                    indent.c_str(), block_range(p, part.first, part.last).c_str(), mb(input),
+                    part.inner.empty() ? ", keeping all it saves" : ", by:");
+      out += line;
+      describe_parts(part.inner, p, depth + 1, out);
+    } else {
+      const auto& b = p.blocks[std::size_t(part.first)];
+      std::int64_t dropped = 0;
+      for (const auto& x : b.tensors)
+        if (x.recomputable && std::count(part.drops.begin(), part.drops.end(), x.tag)) dropped += x.bytes;
+      if (part.drops.empty())
+        std::snprintf(line, sizeof line, "%s%-12s keep: %.2f MB\n", indent.c_str(), b.name.c_str(), mb(b.saved));
+      else
+        std::snprintf(line, sizeof line, "%s%-12s keep %.2f MB, drop %s (%.2f MB, recomputed in backward)\n",
+                      indent.c_str(), b.name.c_str(), mb(b.saved - dropped), join(part.drops).c_str(), mb(dropped));
+      out += line;
+    }
+  }
+}
+
+void json_parts(const std::vector<PlanPart>& parts, const SaveProfile& p, std::string& out) {
+  out += "[";
+  for (std::size_t i = 0; i < parts.size(); ++i) {
+    const auto& part = parts[i];
+    out += i ? ", " : "";
+    out += "{\"first\": \"" + p.blocks[std::size_t(part.first)].name + "\", \"last\": \"" +
+           p.blocks[std::size_t(part.last)].name + "\", ";
+    if (part.segment) {
+      out += "\"action\": \"segment\", \"inner\": ";
+      json_parts(part.inner, p, out);
+    } else {
+      out += "\"action\": \"keep\", \"drop\": [";
+      for (std::size_t k = 0; k < part.drops.size(); ++k) out += (k ? ", \"" : "\"") + part.drops[k] + "\"";
+      out += "]";
+    }
+    out += "}";
+  }
+  out += "]";
+}
+
+}  // namespace
+
+double recompute_seconds(const ChainCosts& c, const SaveProfile& p, const std::vector<PlanPart>& parts) {
+  double s = 0;
+  for (const auto& part : parts)
+    s += part.segment ? span_seconds(c, p, part.first, part.last, part.inner)
+                      : recipe_seconds(p.blocks[std::size_t(part.first)], part.drops, c.timed);
+  return s;
+}
+
+void predict(Plan& plan, const ChainCosts& c, const SaveProfile& p) {
+  plan.predicted_peak = predict_policy(p, plan_policy(plan.parts, "plan")).device;
+  plan.recompute_seconds = recompute_seconds(c, p, plan.parts);
+  plan.predicted_seconds = c.step_seconds + plan.recompute_seconds;
+}
+
+std::string describe(const Plan& plan, const SaveProfile& p) {
+  std::string out;
+  describe_parts(plan.parts, p, 0, out);
+  return out;
+}
+
+std::string to_json(const Plan& plan, const SaveProfile& p) {
+  std::string out = "[";
+  out.pop_back();
+  json_parts(plan.parts, p, out);
+  return out;
+}
+
+std::string summary(const std::vector<PlanPart>& parts, const SaveProfile& p) {
+  std::string s;
+  for (const auto& part : parts) {
+    s += s.empty() ? "" : " ";
+    if (part.segment) {
+      s += "[" + block_range(p, part.first, part.last) + " segment";
+      if (!part.inner.empty()) s += ": " + summary(part.inner, p);
+      s += "]";
+    } else {
+      s += "[" + p.blocks[std::size_t(part.first)].name + (part.drops.empty() ? " keep" : " drop " + join(part.drops)) + "]";
+    }
+  }
+  return s;
+}
+
+}  // namespace remat::planner

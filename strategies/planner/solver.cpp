@@ -1,0 +1,213 @@
+#include "strategies/planner/solver.hpp"
+
+#include <algorithm>
+#include <limits>
+#include <stdexcept>
+
+namespace remat::planner {
+namespace {
+
+constexpr float kInf = std::numeric_limits<float>::infinity();
+constexpr std::int16_t kInfeasible = -1;
+constexpr std::int16_t kSegment = 1000;  // a choice >= kSegment: a (sub-)segment ending at block choice - kSegment
+
+class Program {
+ public:
+  Program(const ChainCosts& c, std::int64_t budget, int steps)
+      : c_(c), L_(int(c.blocks.size())), u_(std::max<std::int64_t>(1, budget / steps)), M_(int(budget / u_)) {
+    for (const auto& b : c.blocks) {
+      in_.push_back(units(b.input));
+      backward_.push_back(units(b.backward_peak));
+    }
+    seconds_before_.push_back(0);
+    for (const auto& b : c.blocks) seconds_before_.push_back(seconds_before_.back() + b.forward_seconds);
+    span_.assign(std::size_t(L_) * L_ * (M_ + 1), kInf);
+    span_choice_.assign(span_.size(), kInfeasible);
+    top_.assign(std::size_t(L_ + 1) * (M_ + 1), kInf);
+    top_choice_.assign(top_.size(), kInfeasible);
+  }
+
+  std::optional<std::vector<PlanPart>> run() {
+    if (L_ == 0) return std::vector<PlanPart>{};
+    for (int b = 0; b < L_; ++b)
+      for (int k = b; k >= 0; --k)
+        for (int m = 0; m <= M_; ++m) solve_span(k, b, m);
+    for (int i = L_; i >= 0; --i)
+      for (int m = 0; m <= M_; ++m) solve_top(i, m);
+    if (top(0, M_) == kInf) return std::nullopt;
+    return top_parts(0, M_);
+  }
+  float cost() const { return top(0, M_); }
+
+ private:
+  // Whole units covering `bytes` (never fewer: rounding up keeps plans within the budget).
+  int units(std::int64_t bytes) const {
+    if (bytes <= 0) return 0;
+    const std::int64_t n = (bytes + u_ - 1) / u_;
+    return int(std::min<std::int64_t>(n, std::int64_t(M_) + 1));
+  }
+  std::size_t at(int k, int b, int m) const { return (std::size_t(k) * L_ + b) * (M_ + 1) + m; }
+  float span(int k, int b, int m) const { return m < 0 ? kInf : span_[at(k, b, m)]; }
+  float top(int i, int m) const { return m < 0 ? kInf : top_[std::size_t(i) * (M_ + 1) + m]; }
+  float forward(int first, int last) const { return float(seconds_before_[last + 1] - seconds_before_[first]); }
+  // Running block j, saving nothing, inside a segment whose input (block k's) is held.
+  int run_need(int k, int j) const {
+    const auto& b = c_.blocks[std::size_t(j)];
+    return units(c_.blocks[std::size_t(k)].input + b.forward_peak - b.saved);
+  }
+
+  // Blocks k..b of a recomputation: block k plain (re-run, keeping what it
+  // saves less a variant's drops), or a sub-segment [k, r], r < b (its
+  // blocks re-run without saving; its input kept; recomputed in its turn).
+  void solve_span(int k, int b, int m) {
+    const auto& blk = c_.blocks[std::size_t(k)];
+    float best = kInf;
+    std::int16_t choice = kInfeasible;
+    for (std::size_t v = 0; v < blk.variants.size(); ++v) {
+      const auto& var = blk.variants[v];
+      if (std::max(units(blk.forward_peak + blk.input - var.dropped), backward_[std::size_t(k)]) > m) continue;
+      const float rest = k == b ? 0.f : span(k + 1, b, m - units(blk.saved - var.dropped));
+      const float cost = float(blk.forward_seconds + var.seconds) + rest;
+      if (cost < best) best = cost, choice = std::int16_t(v);
+    }
+    const int input = in_[std::size_t(k)];
+    int need = 0;
+    for (int r = k; r < b && input <= m; ++r) {
+      need = std::max(need, run_need(k, r));
+      if (need > m) break;
+      const float cost = forward(k, r) + span(r + 1, b, m - input) + span(k, r, m);
+      if (cost < best) best = cost, choice = std::int16_t(kSegment + r);
+    }
+    span_[at(k, b, m)] = best;
+    span_choice_[at(k, b, m)] = choice;
+  }
+
+  // Blocks i.. at the top level: block i plain (a variant), or a segment [i, e].
+  void solve_top(int i, int m) {
+    float best = kInf;
+    std::int16_t choice = kInfeasible;
+    if (i == L_) {
+      if (units(c_.outside_peak) <= m) best = 0, choice = 0;
+    } else {
+      const auto& blk = c_.blocks[std::size_t(i)];
+      for (std::size_t v = 0; v < blk.variants.size(); ++v) {
+        const auto& var = blk.variants[v];
+        if (std::max(units(blk.forward_peak - var.dropped), backward_[std::size_t(i)]) > m) continue;
+        const float cost = float(var.seconds) + top(i + 1, m - units(blk.saved - var.dropped));
+        if (cost < best) best = cost, choice = std::int16_t(v);
+      }
+      const int input = in_[std::size_t(i)];
+      int need = 0;
+      for (int e = i; e < L_ && input <= m; ++e) {
+        need = std::max(need, run_need(i, e));
+        if (need > m) break;
+        const float cost = span(i, e, m) + top(e + 1, m - input);
+        if (cost < best) best = cost, choice = std::int16_t(kSegment + e);
+      }
+    }
+    top_[std::size_t(i) * (M_ + 1) + m] = best;
+    top_choice_[std::size_t(i) * (M_ + 1) + m] = choice;
+  }
+
+  PlanPart plain(int k, std::int16_t v) const {
+    PlanPart p;
+    p.first = p.last = k;
+    p.drops = c_.blocks[std::size_t(k)].variants[std::size_t(v)].tags;
+    return p;
+  }
+  // A segment whose recomputation keeps everything is written without inner parts.
+  static PlanPart segment(int first, int last, std::vector<PlanPart> inner) {
+    PlanPart p;
+    p.first = first;
+    p.last = last;
+    p.segment = true;
+    const bool flat = std::all_of(inner.begin(), inner.end(), [](const PlanPart& q) { return !q.segment && q.drops.empty(); });
+    if (!flat) p.inner = std::move(inner);
+    return p;
+  }
+
+  std::vector<PlanPart> span_parts(int k, int b, int m) const {
+    std::vector<PlanPart> parts;
+    while (k <= b) {
+      const std::int16_t choice = span_choice_[at(k, b, m)];
+      if (choice == kInfeasible) throw std::logic_error("planner: reconstructing an infeasible span");
+      if (choice < kSegment) {
+        parts.push_back(plain(k, choice));
+        m -= units(c_.blocks[std::size_t(k)].saved - c_.blocks[std::size_t(k)].variants[std::size_t(choice)].dropped);
+        ++k;
+      } else {
+        const int r = choice - kSegment;
+        parts.push_back(segment(k, r, span_parts(k, r, m)));
+        m -= in_[std::size_t(k)];
+        k = r + 1;
+      }
+    }
+    return parts;
+  }
+
+  std::vector<PlanPart> top_parts(int i, int m) const {
+    std::vector<PlanPart> parts;
+    while (i < L_) {
+      const std::int16_t choice = top_choice_[std::size_t(i) * (M_ + 1) + m];
+      if (choice == kInfeasible) throw std::logic_error("planner: reconstructing an infeasible plan");
+      if (choice < kSegment) {
+        parts.push_back(plain(i, choice));
+        m -= units(c_.blocks[std::size_t(i)].saved - c_.blocks[std::size_t(i)].variants[std::size_t(choice)].dropped);
+        ++i;
+      } else {
+        const int e = choice - kSegment;
+        parts.push_back(segment(i, e, span_parts(i, e, m)));
+        m -= in_[std::size_t(i)];
+        i = e + 1;
+      }
+    }
+    return parts;
+  }
+
+  const ChainCosts& c_;
+  int L_;
+  std::int64_t u_;
+  int M_;
+  std::vector<int> in_, backward_;
+  std::vector<double> seconds_before_;
+  std::vector<float> span_, top_;
+  std::vector<std::int16_t> span_choice_, top_choice_;
+};
+
+}  // namespace
+
+int default_steps(int blocks) {
+  const double l = std::max(1, blocks);
+  return int(std::clamp(6e8 / (l * l * l), 256.0, 4096.0));
+}
+
+std::optional<Plan> solve(const ChainCosts& c, const SaveProfile& p, std::int64_t budget, int steps) {
+  if (budget <= 0) return std::nullopt;
+  if (c.blocks.size() >= std::size_t(kSegment)) throw std::invalid_argument("planner: at most 999 blocks");
+  Program program(c, budget, steps > 0 ? steps : default_steps(int(c.blocks.size())));
+  auto parts = program.run();
+  if (!parts) return std::nullopt;
+  Plan plan;
+  plan.parts = std::move(*parts);
+  plan.budget = budget;
+  predict(plan, c, p);
+  return plan;
+}
+
+std::int64_t smallest_budget(const ChainCosts& c, const SaveProfile& p) {
+  // Feasible: everything kept (full's peak, with a margin for rounding).
+  std::int64_t hi = 0;
+  for (const auto& b : c.blocks) hi += b.saved + b.forward_peak + b.backward_peak;
+  hi += c.outside_peak + 1;
+  std::int64_t lo = c.outside_peak;
+  for (const auto& b : c.blocks) lo = std::max(lo, b.backward_peak);
+  if (solve(c, p, lo)) return lo;
+  while (hi - lo > std::max<std::int64_t>(1, hi / 200)) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    (solve(c, p, mid, 512) ? hi : lo) = mid;
+  }
+  while (!solve(c, p, hi)) hi += std::max<std::int64_t>(1, hi / 200);  // the default resolution may round differently
+  return hi;
+}
+
+}  // namespace remat::planner
