@@ -98,6 +98,8 @@ TapeScope::~TapeScope() { tape_pointer() = previous_; }
 bool grad_enabled() { return grad_flag(); }
 NoGradScope::NoGradScope() : previous_(grad_flag()) { grad_flag() = false; }
 NoGradScope::~NoGradScope() { grad_flag() = previous_; }
+EnableGradScope::EnableGradScope() : previous_(grad_flag()) { grad_flag() = true; }
+EnableGradScope::~EnableGradScope() { grad_flag() = previous_; }
 
 OpRecorder::OpRecorder(const char* op, std::initializer_list<const Tensor*> inputs) : op_(op) {
   if (!grad_enabled()) return;

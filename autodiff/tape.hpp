@@ -86,6 +86,18 @@ class NoGradScope {
  private:
   bool previous_;
 };
+// Records again inside a NoGradScope: a recomputation that a recipe's run
+// (itself unrecorded) triggers must still save what its blocks save.
+class EnableGradScope {
+ public:
+  EnableGradScope();
+  ~EnableGradScope();
+  EnableGradScope(const EnableGradScope&) = delete;
+  EnableGradScope& operator=(const EnableGradScope&) = delete;
+
+ private:
+  bool previous_;
+};
 
 // Every op records itself through this: construct it with the inputs; if it
 // is true, save what backward needs and call finish() with the outputs.

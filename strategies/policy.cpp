@@ -36,7 +36,7 @@ void for_each_probe(F&& f) {
     const BlockInfo block{i, 8, "h." + std::to_string(i)};
     for (const auto& tag : builtin_tags())
       for (bool recomputable : {false, true})
-        for (bool input : {false, true}) f(SavedTensorInfo{tag.c_str(), block, shape, 4, recomputable, input});
+        for (bool input : {false, true}) f(SavedTensorInfo{tag.c_str(), block, shape, 4, recomputable, input, input});
   }
 }
 

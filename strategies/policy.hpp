@@ -44,6 +44,9 @@ struct SavedTensorInfo {
   std::int64_t bytes;
   bool recomputable;          // it has a recipe (recompute is possible)
   bool segment_input;         // it is the input of a checkpoint segment
+  // The block's own input, made by an earlier block: its recipe reads what
+  // that block saved (which a segment would have to recompute first).
+  bool block_input = false;
 };
 
 struct Policy;

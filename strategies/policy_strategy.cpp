@@ -20,14 +20,17 @@ std::string segment_name(const Segment& s, const BlockInfo& info) {
 class PolicyStrategy::Router final : public Storage {
  public:
   explicit Router(const Policy& policy) : policy_(policy) {}
-  void enter(const BlockInfo& block, bool segment_input) {
+  void enter(const BlockInfo& block, bool segment_input, const Tensors& inputs) {
     block_ = &block;
     segment_input_ = segment_input;
+    inputs_.clear();
+    for (const auto& x : inputs) inputs_.push_back(x.raw());
   }
   std::shared_ptr<Packed> pack(const Tensor& t) override {
     if (!block_) return device_.pack(t);
+    const bool input = std::count(inputs_.begin(), inputs_.end(), t.raw()) > 0;
     const SavedTensorInfo info{t.tag(), *block_, t.shape(), std::int64_t(t.nbytes()), t.recipe() != nullptr,
-                               segment_input_};
+                               segment_input_, input};
     switch (policy_.decision(info)) {
       case Decision::recompute:
         if (t.recipe()) return recompute(t);
@@ -69,6 +72,7 @@ class PolicyStrategy::Router final : public Storage {
   const Policy& policy_;
   const BlockInfo* block_ = nullptr;
   bool segment_input_ = false;
+  std::vector<const void*> inputs_;  // the block's inputs' storage
   RegionTrace* trace_ = nullptr;
   KeepStorage device_;
   std::unique_ptr<OffloadStorage> pool_;  // made on first use: most policies never offload
@@ -89,7 +93,7 @@ Tensors PolicyStrategy::run(const BlockInfo& info, const Tensors& inputs, const 
     const std::string name = segment_name(*segment, info);
     RegionTrace* trace = trace_region(name);
     if (info.index == segment->first || !region_) {
-      router_->enter(info, /*segment_input=*/true);
+      router_->enter(info, /*segment_input=*/true, inputs);
       region_ = RecomputeRegion::begin(name, inputs, *router_, trace, segment->inner);
     }
     return run_traced(trace, [&] { return region_->run(info, inputs, body); });
@@ -97,7 +101,7 @@ Tensors PolicyStrategy::run(const BlockInfo& info, const Tensors& inputs, const 
   region_.reset();
   RegionTrace* trace = trace_region(info.name);
   router_->begin_group(info.name, trace);
-  router_->enter(info, /*segment_input=*/false);
+  router_->enter(info, /*segment_input=*/false, inputs);
   Tensors out = run_traced(trace, [&] {
     SavedTensorHooksScope hooks(*router_);
     return body(inputs);
@@ -138,7 +142,7 @@ std::int64_t recompute_peak(const SaveProfile& p, int first, int last, const Pol
     if (inner)
       for (const auto& x : b.tensors)
         if (x.recomputable &&
-            inner->decision({x.tag, info, x.shape, x.bytes, true, false}) == Decision::recompute)
+            inner->decision({x.tag, info, x.shape, x.bytes, true, false, x.block_input}) == Decision::recompute)
           dropped += x.bytes;
     peak = std::max({peak, held + saved + b.forward_peak + b.input - dropped, held + saved + b.backward_peak});
     saved += b.saved - dropped;
@@ -174,7 +178,7 @@ MemoryPrediction predict_policy(const SaveProfile& p, const Policy& policy) {
       if (i == seg->first) {
         std::int64_t kept = 0, offloaded = 0;
         for (const auto& x : b.inputs) {
-          const SavedTensorInfo t{x.tag, info, x.shape, x.bytes, false, true};
+          const SavedTensorInfo t{x.tag, info, x.shape, x.bytes, false, true, true};
           (policy.decision(t) == Decision::offload ? offloaded : kept) += x.bytes;
         }
         segment_held = device + (offloaded > 0 ? last_group : 0);
@@ -192,7 +196,7 @@ MemoryPrediction predict_policy(const SaveProfile& p, const Policy& policy) {
     }
     std::int64_t kept = 0, offloaded = 0, recomputed = 0;
     for (const auto& x : b.tensors) {
-      const SavedTensorInfo t{x.tag, info, x.shape, x.bytes, x.recomputable, false};
+      const SavedTensorInfo t{x.tag, info, x.shape, x.bytes, x.recomputable, false, x.block_input};
       const Decision d = policy.decision(t);
       if (d == Decision::recompute && x.recomputable) recomputed += x.bytes;
       else if (d == Decision::offload) offloaded += x.bytes;

@@ -36,11 +36,14 @@ std::string block_pool(const std::string& block) { return std::string(SaveProfil
 
 class BlockProbe final : public SavedTensorHooks {
  public:
-  explicit BlockProbe(BlockSaves& b) : block_(b), pool_(block_pool(b.name)) {}
+  BlockProbe(BlockSaves& b, const Tensors& inputs) : block_(b), pool_(block_pool(b.name)) {
+    for (const auto& x : inputs) inputs_.insert(x.raw());
+  }
   std::shared_ptr<Packed> pack(const Tensor& t) override {
     if (seen_.insert(t.raw()).second) {
       block_.saved += std::int64_t(t.nbytes());
-      block_.tensors.push_back({t.tag(), t.shape(), std::int64_t(t.nbytes()), t.recipe() != nullptr});
+      block_.tensors.push_back(
+          {t.tag(), t.shape(), std::int64_t(t.nbytes()), t.recipe() != nullptr, 0, inputs_.count(t.raw()) > 0});
     }
     return std::make_shared<ReportedKept>(t, pool_);
   }
@@ -48,7 +51,7 @@ class BlockProbe final : public SavedTensorHooks {
  private:
   BlockSaves& block_;
   std::string pool_;
-  std::set<const void*> seen_;
+  std::set<const void*> seen_, inputs_;
 };
 
 }  // namespace
@@ -58,9 +61,9 @@ Tensors SaveProfiler::run(const BlockInfo& info, const Tensors& inputs, const Bl
   b.name = info.name;
   for (const auto& x : inputs) {
     b.input += std::int64_t(x.nbytes());
-    b.inputs.push_back({x.tag(), x.shape(), std::int64_t(x.nbytes()), false});
+    b.inputs.push_back({x.tag(), x.shape(), std::int64_t(x.nbytes()), false, 0, true});
   }
-  BlockProbe probe(b);
+  BlockProbe probe(b, inputs);
   SavedTensorHooksScope scope(probe);
   return body(inputs);
 }

@@ -19,6 +19,7 @@ struct SavedRecord {
   std::int64_t bytes = 0;
   bool recomputable = false;  // has a recipe
   double recompute_seconds = 0;  // running its recipe (timed profiles only)
+  bool block_input = false;      // the block's own input (SavedTensorInfo::block_input)
 };
 
 struct BlockSaves {

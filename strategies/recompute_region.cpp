@@ -1,5 +1,7 @@
 #include "strategies/recompute_region.hpp"
 
+#include <algorithm>
+
 #include "autodiff/memory_tracker.hpp"
 #include "autodiff/random.hpp"
 #include "autodiff/stats.hpp"
@@ -105,9 +107,9 @@ class RegionHooks final : public SavedTensorHooks {
 // each, or leave one to its recipe where the span's policy drops it.
 class CaptureHooks final : public SavedTensorHooks {
  public:
-  CaptureHooks(RecomputeRegion& r, const RecomputeRegion::Span& span, const BlockInfo& info, std::size_t first,
-               std::size_t end, bool stop_when_full)
-      : region_(r), span_(span), info_(info), next_(first), end_(end), stop_(stop_when_full) {}
+  CaptureHooks(RecomputeRegion& r, const RecomputeRegion::Span& span, const BlockInfo& info, const Tensors& inputs,
+               std::size_t first, std::size_t end, bool stop_when_full)
+      : region_(r), span_(span), info_(info), inputs_(inputs), next_(first), end_(end), stop_(stop_when_full) {}
   std::shared_ptr<Packed> pack(const Tensor& t) override {
     auto& slots = region_.slots_;
     if (next_ >= end_)
@@ -119,7 +121,8 @@ class CaptureHooks final : public SavedTensorHooks {
                               s.op + " " + to_string(s.shape) + " " + dtype_name(s.dtype) + " in forward but " +
                               current_op() + " " + to_string(t.shape()) + " " + dtype_name(t.dtype()) +
                               " when recomputed (is the block deterministic?)");
-    const SavedTensorInfo info{t.tag(), info_, t.shape(), std::int64_t(t.nbytes()), t.recipe() != nullptr, false};
+    const bool input = std::any_of(inputs_.begin(), inputs_.end(), [&](const Tensor& x) { return x.raw() == t.raw(); });
+    const SavedTensorInfo info{t.tag(), info_, t.shape(), std::int64_t(t.nbytes()), t.recipe() != nullptr, false, input};
     std::shared_ptr<Packed> packed;
     if (span_.policy && t.recipe() && span_.policy->decision(info) == Decision::recompute) {
       // The recomputation's own recipes that read it read it lazily too, so
@@ -138,6 +141,7 @@ class CaptureHooks final : public SavedTensorHooks {
   RecomputeRegion& region_;
   const RecomputeRegion::Span& span_;
   const BlockInfo& info_;
+  const Tensors inputs_;  // the block's, by value: the body replaces the caller's
   std::size_t next_, end_;
   bool stop_;
   KeepHooks keep_;
@@ -198,6 +202,7 @@ void RecomputeRegion::recompute(Span& span) {
   const auto end_of = [this](std::size_t body) { return body + 1 < first_slot_.size() ? first_slot_[body + 1] : slots_.size(); };
   MemoryPhase phase("recompute " + span.name);
   stats::RecomputeScope recomputing;
+  EnableGradScope recording;  // backward may get here from inside a recipe's unrecorded run
   const auto before = stats::counts().forward;
   // Nodes made while recomputing go to a scratch tape and are dropped: only
   // the saved tensors are wanted.
@@ -247,7 +252,7 @@ void RecomputeRegion::recompute(Span& span) {
       continue;
     }
     const bool last = k == span.last_body;
-    CaptureHooks capture(*this, span, info, first_slot_[k], end_of(k), last);
+    CaptureHooks capture(*this, span, info, x, first_slot_[k], end_of(k), last);
     {
       SavedTensorHooksScope hooks(capture);
       try {

@@ -220,7 +220,7 @@ TEST_CASE("a recomputation that differs from the forward pass is an error naming
       return Tensors{calls == 1 ? ops::gelu_tanh(h) : h};
     });
     CHECK_THROWS_WITH(backward(ops::cross_entropy(y, test::random_ids({2}, 8, 1))),
-                      test::Contains("region b0: recomputation saved 1 tensors, the forward pass 2"));
+                      test::Contains("region b0: recomputing block b0 saved 1 tensors, the forward pass 2"));
   }
   current_tape().clear();
 }

@@ -19,7 +19,7 @@ constexpr std::size_t kMaxTagsEnumerated = 6;
 double recipe_seconds(const BlockSaves& b, const std::vector<std::string>& tags, bool timed) {
   double s = 0;
   for (const auto& x : b.tensors)
-    if (x.recomputable && std::find(tags.begin(), tags.end(), x.tag) != tags.end())
+    if (x.recomputable && !x.block_input && std::find(tags.begin(), tags.end(), x.tag) != tags.end())
       s += timed ? x.recompute_seconds : kSecondsPerByte * double(x.bytes);
   return s;
 }
@@ -41,7 +41,7 @@ ChainCosts chain_costs(const SaveProfile& p) {
     k.forward_seconds = p.timed ? b.forward_seconds : kSecondsPerByte * double(b.saved);
     std::set<std::string> tag_set;
     for (const auto& x : b.tensors)
-      if (x.recomputable) tag_set.insert(x.tag);
+      if (x.recomputable && !x.block_input) tag_set.insert(x.tag);
     const std::vector<std::string> tags(tag_set.begin(), tag_set.end());
     std::vector<std::vector<std::string>> subsets;
     if (tags.size() <= kMaxTagsEnumerated) {
@@ -60,7 +60,7 @@ ChainCosts chain_costs(const SaveProfile& p) {
     for (const auto& s : subsets) {
       Variant v{s, 0, recipe_seconds(b, s, p.timed)};
       for (const auto& x : b.tensors)
-        if (x.recomputable && std::find(s.begin(), s.end(), x.tag) != s.end()) v.dropped += x.bytes;
+        if (x.recomputable && !x.block_input && std::find(s.begin(), s.end(), x.tag) != s.end()) v.dropped += x.bytes;
       all.push_back(std::move(v));
     }
     // Keep the Pareto front (the empty subset always survives: it costs nothing).

@@ -32,8 +32,11 @@ Policy plan_policy(const std::vector<PlanPart>& parts, const std::string& name) 
   };
   p.decide = [drops](const SavedTensorInfo& t) {
     const auto it = drops->find(t.block.index);
-    return it != drops->end() && !t.segment_input && t.recomputable && it->second.count(t.tag) ? Decision::recompute
-                                                                                               : Decision::none;
+    // A block's input is never dropped: its recipe reads the previous block's
+    // saves, which a segment there would have to recompute early.
+    return it != drops->end() && !t.segment_input && !t.block_input && t.recomputable && it->second.count(t.tag)
+               ? Decision::recompute
+               : Decision::none;
   };
   return p;
 }
@@ -90,7 +93,7 @@ void describe_parts(const std::vector<PlanPart>& parts, const SaveProfile& p, in
       const auto& b = p.blocks[std::size_t(part.first)];
       std::int64_t dropped = 0;
       for (const auto& x : b.tensors)
-        if (x.recomputable && std::count(part.drops.begin(), part.drops.end(), x.tag)) dropped += x.bytes;
+        if (x.recomputable && !x.block_input && std::count(part.drops.begin(), part.drops.end(), x.tag)) dropped += x.bytes;
       if (part.drops.empty())
         std::snprintf(line, sizeof line, "%s%-12s keep: %.2f MB\n", indent.c_str(), b.name.c_str(), mb(b.saved));
       else

@@ -1,0 +1,217 @@
+// The planner (budget:<size>): the solver is optimal over its plan space
+// (against exhaustive enumeration on small chains), a plan's measured peak
+// never exceeds its budget and is predicted within 5%, its gradients are
+// bitwise full's, nested segments run exactly, and bad budgets are one clear
+// error naming the smallest feasible one.
+#include <cmath>
+#include <functional>
+#include <random>
+
+#include "autodiff/error.hpp"
+#include "autodiff/tape.hpp"
+#include "catch.hpp"
+#include "harness/check.hpp"
+#include "strategies/planner/solver.hpp"
+#include "strategies/policy_strategy.hpp"
+#include "strategies/registry.hpp"
+
+using namespace remat;
+using namespace remat::planner;
+
+namespace {
+
+constexpr std::int64_t kUnit = 1024;  // every synthetic size is a whole number of these: the solver rounds nothing
+
+// A chain of `blocks` blocks with random sizes and times; `tags` droppable
+// tags per block.
+SaveProfile random_chain(int blocks, int tags, std::uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  auto units = [&](int lo, int hi) { return kUnit * std::uniform_int_distribution<std::int64_t>(lo, hi)(rng); };
+  auto seconds = [&] { return std::uniform_real_distribution<double>(0.001, 0.01)(rng); };
+  static const char* names[] = {"attention", "gelu_tanh", "layer_norm"};
+  SaveProfile p;
+  p.timed = true;
+  p.step_seconds = 1;
+  p.outside_peak = units(5, 40);
+  for (int b = 0; b < blocks; ++b) {
+    BlockSaves s;
+    s.name = "h." + std::to_string(b);
+    s.input = units(1, 6);
+    s.inputs.push_back({"add", {1}, s.input, false});
+    s.tensors.push_back({"linear", {1}, units(4, 20), false, 0});
+    for (int t = 0; t < tags; ++t) s.tensors.push_back({names[t], {1}, units(2, 15), true, seconds()});
+    for (const auto& x : s.tensors) s.saved += x.bytes;
+    s.forward_peak = s.saved + units(0, 10);
+    s.backward_peak = s.saved + units(2, 20);
+    s.forward_seconds = 5 * seconds();
+    p.blocks.push_back(s);
+  }
+  return p;
+}
+
+// Every plan of the solver's space for blocks [first, last] of a
+// recomputation: plain blocks (any of their variants) and sub-segments that
+// end before `last`, nested the same way.
+void span_plans(const ChainCosts& c, int first, int last, std::vector<PlanPart>& prefix,
+                const std::function<void(const std::vector<PlanPart>&)>& emit) {
+  if (first > last) return emit(prefix);
+  for (const auto& v : c.blocks[std::size_t(first)].variants) {
+    prefix.push_back({first, first, false, v.tags, {}});
+    span_plans(c, first + 1, last, prefix, emit);
+    prefix.pop_back();
+  }
+  for (int r = first; r < last; ++r) {
+    std::vector<PlanPart> inner;
+    span_plans(c, first, r, inner, [&](const std::vector<PlanPart>& in) {
+      prefix.push_back({first, r, true, {}, in});
+      span_plans(c, r + 1, last, prefix, emit);
+      prefix.pop_back();
+    });
+  }
+}
+
+// Every top-level plan: plain blocks and segments [i, e] with any inner plan.
+void top_plans(const ChainCosts& c, int first, std::vector<PlanPart>& prefix,
+               const std::function<void(const std::vector<PlanPart>&)>& emit) {
+  const int L = int(c.blocks.size());
+  if (first == L) return emit(prefix);
+  for (const auto& v : c.blocks[std::size_t(first)].variants) {
+    prefix.push_back({first, first, false, v.tags, {}});
+    top_plans(c, first + 1, prefix, emit);
+    prefix.pop_back();
+  }
+  for (int e = first; e < L; ++e) {
+    std::vector<PlanPart> inner;
+    span_plans(c, first, e, inner, [&](const std::vector<PlanPart>& in) {
+      prefix.push_back({first, e, true, {}, in});
+      top_plans(c, e + 1, prefix, emit);
+      prefix.pop_back();
+    });
+  }
+}
+
+struct Exhaustive {
+  double best = INFINITY;
+  std::int64_t count = 0;
+};
+
+Exhaustive exhaustive(const ChainCosts& c, const SaveProfile& p, std::int64_t budget) {
+  Exhaustive x;
+  std::vector<PlanPart> prefix;
+  top_plans(c, 0, prefix, [&](const std::vector<PlanPart>& parts) {
+    ++x.count;
+    if (predict_policy(p, plan_policy(parts, "enumerated")).device <= budget)
+      x.best = std::min(x.best, recompute_seconds(c, p, parts));
+  });
+  return x;
+}
+
+}  // namespace
+
+TEST_CASE("the solver's plan is the cheapest of an exhaustive enumeration of its plan space", "[planner]") {
+  // Chains of up to 8 blocks without droppable tags, and of up to 5 with
+  // two (every subset a variant): the enumeration grows too fast beyond.
+  for (const auto& [blocks, tags] : std::vector<std::pair<int, int>>{{1, 0}, {3, 0}, {5, 0}, {8, 0}, {2, 2}, {4, 2}, {5, 1}}) {
+    for (std::uint64_t seed = 1; seed <= 3; ++seed) {
+      const SaveProfile p = random_chain(blocks, tags, seed * 100 + std::uint64_t(blocks));
+      const ChainCosts c = chain_costs(p);
+      const std::int64_t full = predict_policy(p, Policy{}).device;
+      for (double share : {0.2, 0.35, 0.5, 0.75, 1.0}) {
+        const std::int64_t units = std::max<std::int64_t>(1, std::int64_t(share * double(full)) / kUnit);
+        const std::int64_t budget = units * kUnit;
+        INFO(blocks << " blocks, " << tags << " tags, seed " << seed << ", budget " << budget << " of full's " << full);
+        const auto plan = solve(c, p, budget, int(units));  // a unit of exactly kUnit bytes
+        const Exhaustive x = exhaustive(c, p, budget);
+        REQUIRE(plan.has_value() == std::isfinite(x.best));
+        if (!plan) continue;
+        CHECK(plan->predicted_peak <= budget);
+        CHECK(plan->recompute_seconds == Approx(x.best).epsilon(1e-5).margin(1e-9));
+      }
+    }
+  }
+}
+
+TEST_CASE("the smallest budget is feasible and a little less is not", "[planner]") {
+  const SaveProfile p = random_chain(10, 2, 7);
+  const ChainCosts c = chain_costs(p);
+  const std::int64_t smallest = smallest_budget(c, p);
+  const auto plan = solve(c, p, smallest);
+  REQUIRE(plan);
+  CHECK(plan->predicted_peak <= smallest);
+  CHECK_FALSE(solve(c, p, smallest * 98 / 100));
+  // Everything kept costs nothing to recompute.
+  const auto roomy = solve(c, p, predict_policy(p, Policy{}).device * 2);
+  REQUIRE(roomy);
+  CHECK(roomy->recompute_seconds == 0);
+}
+
+namespace {
+
+struct Setup {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<ParamStore> params;
+  Batch batch;
+};
+
+Setup make(const std::string& name, int layers) {
+  Sizes z = preset_sizes("tiny");
+  z.L = layers;
+  z.dropout = 0.1;
+  Setup s;
+  s.model = models().find(name).make(z);
+  s.params = std::make_unique<ParamStore>(s.model->params(), DType::f32);
+  initialize(*s.params, 3, z.L);
+  s.batch = random_batch(z.B, z.S, z.V, 3);
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("a planned schedule stays within its budget, is predicted within 5% and is bitwise full's", "[planner][models]") {
+  for (const char* name : {"gpt2", "llama", "bert", "revformer"}) {
+    Setup s = make(name, 6);
+    const std::vector<std::string> specs{"budget:min", "budget:30%", "budget:50%", "budget:75%", "budget:100%"};
+    CheckOptions options;
+    options.seed = 5;
+    const CheckReport report = run_check(*s.model, *s.params, s.batch, specs, options);  // run_step throws over a budget
+    for (const auto& row : report.rows) {
+      INFO(name << " " << row.strategy);
+      CHECK(row.vs_full.bitwise);
+      CHECK(row.step.activation_peak <= row.predicted.device);  // the budget holds the prediction, which holds this
+      CHECK(double(row.predicted.device) <= 1.05 * double(row.step.activation_peak));
+    }
+    CHECK(report.rows[0].step.activation_peak < report.rows[1].step.activation_peak);
+  }
+}
+
+TEST_CASE("nested segments with drops inside the recomputation run exactly as predicted", "[planner][nested]") {
+  Setup s = make("gpt2", 6);
+  // Blocks 0-4 one segment, recomputed as: [0-1 sub-segment: [0 keep] [1 keep]] [2 drop gelu] [3 sub-segment] [4 keep];
+  // block 5 kept.
+  std::vector<PlanPart> inner{{0, 1, true, {}, {}}, {2, 2, false, {"gelu_tanh", "layer_norm"}, {}}, {3, 3, true, {}, {}}, {4, 4, false, {}, {}}};
+  const std::vector<PlanPart> parts{{0, 4, true, {}, inner}, {5, 5, false, {}, {}}};
+  PolicyStrategy nested("nested", plan_policy(parts, "nested"));
+  auto full = make_strategy("full");
+  const StepResult reference = run_step(*s.model, *s.params, s.batch, {full.get(), 5, 0});
+  const auto ref = gradients(*s.params);
+  const StepResult r = run_step(*s.model, *s.params, s.batch, {&nested, 5, 0});
+  const GradientComparison cmp = compare_gradients(*s.params, gradients(*s.params), ref, r.loss, reference.loss);
+  CHECK(cmp.bitwise);
+  const SaveProfile profile = profile_saves(*s.model, *s.params, s.batch);
+  const std::int64_t predicted = nested.predict(profile).device;
+  CHECK(std::abs(double(predicted - r.activation_peak)) <= 0.05 * double(r.activation_peak));
+  CHECK(r.activation_peak < reference.activation_peak);
+}
+
+TEST_CASE("bad budgets are one clear error", "[planner][errors]") {
+  CHECK_THROWS_WITH(make_strategy("budget"), Catch::Contains("needs a budget"));
+  CHECK_THROWS_WITH(make_strategy("budget:lots"), Catch::Contains("'lots' is not a positive size"));
+  CHECK_THROWS_WITH(make_strategy("budget:0%"), Catch::Contains("not a percentage"));
+  CHECK_THROWS_WITH(make_strategy("budget:-3MB"), Catch::Contains("not a positive size"));
+  CHECK_THROWS_AS(make_strategy("budget:1G+offload"), UserError);
+  Setup s = make("gpt2", 4);
+  CheckOptions options;
+  CHECK_THROWS_WITH(run_check(*s.model, *s.params, s.batch, {"budget:1KB"}, options),
+                    Catch::Contains("no exact schedule fits") && Catch::Contains("the smallest feasible budget is"));
+  current_tape().clear();
+}
