@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <optional>
 
 #include "autodiff/error.hpp"
 #include "datasets/batch_source.hpp"
@@ -88,7 +89,16 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const MatrixProgress& 
     std::vector<std::string> specs;
     for (const auto* c : group) specs.push_back(c->strategy);
     if (progress.update) progress.update(done, todo.size(), first, "checking against full");
+    // Planned strategies share one timed probe per model and shape, so the
+    // checked plan and the timed one are the same.
+    std::optional<SaveProfile> costs;
+    for (const auto& spec : specs)
+      if (!costs && make_strategy(spec)->needs_costs()) {
+        if (progress.update) progress.update(done, todo.size(), first, "probing costs for the planner");
+        costs = measure_costs(*model, params, batch, kernel, o.seed);
+      }
     CheckOptions check;
+    check.costs = costs ? &*costs : nullptr;
     check.seed = o.seed;
     check.timeline = true;
     check.mem_limit = o.mem_limit;
@@ -98,6 +108,7 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const MatrixProgress& 
     for (std::size_t k = 0; k < group.size(); ++k) {
       RunRecord r{*group[k], {}, {}, report.rows[k], params.names()};
       auto strategy = make_strategy(r.key.strategy);
+      if (strategy->needs_costs() && !r.check.oom) strategy->plan(*costs);
       StepOptions step{strategy.get(), o.seed, 0};
       step.attention = kernel;
       for (int w = 0; w < o.warmup + o.steps && !r.check.oom; ++w) {

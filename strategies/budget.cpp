@@ -22,27 +22,36 @@ namespace {
 struct Budget {
   std::int64_t bytes = 0;  // a size
   double fraction = 0;     // or a share of full's measured peak
-  bool smallest = false;   // or the smallest feasible
+  bool smallest = false;   // or the smallest feasible (plus `above` of the way from it to full's)
+  double above = 0;
 };
+
+double parse_percent(const std::string& spec, const std::string& text) {
+  const std::string number = text.substr(0, text.size() - 1);
+  std::size_t used = 0;
+  double p = -1;
+  try {
+    p = std::stod(number, &used);
+  } catch (const std::exception&) {
+  }
+  if (text.empty() || text.back() != '%' || used != number.size() || !(p > 0 && p <= 1000))
+    throw UserError("strategy '" + spec + "': '" + text + "' is not a percentage in (0, 1000]");
+  return p / 100;
+}
 
 Budget parse_budget(const std::string& spec, const std::string& text) {
   Budget b;
   if (text == "min") {
     b.smallest = true;
+  } else if (text.rfind("range:", 0) == 0) {
+    b.smallest = true;
+    b.above = parse_percent(spec, text.substr(6));
+    if (b.above > 1) throw UserError("strategy '" + spec + "': range:P% is at most range:100% (full's peak)");
   } else if (!text.empty() && text.back() == '%') {
-    const std::string number = text.substr(0, text.size() - 1);
-    std::size_t used = 0;
-    double p = -1;
-    try {
-      p = std::stod(number, &used);
-    } catch (const std::exception&) {
-    }
-    if (used != number.size() || !(p > 0 && p <= 1000))
-      throw UserError("strategy '" + spec + "': '" + text + "' is not a percentage in (0, 1000]");
-    b.fraction = p / 100;
+    b.fraction = parse_percent(spec, text);
   } else if (text.empty()) {
     throw UserError("strategy 'budget' needs a budget: budget:<size> (150MB, 1.5G), budget:<P>% of full's activation "
-                    "memory, or budget:min");
+                    "memory, budget:min, or budget:range:<P>% (that share of the way from min to full's)");
   } else {
     try {
       b.bytes = parse_byte_size(text);
@@ -69,12 +78,13 @@ class BudgetStrategy final : public PolicyStrategy {
 
   void plan(const SaveProfile& timed) override {
     const planner::ChainCosts costs = planner::chain_costs(timed);
+    const std::int64_t full = timed.measured_peak > 0 ? timed.measured_peak : predict_policy(timed, Policy{}).device;
     std::int64_t bytes = budget_.bytes;
-    if (budget_.smallest) bytes = planner::smallest_budget(costs, timed);
-    if (budget_.fraction > 0) {
-      const std::int64_t full = timed.measured_peak > 0 ? timed.measured_peak : predict_policy(timed, Policy{}).device;
-      bytes = std::int64_t(std::floor(budget_.fraction * double(full)));
+    if (budget_.smallest) {
+      bytes = planner::smallest_budget(costs, timed);
+      if (budget_.above > 0) bytes += std::int64_t(budget_.above * double(std::max<std::int64_t>(0, full - bytes)));
     }
+    if (budget_.fraction > 0) bytes = std::int64_t(std::floor(budget_.fraction * double(full)));
     auto plan = planner::solve(costs, timed, bytes);
     if (!plan) {
       const std::int64_t smallest = planner::smallest_budget(costs, timed);
@@ -97,9 +107,10 @@ class BudgetStrategy final : public PolicyStrategy {
   MemoryPrediction predict(const SaveProfile& p) const override {
     if (planned_) return PolicyStrategy::predict(p);
     if (budget_.bytes > 0) return {budget_.bytes, 0};
-    if (budget_.fraction > 0)
-      return {std::int64_t(budget_.fraction * double(predict_policy(p, Policy{}).device)), 0};
-    return predict_policy(p, per_layer_policy());
+    const std::int64_t full = predict_policy(p, Policy{}).device;
+    if (budget_.fraction > 0) return {std::int64_t(budget_.fraction * double(full)), 0};
+    const std::int64_t smallest = predict_policy(p, per_layer_policy()).device;
+    return {smallest + std::int64_t(budget_.above * double(std::max<std::int64_t>(0, full - smallest))), 0};
   }
 
  private:
@@ -114,11 +125,12 @@ class BudgetStrategy final : public PolicyStrategy {
 void register_budget(StrategyRegistry& r) {
   StrategyEntry e;
   e.name = "budget";
-  e.usage = "budget:<size>|<P>%|min";
+  e.usage = "budget:<size>|<P>%|min|range:<P>%";
   e.description =
       "the fastest exact schedule whose activation peak fits the budget (a size, a share of full's, or the "
       "smallest feasible), planned from a timed probe: per block keep, drop tags, or checkpoint segments, "
-      "nested (see `remat plan`); composes with nothing";
+      "nested (see `remat plan`); composes with nothing. In a list, budget:auto sweeps min and range:25%, 50%, "
+      "75% (of the way from min to full's peak)";
   e.runner = [](const std::string& argument) -> std::unique_ptr<Strategy> {
     const std::string spec = "budget:" + argument;
     return std::make_unique<BudgetStrategy>(spec, parse_budget(spec, argument));

@@ -140,6 +140,10 @@ std::vector<std::string> parse_strategy_list(const std::string& list, const Mode
       for (auto& s : all_strategies(model)) specs.push_back(s);
       continue;
     }
+    if (item == "budget:auto") {  // the planner's front, from the smallest feasible budget towards full's
+      for (const char* s : {"budget:min", "budget:range:25%", "budget:range:50%", "budget:range:75%"}) specs.push_back(s);
+      continue;
+    }
     if (item.empty()) throw UserError("empty strategy in list '" + list + "'");
     specs.push_back(item);
   }

@@ -41,6 +41,7 @@ void run_grads(const GradsOptions& o) {
     w.batch = random_batch(z.B, z.S, z.V, o.seed);
   }
   auto strategy = make_strategy(specs[0]);
+  prepare_strategy(*strategy, *w.model, *w.params, *w.batch, kernel, o.seed);
   StepOptions step{strategy.get(), o.seed, 0};
   step.attention = kernel;
   const double loss = forward_backward(*w.model, *w.params, *w.batch, step);

@@ -32,7 +32,10 @@ void run_plan(const PlanOptions& o) {
   ParamStore params(model->params(), DType::f32);
   initialize(params, o.model.seed, setup.sizes.L);
   const Batch batch = o.model.make_batch(setup.sizes);
-  if (!o.json) std::fprintf(stderr, "probing %s %s (timed full steps and blocks)...\n", setup.model.c_str(), setup.preset.c_str());
+  if (!o.json) {
+    std::printf("probing %s %s (timed full steps and blocks)...\n", setup.model.c_str(), setup.preset.c_str());
+    std::fflush(stdout);
+  }
   const SaveProfile costs = measure_costs(*model, params, batch, o.model.kernel(), o.model.seed);
   auto strategy = make_strategy(specs[0]);
   strategy->plan(costs);  // UserError naming the smallest feasible budget if none fits

@@ -41,6 +41,7 @@ void run_time(const TimeOptions& o) {
   initialize(params, o.model.seed, setup.sizes.L);
   const Batch batch = o.model.make_batch(setup.sizes);
   auto strategy = make_strategy(specs[0]);
+  prepare_strategy(*strategy, *model, params, batch, o.model.kernel(), o.model.seed);
   // Gradient buffers are allocated once and kept: part of the model, like
   // its weights, and in the baseline (side_by_side.py does the same in PyTorch).
   params.zero_grad();

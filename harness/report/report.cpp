@@ -191,12 +191,23 @@ std::vector<std::string> write_plots(const std::vector<RunSummary>& runs, const 
   std::vector<svg::Chart> tradeoff;
   for (const auto& [model, rs] : groups) {
     svg::Chart c{model + " " + shape(*rs.front()), "activation memory (MB)", "step time (s)", false, false, {}};
-    std::vector<const RunSummary*> sorted;
+    std::vector<const RunSummary*> sorted, planned;
     for (const RunSummary* r : rs)
       if (!r->oom) {
-        c.series.push_back({r->strategy, {mb(r->activation)}, {r->step_time}, false, true});
+        // The planner's budgets form one line: its front beside the fixed strategies' points.
+        if (r->strategy.rfind("budget:", 0) == 0) planned.push_back(r);
+        else c.series.push_back({r->strategy, {mb(r->activation)}, {r->step_time}, false, true});
         sorted.push_back(r);
       }
+    if (!planned.empty()) {
+      std::sort(planned.begin(), planned.end(), [](auto* a, auto* b) { return a->activation < b->activation; });
+      svg::Series plan{"planner (budget:...)", {}, {}, true, true};
+      for (const RunSummary* r : planned) {
+        plan.x.push_back(mb(r->activation));
+        plan.y.push_back(r->step_time);
+      }
+      c.series.push_back(plan);
+    }
     std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->activation < b->activation; });
     svg::Series front{"Pareto front", {}, {}, true, false, true, true};
     double best = std::numeric_limits<double>::max();

@@ -7,6 +7,7 @@
 #include "autodiff/error.hpp"
 #include "autodiff/tape.hpp"
 #include "datasets/batch_source.hpp"
+#include "harness/check.hpp"
 #include "harness/step.hpp"
 #include "harness/train/run_file.hpp"
 #include "strategies/registry.hpp"
@@ -72,6 +73,10 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
   } else {
     initialize(*params_, config_.seed, z.L);
   }
+  // A planned strategy is planned once, on these weights and a batch of the
+  // run's shape (costs depend on shapes, not on values).
+  prepare_strategy(*strategy_, *model_, *params_, random_batch(z.B, z.S, z.V, config_.seed), config_.attention,
+                   config_.seed);
   data_->seek(state_.data_position);
 }
 

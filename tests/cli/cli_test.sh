@@ -151,6 +151,22 @@ expect_error "needs about" "$remat" matrix --preset gpu-medium --models gpt2 --b
 expect_error "produces no tag 'bogus'; its tags: add, attention, attention_lse" "$remat" check --preset tiny --strategies selective:bogus
 expect_error "would have no effect" "$remat" check --preset tiny --strategies full+offload
 
+# The planner: a plan printed, run and measured within its budget; budgets in the matrix and the report.
+expect_ok "plan" "$remat" plan --preset tiny --layers 6 --budget 40%
+grep -q "predicted activation peak" out.txt || fail "plan prints no predicted peak: $(cat out.txt)"
+expect_ok "plan json" "$remat" plan --preset tiny --layers 6 --budget min --json
+grep -q '"plan": \[' out.txt || fail "plan --json has no plan: $(cat out.txt)"
+expect_ok "check budget" "$remat" check --preset tiny --layers 6 --strategies budget:min,budget:50% --dropout 0.1
+grep -q "^budget:min .* yes" out.txt || fail "budget:min is not bitwise full: $(cat out.txt)"
+expect_ok "matrix budget:auto" "$remat" matrix --preset tiny --layers 4 --models gpt2 --strategies per-layer,budget:auto --steps 1 --out auto.h5
+expect_ok "report budget:auto" "$remat" report auto.h5 --svg auto-plots
+grep -q "planner (budget:...)" auto-plots/tradeoff.svg || fail "the trade-off plot has no planner front"
+expect_ok "time budget" "$remat" time --preset tiny --strategy budget:60% --steps 1
+expect_error "the smallest feasible budget is" "$remat" plan --preset tiny --budget 1KB
+expect_error "the smallest feasible budget is" "$remat" check --preset tiny --strategies budget:1KB
+expect_error "is not a percentage" "$remat" check --preset tiny --strategies budget:0%
+expect_error "composes with no other strategy" "$remat" check --preset tiny --strategies budget:1G+offload
+
 # Non-finite weights are refused; a non-finite result is an error, not "loss nan".
 "${PYTHON:-python3}" - <<'PY' || fail "could not prepare the non-finite files"
 import h5py, shutil, numpy as np
