@@ -178,7 +178,7 @@ class Program {
 
 int default_steps(int blocks) {
   const double l = std::max(1, blocks);
-  return int(std::clamp(6e8 / (l * l * l), 256.0, 4096.0));
+  return int(std::clamp(3e8 / (l * l * l), 256.0, 4096.0));
 }
 
 std::optional<Plan> solve(const ChainCosts& c, const SaveProfile& p, std::int64_t budget, int steps) {
