@@ -1,6 +1,7 @@
 #include "harness/check.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -13,6 +14,7 @@
 #include "autodiff/random.hpp"
 #include "autodiff/tape.hpp"
 #include "strategies/registry.hpp"
+#include "strategies/storage.hpp"
 
 namespace remat {
 
@@ -119,6 +121,21 @@ SaveProfile measure_costs(const Model& model, const ParamStore& params, const Ba
     p.blocks[b].forward_seconds = median(forward[b]);
     for (std::size_t k = 0; k < p.blocks[b].tensors.size() && k < recipes[b].size(); ++k)
       p.blocks[b].tensors[k].recompute_seconds = median(recipes[b][k]);
+  }
+  if (OffloadStorage::copies()) {  // the offload pool's copies: out and back, 16 MB, median of `repeats`
+    const std::size_t n = std::size_t(16) << 20;
+    Kokkos::View<unsigned char*, MemSpace> device("offload probe", n);
+    Kokkos::View<unsigned char*, Kokkos::HostSpace> host("offload probe host", n);
+    std::vector<double> seconds;
+    for (int i = 0; i < std::max(1, repeats); ++i) {
+      ExecSpace().fence();
+      const auto t0 = std::chrono::steady_clock::now();
+      Kokkos::deep_copy(host, device);
+      Kokkos::deep_copy(device, host);
+      ExecSpace().fence();
+      seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    p.offload_seconds_per_byte = median(seconds) / double(n);
   }
   p.timed = true;
   return p;

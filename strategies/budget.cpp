@@ -3,7 +3,10 @@
 // timed probe step (strategies/planner/: the plan space, the costs and the
 // optimal solver). A size is bytes ("150MB", "1.5G"); a percentage is of
 // `full`'s measured activation peak; min is the smallest budget any plan
-// fits. The plan is the whole strategy: it composes with nothing.
+// fits; a ":offload" suffix lets plain blocks move what they save to the
+// host offload pool (left out otherwise: on the host backend it costs no
+// device memory and no time, so it would win every comparison for nothing
+// real). The plan is the whole strategy: it composes with nothing.
 #include <cmath>
 #include <cstdio>
 
@@ -24,6 +27,7 @@ struct Budget {
   double fraction = 0;     // or a share of full's measured peak
   bool smallest = false;   // or the smallest feasible (plus `above` of the way from it to full's)
   double above = 0;
+  bool offload = false;    // ":offload": plain blocks may move what they save to the host pool
 };
 
 double parse_percent(const std::string& spec, const std::string& text) {
@@ -39,8 +43,13 @@ double parse_percent(const std::string& spec, const std::string& text) {
   return p / 100;
 }
 
-Budget parse_budget(const std::string& spec, const std::string& text) {
+Budget parse_budget(const std::string& spec, std::string text) {
   Budget b;
+  const std::string suffix = ":offload";
+  if (text.size() > suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0) {
+    b.offload = true;
+    text.resize(text.size() - suffix.size());
+  }
   if (text == "min") {
     b.smallest = true;
   } else if (text.rfind("range:", 0) == 0) {
@@ -77,7 +86,7 @@ class BudgetStrategy final : public PolicyStrategy {
   std::string plan_summary() const override { return summary_; }
 
   void plan(const SaveProfile& timed) override {
-    const planner::ChainCosts costs = planner::chain_costs(timed);
+    const planner::ChainCosts costs = planner::chain_costs(timed, budget_.offload);
     const std::int64_t full = timed.measured_peak > 0 ? timed.measured_peak : predict_policy(timed, Policy{}).device;
     std::int64_t bytes = budget_.bytes;
     if (budget_.smallest) {
@@ -125,11 +134,11 @@ class BudgetStrategy final : public PolicyStrategy {
 void register_budget(StrategyRegistry& r) {
   StrategyEntry e;
   e.name = "budget";
-  e.usage = "budget:<size>|<P>%|min|range:<P>%";
+  e.usage = "budget:<size>|<P>%|min|range:<P>%[:offload]";
   e.description =
       "the fastest exact schedule whose activation peak fits the budget (a size, a share of full's, or the "
       "smallest feasible), planned from a timed probe: per block keep, drop tags, or checkpoint segments, "
-      "nested (see `remat plan`); composes with nothing. In a list, budget:auto sweeps min and range:25%, 50%, "
+      "nested, and with :offload moving blocks' saves to the host pool (see `remat plan`); composes with nothing. In a list, budget:auto sweeps min and range:25%, 50%, "
       "75% (of the way from min to full's peak)";
   e.runner = [](const std::string& argument) -> std::unique_ptr<Strategy> {
     const std::string spec = "budget:" + argument;

@@ -45,6 +45,9 @@ struct SaveProfile {
   bool timed = false;
   double step_seconds = 0;
   std::int64_t measured_peak = 0;
+  // Moving a byte to the offload pool and back (0 where the pool is the
+  // device's own memory and nothing is copied: the host backends).
+  double offload_seconds_per_byte = 0;
 };
 
 // The bytes a strategy keeps at its peak, in the device pool and the offload pool.

@@ -56,14 +56,14 @@ void span_plans(const ChainCosts& c, int first, int last, std::vector<PlanPart>&
                 const std::function<void(const std::vector<PlanPart>&)>& emit) {
   if (first > last) return emit(prefix);
   for (const auto& v : c.blocks[std::size_t(first)].variants) {
-    prefix.push_back({first, first, false, v.tags, {}});
+    prefix.push_back({first, first, false, v.tags, {}, false});
     span_plans(c, first + 1, last, prefix, emit);
     prefix.pop_back();
   }
   for (int r = first; r < last; ++r) {
     std::vector<PlanPart> inner;
     span_plans(c, first, r, inner, [&](const std::vector<PlanPart>& in) {
-      prefix.push_back({first, r, true, {}, in});
+      prefix.push_back({first, r, true, {}, in, false});
       span_plans(c, r + 1, last, prefix, emit);
       prefix.pop_back();
     });
@@ -76,14 +76,19 @@ void top_plans(const ChainCosts& c, int first, std::vector<PlanPart>& prefix,
   const int L = int(c.blocks.size());
   if (first == L) return emit(prefix);
   for (const auto& v : c.blocks[std::size_t(first)].variants) {
-    prefix.push_back({first, first, false, v.tags, {}});
+    prefix.push_back({first, first, false, v.tags, {}, false});
+    top_plans(c, first + 1, prefix, emit);
+    prefix.pop_back();
+  }
+  if (c.allow_offload) {
+    prefix.push_back({first, first, false, {}, {}, true});
     top_plans(c, first + 1, prefix, emit);
     prefix.pop_back();
   }
   for (int e = first; e < L; ++e) {
     std::vector<PlanPart> inner;
     span_plans(c, first, e, inner, [&](const std::vector<PlanPart>& in) {
-      prefix.push_back({first, e, true, {}, in});
+      prefix.push_back({first, e, true, {}, in, false});
       top_plans(c, e + 1, prefix, emit);
       prefix.pop_back();
     });
@@ -109,17 +114,25 @@ Exhaustive exhaustive(const ChainCosts& c, const SaveProfile& p, std::int64_t bu
 }  // namespace
 
 TEST_CASE("the solver's plan is the cheapest of an exhaustive enumeration of its plan space", "[planner]") {
-  // Chains of up to 8 blocks without droppable tags, and of up to 5 with
-  // two (every subset a variant): the enumeration grows too fast beyond.
-  for (const auto& [blocks, tags] : std::vector<std::pair<int, int>>{{1, 0}, {3, 0}, {5, 0}, {8, 0}, {2, 2}, {4, 2}, {5, 1}}) {
+  // Chains of up to 8 blocks without droppable tags, of up to 5 with two
+  // (every subset a variant), and with offloading allowed: the enumeration
+  // grows too fast beyond.
+  struct Case {
+    int blocks, tags;
+    bool offload;
+  };
+  for (const auto& [blocks, tags, offload] : std::vector<Case>{
+           {1, 0, false}, {3, 0, false}, {5, 0, false}, {8, 0, false}, {2, 2, false}, {4, 2, false}, {5, 1, false},
+           {3, 1, true}, {5, 0, true}, {6, 0, true}}) {
     for (std::uint64_t seed = 1; seed <= 3; ++seed) {
-      const SaveProfile p = random_chain(blocks, tags, seed * 100 + std::uint64_t(blocks));
-      const ChainCosts c = chain_costs(p);
+      SaveProfile p = random_chain(blocks, tags, seed * 100 + std::uint64_t(blocks));
+      p.offload_seconds_per_byte = 1e-9;  // as where the pool is copied to
+      const ChainCosts c = chain_costs(p, offload);
       const std::int64_t full = predict_policy(p, Policy{}).device;
       for (double share : {0.2, 0.35, 0.5, 0.75, 1.0}) {
         const std::int64_t units = std::max<std::int64_t>(1, std::int64_t(share * double(full)) / kUnit);
         const std::int64_t budget = units * kUnit;
-        INFO(blocks << " blocks, " << tags << " tags, seed " << seed << ", budget " << budget << " of full's " << full);
+        INFO(blocks << " blocks, " << tags << " tags, offload " << offload << ", seed " << seed << ", budget " << budget << " of full's " << full);
         const auto plan = solve(c, p, budget, int(units));  // a unit of exactly kUnit bytes
         const Exhaustive x = exhaustive(c, p, budget);
         REQUIRE(plan.has_value() == std::isfinite(x.best));
@@ -170,7 +183,8 @@ Setup make(const std::string& name, int layers) {
 TEST_CASE("a planned schedule stays within its budget, is predicted within 5% and is bitwise full's", "[planner][models]") {
   for (const char* name : {"gpt2", "llama", "bert", "revformer"}) {
     Setup s = make(name, 6);
-    const std::vector<std::string> specs{"budget:min", "budget:30%", "budget:50%", "budget:75%", "budget:100%"};
+    const std::vector<std::string> specs{"budget:min", "budget:30%", "budget:50%", "budget:75%", "budget:100%",
+                                         "budget:25%:offload", "budget:range:50%"};
     CheckOptions options;
     options.seed = 5;
     const CheckReport report = run_check(*s.model, *s.params, s.batch, specs, options);  // run_step throws over a budget
@@ -188,8 +202,10 @@ TEST_CASE("nested segments with drops inside the recomputation run exactly as pr
   Setup s = make("gpt2", 6);
   // Blocks 0-4 one segment, recomputed as: [0-1 sub-segment: [0 keep] [1 keep]] [2 drop gelu] [3 sub-segment] [4 keep];
   // block 5 kept.
-  std::vector<PlanPart> inner{{0, 1, true, {}, {}}, {2, 2, false, {"gelu_tanh", "layer_norm"}, {}}, {3, 3, true, {}, {}}, {4, 4, false, {}, {}}};
-  const std::vector<PlanPart> parts{{0, 4, true, {}, inner}, {5, 5, false, {}, {}}};
+  auto plain = [](int b, std::vector<std::string> drops) { return PlanPart{b, b, false, std::move(drops), {}, false}; };
+  auto segment = [](int a, int b, std::vector<PlanPart> inner) { return PlanPart{a, b, true, {}, std::move(inner), false}; };
+  const std::vector<PlanPart> inner{segment(0, 1, {}), plain(2, {"gelu_tanh", "layer_norm"}), segment(3, 3, {}), plain(4, {})};
+  const std::vector<PlanPart> parts{segment(0, 4, inner), plain(5, {})};
   PolicyStrategy nested("nested", plan_policy(parts, "nested"));
   auto full = make_strategy("full");
   const StepResult reference = run_step(*s.model, *s.params, s.batch, {full.get(), 5, 0});

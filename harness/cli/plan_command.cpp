@@ -18,14 +18,14 @@ namespace {
 struct PlanOptions {
   ModelOptions model;
   std::string budget;
-  bool json = false, force = false;
+  bool json = false, force = false, allow_offload = false;
 };
 
 double mb(std::int64_t bytes) { return double(bytes) / 1048576.0; }
 
 void run_plan(const PlanOptions& o) {
   const ModelSetup setup = o.model.resolve();
-  const std::string spec = "budget:" + o.budget;
+  const std::string spec = "budget:" + o.budget + (o.allow_offload ? ":offload" : "");
   const auto specs = strategies_for(setup.model, spec, o.model.kernel());
   require_step_memory(setup, o.model.kernel(), {"full"}, 2, o.force);
   const auto model = models().find(setup.model).make(setup.sizes);
@@ -39,7 +39,7 @@ void run_plan(const PlanOptions& o) {
   const SaveProfile costs = measure_costs(*model, params, batch, o.model.kernel(), o.model.seed);
   auto strategy = make_strategy(specs[0]);
   strategy->plan(costs);  // UserError naming the smallest feasible budget if none fits
-  const planner::ChainCosts chain = planner::chain_costs(costs);
+  const planner::ChainCosts chain = planner::chain_costs(costs, o.allow_offload);
   auto plan = planner::solve(chain, costs, strategy->activation_budget());
   if (!plan) throw std::logic_error("remat plan: the budget planned once and not again");
   const std::int64_t smallest = planner::smallest_budget(chain, costs);
@@ -75,6 +75,9 @@ void setup_plan(CLI::App& app) {
   cmd->add_option("--budget", o->budget,
                   "Activation-memory budget: a size (150MB, 1.5G), a percentage of full's measured peak (40%), or min")
       ->required();
+  cmd->add_flag("--allow-offload", o->allow_offload,
+                 "Let plain blocks move what they save to the host offload pool (what --strategies "
+                 "budget:<size>:offload runs); left out by default: on the host backend it costs nothing");
   cmd->add_flag("--json", o->json, "Print one JSON object (the plan as a tree) instead of the table");
   cmd->add_flag("--force", o->force, "Run even where the memory estimate says it will not fit");
   cmd->callback([o] { run_plan(*o); });

@@ -24,8 +24,9 @@ double recipe_seconds(const BlockSaves& b, const std::vector<std::string>& tags,
   return s;
 }
 
-ChainCosts chain_costs(const SaveProfile& p) {
+ChainCosts chain_costs(const SaveProfile& p, bool allow_offload) {
   ChainCosts c;
+  c.allow_offload = allow_offload;
   c.outside_peak = p.outside_peak;
   c.timed = p.timed;
   std::int64_t all_saved = 0;
@@ -39,6 +40,7 @@ ChainCosts chain_costs(const SaveProfile& p) {
     k.forward_peak = b.forward_peak;
     k.backward_peak = b.backward_peak;
     k.forward_seconds = p.timed ? b.forward_seconds : kSecondsPerByte * double(b.saved);
+    k.offload_seconds = p.offload_seconds_per_byte * double(b.saved);
     std::set<std::string> tag_set;
     for (const auto& x : b.tensors)
       if (x.recomputable && !x.block_input) tag_set.insert(x.tag);

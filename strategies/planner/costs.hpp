@@ -27,6 +27,7 @@ struct BlockCosts {
   std::int64_t saved = 0, input = 0, forward_peak = 0, backward_peak = 0;  // as in BlockSaves
   double forward_seconds = 0;
   std::vector<Variant> variants;  // Pareto-optimal: none drops as much for less time
+  double offload_seconds = 0;     // moving everything it saves to the host pool and back
 };
 
 struct ChainCosts {
@@ -34,9 +35,10 @@ struct ChainCosts {
   std::int64_t outside_peak = 0;
   double step_seconds = 0;  // a step under full: what every plan adds its recomputation to
   bool timed = false;
+  bool allow_offload = false;  // plain blocks may move what they save to the host pool
 };
 
-ChainCosts chain_costs(const SaveProfile& p);
+ChainCosts chain_costs(const SaveProfile& p, bool allow_offload = false);
 
 // The seconds to recompute the tensors of `tags` that block `b` saves.
 double recipe_seconds(const BlockSaves& b, const std::vector<std::string>& tags, bool timed);

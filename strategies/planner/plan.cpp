@@ -14,11 +14,14 @@ Policy plan_policy(const std::vector<PlanPart>& parts, const std::string& name) 
   // Per block: its segment (with the inner policy made once), or its drops.
   auto segments = std::make_shared<std::map<int, Segment>>();
   auto drops = std::make_shared<std::map<int, std::set<std::string>>>();
+  auto offloaded = std::make_shared<std::set<int>>();
   for (const auto& part : parts) {
     if (part.segment) {
       Segment s{part.first, part.last, nullptr};
       if (!part.inner.empty()) s.inner = std::make_shared<const Policy>(plan_policy(part.inner, name));
       for (int b = part.first; b <= part.last; ++b) (*segments)[b] = s;
+    } else if (part.offload) {
+      offloaded->insert(part.first);
     } else if (!part.drops.empty()) {
       (*drops)[part.first] = std::set<std::string>(part.drops.begin(), part.drops.end());
     }
@@ -30,7 +33,8 @@ Policy plan_policy(const std::vector<PlanPart>& parts, const std::string& name) 
     if (it == segments->end()) return std::nullopt;
     return it->second;
   };
-  p.decide = [drops](const SavedTensorInfo& t) {
+  p.decide = [drops, offloaded](const SavedTensorInfo& t) {
+    if (!t.segment_input && offloaded->count(t.block.index)) return Decision::offload;
     const auto it = drops->find(t.block.index);
     // A block's input is never dropped: its recipe reads the previous block's
     // saves, which a segment there would have to recompute early.
@@ -94,7 +98,10 @@ void describe_parts(const std::vector<PlanPart>& parts, const SaveProfile& p, in
       std::int64_t dropped = 0;
       for (const auto& x : b.tensors)
         if (x.recomputable && !x.block_input && std::count(part.drops.begin(), part.drops.end(), x.tag)) dropped += x.bytes;
-      if (part.drops.empty())
+      if (part.offload)
+        std::snprintf(line, sizeof line, "%s%-12s offload: %.2f MB to the host pool\n", indent.c_str(), b.name.c_str(),
+                      mb(b.saved));
+      else if (part.drops.empty())
         std::snprintf(line, sizeof line, "%s%-12s keep: %.2f MB\n", indent.c_str(), b.name.c_str(), mb(b.saved));
       else
         std::snprintf(line, sizeof line, "%s%-12s keep %.2f MB, drop %s (%.2f MB, recomputed in backward)\n",
@@ -115,7 +122,7 @@ void json_parts(const std::vector<PlanPart>& parts, const SaveProfile& p, std::s
       out += "\"action\": \"segment\", \"inner\": ";
       json_parts(part.inner, p, out);
     } else {
-      out += "\"action\": \"keep\", \"drop\": [";
+      out += std::string("\"action\": \"") + (part.offload ? "offload" : "keep") + "\", \"drop\": [";
       for (std::size_t k = 0; k < part.drops.size(); ++k) out += (k ? ", \"" : "\"") + part.drops[k] + "\"";
       out += "]";
     }
@@ -130,7 +137,8 @@ double recompute_seconds(const ChainCosts& c, const SaveProfile& p, const std::v
   double s = 0;
   for (const auto& part : parts)
     s += part.segment ? span_seconds(c, p, part.first, part.last, part.inner)
-                      : recipe_seconds(p.blocks[std::size_t(part.first)], part.drops, c.timed);
+         : part.offload ? c.blocks[std::size_t(part.first)].offload_seconds
+                        : recipe_seconds(p.blocks[std::size_t(part.first)], part.drops, c.timed);
   return s;
 }
 
@@ -162,7 +170,8 @@ std::string summary(const std::vector<PlanPart>& parts, const SaveProfile& p) {
       if (!part.inner.empty()) s += ": " + summary(part.inner, p);
       s += "]";
     } else {
-      s += "[" + p.blocks[std::size_t(part.first)].name + (part.drops.empty() ? " keep" : " drop " + join(part.drops)) + "]";
+      s += "[" + p.blocks[std::size_t(part.first)].name +
+           (part.offload ? " offload" : part.drops.empty() ? " keep" : " drop " + join(part.drops)) + "]";
     }
   }
   return s;

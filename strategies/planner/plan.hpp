@@ -22,6 +22,7 @@ struct PlanPart {
   bool segment = false;
   std::vector<std::string> drops;  // plain: the tags recomputed in backward
   std::vector<PlanPart> inner;     // segment: its recomputation (empty: keep everything)
+  bool offload = false;            // plain, top level: everything it saves goes to the host pool
 };
 
 struct Plan {
@@ -34,8 +35,9 @@ struct Plan {
 
 Policy plan_policy(const std::vector<PlanPart>& parts, const std::string& name);
 
-// The seconds a plan spends recomputing, by the cost model: a plain block at
-// the top level its drops' recipes; a segment its recomputation, in which a
+// The seconds a plan spends recomputing (and copying), by the cost model: a
+// plain block at the top level its drops' recipes, or its copies if it
+// offloads; a segment its recomputation, in which a
 // plain block costs its forward and its drops, and a sub-segment its blocks'
 // forward (unless it ends its span: then they run only in its own
 // recomputation) plus its own recomputation.

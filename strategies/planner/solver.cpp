@@ -9,6 +9,7 @@ namespace {
 
 constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr std::int16_t kInfeasible = -1;
+constexpr std::int16_t kOffload = 999;   // a plain block that moves what it saves to the host pool
 constexpr std::int16_t kSegment = 1000;  // a choice >= kSegment: a (sub-)segment ending at block choice - kSegment
 
 class Program {
@@ -23,7 +24,8 @@ class Program {
     for (const auto& b : c.blocks) seconds_before_.push_back(seconds_before_.back() + b.forward_seconds);
     span_.assign(std::size_t(L_) * L_ * (M_ + 1), kInf);
     span_choice_.assign(span_.size(), kInfeasible);
-    top_.assign(std::size_t(L_ + 1) * (M_ + 1), kInf);
+    G_ = c.allow_offload ? L_ + 1 : 1;
+    top_.assign(std::size_t(L_ + 1) * G_ * (M_ + 1), kInf);
     top_choice_.assign(top_.size(), kInfeasible);
   }
 
@@ -33,11 +35,11 @@ class Program {
       for (int k = b; k >= 0; --k)
         for (int m = 0; m <= M_; ++m) solve_span(k, b, m);
     for (int i = L_; i >= 0; --i)
-      for (int m = 0; m <= M_; ++m) solve_top(i, m);
-    if (top(0, M_) == kInf) return std::nullopt;
-    return top_parts(0, M_);
+      for (int g = 0; g < std::min(i + 1, G_); ++g)
+        for (int m = 0; m <= M_; ++m) solve_top(i, g, m);
+    if (top(0, 0, M_) == kInf) return std::nullopt;
+    return top_parts();
   }
-  float cost() const { return top(0, M_); }
 
  private:
   // Whole units covering `bytes` (never fewer: rounding up keeps plans within the budget).
@@ -48,7 +50,10 @@ class Program {
   }
   std::size_t at(int k, int b, int m) const { return (std::size_t(k) * L_ + b) * (M_ + 1) + m; }
   float span(int k, int b, int m) const { return m < 0 ? kInf : span_[at(k, b, m)]; }
-  float top(int i, int m) const { return m < 0 ? kInf : top_[std::size_t(i) * (M_ + 1) + m]; }
+  // g: 0, or 1 + the last block before i that offloaded (the group its backward's fetch brings along).
+  std::size_t top_at(int i, int g, int m) const { return (std::size_t(i) * G_ + g) * (M_ + 1) + m; }
+  float top(int i, int g, int m) const { return m < 0 ? kInf : top_[top_at(i, g, m)]; }
+  int group(int g) const { return g == 0 ? 0 : units(c_.blocks[std::size_t(g - 1)].saved); }
   float forward(int first, int last) const { return float(seconds_before_[last + 1] - seconds_before_[first]); }
   // Running block j, saving nothing, inside a segment whose input (block k's) is held.
   int run_need(int k, int j) const {
@@ -82,8 +87,9 @@ class Program {
     span_choice_[at(k, b, m)] = choice;
   }
 
-  // Blocks i.. at the top level: block i plain (a variant), or a segment [i, e].
-  void solve_top(int i, int m) {
+  // Blocks i.. at the top level, g as in top(): block i plain (a variant),
+  // offloaded (if allowed), or a segment [i, e].
+  void solve_top(int i, int g, int m) {
     float best = kInf;
     std::int16_t choice = kInfeasible;
     if (i == L_) {
@@ -93,20 +99,24 @@ class Program {
       for (std::size_t v = 0; v < blk.variants.size(); ++v) {
         const auto& var = blk.variants[v];
         if (std::max(units(blk.forward_peak - var.dropped), backward_[std::size_t(i)]) > m) continue;
-        const float cost = float(var.seconds) + top(i + 1, m - units(blk.saved - var.dropped));
+        const float cost = float(var.seconds) + top(i + 1, g, m - units(blk.saved - var.dropped));
         if (cost < best) best = cost, choice = std::int16_t(v);
+      }
+      if (c_.allow_offload && units(blk.forward_peak) <= m && group(g) + backward_[std::size_t(i)] <= m) {
+        const float cost = float(blk.offload_seconds) + top(i + 1, i + 1, m);
+        if (cost < best) best = cost, choice = kOffload;
       }
       const int input = in_[std::size_t(i)];
       int need = 0;
       for (int e = i; e < L_ && input <= m; ++e) {
         need = std::max(need, run_need(i, e));
         if (need > m) break;
-        const float cost = span(i, e, m) + top(e + 1, m - input);
+        const float cost = span(i, e, m) + top(e + 1, g, m - input);
         if (cost < best) best = cost, choice = std::int16_t(kSegment + e);
       }
     }
-    top_[std::size_t(i) * (M_ + 1) + m] = best;
-    top_choice_[std::size_t(i) * (M_ + 1) + m] = choice;
+    top_[top_at(i, g, m)] = best;
+    top_choice_[top_at(i, g, m)] = choice;
   }
 
   PlanPart plain(int k, std::int16_t v) const {
@@ -145,12 +155,19 @@ class Program {
     return parts;
   }
 
-  std::vector<PlanPart> top_parts(int i, int m) const {
+  std::vector<PlanPart> top_parts() const {
     std::vector<PlanPart> parts;
+    int i = 0, g = 0, m = M_;
     while (i < L_) {
-      const std::int16_t choice = top_choice_[std::size_t(i) * (M_ + 1) + m];
+      const std::int16_t choice = top_choice_[top_at(i, g, m)];
       if (choice == kInfeasible) throw std::logic_error("planner: reconstructing an infeasible plan");
-      if (choice < kSegment) {
+      if (choice == kOffload) {
+        PlanPart p;
+        p.first = p.last = i;
+        p.offload = true;
+        parts.push_back(p);
+        g = ++i;
+      } else if (choice < kSegment) {
         parts.push_back(plain(i, choice));
         m -= units(c_.blocks[std::size_t(i)].saved - c_.blocks[std::size_t(i)].variants[std::size_t(choice)].dropped);
         ++i;
@@ -168,6 +185,7 @@ class Program {
   int L_;
   std::int64_t u_;
   int M_;
+  int G_ = 1;  // values of top()'s g: 1 without offload
   std::vector<int> in_, backward_;
   std::vector<double> seconds_before_;
   std::vector<float> span_, top_;

@@ -154,6 +154,8 @@ expect_error "would have no effect" "$remat" check --preset tiny --strategies fu
 # The planner: a plan printed, run and measured within its budget; budgets in the matrix and the report.
 expect_ok "plan" "$remat" plan --preset tiny --layers 6 --budget 40%
 grep -q "predicted activation peak" out.txt || fail "plan prints no predicted peak: $(cat out.txt)"
+expect_ok "plan offload" "$remat" plan --preset tiny --layers 6 --budget 30% --allow-offload
+grep -q "budget:30%:offload" out.txt || fail "plan --allow-offload does not plan budget:30%:offload: $(cat out.txt)"
 expect_ok "plan json" "$remat" plan --preset tiny --layers 6 --budget min --json
 grep -q '"plan": \[' out.txt || fail "plan --json has no plan: $(cat out.txt)"
 expect_ok "check budget" "$remat" check --preset tiny --layers 6 --strategies budget:min,budget:50% --dropout 0.1
