@@ -25,10 +25,11 @@ cmake --build "$build" -j "$(nproc)" --target remat remat_tests >"$build/build.l
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0:halt_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export PYTHON=/usr/bin/python3
-# Every unit test but the two on real sizes ([small], [depth]), whose code
-# paths the tiny ones cover, in one process and in random order.
+# Every unit test but those on real sizes ([small], [depth]) and the
+# planner's exhaustive enumeration (a minute here: the solver's paths are
+# covered by the other planner tests), in one process and in random order.
 say "unit suite"
-"$build/tests/remat_tests" --order rand --rng-seed 1 "~[small]~[depth]"
+"$build/tests/remat_tests" --order rand --rng-seed 1 "~[small]~[depth]~[exhaustive]"
 say "CLI checks"
 "$root/tests/cli/cli_test.sh" "$build/remat"
 say "file fuzzer"

@@ -113,7 +113,7 @@ Exhaustive exhaustive(const ChainCosts& c, const SaveProfile& p, std::int64_t bu
 
 }  // namespace
 
-TEST_CASE("the solver's plan is the cheapest of an exhaustive enumeration of its plan space", "[planner]") {
+TEST_CASE("the solver's plan is the cheapest of an exhaustive enumeration of its plan space", "[planner][exhaustive]") {
   // Chains of up to 8 blocks without droppable tags, of up to 5 with two
   // (every subset a variant), and with offloading allowed: the enumeration
   // grows too fast beyond.
