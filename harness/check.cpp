@@ -21,6 +21,10 @@ namespace remat {
 std::vector<std::vector<float>> gradients(const ParamStore& params) {
   std::vector<std::vector<float>> out;
   for (const auto& t : params.tensors()) {
+    if (!t.requires_grad()) {  // frozen: no gradient
+      out.emplace_back();
+      continue;
+    }
     const auto g = t.grad().to_host_f64();
     out.emplace_back(g.begin(), g.end());
   }

@@ -26,6 +26,10 @@ class PolicyStrategy::Router final : public Storage {
     inputs_.clear();
     for (const auto& x : inputs) inputs_.push_back(x.raw());
   }
+  void leave() {
+    block_ = nullptr;
+    inputs_.clear();
+  }
   std::shared_ptr<Packed> pack(const Tensor& t) override {
     if (!block_) return device_.pack(t);
     const bool input = std::count(inputs_.begin(), inputs_.end(), t.raw()) > 0;
@@ -92,11 +96,14 @@ Tensors PolicyStrategy::run(const BlockInfo& info, const Tensors& inputs, const 
   if (const auto segment = policy_.segment_of(info)) {
     const std::string name = segment_name(*segment, info);
     RegionTrace* trace = trace_region(name);
-    if (info.index == segment->first || !region_) {
-      router_->enter(info, /*segment_input=*/true, inputs);
+    // The region saves its inputs through the router when it begins, or
+    // later, in a block of its own, if they need no gradient.
+    router_->enter(info, /*segment_input=*/true, inputs);
+    if (info.index == segment->first || !region_)
       region_ = RecomputeRegion::begin(name, inputs, *router_, trace, segment->inner);
-    }
-    return run_traced(trace, [&] { return region_->run(info, inputs, body); });
+    Tensors out = run_traced(trace, [&] { return region_->run(info, inputs, body); });
+    router_->leave();
+    return out;
   }
   region_.reset();
   RegionTrace* trace = trace_region(info.name);
@@ -171,11 +178,20 @@ MemoryPrediction predict_policy(const SaveProfile& p, const Policy& policy) {
   std::int64_t segment_input = 0;   // the current segment's kept inputs
   std::int64_t segment_held = 0;    // on the device during the current segment's backward, from before it
   int segment_first = 0;
+  bool segment_open = false;  // the current segment has started keeping its input
   for (int i = 0; i < L; ++i) {
     const BlockSaves& b = p.blocks[std::size_t(i)];
     const BlockInfo info{i, L, b.name};
     if (const auto seg = policy.segment_of(info)) {
-      if (i == seg->first) {
+      if (i == seg->first) segment_open = false;
+      // A block that saves nothing from inputs that need no gradient (frozen,
+      // below every trainable parameter) is left out of its region.
+      if (!segment_open && b.saved == 0 && !b.input_requires_grad) {
+        m.device = std::max(m.device, device + b.forward_peak);
+        continue;
+      }
+      if (!segment_open) {
+        segment_open = true;
         std::int64_t kept = 0, offloaded = 0;
         for (const auto& x : b.inputs) {
           const SavedTensorInfo t{x.tag, info, x.shape, x.bytes, false, true, true};

@@ -59,6 +59,7 @@ class BlockProbe final : public SavedTensorHooks {
 Tensors SaveProfiler::run(const BlockInfo& info, const Tensors& inputs, const BlockBody& body) {
   BlockSaves& b = profile_.blocks.emplace_back();
   b.name = info.name;
+  b.input_requires_grad = std::any_of(inputs.begin(), inputs.end(), [](const Tensor& x) { return x.requires_grad(); });
   for (const auto& x : inputs) {
     b.input += std::int64_t(x.nbytes());
     b.inputs.push_back({x.tag(), x.shape(), std::int64_t(x.nbytes()), false, 0, true});

@@ -28,6 +28,7 @@ struct BlockSaves {
   std::int64_t input = 0;  // bytes of the block's inputs
   std::vector<SavedRecord> tensors;  // what makes up `saved`, in save order, each storage once
   std::vector<SavedRecord> inputs;   // what makes up `input`
+  bool input_requires_grad = true;   // false below every trainable parameter (fine-tuning)
   // The most bytes live during the block's forward / backward beyond what
   // the other blocks' saved tensors held then: its own saved tensors (all of
   // them, as under full) and its working set.

@@ -89,6 +89,7 @@ class RegionHooks final : public SavedTensorHooks {
  public:
   explicit RegionHooks(RecomputeRegion& r) : region_(r) {}
   std::shared_ptr<Packed> pack(const Tensor& t) override {
+    if (!region_.inputs_saved_) region_.save_inputs(region_.pending_);
     region_.slots_.push_back({t.shape(), t.dtype(), current_op(), Tensor(), nullptr});
     if (RegionTrace* tr = region_.trace_) {
       tr->saved += std::int64_t(t.nbytes());
@@ -157,28 +158,49 @@ std::shared_ptr<RecomputeRegion> RecomputeRegion::begin(const std::string& name,
   r->root_->name = name;
   r->root_->cursor = random_ops::cursor();
   r->root_->policy = std::move(inner);
-  storage.begin_group(name, trace);
-  {
-    SavedTensorHooksScope hooks(storage);
-    CurrentOpScope op("region input");
-    for (const auto& x : inputs) {
-      r->inputs_.push_back(save(x));
-      r->input_shapes_.push_back(x.shape());
-      r->input_requires_grad_.push_back(x.requires_grad());
-    }
-  }
-  storage.end_group();
+  r->storage_ = &storage;
+  if (std::any_of(inputs.begin(), inputs.end(), [](const Tensor& x) { return x.requires_grad(); }))
+    r->save_inputs(inputs);
   return r;
 }
 
+void RecomputeRegion::save_inputs(const Tensors& inputs) {
+  inputs_saved_ = true;
+  storage_->begin_group(name_, trace_);
+  {
+    SavedTensorHooksScope hooks(*storage_);
+    CurrentOpScope op("region input");
+    for (const auto& x : inputs) {
+      inputs_.push_back(save(x));
+      input_shapes_.push_back(x.shape());
+      input_requires_grad_.push_back(x.requires_grad());
+    }
+  }
+  storage_->end_group();
+  pending_.clear();
+}
+
 Tensors RecomputeRegion::run(const BlockInfo& info, const Tensors& inputs, const BlockBody& body) {
+  if (!inputs_saved_) {  // nothing saved so far: the region starts at this block
+    bodies_.clear();
+    infos_.clear();
+    first_slot_.clear();
+    root_->cursor = random_ops::cursor();
+    pending_ = inputs;
+  }
   bodies_.push_back(body);
   infos_.push_back(info);
   first_slot_.push_back(slots_.size());
+  root_->first_body = 0;
   root_->last_body = bodies_.size() - 1;
-  RegionHooks hooks(*this);
-  SavedTensorHooksScope scope(hooks);
-  return body(inputs);
+  Tensors out;
+  {
+    RegionHooks hooks(*this);
+    SavedTensorHooksScope scope(hooks);
+    out = body(inputs);
+  }
+  if (!inputs_saved_) pending_.clear();  // it saved nothing: it needs nothing kept
+  return out;
 }
 
 void RecomputeRegion::fill(std::size_t index) {

@@ -14,6 +14,11 @@
 // region) and is recomputed, by the same rules, when backward first needs
 // one of its tensors; the inner policy may also drop tensors by tag, filled
 // from their recipes when unpacked.
+//
+// Fine-tuning: a region whose inputs need no gradient saves them only once
+// one of its blocks saves anything; blocks that save nothing (frozen ones
+// below every trainable parameter) are left out of it, so it keeps nothing
+// for them and never recomputes them.
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -63,11 +68,19 @@ class RecomputeRegion : public std::enable_shared_from_this<RecomputeRegion> {
     std::shared_ptr<Packed> later;  // dropped by the inner policy: its recipe
   };
 
+  void save_inputs(const Tensors& inputs);
   void recompute(Span& span);
   void fill(std::size_t index);  // recomputes the spans `index` lies in, outermost first
   Tensor take(std::size_t index);
 
   std::string name_;
+  Storage* storage_ = nullptr;
+  bool inputs_saved_ = false;
+  // Inputs that need no gradient are saved only once a block of the region
+  // saves anything: a region whose blocks record nothing (frozen, below
+  // every trainable parameter) keeps nothing, and starts again at the next
+  // block.
+  Tensors pending_;
   std::vector<SavedTensor> inputs_;
   std::vector<Shape> input_shapes_;
   std::vector<bool> input_requires_grad_;

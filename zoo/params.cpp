@@ -23,6 +23,12 @@ const Tensor& ParamStore::operator[](const std::string& name) const {
   return tensors_[it->second];
 }
 
+void ParamStore::freeze(const std::string& name) {
+  auto it = index_.find(name);
+  if (it == index_.end()) throw std::logic_error("no parameter named '" + name + "'");
+  tensors_[it->second].attach_slot(nullptr);
+}
+
 std::int64_t ParamStore::count() const { return count_params(specs_); }
 
 std::int64_t ParamStore::bytes() const {
@@ -35,6 +41,7 @@ void ParamStore::zero_grad() const {
   // Gradient buffers are allocated once and kept, so they belong to the
   // memory that exists before a step, not to what the step allocates.
   for (const auto& t : tensors_) {
+    if (!t.requires_grad()) continue;  // frozen
     if (t.grad().defined())
       fill(t.grad(), 0.0);
     else

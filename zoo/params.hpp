@@ -34,8 +34,12 @@ class ParamStore {
   const std::vector<ParamSpec>& specs() const { return specs_; }
   std::int64_t count() const;  // scalar parameters
   std::int64_t bytes() const;
-  // Zero-filled gradient buffers for every parameter (allocated on first use).
+  // Zero-filled gradient buffers for every trainable parameter (allocated on first use).
   void zero_grad() const;
+  // No gradient from now on: no slot, no buffer (fine-tuning). Call before
+  // anything holds the tensor.
+  void freeze(const std::string& name);
+  bool trainable(std::size_t i) const { return tensors_[i].requires_grad(); }
 
  private:
   std::vector<ParamSpec> specs_;

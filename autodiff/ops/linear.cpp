@@ -48,10 +48,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   // nothing after this save (a block's last linear) stops here, without
   // redoing the GEMM. Weights are parameters, alive anyway: held directly,
   // never through hooks.
-  const SavedTensor sx = rec ? save(x) : SavedTensor();
+  // Only the weight's gradient reads x: a frozen weight keeps no copy of it.
+  const SavedTensor sx = rec && weight.requires_grad() ? save(x) : SavedTensor();
   Tensor out = linear_forward(x, weight, bias);
   if (!rec) return out;
-  out.set_recipe([sx, weight, bias] { return linear_forward(sx.unpack(), weight, bias); });
+  if (weight.requires_grad()) out.set_recipe([sx, weight, bias] { return linear_forward(sx.unpack(), weight, bias); });
   const std::int64_t M = rows_of(x), in = weight.dim(1), out_f = weight.dim(0);
   rec.finish({&out}, [sx, weight, M, in, out_f](BackwardContext& ctx) {
     // Unpack before allocating gradients: a recomputation it may trigger

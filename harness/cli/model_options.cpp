@@ -3,6 +3,8 @@
 #include "datasets/batch_source.hpp"
 #include "harness/cli/validators.hpp"
 
+#include <cstdio>
+
 namespace remat::cli {
 
 void ModelOptions::bind(CLI::App& cmd) {
@@ -23,6 +25,25 @@ void add_attention_option(CLI::App& cmd, std::string& kernel) {
                  "plain (keeps the probabilities)")
       ->check(CLI::IsMember({"fused", "plain"}))
       ->capture_default_str();
+}
+
+void add_freeze_options(CLI::App& cmd, FreezeOptions& freeze) {
+  cmd.add_option("--freeze", freeze.patterns,
+                 "Freeze the parameters these globs match (names as in docs/models.md, e.g. 'wte.*,h.[0-5].*'): no "
+                 "gradient, and nothing saved for one")
+      ->delimiter(',');
+  cmd.add_option("--freeze-below", freeze.below, "Freeze the embeddings and blocks 0..N-1")
+      ->check(whole_number(0, 1 << 16));
+}
+
+void freeze_and_report(ParamStore& params, const FreezeOptions& freeze, int layers) {
+  if (!freeze.any()) return;
+  const auto names = apply_freeze(params, freeze, layers);
+  std::int64_t scalars = 0;
+  for (std::size_t i = 0; i < params.names().size(); ++i)
+    if (!params.trainable(i)) scalars += params.tensors()[i].numel();
+  std::printf("frozen: %zu of %zu parameters (%lld of %lld values)\n", names.size(), params.names().size(),
+              (long long)scalars, (long long)params.count());
 }
 
 void add_seed_option(CLI::App& cmd, std::uint64_t& seed, const std::string& help) {

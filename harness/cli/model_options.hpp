@@ -5,6 +5,7 @@
 #include <string>
 
 #include "autodiff/ops/ops.hpp"
+#include "harness/finetune/freeze.hpp"
 #include "harness/io/weights_file.hpp"
 #include "harness/memory_estimate.hpp"
 
@@ -28,6 +29,11 @@ struct ModelOptions {
 
 // --attention fused|plain.
 void add_attention_option(CLI::App& cmd, std::string& kernel);
+// --freeze PATTERN[,PATTERN...] and --freeze-below N.
+void add_freeze_options(CLI::App& cmd, FreezeOptions& freeze);
+// Freezes what `freeze` names in `params` and says so on stdout (nothing if none).
+void freeze_and_report(ParamStore& params, const FreezeOptions& freeze, int layers);
+
 // --seed, validated.
 void add_seed_option(CLI::App& cmd, std::uint64_t& seed, const std::string& help);
 

@@ -23,6 +23,7 @@ namespace {
 
 struct TimeOptions {
   ModelOptions model;
+  FreezeOptions freeze;
   std::string strategy = "full";
   int steps = 5, warmup = 1;
   bool json = false, force = false;
@@ -39,6 +40,8 @@ void run_time(const TimeOptions& o) {
   const auto model = models().find(setup.model).make(setup.sizes);
   ParamStore params(model->params(), DType::f32);
   initialize(params, o.model.seed, setup.sizes.L);
+  if (o.json && o.freeze.any()) apply_freeze(params, o.freeze, setup.sizes.L);
+  else freeze_and_report(params, o.freeze, setup.sizes.L);
   const Batch batch = o.model.make_batch(setup.sizes);
   auto strategy = make_strategy(specs[0]);
   prepare_strategy(*strategy, *model, params, batch, o.model.kernel(), o.model.seed);
@@ -100,6 +103,7 @@ void setup_time(CLI::App& app) {
               "resident set's peak (the measure PyTorch comparisons use)");
   o->model.preset = "small";
   o->model.bind(*cmd);
+  add_freeze_options(*cmd, o->freeze);
   cmd->add_option("--strategy", o->strategy, "Activation-memory strategy (see `remat strategies`)")
       ->capture_default_str();
   cmd->add_option("--steps", o->steps, "Timed steps (the median is reported)")

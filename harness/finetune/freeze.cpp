@@ -1,0 +1,71 @@
+#include "harness/finetune/freeze.hpp"
+
+#include <fnmatch.h>
+
+#include <cctype>
+
+#include "autodiff/error.hpp"
+
+namespace remat {
+
+std::string FreezeOptions::key() const {
+  if (!any()) return "";
+  std::string k = "patterns=";
+  for (std::size_t i = 0; i < patterns.size(); ++i) k += (i ? "," : "") + patterns[i];
+  return k + ";below=" + std::to_string(below);
+}
+
+int block_of(const std::string& name) {
+  std::size_t start = 0;
+  while (start <= name.size()) {
+    const std::size_t end = std::min(name.find('.', start), name.size());
+    const std::string part = name.substr(start, end - start);
+    if (!part.empty() && part.size() < 9 &&
+        std::all_of(part.begin(), part.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
+      return std::stoi(part);
+    start = end + 1;
+  }
+  return -1;
+}
+
+std::vector<std::string> frozen_names(const ParamStore& params, const FreezeOptions& options, int layers) {
+  const auto& names = params.names();
+  std::vector<bool> frozen(names.size(), false);
+  for (const auto& pattern : options.patterns) {
+    if (pattern.empty()) throw UserError("--freeze: an empty pattern");
+    bool matched = false;
+    for (std::size_t i = 0; i < names.size(); ++i)
+      if (fnmatch(pattern.c_str(), names[i].c_str(), 0) == 0) frozen[i] = matched = true;
+    if (!matched)
+      throw UserError("--freeze: pattern '" + pattern + "' matches no parameter (names as in `remat export`, e.g. " +
+                      names.front() + ", " + names[names.size() / 2] + ")");
+  }
+  if (options.below < 0 || options.below > layers)
+    throw UserError("--freeze-below " + std::to_string(options.below) + ": the model has " + std::to_string(layers) +
+                    " blocks (0.." + std::to_string(layers) + ")");
+  if (options.below > 0) {
+    // The embeddings: every parameter declared before the first block's.
+    bool in_blocks = false;
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      const int b = block_of(names[i]);
+      in_blocks = in_blocks || b >= 0;
+      if ((!in_blocks) || (b >= 0 && b < options.below)) frozen[i] = true;
+    }
+  }
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < names.size(); ++i)
+    if (frozen[i]) out.push_back(names[i]);
+  if (!out.empty() && out.size() == names.size())
+    throw UserError("freezing every parameter leaves nothing to train (--freeze " +
+                    std::string(options.patterns.empty() ? "" : options.patterns.front()) + " --freeze-below " +
+                    std::to_string(options.below) + ")");
+  return out;
+}
+
+std::vector<std::string> apply_freeze(ParamStore& params, const FreezeOptions& options, int layers) {
+  const auto names = frozen_names(params, options, layers);
+  for (const auto& n : names) params.freeze(n);
+  return names;
+}
+
+}  // namespace remat

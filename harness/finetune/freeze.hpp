@@ -1,0 +1,35 @@
+#pragma once
+// Freezing parameters for fine-tuning: `--freeze PATTERN[,PATTERN...]` (globs
+// over the parameter names of docs/models.md, e.g. `wte.*,h.[0-5].*`) and
+// `--freeze-below N` (the embeddings and blocks 0..N-1). A frozen parameter
+// has no gradient slot, so no op records a gradient for it and it has no
+// gradient buffer; what the ops save then follows from what the remaining
+// gradients read (autodiff/ops: a frozen linear keeps no copy of its input).
+#include <string>
+#include <vector>
+
+#include "zoo/params.hpp"
+
+namespace remat {
+
+struct FreezeOptions {
+  std::vector<std::string> patterns;
+  int below = 0;  // 0: none
+  bool any() const { return !patterns.empty() || below > 0; }
+  // As recorded in results and run files: "patterns=wte.*,h.0.*;below=2", or "" for none.
+  std::string key() const;
+};
+
+// The names `options` freeze among `params`, in the store's order. UserError
+// for a pattern that matches nothing, `below` beyond the model's blocks, or
+// freezing every parameter (nothing would train).
+std::vector<std::string> frozen_names(const ParamStore& params, const FreezeOptions& options, int layers);
+
+// Freezes them; returns their names.
+std::vector<std::string> apply_freeze(ParamStore& params, const FreezeOptions& options, int layers);
+
+// The block a parameter belongs to (the first whole-number component of its
+// name: "h.3.attn.c_attn.weight" -> 3), or -1.
+int block_of(const std::string& name);
+
+}  // namespace remat
