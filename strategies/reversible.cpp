@@ -88,6 +88,16 @@ class Reversible final : public Strategy {
   Tensors run_reversible(const BlockInfo& info, const Tensor& x1, const Tensor& x2,
                          const ReversibleBody& body) override {
     RegionTrace* trace = trace_region(info.name);
+    if (!x1.requires_grad() && !x2.requires_grad()) {
+      // Below every trainable input (fine-tuning): nothing to rebuild, as no
+      // gradient flows back out of the block; its own trainable parameters,
+      // if any, are served by an ordinary recorded run.
+      previous_ = nullptr;
+      return run_traced(trace, [&] {
+        Tensor y1 = ops::add(x1, body.f(x2));
+        return Tensors{y1, ops::add(x2, body.g(y1))};
+      });
+    }
     auto mine = std::make_shared<Outputs>();
     const std::uint64_t c0 = random_ops::cursor();
     std::uint64_t c1 = 0;

@@ -3,6 +3,7 @@
 // nothing; the trainable parameters' gradients stay bitwise those of the
 // unfrozen model under every strategy, the loss never changes, and the
 // memory prediction follows.
+#include <cmath>
 #include <cstring>
 
 #include "autodiff/error.hpp"
@@ -34,6 +35,16 @@ Setup make(const std::string& name, int layers, const FreezeOptions& freeze = {}
   if (freeze.any()) apply_freeze(*s.params, freeze, layers);
   s.batch = random_batch(s.sizes.B, s.sizes.S, s.sizes.V, 2);
   return s;
+}
+
+// Within reversible's tolerance: 1e-4 of the reference's largest magnitude.
+bool close(const std::vector<float>& got, const std::vector<float>& ref) {
+  double diff = 0, scale = 0;
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    diff = std::max(diff, double(std::abs(got[i] - ref[i])));
+    scale = std::max(scale, double(std::abs(ref[i])));
+  }
+  return diff <= 1e-4 * scale + 1e-7;
 }
 
 }  // namespace
@@ -69,6 +80,7 @@ TEST_CASE("frozen parameters change no trainable gradient, under every strategy,
           INFO(frozen.params->names()[i]);
           REQUIRE(got[i].size() == ref[i].size());
           if (strategy->exact()) CHECK(std::memcmp(got[i].data(), ref[i].data(), got[i].size() * sizeof(float)) == 0);
+          else CHECK(close(got[i], ref[i]));
         }
       }
     }
@@ -121,4 +133,116 @@ TEST_CASE("bad freezing is one clear error", "[finetune][errors]") {
   FreezeOptions empty;
   empty.patterns = {""};
   CHECK_THROWS_AS(frozen_names(*s.params, empty, 2), UserError);
+}
+
+// ---- LoRA ----
+
+#include "harness/finetune/lora.hpp"
+#include "helpers.hpp"
+
+namespace {
+
+// `base` with adapters on the default targets, trainable everywhere (the
+// unfrozen LoRA model), B drawn at random so that every adapter gradient flows.
+std::unique_ptr<ParamStore> lora_unfrozen(const ParamStore& base, int rank, std::uint64_t seed) {
+  LoraOptions o;
+  o.rank = rank;
+  auto frozen = with_lora(base, o, seed, 4);
+  auto open = std::make_unique<ParamStore>(frozen->specs(), DType::f32);
+  for (std::size_t i = 0; i < open->tensors().size(); ++i)
+    Kokkos::deep_copy(open->tensors()[i].bytes(), frozen->tensors()[i].bytes());
+  for (std::size_t i = 0; i < open->names().size(); ++i) {
+    const std::string& n = open->names()[i];
+    if (n.size() > 7 && n.compare(n.size() - 7, 7, ".lora_B") == 0) {
+      test::upload(open->tensors()[i], test::random_values(open->tensors()[i].numel(), seed + i, -0.05, 0.05));
+      Kokkos::deep_copy(frozen->tensors()[i].bytes(), open->tensors()[i].bytes());
+      const std::string w = n.substr(0, n.size() - 7);
+      open->attach_adapter(w, w + ".lora_A", n, o.scale());
+    }
+  }
+  return open;
+}
+
+}  // namespace
+
+TEST_CASE("LoRA with B = 0 is exactly the base model, on every model", "[finetune][lora]") {
+  for (const auto& info : models().all()) {
+    Setup s = make(info.name, 2);
+    auto full = make_strategy("full");
+    const double base = forward_backward(*s.model, *s.params, s.batch, {full.get(), 3, 0});
+    LoraOptions o;
+    o.rank = 4;
+    auto lora = with_lora(*s.params, o, 2, 2);
+    CHECK_FALSE(lora->adapted().empty());
+    require_adapters_used(*s.model, *lora, s.batch);
+    const double adapted = forward_backward(*s.model, *lora, s.batch, {full.get(), 3, 0});
+    INFO(info.name);
+    CHECK(std::memcmp(&base, &adapted, sizeof base) == 0);
+  }
+}
+
+TEST_CASE("LoRA adapters' gradients: bitwise the unfrozen LoRA model's under every strategy", "[finetune][lora]") {
+  for (const auto& info : models().all()) {
+    Setup s = make(info.name, 4);
+    auto open = lora_unfrozen(*s.params, 4, 9);
+    LoraOptions o;
+    o.rank = 4;
+    auto frozen = with_lora(*s.params, o, 9, 4);
+    for (std::size_t i = 0; i < frozen->tensors().size(); ++i)  // the same random B
+      Kokkos::deep_copy(frozen->tensors()[i].bytes(), open->tensors()[i].bytes());
+    auto full = make_strategy("full");
+    const StepResult reference = run_step(*s.model, *open, s.batch, {full.get(), 3, 0});
+    const auto ref = gradients(*open);
+    auto specs = all_strategies({info.reversible});
+    specs.push_back("budget:range:50%");
+    for (const auto& spec : specs) {
+      INFO(info.name << " " << spec);
+      auto strategy = make_strategy(spec);
+      prepare_strategy(*strategy, *s.model, *frozen, s.batch, ops::AttentionKernel::fused, 3);
+      const StepResult r = run_step(*s.model, *frozen, s.batch, {strategy.get(), 3, 0});
+      const auto got = gradients(*frozen);
+      if (strategy->exact()) CHECK(std::memcmp(&r.loss, &reference.loss, sizeof r.loss) == 0);
+      std::size_t adapters = 0;
+      for (std::size_t i = 0; i < got.size(); ++i) {
+        if (!frozen->trainable(i)) continue;
+        ++adapters;
+        INFO(frozen->names()[i]);
+        REQUIRE(got[i].size() == ref[i].size());
+        if (strategy->exact()) CHECK(std::memcmp(got[i].data(), ref[i].data(), got[i].size() * sizeof(float)) == 0);
+        else CHECK(close(got[i], ref[i]));
+      }
+      CHECK(adapters == 2 * frozen->adapted().size());
+    }
+  }
+}
+
+TEST_CASE("a LoRA linear's gradients against finite differences", "[finetune][lora][backward]") {
+  const std::vector<Tensor> inputs{test::random_leaf({3, 5}, 1), test::random_leaf({4, 5}, 2),
+                                   test::random_leaf({2, 5}, 3), test::random_leaf({4, 2}, 4),
+                                   test::random_leaf({4}, 5)};
+  ops::register_adapter(inputs[1], {inputs[2], inputs[3], 0.75});
+  const auto r = test::check_gradients(
+      [](const std::vector<Tensor>& in) { return ops::linear(in[0], in[1], in[4]); }, inputs);
+  ops::unregister_adapter(inputs[1].raw());
+  INFO(r.where);
+  CHECK(r.max_error < 1e-6);
+}
+
+TEST_CASE("bad LoRA options are one clear error", "[finetune][lora][errors]") {
+  Setup s = make("gpt2", 2);
+  LoraOptions o;
+  o.rank = 4;
+  o.targets = {"nothing.*"};
+  CHECK_THROWS_WITH(with_lora(*s.params, o, 1, 2), Catch::Contains("'nothing.*' matches no parameter"));
+  o.targets = {"h.0.ln_1.weight"};
+  CHECK_THROWS_WITH(with_lora(*s.params, o, 1, 2), Catch::Contains("is not a linear weight"));
+  o.targets = {};
+  o.rank = 100;
+  CHECK_THROWS_WITH(with_lora(*s.params, o, 1, 2), Catch::Contains("above the smaller dimension"));
+  o.rank = 0;
+  CHECK_THROWS_WITH(with_lora(*s.params, o, 1, 2), Catch::Contains("at least 1"));
+  o.rank = 2;
+  o.targets = {"wpe.weight"};  // 2-D, but an embedding table
+  auto lora = with_lora(*s.params, o, 1, 2);
+  CHECK_THROWS_WITH(require_adapters_used(*s.model, *lora, s.batch), Catch::Contains("'wpe.weight' is not a linear weight"));
 }

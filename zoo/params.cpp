@@ -29,6 +29,24 @@ void ParamStore::freeze(const std::string& name) {
   tensors_[it->second].attach_slot(nullptr);
 }
 
+struct ParamStore::Adapters {
+  std::vector<const void*> weights;
+  ~Adapters() {
+    for (const void* w : weights) ops::unregister_adapter(w);
+  }
+};
+
+void ParamStore::attach_adapter(const std::string& weight, const std::string& a, const std::string& b, double scale) {
+  if (!adapters_) adapters_ = std::make_shared<Adapters>();
+  ops::register_adapter((*this)[weight], {(*this)[a], (*this)[b], scale});
+  adapters_->weights.push_back((*this)[weight].raw());
+}
+
+const std::vector<const void*>& ParamStore::adapted() const {
+  static const std::vector<const void*> none;
+  return adapters_ ? adapters_->weights : none;
+}
+
 std::int64_t ParamStore::count() const { return count_params(specs_); }
 
 std::int64_t ParamStore::bytes() const {

@@ -2,10 +2,12 @@
 // Parameters: specified by a model (name, shape, how to initialise), owned by
 // a ParamStore in the model's declaration order. Models never own memory.
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "autodiff/ops/ops.hpp"
 #include "autodiff/tensor.hpp"
 
 namespace remat {
@@ -40,12 +42,20 @@ class ParamStore {
   // anything holds the tensor.
   void freeze(const std::string& name);
   bool trainable(std::size_t i) const { return tensors_[i].requires_grad(); }
+  // LoRA: `weight`'s linear gains scale (x A^T) B^T, A and B being
+  // parameters here; registered with the ops until the last copy of this
+  // store goes.
+  void attach_adapter(const std::string& weight, const std::string& a, const std::string& b, double scale);
+  // The adapted weights' storage.
+  const std::vector<const void*>& adapted() const;
 
  private:
   std::vector<ParamSpec> specs_;
   std::vector<std::string> names_;
   std::vector<Tensor> tensors_;
   std::unordered_map<std::string, std::size_t> index_;
+  struct Adapters;
+  std::shared_ptr<Adapters> adapters_;
 };
 
 // docs/models.md initialisation: a pure function of (seed, parameter name, index).

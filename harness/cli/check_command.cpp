@@ -26,6 +26,7 @@ namespace {
 struct CheckCommandOptions {
   ModelOptions model;
   FreezeOptions freeze;
+  LoraOptions lora;
   std::string weights;
   std::string strategies = "all";
   double dropout = 0;
@@ -94,8 +95,9 @@ int run_check_command(const CheckCommandOptions& o) {
   setup.sizes.dropout = o.dropout;
   validate(setup.sizes);
   model = models().find(setup.model).make(setup.sizes);
-  if (o.freeze.any() && o.train_steps > 0) throw UserError("--freeze and --train-steps: not together yet");
-  freeze_and_report(*params, o.freeze, setup.sizes.L);
+  if ((o.freeze.any() || o.lora.any()) && o.train_steps > 0)
+    throw UserError("--freeze or --lora with --train-steps: not together yet");
+  fine_tune(params, *model, batch, o.freeze, o.lora, o.model.seed, setup.sizes.L);
   const auto specs = strategies_for(setup.model, o.strategies, o.model.kernel());
   if (o.train_steps > 0) return check_trajectories(o, setup, specs);
 
@@ -178,6 +180,7 @@ void setup_check(CLI::App& app) {
   auto* cmd = app.add_subcommand("check", "Check every strategy's gradients and memory against full, one step each");
   o->model.bind(*cmd);
   add_freeze_options(*cmd, o->freeze);
+  add_lora_options(*cmd, o->lora);
   cmd->add_option("--weights", o->weights, "Take the model, sizes, weights and batch from this HDF5 file instead");
   cmd->add_option("--strategies", o->strategies, "'all' or a comma-separated list (see `remat strategies`)")
       ->capture_default_str();

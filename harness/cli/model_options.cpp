@@ -36,14 +36,31 @@ void add_freeze_options(CLI::App& cmd, FreezeOptions& freeze) {
       ->check(whole_number(0, 1 << 16));
 }
 
-void freeze_and_report(ParamStore& params, const FreezeOptions& freeze, int layers) {
-  if (!freeze.any()) return;
-  const auto names = apply_freeze(params, freeze, layers);
-  std::int64_t scalars = 0;
-  for (std::size_t i = 0; i < params.names().size(); ++i)
-    if (!params.trainable(i)) scalars += params.tensors()[i].numel();
-  std::printf("frozen: %zu of %zu parameters (%lld of %lld values)\n", names.size(), params.names().size(),
-              (long long)scalars, (long long)params.count());
+void add_lora_options(CLI::App& cmd, LoraOptions& lora) {
+  cmd.add_option("--lora", lora.rank,
+                 "LoRA rank R: adapters on the --lora-targets linears, every other parameter frozen")
+      ->check(whole_number(1, 1 << 16));
+  cmd.add_option("--lora-alpha", lora.alpha, "LoRA alpha (the adapters' output is scaled by alpha/R; default R)");
+  cmd.add_option("--lora-targets", lora.targets,
+                 "Globs over the linear weights to adapt (default: the attention's query and value projections)")
+      ->delimiter(',');
+}
+
+void fine_tune(std::unique_ptr<ParamStore>& params, const Model& model, const Batch& batch, const FreezeOptions& freeze,
+               const LoraOptions& lora, std::uint64_t seed, int layers, bool quiet) {
+  if (lora.any()) {
+    params = with_lora(*params, lora, seed, layers);
+    require_adapters_used(model, *params, batch);
+  }
+  if (freeze.any()) apply_freeze(*params, freeze, layers);
+  if (quiet || (!lora.any() && !freeze.any())) return;
+  std::int64_t frozen = 0, tensors = 0;
+  for (std::size_t i = 0; i < params->names().size(); ++i)
+    if (!params->trainable(i)) frozen += params->tensors()[i].numel(), ++tensors;
+  std::printf("fine-tuning: %lld of %lld parameter values frozen (%lld of %zu tensors)%s\n", (long long)frozen,
+              (long long)params->count(), (long long)tensors, params->names().size(),
+              lora.any() ? (", LoRA " + lora.key() + " on " + std::to_string(params->adapted().size()) + " weights").c_str()
+                         : "");
 }
 
 void add_seed_option(CLI::App& cmd, std::uint64_t& seed, const std::string& help) {

@@ -6,6 +6,7 @@
 
 #include "autodiff/ops/ops.hpp"
 #include "harness/finetune/freeze.hpp"
+#include "harness/finetune/lora.hpp"
 #include "harness/io/weights_file.hpp"
 #include "harness/memory_estimate.hpp"
 
@@ -31,8 +32,13 @@ struct ModelOptions {
 void add_attention_option(CLI::App& cmd, std::string& kernel);
 // --freeze PATTERN[,PATTERN...] and --freeze-below N.
 void add_freeze_options(CLI::App& cmd, FreezeOptions& freeze);
-// Freezes what `freeze` names in `params` and says so on stdout (nothing if none).
-void freeze_and_report(ParamStore& params, const FreezeOptions& freeze, int layers);
+// --lora R, --lora-alpha A, --lora-targets PATTERN,...
+void add_lora_options(CLI::App& cmd, LoraOptions& lora);
+// Applies --lora (a store with the adapters, every base parameter frozen,
+// each adapter checked to serve a linear on `batch`) and --freeze, and says
+// what it did on stdout unless `quiet`.
+void fine_tune(std::unique_ptr<ParamStore>& params, const Model& model, const Batch& batch, const FreezeOptions& freeze,
+               const LoraOptions& lora, std::uint64_t seed, int layers, bool quiet = false);
 
 // --seed, validated.
 void add_seed_option(CLI::App& cmd, std::uint64_t& seed, const std::string& help);

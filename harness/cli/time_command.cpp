@@ -24,6 +24,7 @@ namespace {
 struct TimeOptions {
   ModelOptions model;
   FreezeOptions freeze;
+  LoraOptions lora;
   std::string strategy = "full";
   int steps = 5, warmup = 1;
   bool json = false, force = false;
@@ -38,11 +39,11 @@ void run_time(const TimeOptions& o) {
                                          std::to_string(specs.size()) + " (use `remat matrix` for several)");
   require_step_memory(setup, o.model.kernel(), specs, 2, o.force);
   const auto model = models().find(setup.model).make(setup.sizes);
-  ParamStore params(model->params(), DType::f32);
-  initialize(params, o.model.seed, setup.sizes.L);
-  if (o.json && o.freeze.any()) apply_freeze(params, o.freeze, setup.sizes.L);
-  else freeze_and_report(params, o.freeze, setup.sizes.L);
+  auto store = std::make_unique<ParamStore>(model->params(), DType::f32);
+  initialize(*store, o.model.seed, setup.sizes.L);
   const Batch batch = o.model.make_batch(setup.sizes);
+  fine_tune(store, *model, batch, o.freeze, o.lora, o.model.seed, setup.sizes.L, o.json);
+  ParamStore& params = *store;
   auto strategy = make_strategy(specs[0]);
   prepare_strategy(*strategy, *model, params, batch, o.model.kernel(), o.model.seed);
   // Gradient buffers are allocated once and kept: part of the model, like
@@ -104,6 +105,7 @@ void setup_time(CLI::App& app) {
   o->model.preset = "small";
   o->model.bind(*cmd);
   add_freeze_options(*cmd, o->freeze);
+  add_lora_options(*cmd, o->lora);
   cmd->add_option("--strategy", o->strategy, "Activation-memory strategy (see `remat strategies`)")
       ->capture_default_str();
   cmd->add_option("--steps", o->steps, "Timed steps (the median is reported)")

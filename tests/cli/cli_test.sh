@@ -169,6 +169,18 @@ expect_error "the smallest feasible budget is" "$remat" check --preset tiny --st
 expect_error "is not a percentage" "$remat" check --preset tiny --strategies budget:0%
 expect_error "composes with no other strategy" "$remat" check --preset tiny --strategies budget:1G+offload
 
+# Fine-tuning: frozen layers and LoRA in check and time; bad options are one line.
+expect_ok "check freeze" "$remat" check --preset tiny --layers 4 --strategies full,per-layer --freeze-below 2 --dropout 0.1
+grep -q "^fine-tuning: " out.txt || fail "check --freeze-below does not say what it froze: $(cat out.txt)"
+expect_ok "check lora" "$remat" check --preset tiny --model llama --strategies full,selective --lora 2
+grep -q "LoRA rank=2" out.txt || fail "check --lora does not say so: $(cat out.txt)"
+expect_ok "time lora" "$remat" time --preset tiny --strategy per-layer --lora 2 --freeze 'h.0.*' --steps 1
+expect_error "matches no parameter" "$remat" check --preset tiny --freeze 'nothing.*'
+expect_error "the model has 2 blocks" "$remat" check --preset tiny --freeze-below 3
+expect_error "leaves nothing to train" "$remat" check --preset tiny --freeze '*'
+expect_error "is not a linear weight" "$remat" check --preset tiny --lora 2 --lora-targets wpe.weight
+expect_error "above the smaller dimension" "$remat" check --preset tiny --lora 1000
+
 # Non-finite weights are refused; a non-finite result is an error, not "loss nan".
 "${PYTHON:-python3}" - <<'PY' || fail "could not prepare the non-finite files"
 import h5py, shutil, numpy as np

@@ -1,0 +1,85 @@
+#include "harness/finetune/lora.hpp"
+
+#include <fnmatch.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "autodiff/error.hpp"
+#include "autodiff/tape.hpp"
+
+namespace remat {
+
+std::string LoraOptions::key() const {
+  if (!any()) return "";
+  char a[32];
+  std::snprintf(a, sizeof a, "%g", alpha > 0 ? alpha : double(rank));
+  std::string k = "rank=" + std::to_string(rank) + ";alpha=" + a + ";targets=";
+  const auto& t = targets.empty() ? default_lora_targets() : targets;
+  for (std::size_t i = 0; i < t.size(); ++i) k += (i ? "," : "") + t[i];
+  return k;
+}
+
+const std::vector<std::string>& default_lora_targets() {
+  static const std::vector<std::string> t{"*.attn.c_attn.weight", "*.attention.wq.weight", "*.attention.wv.weight",
+                                          "*.attention.self.query.weight", "*.attention.self.value.weight"};
+  return t;
+}
+
+std::unique_ptr<ParamStore> with_lora(const ParamStore& base, const LoraOptions& o, std::uint64_t seed, int layers) {
+  if (o.rank <= 0) throw UserError("--lora " + std::to_string(o.rank) + ": the rank must be at least 1");
+  if (!(o.alpha >= 0) || o.alpha > 1e6) throw UserError("--lora-alpha must be positive");
+  const bool defaults = o.targets.empty();
+  const auto& patterns = defaults ? default_lora_targets() : o.targets;
+  std::vector<std::string> targets;
+  for (const auto& pattern : patterns) {
+    bool matched = false;
+    for (const auto& spec : base.specs())
+      if (fnmatch(pattern.c_str(), spec.name.c_str(), 0) == 0) {
+        matched = true;
+        if (spec.shape.size() != 2)
+          throw UserError("--lora-targets: '" + spec.name + "' (matched by '" + pattern + "') is not a linear weight: " +
+                          "its shape " + to_string(spec.shape) + " is not 2-D");
+        const std::int64_t limit = std::min(spec.shape[0], spec.shape[1]);
+        if (o.rank > limit)
+          throw UserError("--lora " + std::to_string(o.rank) + ": above the smaller dimension of '" + spec.name + "' " +
+                          to_string(spec.shape) + " (at most " + std::to_string(limit) + ")");
+        if (std::find(targets.begin(), targets.end(), spec.name) == targets.end()) targets.push_back(spec.name);
+      }
+    if (!matched && !defaults) throw UserError("--lora-targets: pattern '" + pattern + "' matches no parameter");
+  }
+  if (targets.empty()) throw UserError("--lora: no default target in this model; name them with --lora-targets");
+  std::vector<ParamSpec> specs = base.specs();
+  for (const auto& name : targets) {
+    const Shape& w = base[name].shape();
+    specs.push_back({name + ".lora_A", {o.rank, w[1]}, Init::normal});
+    specs.push_back({name + ".lora_B", {w[0], o.rank}, Init::zeros});
+  }
+  auto store = std::make_unique<ParamStore>(specs, base.tensors().front().dtype());
+  initialize(*store, seed, layers);
+  for (std::size_t i = 0; i < base.tensors().size(); ++i) {
+    Kokkos::deep_copy(store->tensors()[i].bytes(), base.tensors()[i].bytes());
+    store->freeze(base.names()[i]);
+  }
+  for (const auto& name : targets) store->attach_adapter(name, name + ".lora_A", name + ".lora_B", o.scale());
+  return store;
+}
+
+void require_adapters_used(const Model& model, const ParamStore& params, const Batch& batch) {
+  // A forward pass that records which adapted weights a linear used.
+  std::map<const void*, std::string> names;
+  for (std::size_t i = 0; i < params.names().size(); ++i) names[params.tensors()[i].raw()] = params.names()[i];
+  std::set<const void*> used;
+  {
+    NoGradScope no_grad;
+    ops::AdapterUseScope record(used);
+    model.loss(params, batch);
+  }
+  for (const void* weight : params.adapted())
+    if (!used.count(weight))
+      throw UserError("--lora-targets: '" + names[weight] + "' is not a linear weight (no linear layer uses it)");
+}
+
+}  // namespace remat
