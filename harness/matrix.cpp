@@ -53,7 +53,8 @@ std::vector<RunKey> matrix_cells(const MatrixOptions& o) {
                          model + " L" + std::to_string(L) + " S" + std::to_string(S) + " B" + std::to_string(B),
                          o.mem_limit, o.force);
           for (const auto& s : specs) {
-            RunKey k{model, o.preset, s, o.data, ops::attention_kernel_name(kernel), z, o.seed, o.mem_limit};
+            RunKey k{model, o.preset, s, o.data, ops::attention_kernel_name(kernel), z, o.seed, o.mem_limit,
+                     o.finetune.key(), o.finetune.label()};
             cells.push_back(k);
           }
         }
@@ -83,9 +84,11 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const MatrixProgress& 
     while (i < todo.size() && same_shape(*todo[i], first)) group.push_back(todo[i++]);
     const Sizes& z = first.sizes;
     const auto model = models().find(first.model).make(z);
-    ParamStore params(model->params(), DType::f32);
-    initialize(params, o.seed, z.L);
+    auto store = std::make_unique<ParamStore>(model->params(), DType::f32);
+    initialize(*store, o.seed, z.L);
     const Batch batch = make_batch_source(o.data, z.B, z.S, z.V, o.seed)->next();
+    apply_fine_tuning(store, *model, batch, o.finetune, o.seed, z.L);
+    const ParamStore& params = *store;
     std::vector<std::string> specs;
     for (const auto* c : group) specs.push_back(c->strategy);
     if (progress.update) progress.update(done, todo.size(), first, "checking against full");
@@ -106,7 +109,9 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const MatrixProgress& 
     const CheckReport report = run_check(*model, params, batch, specs, check);
 
     for (std::size_t k = 0; k < group.size(); ++k) {
-      RunRecord r{*group[k], {}, {}, report.rows[k], params.names()};
+      RunRecord r{*group[k], {}, {}, report.rows[k], params.names(), {}};
+      for (std::size_t i = 0; i < params.names().size(); ++i)
+        if (!params.trainable(i)) r.frozen.push_back(params.names()[i]);
       auto strategy = make_strategy(r.key.strategy);
       if (strategy->needs_costs() && !r.check.oom) strategy->plan(*costs);
       StepOptions step{strategy.get(), o.seed, 0};

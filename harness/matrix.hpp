@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "harness/finetune/fine_tuning.hpp"
 #include "harness/io/results_file.hpp"
 
 namespace remat {
@@ -25,6 +26,7 @@ struct MatrixOptions {
   bool resume = false;
   std::int64_t mem_limit = 0;  // simulated device size in bytes (0: none); a run past it is recorded as OOM
   bool force = false;          // run even where the memory estimate says it will not fit
+  FineTuning finetune;         // frozen parameters, LoRA: every cell of this run
 };
 
 // Every cell the options name, in run order, each once (a model, size or

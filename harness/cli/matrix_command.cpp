@@ -126,6 +126,8 @@ void setup_matrix(CLI::App& app) {
   cmd->add_option("--warmup", o->matrix.warmup, "Untimed steps before them")
       ->check(whole_number(0, 1000000))
       ->capture_default_str();
+  add_freeze_options(*cmd, o->matrix.finetune.freeze);
+  add_lora_options(*cmd, o->matrix.finetune.lora);
   cmd->add_option("--dropout", o->matrix.dropout, "Dropout probability (masks replay exactly under recomputation)")
       ->check(CLI::Range(0.0, 0.99).description("from 0 to 0.99"));
   cmd->add_option("--data", o->matrix.data, "Batch source: random, copy, reverse, text:PATH, h5:PATH[:DATASET]")

@@ -48,19 +48,8 @@ void add_lora_options(CLI::App& cmd, LoraOptions& lora) {
 
 void fine_tune(std::unique_ptr<ParamStore>& params, const Model& model, const Batch& batch, const FreezeOptions& freeze,
                const LoraOptions& lora, std::uint64_t seed, int layers, bool quiet) {
-  if (lora.any()) {
-    params = with_lora(*params, lora, seed, layers);
-    require_adapters_used(model, *params, batch);
-  }
-  if (freeze.any()) apply_freeze(*params, freeze, layers);
-  if (quiet || (!lora.any() && !freeze.any())) return;
-  std::int64_t frozen = 0, tensors = 0;
-  for (std::size_t i = 0; i < params->names().size(); ++i)
-    if (!params->trainable(i)) frozen += params->tensors()[i].numel(), ++tensors;
-  std::printf("fine-tuning: %lld of %lld parameter values frozen (%lld of %zu tensors)%s\n", (long long)frozen,
-              (long long)params->count(), (long long)tensors, params->names().size(),
-              lora.any() ? (", LoRA " + lora.key() + " on " + std::to_string(params->adapted().size()) + " weights").c_str()
-                         : "");
+  const std::string said = apply_fine_tuning(params, model, batch, {freeze, lora}, seed, layers);
+  if (!quiet && !said.empty()) std::printf("%s\n", said.c_str());
 }
 
 void add_seed_option(CLI::App& cmd, std::uint64_t& seed, const std::string& help) {

@@ -6,7 +6,7 @@
 
 #include "autodiff/ops/ops.hpp"
 #include "harness/finetune/freeze.hpp"
-#include "harness/finetune/lora.hpp"
+#include "harness/finetune/fine_tuning.hpp"
 #include "harness/io/weights_file.hpp"
 #include "harness/memory_estimate.hpp"
 

@@ -45,11 +45,12 @@ std::string RunKey::text() const {
          ";D=" + std::to_string(z.D) + ";H=" + std::to_string(z.H) + ";Hkv=" + std::to_string(z.Hkv) +
          ";F=" + std::to_string(z.F) + ";S=" + std::to_string(z.S) + ";S_max=" + std::to_string(z.S_max) +
          ";V=" + std::to_string(z.V) + ";B=" + std::to_string(z.B) + ";dropout=" + dropout + ";attention=" + attention +
-         ";data=" + data + ";seed=" + std::to_string(seed) + ";mem_limit=" + std::to_string(mem_limit);
+         ";data=" + data + ";seed=" + std::to_string(seed) + ";mem_limit=" + std::to_string(mem_limit) +
+         (finetune.empty() ? "" : ";finetune=" + finetune);
 }
 
 std::string RunKey::name() const {
-  return model + " " + strategy + " L" + std::to_string(sizes.L) + " S" + std::to_string(sizes.S) + " B" +
+  return model + " " + strategy + (finetune_label.empty() ? "" : " (" + finetune_label + ")") + " L" + std::to_string(sizes.L) + " S" + std::to_string(sizes.S) + " B" +
          std::to_string(sizes.B);
 }
 
@@ -122,6 +123,13 @@ void write_run(const h5::File& file_, const std::string& g, const RunRecord& r) 
     attr_i(n, v);
   attr_d("dropout", z.dropout);
   attr_s("attention", k.attention);
+  if (!k.finetune.empty()) {
+    attr_s("finetune", k.finetune);
+    attr_s("finetune_label", k.finetune_label);
+    std::string frozen;
+    for (const auto& n : r.frozen) frozen += (frozen.empty() ? "" : ",") + n;
+    attr_s("frozen_parameters", frozen);
+  }
   attr_s("backend", Runtime::describe());
   attr_i("threads", Kokkos::DefaultExecutionSpace().concurrency());
   attr_s("kokkos_version", std::to_string(KOKKOS_VERSION));

@@ -24,6 +24,8 @@ struct RunKey {
   Sizes sizes;
   std::uint64_t seed = 1;
   std::int64_t mem_limit = 0;  // bytes; 0: none
+  std::string finetune;        // FineTuning::key(): "" for none
+  std::string finetune_label;  // FineTuning::label(), for names and tables
   // Canonical text, stored as the run's `key` attribute.
   std::string text() const;
   // The group name: readable, "<model> <strategy> L<L> S<S> B<B>".
@@ -35,6 +37,7 @@ struct RunRecord {
   std::vector<double> step_times, losses;
   CheckRow check;                       // memory, equivalence, timeline of the measured step
   std::vector<std::string> param_names;
+  std::vector<std::string> frozen;  // the parameters that had no gradient (fine-tuning)
 };
 
 class ResultsFile {

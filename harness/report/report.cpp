@@ -84,6 +84,7 @@ RunSummary read_run(const h5::File& f, const std::string& name) {
   r.name = name;
   r.model = text("model");
   r.strategy = text("strategy");
+  r.full = r.strategy == "full";
   const std::string status = text("status");
   if (status != "ok" && status != "oom") throw UserError("status '" + status + "' is neither ok nor oom");
   r.oom = status == "oom";
@@ -96,6 +97,8 @@ RunSummary read_run(const h5::File& f, const std::string& name) {
     const std::string strategy_field = ";strategy=" + r.strategy + ";";
     const auto at = key->find(strategy_field);
     r.setting = at == std::string::npos ? *key : key->substr(0, at) + ";" + key->substr(at + strategy_field.size());
+    // Fine-tuned runs show beside the others, under their own label.
+    if (const auto label = h5::read_attr_string(f, "finetune_label", g)) r.strategy += " (" + *label + ")";
   } else {
     r.setting = r.model + " " + shape(r);
   }
@@ -138,7 +141,7 @@ Results read_results(const std::string& path) {
   }
   // Run order: by model, shape, then as recorded.
   std::stable_sort(results.runs.begin(), results.runs.end(), [](const RunSummary& a, const RunSummary& b) {
-    const bool fa = a.strategy != "full", fb = b.strategy != "full";  // full first in each shape
+    const bool fa = !a.full, fb = !b.full;  // full first in each shape
     return std::tie(a.model, a.L, a.S, a.B, fa) < std::tie(b.model, b.L, b.S, b.B, fb);
   });
   return results;
@@ -149,7 +152,7 @@ std::string markdown_summary(const Results& results) {
   std::ostringstream o;
   std::map<std::string, const RunSummary*> full;  // setting -> full's run
   for (const auto& r : runs)
-    if (r.strategy == "full" && !r.oom) full[r.setting] = &r;
+    if (r.full && !r.oom) full[r.setting] = &r;
   std::string model;
   char buf[512];
   for (const auto& r : runs) {

@@ -10,7 +10,8 @@ namespace remat {
 
 struct RunSummary {
   std::string name;  // the run's group in the file
-  std::string model, strategy;
+  std::string model, strategy;  // strategy: the spec, with a fine-tuning label if any ("full (lora 8)")
+  bool full = false;            // the spec is `full`: what the setting's other runs compare with
   std::string setting;  // every option but the strategy: runs compared with each other share it
   int L = 0, S = 0, B = 0;
   double step_time = 0, tokens_per_second = 0, recompute_share = 0;

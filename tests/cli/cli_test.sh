@@ -171,10 +171,16 @@ expect_error "composes with no other strategy" "$remat" check --preset tiny --st
 
 # Fine-tuning: frozen layers and LoRA in check and time; bad options are one line.
 expect_ok "check freeze" "$remat" check --preset tiny --layers 4 --strategies full,per-layer --freeze-below 2 --dropout 0.1
-grep -q "^fine-tuning: " out.txt || fail "check --freeze-below does not say what it froze: $(cat out.txt)"
+grep -q "^fine-tuning (freeze-below 2): " out.txt || fail "check --freeze-below does not say what it froze: $(cat out.txt)"
 expect_ok "check lora" "$remat" check --preset tiny --model llama --strategies full,selective --lora 2
 grep -q "LoRA rank=2" out.txt || fail "check --lora does not say so: $(cat out.txt)"
 expect_ok "time lora" "$remat" time --preset tiny --strategy per-layer --lora 2 --freeze 'h.0.*' --steps 1
+expect_ok "matrix" "$remat" matrix --preset tiny --strategies full,per-layer --steps 1 --out ft.h5
+expect_ok "matrix freeze" "$remat" matrix --preset tiny --strategies full,per-layer --steps 1 --freeze-below 1 --out ft.h5
+expect_ok "matrix lora" "$remat" matrix --preset tiny --strategies full --steps 1 --lora 2 --out ft.h5
+expect_ok "report fine-tuning" "$remat" report ft.h5
+grep -q "^| per-layer (freeze-below 1) | L2 S16 B2 | .* | 1.000x\|^| per-layer (freeze-below 1) |" out.txt || fail "the report does not show the frozen runs: $(cat out.txt)"
+grep -q "^| full (lora 2) | L2 S16 B2 | [0-9.]* | 1.00x" out.txt || fail "the report does not compare the LoRA runs with their full: $(cat out.txt)"
 expect_error "matches no parameter" "$remat" check --preset tiny --freeze 'nothing.*'
 expect_error "the model has 2 blocks" "$remat" check --preset tiny --freeze-below 3
 expect_error "leaves nothing to train" "$remat" check --preset tiny --freeze '*'

@@ -1,0 +1,39 @@
+#include "harness/finetune/fine_tuning.hpp"
+
+namespace remat {
+
+std::string FineTuning::key() const {
+  std::string k;
+  if (freeze.any()) k += "freeze:" + freeze.key();
+  if (lora.any()) k += std::string(k.empty() ? "" : "|") + "lora:" + lora.key();
+  return k;
+}
+
+std::string FineTuning::label() const {
+  std::string l;
+  if (freeze.below > 0) l += "freeze-below " + std::to_string(freeze.below);
+  for (const auto& p : freeze.patterns) l += (l.empty() ? "freeze " : ",") + p;
+  if (lora.any()) l += (l.empty() ? "" : ", ") + std::string("lora ") + std::to_string(lora.rank);
+  for (auto& c : l)
+    if (c == '/') c = '_';  // group names
+  return l;
+}
+
+std::string apply_fine_tuning(std::unique_ptr<ParamStore>& params, const Model& model, const Batch& batch,
+                              const FineTuning& f, std::uint64_t seed, int layers) {
+  if (f.lora.any()) {
+    params = with_lora(*params, f.lora, seed, layers);
+    require_adapters_used(model, *params, batch);
+  }
+  if (f.freeze.any()) apply_freeze(*params, f.freeze, layers);
+  if (!f.any()) return "";
+  std::int64_t frozen = 0, tensors = 0;
+  for (std::size_t i = 0; i < params->names().size(); ++i)
+    if (!params->trainable(i)) frozen += params->tensors()[i].numel(), ++tensors;
+  return "fine-tuning (" + f.label() + "): " + std::to_string(frozen) + " of " + std::to_string(params->count()) +
+         " parameter values frozen (" + std::to_string(tensors) + " of " + std::to_string(params->names().size()) +
+         " tensors)" +
+         (f.lora.any() ? ", LoRA " + f.lora.key() + " on " + std::to_string(params->adapted().size()) + " weights" : "");
+}
+
+}  // namespace remat
