@@ -163,6 +163,8 @@ grep -q "^budget:min .* yes" out.txt || fail "budget:min is not bitwise full: $(
 expect_ok "matrix budget:auto" "$remat" matrix --preset tiny --layers 4 --models gpt2 --strategies per-layer,budget:auto --steps 1 --out auto.h5
 expect_ok "report budget:auto" "$remat" report auto.h5 --svg auto-plots
 grep -q "planner (budget:...)" auto-plots/tradeoff.svg || fail "the trade-off plot has no planner front"
+expect_ok "train budget" "$remat" train --preset tiny --strategy budget:range:50% --steps 3
+grep -q "final loss 4.1467" out.txt || fail "training under a budget is not full's trajectory: $(cat out.txt)"
 expect_ok "time budget" "$remat" time --preset tiny --strategy budget:60% --steps 1
 expect_error "the smallest feasible budget is" "$remat" plan --preset tiny --budget 1KB
 expect_error "the smallest feasible budget is" "$remat" check --preset tiny --strategies budget:1KB
