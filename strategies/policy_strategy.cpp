@@ -114,6 +114,9 @@ Tensors PolicyStrategy::run(const BlockInfo& info, const Tensors& inputs, const 
     return body(inputs);
   });
   router_->end_group();
+  if (trace && trace->saved == 0 &&
+      std::none_of(inputs.begin(), inputs.end(), [](const Tensor& x) { return x.requires_grad(); }))
+    trace->saves.push_back("nothing saved: no input needs a gradient and its parameters are frozen");
   return out;
 }
 

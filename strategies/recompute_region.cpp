@@ -199,7 +199,13 @@ Tensors RecomputeRegion::run(const BlockInfo& info, const Tensors& inputs, const
     SavedTensorHooksScope scope(hooks);
     out = body(inputs);
   }
-  if (!inputs_saved_) pending_.clear();  // it saved nothing: it needs nothing kept
+  if (!inputs_saved_) {  // it saved nothing: it needs nothing kept
+    pending_.clear();
+    if (trace_)
+      trace_->saves.push_back("block " + info.name +
+                              ": skipped by the region: saves nothing (no input or parameter needs a gradient), so "
+                              "nothing kept and nothing recomputed");
+  }
   return out;
 }
 

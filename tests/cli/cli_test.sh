@@ -174,6 +174,8 @@ expect_error "composes with no other strategy" "$remat" check --preset tiny --st
 # Fine-tuning: frozen layers and LoRA in check and time; bad options are one line.
 expect_ok "check freeze" "$remat" check --preset tiny --layers 4 --strategies full,per-layer --freeze-below 2 --dropout 0.1
 grep -q "^fine-tuning (freeze-below 2): " out.txt || fail "check --freeze-below does not say what it froze: $(cat out.txt)"
+expect_ok "check freeze trace" "$remat" check --preset tiny --layers 4 --strategies per-layer --freeze-below 2 --trace
+grep -q "block h.0: skipped by the region" out.txt || fail "--trace does not show the skipped frozen block: $(cat out.txt)"
 expect_ok "check lora" "$remat" check --preset tiny --model llama --strategies full,selective --lora 2
 grep -q "LoRA rank=2" out.txt || fail "check --lora does not say so: $(cat out.txt)"
 expect_ok "time lora" "$remat" time --preset tiny --strategy per-layer --lora 2 --freeze 'h.0.*' --steps 1
