@@ -261,3 +261,46 @@ TEST_CASE("bad training settings are refused before anything runs", "[train][err
   h5::File::create(foreign).save();
   CHECK_THROWS_WITH(read_run_file(foreign), test::Contains("no 'model' attribute"));
 }
+
+TEST_CASE("training with frozen layers: frozen weights stay, every strategy follows full, resume is bitwise", "[train][finetune]") {
+  TempDir dir;
+  TrainConfig c = tiny("gpt2", 0.1);
+  c.steps = 8;
+  c.freeze.below = 1;
+  c.out = dir.file("frozen.h5");
+  const TrainResult whole = train(c);
+  TrainConfig open = tiny("gpt2", 0.1);
+  open.steps = 8;
+  const TrainResult unfrozen = train(open);
+  CHECK(losses(whole.state) != losses(unfrozen.state));
+  ParamStore initial(whole.model->params(), DType::f32);
+  initialize(initial, c.seed, c.setup.sizes.L);
+  const auto w0 = weights(initial), w = weights(*whole.params);
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    INFO(whole.params->names()[i]);
+    CHECK((w[i] == w0[i]) == !whole.params->trainable(i));  // frozen: unchanged (no decay either); the rest: trained
+  }
+  for (const char* spec : {"per-layer", "selective", "budget:range:50%"}) {
+    TrainConfig s = c;
+    s.out.clear();
+    s.strategy = spec;
+    INFO(spec);
+    CHECK(losses(train(s).state) == losses(whole.state));
+  }
+  // A run cut after a checkpoint resumes bitwise, and keeps its freezing.
+  struct Interrupted {};
+  c.out = dir.file("cut.h5");
+  c.save_every = 3;
+  TrainProgress stop;
+  stop.step = [](const TrainConfig&, const TrainState& s) {
+    if (s.step == 5) throw Interrupted{};
+  };
+  CHECK_THROWS_AS(train(c, stop), Interrupted);
+  const SavedRun saved = read_run_file(c.out);
+  CHECK(saved.config.freeze.below == 1);
+  require_same_run(c.out, saved.config, c);
+  TrainConfig unfreeze = c;
+  unfreeze.freeze = {};
+  CHECK_THROWS_WITH(require_same_run(c.out, saved.config, unfreeze), test::Contains("was trained with freeze"));
+  CHECK(losses(train(c, {}, &saved).state) == losses(whole.state));
+}

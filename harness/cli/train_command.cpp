@@ -117,6 +117,7 @@ void setup_train(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
   auto* cmd = app.add_subcommand("train", "Train a model under a strategy; record the run and checkpoint it");
   o->model.bind(*cmd);
+  add_freeze_options(*cmd, o->config.freeze);
   TrainConfig& c = o->config;
   cmd->add_option("--strategy", o->strategy, "Activation-memory strategy (see `remat strategies`)")->capture_default_str();
   cmd->add_option("--dropout", o->dropout, "Dropout probability")->check(CLI::Range(0.0, 0.99).description("from 0 to 0.99"));

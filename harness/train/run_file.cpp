@@ -45,7 +45,8 @@ std::vector<std::pair<std::string, std::string>> settings(const TrainConfig& c) 
           {"accumulate", std::to_string(c.accumulate)},
           {"eval_every", std::to_string(c.eval_every)},
           {"eval_batches", std::to_string(c.eval_batches)},
-          {"save_every", std::to_string(c.save_every)}};
+          {"save_every", std::to_string(c.save_every)},
+          {"freeze", c.freeze.key()}};
 }
 
 std::string text_attr(const h5::File& f, const std::string& name) {
@@ -108,6 +109,20 @@ TrainConfig read_config(const h5::File& f, const ModelSetup& setup) {
   c.eval_every = whole(f, "eval_every");
   c.eval_batches = whole(f, "eval_batches");
   c.save_every = whole(f, "save_every");
+  // "patterns=a,b;below=N" (absent or empty: nothing frozen; files before fine-tuning have none).
+  if (const auto freeze = h5::read_attr_string(f, "train.freeze"); freeze && !freeze->empty()) {
+    const auto below = freeze->rfind(";below=");
+    if (freeze->rfind("patterns=", 0) != 0 || below == std::string::npos)
+      throw UserError(f.path() + ": 'train.freeze' = '" + *freeze + "' is not a freeze setting");
+    const std::string patterns = freeze->substr(9, below - 9);
+    std::size_t start = 0;
+    while (!patterns.empty() && start <= patterns.size()) {
+      const std::size_t end = std::min(patterns.find(',', start), patterns.size());
+      c.freeze.patterns.push_back(patterns.substr(start, end - start));
+      start = end + 1;
+    }
+    c.freeze.below = std::atoi(freeze->c_str() + below + 7);
+  }
   c.out = f.path();
   return c;
 }

@@ -46,6 +46,7 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
   const Sizes& z = config_.setup.sizes;
   model_ = models().find(config_.setup.model).make(z);
   params_ = std::make_unique<ParamStore>(model_->params(), DType::f32);
+  apply_freeze(*params_, config_.freeze, z.L);  // before the optimizer sees the parameters
   strategy_ = make_strategy(config_.strategy);
   optimizer_ = make_optimizer(config_.optimizer, params_->tensors());
   schedule_ = config_.schedule;
@@ -98,15 +99,18 @@ const StepRecord& Trainer::step() {
     // order, of a data-parallel reduction over ranks.
     if (K > 1) {
       const auto& ts = params.tensors();
-      for (std::size_t i = 0; i < ts.size(); ++i)
-        if (k == 0) sums_.push_back(clone(ts[i].grad()));
-        else add_inplace(sums_[i], ts[i].grad());
+      for (std::size_t i = 0; i < ts.size(); ++i) {
+        const Tensor g = ts[i].grad();  // undefined for a frozen parameter
+        if (k == 0) sums_.push_back(g.defined() ? clone(g) : Tensor());
+        else if (g.defined()) add_inplace(sums_[i], g);
+      }
     }
   }
   ++state_.data_position;
   if (K > 1) {
     const auto& ts = params.tensors();
-    for (std::size_t i = 0; i < ts.size(); ++i) Kokkos::deep_copy(ts[i].grad().bytes(), sums_[i].bytes());
+    for (std::size_t i = 0; i < ts.size(); ++i)
+      if (sums_[i].defined()) Kokkos::deep_copy(ts[i].grad().bytes(), sums_[i].bytes());
     sums_.clear();
     scale_gradients(ts, 1.0 / K);
     r.loss /= K;

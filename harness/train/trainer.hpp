@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "autodiff/ops/ops.hpp"
+#include "harness/finetune/freeze.hpp"
 #include "harness/io/weights_file.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/schedule.hpp"
@@ -32,6 +33,7 @@ struct TrainConfig {
   int eval_batches = 4;  // held-out batches per validation loss
   int save_every = 0;    // steps between checkpoints (and one at the end); needs `out`
   std::string out;       // the run file; "" for none
+  FreezeOptions freeze;  // fine-tuning: parameters that do not train
 };
 
 struct StepRecord {
