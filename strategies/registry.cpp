@@ -12,8 +12,6 @@ namespace remat {
 REMAT_STRATEGIES(REMAT_DECLARE_STRATEGY)
 #undef REMAT_DECLARE_STRATEGY
 
-namespace {
-
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
   std::size_t start = 0;
@@ -24,6 +22,8 @@ std::vector<std::string> split(const std::string& s, char sep) {
   }
   return out;
 }
+
+namespace {
 
 struct Part {
   const StrategyEntry* entry;

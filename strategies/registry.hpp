@@ -64,6 +64,9 @@ bool strategy_applies(const std::string& spec, const ModelTraits& model, std::st
 std::vector<std::string> parse_strategy_list(const std::string& list, const ModelTraits& model = {});
 std::vector<std::string> all_strategies(const ModelTraits& model = {});
 
+// "a,b,,c" -> {"a", "b", "", "c"} (empty parts kept, for callers to refuse).
+std::vector<std::string> split(const std::string& s, char sep = ',');
+
 // The tags and tag groups a spec's policies name, to check against the tags
 // a model produces.
 std::vector<std::string> tags_named_by(const std::string& spec);

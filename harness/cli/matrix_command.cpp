@@ -25,16 +25,11 @@ struct Options {
   std::string models = "gpt2";
 };
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (start <= s.size()) {
-    const std::size_t end = std::min(s.find(',', start), s.size());
-    out.push_back(s.substr(start, end - start));
-    if (out.back().empty()) throw UserError("--models: empty name in '" + s + "'");
-    start = end + 1;
-  }
-  return out;
+std::vector<std::string> model_names(const std::string& s) {
+  auto names = split(s);
+  for (const auto& n : names)
+    if (n.empty()) throw UserError("--models: empty name in '" + s + "'");
+  return names;
 }
 
 std::string duration(double s) {
@@ -77,7 +72,7 @@ void print_summary(const std::vector<RunRecord>& records) {
 }
 
 void run(Options& o) {
-  o.matrix.models = split(o.models);
+  o.matrix.models = model_names(o.models);
   const auto cells = matrix_cells(o.matrix);
   std::printf("remat matrix: %zu runs (%s x strategies %s), preset %s, %d warm-up + %d timed steps, %s -> %s\n",
               cells.size(), o.models.c_str(), o.matrix.strategies.c_str(), o.matrix.preset.c_str(), o.matrix.warmup,

@@ -2,9 +2,11 @@
 
 #include <fnmatch.h>
 
+#include <algorithm>
 #include <cctype>
 
 #include "autodiff/error.hpp"
+#include "strategies/registry.hpp"
 
 namespace remat {
 
@@ -16,15 +18,10 @@ std::string FreezeOptions::key() const {
 }
 
 int block_of(const std::string& name) {
-  std::size_t start = 0;
-  while (start <= name.size()) {
-    const std::size_t end = std::min(name.find('.', start), name.size());
-    const std::string part = name.substr(start, end - start);
+  for (const auto& part : split(name, '.'))
     if (!part.empty() && part.size() < 9 &&
         std::all_of(part.begin(), part.end(), [](char c) { return std::isdigit(static_cast<unsigned char>(c)); }))
       return std::stoi(part);
-    start = end + 1;
-  }
   return -1;
 }
 

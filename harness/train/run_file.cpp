@@ -115,12 +115,7 @@ TrainConfig read_config(const h5::File& f, const ModelSetup& setup) {
     if (freeze->rfind("patterns=", 0) != 0 || below == std::string::npos)
       throw UserError(f.path() + ": 'train.freeze' = '" + *freeze + "' is not a freeze setting");
     const std::string patterns = freeze->substr(9, below - 9);
-    std::size_t start = 0;
-    while (!patterns.empty() && start <= patterns.size()) {
-      const std::size_t end = std::min(patterns.find(',', start), patterns.size());
-      c.freeze.patterns.push_back(patterns.substr(start, end - start));
-      start = end + 1;
-    }
+    if (!patterns.empty()) c.freeze.patterns = split(patterns);
     c.freeze.below = std::atoi(freeze->c_str() + below + 7);
   }
   c.out = f.path();
