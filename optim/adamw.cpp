@@ -30,9 +30,9 @@ void update(T* p, const T* g, T* m, T* v, std::int64_t n, T decay, T b1, T b2, T
 class AdamW final : public Optimizer {
  public:
   AdamW(const OptimizerConfig& c, const std::vector<Tensor>& params) : c_(c), params_(params) {
-    for (const auto& p : params_) {
-      m_.push_back(Tensor::zeros(p.shape(), p.dtype(), "adamw.m"));
-      v_.push_back(Tensor::zeros(p.shape(), p.dtype(), "adamw.v"));
+    for (const auto& p : params_) {  // a frozen parameter gets no state
+      m_.push_back(p.requires_grad() ? Tensor::zeros(p.shape(), p.dtype(), "adamw.m") : Tensor());
+      v_.push_back(p.requires_grad() ? Tensor::zeros(p.shape(), p.dtype(), "adamw.v") : Tensor());
     }
   }
   void step(double lr) override {

@@ -25,7 +25,9 @@ class Optimizer {
   // One update of every parameter with learning rate `lr`.
   virtual void step(double lr) = 0;
   // The state a checkpoint holds, per parameter: names of the buffers
-  // ("m", "v" for AdamW) and the buffers themselves, in parameter order.
+  // ("m", "v" for AdamW) and the buffers themselves, in parameter order;
+  // a frozen parameter (no gradient slot when the optimizer is made) has
+  // none: its buffers are undefined tensors.
   virtual std::vector<std::string> state_names() const = 0;
   virtual std::vector<Tensor>& state(const std::string& name) = 0;
   std::int64_t steps_taken() const { return steps_; }

@@ -24,7 +24,8 @@ class Sgd final : public Optimizer {
  public:
   Sgd(const OptimizerConfig& c, const std::vector<Tensor>& params) : c_(c), params_(params) {
     if (c_.momentum > 0)
-      for (const auto& p : params_) buffers_.push_back(Tensor::zeros(p.shape(), p.dtype(), "sgd.momentum"));
+      for (const auto& p : params_)  // a frozen parameter gets no state
+        buffers_.push_back(p.requires_grad() ? Tensor::zeros(p.shape(), p.dtype(), "sgd.momentum") : Tensor());
   }
   void step(double lr) override {
     ++steps_;
