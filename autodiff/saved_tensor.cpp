@@ -27,7 +27,18 @@ std::vector<SavedTensorHooks*>& hook_stack() {
   return stack;
 }
 
+SaveNotes*& notes() {
+  thread_local SaveNotes* n = nullptr;
+  return n;
+}
+
 }  // namespace
+
+void note_not_saved(const char* op, const Tensor& t, const char* why) {
+  if (notes()) notes()->not_saved(op, t, why);
+}
+SaveNotesScope::SaveNotesScope(SaveNotes& n) : previous_(notes()) { notes() = &n; }
+SaveNotesScope::~SaveNotesScope() { notes() = previous_; }
 
 std::shared_ptr<Packed> KeepHooks::pack(const Tensor& t) { return std::make_shared<Kept>(t); }
 

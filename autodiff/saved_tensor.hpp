@@ -44,6 +44,27 @@ class KeepHooks final : public SavedTensorHooks {
 // Saves `t` through the innermost active hooks.
 SavedTensor save(const Tensor& t);
 
+// An op that does not save `t` although it reads it in forward, and why
+// ("its weight is frozen"): said to the innermost SaveNotes, if any (a
+// strategy's --trace), so a trace shows what was left out as well as what
+// was kept.
+void note_not_saved(const char* op, const Tensor& t, const char* why);
+class SaveNotes {
+ public:
+  virtual ~SaveNotes() = default;
+  virtual void not_saved(const char* op, const Tensor& t, const char* why) = 0;
+};
+class SaveNotesScope {
+ public:
+  explicit SaveNotesScope(SaveNotes& notes);
+  ~SaveNotesScope();
+  SaveNotesScope(const SaveNotesScope&) = delete;
+  SaveNotesScope& operator=(const SaveNotesScope&) = delete;
+
+ private:
+  SaveNotes* previous_;
+};
+
 // The op that is saving right now (for traces and error messages).
 const char* current_op();
 class CurrentOpScope {

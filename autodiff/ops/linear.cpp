@@ -90,6 +90,7 @@ Tensor plain_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   // never through hooks.
   // Only the weight's gradient reads x: a frozen weight keeps no copy of it.
   const SavedTensor sx = rec && weight.requires_grad() ? save(x) : SavedTensor();
+  if (rec && !weight.requires_grad()) note_not_saved("linear", x, "its weight is frozen: only the weight's gradient reads it");
   Tensor out = linear_forward(x, weight, bias);
   if (!rec) return out;
   if (weight.requires_grad()) out.set_recipe([sx, weight, bias] { return linear_forward(sx.unpack(), weight, bias); });
