@@ -304,3 +304,53 @@ TEST_CASE("training with frozen layers: frozen weights stay, every strategy foll
   CHECK_THROWS_WITH(require_same_run(c.out, saved.config, unfreeze), test::Contains("was trained with freeze"));
   CHECK(losses(train(c, {}, &saved).state) == losses(whole.state));
 }
+
+TEST_CASE("training LoRA adapters: the base stays, every strategy follows full, resume is bitwise", "[train][finetune][lora]") {
+  TempDir dir;
+  TrainConfig c = tiny("llama", 0.1);
+  c.steps = 8;
+  c.lora.rank = 4;
+  c.out = dir.file("lora.h5");
+  const TrainResult whole = train(c);
+  ParamStore initial(whole.model->params(), DType::f32);
+  initialize(initial, c.seed, c.setup.sizes.L);
+  const auto w0 = weights(initial), w = weights(*whole.params);
+  std::size_t adapters = 0;
+  for (std::size_t i = 0; i < whole.params->names().size(); ++i) {
+    INFO(whole.params->names()[i]);
+    if (i < w0.size()) {
+      CHECK(w[i] == w0[i]);  // the base: frozen, unchanged
+    } else {
+      CHECK(whole.params->trainable(i));
+      CHECK(w[i] != std::vector<double>(w[i].size(), 0.0));
+      ++adapters;
+    }
+  }
+  CHECK(adapters == 2 * 2 * 2);  // wq and wv of 2 blocks, A and B each
+  // Optimizer state for the adapters alone.
+  const h5::File f = h5::File::open(c.out);
+  CHECK(h5::list(f, "/optimizer/m").size() == adapters);
+  for (const char* spec : {"per-layer", "offload-checkpoint", "budget:range:50%"}) {
+    TrainConfig s = c;
+    s.out.clear();
+    s.strategy = spec;
+    INFO(spec);
+    CHECK(losses(train(s).state) == losses(whole.state));
+  }
+  struct Interrupted {};
+  c.out = dir.file("cut.h5");
+  c.save_every = 3;
+  TrainProgress stop;
+  stop.step = [](const TrainConfig&, const TrainState& s) {
+    if (s.step == 5) throw Interrupted{};
+  };
+  CHECK_THROWS_AS(train(c, stop), Interrupted);
+  const SavedRun saved = read_run_file(c.out);
+  CHECK(saved.config.lora.key() == c.lora.key());
+  TrainConfig other = c;
+  other.lora.rank = 2;
+  CHECK_THROWS_WITH(require_same_run(c.out, saved.config, other), test::Contains("was trained with lora"));
+  const TrainResult resumed = train(c, {}, &saved);
+  CHECK(losses(resumed.state) == losses(whole.state));
+  CHECK(weights(*resumed.params) == weights(*whole.params));
+}

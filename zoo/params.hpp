@@ -31,6 +31,7 @@ class ParamStore {
   ParamStore(const std::vector<ParamSpec>& specs, DType dtype);
 
   const Tensor& operator[](const std::string& name) const;
+  bool has(const std::string& name) const { return index_.count(name) > 0; }
   const std::vector<Tensor>& tensors() const { return tensors_; }
   const std::vector<std::string>& names() const { return names_; }
   const std::vector<ParamSpec>& specs() const { return specs_; }

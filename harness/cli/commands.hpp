@@ -14,5 +14,6 @@ void setup_report(CLI::App& app);
 void setup_time(CLI::App& app);
 void setup_train(CLI::App& app);
 void setup_plan(CLI::App& app);
+void setup_lora_merge(CLI::App& app);
 
 }  // namespace remat::cli

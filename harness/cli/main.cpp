@@ -36,6 +36,7 @@ int run(int argc, char** argv) {
   remat::cli::setup_time(app);
   remat::cli::setup_train(app);
   remat::cli::setup_plan(app);
+  remat::cli::setup_lora_merge(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {  // a command's own failure, already reported

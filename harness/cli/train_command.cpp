@@ -13,6 +13,7 @@
 #include "harness/cli/commands.hpp"
 #include "harness/cli/model_options.hpp"
 #include "harness/cli/validators.hpp"
+#include "harness/finetune/adapters_file.hpp"
 #include "harness/io/output_guard.hpp"
 #include "harness/train/run_file.hpp"
 
@@ -24,6 +25,7 @@ struct TrainOptions {
   TrainConfig config;
   std::string strategy = "full";
   double dropout = 0;
+  std::string adapters_out;  // --lora: the adapters alone, at the end
   bool resume = false, force = false;
 };
 
@@ -63,6 +65,11 @@ void run_train(TrainOptions& o) {
   // accumulated micro-batches, and the step's activations.
   require_step_memory(c.setup, c.attention, specs, 4 + (c.accumulate > 1 ? 1 : 0), o.force);
 
+  if (!o.adapters_out.empty()) {
+    if (!c.lora.any()) throw UserError("--adapters-out needs --lora (there are no adapters to write)");
+    if (o.adapters_out == c.out) throw UserError("--adapters-out and --out name the same file");
+    check_output(o.adapters_out, FileKind::adapters, {batch_source_file(c.data)}, o.force);
+  }
   std::unique_ptr<SavedRun> resume;
   if (!c.out.empty()) {
     const FileKind kind = file_kind(c.out);
@@ -108,7 +115,13 @@ void run_train(TrainOptions& o) {
   std::printf("done: %d steps, final loss %.4f", s.step, s.history.back().loss);
   if (!s.evals.empty()) std::printf(", validation loss %.4f", s.evals.back().loss);
   std::printf(", median step %.3f s\n", median(times));
-  if (!c.out.empty()) std::printf("wrote %s (record, weights, optimizer state)\n", c.out.c_str());
+  if (!c.out.empty())
+    std::printf("wrote %s (record, weights%s, optimizer state)\n", c.out.c_str(), c.lora.any() ? " and adapters" : "");
+  if (!o.adapters_out.empty()) {
+    write_adapters(o.adapters_out, c.setup, *result.params, c.lora);
+    std::printf("wrote %s (the LoRA adapters alone; fold them into the base with remat lora-merge)\n",
+                o.adapters_out.c_str());
+  }
 }
 
 }  // namespace
@@ -118,6 +131,9 @@ void setup_train(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "Train a model under a strategy; record the run and checkpoint it");
   o->model.bind(*cmd);
   add_freeze_options(*cmd, o->config.freeze);
+  add_lora_options(*cmd, o->config.lora);
+  cmd->add_option("--adapters-out", o->adapters_out,
+                  "With --lora: also write the trained adapters alone to this file (for remat lora-merge)");
   TrainConfig& c = o->config;
   cmd->add_option("--strategy", o->strategy, "Activation-memory strategy (see `remat strategies`)")->capture_default_str();
   cmd->add_option("--dropout", o->dropout, "Dropout probability")->check(CLI::Range(0.0, 0.99).description("from 0 to 0.99"));

@@ -9,6 +9,7 @@
 
 #include "autodiff/error.hpp"
 #include "autodiff/tape.hpp"
+#include "strategies/registry.hpp"
 
 namespace remat {
 
@@ -20,6 +21,23 @@ std::string LoraOptions::key() const {
   const auto& t = targets.empty() ? default_lora_targets() : targets;
   for (std::size_t i = 0; i < t.size(); ++i) k += (i ? "," : "") + t[i];
   return k;
+}
+
+LoraOptions LoraOptions::parse(const std::string& key, const std::string& where) {
+  LoraOptions o;
+  const auto bad = [&] { return UserError(where + ": '" + key + "' is not a LoRA setting (rank=R;alpha=A;targets=...)"); };
+  const auto a = key.find(";alpha="), t = key.find(";targets=");
+  if (key.rfind("rank=", 0) != 0 || a == std::string::npos || t == std::string::npos || t < a) throw bad();
+  try {
+    o.rank = std::stoi(key.substr(5, a - 5));
+    o.alpha = std::stod(key.substr(a + 7, t - a - 7));
+  } catch (const std::exception&) {
+    throw bad();
+  }
+  if (o.rank < 1 || !(o.alpha > 0)) throw bad();
+  o.targets = split(key.substr(t + 9));
+  if (o.targets == default_lora_targets()) o.targets.clear();  // the defaults: whichever this model has
+  return o;
 }
 
 const std::vector<std::string>& default_lora_targets() {

@@ -22,6 +22,8 @@ struct LoraOptions {
   double scale() const { return (alpha > 0 ? alpha : rank) / double(rank); }
   // As recorded in results: "rank=8;alpha=8;targets=*.attn.c_attn.weight", or "" for none.
   std::string key() const;
+  // The inverse of key(); UserError naming `where` if `key` is not one.
+  static LoraOptions parse(const std::string& key, const std::string& where);
 };
 
 // The default targets: gpt2's (and its relatives') c_attn, llama's wq and wv,

@@ -18,6 +18,7 @@ FileKind file_kind(const std::string& path) {
     const h5::File f = h5::File::open(path);
     if (H5Aexists(f.id(), "remat_results") > 0) return FileKind::results;
     if (H5Aexists(f.id(), "remat_training_run") > 0) return FileKind::training_run;
+    if (H5Aexists(f.id(), "lora") > 0) return FileKind::adapters;
     const bool params = h5::exists(f, "/params"), grads = h5::exists(f, "/grads");
     if (params && grads) return FileKind::golden;
     if (params) return FileKind::weights;
@@ -37,6 +38,7 @@ const char* file_kind_name(FileKind k) {
     case FileKind::gradients: return "a gradients file";
     case FileKind::golden: return "a golden file";
     case FileKind::training_run: return "a training run";
+    case FileKind::adapters: return "a LoRA adapter file";
     case FileKind::other_hdf5: return "an HDF5 file remat did not write";
   }
   return "?";

@@ -10,7 +10,7 @@
 namespace remat {
 
 // What a remat HDF5 file holds, judged from its contents.
-enum class FileKind { absent, not_hdf5, results, weights, gradients, golden, training_run, other_hdf5 };
+enum class FileKind { absent, not_hdf5, results, weights, gradients, golden, training_run, adapters, other_hdf5 };
 FileKind file_kind(const std::string& path);
 const char* file_kind_name(FileKind k);
 

@@ -5,6 +5,7 @@
 
 #include "autodiff/error.hpp"
 #include "h5/h5.hpp"
+#include "harness/finetune/adapters_file.hpp"
 #include "harness/memory_estimate.hpp"
 
 namespace remat {
@@ -131,6 +132,7 @@ void write_params(const h5::File& f, const ParamStore& params) {
 }
 
 void write_model_setup(const h5::File& f, const ModelSetup& setup) { write_setup(f, setup); }
+ModelSetup read_model_setup(const h5::File& f) { return read_setup(f); }
 
 void write_weights(const std::string& path, const ModelSetup& setup, const ParamStore& params, const Batch* batch) {
   write_model_file(path, setup, params, true, batch, nullptr);
@@ -166,7 +168,7 @@ Golden load_golden(const std::string& path) {
   return g;
 }
 
-LoadedWeights load_weights(const std::string& path, bool force) {
+LoadedWeights load_weights(const std::string& path, bool force, bool skip_adapters) {
   h5::File f = h5::File::open(path);
   LoadedWeights w;
   w.setup = read_setup(f);
@@ -180,10 +182,17 @@ LoadedWeights load_weights(const std::string& path, bool force) {
   if (h5::exists(f, "/params") && !h5::is_group(f, "/params")) throw UserError(path + ": /params is not a group");
   std::set<std::string> expected;
   for (const auto& s : specs) expected.insert(s.name);
-  for (const auto& name : h5::list(f, "/params"))
+  for (const auto& name : h5::list(f, "/params")) {
+    if (is_adapter_name(name) && expected.count(name.substr(0, name.size() - 7))) {
+      if (skip_adapters) continue;
+      throw UserError(path + ": holds LoRA adapters ('" + name + "'), which this command does not apply; fold them " +
+                      "into plain weights first: remat lora-merge --weights " + path + " --adapters " + path +
+                      " --out merged.h5");
+    }
     if (!expected.count(name))
       throw UserError(path + ": unexpected parameter '" + name + "' " + to_string(h5::info(f, "/params/" + name).shape) +
                       " for " + w.setup.model + " with L = " + std::to_string(w.setup.sizes.L));
+  }
   for (const auto& s : specs) {
     const std::string p = "/params/" + s.name;
     if (!h5::exists(f, p)) throw UserError(path + ": missing parameter '" + s.name + "' " + to_string(s.shape));

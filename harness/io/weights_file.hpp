@@ -34,13 +34,17 @@ void write_weights(const std::string& path, const ModelSetup& setup, const Param
 // The pieces, for files that hold more (a training run): the setup's
 // attributes on / and /params/<name>.
 void write_model_setup(const h5::File& f, const ModelSetup& setup);
+// UserError for a missing or bad attribute.
+ModelSetup read_model_setup(const h5::File& f);
 void write_params(const h5::File& f, const ParamStore& params);
 
 // Loads any file in the layout; the model and its sizes come from the file's
 // attributes. Every mismatch is a UserError naming the parameter and shapes;
 // so are non-finite weights, token ids outside [0, V), and a model too large
-// for the memory available (unless `force`).
-LoadedWeights load_weights(const std::string& path, bool force = false);
+// for the memory available (unless `force`). LoRA adapters in the file
+// (harness/finetune/adapters_file.hpp) are an error naming `remat
+// lora-merge`, unless `skip_adapters` (the caller reads them).
+LoadedWeights load_weights(const std::string& path, bool force = false, bool skip_adapters = false);
 
 // Writes /loss and /grads/<name> (and the setup's attributes).
 void write_gradients(const std::string& path, const ModelSetup& setup, const ParamStore& params, double loss);

@@ -8,6 +8,7 @@
 
 #include "autodiff/error.hpp"
 #include "h5/h5.hpp"
+#include "harness/finetune/adapters_file.hpp"
 #include "strategies/registry.hpp"
 
 namespace remat {
@@ -46,7 +47,8 @@ std::vector<std::pair<std::string, std::string>> settings(const TrainConfig& c) 
           {"eval_every", std::to_string(c.eval_every)},
           {"eval_batches", std::to_string(c.eval_batches)},
           {"save_every", std::to_string(c.save_every)},
-          {"freeze", c.freeze.key()}};
+          {"freeze", c.freeze.key()},
+          {"lora", c.lora.key()}};
 }
 
 std::string text_attr(const h5::File& f, const std::string& name) {
@@ -118,6 +120,9 @@ TrainConfig read_config(const h5::File& f, const ModelSetup& setup) {
     if (!patterns.empty()) c.freeze.patterns = split(patterns);
     c.freeze.below = std::atoi(freeze->c_str() + below + 7);
   }
+  // "rank=R;alpha=A;targets=..." (absent or empty: no LoRA).
+  if (const auto lora = h5::read_attr_string(f, "train.lora"); lora && !lora->empty())
+    c.lora = LoraOptions::parse(*lora, f.path() + ": 'train.lora'");
   c.out = f.path();
   return c;
 }
@@ -158,11 +163,13 @@ void write_run_file(const std::string& path, const TrainConfig& config, const Tr
   h5::write_attr(f, "train.done", std::to_string(state.step));
   h5::write_attr(f, "train.data_position", std::to_string(state.data_position));
   h5::write_attr(f, "train.optimizer_steps", std::to_string(optimizer.steps_taken()));
-  write_params(f, params);
+  write_params(f, params);  // with --lora, the adapters too: the run is also an adapter file
+  if (config.lora.any()) write_lora_setting(f, config.lora);
   for (const auto& name : optimizer.state_names()) {
     const auto& buffers = optimizer.state(name);
-    for (std::size_t i = 0; i < buffers.size(); ++i)
-      h5::write(f, "/optimizer/" + name + "/" + params.names()[i], to_f32(buffers[i]), buffers[i].shape());
+    for (std::size_t i = 0; i < buffers.size(); ++i)  // frozen parameters have none
+      if (buffers[i].defined())
+        h5::write(f, "/optimizer/" + name + "/" + params.names()[i], to_f32(buffers[i]), buffers[i].shape());
   }
   std::vector<double> loss, lr, norm, seconds;
   std::vector<std::int64_t> peak, eval_step;
@@ -206,10 +213,15 @@ SavedRun read_run_record(const std::string& path) {
 
 SavedRun read_run_file(const std::string& path) {
   SavedRun run;
-  run.weights = load_weights(path);
+  run.weights = load_weights(path, false, /*skip_adapters=*/true);
   const h5::File f = h5::File::open(path);
   check_version(f);
   run.config = read_config(f, run.weights.setup);
+  if (run.config.lora.any()) {  // the store the trainer makes: base, then adapters
+    auto store = with_lora(*run.weights.params, run.config.lora, run.config.seed, run.weights.setup.sizes.L);
+    load_adapters(*store, run.weights.setup, read_adapters(path), path);
+    run.weights.params = std::move(store);
+  }
   run.state = read_state(f, run.config);
   run.optimizer_steps = std::int64_t(number(f, "optimizer_steps"));
   for (const char* name : {"m", "v", "momentum"}) {
@@ -217,7 +229,10 @@ SavedRun read_run_file(const std::string& path) {
     auto& buffers = run.optimizer_state[name];
     for (const auto& spec : run.weights.params->specs()) {
       const std::string p = std::string("/optimizer/") + name + "/" + spec.name;
-      if (!h5::exists(f, p)) throw UserError(path + ": missing optimizer state " + p);
+      if (!h5::exists(f, p)) {  // a frozen parameter's (the trainer checks that it is one)
+        buffers.emplace_back();
+        continue;
+      }
       if (h5::info(f, p).shape != spec.shape)
         throw UserError(path + ": optimizer state " + p + " has shape " + to_string(h5::info(f, p).shape) +
                         ", expected " + to_string(spec.shape));

@@ -46,6 +46,11 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
   const Sizes& z = config_.setup.sizes;
   model_ = models().find(config_.setup.model).make(z);
   params_ = std::make_unique<ParamStore>(model_->params(), DType::f32);
+  if (!resume) initialize(*params_, config_.seed, z.L);
+  if (config_.lora.any()) {  // the adapters join the store, the base is frozen
+    params_ = with_lora(*params_, config_.lora, config_.seed, z.L);
+    require_adapters_used(*model_, *params_, random_batch(z.B, z.S, z.V, config_.seed));
+  }
   apply_freeze(*params_, config_.freeze, z.L);  // before the optimizer sees the parameters
   strategy_ = make_strategy(config_.strategy);
   optimizer_ = make_optimizer(config_.optimizer, params_->tensors());
@@ -60,6 +65,10 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
   }
   if (resume) {
     state_ = resume->state;
+    if (resume->weights.params->names() != params_->names())
+      throw UserError(config_.out + ": holds other parameters than this run trains (" +
+                      std::to_string(resume->weights.params->names().size()) + ", not " +
+                      std::to_string(params_->names().size()) + ")");
     for (std::size_t i = 0; i < params_->tensors().size(); ++i)
       Kokkos::deep_copy(params_->tensors()[i].bytes(), resume->weights.params->tensors()[i].bytes());
     optimizer_->set_steps_taken(resume->optimizer_steps);
@@ -67,12 +76,13 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
       auto& buffers = optimizer_->state(name);
       const auto& saved = resume->optimizer_state.at(name);
       for (std::size_t i = 0; i < buffers.size(); ++i) {
+        if (!buffers[i].defined()) continue;  // frozen
+        if (saved[i].empty())
+          throw UserError(config_.out + ": missing optimizer state /optimizer/" + name + "/" + params_->names()[i]);
         const Tensor host = Tensor::from_host(saved[i], buffers[i].shape());
         Kokkos::deep_copy(buffers[i].bytes(), host.bytes());
       }
     }
-  } else {
-    initialize(*params_, config_.seed, z.L);
   }
   // A planned strategy is planned once, on these weights and a batch of the
   // run's shape (costs depend on shapes, not on values).

@@ -12,6 +12,7 @@
 
 #include "autodiff/ops/ops.hpp"
 #include "harness/finetune/freeze.hpp"
+#include "harness/finetune/lora.hpp"
 #include "harness/io/weights_file.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/schedule.hpp"
@@ -34,6 +35,7 @@ struct TrainConfig {
   int save_every = 0;    // steps between checkpoints (and one at the end); needs `out`
   std::string out;       // the run file; "" for none
   FreezeOptions freeze;  // fine-tuning: parameters that do not train
+  LoraOptions lora;      // fine-tuning: low-rank adapters on a frozen base
 };
 
 struct StepRecord {

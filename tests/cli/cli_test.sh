@@ -178,6 +178,8 @@ expect_ok "check freeze trace" "$remat" check --preset tiny --layers 4 --strateg
 grep -q "block h.0: skipped by the region" out.txt || fail "--trace does not show the skipped frozen block: $(cat out.txt)"
 expect_ok "check lora" "$remat" check --preset tiny --model llama --strategies full,selective --lora 2
 grep -q "LoRA rank=2" out.txt || fail "check --lora does not say so: $(cat out.txt)"
+expect_ok "check lora trace" "$remat" check --preset tiny --model llama --strategies full --lora 2 --trace
+grep -q "linear: not saved rms_norm .*(its weight is frozen" out.txt || fail "--trace does not show a frozen linear's unsaved input: $(cat out.txt)"
 expect_ok "time lora" "$remat" time --preset tiny --strategy per-layer --lora 2 --freeze 'h.0.*' --steps 1
 expect_ok "matrix" "$remat" matrix --preset tiny --strategies full,per-layer --steps 1 --out ft.h5
 expect_ok "matrix freeze" "$remat" matrix --preset tiny --strategies full,per-layer --steps 1 --freeze-below 1 --out ft.h5
@@ -190,6 +192,17 @@ expect_error "the model has 2 blocks" "$remat" check --preset tiny --freeze-belo
 expect_error "leaves nothing to train" "$remat" check --preset tiny --freeze '*'
 expect_error "is not a linear weight" "$remat" check --preset tiny --lora 2 --lora-targets wpe.weight
 expect_error "above the smaller dimension" "$remat" check --preset tiny --lora 1000
+# LoRA training, adapters on their own, and folding them into plain weights.
+expect_ok "train lora" "$remat" train --model llama --steps 4 --lora 2 --lr 1e-2 --out lora-run.h5 --adapters-out adapters.h5
+grep -q "wrote adapters.h5" out.txt || fail "train --adapters-out does not say what it wrote: $(cat out.txt)"
+expect_error "remat lora-merge" "$remat" grads --weights lora-run.h5 --out r.h5
+expect_ok "lora-merge" "$remat" lora-merge --weights lora-run.h5 --adapters adapters.h5 --out merged.h5
+grep -q "merged 4 adapters" out.txt || fail "lora-merge does not say what it merged: $(cat out.txt)"
+expect_ok "grads on merged weights" "$remat" grads --weights merged.h5
+expect_ok "export llama" "$remat" export --model llama --preset tiny --out llama.h5
+expect_error "adapters for another model or shape" "$remat" lora-merge --weights w.h5 --adapters adapters.h5 --out r.h5
+expect_error "holds no LoRA adapters" "$remat" lora-merge --weights llama.h5 --adapters llama.h5 --out r.h5
+expect_error "needs --lora" "$remat" train --steps 2 --adapters-out r.h5
 
 # Non-finite weights are refused; a non-finite result is an error, not "loss nan".
 "${PYTHON:-python3}" - <<'PY' || fail "could not prepare the non-finite files"

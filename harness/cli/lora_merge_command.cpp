@@ -1,0 +1,43 @@
+// remat lora-merge: folds LoRA adapters into their weights, W + (alpha/R) B A,
+// and writes plain weights (docs/models.md layout) that PyTorch and
+// `remat grads` load.
+#include <cstdio>
+#include <memory>
+
+#include "harness/cli/commands.hpp"
+#include "harness/finetune/adapters_file.hpp"
+#include "harness/io/output_guard.hpp"
+
+namespace remat::cli {
+namespace {
+
+struct MergeOptions {
+  std::string weights, adapters, out;
+  bool force = false;
+};
+
+void run_merge(const MergeOptions& o) {
+  check_output(o.out, FileKind::weights, {o.weights, o.adapters}, o.force);
+  LoadedWeights w = load_weights(o.weights, o.force, /*skip_adapters=*/true);  // a --lora run holds both
+  const AdapterFile adapters = read_adapters(o.adapters);
+  merge_adapters(*w.params, w.setup, adapters, o.adapters);
+  write_weights(o.out, w.setup, *w.params, w.batch ? &*w.batch : nullptr);
+  std::printf("merged %zu adapters (%s) into %s: wrote %s (plain weights)\n", adapters.weights().size(),
+              adapters.options.key().c_str(), o.weights.c_str(), o.out.c_str());
+}
+
+}  // namespace
+
+void setup_lora_merge(CLI::App& app) {
+  auto o = std::make_shared<MergeOptions>();
+  auto* cmd = app.add_subcommand("lora-merge", "Fold LoRA adapters into their weights; write plain weights");
+  cmd->add_option("--weights", o->weights, "The base weights (a weight file, or the run file of a --lora training)")
+      ->required();
+  cmd->add_option("--adapters", o->adapters, "The adapters: a file from `remat train --lora --adapters-out`, or its run file")
+      ->required();
+  cmd->add_option("--out", o->out, "The merged weights (HDF5, docs/models.md layout)")->required();
+  cmd->add_flag("--force", o->force, "Replace --out even if it holds another kind of file");
+  cmd->callback([o] { run_merge(*o); });
+}
+
+}  // namespace remat::cli
