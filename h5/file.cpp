@@ -73,15 +73,36 @@ File File::edit(const std::string& path) {
   return File(Handle(id, H5Fclose), path, true);
 }
 
-void File::save() const {
-  if (!in_memory_) throw std::logic_error(path_ + ": save() on a file opened for reading");
+std::vector<char> File::image() const {
+  if (!in_memory_) throw std::logic_error(path_ + ": image() of a file opened for reading");
   if (H5Fflush(id(), H5F_SCOPE_GLOBAL) < 0) throw UserError(path_ + ": cannot finish the file in memory");
   const ssize_t size = H5Fget_file_image(id(), nullptr, 0);
   if (size < 0) throw UserError(path_ + ": cannot finish the file in memory");
   std::vector<char> image(static_cast<std::size_t>(size));
   if (H5Fget_file_image(id(), image.data(), image.size()) != size)
     throw UserError(path_ + ": cannot finish the file in memory");
-  write_file_atomically(path_, image.data(), image.size());
+  return image;
+}
+
+File File::from_image(const std::vector<char>& image, const std::string& label) {
+  silence();
+  const Handle fapl = in_memory_access();
+  // HDF5 copies the image: `image` need not outlive the file.
+  if (H5Pset_file_image(fapl.id(), const_cast<char*>(image.data()), image.size()) < 0)
+    throw UserError(label + ": cannot read an HDF5 image of " + std::to_string(image.size()) + " bytes");
+  const hid_t id = H5Fopen(label.c_str(), H5F_ACC_RDONLY, fapl.id());
+  if (id < 0) throw UserError(label + ": not an HDF5 image (truncated?)");
+  return File(Handle(id, H5Fclose), label, false);
+}
+
+void File::save() const {
+  const std::vector<char> bytes = image();
+  write_file_atomically(path_, bytes.data(), bytes.size());
+}
+
+void copy(const File& src, const std::string& src_path, const File& dst, const std::string& dst_path) {
+  if (H5Ocopy(src.id(), src_path.c_str(), dst.id(), dst_path.c_str(), H5P_DEFAULT, H5P_DEFAULT) < 0)
+    throw UserError(src.path() + ": cannot copy " + src_path + " into " + dst.path());
 }
 
 }  // namespace remat::h5

@@ -53,6 +53,10 @@ class File {
   // Replaces `path` with the file as it is now, atomically (created and
   // edited files only). On failure `path` keeps its previous content.
   void save() const;
+  // The bytes of a created or edited file as it is now (what save() writes).
+  std::vector<char> image() const;
+  // A file read from such bytes (read-only), named `label` in errors.
+  static File from_image(const std::vector<char>& image, const std::string& label);
   hid_t id() const { return handle_.id(); }
   const std::string& path() const { return path_; }
 
@@ -77,6 +81,8 @@ DatasetInfo info(const File& f, const std::string& path);
 // Names of the links directly under a group (empty if it does not exist;
 // UserError if it is not a group).
 std::vector<std::string> list(const File& f, const std::string& group);
+// Copies an object (a group with everything under it) from `src` to `dst`.
+void copy(const File& src, const std::string& src_path, const File& dst, const std::string& dst_path);
 
 void write(const File& f, const std::string& path, const std::vector<float>& data, const Shape& shape);
 void write(const File& f, const std::string& path, const std::vector<double>& data, const Shape& shape);

@@ -80,7 +80,30 @@ void ResultsFile::read_keys(const h5::File& f) {
     if (const auto key = h5::read_attr_string(f, "key", "/runs/" + name)) keys_.insert(*key);
 }
 
-bool ResultsFile::append(const RunRecord& r) {
+bool ResultsFile::append(const RunRecord& r) { return add({{r.key.text(), r.key.name(), [&](const h5::File& f, const std::string& g) { write_run(f, g, r); }}}) == 1; }
+
+std::size_t ResultsFile::append_runs(const std::vector<h5::File>& sources) {
+  std::vector<Entry> entries;
+  for (const h5::File& src : sources) {
+    check_results_schema(src, false);
+    for (const auto& name : h5::list(src, "/runs")) {
+      const auto key = h5::read_attr_string(src, "key", "/runs/" + name);
+      if (!key) throw UserError(src.path() + ": run '" + name + "' has no key (written before schema 2)");
+      entries.push_back({*key, name, [&src, name](const h5::File& f, const std::string& g) { h5::copy(src, "/runs/" + name, f, g); }});
+    }
+  }
+  return add(entries);
+}
+
+std::vector<char> ResultsFile::run_image(const RunRecord& r) {
+  h5::File f = h5::File::create(r.key.name());
+  h5::write_attr(f, "remat_results", kSchemaVersion);
+  h5::create_group(f, "/runs");
+  write_run(f, "/runs/" + r.key.name(), r);
+  return f.image();
+}
+
+std::size_t ResultsFile::add(const std::vector<Entry>& entries) {
   FileLock lock(path_, [&] { std::fprintf(stderr, "waiting for another remat writing %s\n", path_.c_str()); });
   remove_stale_temporaries(path_);
   const bool fresh = !std::filesystem::exists(path_);
@@ -90,15 +113,20 @@ bool ResultsFile::append(const RunRecord& r) {
     h5::create_group(f, "/runs");
   } else {
     read_keys(f);  // another process may have appended since we last looked
-    if (has(r.key)) return false;
   }
+  std::size_t added = 0;
+  for (const auto& e : entries) {
+    if (has_key(e.key)) continue;
+    std::string name = e.name;
+    for (int n = 2; h5::exists(f, "/runs/" + name); ++n) name = e.name + " #" + std::to_string(n);
+    e.write(f, "/runs/" + name);
+    keys_.insert(e.key);
+    ++added;
+  }
+  if (added == 0) return 0;
   h5::write_attr(f, "remat_results", kSchemaVersion);
-  std::string name = r.key.name();
-  for (int n = 2; h5::exists(f, "/runs/" + name); ++n) name = r.key.name() + " #" + std::to_string(n);
-  write_run(f, "/runs/" + name, r);
   f.save();
-  keys_.insert(r.key.text());
-  return true;
+  return added;
 }
 
 namespace {

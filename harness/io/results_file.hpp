@@ -6,6 +6,7 @@
 // kill -9, Ctrl-C or a full disk at any moment loses at most the run in
 // progress.
 #include <cstdint>
+#include <functional>
 #include <set>
 #include <string>
 #include <vector>
@@ -48,13 +49,25 @@ class ResultsFile {
   // refused (UserError) and left untouched. Creates nothing: the file is
   // made by the first append.
   explicit ResultsFile(std::string path);
-  bool has(const RunKey& key) const { return keys_.count(key.text()) > 0; }
+  bool has(const RunKey& key) const { return has_key(key.text()); }
+  bool has_key(const std::string& key_text) const { return keys_.count(key_text) > 0; }
   // Appends the run; false (and nothing written) if another process
   // recorded the same key since.
   bool append(const RunRecord& r);
+  // Appends the runs of `sources` (results files, or run images) whose keys
+  // are not here yet; returns how many. All in one atomic replacement.
+  std::size_t append_runs(const std::vector<h5::File>& sources);
+  // A results file in memory holding `r` alone: how a run travels between
+  // processes (an MPI rank to the rank that writes).
+  static std::vector<char> run_image(const RunRecord& r);
   const std::string& path() const { return path_; }
 
  private:
+  struct Entry {
+    std::string key, name;
+    std::function<void(const h5::File&, const std::string& group)> write;
+  };
+  std::size_t add(const std::vector<Entry>& entries);
   void read_keys(const h5::File& f);
   std::string path_;
   std::set<std::string> keys_;
