@@ -5,8 +5,10 @@
 #include <optional>
 
 #include "autodiff/error.hpp"
+#include "comm/comm.hpp"
 #include "datasets/batch_source.hpp"
 #include "harness/io/output_guard.hpp"
+#include "harness/io/run_collector.hpp"
 #include "harness/memory_estimate.hpp"
 #include "strategies/registry.hpp"
 
@@ -64,11 +66,35 @@ std::vector<RunKey> matrix_cells(const MatrixOptions& o) {
   return cells;
 }
 
+std::pair<int, int> parse_shard(const std::string& text) {
+  const auto slash = text.find('/');
+  const auto bad = [&](const std::string& why) { return UserError("--shard " + text + ": " + why); };
+  if (slash == std::string::npos) throw bad("expected i/n (this shard's index i from 0, of n shards)");
+  int i = 0, n = 0;
+  try {
+    std::size_t used = 0;
+    i = std::stoi(text.substr(0, slash), &used);
+    if (used != slash) throw std::invalid_argument("");
+    n = std::stoi(text.substr(slash + 1), &used);
+    if (used != text.size() - slash - 1) throw std::invalid_argument("");
+  } catch (const std::exception&) {
+    throw bad("expected i/n with whole numbers");
+  }
+  if (n < 1) throw bad("the number of shards must be at least 1");
+  if (i < 0 || i >= n) throw bad("the index must be from 0 to " + std::to_string(n - 1));
+  return {i, n};
+}
+
 std::vector<RunRecord> run_matrix(const MatrixOptions& o, const MatrixProgress& progress) {
   const auto cells = matrix_cells(o);
-  ResultsFile file(o.out);
+  const ResultsFile file(o.out);
+  RunCollector collector(o.out);
+  // Under mpirun every rank is a shard; rank 0 writes (RunCollector).
+  const int shard = comm::size() > 1 ? comm::rank() : o.shard, shards = comm::size() > 1 ? comm::size() : o.shards;
   std::vector<const RunKey*> todo;
-  for (const auto& c : cells) {
+  for (std::size_t k = 0; k < cells.size(); ++k) {
+    const RunKey& c = cells[k];
+    if (int(k % std::size_t(shards)) != shard) continue;  // another shard's
     if (!file.has(c))
       todo.push_back(&c);
     else if (!o.resume)
@@ -130,7 +156,7 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const MatrixProgress& 
           r.losses.push_back(s.loss);
         }
       }
-      const bool appended = file.append(r);
+      const bool appended = collector.put(r);
       ++done;
       if (!appended) {
         if (progress.update) progress.update(done, todo.size(), r.key, "already recorded by another process; not appended");
@@ -140,6 +166,9 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const MatrixProgress& 
       records.push_back(std::move(r));
     }
   }
+  const std::size_t received = collector.finish();
+  if (received && progress.update && !records.empty())
+    progress.update(done, todo.size(), records.back().key, std::to_string(received) + " runs received from other ranks");
   return records;
 }
 

@@ -4,6 +4,7 @@
 // batch), then timed steps; each cell appended to the results file as soon
 // as it is done.
 #include <functional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -27,7 +28,13 @@ struct MatrixOptions {
   std::int64_t mem_limit = 0;  // simulated device size in bytes (0: none); a run past it is recorded as OOM
   bool force = false;          // run even where the memory estimate says it will not fit
   FineTuning finetune;         // frozen parameters, LoRA: every cell of this run
+  // This process runs cell k (in matrix_cells' order) only if k % shards ==
+  // shard: `--shard i/n` of a job array, or an MPI rank of n.
+  int shard = 0, shards = 1;
 };
+
+// "i/n" -> (i, n); UserError unless 0 <= i < n.
+std::pair<int, int> parse_shard(const std::string& text);
 
 // Every cell the options name, in run order, each once (a model, size or
 // strategy named twice runs once). Validates everything that can be known

@@ -19,9 +19,12 @@ as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 # --- 1. Debian packages -------------------------------------------------------
 # openblas-openmp: OpenBLAS on the same OpenMP runtime as Kokkos, so the two
 # never spin two thread pools against each other on a small machine.
+# Open MPI: `mpirun remat matrix` and data-parallel `mpirun remat train`
+# (remat builds without it too: cmake -DREMAT_MPI=OFF).
 packages=(build-essential cmake ninja-build pkg-config xz-utils ca-certificates
           libhdf5-dev hdf5-tools catch2 libbenchmark-dev libcli11-dev
-          libopenblas-openmp-dev python3 python3-numpy python3-h5py python3-torch)
+          libopenblas-openmp-dev libopenmpi-dev openmpi-bin
+          python3 python3-numpy python3-h5py python3-torch)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

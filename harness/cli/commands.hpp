@@ -15,5 +15,6 @@ void setup_time(CLI::App& app);
 void setup_train(CLI::App& app);
 void setup_plan(CLI::App& app);
 void setup_lora_merge(CLI::App& app);
+void setup_merge(CLI::App& app);
 
 }  // namespace remat::cli

@@ -1,12 +1,18 @@
 // remat: the command-line tool. Each subcommand lives in its own file.
 #include <CLI/CLI.hpp>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <new>
 #include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "autodiff/error.hpp"
 #include "autodiff/runtime.hpp"
+#include "comm/comm.hpp"
 #include "harness/cli/commands.hpp"
 
 namespace {
@@ -18,6 +24,17 @@ int run(int argc, char** argv) {
       std::printf("%s\n", remat::Runtime::version().c_str());
       return 0;
     }
+  // Ranks on one machine share its cores, unless told otherwise.
+  std::vector<char*> args(argv, argv + argc);
+  std::string threads;
+  if (remat::comm::local_size() > 1 &&
+      std::none_of(args.begin(), args.end(), [](const char* a) { return std::strstr(a, "--kokkos-threads") == a || std::strstr(a, "--kokkos-num-threads") == a; })) {
+    const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+    threads = "--kokkos-num-threads=" + std::to_string(std::max(1L, cores / remat::comm::local_size()));
+    args.push_back(threads.data());
+  }
+  argc = int(args.size());
+  argv = args.data();
   remat::Runtime runtime(argc, argv);
   CLI::App app{"remat: activation-memory strategies for transformer training, measured and proven exact"};
   app.require_subcommand(1);
@@ -37,6 +54,7 @@ int run(int argc, char** argv) {
   remat::cli::setup_train(app);
   remat::cli::setup_plan(app);
   remat::cli::setup_lora_merge(app);
+  remat::cli::setup_merge(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {  // a command's own failure, already reported
@@ -51,17 +69,26 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
+// Under MPI an error on one rank must not leave the others waiting for it.
+int fail(int code) {
+  if (remat::comm::size() > 1) remat::comm::abort_all(code);
+  return code;
+}
+
+std::string who() { return remat::comm::size() > 1 ? " (rank " + std::to_string(remat::comm::rank()) + ")" : ""; }
+
 int main(int argc, char** argv) {
+  remat::comm::Session comm(argc, argv);  // outlives run(): an error may still have to stop the other ranks
   try {
     return run(argc, argv);
   } catch (const remat::UserError& e) {
-    std::fprintf(stderr, "remat: error: %s\n", e.what());
-    return 2;
+    std::fprintf(stderr, "remat: error%s: %s\n", who().c_str(), e.what());
+    return fail(2);
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "remat: error: out of memory (try smaller sizes or a strategy that keeps less)\n");
-    return 2;
+    std::fprintf(stderr, "remat: error%s: out of memory (try smaller sizes or a strategy that keeps less)\n", who().c_str());
+    return fail(2);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "remat: internal error: %s\n", e.what());
-    return 3;
+    std::fprintf(stderr, "remat: internal error%s: %s\n", who().c_str(), e.what());
+    return fail(3);
   }
 }

@@ -6,13 +6,16 @@
 #include <chrono>
 #include <cstdio>
 #include <memory>
+#include <tuple>
 
 #include "autodiff/runtime.hpp"
+#include "comm/comm.hpp"
 #include "harness/cli/commands.hpp"
 #include "autodiff/error.hpp"
 #include "harness/cli/model_options.hpp"
 #include "harness/cli/validators.hpp"
 #include "harness/matrix.hpp"
+#include "harness/report/report.hpp"
 #include "harness/step.hpp"
 #include "strategies/registry.hpp"
 #include "strategies/trace.hpp"
@@ -23,6 +26,7 @@ namespace {
 struct Options {
   MatrixOptions matrix;
   std::string models = "gpt2";
+  std::string shard;  // "i/n"
 };
 
 std::vector<std::string> model_names(const std::string& s) {
@@ -73,15 +77,32 @@ void print_summary(const std::vector<RunRecord>& records) {
 
 void run(Options& o) {
   o.matrix.models = model_names(o.models);
+  if (!o.shard.empty()) std::tie(o.matrix.shard, o.matrix.shards) = parse_shard(o.shard);
+  if (!o.shard.empty() && comm::size() > 1)
+    throw UserError("--shard i/n and mpirun both share the runs out: give one (under mpirun every rank is a shard)");
+  if (comm::size() > 1) {
+    o.matrix.shard = comm::rank();
+    o.matrix.shards = comm::size();
+  }
+  const bool speaks = comm::rank() == 0;  // under mpirun, rank 0 reports for all
   const auto cells = matrix_cells(o.matrix);
-  std::printf("remat matrix: %zu runs (%s x strategies %s), preset %s, %d warm-up + %d timed steps, %s -> %s\n",
-              cells.size(), o.models.c_str(), o.matrix.strategies.c_str(), o.matrix.preset.c_str(), o.matrix.warmup,
-              o.matrix.steps, Runtime::describe().c_str(), o.matrix.out.c_str());
+  const std::size_t mine = (cells.size() + std::size_t(o.matrix.shards - 1 - o.matrix.shard)) / std::size_t(o.matrix.shards);
+  if (comm::size() > 1 && speaks)
+    std::printf("%d MPI ranks share the %zu runs (rank r runs every %d-th from the r-th); rank 0 writes them all\n",
+                comm::size(), cells.size(), comm::size());
+  else if (o.matrix.shards > 1)
+    std::printf("shard %d of %d: %zu of the %zu runs (those whose index modulo %d is %d)\n", o.matrix.shard,
+                o.matrix.shards, mine, cells.size(), o.matrix.shards, o.matrix.shard);
+  if (speaks)
+    std::printf("remat matrix: %zu runs (%s x strategies %s), preset %s, %d warm-up + %d timed steps, %s -> %s\n",
+                comm::size() > 1 ? cells.size() : mine, o.models.c_str(), o.matrix.strategies.c_str(),
+                o.matrix.preset.c_str(), o.matrix.warmup, o.matrix.steps, Runtime::describe().c_str(),
+                o.matrix.out.c_str());
   std::fflush(stdout);
   const bool tty = isatty(fileno(stderr));
   const auto start = std::chrono::steady_clock::now();
   MatrixProgress progress;
-  progress.update = [&](std::size_t done, std::size_t total, const RunKey& cell, const std::string& what) {
+  if (speaks) progress.update = [&](std::size_t done, std::size_t total, const RunKey& cell, const std::string& what) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const std::string eta = done ? duration(elapsed / double(done) * double(total - done)) : "?";
     if (tty) {
@@ -93,7 +114,13 @@ void run(Options& o) {
     }
   };
   const auto records = run_matrix(o.matrix, progress);
+  if (!speaks) return;
   if (tty) std::fprintf(stderr, "\r\033[K");
+  if (comm::size() > 1) {  // the runs of every rank are in the file, not all in `records`
+    std::printf("\n%s\nthe %d ranks' runs are in %s\n", markdown_summary(read_results(o.matrix.out)).c_str(),
+                comm::size(), o.matrix.out.c_str());
+    return;
+  }
   if (records.empty()) std::printf("nothing to run: every run is already in %s\n", o.matrix.out.c_str());
   else print_summary(records);
   std::printf("wrote %zu runs to %s\n", records.size(), o.matrix.out.c_str());
@@ -134,6 +161,9 @@ void setup_matrix(CLI::App& app) {
                   "Simulate a device of this many bytes (e.g. 512M, 2G): a run that needs more is recorded as OOM")
       ->check(byte_size());
   cmd->add_flag("--resume", o->matrix.resume, "Skip runs already in the results file (those with the same options)");
+  cmd->add_option("--shard", o->shard,
+                  "Run only shard i of n (i/n, i from 0): every n-th run from the i-th, for job arrays; "
+                  "join the parts with `remat merge`");
   cmd->add_flag("--force", o->matrix.force, "Run even where the memory estimate says a shape will not fit");
   cmd->callback([o] { run(*o); });
 }

@@ -8,6 +8,7 @@
 
 #include "autodiff/error.hpp"
 #include "autodiff/runtime.hpp"
+#include "comm/comm.hpp"
 #include "datasets/batch_source.hpp"
 #include "harness/check.hpp"
 #include "harness/cli/commands.hpp"
@@ -40,7 +41,7 @@ std::string duration(double s) {
 // "step 120/300  loss 2.3456  val 2.4012  lr 8.1e-04  5210 tok/s  ETA 1m10s"
 std::string progress_line(const TrainConfig& c, const TrainState& s, double since_start, int first_step) {
   const StepRecord& r = s.history.back();
-  const double tokens = double(c.setup.sizes.B) * c.setup.sizes.S * c.accumulate;
+  const double tokens = double(c.setup.sizes.B) * c.setup.sizes.S * c.accumulate * comm::size();
   const int done_here = s.step - first_step;
   const double per_step = since_start / std::max(1, done_here);
   char buf[200];
@@ -58,6 +59,7 @@ void run_train(TrainOptions& o) {
   c.attention = o.model.kernel();
   c.data = o.model.data;
   c.seed = o.model.seed;
+  c.ranks = comm::size();
   const auto specs = strategies_for(c.setup.model, o.strategy, c.attention);
   if (specs.size() != 1) throw UserError("remat train runs one strategy; '" + o.strategy + "' names " + std::to_string(specs.size()));
   c.strategy = specs[0];
@@ -91,23 +93,27 @@ void run_train(TrainOptions& o) {
   }
 
   const Sizes& z = c.setup.sizes;
-  std::printf("remat train: %s %s (L %d, D %d, S %d, B %d x %d), %s, %s attention, %s %s lr %g, %d steps, %s\n",
-              c.setup.model.c_str(), c.setup.preset.c_str(), z.L, z.D, z.S, z.B, c.accumulate, c.strategy.c_str(),
-              o.model.attention.c_str(), c.optimizer.kind.c_str(), c.schedule.kind.c_str(), c.schedule.lr, c.steps,
-              Runtime::describe().c_str());
+  const bool speaks = comm::rank() == 0;  // under mpirun, rank 0 reports and writes for all
+  if (speaks)
+    std::printf("remat train: %s %s (L %d, D %d, S %d, B %d x %d%s), %s, %s attention, %s %s lr %g, %d steps, %s\n",
+                c.setup.model.c_str(), c.setup.preset.c_str(), z.L, z.D, z.S, z.B, c.accumulate,
+                comm::size() > 1 ? (" x " + std::to_string(comm::size()) + " ranks").c_str() : "", c.strategy.c_str(),
+                o.model.attention.c_str(), c.optimizer.kind.c_str(), c.schedule.kind.c_str(), c.schedule.lr, c.steps,
+                Runtime::describe().c_str());
   std::fflush(stdout);
   const bool tty = isatty(fileno(stderr));
   const auto start = std::chrono::steady_clock::now();
   const int first = resume ? resume->state.step : 0;
   const int every = std::max(1, c.steps / 20);
   TrainProgress progress;
-  progress.step = [&](const TrainConfig& cfg, const TrainState& s) {
+  if (speaks) progress.step = [&](const TrainConfig& cfg, const TrainState& s) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const std::string line = progress_line(cfg, s, elapsed, first);
     if (tty) std::fprintf(stderr, "\r\033[K%s", line.c_str());
     else if (s.step % every == 0 || s.step == cfg.steps) std::fprintf(stderr, "%s\n", line.c_str());
   };
   const TrainResult result = train(c, progress, resume.get());
+  if (!speaks) return;
   if (tty) std::fprintf(stderr, "\n");
   const TrainState& s = result.state;
   std::vector<double> times;

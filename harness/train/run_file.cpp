@@ -48,7 +48,8 @@ std::vector<std::pair<std::string, std::string>> settings(const TrainConfig& c) 
           {"eval_batches", std::to_string(c.eval_batches)},
           {"save_every", std::to_string(c.save_every)},
           {"freeze", c.freeze.key()},
-          {"lora", c.lora.key()}};
+          {"lora", c.lora.key()},
+          {"ranks", std::to_string(c.ranks)}};
 }
 
 std::string text_attr(const h5::File& f, const std::string& name) {
@@ -120,6 +121,7 @@ TrainConfig read_config(const h5::File& f, const ModelSetup& setup) {
     if (!patterns.empty()) c.freeze.patterns = split(patterns);
     c.freeze.below = std::atoi(freeze->c_str() + below + 7);
   }
+  c.ranks = h5::read_attr_string(f, "train.ranks") ? whole(f, "ranks") : 1;  // files before MPI: one process
   // "rank=R;alpha=A;targets=..." (absent or empty: no LoRA).
   if (const auto lora = h5::read_attr_string(f, "train.lora"); lora && !lora->empty())
     c.lora = LoraOptions::parse(*lora, f.path() + ": 'train.lora'");
@@ -145,7 +147,13 @@ TrainState read_state(const h5::File& f, const TrainConfig& c) {
   const auto loss = history<double>(f, "loss", n), lr = history<double>(f, "lr", n),
              norm = history<double>(f, "grad_norm", n), seconds = history<double>(f, "step_time", n);
   const auto peak = history<std::int64_t>(f, "activation_peak", n);
-  for (std::size_t i = 0; i < n; ++i) s.history.push_back({loss[i], lr[i], norm[i], seconds[i], peak[i]});
+  // Files before data parallelism have no communication record: none was made.
+  const auto comm_bytes = h5::exists(f, "/history/comm_bytes") ? history<std::int64_t>(f, "comm_bytes", n)
+                                                               : std::vector<std::int64_t>(n, 0);
+  const auto comm_seconds = h5::exists(f, "/history/comm_seconds") ? history<double>(f, "comm_seconds", n)
+                                                                   : std::vector<double>(n, 0.0);
+  for (std::size_t i = 0; i < n; ++i)
+    s.history.push_back({loss[i], lr[i], norm[i], seconds[i], peak[i], comm_bytes[i], comm_seconds[i]});
   const auto eval_step = h5::exists(f, "/history/eval_step") ? h5::read_i64(f, "/history/eval_step") : std::vector<std::int64_t>{};
   const auto eval_loss = history<double>(f, "eval_loss", eval_step.size());
   for (std::size_t i = 0; i < eval_step.size(); ++i) s.evals.push_back({int(eval_step[i]), eval_loss[i]});
@@ -171,8 +179,8 @@ void write_run_file(const std::string& path, const TrainConfig& config, const Tr
       if (buffers[i].defined())
         h5::write(f, "/optimizer/" + name + "/" + params.names()[i], to_f32(buffers[i]), buffers[i].shape());
   }
-  std::vector<double> loss, lr, norm, seconds;
-  std::vector<std::int64_t> peak, eval_step;
+  std::vector<double> loss, lr, norm, seconds, comm_seconds;
+  std::vector<std::int64_t> peak, eval_step, comm_bytes;
   std::vector<double> eval_loss;
   for (const auto& r : state.history) {
     loss.push_back(r.loss);
@@ -180,6 +188,8 @@ void write_run_file(const std::string& path, const TrainConfig& config, const Tr
     norm.push_back(r.grad_norm);
     seconds.push_back(r.seconds);
     peak.push_back(r.activation_peak);
+    comm_bytes.push_back(r.comm_bytes);
+    comm_seconds.push_back(r.comm_seconds);
   }
   for (const auto& e : state.evals) {
     eval_step.push_back(e.step);
@@ -191,6 +201,8 @@ void write_run_file(const std::string& path, const TrainConfig& config, const Tr
   h5::write(f, "/history/grad_norm", norm, n);
   h5::write(f, "/history/step_time", seconds, n);
   h5::write(f, "/history/activation_peak", peak, n);
+  h5::write(f, "/history/comm_bytes", comm_bytes, n);
+  h5::write(f, "/history/comm_seconds", comm_seconds, n);
   h5::write(f, "/history/eval_step", eval_step, m);
   h5::write(f, "/history/eval_loss", eval_loss, m);
   f.save();

@@ -6,6 +6,7 @@
 #include "autodiff/elementwise.hpp"
 #include "autodiff/error.hpp"
 #include "autodiff/tape.hpp"
+#include "comm/comm.hpp"
 #include "datasets/batch_source.hpp"
 #include "harness/check.hpp"
 #include "harness/step.hpp"
@@ -18,6 +19,9 @@ namespace {
 void validate(const TrainConfig& c) {
   if (c.steps < 1) throw UserError("--steps must be at least 1");
   if (c.accumulate < 1) throw UserError("--accumulate must be at least 1");
+  if (c.ranks != comm::size())
+    throw UserError("the run is set for " + std::to_string(c.ranks) + " ranks, but " + std::to_string(comm::size()) +
+                    " are running it");
   if (!(c.grad_clip >= 0) || !std::isfinite(c.grad_clip)) throw UserError("--grad-clip must be 0 (none) or positive");
   if (c.eval_every < 0 || c.eval_batches < 1) throw UserError("--eval-every must be >= 0 and --eval-batches >= 1");
   if (c.save_every < 0) throw UserError("--save-every must be >= 0");
@@ -93,17 +97,63 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
 
 Trainer::~Trainer() = default;
 
+// Data parallel: micro-batch m of a step of M = ranks x K runs on rank m %
+// ranks. After each round of one micro-batch per rank, every rank gathers
+// the round's gradients and losses and adds them to its running sums in
+// micro-batch order, the very additions one process makes with
+// --accumulate M: N ranks train bitwise as one process does.
+void Trainer::exchange_round(int round, double loss) {
+  const int N = comm::size();
+  const auto& ts = params_->tensors();
+  if (round == 0) dp_sums_.assign(ts.size(), {});
+  std::vector<double> losses(std::size_t(N), 0.0);
+  comm::gather_all(&loss, 1, losses.data());
+  for (double l : losses) dp_loss_ += l;
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    const Tensor g = ts[i].grad();  // undefined for a frozen parameter, on every rank
+    if (!g.defined()) continue;
+    const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), g.bytes());
+    const auto* mine = reinterpret_cast<const float*>(host.data());
+    const std::int64_t n = g.numel();
+    std::vector<float> all(std::size_t(n) * std::size_t(N));
+    comm::gather_all(mine, n, all.data());
+    auto& sum = dp_sums_[i];
+    for (int r = 0; r < N; ++r) {
+      const float* part = all.data() + std::size_t(r) * std::size_t(n);
+      if (round == 0 && r == 0) sum.assign(part, part + n);
+      else
+        for (std::int64_t j = 0; j < n; ++j) sum[std::size_t(j)] += part[j];
+    }
+  }
+}
+
+std::int64_t data_parallel_bytes(const ParamStore& params, int ranks, int accumulate) {
+  std::int64_t trainable = 0;
+  for (std::size_t i = 0; i < params.tensors().size(); ++i)
+    if (params.trainable(i)) trainable += params.tensors()[i].numel();
+  const std::int64_t part = 4 * trainable + 8;
+  return 2 * part * std::int64_t(ranks - 1) * accumulate;
+}
+
 const StepRecord& Trainer::step() {
   const auto t0 = std::chrono::steady_clock::now();
-  const int K = config_.accumulate;
+  const comm::Stats comm0 = comm::stats();
+  const int N = comm::size(), K = config_.accumulate, M = N * K;
   ParamStore& params = *params_;
   StepRecord r;
+  dp_loss_ = 0;
   for (int k = 0; k < K; ++k) {
-    StepOptions o{strategy_.get(), config_.seed, std::uint64_t(state_.step) * K + k};
+    const std::uint64_t m = std::uint64_t(k) * N + std::uint64_t(comm::rank());  // this rank's micro-batch
+    if (N > 1) data_->seek(state_.data_position + m);
+    StepOptions o{strategy_.get(), config_.seed, std::uint64_t(state_.step) * M + m};
     o.attention = config_.attention;
     const StepResult s = run_step(*model_, params, data_->next(), o);
-    r.loss += s.loss;
     r.activation_peak = std::max(r.activation_peak, s.activation_peak);
+    if (N > 1) {
+      exchange_round(k, s.loss);
+      continue;
+    }
+    r.loss += s.loss;
     // Each micro-batch's gradient is computed fresh and added to the sum in
     // micro-batch order: sum = g0; sum += g1; ... the additions, in the
     // order, of a data-parallel reduction over ranks.
@@ -116,14 +166,25 @@ const StepRecord& Trainer::step() {
       }
     }
   }
-  ++state_.data_position;
-  if (K > 1) {
+  state_.data_position += std::uint64_t(M);
+  if (N > 1) {
+    const auto& ts = params.tensors();
+    for (std::size_t i = 0; i < ts.size(); ++i)
+      if (!dp_sums_[i].empty()) {
+        const Tensor host = Tensor::from_host(dp_sums_[i], ts[i].shape());
+        Kokkos::deep_copy(ts[i].grad().bytes(), host.bytes());
+      }
+    dp_sums_.clear();
+    r.loss = dp_loss_;
+  } else if (K > 1) {
     const auto& ts = params.tensors();
     for (std::size_t i = 0; i < ts.size(); ++i)
       if (sums_[i].defined()) Kokkos::deep_copy(ts[i].grad().bytes(), sums_[i].bytes());
     sums_.clear();
-    scale_gradients(ts, 1.0 / K);
-    r.loss /= K;
+  }
+  if (M > 1) {
+    scale_gradients(params.tensors(), 1.0 / M);
+    r.loss /= M;
   }
   r.grad_norm = gradient_norm(params.tensors());
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
@@ -140,12 +201,15 @@ const StepRecord& Trainer::step() {
   optimizer_->step(r.lr);
   ExecSpace().fence();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const comm::Stats comm1 = comm::stats();
+  r.comm_bytes = comm1.bytes_sent + comm1.bytes_received - comm0.bytes_sent - comm0.bytes_received;
+  r.comm_seconds = comm1.seconds - comm0.seconds;
   state_.history.push_back(r);
   const int done = ++state_.step;
   if (held_out_ && (done % config_.eval_every == 0 || done == config_.steps))
     state_.evals.push_back({done, validation_loss(*eval_model_, params, *held_out_, config_.eval_batches, config_.attention)});
   saved_ = !config_.out.empty() && ((config_.save_every > 0 && done % config_.save_every == 0) || done == config_.steps);
-  if (saved_) write_run_file(config_.out, config_, state_, params, *optimizer_);
+  if (saved_ && comm::rank() == 0) write_run_file(config_.out, config_, state_, params, *optimizer_);  // one writer
   return state_.history.back();
 }
 

@@ -36,12 +36,21 @@ struct TrainConfig {
   std::string out;       // the run file; "" for none
   FreezeOptions freeze;  // fine-tuning: parameters that do not train
   LoraOptions lora;      // fine-tuning: low-rank adapters on a frozen base
+  int ranks = 1;         // MPI ranks training data-parallel (comm::size() when run)
 };
 
 struct StepRecord {
   double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
   std::int64_t activation_peak = 0;
+  std::int64_t comm_bytes = 0;  // sent + received by this rank (data parallel)
+  double comm_seconds = 0;      // spent in those exchanges
 };
+
+// The bytes a rank sends plus those it receives in one data-parallel step:
+// each of the accumulate rounds gathers every trainable gradient (float32)
+// and the loss (float64) from each of the other ranks, and sends its own to
+// each of them. Exact: the recorded comm_bytes equal it.
+std::int64_t data_parallel_bytes(const ParamStore& params, int ranks, int accumulate);
 
 struct EvalRecord {
   int step = 0;  // after this many steps
@@ -101,6 +110,10 @@ class Trainer {
   std::unique_ptr<BatchSource> data_, held_out_;
   Schedule schedule_;
   std::vector<Tensor> sums_;  // accumulated micro-batch gradients
+  // Data parallel (several MPI ranks): the step's gradient and loss sums.
+  void exchange_round(int round, double loss);
+  std::vector<std::vector<float>> dp_sums_;
+  double dp_loss_ = 0;
   bool saved_ = false;
 };
 

@@ -1,0 +1,188 @@
+#include "comm/comm.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdlib>
+#include <stdexcept>
+
+#ifdef REMAT_HAVE_MPI
+#define OMPI_SKIP_MPICXX 1  // the C API only: the deprecated C++ bindings need a library we do not link
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+#endif
+
+namespace remat::comm {
+namespace {
+
+struct State {
+  bool started = false;  // MPI_Init called by us
+  bool threads = false;  // MPI may be called from any thread, one at a time
+  int rank = 0, size = 1, local = 1;
+  Stats stats;
+};
+State& state() {
+  static State s;
+  return s;
+}
+
+// Launchers set these for the processes they start.
+bool launched_by_mpi() {
+  for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK", "MPI_LOCALNRANKS"})
+    if (std::getenv(v)) return true;
+  return false;
+}
+
+class Timed {
+ public:
+  Timed() : t0_(std::chrono::steady_clock::now()) {}
+  ~Timed() { state().stats.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+
+ private:
+  std::chrono::steady_clock::time_point t0_;
+};
+
+#ifdef REMAT_HAVE_MPI
+void check(int rc, const char* what) {
+  if (rc != MPI_SUCCESS) throw std::runtime_error(std::string("MPI: ") + what + " failed");
+}
+
+template <class T>
+MPI_Datatype type_of();
+template <>
+MPI_Datatype type_of<float>() { return MPI_FLOAT; }
+template <>
+MPI_Datatype type_of<double>() { return MPI_DOUBLE; }
+#endif
+
+template <class T>
+void gather(const T* data, std::int64_t n, T* all) {
+  State& s = state();
+  if (s.size == 1) {
+    std::copy(data, data + n, all);
+    return;
+  }
+#ifdef REMAT_HAVE_MPI
+  Timed timed;
+  if (n > std::int64_t(1) << 30) throw std::runtime_error("MPI: a gather of more than 2^30 values at once");
+  check(MPI_Allgather(data, int(n), type_of<T>(), all, int(n), type_of<T>(), MPI_COMM_WORLD), "Allgather");
+  // What each rank's part costs on the wire, counted once per other rank.
+  s.stats.bytes_sent += std::int64_t(sizeof(T)) * n * (s.size - 1);
+  s.stats.bytes_received += std::int64_t(sizeof(T)) * n * (s.size - 1);
+#endif
+}
+
+}  // namespace
+
+Session::Session(int& argc, char**& argv) {
+#ifdef REMAT_HAVE_MPI
+  if (!launched_by_mpi()) return;
+  int already = 0;
+  MPI_Initialized(&already);
+  if (!already) {
+    // Rank 0 of a matrix receives runs on a thread of its own while its main
+    // thread computes: MPI calls come from either, never at once.
+    int provided = 0;
+    check(MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided), "Init");
+    state().started = true;
+    state().threads = provided >= MPI_THREAD_SERIALIZED;
+  }
+  State& s = state();
+  MPI_Comm_rank(MPI_COMM_WORLD, &s.rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &s.size);
+  MPI_Comm node;
+  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, s.rank, MPI_INFO_NULL, &node);
+  MPI_Comm_size(node, &s.local);
+  MPI_Comm_free(&node);
+#else
+  (void)argc;
+  (void)argv;
+#endif
+}
+
+Session::~Session() {
+#ifdef REMAT_HAVE_MPI
+  if (state().started) MPI_Finalize();
+#endif
+}
+
+bool built_with_mpi() {
+#ifdef REMAT_HAVE_MPI
+  return true;
+#else
+  return false;
+#endif
+}
+
+bool any_thread() { return state().threads; }
+int rank() { return state().rank; }
+int size() { return state().size; }
+int local_size() { return state().local; }
+
+std::string describe() {
+  if (state().size == 1) return "one process";
+  return "MPI, " + std::to_string(state().size) + " ranks";
+}
+
+Stats stats() { return state().stats; }
+void reset_stats() { state().stats = {}; }
+
+void send(int to, int tag, const std::vector<char>& bytes) {
+#ifdef REMAT_HAVE_MPI
+  Timed timed;
+  if (bytes.size() > std::size_t(1) << 30) throw std::runtime_error("MPI: a message of more than 1 GiB");
+  check(MPI_Send(bytes.data(), int(bytes.size()), MPI_BYTE, to, tag, MPI_COMM_WORLD), "Send");
+  state().stats.bytes_sent += std::int64_t(bytes.size());
+#else
+  (void)to, (void)tag, (void)bytes;
+  throw std::logic_error("comm::send without MPI");
+#endif
+}
+
+bool waiting(int tag) {
+#ifdef REMAT_HAVE_MPI
+  if (state().size == 1) return false;
+  int flag = 0;
+  check(MPI_Iprobe(MPI_ANY_SOURCE, tag, MPI_COMM_WORLD, &flag, MPI_STATUS_IGNORE), "Iprobe");
+  return flag != 0;
+#else
+  (void)tag;
+  return false;
+#endif
+}
+
+int receive(int tag, std::vector<char>& bytes) {
+#ifdef REMAT_HAVE_MPI
+  Timed timed;
+  MPI_Status status;
+  check(MPI_Probe(MPI_ANY_SOURCE, tag, MPI_COMM_WORLD, &status), "Probe");
+  int count = 0;
+  MPI_Get_count(&status, MPI_BYTE, &count);
+  bytes.resize(std::size_t(count));
+  check(MPI_Recv(bytes.data(), count, MPI_BYTE, status.MPI_SOURCE, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "Recv");
+  state().stats.bytes_received += count;
+  return status.MPI_SOURCE;
+#else
+  (void)tag, (void)bytes;
+  throw std::logic_error("comm::receive without MPI");
+#endif
+}
+
+void barrier() {
+#ifdef REMAT_HAVE_MPI
+  if (state().size == 1) return;
+  Timed timed;
+  check(MPI_Barrier(MPI_COMM_WORLD), "Barrier");
+#endif
+}
+
+void gather_all(const float* data, std::int64_t n, float* all) { gather(data, n, all); }
+void gather_all(const double* data, std::int64_t n, double* all) { gather(data, n, all); }
+
+void abort_all(int code) {
+#ifdef REMAT_HAVE_MPI
+  if (state().size > 1) MPI_Abort(MPI_COMM_WORLD, code);
+#endif
+  std::exit(code);
+}
+
+}  // namespace remat::comm

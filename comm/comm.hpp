@@ -1,0 +1,57 @@
+#pragma once
+// The processes of one job: MPI ranks when remat is built with MPI and
+// started by mpirun, otherwise one process. Only what remat needs: who am I,
+// how many are we, messages of bytes to one rank, and every rank's values
+// gathered on every rank. Every byte a rank sends
+// or receives, and the time it waits in these calls, is counted. Sums over
+// ranks are the caller's: it gathers the parts and adds them in a fixed
+// order, so results never depend on the library's reduction tree.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace remat::comm {
+
+// Starts MPI if it is there and this process was launched by mpirun (or
+// another MPI launcher); a no-op otherwise. Finalises at the end of scope.
+class Session {
+ public:
+  Session(int& argc, char**& argv);
+  ~Session();
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+};
+
+bool built_with_mpi();
+// Whether calls may come from any thread (one at a time), not only main's.
+bool any_thread();
+int rank();
+int size();
+// Ranks of this job on this machine (to share its cores among them).
+int local_size();
+// "MPI (Open MPI ...), 2 ranks" or "one process".
+std::string describe();
+
+struct Stats {
+  std::int64_t bytes_sent = 0, bytes_received = 0;
+  double seconds = 0;  // spent inside communication calls
+};
+Stats stats();
+void reset_stats();
+
+// Point to point, for records sent to the rank that writes.
+void send(int to, int tag, const std::vector<char>& bytes);
+// Whether a message with `tag` from any rank is waiting.
+bool waiting(int tag);
+// The next message with `tag` from any rank (blocks); returns its sender.
+int receive(int tag, std::vector<char>& bytes);
+void barrier();
+
+// all := every rank's n values, rank 0's first (n * size() values).
+void gather_all(const float* data, std::int64_t n, float* all);
+void gather_all(const double* data, std::int64_t n, double* all);
+
+// Terminates every rank (an error on one must not leave the others waiting).
+[[noreturn]] void abort_all(int code);
+
+}  // namespace remat::comm

@@ -1,0 +1,123 @@
+#!/usr/bin/env bash
+# remat across processes: `mpirun -n 2 remat matrix` runs each cell exactly
+# once and rank 0 writes them all; `--shard i/n` parts joined by `remat merge`
+# hold the same cells; `mpirun -n 2 remat train` is bitwise one process with
+# --accumulate 2, under checkpointing and dropout, and its recorded
+# communication equals the prediction byte for byte; bad shards and merges
+# are refused in one line.
+#   mpi_test.sh path/to/remat path/to/mpiexec
+set -uo pipefail
+remat=$1
+mpiexec=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+python=${PYTHON:-python3}
+# Two ranks on however few cores; as root Open MPI wants to be told.
+mpi=("$mpiexec" --oversubscribe -n 2)
+[ "$(id -u)" -eq 0 ] && mpi=("$mpiexec" --allow-run-as-root --oversubscribe -n 2)
+expect_error() {  # expect_error "fragment" cmd...: exit 2, one line naming the fragment
+  local fragment=$1; shift
+  "$@" >out.txt 2>err.txt
+  local rc=$?
+  [ $rc -eq 2 ] || fail "$*: exit $rc, expected 2 ($(cat err.txt))"
+  grep -qF -- "$fragment" err.txt || fail "$*: error does not mention '$fragment': $(cat err.txt)"
+  [ "$(grep -c . err.txt)" -le 1 ] || fail "$*: error is more than one line: $(cat err.txt)"
+}
+cells=(matrix --preset tiny --models gpt2,llama --strategies full,per-layer,sqrt,selective --steps 1 --warmup 0)
+
+# 1. The MPI matrix: 8 cells, each once, all in rank 0's file.
+"${mpi[@]}" "$remat" "${cells[@]}" --out mpi.h5 >out.txt 2>err.txt || fail "mpirun matrix: $(cat err.txt)"
+grep -q "2 MPI ranks share the 8 runs" out.txt || fail "the MPI matrix does not say how it shares the runs: $(cat out.txt)"
+"$python" - mpi.h5 8 <<'PY' || fail "the MPI matrix's file does not hold each cell once"
+import sys, h5py
+f = h5py.File(sys.argv[1])
+keys = [f["runs"][r].attrs["key"] for r in f["runs"]]
+assert len(keys) == int(sys.argv[2]) and len(set(keys)) == len(keys), keys
+assert {int(f["runs"][r].attrs["threads"]) for r in f["runs"]} == {1}, "each rank should take its share of 2 cores"
+PY
+"${mpi[@]}" "$remat" "${cells[@]}" --out mpi.h5 --resume >out.txt 2>err.txt || fail "mpirun matrix --resume: $(cat err.txt)"
+"$python" -c "import h5py,sys; assert len(h5py.File('mpi.h5')['runs']) == 8" || fail "--resume under MPI ran cells again"
+
+# 2. Shards of a job array, merged: the same 8 cells.
+"$remat" "${cells[@]}" --shard 0/3 --out p0.h5 >/dev/null 2>&1 || fail "shard 0/3"
+"$remat" "${cells[@]}" --shard 1/3 --out p1.h5 >/dev/null 2>&1 || fail "shard 1/3"
+"$remat" "${cells[@]}" --shard 2/3 --out p2.h5 >/dev/null 2>&1 || fail "shard 2/3"
+"$remat" merge p0.h5 p1.h5 p2.h5 --out all.h5 >out.txt 2>err.txt || fail "merge: $(cat err.txt)"
+grep -q "merged 8 runs from 3 files" out.txt || fail "merge did not join 8 runs: $(cat out.txt)"
+"$python" - all.h5 mpi.h5 <<'PY' || fail "the merged shards do not hold the MPI matrix's cells"
+import sys, h5py
+a, b = (sorted(h5py.File(p)["runs"][r].attrs["key"] for r in h5py.File(p)["runs"]) for p in sys.argv[1:])
+assert a == b, (a, b)
+PY
+"$remat" report all.h5 > report-merged.txt && "$remat" report mpi.h5 > report-mpi.txt || fail "report of the joined files"
+diff <(grep -c '^|' report-merged.txt) <(grep -c '^|' report-mpi.txt) >/dev/null || fail "the reports list different runs"
+expect_error "both hold run" "$remat" merge p0.h5 p0.h5 --out dup.h5
+expect_error "already holds a run" "$remat" merge p1.h5 --out all.h5
+"$remat" export --model gpt2 --preset tiny --out w.h5 >/dev/null
+expect_error "not a remat results file" "$remat" merge p0.h5 w.h5 --out x.h5
+"$python" -c "
+import h5py, shutil
+shutil.copy('p1.h5', 'old.h5')
+with h5py.File('old.h5', 'r+') as f: f.attrs['remat_results'] = 1
+" && expect_error "merge files of one version" "$remat" merge p0.h5 old.h5 --out x.h5
+expect_error "the index must be from 0 to 1" "$remat" "${cells[@]}" --shard 2/2 --out x.h5
+expect_error "at least 1" "$remat" "${cells[@]}" --shard 0/0 --out x.h5
+[ ! -e x.h5 ] && [ ! -e dup.h5 ] || fail "a refused merge or shard left a file behind"
+
+# 3. Data parallel training is bitwise --accumulate 2, and its communication is as predicted.
+train=(train --model llama --preset tiny --steps 6 --dropout 0.1 --strategy per-layer --lr 3e-3 --weight-decay 0.1)
+"${mpi[@]}" "$remat" "${train[@]}" --out dp.h5 >out.txt 2>err.txt || fail "mpirun train: $(cat err.txt)"
+"$remat" "${train[@]}" --accumulate 2 --out acc.h5 >/dev/null 2>err.txt || fail "train --accumulate 2: $(cat err.txt)"
+"$python" - dp.h5 acc.h5 <<'PY' || fail "2 ranks did not train bitwise as --accumulate 2"
+import sys, h5py
+dp, acc = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+assert dp["history/loss"][:].tobytes() == acc["history/loss"][:].tobytes(), "losses differ"
+for name in acc["params"]:
+    assert dp["params"][name][:].tobytes() == acc["params"][name][:].tobytes(), name
+# One gather per step: every float32 gradient of the 2 ranks plus the loss, sent once and received once.
+params = sum(acc["params"][n].size for n in acc["params"])
+want = 2 * (4 * params + 8)
+got = set(dp["history/comm_bytes"][:].tolist())
+assert got == {want}, (got, want)
+assert dp.attrs["train.ranks"] == b"2" or dp.attrs["train.ranks"] == "2"
+PY
+expect_error "was trained with ranks 2" "$remat" "${train[@]}" --out dp.h5 --resume
+
+# 4. A rank killed mid-matrix loses only its run in progress: what rank 0
+# wrote stays, and --resume runs the rest, each cell once.
+slow=(matrix --preset small --layers 1 --seq 64 --models gpt2,llama,bert --strategies full,per-layer,sqrt,selective --steps 20 --warmup 0)
+"${mpi[@]}" "$remat" "${slow[@]}" --out killed.h5 >/dev/null 2>&1 &
+job=$!
+for _ in $(seq 1 300); do  # until rank 0 has written a run (at most 30 s)
+  [ -e killed.h5 ] && break
+  sleep 0.1
+done
+victim=""
+for pid in $(pgrep -f "remat matrix --preset small --layers 1 --seq 64"); do
+  tr '\0' '\n' <"/proc/$pid/environ" 2>/dev/null | grep -q '^OMPI_COMM_WORLD_RANK=1$' && victim=$pid
+done
+[ -n "$victim" ] && kill -9 "$victim"
+wait "$job"
+[ -n "$victim" ] || fail "could not find rank 1 to kill (the matrix finished first?)"
+"$python" -c "
+import h5py
+f = h5py.File('killed.h5')
+keys = [f['runs'][r].attrs['key'] for r in f['runs']]
+assert 1 <= len(keys) < 12 and len(set(keys)) == len(keys), keys
+" || fail "after a rank died, the file does not hold the runs finished before (each once)"
+"${mpi[@]}" "$remat" "${slow[@]}" --out killed.h5 --resume >/dev/null 2>err.txt || fail "--resume after a dead rank: $(cat err.txt)"
+"$python" -c "
+import h5py
+f = h5py.File('killed.h5')
+keys = [f['runs'][r].attrs['key'] for r in f['runs']]
+assert len(keys) == 12 and len(set(keys)) == 12, keys
+" || fail "--resume after a dead rank did not finish every cell exactly once"
+
+if [ "$failures" -gt 0 ]; then
+  echo "$failures failures"
+  exit 1
+fi
+echo "mpi tests passed"
