@@ -12,8 +12,7 @@ Tensor clone(const Tensor& t) {
 void add_inplace(const Tensor& dst, const Tensor& src) {
   if (dst.shape() != src.shape() || dst.dtype() != src.dtype())
     throw std::invalid_argument("add_inplace: " + to_string(dst.shape()) + " += " + to_string(src.shape()));
-  dispatch_float(dst.dtype(), [&](auto tag) {
-    using T = decltype(tag);
+  REMAT_DISPATCH_FLOAT(dst.dtype(), T, {
     T* d = dst.data<T>();
     const T* s = src.data<T>();
     Kokkos::parallel_for("add_inplace", Kokkos::RangePolicy<ExecSpace>(0, dst.numel()),
@@ -22,8 +21,7 @@ void add_inplace(const Tensor& dst, const Tensor& src) {
 }
 
 void fill(const Tensor& t, double value) {
-  dispatch_float(t.dtype(), [&](auto tag) {
-    using T = decltype(tag);
+  REMAT_DISPATCH_FLOAT(t.dtype(), T, {
     T* d = t.data<T>();
     const T v = T(value);
     Kokkos::parallel_for("fill", Kokkos::RangePolicy<ExecSpace>(0, t.numel()),

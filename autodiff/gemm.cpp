@@ -1,10 +1,10 @@
 #include "autodiff/gemm.hpp"
 
+#include "autodiff/cublas.hpp"
 #include "autodiff/stats.hpp"
 
 #include <Kokkos_Core.hpp>
 #include <cblas.h>
-#include <stdexcept>
 #include <type_traits>
 
 namespace remat::gemm {
@@ -25,19 +25,14 @@ void host_gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k,
     cblas_dgemm(CblasRowMajor, cblas_op(op_a), cblas_op(op_b), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-void require_host() {
-  if constexpr (!host_memory)
-    throw std::runtime_error("gemm: tensors live in device memory and this build has no device GEMM (cuBLAS) path yet");
-}
-
 }  // namespace
 
 template <class T>
 void gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a, std::int64_t lda,
           const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
-  require_host();
   stats::count_flops(2.0 * double(m) * double(n) * double(k));
-  host_gemm(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  if constexpr (host_memory) host_gemm(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  else cublas::gemm(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 template <class T>
@@ -45,8 +40,12 @@ void gemm_strided_batched(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std:
                           std::int64_t lda, std::int64_t stride_a, const T* b, std::int64_t ldb,
                           std::int64_t stride_b, T beta, T* c, std::int64_t ldc, std::int64_t stride_c,
                           std::int64_t count) {
-  require_host();
   stats::count_flops(2.0 * double(m) * double(n) * double(k) * double(count));
+  if constexpr (!host_memory) {
+    cublas::gemm_strided_batched(op_a, op_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c,
+                                 count);
+    return;
+  }
   // Inside a parallel region OpenBLAS (OpenMP flavour) runs each call on the
   // calling thread, so the batch is spread over the cores without nesting.
   Kokkos::parallel_for(

@@ -1,7 +1,8 @@
 #pragma once
 // The one front door for matrix products. Row-major C = alpha op(A) op(B) +
-// beta C. Host memory goes to the tuned BLAS (cblas); a CUDA build joins
-// here with cuBLAS. Everything that multiplies matrices calls these.
+// beta C. Where tensors live decides: host memory goes to the tuned BLAS
+// (cblas), device memory to cuBLAS (cublas.hpp). Everything that multiplies
+// tensors calls these; gemm_serial and gemm_reference take host memory only.
 #include <cstdint>
 
 namespace remat::gemm {

@@ -4,6 +4,7 @@
 #include <cctype>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 
 #include "autodiff/error.hpp"
 
@@ -15,13 +16,18 @@ double now_seconds() {
   return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
 }
 
-void allocate_callback(Kokkos::Profiling::SpaceHandle space, const char* label, const void* ptr,
-                       std::uint64_t bytes) {
-  MemoryTracker::instance().on_allocate(space.name, ptr, bytes, label);
+const char* pool_of(const Kokkos::Profiling::SpaceHandle& space, const char* label) {
+  return label && std::strcmp(label, MemoryTracker::kOffloadLabel) == 0 ? MemoryTracker::kOffloadPool : space.name;
 }
 
-void deallocate_callback(Kokkos::Profiling::SpaceHandle space, const char*, const void* ptr, std::uint64_t bytes) {
-  MemoryTracker::instance().on_deallocate(space.name, ptr, bytes);
+void allocate_callback(Kokkos::Profiling::SpaceHandle space, const char* label, const void* ptr,
+                       std::uint64_t bytes) {
+  MemoryTracker::instance().on_allocate(pool_of(space, label), ptr, bytes, label);
+}
+
+void deallocate_callback(Kokkos::Profiling::SpaceHandle space, const char* label, const void* ptr,
+                         std::uint64_t bytes) {
+  MemoryTracker::instance().on_deallocate(pool_of(space, label), ptr, bytes);
 }
 
 }  // namespace

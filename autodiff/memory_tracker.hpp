@@ -27,6 +27,11 @@ class MemoryTracker {
 
   static MemoryTracker& instance();
 
+  // Host buffers allocated with this label (in whatever memory space: pinned
+  // host memory on a GPU build) are counted in the offload pool.
+  static constexpr const char* kOffloadPool = "offload";
+  static constexpr const char* kOffloadLabel = "offloaded";
+
   // Registers the Kokkos Tools callbacks; call after Kokkos::initialize.
   void install();
   bool installed() const { return installed_; }

@@ -9,10 +9,11 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "autodiff/cublas.hpp"
 #include "autodiff/error.hpp"
-
 #include "autodiff/memory_tracker.hpp"
 #include "autodiff/tape.hpp"
+#include "autodiff/transfer.hpp"
 
 namespace remat {
 namespace {
@@ -35,6 +36,19 @@ void check_kokkos_argument(const std::string& a) {
   else if (name == "--kokkos-numa") number(1, 64, "NUMA regions");
   else if (name == "--kokkos-device-id" || name == "--kokkos-device") number(0, 1023, "a device id");
   else if (name == "--kokkos-num-devices" || name == "--kokkos-ndevices") number(1, 1024, "devices");
+}
+
+// A CUDA build asks the CUDA runtime for a device before Kokkos does:
+// Kokkos would abort the process without one.
+void require_device() {
+#ifdef KOKKOS_ENABLE_CUDA
+  int devices = 0;
+  const cudaError_t e = cudaGetDeviceCount(&devices);
+  if (e != cudaSuccess || devices == 0)
+    throw UserError(std::string("this is a CUDA build of remat and no GPU is visible (") +
+                    (e != cudaSuccess ? cudaGetErrorString(e) : "no devices") +
+                    "): run it on a machine with an NVIDIA GPU, or use the host build (scripts/setup.sh)");
+#endif
 }
 
 }  // namespace
@@ -72,14 +86,20 @@ Runtime::Runtime(int& argc, char** argv) {
   std::vector<char*> ptrs;
   for (auto& a : kokkos_args) ptrs.push_back(a.data());
   int n = int(ptrs.size());
+  require_device();
   Kokkos::initialize(n, ptrs.data());
   MemoryTracker::instance().install();
+  // A device build loads cuBLAS now, so a machine without it is told before
+  // any work is done or any file opened.
+  if constexpr (!Kokkos::SpaceAccessibility<Kokkos::HostSpace, Kokkos::DefaultExecutionSpace::memory_space>::accessible)
+    cublas::require();
 }
 
 Runtime::~Runtime() {
   // A tape left by an interrupted forward pass holds tensors: free them
   // while Kokkos can still deallocate.
   current_tape().clear();
+  transfer::release();
   Kokkos::finalize();
 }
 
@@ -108,6 +128,8 @@ std::string Runtime::describe() {
   std::string s = "Kokkos " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
                   std::to_string(v % 100) + ", " + Exec::name();
   s += ", " + std::to_string(Exec().concurrency()) + " threads";  // static in 3.x, a member in 4.x
+  const std::string blas = cublas::describe();
+  if (!blas.empty()) s += ", " + blas;
   return s;
 }
 

@@ -1,16 +1,29 @@
 #!/usr/bin/env bash
 # Sets up everything remat needs on a fresh Debian machine and builds it.
 #   scripts/setup.sh            install packages, provide Kokkos, build into build/
+#   scripts/setup.sh --cuda     the GPU build: Debian's CUDA 11.8 toolkit and g++-11
+#                               (non-free), Kokkos with CUDA + OpenMP in
+#                               .deps/kokkos-cuda, remat in build-cuda/
 # Environment:
 #   Kokkos_ROOT=/path   use this Kokkos (e.g. a 4.x with CUDA) instead of ours
-#   BUILD_DIR=dir       build directory (default: build)
+#   BUILD_DIR=dir       build directory (default: build, or build-cuda)
 #   BUILD_TYPE=type     CMake build type (default: Release)
+#   CUDA_ARCH=NAME      Kokkos architecture of the GPU build (default: AMPERE80)
 # Idempotent: a second run reuses the packages, the Kokkos prefix and the build.
 set -euo pipefail
 
+cuda=0
+for arg in "$@"; do
+  case "$arg" in
+    --cuda) cuda=1 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
+    *) echo "setup.sh: unknown option '$arg' (see --help)" >&2; exit 2 ;;
+  esac
+done
+
 root=$(cd "$(dirname "$0")/.." && pwd)
 deps="$root/.deps"
-build_dir="${BUILD_DIR:-$root/build}"
+if [ "$cuda" -eq 1 ]; then build_dir="${BUILD_DIR:-$root/build-cuda}"; else build_dir="${BUILD_DIR:-$root/build}"; fi
 jobs=$(nproc)
 say() { printf '[setup] %s\n' "$*"; }
 
@@ -35,32 +48,65 @@ if [ ${#missing[@]} -gt 0 ]; then
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-# --- 2. Kokkos ----------------------------------------------------------------
+# A private apt configuration (its own source list, package lists and
+# cache), so the machine's own sources and state stay untouched.
+private_apt() {  # private_apt DIR "deb-line": prints the apt-get options
+  local dir=$1
+  mkdir -p "$dir"/apt/{lists/partial,cache/archives/partial,parts}
+  echo "$2" > "$dir/apt/sources.list"
+  printf '%s\n' -o "Dir::Etc::SourceList=$dir/apt/sources.list" -o "Dir::Etc::SourceParts=$dir/apt/parts" \
+    -o "Dir::State::Lists=$dir/apt/lists" -o "Dir::Cache=$dir/apt/cache" -o "APT::Sandbox::User=root"
+}
+codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
+debian="http://deb.debian.org/debian"
+keyring="signed-by=/usr/share/keyrings/debian-archive-keyring.gpg"
+
+# --- 2. The CUDA toolkit (--cuda) ---------------------------------------------
+# Debian's nvidia-cuda-toolkit 11.8 (non-free) and g++-11, the newest host
+# compiler it accepts. A machine may also have a newer CUDA (13) that Kokkos
+# 3.4 cannot use; nvcc_wrapper takes the first nvcc on PATH, so Debian's
+# /usr/bin goes first for every step of the GPU build.
+if [ "$cuda" -eq 1 ]; then
+  if ! dpkg-query -W -f='${Status}' nvidia-cuda-toolkit 2>/dev/null | grep -q 'install ok installed' ||
+     ! command -v g++-11 >/dev/null; then
+    say "installing Debian's CUDA toolkit and g++-11 (non-free; about 1.6 GB)"
+    mapfile -t cuda_apt < <(private_apt "$deps/cuda-apt" "deb [$keyring] $debian $codename main contrib non-free")
+    as_root apt-get "${cuda_apt[@]}" -qq update
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get "${cuda_apt[@]}" install -y -qq --no-install-recommends \
+      nvidia-cuda-toolkit g++-11 >/dev/null
+    rm -rf "$deps/cuda-apt"
+  fi
+  export PATH="/usr/bin:$PATH"
+  export NVCC_WRAPPER_DEFAULT_COMPILER=g++-11
+fi
+
+# --- 3. Kokkos ----------------------------------------------------------------
 kokkos_prefix="$deps/kokkos"
+[ "$cuda" -eq 1 ] && kokkos_prefix="$deps/kokkos-cuda"
 kokkos_config() { ls "$1"/lib*/cmake/Kokkos/KokkosConfig.cmake 2>/dev/null | head -n 1; }
 
-build_kokkos_openmp() {
+build_kokkos() {
   # Debian ships Kokkos 3.4 only as a Serial build, but its trilinos source
-  # package carries the full Kokkos source. Fetch it through a private apt
-  # configuration so the machine's own sources and state stay untouched.
-  local work="$deps/kokkos-src" codename
-  codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
-  rm -rf "$work"; mkdir -p "$work"/apt/{lists/partial,cache/archives/partial,parts} "$work/dl"
-  echo "deb-src [signed-by=/usr/share/keyrings/debian-archive-keyring.gpg] http://deb.debian.org/debian $codename main" \
-    > "$work/apt/sources.list"
-  local apt_opts=(-o "Dir::Etc::SourceList=$work/apt/sources.list" -o "Dir::Etc::SourceParts=$work/apt/parts"
-                  -o "Dir::State::Lists=$work/apt/lists" -o "Dir::Cache=$work/apt/cache"
-                  -o "APT::Sandbox::User=root")
+  # package carries the full Kokkos source.
+  local work="$deps/kokkos-src"
+  rm -rf "$work"; mkdir -p "$work/dl"
+  local apt_opts; mapfile -t apt_opts < <(private_apt "$work" "deb-src [$keyring] $debian $codename main")
   say "fetching Debian's trilinos source for Kokkos"
   apt-get "${apt_opts[@]}" -qq update
   (cd "$work/dl" && apt-get "${apt_opts[@]}" -qq source --download-only trilinos >/dev/null)
   local tarball; tarball=$(ls "$work"/dl/trilinos_*.orig.tar.* | head -n 1)
   tar -xf "$tarball" -C "$work" --wildcards '*/packages/kokkos/*'
   local src; src=$(ls -d "$work"/*/packages/kokkos | head -n 1)
-  say "building Kokkos with OpenMP from $src"
+  local backend=(-DKokkos_ENABLE_OPENMP=ON -DKokkos_ENABLE_SERIAL=ON)
+  if [ "$cuda" -eq 1 ]; then
+    backend+=(-DCMAKE_CXX_COMPILER="$src/bin/nvcc_wrapper" -DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_LAMBDA=ON
+              "-DKokkos_ARCH_${CUDA_ARCH:-AMPERE80}=ON")
+    say "building Kokkos with CUDA (${CUDA_ARCH:-AMPERE80}) and OpenMP from $src"
+  else
+    say "building Kokkos with OpenMP from $src"
+  fi
   cmake -S "$src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_INSTALL_PREFIX="$kokkos_prefix" -DCMAKE_CXX_STANDARD=17 \
-    -DKokkos_ENABLE_OPENMP=ON -DKokkos_ENABLE_SERIAL=ON >"$work/configure.log"
+    -DCMAKE_INSTALL_PREFIX="$kokkos_prefix" -DCMAKE_CXX_STANDARD=17 "${backend[@]}" >"$work/configure.log"
   cmake --build "$work/build" -j "$jobs" >"$work/build.log"
   cmake --install "$work/build" >"$work/install.log"
   rm -rf "$work"
@@ -72,19 +118,41 @@ if [ -n "${Kokkos_ROOT:-}" ]; then
 elif [ -n "$(kokkos_config "$kokkos_prefix")" ]; then
   say "reusing Kokkos in $kokkos_prefix"
   kokkos_root="$kokkos_prefix"
-elif build_kokkos_openmp; then
+elif build_kokkos; then
   kokkos_root="$kokkos_prefix"
-else
+elif [ "$cuda" -eq 0 ]; then
   say "WARNING: building Kokkos with OpenMP failed; falling back to Debian's Serial Kokkos (one thread)"
   as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends libtrilinos-kokkos-dev >/dev/null
   kokkos_root=/usr
+else
+  say "building Kokkos with CUDA failed (see above)"; exit 1
 fi
 
-# --- 3. remat -----------------------------------------------------------------
+# --- 4. remat -----------------------------------------------------------------
 say "configuring remat in $build_dir"
 mkdir -p "$build_dir"
+compiler=()
+# A CUDA Kokkos compiles through its nvcc_wrapper: a user's Kokkos_ROOT's as
+# it is, ours through a small script that pins Debian's nvcc and g++-11, so a
+# later `cmake --build build-cuda` in any shell (a CUDA 13 first on PATH)
+# still compiles with the toolkit Kokkos was built for.
+if [ "$cuda" -eq 1 ]; then
+  cxx="$kokkos_root/bin/nvcc_wrapper"
+  if [ "$kokkos_root" = "$kokkos_prefix" ]; then
+    cxx="$kokkos_prefix/bin/remat-cxx"
+    printf '#!/bin/sh\n# nvcc_wrapper on Debian'"'"'s CUDA 11.8 and g++-11, whatever PATH says (written by setup.sh)\nexport CUDA_ROOT=/usr NVCC_WRAPPER_DEFAULT_COMPILER=g++-11 PATH="/usr/bin:$PATH"\nexec "%s/bin/nvcc_wrapper" "$@"\n' \
+      "$kokkos_prefix" > "$cxx"
+    chmod +x "$cxx"
+  fi
+  compiler=(-DCMAKE_CXX_COMPILER="$cxx")
+fi
+# CMake cannot switch the compiler of a configured build: start that one afresh.
+if [ ${#compiler[@]} -gt 0 ] && [ -f "$build_dir/CMakeCache.txt" ] &&
+   ! grep -qx "CMAKE_CXX_COMPILER:[A-Z]*=${compiler[0]#-DCMAKE_CXX_COMPILER=}" "$build_dir/CMakeCache.txt"; then
+  rm -rf "$build_dir/CMakeCache.txt" "$build_dir/CMakeFiles"
+fi
 cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" \
-  -DKokkos_ROOT="$kokkos_root" >"$build_dir/configure.log" 2>&1 || { cat "$build_dir/configure.log"; exit 1; }
+  -DKokkos_ROOT="$kokkos_root" "${compiler[@]}" >"$build_dir/configure.log" 2>&1 || { cat "$build_dir/configure.log"; exit 1; }
 say "building remat ($jobs jobs)"
 cmake --build "$build_dir" -j "$jobs"
 say "done: $build_dir/remat --help"

@@ -7,6 +7,7 @@
 
 #include "autodiff/memory_tracker.hpp"
 #include "autodiff/tape.hpp"
+#include "autodiff/transfer.hpp"
 
 namespace remat {
 namespace {
@@ -16,26 +17,18 @@ std::string describe_save(const char* action, const Tensor& t) {
          human_bytes(double(t.nbytes()));
 }
 
-// Host memory outside Kokkos' pools, reported to the tracker as "offload".
+// A host buffer of the offload pool: pinned on a device build, so copies to
+// and from it are asynchronous; its label puts it in the tracker's offload
+// pool.
 class HostBuffer {
  public:
-  explicit HostBuffer(std::size_t bytes) : bytes_(bytes) {
-    ptr_ = static_cast<unsigned char*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64 + 64));
-    if (!ptr_) throw std::bad_alloc();
-    MemoryTracker::instance().on_allocate(OffloadStorage::kPool, ptr_, bytes_, "offloaded");
-  }
-  ~HostBuffer() {
-    MemoryTracker::instance().on_deallocate(OffloadStorage::kPool, ptr_, bytes_);
-    std::free(ptr_);
-  }
-  HostBuffer(const HostBuffer&) = delete;
-  HostBuffer& operator=(const HostBuffer&) = delete;
-  using View = Kokkos::View<unsigned char*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
-  View view() const { return View(ptr_, bytes_); }
+  using View = Kokkos::View<unsigned char*, transfer::PinnedHostSpace>;
+  explicit HostBuffer(std::size_t bytes)
+      : view_(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(MemoryTracker::kOffloadLabel)), bytes) {}
+  const View& view() const { return view_; }
 
  private:
-  unsigned char* ptr_;
-  std::size_t bytes_;
+  View view_;
 };
 
 bool& copies_setting() {
@@ -73,8 +66,10 @@ struct OffloadStorage::Group {
   std::weak_ptr<Group> previous;     // the group whose backward comes next
   bool resident = true;
   bool fetched = false;              // brought back for its backward (once)
+  bool copying = false;              // copies on the copy instance not yet waited for
 
   ~Group() {  // moved bytes go back to the device pool, where they are freed
+    settle();
     if (!resident)
       for (auto& e : entries)
         if (!e.host) move_pool(e.device, OffloadStorage::kPool, MemoryTracker::default_pool());
@@ -84,48 +79,73 @@ struct OffloadStorage::Group {
     MemoryTracker::instance().transfer(from, to, t.bytes().extent(0));
   }
 
+  // Waits for this group's copies. After a copy out the device tensors go
+  // (they were kept while the copy read them); after a copy in the host
+  // buffers go.
+  void settle() {
+    if (!copying) return;
+    transfer::copy_space().fence();
+    copying = false;
+    for (auto& e : entries) (resident ? e.host.reset() : (void)(e.device = Tensor()));
+  }
+
+  // Starts the copy out at the end of the group's forward. The kernels that
+  // wrote the tensors run on the default instance: wait for them, then copy
+  // on the copy instance while the next block's forward runs.
   void offload() {
     resident = false;
     if (!OffloadStorage::copies()) {
       for (auto& e : entries) move_pool(e.device, MemoryTracker::default_pool(), OffloadStorage::kPool);
       return;
     }
+    ExecSpace().fence();
+    const ExecSpace copier = transfer::copy_space();
     for (auto& e : entries) {
       e.host = std::make_unique<HostBuffer>(e.device.nbytes());
-      Kokkos::deep_copy(ExecSpace(), e.host->view(), e.device.bytes());
+      Kokkos::deep_copy(copier, e.host->view(), e.device.bytes());
     }
-    ExecSpace().fence();
-    for (auto& e : entries) e.device = Tensor();
+    copying = true;
+    // A host execution space copies at once (nothing to overlap): let the
+    // device tensors go now, as a device does when its copy ends.
+    if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible) settle();
   }
 
+  // Starts bringing the group back (no wait).
   void copy_in() {
     if (resident) return;
+    if (copying) {  // the copy out has not been waited for: the device tensors are still here
+      transfer::copy_space().fence();
+      copying = false;
+      for (auto& e : entries) e.host.reset();
+      resident = true;
+      return;
+    }
     if (!entries.empty() && !entries.front().host) {  // moved, not copied: all or none come back
       std::int64_t bytes = 0;
       for (auto& e : entries) bytes += std::int64_t(e.device.bytes().extent(0));
       MemoryTracker::instance().check_allocation(bytes);
       for (auto& e : entries) move_pool(e.device, OffloadStorage::kPool, MemoryTracker::default_pool());
     } else {
+      const ExecSpace copier = transfer::copy_space();
       for (auto& e : entries) {
         e.device = Tensor::empty(e.shape, e.dtype, "offload_fetch");
-        Kokkos::deep_copy(ExecSpace(), e.device.bytes(), e.host->view());
+        Kokkos::deep_copy(copier, e.device.bytes(), e.host->view());
       }
+      copying = true;
     }
     resident = true;
   }
 
-  // Brings this group back, and the previous one with it (whose backward
-  // comes next), then waits for both copies: on the host backend nothing is
-  // copied, and where copies happen they do not yet overlap this group's
-  // backward (that needs the copies on their own execution-space instance).
+  // Brings this group back and waits for it, then starts bringing back the
+  // group before it (whose backward comes next), which overlaps this
+  // group's backward on a device.
   void fetch() {
     if (fetched) return;
     fetched = true;
     MemoryPhase phase("offload fetch " + name);
     copy_in();
+    settle();
     if (auto p = previous.lock()) p->copy_in();
-    ExecSpace().fence();
-    for (auto& e : entries) e.host.reset();
   }
 
   Tensor take(int i) {
@@ -179,6 +199,9 @@ void OffloadStorage::end_group() {
   }
   {
     MemoryPhase phase("offload " + current_->name);
+    // One group's copies in flight at a time: the previous group's ended
+    // during this group's forward, most likely.
+    if (last_) last_->settle();
     current_->offload();
   }
   last_ = current_;

@@ -6,6 +6,7 @@
 #include <memory>
 #include <string>
 
+#include "autodiff/memory_tracker.hpp"
 #include "autodiff/saved_tensor.hpp"
 #include "strategies/trace.hpp"
 
@@ -31,14 +32,17 @@ class KeepStorage final : public Storage {
 
 // The offload pool's bytes are reported to the memory tracker as pool
 // "offload", apart from the device pool, so the two peaks are seen apart.
-// Where the device's memory is host memory (the host backends) nothing is
-// copied: the pool takes the tensor as it is, as PyTorch's save_on_cpu does
+// On a device the pool is pinned host memory, and the copies run on their
+// own execution-space instance (transfer.hpp): a block's copy out overlaps
+// the next block's forward, and a block's backward overlaps the copy back of
+// the block before it. Where the device's memory is host memory (the host
+// backends) nothing is copied: the pool takes the tensor as it is, as PyTorch's save_on_cpu does
 // for CPU tensors, and the tracker moves its bytes from the device pool to
 // the offload pool and back. A copy there would only add a memcpy and a
 // second resident copy that no real host training run would make.
 class OffloadStorage final : public Storage {
  public:
-  static constexpr const char* kPool = "offload";
+  static constexpr const char* kPool = MemoryTracker::kOffloadPool;
   // Whether offloading copies into host buffers: by default only where the
   // device memory is not host memory. Tests turn copies on to exercise the
   // path a GPU build takes.

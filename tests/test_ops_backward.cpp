@@ -51,8 +51,8 @@ TEST_CASE("gelu_tanh backward", "[ops][gradcheck]") {
   require_gradients([](const Inputs& in) { return ops::gelu_tanh(in[0]); }, {random_leaf({40}, 1, DType::f64, -4, 4)});
 }
 
-TEST_CASE("attention backward, causal and bidirectional, both kernels", "[ops][gradcheck]") {
-  const auto kernel = GENERATE(ops::AttentionKernel::fused, ops::AttentionKernel::plain);
+TEST_CASE("attention backward, causal and bidirectional, every kernel", "[ops][gradcheck]") {
+  const auto kernel = GENERATE(ops::AttentionKernel::fused, ops::AttentionKernel::fused_team, ops::AttentionKernel::plain);
   ops::AttentionKernelScope scope(kernel);
   for (bool causal : {true, false}) {
     INFO("causal " << causal << " kernel " << ops::attention_kernel_name(kernel));
@@ -84,8 +84,8 @@ TEST_CASE("gelu_erf, silu, swiglu and scale backward", "[ops][gradcheck]") {
   require_gradients([](const Inputs& in) { return ops::scale(in[0], -0.7); }, {random_leaf({10}, 1)});
 }
 
-TEST_CASE("grouped-query attention backward, causal and bidirectional, both kernels", "[ops][gradcheck]") {
-  const auto kernel = GENERATE(ops::AttentionKernel::fused, ops::AttentionKernel::plain);
+TEST_CASE("grouped-query attention backward, causal and bidirectional, every kernel", "[ops][gradcheck]") {
+  const auto kernel = GENERATE(ops::AttentionKernel::fused, ops::AttentionKernel::fused_team, ops::AttentionKernel::plain);
   ops::AttentionKernelScope scope(kernel);
   for (bool causal : {true, false})
     for (int kv : {1, 2}) {
@@ -98,7 +98,7 @@ TEST_CASE("grouped-query attention backward, causal and bidirectional, both kern
 
 TEST_CASE("an op whose inputs are one tensor gets one gradient buffer for them", "[ops][gradcheck]") {
   require_gradients([](const Inputs& in) { return ops::swiglu(in[0], in[0]); }, {random_leaf({20}, 1)});
-  for (auto kernel : {ops::AttentionKernel::fused, ops::AttentionKernel::plain}) {
+  for (auto kernel : {ops::AttentionKernel::fused, ops::AttentionKernel::fused_team, ops::AttentionKernel::plain}) {
     ops::AttentionKernelScope scope(kernel);
     require_gradients([](const Inputs& in) { return ops::attention(in[0], in[1], in[1], 2, 1, true); },
                       {random_leaf({1, 3, 4}, 1), random_leaf({1, 3, 2}, 2)});

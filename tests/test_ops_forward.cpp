@@ -1,6 +1,7 @@
 // Every op's forward against the naive reference, in float32 and float64.
 #include <cmath>
 
+#include "autodiff/ops/kernel.hpp"
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/random.hpp"
 #include "autodiff/tape.hpp"
@@ -76,8 +77,8 @@ TEST_CASE("gelu_tanh", "[ops][forward]") {
   }
 }
 
-TEST_CASE("attention, causal and bidirectional, both kernels", "[ops][forward]") {
-  const auto kernel = GENERATE(ops::AttentionKernel::fused, ops::AttentionKernel::plain);
+TEST_CASE("attention, causal and bidirectional, every kernel", "[ops][forward]") {
+  const auto kernel = GENERATE(ops::AttentionKernel::fused, ops::AttentionKernel::fused_team, ops::AttentionKernel::plain);
   ops::AttentionKernelScope scope(kernel);
   for (DType dt : kDtypes)
     for (bool causal : {true, false}) {
@@ -123,8 +124,8 @@ TEST_CASE("gelu_erf, silu, swiglu, scale", "[ops][forward]") {
   }
 }
 
-TEST_CASE("grouped-query attention, causal and bidirectional, both kernels", "[ops][forward]") {
-  const auto kernel = GENERATE(ops::AttentionKernel::fused, ops::AttentionKernel::plain);
+TEST_CASE("grouped-query attention, causal and bidirectional, every kernel", "[ops][forward]") {
+  const auto kernel = GENERATE(ops::AttentionKernel::fused, ops::AttentionKernel::fused_team, ops::AttentionKernel::plain);
   ops::AttentionKernelScope scope(kernel);
   for (DType dt : kDtypes)
     for (bool causal : {true, false})
@@ -137,26 +138,40 @@ TEST_CASE("grouped-query attention, causal and bidirectional, both kernels", "[o
       }
 }
 
-TEST_CASE("fused and plain attention agree to 1e-5, with the same dropout masks", "[ops][forward]") {
-  for (double dropout : {0.0, 0.2})
-    for (bool causal : {true, false}) {
-      INFO("dropout " << dropout << " causal " << causal);
-      auto run = [&](ops::AttentionKernel k) {
-        ops::AttentionKernelScope scope(k);
-        random_ops::begin_step(5, 0);
-        Tensor q = test::random_leaf({2, 70, 16}, 1, DType::f32), kv = test::random_leaf({2, 70, 8}, 2, DType::f32);
-        Tensor y = ops::attention(q, kv, kv, 4, 2, causal, dropout);
-        backward(y, random_tensor({2, 70, 16}, 3, DType::f32));
-        std::vector<double> all = y.to_host_f64();
-        for (const Tensor& t : {q, kv})
-          for (double v : t.grad().to_host_f64()) all.push_back(v);
-        return all;
-      };
-      const auto fused = run(ops::AttentionKernel::fused), plain = run(ops::AttentionKernel::plain);
-      double worst = 0;
-      for (std::size_t i = 0; i < fused.size(); ++i) worst = std::max(worst, std::abs(fused[i] - plain[i]) / (1 + std::abs(plain[i])));
-      CHECK(worst < 1e-5);
-    }
+TEST_CASE("fused, fused-team and plain attention agree, with the same dropout masks", "[ops][forward]") {
+  // 70 rows: several query and key tiles, a ragged last one. Head width 4
+  // keeps the team kernels' scratch in level 0, 64 in double sends it to
+  // level 1 (global memory): both paths run.
+  struct Case {
+    DType dt;
+    std::int64_t hd;
+    double tolerance;
+  };
+  for (const Case c : {Case{DType::f32, 4, 1e-5}, Case{DType::f64, 64, 1e-12}})
+    for (double dropout : {0.0, 0.2})
+      for (bool causal : {true, false}) {
+        INFO("dtype " << dtype_name(c.dt) << " head width " << c.hd << " dropout " << dropout << " causal " << causal);
+        auto run = [&](ops::AttentionKernel k) {
+          ops::AttentionKernelScope scope(k);
+          random_ops::begin_step(5, 0);
+          Tensor q = test::random_leaf({2, 70, 4 * c.hd}, 1, c.dt), kv = test::random_leaf({2, 70, 2 * c.hd}, 2, c.dt);
+          Tensor y = ops::attention(q, kv, kv, 4, 2, causal, dropout);
+          backward(y, random_tensor({2, 70, 4 * c.hd}, 3, c.dt));
+          std::vector<double> all = y.to_host_f64();
+          for (const Tensor& t : {q, kv})
+            for (double v : t.grad().to_host_f64()) all.push_back(v);
+          return all;
+        };
+        const auto plain = run(ops::AttentionKernel::plain);
+        for (auto kernel : {ops::AttentionKernel::fused, ops::AttentionKernel::fused_team}) {
+          const auto fused = run(kernel);
+          double worst = 0;
+          for (std::size_t i = 0; i < fused.size(); ++i)
+            worst = std::max(worst, std::abs(fused[i] - plain[i]) / (1 + std::abs(plain[i])));
+          INFO("kernel " << ops::attention_kernel_name(kernel));
+          CHECK(worst < c.tolerance);
+        }
+      }
 }
 
 TEST_CASE("ops reject bad input with the offending shape", "[ops][errors]") {
@@ -169,4 +184,32 @@ TEST_CASE("ops reject bad input with the offending shape", "[ops][errors]") {
   CHECK_THROWS_WITH(ops::attention(random_tensor({1, 2, 9}, 1, DType::f32), 2, true), test::Contains("heads do not divide"));
   CHECK_THROWS_WITH(ops::layer_norm(x, random_tensor({5}, 1, DType::f32), random_tensor({6}, 1, DType::f32), 1e-5),
                     test::Contains("must both be [6]"));
+}
+
+TEST_CASE("column sums: the device's chunked kernel agrees with the host's, fresh and accumulating",
+          "[ops][forward]") {
+  // 300 rows: more than the 64 chunks, and not a multiple of them.
+  for (DType dt : kDtypes)
+    for (bool fresh : {true, false}) {
+      INFO("dtype " << dtype_name(dt) << " fresh " << fresh);
+      Tensor src = random_tensor({300, 40}, 1, dt, -2, 2), start = random_tensor({40}, 2, dt);
+      std::vector<double> expected = src.to_host_f64(), initial = start.to_host_f64(), sums(40, 0.0);
+      for (std::size_t r = 0; r < 300; ++r)
+        for (std::size_t j = 0; j < 40; ++j) sums[j] += expected[r * 40 + j];
+      for (std::size_t j = 0; j < 40; ++j) sums[j] += fresh ? 0.0 : initial[j];
+      REMAT_DISPATCH_FLOAT(dt, T, {
+        Tensor host = random_tensor({40}, 2, dt), chunked = random_tensor({40}, 2, dt);  // both `start`
+        const T* s = src.data<T>();
+        ops::detail::column_sums<T>("test_column_sums", 300, 40, host.data<T>(), fresh,
+                                    KOKKOS_LAMBDA(std::int64_t r, std::int64_t j) { return s[r * 40 + j]; });
+        ops::detail::column_sums_chunked<T>("test_column_sums", 300, 40, chunked.data<T>(), fresh,
+                                            KOKKOS_LAMBDA(std::int64_t r, std::int64_t j) { return s[r * 40 + j]; });
+        // float32 sums of 300 terms carry a few hundred roundings: 1e-5.
+        const double tol = dt == DType::f64 ? 1e-12 : 1e-5;
+        for (const Tensor& got : {host, chunked}) {
+          const auto g = got.to_host_f64();
+          for (std::size_t j = 0; j < 40; ++j) CHECK(std::abs(g[j] - sums[j]) <= tol * (1 + std::abs(sums[j])));
+        }
+      });
+    }
 }

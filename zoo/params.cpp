@@ -83,8 +83,7 @@ void initialize(const ParamStore& params, std::uint64_t seed, int layers) {
     }
     const double std = spec.init == Init::normal ? 0.02 : 0.02 / std::sqrt(2.0 * layers);
     const std::uint64_t stream = rng::stream_of(spec.name);
-    dispatch_float(t.dtype(), [&](auto tag) {
-      using T = decltype(tag);
+    REMAT_DISPATCH_FLOAT(t.dtype(), T, {
       T* p = t.data<T>();
       Kokkos::parallel_for(
           "initialize", Kokkos::RangePolicy<ExecSpace>(0, t.numel()),

@@ -59,8 +59,7 @@ Tensor unary_forward(const Tensor& x) {
   stats::count_forward(F::name);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), F::name);
   out.set_tag(F::name);
-  dispatch_float(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
+  REMAT_DISPATCH_FLOAT(x.dtype(), T, {
     const T* px = x.data<T>();
     T* y = out.data<T>();
     for_each_element(F::name, x.numel(), KOKKOS_LAMBDA(std::int64_t i) { y[i] = F::value(px[i]); });
@@ -79,8 +78,7 @@ Tensor unary(const Tensor& x) {
   rec.finish({&out}, [sx](BackwardContext& ctx) {
     Tensor dy = ctx.grad_out(), xv = sx.unpack();  // before the gradient is allocated
     GradTarget dx = ctx.grad_in(0);
-    dispatch_float(dy.dtype(), [&](auto tag) {
-      using T = decltype(tag);
+    REMAT_DISPATCH_FLOAT(dy.dtype(), T, {
       const T *gy = dy.data<T>(), *px = xv.data<T>();
       T* gx = dx.t.data<T>();
       write_gradient("unary_backward", xv.numel(), gx, dx.fresh,
@@ -94,8 +92,7 @@ Tensor swiglu_forward(const Tensor& gate, const Tensor& up) {
   stats::count_forward("swiglu");
   Tensor out = Tensor::empty(gate.shape(), gate.dtype(), "swiglu");
   out.set_tag("swiglu");
-  dispatch_float(gate.dtype(), [&](auto tag) {
-    using T = decltype(tag);
+  REMAT_DISPATCH_FLOAT(gate.dtype(), T, {
     const T *a = gate.data<T>(), *b = up.data<T>();
     T* y = out.data<T>();
     for_each_element("swiglu", gate.numel(), KOKKOS_LAMBDA(std::int64_t i) { y[i] = Silu::value(a[i]) * b[i]; });
@@ -121,8 +118,7 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
   rec.finish({&out}, [sa, sb](BackwardContext& ctx) {
     Tensor dy = ctx.grad_out(), a = sa.unpack(), b = sb.unpack();
     GradTarget da = ctx.grad_in(0), db = ctx.grad_in(1);
-    dispatch_float(dy.dtype(), [&](auto tag) {
-      using T = decltype(tag);
+    REMAT_DISPATCH_FLOAT(dy.dtype(), T, {
       const T *gy = dy.data<T>(), *pa = a.data<T>(), *pb = b.data<T>();
       T* ga = da ? da.t.data<T>() : nullptr;
       T* gb = db ? db.t.data<T>() : nullptr;

@@ -21,8 +21,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
   stats::count_forward("add");
   Tensor out = Tensor::empty(a.shape(), a.dtype(), "add");
   out.set_tag("add");
-  dispatch_float(a.dtype(), [&](auto tag) {
-    using T = decltype(tag);
+  REMAT_DISPATCH_FLOAT(a.dtype(), T, {
     const T* x = a.data<T>();
     const T* y = b.data<T>();
     T* z = out.data<T>();
@@ -42,8 +41,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
       if (!ctx.needs_grad(1)) return;
       if (same) return ctx.accumulate(1, dy);
       GradTarget db = ctx.grad_in(1);
-      dispatch_float(dy.dtype(), [&](auto tag) {
-        using T = decltype(tag);
+      REMAT_DISPATCH_FLOAT(dy.dtype(), T, {
         column_sums(dy.data<T>(), n / nb, nb, db.t.data<T>(), !db.fresh);
       });
     });

@@ -53,8 +53,7 @@ Tensor attention_probs(const Inputs& in, const Geometry& g) {
   stats::count_forward("attention_probs");
   Tensor probs = Tensor::empty({g.B, g.H, g.S, g.S}, in.q.dtype(), "attention_probs");
   probs.set_tag("softmax");
-  dispatch_float(in.q.dtype(), [&](auto tag) {
-    using T = decltype(tag);
+  REMAT_DISPATCH_FLOAT(in.q.dtype(), T, {
     const T *q = in.q.data<T>() + g.q.offset, *k = in.k.data<T>() + g.k.offset;
     T* p = probs.data<T>();
     const std::int64_t S = g.S;
@@ -87,8 +86,7 @@ Tensor attention_output(const Tensor& probs, const Inputs& in, const Geometry& g
   Tensor out = Tensor::empty({g.B, g.S, g.width()}, probs.dtype(), "attention");
   out.set_tag("attention");
   Tensor dropped = d.active() ? Tensor::empty(probs.shape(), probs.dtype(), "attention_dropped") : probs;
-  dispatch_float(probs.dtype(), [&](auto tag) {
-    using T = decltype(tag);
+  REMAT_DISPATCH_FLOAT(probs.dtype(), T, {
     if (d.active()) apply_dropout(probs.data<T>(), dropped.data<T>(), probs.numel(), d);
     const T *v = in.v.data<T>() + g.v.offset, *p = dropped.data<T>();
     T* y = out.data<T>();
@@ -124,42 +122,45 @@ fused::Problem fused_problem(const Geometry& g, const Dropout& d) {
 
 double attention_flops(const Geometry& g) { return 4.0 * double(g.B * g.H) * double(g.S * g.S) * double(g.hd); }
 
-// The fused kernel: out and lse[B, H, S].
-std::pair<Tensor, Tensor> fused_forward(const Inputs& in, const Geometry& g, const Dropout& d) {
+// A device runs the team kernels for `fused`: its tiles cannot go through
+// the host BLAS.
+constexpr bool kHostMemory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
+AttentionKernel resolve(AttentionKernel k) { return !kHostMemory && k == AttentionKernel::fused ? AttentionKernel::fused_team : k; }
+
+// The fused kernel (host tiles, or team kernels if `team`): out and lse[B, H, S].
+std::pair<Tensor, Tensor> fused_forward(const Inputs& in, const Geometry& g, const Dropout& d, bool team) {
   stats::count_forward("attention_fused");
   stats::count_flops(attention_flops(g) * (g.causal ? 0.5 : 1.0));
   Tensor out = Tensor::empty({g.B, g.S, g.width()}, in.q.dtype(), "attention");
   out.set_tag("attention");
   Tensor lse = Tensor::empty({g.B, g.H, g.S}, in.q.dtype(), "attention_lse");
   lse.set_tag("attention_lse");
-  dispatch_float(in.q.dtype(), [&](auto tag) {
-    using T = decltype(tag);
-    fused::forward<T>(fused_problem(g, d), in.q.data<T>(), in.k.data<T>(), in.v.data<T>(), out.data<T>(),
-                      lse.data<T>());
+  REMAT_DISPATCH_FLOAT(in.q.dtype(), T, {
+    const auto run = team ? fused::team_forward<T> : fused::forward<T>;
+    run(fused_problem(g, d), in.q.data<T>(), in.k.data<T>(), in.v.data<T>(), out.data<T>(), lse.data<T>());
   });
   return {out, lse};
 }
 
-Tensor record_fused(const Inputs& in, const Geometry& g, const Dropout& d) {
-  auto [out, lse] = fused_forward(in, g, d);
+Tensor record_fused(const Inputs& in, const Geometry& g, const Dropout& d, bool team) {
+  auto [out, lse] = fused_forward(in, g, d, team);
   OpRecorder rec("attention", {&in.q, in.packed() ? nullptr : &in.k, in.packed() ? nullptr : &in.v});
   if (!rec) return out;
   const SavedTensor sq = save(in.q), sk = in.packed() ? sq : save(in.k), sv = in.packed() ? sq : save(in.v);
   auto unpack = [sq, sk, sv] { return Inputs{sq.unpack(), sk.unpack(), sv.unpack()}; };
-  out.set_recipe([unpack, g, d] { return fused_forward(unpack(), g, d).first; });
+  out.set_recipe([unpack, g, d, team] { return fused_forward(unpack(), g, d, team).first; });
   const SavedTensor so = save(out), sl = save(lse);
   const bool packed = in.packed();
-  rec.finish({&out}, [unpack, so, sl, g, d, packed](BackwardContext& ctx) {
+  rec.finish({&out}, [unpack, so, sl, g, d, packed, team](BackwardContext& ctx) {
     const Inputs x = unpack();
     Tensor o = so.unpack(), l = sl.unpack(), dy = ctx.grad_out();
     GradTarget tq = ctx.grad_in(0), tk = packed ? tq : ctx.grad_in(1), tv = packed ? tq : ctx.grad_in(2);
     zero_fresh({&tq, &tk, &tv});  // the kernel adds
     stats::count_flops(attention_flops(g) * 1.5 * (g.causal ? 0.5 : 1.0));  // recomputed scores + four products
-    dispatch_float(dy.dtype(), [&](auto tag) {
-      using T = decltype(tag);
-      fused::backward<T>(fused_problem(g, d), x.q.data<T>(), x.k.data<T>(), x.v.data<T>(), o.data<T>(), l.data<T>(),
-                         dy.data<T>(), tq ? tq.t.data<T>() : nullptr, tk ? tk.t.data<T>() : nullptr,
-                         tv ? tv.t.data<T>() : nullptr);
+    REMAT_DISPATCH_FLOAT(dy.dtype(), T, {
+      const auto run = team ? fused::team_backward<T> : fused::backward<T>;
+      run(fused_problem(g, d), x.q.data<T>(), x.k.data<T>(), x.v.data<T>(), o.data<T>(), l.data<T>(), dy.data<T>(),
+          tq ? tq.t.data<T>() : nullptr, tk ? tk.t.data<T>() : nullptr, tv ? tv.t.data<T>() : nullptr);
     });
   });
   return out;
@@ -168,9 +169,8 @@ Tensor record_fused(const Inputs& in, const Geometry& g, const Dropout& d) {
 Tensor record(const Inputs& in, const Geometry& g, double dropout) {
   Dropout d;
   if (dropout > 0) d = {dropout, random_ops::seed(), random_ops::stream(random_ops::next_op())};
-  // The fused kernel runs on host memory; elsewhere the plain one serves.
-  constexpr bool host = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
-  if (host && kernel_setting() == AttentionKernel::fused) return record_fused(in, g, d);
+  const AttentionKernel kernel = resolve(kernel_setting());
+  if (kernel != AttentionKernel::plain) return record_fused(in, g, d, kernel == AttentionKernel::fused_team);
   Tensor probs = attention_probs(in, g);
   Tensor out = attention_output(probs, in, g, d);
   OpRecorder rec("attention", {&in.q, in.packed() ? nullptr : &in.k, in.packed() ? nullptr : &in.v});
@@ -190,8 +190,7 @@ Tensor record(const Inputs& in, const Geometry& g, double dropout) {
     zero_fresh({&tq, &tk, &tv});
     Tensor dprobs = Tensor::empty(pr.shape(), pr.dtype(), "attention_dprobs");
     Tensor dropped = d.active() ? Tensor::empty(pr.shape(), pr.dtype(), "attention_dropped") : pr;
-    dispatch_float(dy.dtype(), [&](auto tag) {
-      using T = decltype(tag);
+    REMAT_DISPATCH_FLOAT(dy.dtype(), T, {
       if (d.active()) apply_dropout(pr.data<T>(), dropped.data<T>(), pr.numel(), d);
       const T *gy = dy.data<T>(), *p = pr.data<T>(), *pd = dropped.data<T>();
       const T *q = x.q.data<T>() + g.q.offset, *k = x.k.data<T>() + g.k.offset, *v = x.v.data<T>() + g.v.offset;
@@ -242,11 +241,19 @@ Tensor record(const Inputs& in, const Geometry& g, double dropout) {
 AttentionKernel current_attention_kernel() { return kernel_setting(); }
 AttentionKernelScope::AttentionKernelScope(AttentionKernel k) : previous_(kernel_setting()) { kernel_setting() = k; }
 AttentionKernelScope::~AttentionKernelScope() { kernel_setting() = previous_; }
-const char* attention_kernel_name(AttentionKernel k) { return k == AttentionKernel::fused ? "fused" : "plain"; }
+const char* attention_kernel_name(AttentionKernel k) {
+  switch (resolve(k)) {
+    case AttentionKernel::fused: return "fused";
+    case AttentionKernel::fused_team: return "fused-team";
+    case AttentionKernel::plain: break;
+  }
+  return "plain";
+}
 AttentionKernel parse_attention_kernel(const std::string& name) {
   if (name == "fused") return AttentionKernel::fused;
+  if (name == "fused-team") return AttentionKernel::fused_team;
   if (name == "plain") return AttentionKernel::plain;
-  throw UserError("unknown attention kernel '" + name + "' (fused, plain)");
+  throw UserError("unknown attention kernel '" + name + "' (fused, fused-team, plain)");
 }
 
 Tensor attention(const Tensor& qkv, int heads, bool causal, double dropout) {

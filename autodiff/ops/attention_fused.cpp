@@ -7,22 +7,12 @@
 #include "autodiff/fast_math.hpp"
 #include "autodiff/gemm.hpp"
 #include "autodiff/ops/softmax_row.hpp"
-#include "autodiff/rng.hpp"
 
 namespace remat::ops::fused {
 namespace {
 
 using gemm::Op;
 constexpr std::int64_t kTile = 64;  // query rows per tile
-
-// The dropout keep-scale of probability (b, h, i, j), indexed as the plain
-// kernel indexes its [B, H, S, S] probabilities, so both draw the same mask.
-template <class T>
-inline T keep(const Problem& p, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) {
-  if (p.dropout <= 0) return T(1);
-  const std::uint64_t idx = std::uint64_t(((b * p.H + h) * p.S + i) * p.S + j);
-  return rng::uniform(p.seed, p.stream, idx) > p.dropout ? T(1.0 / (1.0 - p.dropout)) : T(0);
-}
 
 // Scores of a tile: s[r, j] = scale q_{i0+r} . k_j for the keys the rows may see.
 template <class T>

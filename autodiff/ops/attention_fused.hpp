@@ -1,9 +1,16 @@
 #pragma once
-// The fused, tiled attention kernel (the flash-attention idea on the host):
-// forward keeps only the output and each row's log-sum-exp; backward
-// recomputes the probabilities one tile of query rows at a time. Same
-// geometry, masking and dropout masks as the plain kernel in attention.cpp.
+// The fused attention kernels (the flash-attention idea): forward keeps only
+// the output and each row's log-sum-exp; backward recomputes the
+// probabilities a tile at a time. Same geometry, masking and dropout masks as
+// the plain kernel in attention.cpp. Two implementations:
+// - forward/backward (attention_fused.cpp): host tiles through the BLAS;
+// - team_forward/team_backward (attention_fused_team.cpp): Kokkos team
+//   kernels with scratch memory on the default execution space, what a GPU
+//   runs (and the host too, as --attention fused-team).
+#include <Kokkos_Core.hpp>
 #include <cstdint>
+
+#include "autodiff/rng.hpp"
 
 namespace remat::ops::fused {
 
@@ -20,6 +27,16 @@ struct Problem {
   std::uint64_t seed, stream;
 };
 
+// The dropout keep-scale of probability (b, h, i, j), indexed as the plain
+// kernel indexes its [B, H, S, S] probabilities, so all kernels draw the
+// same mask.
+template <class T>
+KOKKOS_INLINE_FUNCTION T keep(const Problem& p, std::int64_t b, std::int64_t h, std::int64_t i, std::int64_t j) {
+  if (p.dropout <= 0) return T(1);
+  const std::uint64_t idx = std::uint64_t(((b * p.H + h) * p.S + i) * p.S + j);
+  return rng::uniform(p.seed, p.stream, idx) > p.dropout ? T(1.0 / (1.0 - p.dropout)) : T(0);
+}
+
 // out[B, S, H hd] and lse[B, H, S].
 template <class T>
 void forward(const Problem& p, const T* q, const T* k, const T* v, T* out, T* lse);
@@ -28,5 +45,13 @@ void forward(const Problem& p, const T* q, const T* k, const T* v, T* out, T* ls
 template <class T>
 void backward(const Problem& p, const T* q, const T* k, const T* v, const T* out, const T* lse, const T* dout, T* dq,
               T* dk, T* dv);
+
+// The same on the default execution space as team kernels (device memory
+// on a GPU build). Backward adds into dq, dk, dv like the host version.
+template <class T>
+void team_forward(const Problem& p, const T* q, const T* k, const T* v, T* out, T* lse);
+template <class T>
+void team_backward(const Problem& p, const T* q, const T* k, const T* v, const T* out, const T* lse, const T* dout,
+                   T* dq, T* dk, T* dv);
 
 }  // namespace remat::ops::fused

@@ -24,8 +24,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
   lse.set_tag("cross_entropy");
   Tensor loss = Tensor::empty({}, logits.dtype(), "loss");
   loss.set_tag("cross_entropy");
-  dispatch_float(logits.dtype(), [&](auto tag) {
-    using T = decltype(tag);
+  REMAT_DISPATCH_FLOAT(logits.dtype(), T, {
     const T* z = logits.data<T>();
     const std::int32_t* t = targets.data<std::int32_t>();
     T* pl = lse.data<T>();
@@ -53,8 +52,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
     rec.finish({&loss}, [sz = save(logits), sl = save(lse), targets, M, V](BackwardContext& ctx) {
       Tensor dy = ctx.grad_out(), zv = sz.unpack(), lv = sl.unpack();
       GradTarget dz = ctx.grad_in(0);
-      dispatch_float(dy.dtype(), [&](auto tag) {
-        using T = decltype(tag);
+      REMAT_DISPATCH_FLOAT(dy.dtype(), T, {
         const T *z = zv.data<T>(), *pl = lv.data<T>(), *gy = dy.data<T>();
         const std::int32_t* t = targets.data<std::int32_t>();
         T* gz = dz.t.data<T>();

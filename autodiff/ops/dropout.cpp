@@ -14,8 +14,7 @@ namespace {
 Tensor masked_scale(const Tensor& x, double p, std::uint64_t seed, std::uint64_t stream) {
   Tensor out = Tensor::empty(x.shape(), x.dtype(), "dropout");
   out.set_tag("dropout");
-  dispatch_float(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
+  REMAT_DISPATCH_FLOAT(x.dtype(), T, {
     const T* px = x.data<T>();
     T* y = out.data<T>();
     const T keep_scale = T(1.0 / (1.0 - p));

@@ -16,8 +16,7 @@ Tensor embedding_forward(const Tensor& weight, const Tensor& ids) {
   shape.push_back(D);
   Tensor out = Tensor::empty(shape, weight.dtype(), "embedding");
   out.set_tag("embedding");
-  dispatch_float(weight.dtype(), [&](auto tag) {
-    using T = decltype(tag);
+  REMAT_DISPATCH_FLOAT(weight.dtype(), T, {
     const T* w = weight.data<T>();
     const std::int32_t* id = ids.data<std::int32_t>();
     T* y = out.data<T>();
@@ -45,8 +44,7 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   rec.finish({&out}, [ids, V, D, N](BackwardContext& ctx) {
     GradTarget dw = ctx.grad_in(0);
     Tensor dy = ctx.grad_out();
-    dispatch_float(dy.dtype(), [&](auto tag) {
-      using T = decltype(tag);
+    REMAT_DISPATCH_FLOAT(dy.dtype(), T, {
       T* g = dw.t.data<T>();
       const T* gy = dy.data<T>();
       const std::int32_t* id = ids.data<std::int32_t>();

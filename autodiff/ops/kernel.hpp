@@ -69,13 +69,43 @@ KOKKOS_INLINE_FUNCTION void accumulate(T& dst, T v, bool fresh) {
   dst = v + (fresh ? T(0) : old);
 }
 
+// column_sums for a device: a thread per column has too little parallelism
+// there (D threads for M x D terms). The rows are cut into a fixed number of
+// chunks; a thread per (chunk, column) sums its chunk's rows in order into a
+// workspace, then a thread per column sums the chunks in order: still one
+// fixed order for every sum (deterministic), with chunks x D threads reading
+// consecutive columns (coalesced). Runs on any backend (the tests run it on
+// the host).
+template <class T, class Term>
+void column_sums_chunked(const char* name, std::int64_t M, std::int64_t D, T* out, bool fresh, const Term& term) {
+  constexpr std::int64_t kChunks = 64;
+  Kokkos::View<T*, MemSpace> partial(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(name) + "_partial"),
+                                     std::size_t(kChunks * D));
+  T* pp = partial.data();
+  for_each(name, kChunks * D, KOKKOS_LAMBDA(std::int64_t x) {
+    const std::int64_t c = x / D, j = x % D, hi = M * (c + 1) / kChunks;
+    T acc = 0;
+    for (std::int64_t r = M * c / kChunks; r < hi; ++r) acc += term(r, j);
+    pp[x] = acc;
+  });
+  for_each(name, D, KOKKOS_LAMBDA(std::int64_t j) {
+    T acc = 0;
+    for (std::int64_t c = 0; c < kChunks; ++c) acc += pp[c * D + j];
+    accumulate(out[j], acc, fresh);
+  });
+}
+
 // out[j] = sum over rows r of term(r, j) for j in [0, D), or += where the
 // buffer is not fresh: blocks of columns in parallel, rows in order within
 // each (deterministic sums, whatever the thread count), each row's run of
 // columns contiguous (the inner loop vectorises). A norm's weight and bias
-// gradients.
+// gradients. On a device: column_sums_chunked.
 template <class T, class Term>
 void column_sums(const char* name, std::int64_t M, std::int64_t D, T* out, bool fresh, const Term& term) {
+  if constexpr (!Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible) {
+    column_sums_chunked<T>(name, M, D, out, fresh, term);
+    return;
+  }
   constexpr std::int64_t kBlock = 32;
   for_each(name, (D + kBlock - 1) / kBlock, KOKKOS_LAMBDA(std::int64_t blk) {
     const std::int64_t j0 = blk * kBlock, n = D - j0 < kBlock ? D - j0 : kBlock;
@@ -102,6 +132,11 @@ inline void require_float(const char* op, const Tensor& t, const char* name) {
 // does not depend on the thread count.
 template <class T>
 void column_sums(const T* src, std::int64_t rows, std::int64_t cols, T* dst, bool accumulate) {
+  if constexpr (!Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible) {
+    column_sums_chunked<T>("column_sums", rows, cols, dst, !accumulate,
+                           KOKKOS_LAMBDA(std::int64_t r, std::int64_t j) { return src[r * cols + j]; });
+    return;
+  }
   constexpr std::int64_t block = 32;
   const std::int64_t blocks = (cols + block - 1) / block;
   for_each("column_sums", blocks, KOKKOS_LAMBDA(std::int64_t b) {

@@ -19,8 +19,7 @@ Normalized layer_norm_forward(const Tensor& x, const Tensor& weight, const Tenso
   Tensor mean = Tensor::empty({M}, x.dtype(), "layer_norm_mean");
   Tensor rstd = Tensor::empty({M}, x.dtype(), "layer_norm_rstd");
   for (Tensor* t : {&out, &mean, &rstd}) t->set_tag("layer_norm");
-  dispatch_float(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
+  REMAT_DISPATCH_FLOAT(x.dtype(), T, {
     const T *px = x.data<T>(), *w = weight.data<T>(), *b = bias.data<T>();
     T *y = out.data<T>(), *pm = mean.data<T>(), *pr = rstd.data<T>();
     const T e = T(eps);
@@ -54,8 +53,7 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   out.set_recipe([sx, weight, bias, eps] { return layer_norm_forward(sx.unpack(), weight, bias, eps).out; });
   rec.finish({&out}, [sx, sm = save(mean), sr = save(rstd), weight, M, D](BackwardContext& ctx) {
       Tensor dy = ctx.grad_out(), xv = sx.unpack(), mv = sm.unpack(), rv = sr.unpack();
-      dispatch_float(dy.dtype(), [&](auto tag) {
-        using T = decltype(tag);
+      REMAT_DISPATCH_FLOAT(dy.dtype(), T, {
         const T *gy = dy.data<T>(), *px = xv.data<T>(), *pm = mv.data<T>(), *pr = rv.data<T>();
         const T* w = weight.data<T>();
         if (GradTarget dx = ctx.grad_in(0)) {

@@ -17,8 +17,7 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias)
   shape.back() = out_f;
   Tensor out = Tensor::empty(shape, x.dtype(), "linear");
   out.set_tag("linear");
-  dispatch_float(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
+  REMAT_DISPATCH_FLOAT(x.dtype(), T, {
     T* y = out.data<T>();
     T beta = 0;
     if (bias.defined()) {  // y = bias, then y += x W^T inside the GEMM
@@ -99,8 +98,7 @@ Tensor plain_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     // Unpack before allocating gradients: a recomputation it may trigger
     // then runs with less live.
     Tensor dy = ctx.grad_out(), xv = ctx.needs_grad(1) ? sx.unpack() : Tensor();
-    dispatch_float(dy.dtype(), [&](auto tag) {
-      using T = decltype(tag);
+    REMAT_DISPATCH_FLOAT(dy.dtype(), T, {
       const T* gy = dy.data<T>();
       if (GradTarget dx = ctx.grad_in(0))
         gemm::gemm<T>(Op::N, Op::N, M, in, out_f, 1, gy, out_f, weight.data<T>(), in, dx.fresh ? 0 : 1,

@@ -63,11 +63,14 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, i
 
 // Which attention kernel the attention ops use. `fused` (the default) keeps
 // only the output and each row's log-sum-exp and recomputes probabilities
-// tile by tile in backward; `plain` keeps the probabilities [B, H, S, S].
-// Both take the same dropout masks and agree to rounding. The choice is a
-// step's option (StepOptions::attention): the step installs it with a scope
-// for its forward and backward, so no choice outlives the step that made it.
-enum class AttentionKernel { fused, plain };
+// tile by tile in backward: on host memory as tiles through the BLAS, on a
+// device as Kokkos team kernels, which `fused_team` names and which the host
+// can run too. `plain` keeps the probabilities [B, H, S, S]. All take the
+// same dropout masks and agree to rounding. The choice is a step's option
+// (StepOptions::attention): the step installs it with a scope for its
+// forward and backward, so no choice outlives the step that made it.
+enum class AttentionKernel { fused, fused_team, plain };
+// The name of the kernel that runs: on a device `fused` is "fused-team".
 const char* attention_kernel_name(AttentionKernel k);
 AttentionKernel parse_attention_kernel(const std::string& name);  // UserError if unknown
 AttentionKernel current_attention_kernel();  // fused outside any scope

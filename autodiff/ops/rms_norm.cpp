@@ -19,8 +19,7 @@ Normalized rms_norm_forward(const Tensor& x, const Tensor& weight, double eps) {
   Tensor rstd = Tensor::empty({M}, x.dtype(), "rms_norm_rstd");
   out.set_tag("rms_norm");
   rstd.set_tag("rms_norm");
-  dispatch_float(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
+  REMAT_DISPATCH_FLOAT(x.dtype(), T, {
     const T *px = x.data<T>(), *w = weight.data<T>();
     T *y = out.data<T>(), *pr = rstd.data<T>();
     const T e = T(eps);
@@ -49,8 +48,7 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   out.set_recipe([sx, weight, eps] { return rms_norm_forward(sx.unpack(), weight, eps).out; });
   rec.finish({&out}, [sx, sr = save(rstd), weight, M, D](BackwardContext& ctx) {
     Tensor dy = ctx.grad_out(), xv = sx.unpack(), rv = sr.unpack();
-    dispatch_float(dy.dtype(), [&](auto tag) {
-      using T = decltype(tag);
+    REMAT_DISPATCH_FLOAT(dy.dtype(), T, {
       const T *gy = dy.data<T>(), *px = xv.data<T>(), *pr = rv.data<T>(), *w = weight.data<T>();
       if (GradTarget dx = ctx.grad_in(0)) {
         T* gx = dx.t.data<T>();

@@ -17,8 +17,7 @@ Tensor rotate(const Tensor& x, int head_dim, double theta, double sign) {
   const std::int64_t S = x.dim(1), W = x.dim(2), half = head_dim / 2, rows = rows_of(x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), "rotary");
   out.set_tag("rotary");
-  dispatch_float(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
+  REMAT_DISPATCH_FLOAT(x.dtype(), T, {
     const T* px = x.data<T>();
     T* y = out.data<T>();
     const double log_theta = std::log(theta);

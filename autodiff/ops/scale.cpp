@@ -11,8 +11,7 @@ namespace {
 Tensor scaled(const Tensor& x, double s) {
   Tensor out = Tensor::empty(x.shape(), x.dtype(), "scale");
   out.set_tag("scale");
-  dispatch_float(x.dtype(), [&](auto tag) {
-    using T = decltype(tag);
+  REMAT_DISPATCH_FLOAT(x.dtype(), T, {
     const T* px = x.data<T>();
     T* y = out.data<T>();
     const T f = T(s);

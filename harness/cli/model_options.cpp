@@ -21,9 +21,10 @@ void ModelOptions::bind(CLI::App& cmd) {
 
 void add_attention_option(CLI::App& cmd, std::string& kernel) {
   cmd.add_option("--attention", kernel,
-                 "Attention kernel: fused (keeps output and log-sum-exp, recomputes probabilities in backward) or "
-                 "plain (keeps the probabilities)")
-      ->check(CLI::IsMember({"fused", "plain"}))
+                 "Attention kernel: fused (keeps output and log-sum-exp, recomputes probabilities in backward; "
+                 "tiles through the BLAS on the host, team kernels on a GPU), fused-team (the GPU's team kernels, "
+                 "on any backend) or plain (keeps the probabilities)")
+      ->check(CLI::IsMember({"fused", "fused-team", "plain"}))
       ->capture_default_str();
 }
 

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 
 #include "autodiff/error.hpp"
 #include "autodiff/gemm.hpp"
@@ -23,7 +24,7 @@ void require_same_model(const ModelSetup& base, const ModelSetup& file, const st
   const Sizes &a = base.sizes, &b = file.sizes;
   std::string diff;
   if (base.model != file.model) diff = "model " + file.model + " (not " + base.model + ")";
-  for (auto [name, x, y] : {std::tuple{"L", a.L, b.L}, {"D", a.D, b.D}, {"H", a.H, b.H}, {"Hkv", a.Hkv, b.Hkv},
+  for (auto [name, x, y] : std::initializer_list<std::tuple<const char*, int, int>>{{"L", a.L, b.L}, {"D", a.D, b.D}, {"H", a.H, b.H}, {"Hkv", a.Hkv, b.Hkv},
                             {"F", a.F, b.F}, {"V", a.V, b.V}})
     if (diff.empty() && x != y) diff = std::string(name) + " = " + std::to_string(y) + " (not " + std::to_string(x) + ")";
   if (!diff.empty())

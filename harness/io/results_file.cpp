@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <initializer_list>
 
 #include "autodiff/error.hpp"
 #include "autodiff/runtime.hpp"
@@ -146,7 +147,7 @@ void write_run(const h5::File& file_, const std::string& g, const RunRecord& r) 
   attr_s("data", k.data);
   attr_i("seed", std::int64_t(k.seed));
   attr_i("mem_limit_bytes", k.mem_limit);
-  for (auto [n, v] : {std::pair{"L", z.L}, {"D", z.D}, {"H", z.H}, {"Hkv", z.Hkv}, {"F", z.F}, {"S", z.S},
+  for (auto [n, v] : std::initializer_list<std::pair<const char*, int>>{{"L", z.L}, {"D", z.D}, {"H", z.H}, {"Hkv", z.Hkv}, {"F", z.F}, {"S", z.S},
                       {"S_max", z.S_max}, {"V", z.V}, {"B", z.B}})
     attr_i(n, v);
   attr_d("dropout", z.dropout);

@@ -1,6 +1,7 @@
 #include "harness/io/weights_file.hpp"
 
 #include <cmath>
+#include <initializer_list>
 #include <set>
 
 #include "autodiff/error.hpp"
@@ -30,7 +31,7 @@ void write_setup(const h5::File& f, const ModelSetup& s) {
   h5::write_attr(f, "model", s.model);
   h5::write_attr(f, "preset", s.preset);
   const Sizes& z = s.sizes;
-  for (auto [name, v] : {std::pair{"L", z.L}, {"D", z.D}, {"H", z.H}, {"Hkv", z.Hkv}, {"F", z.F}, {"S", z.S},
+  for (auto [name, v] : std::initializer_list<std::pair<const char*, int>>{{"L", z.L}, {"D", z.D}, {"H", z.H}, {"Hkv", z.Hkv}, {"F", z.F}, {"S", z.S},
                          {"S_max", z.S_max}, {"V", z.V}, {"B", z.B}})
     h5::write_attr(f, name, std::int64_t(v));
 }

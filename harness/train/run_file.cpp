@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <initializer_list>
 #include <tuple>
 #include <type_traits>
 
@@ -215,7 +216,7 @@ SavedRun read_run_record(const std::string& path) {
   ModelSetup setup;
   setup.model = h5::read_attr_string(f, "model").value_or("?");
   setup.preset = h5::read_attr_string(f, "preset").value_or("?");
-  for (auto [name, field] : {std::pair{"L", &setup.sizes.L}, {"D", &setup.sizes.D}, {"S", &setup.sizes.S},
+  for (auto [name, field] : std::initializer_list<std::pair<const char*, int*>>{{"L", &setup.sizes.L}, {"D", &setup.sizes.D}, {"S", &setup.sizes.S},
                              {"B", &setup.sizes.B}})
     *field = int(h5::read_attr_int(f, name).value_or(0));
   run.config = read_config(f, setup);
@@ -264,7 +265,7 @@ void require_same_run(const std::string& path, const TrainConfig& run, const Tra
   };
   if (a.model != b.model) differ("model", a.model, b.model);
   const Sizes &x = a.sizes, &y = b.sizes;
-  for (auto [name, u, v] : {std::tuple{"L", x.L, y.L}, {"D", x.D, y.D}, {"H", x.H, y.H}, {"Hkv", x.Hkv, y.Hkv},
+  for (auto [name, u, v] : std::initializer_list<std::tuple<const char*, int, int>>{{"L", x.L, y.L}, {"D", x.D, y.D}, {"H", x.H, y.H}, {"Hkv", x.Hkv, y.Hkv},
                             {"F", x.F, y.F}, {"S", x.S, y.S}, {"V", x.V, y.V}, {"B", x.B, y.B}})
     if (u != v) differ(name, std::to_string(u), std::to_string(v));
   const auto was = settings(run), now = settings(asked);

@@ -1,0 +1,31 @@
+#pragma once
+// cuBLAS for the device side of gemm.hpp, loaded at run time. Row-major
+// operands like the rest of remat; the column-major swap happens inside.
+// In a build without CUDA every call throws (gemm.cpp never makes one there).
+#include <cstdint>
+#include <string>
+
+#include "autodiff/gemm.hpp"
+
+namespace remat::cublas {
+
+// Loads cuBLAS and creates its handle on the default execution space's
+// stream, once; throws UserError naming the libraries it looked for if none
+// loads. Called at start-up on a CUDA build, so a machine without cuBLAS is
+// told so before any work (and before any file is opened).
+void require();
+
+// "libcublas.so.13 (cuBLAS 13.0.2)", or "" before require().
+std::string describe();
+
+template <class T>
+void gemm(gemm::Op op_a, gemm::Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
+          std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc);
+
+template <class T>
+void gemm_strided_batched(gemm::Op op_a, gemm::Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
+                          const T* a, std::int64_t lda, std::int64_t stride_a, const T* b, std::int64_t ldb,
+                          std::int64_t stride_b, T beta, T* c, std::int64_t ldc, std::int64_t stride_c,
+                          std::int64_t count);
+
+}  // namespace remat::cublas
