@@ -1,7 +1,10 @@
 // The test main: Kokkos (with the memory tracker) for the whole run, and
 // invalid floating-point operations trapped so that a NaN fails loudly.
 #include <cfenv>
+#include <cstdio>
+#include <optional>
 
+#include "autodiff/error.hpp"
 #include "autodiff/runtime.hpp"
 #if __has_include(<catch2/catch_all.hpp>)
 #include <catch2/catch_session.hpp>
@@ -12,6 +15,12 @@
 
 int main(int argc, char** argv) {
   feenableexcept(FE_INVALID);  // before Kokkos starts its threads, which inherit it
-  remat::Runtime runtime(argc, argv);
+  std::optional<remat::Runtime> runtime;
+  try {
+    runtime.emplace(argc, argv);
+  } catch (const remat::UserError& e) {  // e.g. a CUDA build on a machine without a GPU
+    std::fprintf(stderr, "remat_tests: error: %s\n", e.what());
+    return 2;
+  }
   return Catch::Session().run(argc, argv);
 }
