@@ -26,9 +26,10 @@ say() { printf '[gpu-bundle] %s\n' "$*"; }
 cmake --build "$root/build-cuda" --target remat remat_tests >/dev/null
 host_build="$root/build-bundle-host"
 say "portable host build in $host_build"
+mkdir -p "$host_build"
 cmake -S "$root" -B "$host_build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DREMAT_NATIVE=OFF -DREMAT_BUILD_TESTS=OFF \
-  -DREMAT_BUILD_BENCH=OFF -DKokkos_ROOT="${Kokkos_ROOT:-$root/.deps/kokkos}" >"$host_build.configure.log" 2>&1 ||
-  { cat "$host_build.configure.log"; exit 1; }
+  -DREMAT_BUILD_BENCH=OFF -DKokkos_ROOT="${Kokkos_ROOT:-$root/.deps/kokkos}" >"$host_build/configure.log" 2>&1 ||
+  { cat "$host_build/configure.log"; exit 1; }
 cmake --build "$host_build" --target remat -j "$(nproc)" >/dev/null
 
 stage="$out/remat-gpu"
