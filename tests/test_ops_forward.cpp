@@ -3,6 +3,7 @@
 
 #include "autodiff/ops/kernel.hpp"
 #include "autodiff/ops/ops.hpp"
+#include "autodiff/ops/softmax_row.hpp"
 #include "autodiff/random.hpp"
 #include "autodiff/tape.hpp"
 #include "catch.hpp"
@@ -212,4 +213,35 @@ TEST_CASE("column sums: the device's chunked kernel agrees with the host's, fres
         }
       });
     }
+}
+
+TEST_CASE("softmax rows: the device's team kernels agree with the row kernel, masked rows included",
+          "[ops][forward]") {
+  const std::int64_t rows = 12, len = 37;
+  for (DType dt : kDtypes) {
+    INFO("dtype " << dtype_name(dt));
+    const double tol = dt == DType::f64 ? 1e-12 : 1e-6;
+    Tensor team = random_tensor({rows, len}, 1, dt, -4, 4), grad = random_tensor({rows, len}, 2, dt);
+    std::vector<double> x = team.to_host_f64(), g = grad.to_host_f64(), want(x.size()), want_grad(x.size());
+    for (std::int64_t r = 0; r < rows; ++r) {  // row r sees r + 1 entries (capped): a causal mask
+      const std::int64_t n = std::min(r + 1, len);
+      double m = x[r * len], sum = 0, dot = 0;
+      for (std::int64_t j = 0; j < n; ++j) m = std::max(m, x[r * len + j]);
+      for (std::int64_t j = 0; j < n; ++j) sum += std::exp(x[r * len + j] - m);
+      for (std::int64_t j = 0; j < len; ++j) want[r * len + j] = j < n ? std::exp(x[r * len + j] - m) / sum : 0.0;
+      for (std::int64_t j = 0; j < len; ++j) dot += g[r * len + j] * want[r * len + j];
+      for (std::int64_t j = 0; j < len; ++j) want_grad[r * len + j] = want[r * len + j] * (g[r * len + j] - dot) * 0.5;
+    }
+    REMAT_DISPATCH_FLOAT(dt, T, {
+      ops::detail::softmax_rows_team("test_softmax", team.data<T>(), rows, len,
+                                     KOKKOS_LAMBDA(std::int64_t r) { return r + 1 < len ? r + 1 : len; });
+      ops::detail::softmax_backward_rows_team("test_softmax_backward", team.data<T>(), grad.data<T>(), rows, len,
+                                              T(0.5));
+    });
+    const auto got = team.to_host_f64(), got_grad = grad.to_host_f64();
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      CHECK(std::abs(got[i] - want[i]) <= tol);
+      CHECK(std::abs(got_grad[i] - want_grad[i]) <= tol * (1 + std::abs(want_grad[i])));
+    }
+  }
 }

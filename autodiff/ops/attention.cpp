@@ -17,6 +17,10 @@ using gemm::Op;
 
 namespace {
 
+// Host memory: the host's kernels (BLAS tiles, a softmax row per thread);
+// otherwise the device's (team kernels).
+constexpr bool kHostMemory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
+
 // Where q, k and v live: each head's rows are `ld` elements apart, heads
 // `hd` apart, sequences `batch_stride` apart. Packed qkv[B, S, 3D] and
 // separate q[B, S, H hd], k, v[B, S, Hkv hd] are both such layouts.
@@ -62,9 +66,13 @@ Tensor attention_probs(const Inputs& in, const Geometry& g) {
       gemm::gemm_strided_batched<T>(Op::N, Op::T, S, S, g.hd, T(g.scale()), q + h * g.hd, g.q.ld, g.q.batch_stride,
                                     k + g.kv_head(h) * g.hd, g.k.ld, g.k.batch_stride, 0, p + h * S * S, S,
                                     g.p_batch(), g.B);
-    for_each("attention_softmax", g.B * g.H * S, KOKKOS_LAMBDA(std::int64_t row) {
-      softmax_row(p + row * S, causal ? row % S + 1 : S, S);
-    });
+    if constexpr (kHostMemory)
+      for_each("attention_softmax", g.B * g.H * S, KOKKOS_LAMBDA(std::int64_t row) {
+        softmax_row(p + row * S, causal ? row % S + 1 : S, S);
+      });
+    else
+      softmax_rows_team("attention_softmax", p, g.B * g.H * S, S,
+                        KOKKOS_LAMBDA(std::int64_t row) { return causal ? row % S + 1 : S; });
   });
   return probs;
 }
@@ -124,7 +132,6 @@ double attention_flops(const Geometry& g) { return 4.0 * double(g.B * g.H) * dou
 
 // A device runs the team kernels for `fused`: its tiles cannot go through
 // the host BLAS.
-constexpr bool kHostMemory = Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
 AttentionKernel resolve(AttentionKernel k) { return !kHostMemory && k == AttentionKernel::fused ? AttentionKernel::fused_team : k; }
 
 // The fused kernel (host tiles, or team kernels if `team`): out and lse[B, H, S].
@@ -211,13 +218,16 @@ Tensor record(const Inputs& in, const Geometry& g, double dropout) {
       if (d.active()) apply_dropout(dp, dp, dprobs.numel(), d);  // through the same mask
       // softmax backward, scaled: dscores = probs * (dprobs - <dprobs, probs>) * scale
       const T sc = T(g.scale());
-      for_each("attention_softmax_backward", g.B * g.H * S, KOKKOS_LAMBDA(std::int64_t row) {
-        const T* pr_row = p + row * S;
-        T* r = dp + row * S;
-        T dot = 0;
-        for (std::int64_t j = 0; j < S; ++j) dot += r[j] * pr_row[j];
-        for (std::int64_t j = 0; j < S; ++j) r[j] = pr_row[j] * (r[j] - dot) * sc;
-      });
+      if constexpr (kHostMemory)
+        for_each("attention_softmax_backward", g.B * g.H * S, KOKKOS_LAMBDA(std::int64_t row) {
+          const T* pr_row = p + row * S;
+          T* r = dp + row * S;
+          T dot = 0;
+          for (std::int64_t j = 0; j < S; ++j) dot += r[j] * pr_row[j];
+          for (std::int64_t j = 0; j < S; ++j) r[j] = pr_row[j] * (r[j] - dot) * sc;
+        });
+      else
+        softmax_backward_rows_team("attention_softmax_backward", p, dp, g.B * g.H * S, S, sc);
       for (std::int64_t h = 0; h < g.H; ++h) {
         const std::int64_t kvh = g.kv_head(h);
         const T* dh = dp + h * S * S;

@@ -35,4 +35,47 @@ KOKKOS_INLINE_FUNCTION T softmax_row(T* row, std::int64_t valid, std::int64_t le
   return m + kmath::log(sum);
 }
 
+// Masked softmax of `rows` rows of length `len` in place (row r keeps
+// valid(r) >= 1 entries), a team per row: the maximum, the sum and the
+// scaling spread over the team's threads (the reductions run in the team's
+// fixed order: the same result on every run with the same team size). What a
+// device runs: a thread per row leaves most of a GPU idle and reads rows
+// apart. Runs on any backend; the tests run it on the host.
+template <class T, class Valid>
+void softmax_rows_team(const char* name, T* p, std::int64_t rows, std::int64_t len, const Valid& valid) {
+  using Policy = Kokkos::TeamPolicy<ExecSpace>;
+  Kokkos::parallel_for(name, Policy(int(rows), Kokkos::AUTO), KOKKOS_LAMBDA(const Policy::member_type& team) {
+    T* row = p + std::int64_t(team.league_rank()) * len;
+    const std::int64_t n = valid(std::int64_t(team.league_rank()));
+    T m = row[0], sum = 0;
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, n), [&](std::int64_t j, T& mx) { mx = row[j] > mx ? row[j] : mx; },
+        Kokkos::Max<T>(m));
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, n),
+        [&](std::int64_t j, T& acc) {
+          row[j] = fast_exp(row[j] - m);
+          acc += row[j];
+        },
+        sum);
+    const T inv = T(1) / sum;
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len), [&](std::int64_t j) { row[j] = j < n ? row[j] * inv : T(0); });
+  });
+}
+
+// Softmax backward of rows in place: d[j] = p[j] (d[j] - <d, p>) scale, a
+// team per row (see softmax_rows_team).
+template <class T>
+void softmax_backward_rows_team(const char* name, const T* p, T* d, std::int64_t rows, std::int64_t len, T scale) {
+  using Policy = Kokkos::TeamPolicy<ExecSpace>;
+  Kokkos::parallel_for(name, Policy(int(rows), Kokkos::AUTO), KOKKOS_LAMBDA(const Policy::member_type& team) {
+    const std::int64_t at = std::int64_t(team.league_rank()) * len;
+    T dot = 0;
+    Kokkos::parallel_reduce(
+        Kokkos::TeamThreadRange(team, len), [&](std::int64_t j, T& acc) { acc += d[at + j] * p[at + j]; }, dot);
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len),
+                         [&](std::int64_t j) { d[at + j] = p[at + j] * (d[at + j] - dot) * scale; });
+  });
+}
+
 }  // namespace remat::ops::detail
