@@ -1,7 +1,6 @@
 #include "strategies/storage.hpp"
 
 #include <Kokkos_Core.hpp>
-#include <cstdlib>
 #include <map>
 #include <vector>
 
@@ -114,10 +113,8 @@ struct OffloadStorage::Group {
   void copy_in() {
     if (resident) return;
     if (copying) {  // the copy out has not been waited for: the device tensors are still here
-      transfer::copy_space().fence();
-      copying = false;
-      for (auto& e : entries) e.host.reset();
       resident = true;
+      settle();  // as after a copy in: the host buffers go
       return;
     }
     if (!entries.empty() && !entries.front().host) {  // moved, not copied: all or none come back
