@@ -44,7 +44,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, const std::string& label) 
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, const std::string& label) {
   Tensor t = empty(shape, dtype, label);
-  Kokkos::deep_copy(t.bytes_, static_cast<unsigned char>(0));
+  Kokkos::deep_copy(t.bytes(), static_cast<unsigned char>(0));
   return t;
 }
 
@@ -84,7 +84,7 @@ void Tensor::check_dtype(DType want) const {
 
 std::vector<double> Tensor::to_host_f64() const {
   std::vector<double> out(numel_);
-  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bytes_);
+  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bytes());
   const unsigned char* p = host.data();
   for (std::int64_t i = 0; i < numel_; ++i) {
     switch (dtype_) {
@@ -96,10 +96,15 @@ std::vector<double> Tensor::to_host_f64() const {
   return out;
 }
 
+std::vector<float> Tensor::to_host_f32() const {
+  const auto d = to_host_f64();
+  return std::vector<float>(d.begin(), d.end());
+}
+
 std::vector<std::int32_t> Tensor::to_host_i32() const {
   check_dtype(DType::i32);
   std::vector<std::int32_t> out(numel_);
-  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bytes_);
+  auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bytes());
   std::memcpy(out.data(), host.data(), nbytes());
   return out;
 }
@@ -111,7 +116,7 @@ Tensor Tensor::from_host(const std::vector<T>& v, const Shape& shape, const std:
   Tensor t = empty(shape, DTypeOf<T>::value, label);
   Kokkos::View<const unsigned char*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> src(
       reinterpret_cast<const unsigned char*>(v.data()), t.nbytes());
-  Kokkos::deep_copy(t.bytes_, src);
+  Kokkos::deep_copy(t.bytes(), src);
   return t;
 }
 template Tensor Tensor::from_host(const std::vector<float>&, const Shape&, const std::string&);

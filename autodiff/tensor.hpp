@@ -92,6 +92,7 @@ class Tensor {
 
   // Host copies, for I/O and tests.
   std::vector<double> to_host_f64() const;
+  std::vector<float> to_host_f32() const;  // float64 rounded: what weight files store
   std::vector<std::int32_t> to_host_i32() const;
   template <class T> static Tensor from_host(const std::vector<T>& v, const Shape& shape,
                                              const std::string& label = "from_host");

@@ -5,6 +5,8 @@
 // kernels on the default instance run meanwhile. On the host backends both
 // are the plain host space and the default instance.
 #include <Kokkos_Core.hpp>
+#include <chrono>
+#include <memory>
 
 #include "autodiff/tensor.hpp"
 
@@ -20,5 +22,45 @@ using PinnedHostSpace = Kokkos::HostSpace;
 ExecSpace copy_space();
 // Frees that instance; Runtime calls it before Kokkos is finalised.
 void release();
+
+// What the copies cost since the last reset: the time they took on the copy
+// instance, and the time the computing thread spent on them (issuing them,
+// pinned allocations, waiting for them). On a device the difference ran
+// behind compute; a host copies synchronously, so there the two are equal.
+struct CopyTimes {
+  double copy_seconds = 0;
+  double wait_seconds = 0;
+};
+CopyTimes copy_times();
+void reset_copy_times();
+
+// Times one batch of copies on the copy instance: made before the first is
+// issued, `issued()` after the last, `finished()` once the copy instance has
+// been fenced (adds the batch's time to copy_seconds).
+class CopyBatch {
+ public:
+  CopyBatch();
+  ~CopyBatch();
+  CopyBatch(const CopyBatch&) = delete;
+  CopyBatch& operator=(const CopyBatch&) = delete;
+  void issued();
+  void finished();
+
+ private:
+  struct Clock;
+  std::unique_ptr<Clock> clock_;
+};
+
+// Adds the time from construction to destruction to wait_seconds.
+class WaitClock {
+ public:
+  WaitClock();
+  ~WaitClock();
+  WaitClock(const WaitClock&) = delete;
+  WaitClock& operator=(const WaitClock&) = delete;
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+};
 
 }  // namespace remat::transfer

@@ -46,7 +46,7 @@ void run(benchmark::State& state, const std::function<Tensor()>& op, double work
   state.counters["fwd_work/s"] = benchmark::Counter(work_per_call, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-[[maybe_unused]] const bool registered = [] {
+[[maybe_unused]] const bool registered_ops = [] {
   struct Case {
     const char* name;
     std::function<std::function<Tensor()>()> make;  // builds inputs once, returns the call

@@ -58,7 +58,7 @@ void add(const std::string& name, const std::string& model, const std::string& s
 // Every model with every strategy that applies to it, registered at start-up;
 // and gpt2's full and selective:attn-core with the plain attention kernel,
 // whose probabilities are what selective:attn-core drops (BM_step_plain).
-const bool registered = [] {
+[[maybe_unused]] const bool registered_steps = [] {
   using remat::ops::AttentionKernel;
   for (const auto& m : remat::models().all())
     for (const auto& s : remat::all_strategies(remat::ModelTraits{m.reversible}))

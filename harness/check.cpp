@@ -214,7 +214,11 @@ bool within_limit(std::int64_t limit, const std::function<void()>& fn) {
   tracker.set_limit(limit);
   try {
     fn();
-  } catch (const OutOfMemory&) {
+  } catch (const OutOfMemory&) {  // over --mem-limit
+    tracker.set_limit(0);
+    current_tape().clear();
+    return false;
+  } catch (const std::bad_alloc&) {  // the device (or the host) itself is full: the same for the report
     tracker.set_limit(0);
     current_tape().clear();
     return false;

@@ -32,8 +32,9 @@ struct CheckRow {
   bool oom = false;            // the step passed --mem-limit: nothing else in the row holds
 };
 
-// Runs `fn` under the tracker's memory limit; false if it ran out of memory
-// (the partial graph is dropped).
+// Runs `fn` under the tracker's memory limit; false if it ran out of memory,
+// over the limit or for real (a failed device allocation), and the partial
+// graph is dropped.
 bool within_limit(std::int64_t limit, const std::function<void()>& fn);
 
 struct CheckOptions {

@@ -11,6 +11,7 @@
 #include "autodiff/random.hpp"
 #include "autodiff/stats.hpp"
 #include "autodiff/tape.hpp"
+#include "autodiff/transfer.hpp"
 
 namespace remat {
 
@@ -81,6 +82,7 @@ StepResult run_step(const Model& model, const ParamStore& params, const Batch& b
   const auto base_offload = offload_pool_bytes().live;
   tracker.reset_peaks();
   stats::reset();
+  transfer::reset_copy_times();
   StepResult r;
   if (o.timeline) tracker.start_timeline();
   const auto t0 = std::chrono::steady_clock::now();
@@ -95,6 +97,8 @@ StepResult run_step(const Model& model, const ParamStore& params, const Batch& b
   }
   r.activation_peak = tracker.stats(pool).peak - base;
   r.offload_peak = offload_pool_bytes().peak - base_offload;
+  r.offload_copy_seconds = transfer::copy_times().copy_seconds;
+  r.offload_wait_seconds = transfer::copy_times().wait_seconds;
   // A budget is a promise: a plan that broke it is a bug, never a quiet number.
   if (o.strategy && o.strategy->activation_budget() > 0 && r.activation_peak > o.strategy->activation_budget())
     throw std::logic_error("strategy '" + o.strategy->spec() + "' measured an activation peak of " +

@@ -33,6 +33,8 @@ struct StepResult {
   double seconds = 0;
   std::int64_t activation_peak = 0;  // device pool: peak during the step minus live before it
   std::int64_t offload_peak = 0;     // offload pool: the same
+  double offload_copy_seconds = 0;   // the offload copies' own time (on the copy stream on a device)
+  double offload_wait_seconds = 0;   // the step's time spent issuing and waiting for them
   double flops = 0, recompute_flops = 0;            // GEMM FLOPs
   std::map<std::string, std::int64_t> forward_ops;  // op -> forward runs
   std::vector<TimelinePoint> timeline;               // if asked

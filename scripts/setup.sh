@@ -144,7 +144,11 @@ if [ "$cuda" -eq 1 ]; then
       "$kokkos_prefix" > "$cxx"
     chmod +x "$cxx"
   fi
-  compiler=(-DCMAKE_CXX_COMPILER="$cxx")
+  # nvcc spends most of a file's time on Kokkos' headers (host and device
+  # passes): compiling the sources 16 to a unit cuts the build from 13 to 4
+  # minutes here. The sources are kept unity-clean (no two files define the
+  # same file-local name); CI builds this way, so a clash fails there.
+  compiler=(-DCMAKE_CXX_COMPILER="$cxx" -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=16)
 fi
 # CMake cannot switch the compiler of a configured build: start that one afresh.
 if [ ${#compiler[@]} -gt 0 ] && [ -f "$build_dir/CMakeCache.txt" ] &&

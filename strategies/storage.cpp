@@ -66,6 +66,7 @@ struct OffloadStorage::Group {
   bool resident = true;
   bool fetched = false;              // brought back for its backward (once)
   bool copying = false;              // copies on the copy instance not yet waited for
+  std::unique_ptr<transfer::CopyBatch> batch;  // times those copies
 
   ~Group() {  // moved bytes go back to the device pool, where they are freed
     settle();
@@ -83,7 +84,12 @@ struct OffloadStorage::Group {
   // buffers go.
   void settle() {
     if (!copying) return;
-    transfer::copy_space().fence();
+    {
+      transfer::WaitClock wait;
+      transfer::copy_space().fence();
+    }
+    batch->finished();
+    batch.reset();
     copying = false;
     for (auto& e : entries) (resident ? e.host.reset() : (void)(e.device = Tensor()));
   }
@@ -98,10 +104,15 @@ struct OffloadStorage::Group {
       return;
     }
     ExecSpace().fence();
-    const ExecSpace copier = transfer::copy_space();
-    for (auto& e : entries) {
-      e.host = std::make_unique<HostBuffer>(e.device.nbytes());
-      Kokkos::deep_copy(copier, e.host->view(), e.device.bytes());
+    {
+      transfer::WaitClock wait;
+      const ExecSpace copier = transfer::copy_space();
+      batch = std::make_unique<transfer::CopyBatch>();
+      for (auto& e : entries) {
+        e.host = std::make_unique<HostBuffer>(e.device.nbytes());
+        Kokkos::deep_copy(copier, e.host->view(), e.device.bytes());
+      }
+      batch->issued();
     }
     copying = true;
     // A host execution space copies at once (nothing to overlap): let the
@@ -123,11 +134,14 @@ struct OffloadStorage::Group {
       MemoryTracker::instance().check_allocation(bytes);
       for (auto& e : entries) move_pool(e.device, OffloadStorage::kPool, MemoryTracker::default_pool());
     } else {
+      transfer::WaitClock wait;
       const ExecSpace copier = transfer::copy_space();
+      batch = std::make_unique<transfer::CopyBatch>();
       for (auto& e : entries) {
         e.device = Tensor::empty(e.shape, e.dtype, "offload_fetch");
         Kokkos::deep_copy(copier, e.device.bytes(), e.host->view());
       }
+      batch->issued();
       copying = true;
     }
     resident = true;

@@ -10,6 +10,7 @@
 
 #include "autodiff/error.hpp"
 #include "catch.hpp"
+#include "fixtures.hpp"
 #include "h5/atomic_file.hpp"
 #include "h5/h5.hpp"
 #include "harness/io/file_lock.hpp"
@@ -20,14 +21,6 @@ using namespace remat;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct TempDir {
-  fs::path path = fs::temp_directory_path() / ("remat-safety-" + std::to_string(::getpid()));
-  TempDir() { fs::create_directories(path); }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  std::size_t entries() const { return std::size_t(std::distance(fs::directory_iterator(path), fs::directory_iterator())); }
-};
 
 std::string contents(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -58,7 +51,7 @@ struct FileSizeLimit {
 }  // namespace
 
 TEST_CASE("a write that fails for lack of space keeps the previous file byte for byte", "[io][safety]") {
-  TempDir dir;
+  test::TempDir dir("remat-safety");
   const std::string path = dir.file("w.h5");
   write_weights_of(path, 2);
   const std::string before = contents(path);
@@ -72,7 +65,7 @@ TEST_CASE("a write that fails for lack of space keeps the previous file byte for
 }
 
 TEST_CASE("temporaries are created exclusively: a planted symlink is never written through", "[io][safety]") {
-  TempDir dir;
+  test::TempDir dir("remat-safety");
   const std::string path = dir.file("out.h5"), victim = dir.file("victim");
   std::ofstream(victim) << "precious";
   fs::create_symlink(victim, path + ".partial");
@@ -85,7 +78,7 @@ TEST_CASE("temporaries are created exclusively: a planted symlink is never writt
 }
 
 TEST_CASE("temporaries of writers that died are cleaned up, a live writer's are not", "[io][safety]") {
-  TempDir dir;
+  test::TempDir dir("remat-safety");
   const std::string path = dir.file("r.h5");
   // pid 1 is alive (init); a pid beyond pid_max is not.
   const std::string live = path + ".partial.1.7", dead = path + ".partial.2147483646.7";
@@ -97,7 +90,7 @@ TEST_CASE("temporaries of writers that died are cleaned up, a live writer's are 
 }
 
 TEST_CASE("an output never replaces an input or a file of another kind without --force", "[io][safety]") {
-  TempDir dir;
+  test::TempDir dir("remat-safety");
   const std::string weights = dir.file("w.h5"), text = dir.file("notes.txt");
   write_weights_of(weights, 2);
   std::ofstream(text) << "notes";
@@ -120,7 +113,7 @@ TEST_CASE("an output never replaces an input or a file of another kind without -
 }
 
 TEST_CASE("the file lock serialises writers and leaves no lock file", "[io][safety]") {
-  TempDir dir;
+  test::TempDir dir("remat-safety");
   const std::string path = dir.file("r.h5");
   std::vector<int> order;
   auto first = std::make_unique<FileLock>(path);

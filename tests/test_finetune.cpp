@@ -9,6 +9,7 @@
 #include "autodiff/error.hpp"
 #include "autodiff/tape.hpp"
 #include "catch.hpp"
+#include "fixtures.hpp"
 #include "harness/check.hpp"
 #include "harness/finetune/freeze.hpp"
 #include "strategies/registry.hpp"
@@ -17,23 +18,9 @@ using namespace remat;
 
 namespace {
 
-struct Setup {
-  Sizes sizes;
-  std::unique_ptr<Model> model;
-  std::unique_ptr<ParamStore> params;
-  Batch batch;
-};
-
-Setup make(const std::string& name, int layers, const FreezeOptions& freeze = {}) {
-  Setup s;
-  s.sizes = preset_sizes("tiny");
-  s.sizes.L = layers;
-  s.sizes.dropout = 0.1;
-  s.model = models().find(name).make(s.sizes);
-  s.params = std::make_unique<ParamStore>(s.model->params(), DType::f32);
-  initialize(*s.params, 2, layers);
+test::TinyModel frozen_model(const std::string& name, int layers, const FreezeOptions& freeze = {}) {
+  test::TinyModel s = test::tiny_model(name, layers, 2, 0.1);
   if (freeze.any()) apply_freeze(*s.params, freeze, layers);
-  s.batch = random_batch(s.sizes.B, s.sizes.S, s.sizes.V, 2);
   return s;
 }
 
@@ -51,7 +38,7 @@ bool close(const std::vector<float>& got, const std::vector<float>& ref) {
 
 TEST_CASE("frozen parameters change no trainable gradient, under every strategy, on every model", "[finetune]") {
   for (const auto& info : models().all()) {
-    Setup open = make(info.name, 4);
+    test::TinyModel open = frozen_model(info.name, 4);
     auto full = make_strategy("full");
     const StepResult reference = run_step(*open.model, *open.params, open.batch, {full.get(), 3, 0});
     const auto ref = gradients(*open.params);
@@ -63,7 +50,7 @@ TEST_CASE("frozen parameters change no trainable gradient, under every strategy,
     specs.push_back("budget:range:50%");
     specs.push_back("every:2+offload");
     for (const auto& freeze : {below, pattern}) {
-      Setup frozen = make(info.name, 4, freeze);
+      test::TinyModel frozen = frozen_model(info.name, 4, freeze);
       for (const auto& spec : specs) {
         INFO(info.name << " " << spec << " frozen " << freeze.key());
         auto strategy = make_strategy(spec);
@@ -91,7 +78,7 @@ TEST_CASE("freezing the bottom half saves what its gradients no longer need, as 
   for (const char* name : {"gpt2", "llama"}) {
     FreezeOptions below;
     below.below = 3;
-    Setup open = make(name, 6), frozen = make(name, 6, below);
+    test::TinyModel open = frozen_model(name, 6), frozen = frozen_model(name, 6, below);
     for (const char* spec : {"full", "per-layer", "selective", "every:2"}) {
       INFO(name << " " << spec);
       auto a = make_strategy(spec), b = make_strategy(spec);
@@ -107,7 +94,7 @@ TEST_CASE("freezing the bottom half saves what its gradients no longer need, as 
 TEST_CASE("a frozen model has no gradient buffers for its frozen parameters", "[finetune]") {
   FreezeOptions f;
   f.patterns = {"h.0.*", "wpe.*"};
-  Setup s = make("gpt2", 2, f);
+  test::TinyModel s = frozen_model("gpt2", 2, f);
   s.params->zero_grad();
   for (std::size_t i = 0; i < s.params->names().size(); ++i) {
     const bool frozen = s.params->names()[i].rfind("h.0.", 0) == 0 || s.params->names()[i] == "wpe.weight";
@@ -120,7 +107,7 @@ TEST_CASE("a frozen model has no gradient buffers for its frozen parameters", "[
 }
 
 TEST_CASE("bad freezing is one clear error", "[finetune][errors]") {
-  Setup s = make("gpt2", 2);
+  test::TinyModel s = frozen_model("gpt2", 2);
   FreezeOptions none;
   none.patterns = {"nothing.*"};
   CHECK_THROWS_WITH(frozen_names(*s.params, none, 2), Catch::Contains("'nothing.*' matches no parameter"));
@@ -167,7 +154,7 @@ std::unique_ptr<ParamStore> lora_unfrozen(const ParamStore& base, int rank, std:
 
 TEST_CASE("LoRA with B = 0 is exactly the base model, on every model", "[finetune][lora]") {
   for (const auto& info : models().all()) {
-    Setup s = make(info.name, 2);
+    test::TinyModel s = frozen_model(info.name, 2);
     auto full = make_strategy("full");
     const double base = forward_backward(*s.model, *s.params, s.batch, {full.get(), 3, 0});
     LoraOptions o;
@@ -183,7 +170,7 @@ TEST_CASE("LoRA with B = 0 is exactly the base model, on every model", "[finetun
 
 TEST_CASE("LoRA adapters' gradients: bitwise the unfrozen LoRA model's under every strategy", "[finetune][lora]") {
   for (const auto& info : models().all()) {
-    Setup s = make(info.name, 4);
+    test::TinyModel s = frozen_model(info.name, 4);
     auto open = lora_unfrozen(*s.params, 4, 9);
     LoraOptions o;
     o.rank = 4;
@@ -229,7 +216,7 @@ TEST_CASE("a LoRA linear's gradients against finite differences", "[finetune][lo
 }
 
 TEST_CASE("bad LoRA options are one clear error", "[finetune][lora][errors]") {
-  Setup s = make("gpt2", 2);
+  test::TinyModel s = frozen_model("gpt2", 2);
   LoraOptions o;
   o.rank = 4;
   o.targets = {"nothing.*"};

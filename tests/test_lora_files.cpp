@@ -9,6 +9,7 @@
 
 #include "autodiff/error.hpp"
 #include "catch.hpp"
+#include "fixtures.hpp"
 #include "harness/check.hpp"
 #include "harness/finetune/adapters_file.hpp"
 #include "helpers.hpp"
@@ -19,33 +20,8 @@ namespace fs = std::filesystem;
 
 namespace {
 
-struct TempDir {
-  fs::path path = fs::temp_directory_path() / ("remat-lora-" + std::to_string(::getpid()));
-  TempDir() { fs::create_directories(path); }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
-
-struct Base {
-  ModelSetup setup;
-  std::unique_ptr<Model> model;
-  std::unique_ptr<ParamStore> params;
-  Batch batch;
-};
-
-Base make(const std::string& model, int layers = 2) {
-  Base b;
-  b.setup = {model, "tiny", preset_sizes("tiny")};
-  b.setup.sizes.L = layers;
-  b.model = models().find(model).make(b.setup.sizes);
-  b.params = std::make_unique<ParamStore>(b.model->params(), DType::f32);
-  initialize(*b.params, 4, layers);
-  b.batch = random_batch(b.setup.sizes.B, b.setup.sizes.S, b.setup.sizes.V, 4);
-  return b;
-}
-
 // The base with rank-4 adapters whose B is drawn at random (a trained adapter).
-std::unique_ptr<ParamStore> adapted(const Base& b, const LoraOptions& o) {
+std::unique_ptr<ParamStore> adapted(const test::TinyModel& b, const LoraOptions& o) {
   auto store = with_lora(*b.params, o, 5, b.setup.sizes.L);
   for (std::size_t i = 0; i < store->names().size(); ++i)
     if (store->names()[i].find(".lora_B") != std::string::npos)
@@ -53,7 +29,7 @@ std::unique_ptr<ParamStore> adapted(const Base& b, const LoraOptions& o) {
   return store;
 }
 
-double loss(const Base& b, const ParamStore& params) {
+double loss(const test::TinyModel& b, const ParamStore& params) {
   auto full = make_strategy("full");
   return forward_backward(*b.model, params, b.batch, {full.get(), 1, 0});
 }
@@ -68,10 +44,10 @@ LoraOptions rank(int r, double alpha = 0) {
 }  // namespace
 
 TEST_CASE("adapters written and read back are bitwise the trained ones, on every model", "[finetune][lora][files]") {
-  TempDir dir;
+  test::TempDir dir("remat-lora");
   for (const auto& info : models().all()) {
     INFO(info.name);
-    const Base b = make(info.name);
+    const test::TinyModel b = test::tiny_model(info.name, 2, 4);
     const LoraOptions o = rank(4, 8);
     const auto trained = adapted(b, o);
     write_adapters(dir.file("a.h5"), b.setup, *trained, o);
@@ -90,15 +66,15 @@ TEST_CASE("adapters written and read back are bitwise the trained ones, on every
 }
 
 TEST_CASE("lora-merge folds W + (alpha/R) B A: the merged weights give the adapted model's loss", "[finetune][lora][files]") {
-  TempDir dir;
+  test::TempDir dir("remat-lora");
   for (const auto& info : models().all()) {
     INFO(info.name);
-    const Base b = make(info.name);
+    const test::TinyModel b = test::tiny_model(info.name, 2, 4);
     const LoraOptions o = rank(4, 6);
     const auto trained = adapted(b, o);
     write_adapters(dir.file("a.h5"), b.setup, *trained, o);
     const AdapterFile file = read_adapters(dir.file("a.h5"));
-    const Base merged = make(info.name);
+    const test::TinyModel merged = test::tiny_model(info.name, 2, 4);
     merge_adapters(*merged.params, merged.setup, file, dir.file("a.h5"));
     const double want = loss(b, *trained), got = loss(merged, *merged.params);
     CHECK(std::abs(got - want) <= 1e-5 * std::abs(want));
@@ -121,11 +97,11 @@ TEST_CASE("lora-merge folds W + (alpha/R) B A: the merged weights give the adapt
 }
 
 TEST_CASE("untrained adapters (B = 0) merge into the base weights bitwise", "[finetune][lora][files]") {
-  TempDir dir;
-  const Base b = make("llama");
+  test::TempDir dir("remat-lora");
+  const test::TinyModel b = test::tiny_model("llama", 2, 4);
   const LoraOptions o = rank(2);
   write_adapters(dir.file("a.h5"), b.setup, *with_lora(*b.params, o, 1, 2), o);
-  const Base merged = make("llama");
+  const test::TinyModel merged = test::tiny_model("llama", 2, 4);
   merge_adapters(*merged.params, merged.setup, read_adapters(dir.file("a.h5")), dir.file("a.h5"));
   for (std::size_t i = 0; i < b.params->tensors().size(); ++i)
     CHECK(b.params->tensors()[i].to_host_f64() == merged.params->tensors()[i].to_host_f64());
@@ -133,8 +109,8 @@ TEST_CASE("untrained adapters (B = 0) merge into the base weights bitwise", "[fi
 
 TEST_CASE("adapters for another model or shape, and adapters where plain weights are read, are one clear error",
           "[finetune][lora][files][errors]") {
-  TempDir dir;
-  const Base gpt2 = make("gpt2"), llama = make("llama"), deeper = make("gpt2", 3);
+  test::TempDir dir("remat-lora");
+  const test::TinyModel gpt2 = test::tiny_model("gpt2", 2, 4), llama = test::tiny_model("llama", 2, 4), deeper = test::tiny_model("gpt2", 3, 4);
   const LoraOptions o = rank(2);
   write_adapters(dir.file("gpt2.h5"), gpt2.setup, *with_lora(*gpt2.params, o, 1, 2), o);
   const AdapterFile file = read_adapters(dir.file("gpt2.h5"));

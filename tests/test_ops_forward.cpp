@@ -1,8 +1,10 @@
 // Every op's forward against the naive reference, in float32 and float64.
 #include <cmath>
 
+#include "autodiff/ops/embedding_grad.hpp"
 #include "autodiff/ops/kernel.hpp"
 #include "autodiff/ops/ops.hpp"
+#include "autodiff/ops/row_kernel.hpp"
 #include "autodiff/ops/softmax_row.hpp"
 #include "autodiff/random.hpp"
 #include "autodiff/tape.hpp"
@@ -244,4 +246,74 @@ TEST_CASE("softmax rows: the device's team kernels agree with the row kernel, ma
       CHECK(std::abs(got_grad[i] - want_grad[i]) <= tol * (1 + std::abs(want_grad[i])));
     }
   }
+}
+
+// A row body for either Row: the entries scaled by the row's max, then the
+// row's sum of squares and max in two extra columns.
+template <class T>
+struct RowProbe {
+  const T* x;
+  T* out;
+  std::int64_t len;
+  template <class Row>
+  KOKKOS_INLINE_FUNCTION void operator()(std::int64_t r, const Row& row) const {
+    const T* xr = x + r * len;
+    T* o = out + r * (len + 2);
+    const T m = row.template max<T>([&](std::int64_t j) { return xr[j]; });
+    const T s = row.template sum<T>([&](std::int64_t j) { return xr[j] * xr[j]; });
+    row.each([&](std::int64_t j) { o[j] = xr[j] * m; });
+    row.once([&] {
+      o[len] = s;
+      o[len + 1] = m;
+    });
+  }
+};
+
+TEST_CASE("row kernels: a team per row gives the serial row's sums, maxima, loops and single writes",
+          "[ops][forward]") {
+  const std::int64_t rows = 9, len = 45;
+  for (DType dt : kDtypes) {
+    INFO("dtype " << dtype_name(dt));
+    const double tol = dt == DType::f64 ? 1e-12 : 1e-5;
+    Tensor x = random_tensor({rows, len}, 3, dt, -3, 3);
+    Tensor serial = Tensor::zeros({rows, len + 2}, dt), team = Tensor::zeros({rows, len + 2}, dt);
+    REMAT_DISPATCH_FLOAT(dt, T, {
+      const T* px = x.data<T>();
+      const RowProbe<T> to_serial{px, serial.data<T>(), len}, to_team{px, team.data<T>(), len};
+      ops::detail::for_each("test_serial_rows", rows,
+                            KOKKOS_LAMBDA(std::int64_t r) { to_serial(r, ops::detail::SerialRow{len}); });
+      using Policy = Kokkos::TeamPolicy<ExecSpace>;
+      Kokkos::parallel_for("test_team_rows", Policy(int(rows), Kokkos::AUTO),
+                           KOKKOS_LAMBDA(const Policy::member_type& m) {
+                             to_team(std::int64_t(m.league_rank()), ops::detail::TeamRow{m, len});
+                           });
+    });
+    const auto want = serial.to_host_f64(), got = team.to_host_f64(), xs = x.to_host_f64();
+    for (std::int64_t r = 0; r < rows; ++r) {
+      double m = xs[r * len], s = 0;
+      for (std::int64_t j = 0; j < len; ++j) m = std::max(m, xs[r * len + j]), s += xs[r * len + j] * xs[r * len + j];
+      CHECK(std::abs(want[r * (len + 2) + len] - s) <= tol * s);
+      CHECK(want[r * (len + 2) + len + 1] == m);
+    }
+    for (std::size_t i = 0; i < want.size(); ++i) CHECK(std::abs(got[i] - want[i]) <= tol * (1 + std::abs(want[i])));
+  }
+}
+
+TEST_CASE("embedding gradient: the device's token-sorted schedule equals the host's column schedule bitwise",
+          "[ops][backward]") {
+  // 7 tokens over 60 positions: every token repeats, one may be absent.
+  const std::int64_t V = 7, N = 60, D = 5;
+  Tensor ids = random_ids({N}, V, 4);
+  for (DType dt : kDtypes)
+    for (bool fresh : {true, false}) {
+      INFO("dtype " << dtype_name(dt) << " fresh " << fresh);
+      Tensor gy = random_tensor({N, D}, 5, dt), by_column = random_tensor({V, D}, 6, dt),
+             by_token = random_tensor({V, D}, 6, dt);
+      REMAT_DISPATCH_FLOAT(dt, T, {
+        const std::int32_t* id = ids.data<std::int32_t>();
+        ops::detail::embedding_grad_by_column<T>(id, gy.data<T>(), N, V, D, by_column.data<T>(), fresh);
+        ops::detail::embedding_grad_by_token<T>(id, gy.data<T>(), N, V, D, by_token.data<T>(), fresh);
+      });
+      CHECK(by_token.to_host_f64() == by_column.to_host_f64());
+    }
 }

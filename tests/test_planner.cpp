@@ -12,6 +12,7 @@
 #include "autodiff/error.hpp"
 #include "autodiff/tape.hpp"
 #include "catch.hpp"
+#include "fixtures.hpp"
 #include "harness/check.hpp"
 #include "strategies/planner/solver.hpp"
 #include "strategies/policy_strategy.hpp"
@@ -160,31 +161,9 @@ TEST_CASE("the smallest budget is feasible and a little less is not", "[planner]
   CHECK(roomy->recompute_seconds == 0);
 }
 
-namespace {
-
-struct Setup {
-  std::unique_ptr<Model> model;
-  std::unique_ptr<ParamStore> params;
-  Batch batch;
-};
-
-Setup make(const std::string& name, int layers) {
-  Sizes z = preset_sizes("tiny");
-  z.L = layers;
-  z.dropout = 0.1;
-  Setup s;
-  s.model = models().find(name).make(z);
-  s.params = std::make_unique<ParamStore>(s.model->params(), DType::f32);
-  initialize(*s.params, 3, z.L);
-  s.batch = random_batch(z.B, z.S, z.V, 3);
-  return s;
-}
-
-}  // namespace
-
 TEST_CASE("a planned schedule stays within its budget, is predicted within 5% and is bitwise full's", "[planner][models]") {
   for (const char* name : {"gpt2", "llama", "bert", "revformer"}) {
-    Setup s = make(name, 6);
+    test::TinyModel s = test::tiny_model(name, 6, 3, 0.1);
     const std::vector<std::string> specs{"budget:min", "budget:30%", "budget:50%", "budget:75%", "budget:100%",
                                          "budget:25%:offload", "budget:range:50%"};
     CheckOptions options;
@@ -225,7 +204,7 @@ TEST_CASE("on the small preset a plan's predicted peak is within 5% of the measu
 }
 
 TEST_CASE("nested segments with drops inside the recomputation run exactly as predicted", "[planner][nested]") {
-  Setup s = make("gpt2", 6);
+  test::TinyModel s = test::tiny_model("gpt2", 6, 3, 0.1);
   // Blocks 0-4 one segment, recomputed as: [0-1 sub-segment: [0 keep] [1 keep]] [2 drop gelu] [3 sub-segment] [4 keep];
   // block 5 kept.
   auto plain = [](int b, std::vector<std::string> drops) { return PlanPart{b, b, false, std::move(drops), {}, false}; };
@@ -251,7 +230,7 @@ TEST_CASE("bad budgets are one clear error", "[planner][errors]") {
   CHECK_THROWS_WITH(make_strategy("budget:0%"), Catch::Contains("not a percentage"));
   CHECK_THROWS_WITH(make_strategy("budget:-3MB"), Catch::Contains("not a positive size"));
   CHECK_THROWS_AS(make_strategy("budget:1G+offload"), UserError);
-  Setup s = make("gpt2", 4);
+  test::TinyModel s = test::tiny_model("gpt2", 4, 3, 0.1);
   CheckOptions options;
   CHECK_THROWS_WITH(run_check(*s.model, *s.params, s.batch, {"budget:1KB"}, options),
                     Catch::Contains("no exact schedule fits") && Catch::Contains("the smallest feasible budget is"));
@@ -292,7 +271,7 @@ std::vector<PlanPart> random_parts(std::mt19937_64& rng, int first, int last, bo
 // up to about 10% for plans that drop several tags inside recomputations.
 TEST_CASE("random plans on real models are never under-predicted and are bitwise full's", "[planner][random-plans]") {
   for (const char* name : {"gpt2", "llama", "bert", "parallel"}) {
-    Setup s = make(name, 4);
+    test::TinyModel s = test::tiny_model(name, 4, 3, 0.1);
     const SaveProfile profile = profile_saves(*s.model, *s.params, s.batch);
     std::set<std::string> tag_set;
     for (const auto& b : profile.blocks)

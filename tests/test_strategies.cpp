@@ -6,6 +6,7 @@
 #include "autodiff/stats.hpp"
 #include "autodiff/tape.hpp"
 #include "catch.hpp"
+#include "fixtures.hpp"
 #include "harness/check.hpp"
 #include "helpers.hpp"
 #include "strategies/recompute_region.hpp"
@@ -16,23 +17,8 @@ using namespace remat;
 
 namespace {
 
-struct Setup {
-  Sizes sizes;
-  std::unique_ptr<Model> model;
-  std::unique_ptr<ParamStore> params;
-  Batch batch;
-};
-
-Setup gpt2(const std::string& preset, int layers, double dropout) {
-  Setup s;
-  s.sizes = preset_sizes(preset);
-  if (layers) s.sizes.L = layers;
-  s.sizes.dropout = dropout;
-  s.model = models().find("gpt2").make(s.sizes);
-  s.params = std::make_unique<ParamStore>(s.model->params(), DType::f32);
-  initialize(*s.params, 1, s.sizes.L);
-  s.batch = random_batch(s.sizes.B, s.sizes.S, s.sizes.V, 1);
-  return s;
+test::TinyModel gpt2(const std::string& preset, int layers, double dropout) {
+  return test::tiny_model("gpt2", layers, 1, dropout, preset);
 }
 
 std::int64_t recomputed(const StepResult&, const std::string& op) {
@@ -44,7 +30,7 @@ std::int64_t recomputed(const StepResult&, const std::string& op) {
 }  // namespace
 
 TEST_CASE("dropout changes the loss, and replays the same masks each step", "[strategies][dropout]") {
-  Setup plain = gpt2("tiny", 0, 0.0), dropped = gpt2("tiny", 0, 0.3);
+  test::TinyModel plain = gpt2("tiny", 0, 0.0), dropped = gpt2("tiny", 0, 0.3);
   const double a = forward_backward(*plain.model, *plain.params, plain.batch);
   const double b = forward_backward(*dropped.model, *dropped.params, dropped.batch, {nullptr, 1, 0});
   const double c = forward_backward(*dropped.model, *dropped.params, dropped.batch, {nullptr, 1, 0});
@@ -55,7 +41,7 @@ TEST_CASE("dropout changes the loss, and replays the same masks each step", "[st
 }
 
 TEST_CASE("each strategy runs forward exactly the ops it promises", "[strategies][counts]") {
-  Setup s = gpt2("tiny", 4, 0.0);  // L = 4
+  test::TinyModel s = gpt2("tiny", 4, 0.0);  // L = 4
   // The plain kernel, whose probabilities selective drops, unless a section says otherwise.
   auto run = [&](const std::string& spec, ops::AttentionKernel kernel = ops::AttentionKernel::plain) {
     auto strategy = make_strategy(spec);
@@ -114,7 +100,7 @@ TEST_CASE("each strategy runs forward exactly the ops it promises", "[strategies
 }
 
 TEST_CASE("offloaded bytes go to the offload pool and come back", "[strategies][offload]") {
-  Setup s = gpt2("tiny", 4, 0.0);
+  test::TinyModel s = gpt2("tiny", 4, 0.0);
   auto full = make_strategy("full"), offload = make_strategy("offload");
   run_step(*s.model, *s.params, s.batch, {full.get(), 1, 0});  // warm-up
   const StepResult f = run_step(*s.model, *s.params, s.batch, {full.get(), 1, 0});
@@ -129,17 +115,17 @@ TEST_CASE("offloaded bytes go to the offload pool and come back", "[strategies][
 }
 
 TEST_CASE("offload-checkpoint keeps block inputs in the offload pool", "[strategies][offload]") {
-  Setup s = gpt2("tiny", 4, 0.0);
+  test::TinyModel s = gpt2("tiny", 4, 0.0);
   auto strategy = make_strategy("offload-checkpoint");
   const StepResult r = run_step(*s.model, *s.params, s.batch, {strategy.get(), 1, 0});
-  const std::int64_t block_input = std::int64_t(s.sizes.B) * s.sizes.S * s.sizes.D * 4;
+  const std::int64_t block_input = std::int64_t(s.setup.sizes.B) * s.setup.sizes.S * s.setup.sizes.D * 4;
   CHECK(r.offload_peak == 3 * block_input);  // the inputs of blocks 0-2
   CHECK(offload_pool_bytes().live == 0);
 }
 
 TEST_CASE("offloading with copies (a GPU build's path) and without (the host's) give the same gradients and bytes",
           "[strategies][offload]") {
-  Setup s = gpt2("tiny", 4, 0.1);
+  test::TinyModel s = gpt2("tiny", 4, 0.1);
   const std::vector<std::string> specs = {"offload", "offload-checkpoint", "sqrt+offload", "selective+offload"};
   auto run = [&](bool copies) {
     const bool previous = OffloadStorage::copies();
@@ -155,6 +141,12 @@ TEST_CASE("offloading with copies (a GPU build's path) and without (the host's) 
     CHECK(moved.rows[i].vs_full.bitwise);
     CHECK(copied.rows[i].step.activation_peak == moved.rows[i].step.activation_peak);
     CHECK(copied.rows[i].step.offload_peak == moved.rows[i].step.offload_peak);
+    // Copies are timed; moves cost no copy. A host copies synchronously, so
+    // its copies are all waited for (none hidden).
+    CHECK(copied.rows[i].step.offload_copy_seconds > 0);
+    CHECK(copied.rows[i].step.offload_wait_seconds >= copied.rows[i].step.offload_copy_seconds);
+    CHECK(moved.rows[i].step.offload_copy_seconds == 0);
+    CHECK(moved.rows[i].step.offload_wait_seconds == 0);
   }
   CHECK(offload_pool_bytes().live == 0);
 }
@@ -289,7 +281,7 @@ TEST_CASE("policies compose as documented: keep over recompute over offload", "[
 }
 
 TEST_CASE("the trace shows what each region kept, dropped and recomputed", "[strategies][trace]") {
-  Setup s = gpt2("tiny", 3, 0.0);
+  test::TinyModel s = gpt2("tiny", 3, 0.0);
   auto strategy = make_strategy("selective:attn-core");
   strategy->trace().enabled = true;
   StepOptions o{strategy.get(), 1, 0};
@@ -299,7 +291,7 @@ TEST_CASE("the trace shows what each region kept, dropped and recomputed", "[str
   REQUIRE(regions.size() == 3);
   const RegionTrace& h0 = regions[0];
   CHECK(h0.name == "h.0");
-  const std::int64_t probs = std::int64_t(s.sizes.B) * s.sizes.H * s.sizes.S * s.sizes.S * 4;
+  const std::int64_t probs = std::int64_t(s.setup.sizes.B) * s.setup.sizes.H * s.setup.sizes.S * s.setup.sizes.S * 4;
   CHECK(h0.dropped == probs);
   CHECK(h0.kept + h0.dropped == h0.saved);
   CHECK(h0.recomputed_ops.empty());  // recipes run outside a region re-run

@@ -12,6 +12,7 @@
 
 #include "autodiff/error.hpp"
 #include "catch.hpp"
+#include "fixtures.hpp"
 #include "h5/h5.hpp"
 #include "harness/train/run_file.hpp"
 #include "harness/train/trajectory.hpp"
@@ -23,13 +24,6 @@ using namespace remat;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct TempDir {
-  fs::path path = fs::temp_directory_path() / ("remat-train-" + std::to_string(::getpid()));
-  TempDir() { fs::create_directories(path); }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 TrainConfig tiny(const std::string& model = "gpt2", double dropout = 0.1) {
   TrainConfig c;
@@ -131,7 +125,7 @@ TEST_CASE("the learning-rate schedule warms up linearly and decays by a cosine t
 }
 
 TEST_CASE("gradient accumulation over K micro-batches trains as one K-times larger batch", "[train]") {
-  TempDir dir;
+  test::TempDir dir("remat-train");
   std::ofstream(dir.file("text.txt")) << std::string(4000, 'a') + "the quick brown fox jumps over the lazy dog " +
                                              std::string(200, 'b');
   TrainConfig big = tiny("gpt2", 0.0);
@@ -173,7 +167,7 @@ TEST_CASE("50 steps with dropout under every strategy: the loss at every step an
 }
 
 TEST_CASE("a run interrupted after a checkpoint and resumed is bitwise the uninterrupted run", "[train][resume]") {
-  TempDir dir;
+  test::TempDir dir("remat-train");
   TrainConfig c = tiny("llama", 0.1);
   c.steps = 20;
   c.eval_every = 5;
@@ -251,7 +245,7 @@ TEST_CASE("bad training settings are refused before anything runs", "[train][err
   c = tiny();
   c.schedule.warmup = 50;
   CHECK_THROWS_WITH(train(c), test::Contains("--warmup"));
-  TempDir dir;
+  test::TempDir dir("remat-train");
   std::ofstream(dir.file("short.txt")) << "too short";
   c = tiny();
   c.setup.sizes.V = 256;
@@ -263,7 +257,7 @@ TEST_CASE("bad training settings are refused before anything runs", "[train][err
 }
 
 TEST_CASE("training with frozen layers: frozen weights stay, every strategy follows full, resume is bitwise", "[train][finetune]") {
-  TempDir dir;
+  test::TempDir dir("remat-train");
   TrainConfig c = tiny("gpt2", 0.1);
   c.steps = 8;
   c.freeze.below = 1;
@@ -306,7 +300,7 @@ TEST_CASE("training with frozen layers: frozen weights stay, every strategy foll
 }
 
 TEST_CASE("training LoRA adapters: the base stays, every strategy follows full, resume is bitwise", "[train][finetune][lora]") {
-  TempDir dir;
+  test::TempDir dir("remat-train");
   TrainConfig c = tiny("llama", 0.1);
   c.steps = 8;
   c.lora.rank = 4;

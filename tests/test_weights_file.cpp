@@ -7,6 +7,7 @@
 
 #include "autodiff/error.hpp"
 #include "catch.hpp"
+#include "fixtures.hpp"
 #include "h5/h5.hpp"
 #include "harness/io/weights_file.hpp"
 #include "harness/step.hpp"
@@ -15,13 +16,6 @@ using namespace remat;
 namespace fs = std::filesystem;
 
 namespace {
-
-struct TempDir {
-  fs::path path = fs::temp_directory_path() / ("remat-test-" + std::to_string(::getpid()));
-  TempDir() { fs::create_directories(path); }
-  ~TempDir() { fs::remove_all(path); }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-};
 
 // A valid tiny gpt2 file at `path`.
 ModelSetup write_tiny(const std::string& path) {
@@ -42,7 +36,7 @@ void require_load_error(const std::string& path, const std::string& fragment) {
 }  // namespace
 
 TEST_CASE("weights and batch round-trip through HDF5", "[io]") {
-  TempDir dir;
+  test::TempDir dir("remat-test");
   const std::string path = dir.file("w.h5");
   write_tiny(path);
   LoadedWeights w = load_weights(path);
@@ -62,7 +56,7 @@ TEST_CASE("weights and batch round-trip through HDF5", "[io]") {
 }
 
 TEST_CASE("gradient files hold the loss and one gradient per parameter", "[io]") {
-  TempDir dir;
+  test::TempDir dir("remat-test");
   write_tiny(dir.file("w.h5"));
   LoadedWeights w = load_weights(dir.file("w.h5"));
   const double loss = forward_backward(*w.model, *w.params, *w.batch);
@@ -77,7 +71,7 @@ TEST_CASE("gradient files hold the loss and one gradient per parameter", "[io]")
 }
 
 TEST_CASE("malformed weight files are refused with the offending name", "[io][errors]") {
-  TempDir dir;
+  test::TempDir dir("remat-test");
   const std::string path = dir.file("w.h5");
   auto edit = [&](const std::function<void(const h5::File&)>& change) {
     write_tiny(path);
@@ -136,7 +130,7 @@ TEST_CASE("malformed weight files are refused with the offending name", "[io][er
 }
 
 TEST_CASE("hostile weight files are refused before anything is allocated or computed", "[io][errors]") {
-  TempDir dir;
+  test::TempDir dir("remat-test");
   const std::string path = dir.file("w.h5");
   auto edit = [&](const std::function<void(const h5::File&)>& change) {
     write_tiny(path);
@@ -208,7 +202,7 @@ TEST_CASE("hostile weight files are refused before anything is allocated or comp
 }
 
 TEST_CASE("a golden file with a NaN gradient or loss is refused", "[io][errors]") {
-  TempDir dir;
+  test::TempDir dir("remat-test");
   const std::string path = dir.file("g.h5");
   const ModelSetup setup{"gpt2", "tiny", preset_sizes("tiny")};
   const auto model = models().find("gpt2").make(setup.sizes);

@@ -2,6 +2,7 @@
 #include "autodiff/fast_math.hpp"
 #include "autodiff/ops/kernel.hpp"
 #include "autodiff/ops/ops.hpp"
+#include "autodiff/ops/row_kernel.hpp"
 #include "autodiff/stats.hpp"
 #include "autodiff/tape.hpp"
 
@@ -28,20 +29,17 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
     const T* z = logits.data<T>();
     const std::int32_t* t = targets.data<std::int32_t>();
     T* pl = lse.data<T>();
+    // Per-row log-sum-exp with max subtraction, then the mean summed in double.
+    for_each_row("cross_entropy_forward", M, V, KOKKOS_LAMBDA(std::int64_t r, const Row& row) {
+      const T* zr = z + r * V;
+      const T m = row.max<T>([&](std::int64_t j) { return zr[j]; });
+      const T s = row.sum<T>([&](std::int64_t j) { return fast_exp(zr[j] - m); });
+      row.once([&] { pl[r] = m + kmath::log(s); });
+    });
     double total = 0;
-    // Per-row log-sum-exp with max subtraction; the mean is summed in double.
     Kokkos::parallel_reduce(
-        "cross_entropy_forward", Kokkos::RangePolicy<ExecSpace>(0, M),
-        KOKKOS_LAMBDA(std::int64_t r, double& acc) {
-          const T* row = z + r * V;
-          T m = row[0];
-          for (std::int64_t j = 1; j < V; ++j) m = row[j] > m ? row[j] : m;
-          T s = 0;
-          for (std::int64_t j = 0; j < V; ++j) s += fast_exp(row[j] - m);
-          pl[r] = m + kmath::log(s);
-          acc += double(pl[r]) - double(row[t[r]]);
-        },
-        total);
+        "cross_entropy_mean", Kokkos::RangePolicy<ExecSpace>(0, M),
+        KOKKOS_LAMBDA(std::int64_t r, double& acc) { acc += double(pl[r]) - double(z[r * V + t[r]]); }, total);
     T* out = loss.data<T>();
     const T mean = T(total / double(M));
     for_each("cross_entropy_store", 1, KOKKOS_LAMBDA(std::int64_t) { out[0] = mean; });

@@ -1,4 +1,5 @@
 #include "autodiff/error.hpp"
+#include "autodiff/ops/embedding_grad.hpp"
 #include "autodiff/ops/kernel.hpp"
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/stats.hpp"
@@ -48,14 +49,10 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
       T* g = dw.t.data<T>();
       const T* gy = dy.data<T>();
       const std::int32_t* id = ids.data<std::int32_t>();
-      const bool fresh = dw.fresh;
-      // One thread per column, rows in order: no atomics, same sums on any
-      // thread count.
-      for_each("embedding_backward", D, KOKKOS_LAMBDA(std::int64_t d) {
-        if (fresh)
-          for (std::int64_t v = 0; v < V; ++v) g[v * D + d] = T(0);
-        for (std::int64_t n = 0; n < N; ++n) g[std::int64_t(id[n]) * D + d] += gy[n * D + d];
-      });
+      if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible)
+        embedding_grad_by_column<T>(id, gy, N, V, D, g, dw.fresh);
+      else
+        embedding_grad_by_token<T>(id, gy, N, V, D, g, dw.fresh);
     });
   });
   return out;

@@ -1,5 +1,6 @@
 #include "autodiff/ops/kernel.hpp"
 #include "autodiff/ops/ops.hpp"
+#include "autodiff/ops/row_kernel.hpp"
 #include "autodiff/stats.hpp"
 #include "autodiff/tape.hpp"
 
@@ -23,14 +24,16 @@ Normalized layer_norm_forward(const Tensor& x, const Tensor& weight, const Tenso
     const T *px = x.data<T>(), *w = weight.data<T>(), *b = bias.data<T>();
     T *y = out.data<T>(), *pm = mean.data<T>(), *pr = rstd.data<T>();
     const T e = T(eps);
-    for_each("layer_norm_forward", M, KOKKOS_LAMBDA(std::int64_t r) {
-      const T* row = px + r * D;
-      const T m = lane_sum<T>(D, [&](std::int64_t j) { return row[j]; }) / T(D);
-      const T v = lane_sum<T>(D, [&](std::int64_t j) { return (row[j] - m) * (row[j] - m); });
+    for_each_row("layer_norm_forward", M, D, KOKKOS_LAMBDA(std::int64_t r, const Row& row) {
+      const T* xr = px + r * D;
+      const T m = row.sum<T>([&](std::int64_t j) { return xr[j]; }) / T(D);
+      const T v = row.sum<T>([&](std::int64_t j) { return (xr[j] - m) * (xr[j] - m); });
       const T s = T(1) / kmath::sqrt(v / T(D) + e);
-      for (std::int64_t j = 0; j < D; ++j) y[r * D + j] = (row[j] - m) * s * w[j] + b[j];
-      pm[r] = m;
-      pr[r] = s;
+      row.each([&](std::int64_t j) { y[r * D + j] = (xr[j] - m) * s * w[j] + b[j]; });
+      row.once([&] {
+        pm[r] = m;
+        pr[r] = s;
+      });
     });
   });
 
@@ -59,18 +62,18 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
         if (GradTarget dx = ctx.grad_in(0)) {
           T* gx = dx.t.data<T>();
           const bool fresh = dx.fresh;
-          for_each("layer_norm_backward_x", M, KOKKOS_LAMBDA(std::int64_t r) {
+          for_each_row("layer_norm_backward_x", M, D, KOKKOS_LAMBDA(std::int64_t r, const Row& row) {
             const T m = pm[r], s = pr[r];
             // means of dxhat and dxhat * xhat
-            const T sum_g = lane_sum<T>(D, [&](std::int64_t j) { return gy[r * D + j] * w[j]; }) / T(D);
-            const T sum_gx = lane_sum<T>(D, [&](std::int64_t j) {
+            const T sum_g = row.sum<T>([&](std::int64_t j) { return gy[r * D + j] * w[j]; }) / T(D);
+            const T sum_gx = row.sum<T>([&](std::int64_t j) {
                                return gy[r * D + j] * w[j] * (px[r * D + j] - m) * s;
                              }) / T(D);
-            for (std::int64_t j = 0; j < D; ++j) {
+            row.each([&](std::int64_t j) {
               const T xhat = (px[r * D + j] - m) * s;
               const T v = s * (gy[r * D + j] * w[j] - sum_g - xhat * sum_gx);
               accumulate(gx[r * D + j], v, fresh);
-            }
+            });
           });
         }
         if (GradTarget dw = ctx.grad_in(1))

@@ -1,5 +1,6 @@
 #include "autodiff/ops/kernel.hpp"
 #include "autodiff/ops/ops.hpp"
+#include "autodiff/ops/row_kernel.hpp"
 #include "autodiff/stats.hpp"
 #include "autodiff/tape.hpp"
 
@@ -23,12 +24,12 @@ Normalized rms_norm_forward(const Tensor& x, const Tensor& weight, double eps) {
     const T *px = x.data<T>(), *w = weight.data<T>();
     T *y = out.data<T>(), *pr = rstd.data<T>();
     const T e = T(eps);
-    for_each("rms_norm_forward", M, KOKKOS_LAMBDA(std::int64_t r) {
-      const T* row = px + r * D;
-      const T ss = lane_sum<T>(D, [&](std::int64_t j) { return row[j] * row[j]; });
+    for_each_row("rms_norm_forward", M, D, KOKKOS_LAMBDA(std::int64_t r, const Row& row) {
+      const T* xr = px + r * D;
+      const T ss = row.sum<T>([&](std::int64_t j) { return xr[j] * xr[j]; });
       const T s = T(1) / kmath::sqrt(ss / T(D) + e);
-      for (std::int64_t j = 0; j < D; ++j) y[r * D + j] = row[j] * s * w[j];
-      pr[r] = s;
+      row.each([&](std::int64_t j) { y[r * D + j] = xr[j] * s * w[j]; });
+      row.once([&] { pr[r] = s; });
     });
   });
   return {out, rstd};
@@ -54,13 +55,13 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
         T* gx = dx.t.data<T>();
         const bool fresh = dx.fresh;
         // dx = s (g w) - x s^3 mean(g w x)
-        for_each("rms_norm_backward_x", M, KOKKOS_LAMBDA(std::int64_t r) {
+        for_each_row("rms_norm_backward_x", M, D, KOKKOS_LAMBDA(std::int64_t r, const Row& row) {
           const T s = pr[r];
-          const T dot = lane_sum<T>(D, [&](std::int64_t j) { return gy[r * D + j] * w[j] * px[r * D + j]; }) / T(D);
-          for (std::int64_t j = 0; j < D; ++j) {
+          const T dot = row.sum<T>([&](std::int64_t j) { return gy[r * D + j] * w[j] * px[r * D + j]; }) / T(D);
+          row.each([&](std::int64_t j) {
             const T v = s * gy[r * D + j] * w[j] - px[r * D + j] * s * s * s * dot;
             accumulate(gx[r * D + j], v, fresh);
-          }
+          });
         });
       }
       if (GradTarget dw = ctx.grad_in(1))

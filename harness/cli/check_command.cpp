@@ -62,7 +62,7 @@ int check_trajectories(const CheckCommandOptions& o, const ModelSetup& setup, co
   return failures ? 1 : 0;
 }
 
-std::string mb(double bytes) {
+std::string mb_text(double bytes) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.2f", bytes / (1 << 20));
   return buf;
@@ -138,9 +138,9 @@ int run_check_command(const CheckCommandOptions& o) {
     failures += ok ? 0 : 1;
     std::printf("%-28s %12.8f %10.2e %10.2e %7s %10s %10s %6.3f %9s %7.1f%% %7.3f%s\n", r.strategy.c_str(), s.loss,
                 r.vs_full.max_abs, r.vs_full.max_rel, r.vs_full.bitwise ? "yes" : "no",
-                mb(double(s.activation_peak)).c_str(), mb(double(r.predicted.device)).c_str(),
+                mb_text(double(s.activation_peak)).c_str(), mb_text(double(r.predicted.device)).c_str(),
                 double(s.activation_peak) / double(report.full.activation_peak),
-                mb(double(s.offload_peak)).c_str(), s.flops > 0 ? 100.0 * s.recompute_flops / s.flops : 0.0,
+                mb_text(double(s.offload_peak)).c_str(), s.flops > 0 ? 100.0 * s.recompute_flops / s.flops : 0.0,
                 s.seconds, ok ? "" : "   <- NOT BITWISE EQUAL TO full");
   }
   std::printf(

@@ -11,12 +11,12 @@
 namespace remat::cli {
 namespace {
 
-struct MergeOptions {
+struct LoraMergeOptions {
   std::string weights, adapters, out;
   bool force = false;
 };
 
-void run_merge(const MergeOptions& o) {
+void run_lora_merge(const LoraMergeOptions& o) {
   check_output(o.out, FileKind::weights, {o.weights, o.adapters}, o.force);
   LoadedWeights w = load_weights(o.weights, o.force, /*skip_adapters=*/true);  // a --lora run holds both
   const AdapterFile adapters = read_adapters(o.adapters);
@@ -29,7 +29,7 @@ void run_merge(const MergeOptions& o) {
 }  // namespace
 
 void setup_lora_merge(CLI::App& app) {
-  auto o = std::make_shared<MergeOptions>();
+  auto o = std::make_shared<LoraMergeOptions>();
   auto* cmd = app.add_subcommand("lora-merge", "Fold LoRA adapters into their weights; write plain weights");
   cmd->add_option("--weights", o->weights, "The base weights (a weight file, or the run file of a --lora training)")
       ->required();
@@ -37,7 +37,7 @@ void setup_lora_merge(CLI::App& app) {
       ->required();
   cmd->add_option("--out", o->out, "The merged weights (HDF5, docs/models.md layout)")->required();
   cmd->add_flag("--force", o->force, "Replace --out even if it holds another kind of file");
-  cmd->callback([o] { run_merge(*o); });
+  cmd->callback([o] { run_lora_merge(*o); });
 }
 
 }  // namespace remat::cli

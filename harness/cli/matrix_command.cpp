@@ -11,6 +11,7 @@
 #include "autodiff/runtime.hpp"
 #include "comm/comm.hpp"
 #include "harness/cli/commands.hpp"
+#include "harness/cli/format.hpp"
 #include "autodiff/error.hpp"
 #include "harness/cli/model_options.hpp"
 #include "harness/cli/validators.hpp"
@@ -36,16 +37,9 @@ std::vector<std::string> model_names(const std::string& s) {
   return names;
 }
 
-std::string duration(double s) {
-  char buf[32];
-  if (s >= 60) std::snprintf(buf, sizeof buf, "%dm%02ds", int(s) / 60, int(s) % 60);
-  else std::snprintf(buf, sizeof buf, "%.0fs", s);
-  return buf;
-}
-
 void print_summary(const std::vector<RunRecord>& records) {
-  std::printf("\n%-8s %-28s %-14s %9s %9s %9s %9s %7s %9s %8s %7s\n", "model", "strategy", "shape", "step s",
-              "tokens/s", "act MB", "pred MB", "vs full", "offl. MB", "recomp.", "bitwise");
+  std::printf("\n%-8s %-28s %-14s %9s %9s %9s %9s %7s %9s %-14s %8s %7s\n", "model", "strategy", "shape", "step s",
+              "tokens/s", "act MB", "pred MB", "vs full", "offl. MB", "copies hidden", "recomp.", "bitwise");
   auto shape_of = [](const RunKey& k) {
     RunKey shape = k;
     shape.strategy = "";
@@ -57,7 +51,7 @@ void print_summary(const std::vector<RunRecord>& records) {
   for (const auto& r : records) {
     const RunKey& k = r.key;
     if (r.check.oom) {
-      std::printf("%-8s %-28s L%d S%d B%d: OUT OF MEMORY under --mem-limit\n", k.model.c_str(), k.strategy.c_str(),
+      std::printf("%-8s %-28s L%d S%d B%d: OUT OF MEMORY (over --mem-limit or the device's memory)\n", k.model.c_str(), k.strategy.c_str(),
                   k.sizes.L, k.sizes.S, k.sizes.B);
       continue;
     }
@@ -67,12 +61,15 @@ void print_summary(const std::vector<RunRecord>& records) {
     char shape[48], vs[16] = "-";
     std::snprintf(shape, sizeof shape, "L%d S%d B%d", k.sizes.L, k.sizes.S, k.sizes.B);
     if (ft != full_time.end() && ft->second > 0) std::snprintf(vs, sizeof vs, "%.2fx", t / ft->second);
-    std::printf("%-8s %-28s %-14s %9.3f %9.0f %9.1f %9.1f %7s %9.1f %7.1f%% %7s\n", k.model.c_str(), k.strategy.c_str(),
-                shape, t, double(k.sizes.B) * k.sizes.S / t, st.activation_peak / 1048576.0,
-                r.check.predicted.device / 1048576.0, vs, st.offload_peak / 1048576.0,
+    std::printf("%-8s %-28s %-14s %9.3f %9.0f %9.1f %9.1f %7s %9.1f %-14s %7.1f%% %7s\n", k.model.c_str(),
+                k.strategy.c_str(), shape, t, double(k.sizes.B) * k.sizes.S / t, mib(st.activation_peak),
+                mib(r.check.predicted.device), vs, mib(st.offload_peak),
+                copy_cost(st.offload_copy_seconds, st.offload_wait_seconds).c_str(),
                 st.flops > 0 ? 100 * st.recompute_flops / st.flops : 0.0, r.check.vs_full.bitwise ? "yes" : "NO");
   }
-  std::printf("vs full: step time relative to full on the same model and shape (time overhead of the strategy).\n");
+  std::printf("vs full: step time relative to full on the same model and shape (time overhead of the strategy).\n"
+              "act MB: the device pool's activation peak; offl. MB: the host offload pool's; copies hidden: the\n"
+              "offload copies' time and the share of it that ran behind compute (- : none; the host moves, not copies).\n");
 }
 
 void run(Options& o) {

@@ -8,6 +8,7 @@
 #include "autodiff/error.hpp"
 #include "harness/check.hpp"
 #include "harness/cli/commands.hpp"
+#include "harness/cli/format.hpp"
 #include "harness/cli/model_options.hpp"
 #include "strategies/planner/solver.hpp"
 #include "strategies/registry.hpp"
@@ -20,8 +21,6 @@ struct PlanOptions {
   std::string budget;
   bool json = false, force = false, allow_offload = false;
 };
-
-double mb(std::int64_t bytes) { return double(bytes) / 1048576.0; }
 
 void run_plan(const PlanOptions& o) {
   const ModelSetup setup = o.model.resolve();
@@ -55,10 +54,10 @@ void run_plan(const PlanOptions& o) {
   }
   const Sizes& z = setup.sizes;
   std::printf("%s %s (L %d, D %d, S %d, B %d), %s attention, %s: a budget of %.2f MB\n", setup.model.c_str(),
-              setup.preset.c_str(), z.L, z.D, z.S, z.B, o.model.attention.c_str(), spec.c_str(), mb(plan->budget));
+              setup.preset.c_str(), z.L, z.D, z.S, z.B, o.model.attention.c_str(), spec.c_str(), mib(plan->budget));
   std::printf("%s", planner::describe(*plan, costs).c_str());
   std::printf("predicted activation peak: %.2f MB (full measured %.2f MB; smallest feasible budget %.2f MB)\n",
-              mb(plan->predicted_peak), mb(costs.measured_peak), mb(smallest));
+              mib(plan->predicted_peak), mib(costs.measured_peak), mib(smallest));
   std::printf("predicted step: %.3f s = full's %.3f s + %.3f s recomputing\n", plan->predicted_seconds,
               costs.step_seconds, plan->recompute_seconds);
 }

@@ -12,6 +12,7 @@
 #include "autodiff/runtime.hpp"
 #include "harness/check.hpp"
 #include "harness/cli/commands.hpp"
+#include "harness/cli/format.hpp"
 #include "harness/cli/model_options.hpp"
 #include "harness/cli/validators.hpp"
 #include "harness/resident_memory.hpp"
@@ -29,8 +30,6 @@ struct TimeOptions {
   int steps = 5, warmup = 1;
   bool json = false, force = false;
 };
-
-double mb(std::int64_t bytes) { return double(bytes) / (1 << 20); }
 
 void run_time(const TimeOptions& o) {
   const ModelSetup setup = o.model.resolve();
@@ -88,11 +87,11 @@ void run_time(const TimeOptions& o) {
               z.L, z.D, z.S, z.B, specs[0].c_str(), o.model.attention.c_str(), Runtime::describe().c_str());
   std::printf("step time: median %.3f s, fastest %.3f s, over %d steps after %d warm-up\n", step_median, fastest,
               o.steps, o.warmup);
-  std::printf("activation peak (tracker, exact): %.1f MB%s\n", mb(activation_peak),
-              offload_peak ? (", offload pool " + std::to_string(mb(offload_peak)).substr(0, 6) + " MB").c_str() : "");
+  std::printf("activation peak (tracker, exact): %.1f MB%s\n", mib(activation_peak),
+              offload_peak ? (", offload pool " + std::to_string(mib(offload_peak)).substr(0, 6) + " MB").c_str() : "");
   std::printf("resident set: peak %.1f MB above the %.1f MB held once the model (weights and gradient buffers) and "
               "batch existed%s\n",
-              mb(rss_peak), mb(baseline), peak_reset ? "" : " (peak since process start: the system refused a reset)");
+              mib(rss_peak), mib(baseline), peak_reset ? "" : " (peak since process start: the system refused a reset)");
 }
 
 }  // namespace

@@ -12,6 +12,7 @@
 #include "datasets/batch_source.hpp"
 #include "harness/check.hpp"
 #include "harness/cli/commands.hpp"
+#include "harness/cli/format.hpp"
 #include "harness/cli/model_options.hpp"
 #include "harness/cli/validators.hpp"
 #include "harness/finetune/adapters_file.hpp"
@@ -29,14 +30,6 @@ struct TrainOptions {
   std::string adapters_out;  // --lora: the adapters alone, at the end
   bool resume = false, force = false;
 };
-
-std::string duration(double s) {
-  char buf[32];
-  if (s >= 3600) std::snprintf(buf, sizeof buf, "%dh%02dm", int(s) / 3600, int(s) / 60 % 60);
-  else if (s >= 60) std::snprintf(buf, sizeof buf, "%dm%02ds", int(s) / 60, int(s) % 60);
-  else std::snprintf(buf, sizeof buf, "%.0fs", s);
-  return buf;
-}
 
 // "step 120/300  loss 2.3456  val 2.4012  lr 8.1e-04  5210 tok/s  ETA 1m10s"
 std::string progress_line(const TrainConfig& c, const TrainState& s, double since_start, int first_step) {

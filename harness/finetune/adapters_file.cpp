@@ -66,10 +66,8 @@ void write_adapters(const std::string& path, const ModelSetup& setup, const Para
   write_model_setup(f, setup);
   write_lora_setting(f, options);
   for (std::size_t i = 0; i < store.names().size(); ++i)
-    if (is_adapter_name(store.names()[i])) {
-      const auto v = store.tensors()[i].to_host_f64();
-      h5::write(f, "/params/" + store.names()[i], std::vector<float>(v.begin(), v.end()), store.tensors()[i].shape());
-    }
+    if (is_adapter_name(store.names()[i]))
+      h5::write(f, "/params/" + store.names()[i], store.tensors()[i].to_host_f32(), store.tensors()[i].shape());
   f.save();
 }
 

@@ -179,6 +179,8 @@ void write_run(const h5::File& file_, const std::string& g, const RunRecord& r) 
   attr_i("predicted_activation_bytes", r.check.predicted.device);
   attr_i("offload_peak_bytes", st.offload_peak);
   attr_i("predicted_offload_bytes", r.check.predicted.offload);
+  attr_d("offload_copy_seconds", st.offload_copy_seconds);
+  attr_d("offload_wait_seconds", st.offload_wait_seconds);
   attr_d("gemm_flops", st.flops);
   attr_d("recompute_flops_share", st.flops > 0 ? st.recompute_flops / st.flops : 0);
   attr_d("grad_max_abs_error", r.check.vs_full.max_abs);

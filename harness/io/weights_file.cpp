@@ -12,11 +12,6 @@
 namespace remat {
 namespace {
 
-std::vector<float> to_f32(const Tensor& t) {
-  const auto d = t.to_host_f64();
-  return std::vector<float>(d.begin(), d.end());
-}
-
 // The first non-finite value of a tensor read from a file is an error: a NaN
 // weight would only come back as a NaN loss with exit 0.
 template <class T>
@@ -108,7 +103,7 @@ void write_model_file(const std::string& path, const ModelSetup& setup, const Pa
   h5::File f = h5::File::create(path);
   write_setup(f, setup);
   for (std::size_t i = 0; i < params.names().size() && with_params; ++i)
-    h5::write(f, "/params/" + params.names()[i], to_f32(params.tensors()[i]), params.tensors()[i].shape());
+    h5::write(f, "/params/" + params.names()[i], params.tensors()[i].to_host_f32(), params.tensors()[i].shape());
   if (batch) {
     h5::write(f, "/batch/tokens", batch->tokens.to_host_i32(), batch->tokens.shape());
     h5::write(f, "/batch/targets", batch->targets.to_host_i32(), batch->targets.shape());
@@ -118,7 +113,7 @@ void write_model_file(const std::string& path, const ModelSetup& setup, const Pa
     for (std::size_t i = 0; i < params.names().size(); ++i) {
       const Tensor& p = params.tensors()[i];
       const Tensor g = p.grad();
-      h5::write(f, "/grads/" + params.names()[i], g.defined() ? to_f32(g) : std::vector<float>(p.numel(), 0.0f),
+      h5::write(f, "/grads/" + params.names()[i], g.defined() ? g.to_host_f32() : std::vector<float>(p.numel(), 0.0f),
                 p.shape());
     }
   }
@@ -129,7 +124,7 @@ void write_model_file(const std::string& path, const ModelSetup& setup, const Pa
 
 void write_params(const h5::File& f, const ParamStore& params) {
   for (std::size_t i = 0; i < params.names().size(); ++i)
-    h5::write(f, "/params/" + params.names()[i], to_f32(params.tensors()[i]), params.tensors()[i].shape());
+    h5::write(f, "/params/" + params.names()[i], params.tensors()[i].to_host_f32(), params.tensors()[i].shape());
 }
 
 void write_model_setup(const h5::File& f, const ModelSetup& setup) { write_setup(f, setup); }

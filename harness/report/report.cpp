@@ -57,6 +57,14 @@ void write_file(const std::string& path, const std::string& text, std::vector<st
 
 }  // namespace
 
+std::string copy_cost(double copy_seconds, double wait_seconds) {
+  if (copy_seconds <= 0) return "-";
+  const double hidden = std::max(0.0, 1 - wait_seconds / copy_seconds);
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%.3gs %.0f%%", copy_seconds, 100 * hidden);
+  return buf;
+}
+
 namespace {
 
 // One run's record, every field checked; UserError saying what is wrong.
@@ -77,7 +85,8 @@ RunSummary read_run(const h5::File& f, const std::string& name) {
   auto measure = [&](const char* a) {
     const auto v = h5::read_attr_double(f, a, g);
     if (!v) throw UserError("no '" + std::string(a) + "' attribute");
-    if (!std::isfinite(*v) || *v < 0) throw UserError("'" + std::string(a) + "' = " + std::to_string(*v) + " is not a measure");
+    if (!std::isfinite(*v)) throw UserError("'" + std::string(a) + "' is not a finite number");
+    if (*v < 0) throw UserError("'" + std::string(a) + "' = " + std::to_string(*v) + " is negative");
     return *v;
   };
   RunSummary r;
@@ -110,6 +119,10 @@ RunSummary read_run(const h5::File& f, const std::string& name) {
   r.predicted = count("predicted_activation_bytes", 0, INT64_MAX);
   r.offload = count("offload_peak_bytes", 0, INT64_MAX);
   r.bitwise = count("bitwise_equal_to_full", 0, 1) != 0;
+  if (h5::read_attr_double(f, "offload_copy_seconds", g)) {
+    r.copy_seconds = measure("offload_copy_seconds");
+    r.wait_seconds = measure("offload_wait_seconds");
+  }
   if (h5::exists(f, g + "/timeline/seconds")) {
     r.timeline_seconds = h5::read_f64(f, g + "/timeline/seconds");
     const auto bytes = h5::read_i64(f, g + "/timeline/bytes");
@@ -160,20 +173,20 @@ std::string markdown_summary(const Results& results) {
       model = r.model;
       o << "\n## " << model << "\n\n"
         << "| strategy | shape | step s | time vs full | act MB | memory vs full | predicted MB | offload MB | "
-           "recompute | bitwise |\n|---|---|---|---|---|---|---|---|---|---|\n";
+           "copies (hidden) | recompute | bitwise |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
     }
     if (r.oom) {
-      o << "| " << r.strategy << " | " << shape(r) << " | out of memory | | | | | | | |\n";
+      o << "| " << r.strategy << " | " << shape(r) << " | out of memory | | | | | | | | |\n";
       continue;
     }
     const auto it = full.find(r.setting);
     const RunSummary* f = it == full.end() ? nullptr : it->second;
-    std::snprintf(buf, sizeof buf, "| %s | %s | %.3f | %s | %.1f | %s | %.1f | %.1f | %.1f%% | %s |\n", r.strategy.c_str(),
+    std::snprintf(buf, sizeof buf, "| %s | %s | %.3f | %s | %.1f | %s | %.1f | %.1f | %s | %.1f%% | %s |\n", r.strategy.c_str(),
                   shape(r).c_str(), r.step_time,
                   f && f->step_time > 0 ? (std::to_string(r.step_time / f->step_time).substr(0, 4) + "x").c_str() : "-",
                   mb(r.activation),
                   f && f->activation > 0 ? (std::to_string(double(r.activation) / f->activation).substr(0, 5) + "x").c_str() : "-",
-                  mb(r.predicted), mb(r.offload), 100 * r.recompute_share, r.bitwise ? "yes" : "no");
+                  mb(r.predicted), mb(r.offload), copy_cost(r.copy_seconds, r.wait_seconds).c_str(), 100 * r.recompute_share, r.bitwise ? "yes" : "no");
     o << buf;
   }
   if (!results.damaged.empty()) {

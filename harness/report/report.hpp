@@ -16,11 +16,16 @@ struct RunSummary {
   int L = 0, S = 0, B = 0;
   double step_time = 0, tokens_per_second = 0, recompute_share = 0;
   std::int64_t activation = 0, predicted = 0, offload = 0;
+  double copy_seconds = 0, wait_seconds = 0;  // the offload copies (0 in files from before they were timed)
   bool bitwise = false;
   bool oom = false;  // recorded as out of memory under --mem-limit
   std::vector<double> timeline_seconds;
   std::vector<double> timeline_mb;
 };
+
+// The offload copies' cost in a few characters: "-" for none, else their
+// time and the share of it that ran behind compute ("0.0041s 72%").
+std::string copy_cost(double copy_seconds, double wait_seconds);
 
 // Least-squares slope of log y against log x (a growth exponent).
 double loglog_slope(const std::vector<double>& x, const std::vector<double>& y);

@@ -15,11 +15,6 @@
 namespace remat {
 namespace {
 
-std::vector<float> to_f32(const Tensor& t) {
-  const auto d = t.to_host_f64();
-  return std::vector<float>(d.begin(), d.end());
-}
-
 // Every setting of a run as (name, text) pairs: written as attributes, and
 // compared one by one when a run is resumed.
 std::vector<std::pair<std::string, std::string>> settings(const TrainConfig& c) {
@@ -178,7 +173,7 @@ void write_run_file(const std::string& path, const TrainConfig& config, const Tr
     const auto& buffers = optimizer.state(name);
     for (std::size_t i = 0; i < buffers.size(); ++i)  // frozen parameters have none
       if (buffers[i].defined())
-        h5::write(f, "/optimizer/" + name + "/" + params.names()[i], to_f32(buffers[i]), buffers[i].shape());
+        h5::write(f, "/optimizer/" + name + "/" + params.names()[i], buffers[i].to_host_f32(), buffers[i].shape());
   }
   std::vector<double> loss, lr, norm, seconds, comm_seconds;
   std::vector<std::int64_t> peak, eval_step, comm_bytes;

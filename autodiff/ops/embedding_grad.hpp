@@ -1,0 +1,59 @@
+#pragma once
+// The embedding table's gradient: g[v, :] (+)= the sum of gy[n, :] over the
+// positions n holding token v, always added in increasing n (no atomics on
+// floats: the same sums on every run and every backend). Two schedules of
+// that one sum; the tests check they agree bitwise.
+#include <Kokkos_Core.hpp>
+#include <Kokkos_Sort.hpp>
+#include <cstdint>
+
+#include "autodiff/ops/kernel.hpp"
+
+namespace remat::ops::detail {
+
+// A thread per column, every position in order: what the host runs (D
+// columns are plenty for its cores, and each thread streams through gy).
+template <class T>
+void embedding_grad_by_column(const std::int32_t* id, const T* gy, std::int64_t N, std::int64_t V, std::int64_t D,
+                              T* g, bool fresh) {
+  for_each("embedding_backward", D, KOKKOS_LAMBDA(std::int64_t d) {
+    if (fresh)
+      for (std::int64_t v = 0; v < V; ++v) g[v * D + d] = T(0);
+    for (std::int64_t n = 0; n < N; ++n) g[std::int64_t(id[n]) * D + d] += gy[n * D + d];
+  });
+}
+
+// What a device runs: a thread per column leaves a GPU nearly idle. The
+// positions are sorted by (token, position) (Kokkos::sort of unique keys, so
+// the order is the same whatever the sort does with ties), each token's run
+// of positions is found from counts and a prefix sum, then a thread per
+// (token, column) adds its token's rows in increasing n: V x D threads, the
+// columns of a row consecutive (coalesced). Runs on any backend.
+template <class T>
+void embedding_grad_by_token(const std::int32_t* id, const T* gy, std::int64_t N, std::int64_t V, std::int64_t D,
+                             T* g, bool fresh) {
+  Kokkos::View<std::int64_t*, MemSpace> start("embedding_backward_start", std::size_t(V + 1));
+  Kokkos::View<std::int64_t*, MemSpace> keys(Kokkos::view_alloc(Kokkos::WithoutInitializing, "embedding_backward_keys"),
+                                             std::size_t(N));
+  std::int64_t *ps = start.data(), *pk = keys.data();
+  // Counts are integers: atomics give the same counts in any order.
+  for_each("embedding_backward_keys", N, KOKKOS_LAMBDA(std::int64_t n) {
+    pk[n] = std::int64_t(id[n]) * N + n;
+    Kokkos::atomic_add(&ps[id[n] + 1], std::int64_t(1));
+  });
+  Kokkos::parallel_scan(
+      "embedding_backward_starts", Kokkos::RangePolicy<ExecSpace>(0, V + 1),
+      KOKKOS_LAMBDA(std::int64_t v, std::int64_t & sum, bool last) {
+        sum += ps[v];
+        if (last) ps[v] = sum;
+      });
+  Kokkos::sort(keys);
+  for_each("embedding_backward", V * D, KOKKOS_LAMBDA(std::int64_t i) {
+    const std::int64_t v = i / D, d = i % D;
+    T acc = fresh ? T(0) : g[i];
+    for (std::int64_t k = ps[v]; k < ps[v + 1]; ++k) acc += gy[(pk[k] - v * N) * D + d];
+    g[i] = acc;
+  });
+}
+
+}  // namespace remat::ops::detail
