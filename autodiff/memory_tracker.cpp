@@ -17,7 +17,9 @@ double now_seconds() {
 }
 
 const char* pool_of(const Kokkos::Profiling::SpaceHandle& space, const char* label) {
-  return label && std::strcmp(label, MemoryTracker::kOffloadLabel) == 0 ? MemoryTracker::kOffloadPool : space.name;
+  if (label && std::strcmp(label, MemoryTracker::kOffloadLabel) == 0) return MemoryTracker::kOffloadPool;
+  if (label && std::strcmp(label, MemoryTracker::kGatheredLabel) == 0) return MemoryTracker::kGatheredPool;
+  return space.name;
 }
 
 void allocate_callback(Kokkos::Profiling::SpaceHandle space, const char* label, const void* ptr,

@@ -31,6 +31,9 @@ class MemoryTracker {
   // host memory on a GPU build) are counted in the offload pool.
   static constexpr const char* kOffloadPool = "offload";
   static constexpr const char* kOffloadLabel = "offloaded";
+  // Full values of sharded parameters, while gathered (harness/train/param_shards.hpp).
+  static constexpr const char* kGatheredPool = "gathered";
+  static constexpr const char* kGatheredLabel = "gathered parameter";
 
   // Registers the Kokkos Tools callbacks; call after Kokkos::initialize.
   void install();

@@ -35,7 +35,34 @@ Tensors couple(const Tensor& x1, const Tensor& x2, const ReversibleBody& body) {
   return {y1, y2};
 }
 
+BlockHooks*& hooks_pointer() {
+  static BlockHooks* hooks = nullptr;
+  return hooks;
+}
+
+// The body as the hooks see it: named for the nodes it records (also when a
+// strategy runs it again in backward) and reported when it ends, also when
+// it ends early (a recomputation stops at the last tensor it needs, by an
+// exception).
+BlockBody hooked(const std::string& name, const BlockBody& body) {
+  return [name, body](const Tensors& in) {
+    struct Run {
+      const std::string& name;
+      std::string previous = block_name();
+      explicit Run(const std::string& n) : name(n) { block_name() = n; }
+      ~Run() {
+        block_name() = previous;
+        if (BlockHooks* h = hooks_pointer()) h->body_done(name);
+      }
+    } run(name);
+    return body(in);
+  };
+}
+
 }  // namespace
+
+void set_block_hooks(BlockHooks* hooks) { hooks_pointer() = hooks; }
+BlockHooks* block_hooks() { return hooks_pointer(); }
 
 const std::string& current_block() { return block_name(); }
 
@@ -47,8 +74,9 @@ Tensors BlockRunner::run_reversible(const BlockInfo& info, const Tensor& x1, con
 Tensors run_block(const BlockInfo& info, const Tensors& inputs, const BlockBody& body) {
   BlockScope scope(info.name);
   auto& stack = runner_stack();
-  if (stack.empty()) return body(inputs);
-  return stack.back()->run(info, inputs, body);
+  const BlockBody& run = hooks_pointer() ? hooked(info.name, body) : body;
+  if (stack.empty()) return run(inputs);
+  return stack.back()->run(info, inputs, run);
 }
 
 Tensor run_block(const BlockInfo& info, const Tensor& input, const std::function<Tensor(const Tensor&)>& body) {

@@ -50,6 +50,23 @@ Tensors run_reversible_block(const BlockInfo& info, const Tensor& x1, const Tens
 // so that the memory timeline labels backward phases by block too.
 const std::string& current_block();
 
+// What parameters that are not always resident (sharded across ranks, as in
+// ZeRO-3) must know of the blocks: when a run of a block's body ends (its
+// forward, or its recomputation in backward), before backward runs each of a
+// block's nodes (so it repeats), when backward has left a block for an
+// earlier one (its gradients are complete), and when backward ends. None is
+// installed by default, and then blocks run exactly as without.
+class BlockHooks {
+ public:
+  virtual ~BlockHooks() = default;
+  virtual void body_done(const std::string& block) = 0;
+  virtual void backward_enter(const std::string& block) = 0;
+  virtual void backward_leave(const std::string& block) = 0;
+  virtual void backward_end() = 0;
+};
+void set_block_hooks(BlockHooks* hooks);  // null: none
+BlockHooks* block_hooks();
+
 class BlockRunnerScope {
  public:
   explicit BlockRunnerScope(BlockRunner& r);

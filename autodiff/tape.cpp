@@ -22,7 +22,7 @@ bool& grad_flag() {
 // on unchanged, as by add). Before writing into it in place, make it ours.
 Tensor& writable_grad(GradSlot& slot) {
   Tensor& g = *slot.grad;
-  if (g.bytes().use_count() > 1) g = clone(g);
+  if (g.shares_storage()) g = clone(g);
   return g;
 }
 
@@ -71,14 +71,30 @@ void Tape::run_backward() {
   } clear{nodes_};
   // The memory timeline names the block each node belongs to.
   MemoryPhase phase("backward");
-  std::string block = "\n";  // no block has this name
+  // Block hooks hear of blocks entered and left; a backward nested in a
+  // node's (a checkpoint region recomputing) enters its blocks too, but only
+  // the outermost one ends.
+  thread_local int depth = 0;
+  struct Depth {
+    Depth() { ++depth; }
+    ~Depth() { --depth; }
+  } nested;
+  BlockHooks* hooks = block_hooks();
+  std::string block = "\n", entered;  // no block has the first name; entered: the last block run
   while (!nodes_.empty()) {
     std::unique_ptr<Node> node = std::move(nodes_.back());
     nodes_.pop_back();
     if (block != node->block) {
       block = node->block;
       MemoryTracker::instance().set_phase(block.empty() ? "backward" : "backward " + block);
+      if (hooks && !block.empty()) {
+        if (!entered.empty() && entered != block) hooks->backward_leave(entered);
+        entered = block;
+      }
     }
+    // Before every node, not once per block: a recomputation between two of
+    // a block's nodes may have let its parameters go again.
+    if (hooks && !block.empty()) hooks->backward_enter(block);
     bool any = false;
     for (auto& s : node->outputs) any = any || (s && s->grad);
     if (any) {
@@ -89,6 +105,7 @@ void Tape::run_backward() {
     for (auto& s : node->outputs)
       if (s && !s->retain) s->grad.reset();
   }
+  if (hooks && depth == 1) hooks->backward_end();
 }
 
 Tape& current_tape() { return *tape_pointer(); }

@@ -38,7 +38,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, const std::string& label) 
   t.numel_ = remat::numel(shape);
   t.dtype_ = dtype;
   MemoryTracker::instance().check_allocation(std::int64_t(t.nbytes()));
-  t.bytes_ = Bytes(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), t.nbytes());
+  t.storage_ = std::make_shared<Bytes>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), t.nbytes());
   return t;
 }
 
@@ -59,7 +59,26 @@ Tensor Tensor::parameter(const Shape& shape, DType dtype, const std::string& nam
   return t;
 }
 
-std::string Tensor::label() const { return bytes_.data() ? bytes_.label() : std::string(); }
+std::string Tensor::label() const { return raw() ? storage_->label() : std::string(); }
+
+const Tensor::Bytes& Tensor::bytes() const {
+  static const Bytes none;
+  return storage_ ? *storage_ : none;
+}
+
+void Tensor::release() const {
+  if (storage_) *storage_ = Bytes();
+}
+
+void Tensor::refill(Bytes bytes) const {
+  if (bytes.extent(0) != nbytes())
+    throw std::invalid_argument("refill: " + std::to_string(bytes.extent(0)) + " bytes for a tensor of " +
+                                std::to_string(nbytes()));
+  if (!storage_) throw std::logic_error("refill: an undefined tensor has no storage to fill");
+  *storage_ = std::move(bytes);
+}
+
+bool Tensor::shares_storage() const { return storage_ && (storage_.use_count() > 1 || storage_->use_count() > 1); }
 
 Tensor Tensor::view_as(const Shape& shape) const {
   if (remat::numel(shape) != numel_)

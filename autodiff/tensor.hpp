@@ -53,7 +53,7 @@ class Tensor {
   // over several backward calls until zero_grad()).
   static Tensor parameter(const Shape& shape, DType dtype, const std::string& name);
 
-  bool defined() const { return bytes_.data() != nullptr || !shape_.empty(); }
+  bool defined() const { return raw() != nullptr || !shape_.empty(); }
   const Shape& shape() const { return shape_; }
   std::int64_t dim(int i) const { return shape_.at(i < 0 ? shape_.size() + i : i); }
   int rank() const { return int(shape_.size()); }
@@ -64,10 +64,19 @@ class Tensor {
 
   template <class T> T* data() const {
     check_dtype(DTypeOf<T>::value);
-    return reinterpret_cast<T*>(bytes_.data());
+    return reinterpret_cast<T*>(raw());
   }
-  void* raw() const { return bytes_.data(); }
-  const Bytes& bytes() const { return bytes_; }
+  void* raw() const { return storage_ ? storage_->data() : nullptr; }
+  const Bytes& bytes() const;  // an empty View for an undefined tensor
+
+  // Every copy of a tensor (views of it, the copies ops keep for backward)
+  // shares one storage, which can be released and filled again: a parameter
+  // sharded across ranks holds its full values only while it is gathered,
+  // and the ops that captured it see them come back.
+  bool resident() const { return raw() != nullptr; }
+  void release() const;             // the storage is freed once no View of it remains
+  void refill(Bytes bytes) const;   // new storage of nbytes() bytes for every copy
+  bool shares_storage() const;      // another tensor or View holds this storage
 
   // Same data, other shape (element counts must agree). Not recorded on the
   // tape: use it on tensors that need no gradient, or through ops::reshape.
@@ -100,7 +109,7 @@ class Tensor {
 
  private:
   void check_dtype(DType want) const;
-  Bytes bytes_;
+  std::shared_ptr<Bytes> storage_;
   Shape shape_;
   std::int64_t numel_ = 0;
   DType dtype_ = DType::f32;

@@ -51,6 +51,11 @@ void barrier();
 void gather_all(const float* data, std::int64_t n, float* all);
 void gather_all(const double* data, std::int64_t n, double* all);
 
+// Each rank's send holds size() parts of n values; part r goes to rank r,
+// and recv's part r is what rank r sent this rank (a reduce-scatter's
+// exchange: the caller adds the parts in rank order).
+void all_to_all(const float* send, std::int64_t n, float* recv);
+
 // Terminates every rank (an error on one must not leave the others waiting).
 [[noreturn]] void abort_all(int code);
 

@@ -29,7 +29,8 @@ void update(T* p, const T* g, T* m, T* v, std::int64_t n, T decay, T b1, T b2, T
 
 class AdamW final : public Optimizer {
  public:
-  AdamW(const OptimizerConfig& c, const std::vector<Tensor>& params) : c_(c), params_(params) {
+  AdamW(const OptimizerConfig& c, const std::vector<Tensor>& params, std::vector<bool> decays)
+      : c_(c), params_(params), decays_(std::move(decays)) {
     for (const auto& p : params_) {  // a frozen parameter gets no state
       m_.push_back(p.requires_grad() ? Tensor::zeros(p.shape(), p.dtype(), "adamw.m") : Tensor());
       v_.push_back(p.requires_grad() ? Tensor::zeros(p.shape(), p.dtype(), "adamw.v") : Tensor());
@@ -42,7 +43,7 @@ class AdamW final : public Optimizer {
       const Tensor& p = params_[k];
       const Tensor g = p.grad();
       if (!g.defined()) continue;
-      const double decay = decays(p) ? 1 - lr * c_.weight_decay : 1;
+      const double decay = decays_[k] ? 1 - lr * c_.weight_decay : 1;
       if (p.dtype() == DType::f32)
         update<float>(p.data<float>(), g.data<float>(), m_[k].data<float>(), v_[k].data<float>(), p.numel(),
                       float(decay), float(c_.beta1), float(c_.beta2), float(lr / bc1), float(std::sqrt(bc2)),
@@ -58,12 +59,14 @@ class AdamW final : public Optimizer {
  private:
   OptimizerConfig c_;
   std::vector<Tensor> params_, m_, v_;
+  std::vector<bool> decays_;
 };
 
 }  // namespace
 
-std::unique_ptr<Optimizer> make_adamw(const OptimizerConfig& c, const std::vector<Tensor>& params) {
-  return std::make_unique<AdamW>(c, params);
+std::unique_ptr<Optimizer> make_adamw(const OptimizerConfig& c, const std::vector<Tensor>& params,
+                                      std::vector<bool> decays) {
+  return std::make_unique<AdamW>(c, params, std::move(decays));
 }
 
 }  // namespace remat

@@ -38,7 +38,15 @@ class Optimizer {
 };
 
 // UserError for an unknown kind or a bad setting.
-std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const std::vector<Tensor>& params);
+// Weight decay applies to matrices (weights, embeddings), never to biases
+// and norm gains, the model's 1-D parameters.
+inline bool decays(const Tensor& p) { return p.rank() >= 2; }
+
+// `decays[k]`: whether weight decay applies to params[k]; left empty, to
+// the matrices (rank >= 2), never to biases and norm gains. (Sharded
+// parameters are 1-D shards of matrices too: their trainer says which.)
+std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const std::vector<Tensor>& params,
+                                          std::vector<bool> decays = {});
 
 // The global L2 norm of the parameters' gradients (those that have one),
 // summed in a fixed order: the same for any thread count.

@@ -4,11 +4,10 @@
 
 namespace remat {
 
-std::unique_ptr<Optimizer> make_adamw(const OptimizerConfig& c, const std::vector<Tensor>& params);
-std::unique_ptr<Optimizer> make_sgd(const OptimizerConfig& c, const std::vector<Tensor>& params);
-
-// Weight decay applies to matrices (weights, embeddings), never to biases
-// and norm gains, the model's 1-D parameters.
-inline bool decays(const Tensor& p) { return p.rank() >= 2; }
+// decays[k]: weight decay on params[k] (one flag per parameter).
+std::unique_ptr<Optimizer> make_adamw(const OptimizerConfig& c, const std::vector<Tensor>& params,
+                                      std::vector<bool> decays);
+std::unique_ptr<Optimizer> make_sgd(const OptimizerConfig& c, const std::vector<Tensor>& params,
+                                    std::vector<bool> decays);
 
 }  // namespace remat

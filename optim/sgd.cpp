@@ -22,7 +22,8 @@ void update(T* p, const T* g, T* b, std::int64_t n, T decay, T momentum, T lr) {
 
 class Sgd final : public Optimizer {
  public:
-  Sgd(const OptimizerConfig& c, const std::vector<Tensor>& params) : c_(c), params_(params) {
+  Sgd(const OptimizerConfig& c, const std::vector<Tensor>& params, std::vector<bool> decays)
+      : c_(c), params_(params), decays_(std::move(decays)) {
     if (c_.momentum > 0)
       for (const auto& p : params_)  // a frozen parameter gets no state
         buffers_.push_back(p.requires_grad() ? Tensor::zeros(p.shape(), p.dtype(), "sgd.momentum") : Tensor());
@@ -33,7 +34,7 @@ class Sgd final : public Optimizer {
       const Tensor& p = params_[k];
       const Tensor g = p.grad();
       if (!g.defined()) continue;
-      const double decay = decays(p) ? 1 - lr * c_.weight_decay : 1;
+      const double decay = decays_[k] ? 1 - lr * c_.weight_decay : 1;
       const bool momentum = !buffers_.empty();
       if (p.dtype() == DType::f32)
         update<float>(p.data<float>(), g.data<float>(), momentum ? buffers_[k].data<float>() : nullptr, p.numel(),
@@ -51,12 +52,14 @@ class Sgd final : public Optimizer {
  private:
   OptimizerConfig c_;
   std::vector<Tensor> params_, buffers_;
+  std::vector<bool> decays_;
 };
 
 }  // namespace
 
-std::unique_ptr<Optimizer> make_sgd(const OptimizerConfig& c, const std::vector<Tensor>& params) {
-  return std::make_unique<Sgd>(c, params);
+std::unique_ptr<Optimizer> make_sgd(const OptimizerConfig& c, const std::vector<Tensor>& params,
+                                      std::vector<bool> decays) {
+  return std::make_unique<Sgd>(c, params, std::move(decays));
 }
 
 }  // namespace remat

@@ -49,6 +49,12 @@ class Strategy : public BlockRunner {
   virtual std::int64_t activation_budget() const { return 0; }
   // What the strategy decided for this model, when it planned (for `check --trace`).
   virtual std::string plan_summary() const { return ""; }
+  // Whether backward runs the block's body again (a checkpoint segment
+  // recomputing it): what sharded parameters gather once more for.
+  virtual bool reruns(const BlockInfo& block) const {
+    (void)block;
+    return false;
+  }
 
   // Diagnostics, provided here for every strategy.
   // The trace of the last step, when enabled (`remat check --trace`).

@@ -38,6 +38,28 @@ TEST_CASE("copies of a tensor share its bytes", "[memory]") {
   CHECK(tracker.stats(pool).live == before + 1024);
 }
 
+TEST_CASE("every copy of a tensor sees its storage released and refilled; gathered bytes have their own pool",
+          "[memory]") {
+  auto& tracker = MemoryTracker::instance();
+  const std::string pool = MemoryTracker::default_pool();
+  const auto before = tracker.stats(pool).live, gathered = tracker.stats(MemoryTracker::kGatheredPool).live;
+  Tensor w = test::random_tensor({4, 8}, 1, DType::f32);
+  const Tensor kept = w, view = w.view_as({32});  // what an op keeps for its backward
+  const std::vector<double> values = w.to_host_f64();
+  CHECK(w.shares_storage());
+  w.release();
+  CHECK(!kept.resident());
+  CHECK(!view.resident());
+  CHECK(kept.shape() == Shape{4, 8});
+  CHECK(tracker.stats(pool).live == before);  // freed: no View of it was left
+  Tensor::Bytes bytes(Kokkos::view_alloc(std::string(MemoryTracker::kGatheredLabel)), w.nbytes());
+  kept.refill(bytes);
+  CHECK(tracker.stats(MemoryTracker::kGatheredPool).live == gathered + 128);
+  test::upload(w, values);
+  CHECK(view.to_host_f64() == values);
+  CHECK_THROWS_WITH(w.refill(Tensor::Bytes("short", 4)), Catch::Contains("refill: 4 bytes for a tensor of 128"));
+}
+
 TEST_CASE("the timeline labels events with the phase", "[memory]") {
   auto& tracker = MemoryTracker::instance();
   tracker.start_timeline();

@@ -20,6 +20,7 @@ ParamStore::ParamStore(const std::vector<ParamSpec>& specs, DType dtype) : specs
 const Tensor& ParamStore::operator[](const std::string& name) const {
   auto it = index_.find(name);
   if (it == index_.end()) throw std::logic_error("no parameter named '" + name + "'");
+  if (on_access_) on_access_(it->second);
   return tensors_[it->second];
 }
 

@@ -2,6 +2,7 @@
 // Parameters: specified by a model (name, shape, how to initialise), owned by
 // a ParamStore in the model's declaration order. Models never own memory.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -49,6 +50,9 @@ class ParamStore {
   void attach_adapter(const std::string& weight, const std::string& a, const std::string& b, double scale);
   // The adapted weights' storage.
   const std::vector<const void*>& adapted() const;
+  // Called with a parameter's index whenever a model reads it through
+  // operator[] (sharded parameters are gathered on first use); none by default.
+  void set_access_hook(std::function<void(std::size_t)> hook) { on_access_ = std::move(hook); }
 
  private:
   std::vector<ParamSpec> specs_;
@@ -57,6 +61,7 @@ class ParamStore {
   std::unordered_map<std::string, std::size_t> index_;
   struct Adapters;
   std::shared_ptr<Adapters> adapters_;
+  std::function<void(std::size_t)> on_access_;
 };
 
 // docs/models.md initialisation: a pure function of (seed, parameter name, index).

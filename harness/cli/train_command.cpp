@@ -114,6 +114,18 @@ void run_train(TrainOptions& o) {
   std::printf("done: %d steps, final loss %.4f", s.step, s.history.back().loss);
   if (!s.evals.empty()) std::printf(", validation loss %.4f", s.evals.back().loss);
   std::printf(", median step %.3f s\n", median(times));
+  if (comm::size() > 1) {
+    const StepRecord& last = s.history.back();
+    std::printf("communication per step and rank: %.2f MB (predicted %.2f MB), %.3f s\n", mib(last.comm_bytes),
+                mib(last.predicted_comm_bytes), last.comm_seconds);
+  }
+  if (c.shard_params) {
+    const ShardMemory& m = result.shard_memory;
+    std::printf("per rank (rank 0): parameter shards %.2f MB, gradient shards %.2f MB, optimizer state %.2f MB, "
+                "gathered parameters at most %.2f MB, activations %.2f MB\n",
+                mib(m.parameters), mib(m.gradients), mib(m.optimizer), mib(m.gathered_peak),
+                mib(s.history.back().activation_peak));
+  }
   if (!c.out.empty())
     std::printf("wrote %s (record, weights%s, optimizer state)\n", c.out.c_str(), c.lora.any() ? " and adapters" : "");
   if (!o.adapters_out.empty()) {
@@ -158,6 +170,9 @@ void setup_train(CLI::App& app) {
   cmd->add_option("--out", c.out, "The run file: record, weights and optimizer state (HDF5)");
   cmd->add_option("--save-every", c.save_every, "Steps between checkpoints into --out (it is also written at the end)")
       ->check(whole_number(0, 100000000));
+  cmd->add_flag("--shard-params", c.shard_params,
+                "Under mpirun: each rank keeps 1/N of every parameter, gradient and optimizer state (ZeRO-3), "
+                "gathering a block's parameters for its forward, its recomputation and its backward");
   cmd->add_flag("--resume", o->resume, "Continue the run in --out from its last checkpoint (bitwise the same run)");
   cmd->add_flag("--force", o->force, "Start over in an existing --out; skip the memory check");
   cmd->callback([o] { run_train(*o); });

@@ -45,7 +45,8 @@ std::vector<std::pair<std::string, std::string>> settings(const TrainConfig& c) 
           {"save_every", std::to_string(c.save_every)},
           {"freeze", c.freeze.key()},
           {"lora", c.lora.key()},
-          {"ranks", std::to_string(c.ranks)}};
+          {"ranks", std::to_string(c.ranks)},
+          {"shard_params", c.shard_params ? "yes" : "no"}};
 }
 
 std::string text_attr(const h5::File& f, const std::string& name) {
@@ -118,6 +119,11 @@ TrainConfig read_config(const h5::File& f, const ModelSetup& setup) {
     c.freeze.below = std::atoi(freeze->c_str() + below + 7);
   }
   c.ranks = h5::read_attr_string(f, "train.ranks") ? whole(f, "ranks") : 1;  // files before MPI: one process
+  if (const auto shard = h5::read_attr_string(f, "train.shard_params")) {  // files before it: unsharded
+    if (*shard != "yes" && *shard != "no")
+      throw UserError(f.path() + ": 'train.shard_params' = '" + *shard + "' is neither yes nor no");
+    c.shard_params = *shard == "yes";
+  }
   // "rank=R;alpha=A;targets=..." (absent or empty: no LoRA).
   if (const auto lora = h5::read_attr_string(f, "train.lora"); lora && !lora->empty())
     c.lora = LoraOptions::parse(*lora, f.path() + ": 'train.lora'");
@@ -148,8 +154,11 @@ TrainState read_state(const h5::File& f, const TrainConfig& c) {
                                                                : std::vector<std::int64_t>(n, 0);
   const auto comm_seconds = h5::exists(f, "/history/comm_seconds") ? history<double>(f, "comm_seconds", n)
                                                                    : std::vector<double>(n, 0.0);
+  const auto predicted = h5::exists(f, "/history/predicted_comm_bytes")
+                             ? history<std::int64_t>(f, "predicted_comm_bytes", n)
+                             : std::vector<std::int64_t>(n, 0);
   for (std::size_t i = 0; i < n; ++i)
-    s.history.push_back({loss[i], lr[i], norm[i], seconds[i], peak[i], comm_bytes[i], comm_seconds[i]});
+    s.history.push_back({loss[i], lr[i], norm[i], seconds[i], peak[i], comm_bytes[i], comm_seconds[i], predicted[i]});
   const auto eval_step = h5::exists(f, "/history/eval_step") ? h5::read_i64(f, "/history/eval_step") : std::vector<std::int64_t>{};
   const auto eval_loss = history<double>(f, "eval_loss", eval_step.size());
   for (std::size_t i = 0; i < eval_step.size(); ++i) s.evals.push_back({int(eval_step[i]), eval_loss[i]});
@@ -158,25 +167,31 @@ TrainState read_state(const h5::File& f, const TrainConfig& c) {
 
 }  // namespace
 
+OptimizerState optimizer_state(Optimizer& optimizer) {
+  OptimizerState s;
+  s.steps = optimizer.steps_taken();
+  for (const auto& name : optimizer.state_names()) s.buffers.emplace_back(name, optimizer.state(name));
+  return s;
+}
+
 void write_run_file(const std::string& path, const TrainConfig& config, const TrainState& state,
-                    const ParamStore& params, Optimizer& optimizer) {
+                    const ParamStore& params, const OptimizerState& optimizer) {
   h5::File f = h5::File::create(path);
   h5::write_attr(f, "remat_training_run", kRunFileVersion);
   write_model_setup(f, config.setup);
   for (const auto& [name, value] : settings(config)) h5::write_attr(f, "train." + name, value);
   h5::write_attr(f, "train.done", std::to_string(state.step));
   h5::write_attr(f, "train.data_position", std::to_string(state.data_position));
-  h5::write_attr(f, "train.optimizer_steps", std::to_string(optimizer.steps_taken()));
+  h5::write_attr(f, "train.optimizer_steps", std::to_string(optimizer.steps));
   write_params(f, params);  // with --lora, the adapters too: the run is also an adapter file
   if (config.lora.any()) write_lora_setting(f, config.lora);
-  for (const auto& name : optimizer.state_names()) {
-    const auto& buffers = optimizer.state(name);
+  for (const auto& [name, buffers] : optimizer.buffers) {
     for (std::size_t i = 0; i < buffers.size(); ++i)  // frozen parameters have none
       if (buffers[i].defined())
         h5::write(f, "/optimizer/" + name + "/" + params.names()[i], buffers[i].to_host_f32(), buffers[i].shape());
   }
   std::vector<double> loss, lr, norm, seconds, comm_seconds;
-  std::vector<std::int64_t> peak, eval_step, comm_bytes;
+  std::vector<std::int64_t> peak, eval_step, comm_bytes, predicted_comm;
   std::vector<double> eval_loss;
   for (const auto& r : state.history) {
     loss.push_back(r.loss);
@@ -186,6 +201,7 @@ void write_run_file(const std::string& path, const TrainConfig& config, const Tr
     peak.push_back(r.activation_peak);
     comm_bytes.push_back(r.comm_bytes);
     comm_seconds.push_back(r.comm_seconds);
+    predicted_comm.push_back(r.predicted_comm_bytes);
   }
   for (const auto& e : state.evals) {
     eval_step.push_back(e.step);
@@ -199,6 +215,7 @@ void write_run_file(const std::string& path, const TrainConfig& config, const Tr
   h5::write(f, "/history/activation_peak", peak, n);
   h5::write(f, "/history/comm_bytes", comm_bytes, n);
   h5::write(f, "/history/comm_seconds", comm_seconds, n);
+  h5::write(f, "/history/predicted_comm_bytes", predicted_comm, n);
   h5::write(f, "/history/eval_step", eval_step, m);
   h5::write(f, "/history/eval_loss", eval_loss, m);
   f.save();

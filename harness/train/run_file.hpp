@@ -23,8 +23,16 @@ struct SavedRun {
 
 constexpr std::int64_t kRunFileVersion = 1;
 
+// An optimizer's state as a run file holds it: per buffer name ("m", "v"),
+// one tensor per parameter shaped like it (undefined for a frozen one).
+struct OptimizerState {
+  std::int64_t steps = 0;
+  std::vector<std::pair<std::string, std::vector<Tensor>>> buffers;
+};
+OptimizerState optimizer_state(Optimizer& optimizer);
+
 void write_run_file(const std::string& path, const TrainConfig& config, const TrainState& state,
-                    const ParamStore& params, Optimizer& optimizer);
+                    const ParamStore& params, const OptimizerState& optimizer);
 // UserError if `path` is not a run file this remat can read.
 SavedRun read_run_file(const std::string& path);
 

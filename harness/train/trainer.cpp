@@ -5,11 +5,13 @@
 
 #include "autodiff/elementwise.hpp"
 #include "autodiff/error.hpp"
+#include "autodiff/memory_tracker.hpp"
 #include "autodiff/tape.hpp"
 #include "comm/comm.hpp"
 #include "datasets/batch_source.hpp"
 #include "harness/check.hpp"
 #include "harness/step.hpp"
+#include "harness/train/param_shards.hpp"
 #include "harness/train/run_file.hpp"
 #include "strategies/registry.hpp"
 
@@ -26,6 +28,15 @@ void validate(const TrainConfig& c) {
   if (c.eval_every < 0 || c.eval_batches < 1) throw UserError("--eval-every must be >= 0 and --eval-batches >= 1");
   if (c.save_every < 0) throw UserError("--save-every must be >= 0");
   if (c.save_every > 0 && c.out.empty()) throw UserError("--save-every needs --out, the run file to save to");
+  if (c.shard_params) {
+    if (comm::size() < 2)
+      throw UserError("--shard-params shards the parameters across MPI ranks: run it under mpirun with 2 or more "
+                      "ranks" + std::string(comm::built_with_mpi() ? "" : " (this remat was built without MPI)"));
+    if (c.lora.any()) throw UserError("--shard-params with --lora is not supported yet (train the adapters unsharded)");
+    if (models().find(c.setup.model).reversible)
+      throw UserError("--shard-params: " + c.setup.model + "'s reversible blocks rebuild their inputs in backward, "
+                      "which sharded parameters do not support yet");
+  }
   Schedule s = c.schedule;
   s.steps = c.steps;
   s.validate();
@@ -43,6 +54,21 @@ double validation_loss(const Model& model, const ParamStore& params, BatchSource
   return sum / batches;
 }
 
+// The global gradient norm under --shard-params: each rank's sum of squares
+// over its shards, gathered and added in rank order.
+double sharded_gradient_norm(const std::vector<Tensor>& shards) {
+  const double mine = gradient_norm(shards);
+  const double squares = mine * mine;
+  std::vector<double> all(std::size_t(comm::size()), 0.0);
+  comm::gather_all(&squares, 1, all.data());
+  double total = 0;
+  for (double a : all) total += a;
+  return std::sqrt(total);
+}
+
+// That gather: one float64 to and from each other rank.
+std::int64_t sharded_norm_bytes() { return 2 * 8 * std::int64_t(comm::size() - 1); }
+
 }  // namespace
 
 Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(config) {
@@ -57,7 +83,7 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
   }
   apply_freeze(*params_, config_.freeze, z.L);  // before the optimizer sees the parameters
   strategy_ = make_strategy(config_.strategy);
-  optimizer_ = make_optimizer(config_.optimizer, params_->tensors());
+  if (!config_.shard_params) optimizer_ = make_optimizer(config_.optimizer, params_->tensors());
   schedule_ = config_.schedule;
   schedule_.steps = config_.steps;
   data_ = make_batch_source(config_.data, z.B, z.S, z.V, config_.seed, DataSplit::train);
@@ -67,6 +93,8 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
     no_dropout.dropout = 0;
     eval_model_ = models().find(config_.setup.model).make(no_dropout);  // the same parameters, no dropout
   }
+  if (resume && config_.shard_params)
+    throw UserError("--shard-params cannot resume a run yet: resume it unsharded (the run file holds whole weights)");
   if (resume) {
     state_ = resume->state;
     if (resume->weights.params->names() != params_->names())
@@ -92,6 +120,12 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
   // run's shape (costs depend on shapes, not on values).
   prepare_strategy(*strategy_, *model_, *params_, random_batch(z.B, z.S, z.V, config_.seed), config_.attention,
                    config_.seed);
+  if (config_.shard_params) {  // from here on each rank keeps its shards, and the optimizer steps them
+    shards_ = std::make_unique<ParamShards>(*params_);
+    std::vector<bool> decays;  // as the whole parameters decay, not as their 1-D shards would
+    for (const auto& p : params_->tensors()) decays.push_back(remat::decays(p));
+    optimizer_ = make_optimizer(config_.optimizer, shards_->shards(), decays);
+  }
   data_->seek(state_.data_position);
 }
 
@@ -102,13 +136,17 @@ Trainer::~Trainer() = default;
 // the round's gradients and losses and adds them to its running sums in
 // micro-batch order, the very additions one process makes with
 // --accumulate M: N ranks train bitwise as one process does.
-void Trainer::exchange_round(int round, double loss) {
-  const int N = comm::size();
-  const auto& ts = params_->tensors();
-  if (round == 0) dp_sums_.assign(ts.size(), {});
-  std::vector<double> losses(std::size_t(N), 0.0);
+void Trainer::gather_losses(double loss) {
+  std::vector<double> losses(std::size_t(comm::size()), 0.0);
   comm::gather_all(&loss, 1, losses.data());
   for (double l : losses) dp_loss_ += l;
+}
+
+void Trainer::exchange_round(int round, double loss) {
+  const auto& ts = params_->tensors();
+  const int N = comm::size();
+  if (round == 0) dp_sums_.assign(ts.size(), {});
+  gather_losses(loss);
   for (std::size_t i = 0; i < ts.size(); ++i) {
     const Tensor g = ts[i].grad();  // undefined for a frozen parameter, on every rank
     if (!g.defined()) continue;
@@ -147,8 +185,17 @@ const StepRecord& Trainer::step() {
     if (N > 1) data_->seek(state_.data_position + m);
     StepOptions o{strategy_.get(), config_.seed, std::uint64_t(state_.step) * M + m};
     o.attention = config_.attention;
+    o.zero_grad = !shards_;  // sharded: full gradients flow fresh and are scattered block by block
+    if (shards_) shards_->begin_micro_batch(k == 0);
+    const auto gathered_base = MemoryTracker::instance().stats(MemoryTracker::kGatheredPool).live;
     const StepResult s = run_step(*model_, params, data_->next(), o);
     r.activation_peak = std::max(r.activation_peak, s.activation_peak);
+    if (shards_) {
+      gathered_peak_ = std::max(gathered_peak_,
+                                MemoryTracker::instance().stats(MemoryTracker::kGatheredPool).peak - gathered_base);
+      gather_losses(s.loss);
+      continue;
+    }
     if (N > 1) {
       exchange_round(k, s.loss);
       continue;
@@ -167,7 +214,9 @@ const StepRecord& Trainer::step() {
     }
   }
   state_.data_position += std::uint64_t(M);
-  if (N > 1) {
+  if (shards_) {
+    r.loss = dp_loss_;
+  } else if (N > 1) {
     const auto& ts = params.tensors();
     for (std::size_t i = 0; i < ts.size(); ++i)
       if (!dp_sums_[i].empty()) {
@@ -182,11 +231,12 @@ const StepRecord& Trainer::step() {
       if (sums_[i].defined()) Kokkos::deep_copy(ts[i].grad().bytes(), sums_[i].bytes());
     sums_.clear();
   }
+  const std::vector<Tensor>& trained = shards_ ? shards_->shards() : params.tensors();
   if (M > 1) {
-    scale_gradients(params.tensors(), 1.0 / M);
+    scale_gradients(trained, 1.0 / M);
     r.loss /= M;
   }
-  r.grad_norm = gradient_norm(params.tensors());
+  r.grad_norm = shards_ ? sharded_gradient_norm(trained) : gradient_norm(trained);
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
     try {
       require_finite_result(r.loss, params);
@@ -196,7 +246,7 @@ const StepRecord& Trainer::step() {
     }
   }
   if (config_.grad_clip > 0 && r.grad_norm > config_.grad_clip)
-    scale_gradients(params.tensors(), config_.grad_clip / (r.grad_norm + 1e-6));
+    scale_gradients(trained, config_.grad_clip / (r.grad_norm + 1e-6));
   r.lr = schedule_.at(state_.step);
   optimizer_->step(r.lr);
   ExecSpace().fence();
@@ -204,17 +254,54 @@ const StepRecord& Trainer::step() {
   const comm::Stats comm1 = comm::stats();
   r.comm_bytes = comm1.bytes_sent + comm1.bytes_received - comm0.bytes_sent - comm0.bytes_received;
   r.comm_seconds = comm1.seconds - comm0.seconds;
+  if (shards_) {
+    std::map<std::string, bool> recomputed;
+    const auto& blocks = shards_->blocks();
+    for (std::size_t b = 0; b < blocks.size(); ++b)
+      recomputed[blocks[b]] = strategy_->reruns({int(b), int(blocks.size()), blocks[b]});
+    r.predicted_comm_bytes = std::int64_t(K) * shards_->predicted_bytes(recomputed) + sharded_norm_bytes();
+  } else if (N > 1) {
+    r.predicted_comm_bytes = data_parallel_bytes(params, N, K);
+  }
   state_.history.push_back(r);
   const int done = ++state_.step;
   if (held_out_ && (done % config_.eval_every == 0 || done == config_.steps))
     state_.evals.push_back({done, validation_loss(*eval_model_, params, *held_out_, config_.eval_batches, config_.attention)});
+  if (shards_) shards_->release_everything();  // what validation gathered outside blocks
   saved_ = !config_.out.empty() && ((config_.save_every > 0 && done % config_.save_every == 0) || done == config_.steps);
-  if (saved_ && comm::rank() == 0) write_run_file(config_.out, config_, state_, params, *optimizer_);  // one writer
+  if (saved_ && shards_) {  // every rank gathers (collectives), rank 0 writes whole weights and state
+    shards_->gather_everything();
+    OptimizerState whole = optimizer_state(*optimizer_);
+    for (auto& named : whole.buffers)
+      for (std::size_t i = 0; i < named.second.size(); ++i)
+        if (named.second[i].defined()) named.second[i] = shards_->unshard(i, named.second[i]);
+    if (comm::rank() == 0) write_run_file(config_.out, config_, state_, params, whole);
+    shards_->release_everything();
+  } else if (saved_ && comm::rank() == 0) {
+    write_run_file(config_.out, config_, state_, params, optimizer_state(*optimizer_));  // one writer
+  }
   return state_.history.back();
+}
+
+ShardMemory Trainer::shard_memory() const {
+  ShardMemory m;
+  if (!shards_) return m;
+  m.parameters = shards_->shard_bytes();
+  m.gradients = shards_->gradient_bytes();
+  for (const auto& name : optimizer_->state_names())
+    for (const Tensor& t : optimizer_->state(name))
+      if (t.defined()) m.optimizer += std::int64_t(t.nbytes());
+  m.gathered_peak = gathered_peak_;
+  return m;
 }
 
 TrainResult Trainer::finish() {
   TrainResult r;
+  r.shard_memory = shard_memory();
+  if (shards_) {  // the caller gets whole weights
+    shards_->gather_everything();
+    shards_.reset();
+  }
   r.state = state_;
   r.model = std::move(model_);
   r.params = std::move(params_);

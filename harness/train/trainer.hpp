@@ -37,6 +37,7 @@ struct TrainConfig {
   FreezeOptions freeze;  // fine-tuning: parameters that do not train
   LoraOptions lora;      // fine-tuning: low-rank adapters on a frozen base
   int ranks = 1;         // MPI ranks training data-parallel (comm::size() when run)
+  bool shard_params = false;  // ZeRO-3: each rank keeps 1/N of the parameters (harness/train/param_shards.hpp)
 };
 
 struct StepRecord {
@@ -44,6 +45,15 @@ struct StepRecord {
   std::int64_t activation_peak = 0;
   std::int64_t comm_bytes = 0;  // sent + received by this rank (data parallel)
   double comm_seconds = 0;      // spent in those exchanges
+  std::int64_t predicted_comm_bytes = 0;  // what the schedule says comm_bytes must be
+};
+
+// What one rank holds under --shard-params, in bytes.
+struct ShardMemory {
+  std::int64_t parameters = 0;  // its parameter shards
+  std::int64_t gradients = 0;   // its gradient shards
+  std::int64_t optimizer = 0;   // the optimizer's state of its shards
+  std::int64_t gathered_peak = 0;  // full parameters gathered at once, at the peak
 };
 
 // The bytes a rank sends plus those it receives in one data-parallel step:
@@ -66,6 +76,7 @@ struct TrainState {
 
 struct TrainResult {
   TrainState state;
+  ShardMemory shard_memory;  // under --shard-params, at the end
   std::unique_ptr<Model> model;
   std::unique_ptr<ParamStore> params;
 };
@@ -98,7 +109,9 @@ class Trainer {
   bool saved() const { return saved_; }
   const TrainConfig& config() const { return config_; }
   const TrainState& state() const { return state_; }
-  TrainResult finish();  // hands over the model, the weights and the state
+  TrainResult finish();  // hands over the model, the weights and the state (gathered if sharded)
+  // Under --shard-params: what this rank holds (zeros otherwise).
+  ShardMemory shard_memory() const;
 
  private:
   TrainConfig config_;
@@ -108,10 +121,13 @@ class Trainer {
   std::unique_ptr<Strategy> strategy_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<BatchSource> data_, held_out_;
+  std::unique_ptr<class ParamShards> shards_;  // --shard-params
+  std::int64_t gathered_peak_ = 0;
   Schedule schedule_;
   std::vector<Tensor> sums_;  // accumulated micro-batch gradients
   // Data parallel (several MPI ranks): the step's gradient and loss sums.
   void exchange_round(int round, double loss);
+  void gather_losses(double loss);  // adds every rank's loss, in rank order, to dp_loss_
   std::vector<std::vector<float>> dp_sums_;
   double dp_loss_ = 0;
   bool saved_ = false;

@@ -4,7 +4,8 @@
 # hold the same cells; `mpirun -n 2 remat train` is bitwise one process with
 # --accumulate 2, under checkpointing and dropout, and its recorded
 # communication equals the prediction byte for byte; bad shards and merges
-# are refused in one line.
+# are refused in one line; --shard-params (ZeRO-3) trains bitwise as
+# unsharded data parallel and communicates exactly what it predicts.
 #   mpi_test.sh path/to/remat path/to/mpiexec
 set -uo pipefail
 remat=$1
@@ -86,7 +87,38 @@ assert dp.attrs["train.ranks"] == b"2" or dp.attrs["train.ranks"] == "2"
 PY
 expect_error "was trained with ranks 2" "$remat" "${train[@]}" --out dp.h5 --resume
 
-# 4. A rank killed mid-matrix loses only its run in progress: what rank 0
+# 4. Sharded parameters (ZeRO-3) train bitwise as unsharded data parallel,
+# under full and per-layer; every step's communication is the prediction,
+# and per-layer's exceeds full's by one gather of every block's parameters.
+zero=(train --model gpt2 --preset tiny --layers 3 --steps 3 --accumulate 2 --dropout 0.1 --lr 3e-3 --weight-decay 0.1)
+for s in full per-layer; do
+  "${mpi[@]}" "$remat" "${zero[@]}" --strategy $s --out dp-$s.h5 >/dev/null 2>err.txt || fail "mpirun train $s: $(cat err.txt)"
+  "${mpi[@]}" "$remat" "${zero[@]}" --strategy $s --shard-params --out zero-$s.h5 >out.txt 2>err.txt ||
+    fail "mpirun train --shard-params $s: $(cat err.txt)"
+  grep -q "per rank (rank 0): parameter shards" out.txt || fail "--shard-params does not report what a rank holds: $(cat out.txt)"
+done
+"$python" - <<'PY' || fail "sharded parameters did not train bitwise as unsharded, or communicated other than predicted"
+import h5py
+for s in ("full", "per-layer"):
+    dp, zero = h5py.File(f"dp-{s}.h5"), h5py.File(f"zero-{s}.h5")
+    assert dp["history/loss"][:].tobytes() == zero["history/loss"][:].tobytes(), (s, "losses differ")
+    for name in dp["params"]:
+        assert dp["params"][name][:].tobytes() == zero["params"][name][:].tobytes(), (s, name)
+    for buf in dp["optimizer"]:
+        for name in dp["optimizer"][buf]:
+            assert dp["optimizer"][buf][name][:].tobytes() == zero["optimizer"][buf][name][:].tobytes(), (s, buf, name)
+    got, want = zero["history/comm_bytes"][:].tolist(), zero["history/predicted_comm_bytes"][:].tolist()
+    assert got == want, (s, got, want)
+full, per_layer = (h5py.File(f"zero-{s}.h5")["history/comm_bytes"][0] for s in ("full", "per-layer"))
+params = h5py.File("zero-full.h5")["params"]
+# per-layer checkpoints every block but the last (whose backward comes at once)
+block_values = sum((params[n].size + 1) // 2 for n in params if n.startswith(("h.0.", "h.1.")))  # one rank's shards
+# Each of the 2 micro-batches gathers those blocks once more: 4 bytes a value, sent and received.
+assert per_layer - full == 2 * 2 * 4 * block_values, (per_layer - full, block_values)
+PY
+expect_error "run it under mpirun with 2 or more ranks" "$remat" "${zero[@]}" --shard-params
+
+# 5. A rank killed mid-matrix loses only its run in progress: what rank 0
 # wrote stays, and --resume runs the rest, each cell once.
 slow=(matrix --preset small --layers 1 --seq 64 --models gpt2,llama,bert --strategies full,per-layer,sqrt,selective --steps 20 --warmup 0)
 "${mpi[@]}" "$remat" "${slow[@]}" --out killed.h5 >/dev/null 2>&1 &

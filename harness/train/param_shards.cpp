@@ -1,0 +1,205 @@
+#include "harness/train/param_shards.hpp"
+
+#include <Kokkos_Core.hpp>
+#include <algorithm>
+
+#include "autodiff/error.hpp"
+#include "autodiff/memory_tracker.hpp"
+#include "comm/comm.hpp"
+
+namespace remat {
+namespace {
+
+using HostFloats = Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+
+std::vector<float> host_values(const Tensor& t) {
+  std::vector<float> v(std::size_t(t.numel()));
+  Kokkos::deep_copy(HostFloats(v.data(), v.size()), Kokkos::View<const float*, MemSpace, Kokkos::MemoryUnmanaged>(
+                                                         t.data<float>(), std::size_t(t.numel())));
+  return v;
+}
+
+void upload(const std::vector<float>& v, const Tensor& t) {
+  Kokkos::deep_copy(Kokkos::View<float*, MemSpace, Kokkos::MemoryUnmanaged>(t.data<float>(), std::size_t(t.numel())),
+                    Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(v.data(), v.size()));
+}
+
+}  // namespace
+
+ParamShards::ParamShards(ParamStore& full) : full_(full) {
+  const int N = comm::size(), r = comm::rank();
+  const auto& ts = full.tensors();
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    if (ts[i].dtype() != DType::f32) throw UserError("--shard-params: parameters must be float32");
+    const std::int64_t n = ts[i].numel(), s = (n + N - 1) / N;
+    shard_size_.push_back(s);
+    const std::vector<float> all = host_values(ts[i]);
+    std::vector<float> mine(std::size_t(s), 0.0f);
+    for (std::int64_t j = 0; j < s && r * s + j < n; ++j) mine[std::size_t(j)] = all[std::size_t(r * s + j)];
+    Tensor shard = full.trainable(i) ? Tensor::parameter({s}, DType::f32, full.names()[i])
+                                     : Tensor::zeros({s}, DType::f32, full.names()[i]);
+    upload(mine, shard);
+    shards_.push_back(shard);
+    ts[i].release();
+    if (ts[i].slot()) ts[i].slot()->grad.reset();  // gradients flow fresh into each step, then are scattered
+  }
+  owner_.assign(ts.size(), "");
+  seen_.assign(ts.size(), false);
+  full_.set_access_hook([this](std::size_t i) { accessed(i); });
+  set_block_hooks(this);
+}
+
+ParamShards::~ParamShards() {
+  set_block_hooks(nullptr);
+  full_.set_access_hook(nullptr);
+}
+
+void ParamShards::begin_micro_batch(bool first) { first_micro_batch_ = first; }
+
+void ParamShards::accessed(std::size_t i) {
+  const std::string& block = current_block();
+  if (!seen_[i]) {
+    seen_[i] = true;
+    owner_[i] = block;
+    members_.clear();
+    if (!block.empty() && std::find(block_order_.begin(), block_order_.end(), block) == block_order_.end())
+      block_order_.push_back(block);
+  } else if (owner_[i] != block) {
+    owner_[i] = "";  // read in two places: it stays gathered for the whole step
+    members_.clear();
+  }
+  gather(i);
+}
+
+// Every rank gathers the same parameters in the same order (the same model
+// runs the same schedule on each), so the collectives match.
+void ParamShards::gather(std::size_t i) {
+  const Tensor& t = full_.tensors()[i];
+  if (t.resident()) return;
+  const std::int64_t s = shard_size_[i];
+  const std::vector<float> mine = host_values(shards_[i]);
+  std::vector<float> all(std::size_t(s) * std::size_t(comm::size()));
+  comm::gather_all(mine.data(), s, all.data());
+  Tensor::Bytes bytes(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(MemoryTracker::kGatheredLabel)),
+                      t.nbytes());
+  t.refill(bytes);
+  all.resize(std::size_t(t.numel()));  // the last part's padding goes
+  upload(all, t);
+}
+
+void ParamShards::release(std::size_t i) { full_.tensors()[i].release(); }
+
+void ParamShards::reduce_scatter(std::size_t i) {
+  const Tensor& t = full_.tensors()[i];
+  const Tensor g = t.grad();
+  if (!g.defined()) return;  // frozen, or already reduced
+  const int N = comm::size();
+  const std::int64_t s = shard_size_[i];
+  std::vector<float> parts = host_values(g), received(std::size_t(s) * std::size_t(N));
+  parts.resize(std::size_t(s) * std::size_t(N), 0.0f);
+  comm::all_to_all(parts.data(), s, received.data());
+  t.slot()->grad.reset();  // the full gradient goes
+  // sum = part 0 + part 1 + ... (first micro-batch), or sum + part 0 + ...:
+  // the additions, in the order, of the unsharded data-parallel reduction.
+  const Tensor& shard = shards_[i];
+  if (!shard.slot()->grad) shard.slot()->grad = std::make_shared<Tensor>(Tensor::zeros({s}, DType::f32, "grad"));
+  std::vector<float> sum = first_micro_batch_ ? std::vector<float>(received.begin(), received.begin() + s)
+                                              : host_values(*shard.slot()->grad);
+  for (int r = first_micro_batch_ ? 1 : 0; r < N; ++r)
+    for (std::int64_t j = 0; j < s; ++j) sum[std::size_t(j)] += received[std::size_t(r * s + j)];
+  upload(sum, *shard.slot()->grad);
+}
+
+const std::vector<std::size_t>& ParamShards::members(const std::string& block) {
+  auto it = members_.find(block);
+  if (it == members_.end()) {
+    std::vector<std::size_t> m;
+    for (std::size_t i = 0; i < owner_.size(); ++i)
+      if (seen_[i] && owner_[i] == block) m.push_back(i);
+    it = members_.emplace(block, std::move(m)).first;
+  }
+  return it->second;
+}
+
+// After a recomputation in backward the block's own backward comes next,
+// and a recompute region runs it without passing through the tape's hooks:
+// the parameters are let go and gathered again at once, as FSDP does
+// (reshard after the recomputing forward, unshard before backward). That
+// gather is the extra communication checkpointing costs under sharding.
+void ParamShards::body_done(const std::string& block) {
+  for (std::size_t i : members(block)) release(i);
+  if (in_backward_)
+    for (std::size_t i : members(block)) gather(i);
+}
+
+void ParamShards::backward_enter(const std::string& block) {
+  in_backward_ = true;
+  for (std::size_t i : members(block)) gather(i);
+}
+
+void ParamShards::backward_leave(const std::string& block) {
+  for (std::size_t i : members(block)) {
+    reduce_scatter(i);
+    release(i);
+  }
+}
+
+void ParamShards::backward_end() {
+  in_backward_ = false;
+  for (std::size_t i = 0; i < owner_.size(); ++i) {
+    reduce_scatter(i);
+    release(i);
+  }
+}
+
+Tensor ParamShards::unshard(std::size_t i, const Tensor& shard) const {
+  const std::int64_t s = shard_size_[i];
+  const std::vector<float> mine = host_values(shard);
+  std::vector<float> all(std::size_t(s) * std::size_t(comm::size()));
+  comm::gather_all(mine.data(), s, all.data());
+  const Tensor& whole = full_.tensors()[i];
+  all.resize(std::size_t(whole.numel()));
+  return Tensor::from_host(all, whole.shape(), "unsharded");
+}
+
+void ParamShards::gather_everything() {
+  for (std::size_t i = 0; i < shards_.size(); ++i) gather(i);
+}
+
+void ParamShards::release_everything() {
+  for (std::size_t i = 0; i < shards_.size(); ++i) release(i);
+}
+
+std::int64_t ParamShards::predicted_bytes(const std::map<std::string, bool>& recomputed) const {
+  // A gather or a reduce-scatter of s values per rank: 4 s bytes to and from
+  // each other rank.
+  const std::int64_t per_value = 2 * 4 * std::int64_t(comm::size() - 1);
+  std::int64_t values = 0;
+  for (std::size_t i = 0; i < shards_.size(); ++i) {
+    const std::int64_t s = shard_size_[i];
+    if (!seen_[i]) continue;
+    if (owner_[i].empty()) {
+      values += s;  // gathered once, kept for the step
+    } else {
+      const auto it = recomputed.find(owner_[i]);
+      values += s * (2 + (it != recomputed.end() && it->second ? 1 : 0));  // forward, [recompute,] backward
+    }
+    if (full_.trainable(i)) values += s;  // the reduce-scatter
+  }
+  return per_value * values + 2 * 8 * std::int64_t(comm::size() - 1);  // and the loss, gathered
+}
+
+std::int64_t ParamShards::shard_bytes() const {
+  std::int64_t b = 0;
+  for (const auto& s : shards_) b += std::int64_t(s.nbytes());
+  return b;
+}
+
+std::int64_t ParamShards::gradient_bytes() const {
+  std::int64_t b = 0;
+  for (const auto& s : shards_)
+    if (s.slot() && s.slot()->grad) b += std::int64_t(s.slot()->grad->nbytes());
+  return b;
+}
+
+}  // namespace remat

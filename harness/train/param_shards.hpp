@@ -1,0 +1,84 @@
+#pragma once
+// Sharded parameters, as ZeRO-3 / FSDP shard them, for data-parallel
+// training under MPI: each rank keeps 1/N of every parameter, and the
+// optimizer steps those shards (so 1/N of the gradients and of the
+// optimizer's state too). A parameter's full values exist only while they
+// are gathered:
+//   - when a block's forward first reads it (ParamStore's access hook), freed
+//     when the block's body ends;
+//   - again when backward enters the block, and once more after a
+//     checkpointed block's recomputation (FSDP frees what the recomputing
+//     forward gathered and gathers it again for backward): one gather more
+//     than under `full` per recomputed block, the trade-off this measures;
+//   - parameters used outside blocks (embeddings, final norm, head) once per
+//     step, until backward ends.
+// When backward leaves a block its gradients are complete: they are
+// reduce-scattered (each rank receives the other ranks' parts of its shard
+// and adds them in rank order, the additions data-parallel training makes,
+// so the shards train bitwise as the unsharded run) and the full gradients
+// and values are freed.
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "autodiff/region.hpp"
+#include "zoo/params.hpp"
+
+namespace remat {
+
+class ParamShards final : public BlockHooks {
+ public:
+  // Takes `full`'s values (the same on every rank) and keeps this rank's
+  // shards; from now on `full` is gathered on use. Installs the hooks.
+  explicit ParamShards(ParamStore& full);
+  ~ParamShards() override;
+  ParamShards(const ParamShards&) = delete;
+  ParamShards& operator=(const ParamShards&) = delete;
+
+  // This rank's shards, 1-D, in the store's order; a trainable parameter's
+  // shard carries its gradient shard. What the optimizer steps.
+  const std::vector<Tensor>& shards() const { return shards_; }
+  // Before each micro-batch: the first one's reduce-scatter sets the
+  // gradient shards, the later ones' add to them.
+  void begin_micro_batch(bool first);
+  // Every parameter's full values, gathered (to read or save them), and freed again.
+  void gather_everything();
+  void release_everything();
+  // Parameter i's whole tensor (its shape) from every rank's `shard` of it
+  // (an optimizer buffer): a collective, for checkpoints.
+  Tensor unshard(std::size_t i, const Tensor& shard) const;
+
+  // Bytes this rank sends plus receives for one micro-batch whose blocks
+  // are recomputed as `recomputed` says (true: the block's body runs again
+  // in backward), from the block membership the first forward recorded.
+  std::int64_t predicted_bytes(const std::map<std::string, bool>& recomputed) const;
+  // The blocks the first forward saw, in forward order.
+  const std::vector<std::string>& blocks() const { return block_order_; }
+  std::int64_t shard_bytes() const;     // this rank's parameter shards
+  std::int64_t gradient_bytes() const;  // its gradient shards
+
+  void body_done(const std::string& block) override;
+  void backward_enter(const std::string& block) override;
+  void backward_leave(const std::string& block) override;
+  void backward_end() override;
+
+ private:
+  void accessed(std::size_t i);
+  void gather(std::size_t i);
+  void reduce_scatter(std::size_t i);
+  void release(std::size_t i);
+  const std::vector<std::size_t>& members(const std::string& block);  // its parameters, in order
+
+  ParamStore& full_;
+  std::vector<Tensor> shards_;
+  std::vector<std::int64_t> shard_size_;  // values per rank (the last rank's part is padded)
+  std::vector<std::string> owner_;        // the block that uses it ("" outside blocks or in several)
+  std::vector<bool> seen_;
+  std::vector<std::string> block_order_;
+  std::map<std::string, std::vector<std::size_t>> members_;  // cache of owner_ by block
+  bool first_micro_batch_ = true;
+  bool in_backward_ = false;
+};
+
+}  // namespace remat
