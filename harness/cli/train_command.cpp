@@ -120,7 +120,7 @@ void run_train(TrainOptions& o) {
                 mib(last.predicted_comm_bytes), last.comm_seconds);
   }
   if (c.shard_params) {
-    const ShardMemory& m = result.shard_memory;
+    const RankMemory& m = s.memory;
     std::printf("per rank (rank 0): parameter shards %.2f MB, gradient shards %.2f MB, optimizer state %.2f MB, "
                 "gathered parameters at most %.2f MB, activations %.2f MB\n",
                 mib(m.parameters), mib(m.gradients), mib(m.optimizer), mib(m.gathered_peak),

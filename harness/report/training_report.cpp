@@ -1,5 +1,6 @@
 #include "harness/report/training_report.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
@@ -11,31 +12,64 @@
 #include "harness/train/run_file.hpp"
 
 namespace remat {
+namespace {
+
+// One run's figures per rank.
+struct RankFigures {
+  double step_seconds = 0;      // median
+  double activation_mb = 0;     // the largest step's activation peak
+  double memory_mb = 0;         // parameters, gradients, optimizer state, gathered peak, activation peak
+  double comm_mb = 0;           // last step's bytes sent plus received
+  double predicted_comm_mb = 0;
+};
+
+RankFigures rank_figures(const SavedRun& run) {
+  RankFigures f;
+  std::vector<double> times;
+  std::int64_t peak = 0;
+  for (const auto& r : run.state.history) {
+    times.push_back(r.seconds);
+    peak = std::max(peak, r.activation_peak);
+  }
+  f.step_seconds = median(times);
+  f.activation_mb = double(peak) / (1 << 20);
+  const RankMemory& m = run.state.memory;
+  f.memory_mb = double(m.parameters + m.gradients + m.optimizer + m.gathered_peak + peak) / (1 << 20);
+  if (!run.state.history.empty()) {
+    f.comm_mb = double(run.state.history.back().comm_bytes) / (1 << 20);
+    f.predicted_comm_mb = double(run.state.history.back().predicted_comm_bytes) / (1 << 20);
+  }
+  return f;
+}
+
+std::string run_label(const std::string& path, const TrainConfig& c) {
+  return std::filesystem::path(path).stem().string() + " (" + c.strategy + (c.shard_params ? ", sharded" : "") + ")";
+}
+
+}  // namespace
 
 std::string training_summary(const std::vector<std::string>& run_files) {
   std::ostringstream o;
   o << "\n## training runs\n\n| run | model | strategy | steps | final loss | best validation | median step s | "
-       "tokens/s | activation MB |\n|---|---|---|---|---|---|---|---|---|\n";
+       "tokens/s | activation MB | ranks | memory/rank MB | comm MB/step (predicted) |\n"
+       "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& path : run_files) {
     const SavedRun run = read_run_record(path);
     const TrainConfig& c = run.config;
     const TrainState& s = run.state;
-    std::vector<double> times;
-    std::int64_t peak = 0;
-    for (const auto& r : s.history) {
-      times.push_back(r.seconds);
-      peak = std::max(peak, r.activation_peak);
-    }
     double best = 0;
     for (const auto& e : s.evals) best = best == 0 ? e.loss : std::min(best, e.loss);
-    const double t = median(times);
+    const RankFigures f = rank_figures(run);
+    const double t = f.step_seconds;
     char buf[512];
-    std::snprintf(buf, sizeof buf, "| %s | %s L%d D%d S%d B%d | %s | %d/%d | %s | %s | %.3f | %.0f | %.1f |\n",
+    std::snprintf(buf, sizeof buf,
+                  "| %s | %s L%d D%d S%d B%d | %s | %d/%d | %s | %s | %.3f | %.0f | %.1f | %d%s | %.1f | %.2f (%.2f) |\n",
                   path.c_str(), c.setup.model.c_str(), c.setup.sizes.L, c.setup.sizes.D, c.setup.sizes.S,
                   c.setup.sizes.B, c.strategy.c_str(), s.step, c.steps,
                   s.history.empty() ? "-" : std::to_string(s.history.back().loss).substr(0, 6).c_str(),
                   s.evals.empty() ? "-" : std::to_string(best).substr(0, 6).c_str(), t,
-                  t > 0 ? double(c.setup.sizes.B) * c.setup.sizes.S * c.accumulate / t : 0.0, double(peak) / (1 << 20));
+                  t > 0 ? double(c.setup.sizes.B) * c.setup.sizes.S * c.accumulate / t : 0.0, f.activation_mb,
+                  c.ranks, c.shard_params ? " sharded" : "", f.memory_mb, f.comm_mb, f.predicted_comm_mb);
     o << buf;
   }
   return o.str();
@@ -48,7 +82,7 @@ std::string write_loss_plot(const std::vector<std::string>& run_files, const std
   svg::Chart chart{"loss per step", "step", "loss (nats)", false, false, {}};
   for (const auto& path : run_files) {
     const SavedRun run = read_run_record(path);
-    const std::string name = std::filesystem::path(path).stem().string() + " (" + run.config.strategy + ")";
+    const std::string name = run_label(path, run.config);
     svg::Series train{name + " train", {}, {}};
     for (std::size_t i = 0; i < run.state.history.size(); ++i) {
       train.x.push_back(double(i + 1));
@@ -66,6 +100,24 @@ std::string write_loss_plot(const std::vector<std::string>& run_files, const std
   }
   const std::string out = dir + "/loss.svg";
   write_file_atomically(out, svg::render("Training and validation loss", {chart}));
+  return out;
+}
+
+std::string write_rank_plot(const std::vector<std::string>& run_files, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw UserError(dir + ": cannot create (" + ec.message() + ")");
+  svg::Chart time{"step time", "memory per rank (MB)", "median step time (s)", false, false, {}};
+  svg::Chart comm{"communication", "memory per rank (MB)", "sent + received per step (MB)", false, false, {}};
+  for (const auto& path : run_files) {
+    const SavedRun run = read_run_record(path);
+    const RankFigures f = rank_figures(run);
+    const std::string name = run_label(path, run.config);
+    time.series.push_back({name, {f.memory_mb}, {f.step_seconds}, false, true});
+    comm.series.push_back({name, {f.memory_mb}, {f.comm_mb}, false, true});
+  }
+  const std::string out = dir + "/ranks.svg";
+  write_file_atomically(out, svg::render("Memory per rank against step time and communication", {time, comm}));
   return out;
 }
 

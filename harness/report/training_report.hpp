@@ -9,5 +9,10 @@ namespace remat {
 std::string training_summary(const std::vector<std::string>& run_files);
 // Writes loss.svg into `dir`; returns the file written.
 std::string write_loss_plot(const std::vector<std::string>& run_files, const std::string& dir);
+// Writes ranks.svg into `dir`: each run's memory per rank (parameters,
+// gradients, optimizer state, gathered parameters and activations) against
+// its median step time and against its communication per step; returns the
+// file written.
+std::string write_rank_plot(const std::vector<std::string>& run_files, const std::string& dir);
 
 }  // namespace remat

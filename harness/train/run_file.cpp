@@ -15,6 +15,16 @@
 namespace remat {
 namespace {
 
+// What a rank holds, as (name, pointer to the field) pairs (const or not,
+// as `m`): written as attributes rank_memory.<name>, in bytes.
+template <class M>
+auto memory_fields(M& m) {
+  using Field = decltype(&m.parameters);
+  return std::vector<std::pair<std::string, Field>>{
+      {"parameters", &m.parameters}, {"gradients", &m.gradients}, {"optimizer", &m.optimizer},
+      {"gathered_peak", &m.gathered_peak}};
+}
+
 // Every setting of a run as (name, text) pairs: written as attributes, and
 // compared one by one when a run is resumed.
 std::vector<std::pair<std::string, std::string>> settings(const TrainConfig& c) {
@@ -159,6 +169,11 @@ TrainState read_state(const h5::File& f, const TrainConfig& c) {
                              : std::vector<std::int64_t>(n, 0);
   for (std::size_t i = 0; i < n; ++i)
     s.history.push_back({loss[i], lr[i], norm[i], seconds[i], peak[i], comm_bytes[i], comm_seconds[i], predicted[i]});
+  for (const auto& [name, bytes] : memory_fields(s.memory))  // files before it: zeros
+    if (const auto v = h5::read_attr_int(f, "rank_memory." + name)) {
+      if (*v < 0) throw UserError(f.path() + ": 'rank_memory." + name + "' is negative");
+      *bytes = *v;
+    }
   const auto eval_step = h5::exists(f, "/history/eval_step") ? h5::read_i64(f, "/history/eval_step") : std::vector<std::int64_t>{};
   const auto eval_loss = history<double>(f, "eval_loss", eval_step.size());
   for (std::size_t i = 0; i < eval_step.size(); ++i) s.evals.push_back({int(eval_step[i]), eval_loss[i]});
@@ -183,6 +198,7 @@ void write_run_file(const std::string& path, const TrainConfig& config, const Tr
   h5::write_attr(f, "train.done", std::to_string(state.step));
   h5::write_attr(f, "train.data_position", std::to_string(state.data_position));
   h5::write_attr(f, "train.optimizer_steps", std::to_string(optimizer.steps));
+  for (const auto& [name, bytes] : memory_fields(state.memory)) h5::write_attr(f, "rank_memory." + name, *bytes);
   write_params(f, params);  // with --lora, the adapters too: the run is also an adapter file
   if (config.lora.any()) write_lora_setting(f, config.lora);
   for (const auto& [name, buffers] : optimizer.buffers) {

@@ -264,6 +264,7 @@ const StepRecord& Trainer::step() {
     r.predicted_comm_bytes = data_parallel_bytes(params, N, K);
   }
   state_.history.push_back(r);
+  state_.memory = rank_memory();
   const int done = ++state_.step;
   if (held_out_ && (done % config_.eval_every == 0 || done == config_.steps))
     state_.evals.push_back({done, validation_loss(*eval_model_, params, *held_out_, config_.eval_batches, config_.attention)});
@@ -283,21 +284,25 @@ const StepRecord& Trainer::step() {
   return state_.history.back();
 }
 
-ShardMemory Trainer::shard_memory() const {
-  ShardMemory m;
-  if (!shards_) return m;
-  m.parameters = shards_->shard_bytes();
-  m.gradients = shards_->gradient_bytes();
+RankMemory Trainer::rank_memory() const {
+  RankMemory m;
   for (const auto& name : optimizer_->state_names())
     for (const Tensor& t : optimizer_->state(name))
       if (t.defined()) m.optimizer += std::int64_t(t.nbytes());
-  m.gathered_peak = gathered_peak_;
+  if (shards_) {
+    m.parameters = shards_->shard_bytes();
+    m.gradients = shards_->gradient_bytes();
+    m.gathered_peak = gathered_peak_;
+    return m;
+  }
+  m.parameters = params_->bytes();
+  for (const Tensor& t : params_->tensors())
+    if (t.grad().defined()) m.gradients += std::int64_t(t.grad().nbytes());
   return m;
 }
 
 TrainResult Trainer::finish() {
   TrainResult r;
-  r.shard_memory = shard_memory();
   if (shards_) {  // the caller gets whole weights
     shards_->gather_everything();
     shards_.reset();

@@ -48,12 +48,14 @@ struct StepRecord {
   std::int64_t predicted_comm_bytes = 0;  // what the schedule says comm_bytes must be
 };
 
-// What one rank holds under --shard-params, in bytes.
-struct ShardMemory {
-  std::int64_t parameters = 0;  // its parameter shards
-  std::int64_t gradients = 0;   // its gradient shards
-  std::int64_t optimizer = 0;   // the optimizer's state of its shards
-  std::int64_t gathered_peak = 0;  // full parameters gathered at once, at the peak
+// What one rank holds besides activations, in bytes: whole parameters,
+// gradients and optimizer state, or under --shard-params its shards of them
+// and the most whole parameters gathered at once.
+struct RankMemory {
+  std::int64_t parameters = 0;
+  std::int64_t gradients = 0;
+  std::int64_t optimizer = 0;
+  std::int64_t gathered_peak = 0;
 };
 
 // The bytes a rank sends plus those it receives in one data-parallel step:
@@ -72,11 +74,11 @@ struct TrainState {
   std::vector<StepRecord> history;
   std::vector<EvalRecord> evals;
   std::uint64_t data_position = 0;  // training batches read
+  RankMemory memory;  // at the last step
 };
 
 struct TrainResult {
   TrainState state;
-  ShardMemory shard_memory;  // under --shard-params, at the end
   std::unique_ptr<Model> model;
   std::unique_ptr<ParamStore> params;
 };
@@ -110,8 +112,8 @@ class Trainer {
   const TrainConfig& config() const { return config_; }
   const TrainState& state() const { return state_; }
   TrainResult finish();  // hands over the model, the weights and the state (gathered if sharded)
-  // Under --shard-params: what this rank holds (zeros otherwise).
-  ShardMemory shard_memory() const;
+  // What this rank holds besides activations.
+  RankMemory rank_memory() const;
 
  private:
   TrainConfig config_;

@@ -117,6 +117,11 @@ block_values = sum((params[n].size + 1) // 2 for n in params if n.startswith(("h
 assert per_layer - full == 2 * 2 * 4 * block_values, (per_layer - full, block_values)
 PY
 expect_error "run it under mpirun with 2 or more ranks" "$remat" "${zero[@]}" --shard-params
+# The report puts them side by side: memory per rank, communication and its prediction, and the plot.
+"$remat" report zero-full.h5 zero-per-layer.h5 dp-full.h5 --svg plots >out.txt 2>err.txt || fail "report of sharded runs: $(cat err.txt)"
+grep -q "| 2 sharded |" out.txt || fail "the report does not say the run was sharded: $(cat out.txt)"
+grep -q "memory/rank MB | comm MB/step (predicted)" out.txt || fail "the report has no memory per rank or communication: $(cat out.txt)"
+[ -s plots/ranks.svg ] && grep -q "zero-per-layer (per-layer, sharded)" plots/ranks.svg || fail "no ranks.svg plotting every run"
 
 # 5. A rank killed mid-matrix loses only its run in progress: what rank 0
 # wrote stays, and --resume runs the rest, each cell once.
