@@ -108,15 +108,24 @@ TEST_CASE("plain attention saves its input and its probabilities as attention co
   current_tape().clear();
 }
 
-TEST_CASE("fused attention saves its input, its output and the rows' log-sum-exp", "[autodiff][hooks]") {
-  ops::AttentionKernelScope fused(ops::AttentionKernel::fused);
-  CountingHooks hooks;
-  SavedTensorHooksScope scope(hooks);
-  Tensor qkv = random_leaf({2, 4, 12}, 1, DType::f32);
-  ops::attention(qkv, 2, true);
-  CHECK(hooks.tags == std::vector<std::string>{"leaf", "attention", "attention_lse"});
-  CHECK(hooks.bytes == (2 * 4 * 12 + 2 * 4 * 4 + 2 * 2 * 4) * 4);  // qkv, out [2,4,4], lse [2,2,4]
-  current_tape().clear();
+TEST_CASE("fused attention saves its input and the rows' log-sum-exp; the team kernel its output too",
+          "[autodiff][hooks]") {
+  // The host kernel takes <dO, O> from whole rows of probabilities; the
+  // team kernel (a GPU's) reads it from the output.
+  for (auto kernel : {ops::AttentionKernel::fused, ops::AttentionKernel::fused_team}) {
+    const bool team = kernel == ops::AttentionKernel::fused_team;
+    INFO(ops::attention_kernel_name(kernel));
+    ops::AttentionKernelScope scope_kernel(kernel);
+    CountingHooks hooks;
+    SavedTensorHooksScope scope(hooks);
+    Tensor qkv = random_leaf({2, 4, 12}, 1, DType::f32);
+    ops::attention(qkv, 2, true);
+    const auto want = team ? std::vector<std::string>{"leaf", "attention", "attention_lse"}
+                           : std::vector<std::string>{"leaf", "attention_lse"};
+    CHECK(hooks.tags == want);
+    CHECK(hooks.bytes == (2 * 4 * 12 + (team ? 2 * 4 * 4 : 0) + 2 * 2 * 4) * 4);  // qkv, [out [2,4,4]], lse [2,2,4]
+    current_tape().clear();
+  }
 }
 
 TEST_CASE("blocks run through the innermost runner, plainly when there is none", "[autodiff][regions]") {

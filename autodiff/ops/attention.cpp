@@ -156,7 +156,8 @@ Tensor record_fused(const Inputs& in, const Geometry& g, const Dropout& d, bool 
   const SavedTensor sq = save(in.q), sk = in.packed() ? sq : save(in.k), sv = in.packed() ? sq : save(in.v);
   auto unpack = [sq, sk, sv] { return Inputs{sq.unpack(), sk.unpack(), sv.unpack()}; };
   out.set_recipe([unpack, g, d, team] { return fused_forward(unpack(), g, d, team).first; });
-  const SavedTensor so = save(out), sl = save(lse);
+  // Only the team kernel reads the output in backward (fused::backward).
+  const SavedTensor so = team ? save(out) : SavedTensor(), sl = save(lse);
   const bool packed = in.packed();
   rec.finish({&out}, [unpack, so, sl, g, d, packed, team](BackwardContext& ctx) {
     const Inputs x = unpack();
@@ -165,9 +166,13 @@ Tensor record_fused(const Inputs& in, const Geometry& g, const Dropout& d, bool 
     zero_fresh({&tq, &tk, &tv});  // the kernel adds
     stats::count_flops(attention_flops(g) * 1.5 * (g.causal ? 0.5 : 1.0));  // recomputed scores + four products
     REMAT_DISPATCH_FLOAT(dy.dtype(), T, {
-      const auto run = team ? fused::team_backward<T> : fused::backward<T>;
-      run(fused_problem(g, d), x.q.data<T>(), x.k.data<T>(), x.v.data<T>(), o.data<T>(), l.data<T>(), dy.data<T>(),
-          tq ? tq.t.data<T>() : nullptr, tk ? tk.t.data<T>() : nullptr, tv ? tv.t.data<T>() : nullptr);
+      T *dq = tq ? tq.t.data<T>() : nullptr, *dk = tk ? tk.t.data<T>() : nullptr, *dv = tv ? tv.t.data<T>() : nullptr;
+      if (team)
+        fused::team_backward<T>(fused_problem(g, d), x.q.data<T>(), x.k.data<T>(), x.v.data<T>(), o.data<T>(),
+                                l.data<T>(), dy.data<T>(), dq, dk, dv);
+      else
+        fused::backward<T>(fused_problem(g, d), x.q.data<T>(), x.k.data<T>(), x.v.data<T>(), l.data<T>(),
+                           dy.data<T>(), dq, dk, dv);
     });
   });
   return out;

@@ -66,8 +66,8 @@ void forward(const Problem& p, const T* q, const T* k, const T* v, T* out, T* ls
 }
 
 template <class T>
-void backward(const Problem& p, const T* q, const T* k, const T* v, const T* out, const T* lse, const T* dout, T* dq,
-              T* dk, T* dv) {
+void backward(const Problem& p, const T* q, const T* k, const T* v, const T* lse, const T* dout, T* dq, T* dk,
+              T* dv) {
   const std::int64_t group = p.H / p.Hkv, W = p.H * p.hd, tile = kTile * p.S;
   const bool dropout = p.dropout > 0;
   // One task per (sequence, kv head): the query heads sharing it add into
@@ -84,7 +84,6 @@ void backward(const Problem& p, const T* q, const T* k, const T* v, const T* out
         const std::int64_t rows = std::min(kTile, p.S - i0), keys = p.causal ? i0 + rows : p.S;
         const T* qb = q + p.q.offset + b * p.q.batch_stride + i0 * p.q.ld + h * p.hd;
         const T* dob = dout + (b * p.S + i0) * W + h * p.hd;
-        const T* ob = out + (b * p.S + i0) * W + h * p.hd;
         // probabilities again, from the saved log-sum-exp
         scores(p, q, k, b, h, i0, rows, keys, prob);
         for (std::int64_t r = 0; r < rows; ++r) {
@@ -99,11 +98,12 @@ void backward(const Problem& p, const T* q, const T* k, const T* v, const T* out
         // dv += dropout(P)^T dO ; d(dropped P) = dO v^T
         if (dvb) gemm::gemm_serial<T>(Op::T, Op::N, keys, p.hd, rows, 1, dropped, p.S, dob, W, 1, dvb, p.v.ld);
         gemm::gemm_serial<T>(Op::N, Op::T, rows, keys, p.hd, 1, dob, W, vb, p.v.ld, 0, dprob, p.S);
-        // dS = P (dP - <dO, O>) scale, dP through the same dropout mask
+        // dS = P (dP - <dO, O>) scale, dP through the same dropout mask;
+        // <dO, O> = sum_j dropout(P)_ij (dO v^T)_ij, O being dropout(P) v
         for (std::int64_t r = 0; r < rows; ++r) {
-          T dot = 0;
-          for (std::int64_t e = 0; e < p.hd; ++e) dot += dob[r * W + e] * ob[r * W + e];
           T *dp = dprob + r * p.S, *pr = prob + r * p.S;
+          const T* dr = dropped + r * p.S;
+          const T dot = detail::lane_sum<T>(keys, [&](std::int64_t j) { return dr[j] * dp[j]; });
           if (dropout)
             for (std::int64_t j = 0; j < keys; ++j) dp[j] *= keep<T>(p, b, h, i0 + r, j);
           const T scale = T(p.scale);
@@ -120,8 +120,7 @@ void backward(const Problem& p, const T* q, const T* k, const T* v, const T* out
 
 #define REMAT_FUSED_INSTANTIATE(T)                                                                        \
   template void forward<T>(const Problem&, const T*, const T*, const T*, T*, T*);                         \
-  template void backward<T>(const Problem&, const T*, const T*, const T*, const T*, const T*, const T*, T*, \
-                            T*, T*);
+  template void backward<T>(const Problem&, const T*, const T*, const T*, const T*, const T*, T*, T*, T*);
 REMAT_FUSED_INSTANTIATE(float)
 REMAT_FUSED_INSTANTIATE(double)
 

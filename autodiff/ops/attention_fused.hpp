@@ -42,12 +42,17 @@ template <class T>
 void forward(const Problem& p, const T* q, const T* k, const T* v, T* out, T* lse);
 
 // Adds into dq, dk, dv (any of them may be null); zero them first if fresh.
+// It needs no output: with whole rows of probabilities at hand it takes each
+// row's <dO, O> as sum_j P_ij (dO v^T)_ij (the same number, as O = P v), so
+// the op saves the output only when something else needs it (an output
+// projection whose weight trains).
 template <class T>
-void backward(const Problem& p, const T* q, const T* k, const T* v, const T* out, const T* lse, const T* dout, T* dq,
-              T* dk, T* dv);
+void backward(const Problem& p, const T* q, const T* k, const T* v, const T* lse, const T* dout, T* dq, T* dk,
+              T* dv);
 
 // The same on the default execution space as team kernels (device memory
-// on a GPU build). Backward adds into dq, dk, dv like the host version.
+// on a GPU build). Backward adds into dq, dk, dv like the host version; it
+// works on key tiles, so it reads <dO, O> from the output.
 template <class T>
 void team_forward(const Problem& p, const T* q, const T* k, const T* v, T* out, T* lse);
 template <class T>
