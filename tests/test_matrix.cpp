@@ -9,6 +9,7 @@
 #include "autodiff/error.hpp"
 #include "autodiff/memory_tracker.hpp"
 #include "catch.hpp"
+#include "harness/check.hpp"
 #include "harness/matrix.hpp"
 #include "harness/report/report.hpp"
 
@@ -250,3 +251,15 @@ TEST_CASE("results files of another schema or with damaged runs", "[matrix][repo
     CHECK(results.damaged[0].find("differ in length") != std::string::npos);
   }
 }
+
+TEST_CASE("a step out of memory, over --mem-limit or for real (a failed device allocation), is a run out of memory",
+          "[matrix][errors]") {
+  auto& tracker = MemoryTracker::instance();
+  // Kokkos reports a failed device allocation as a std::bad_alloc.
+  CHECK_FALSE(within_limit(0, [] { throw std::bad_alloc(); }));
+  CHECK_FALSE(within_limit(1024, [] { Tensor::empty({1 << 20}, DType::f32); }));
+  CHECK(tracker.limit() == 0);  // the limit goes with the step
+  CHECK(within_limit(0, [] { Tensor::empty({16}, DType::f32); }));
+  CHECK_THROWS_AS(within_limit(0, [] { throw UserError("not memory"); }), UserError);
+}
+
