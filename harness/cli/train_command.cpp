@@ -72,16 +72,16 @@ void run_train(TrainOptions& o) {
       resume = std::make_unique<SavedRun>(read_run_file(c.out));
       require_same_run(c.out, resume->config, c);
       if (resume->state.step >= c.steps) {
-        std::printf("%s is complete: %d of %d steps\n", c.out.c_str(), resume->state.step, c.steps);
+        if (comm::rank() == 0) std::printf("%s is complete: %d of %d steps\n", c.out.c_str(), resume->state.step, c.steps);
         return;
       }
-      std::printf("resuming %s at step %d of %d\n", c.out.c_str(), resume->state.step, c.steps);
+      if (comm::rank() == 0) std::printf("resuming %s at step %d of %d\n", c.out.c_str(), resume->state.step, c.steps);
     } else if (kind == FileKind::training_run && !o.force) {
       throw UserError(c.out + ": holds a training run already; pass --resume to continue it, --force to start over, "
                       "or give another --out");
     } else {
       check_output(c.out, FileKind::training_run, {batch_source_file(c.data)}, o.force);
-      if (o.resume) std::printf("no checkpoint in %s yet: starting at step 0\n", c.out.c_str());
+      if (o.resume && comm::rank() == 0) std::printf("no checkpoint in %s yet: starting at step 0\n", c.out.c_str());
     }
   }
 
