@@ -42,6 +42,14 @@ void for_each_task(const char* name, std::int64_t tasks, std::int64_t workspace_
   Host().fence();
 }
 
+// a[j] b[j], as lane_sum takes its terms. A functor, not a lambda: lane_sum
+// is a host-and-device function, and nvcc refuses a host lambda in it.
+template <class T>
+struct Product {
+  const T *a, *b;
+  KOKKOS_INLINE_FUNCTION T operator()(std::int64_t j) const { return a[j] * b[j]; }
+};
+
 }  // namespace
 
 template <class T>
@@ -102,8 +110,7 @@ void backward(const Problem& p, const T* q, const T* k, const T* v, const T* lse
         // <dO, O> = sum_j dropout(P)_ij (dO v^T)_ij, O being dropout(P) v
         for (std::int64_t r = 0; r < rows; ++r) {
           T *dp = dprob + r * p.S, *pr = prob + r * p.S;
-          const T* dr = dropped + r * p.S;
-          const T dot = detail::lane_sum<T>(keys, [&](std::int64_t j) { return dr[j] * dp[j]; });
+          const T dot = detail::lane_sum<T>(keys, Product<T>{dropped + r * p.S, dp});
           if (dropout)
             for (std::int64_t j = 0; j < keys; ++j) dp[j] *= keep<T>(p, b, h, i0 + r, j);
           const T scale = T(p.scale);
