@@ -74,9 +74,11 @@ Tensors BlockRunner::run_reversible(const BlockInfo& info, const Tensor& x1, con
 Tensors run_block(const BlockInfo& info, const Tensors& inputs, const BlockBody& body) {
   BlockScope scope(info.name);
   auto& stack = runner_stack();
-  const BlockBody& run = hooks_pointer() ? hooked(info.name, body) : body;
-  if (stack.empty()) return run(inputs);
-  return stack.back()->run(info, inputs, run);
+  if (hooks_pointer()) {
+    const BlockBody run = hooked(info.name, body);
+    return stack.empty() ? run(inputs) : stack.back()->run(info, inputs, run);
+  }
+  return stack.empty() ? body(inputs) : stack.back()->run(info, inputs, body);
 }
 
 Tensor run_block(const BlockInfo& info, const Tensor& input, const std::function<Tensor(const Tensor&)>& body) {

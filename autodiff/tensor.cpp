@@ -116,6 +116,12 @@ std::vector<double> Tensor::to_host_f64() const {
 }
 
 std::vector<float> Tensor::to_host_f32() const {
+  if (dtype_ == DType::f32) {  // as it is: no detour through float64
+    std::vector<float> out(numel_);
+    auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bytes());
+    std::memcpy(out.data(), host.data(), nbytes());
+    return out;
+  }
   const auto d = to_host_f64();
   return std::vector<float>(d.begin(), d.end());
 }

@@ -23,7 +23,10 @@ struct SerialRow {
   template <class T, class F>
   KOKKOS_INLINE_FUNCTION T max(const F& f) const {
     T m = f(0);
-    for (std::int64_t j = 1; j < n; ++j) m = f(j) > m ? f(j) : m;
+    for (std::int64_t j = 1; j < n; ++j) {
+      const T v = f(j);
+      m = v > m ? v : m;
+    }
     return m;
   }
   template <class F>
@@ -51,7 +54,7 @@ struct TeamRow {
   }
   template <class T, class F>
   KOKKOS_INLINE_FUNCTION T max(const F& f) const {
-    T m = f(0);
+    T m;  // the reducer starts it at the lowest value
     Kokkos::parallel_reduce(
         Kokkos::TeamThreadRange(team, n),
         [&](std::int64_t j, T& acc) {

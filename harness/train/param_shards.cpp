@@ -10,15 +10,6 @@
 namespace remat {
 namespace {
 
-using HostFloats = Kokkos::View<float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
-
-std::vector<float> host_values(const Tensor& t) {
-  std::vector<float> v(std::size_t(t.numel()));
-  Kokkos::deep_copy(HostFloats(v.data(), v.size()), Kokkos::View<const float*, MemSpace, Kokkos::MemoryUnmanaged>(
-                                                         t.data<float>(), std::size_t(t.numel())));
-  return v;
-}
-
 void upload(const std::vector<float>& v, const Tensor& t) {
   Kokkos::deep_copy(Kokkos::View<float*, MemSpace, Kokkos::MemoryUnmanaged>(t.data<float>(), std::size_t(t.numel())),
                     Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(v.data(), v.size()));
@@ -33,7 +24,7 @@ ParamShards::ParamShards(ParamStore& full) : full_(full) {
     if (ts[i].dtype() != DType::f32) throw UserError("--shard-params: parameters must be float32");
     const std::int64_t n = ts[i].numel(), s = (n + N - 1) / N;
     shard_size_.push_back(s);
-    const std::vector<float> all = host_values(ts[i]);
+    const std::vector<float> all = ts[i].to_host_f32();
     std::vector<float> mine(std::size_t(s), 0.0f);
     for (std::int64_t j = 0; j < s && r * s + j < n; ++j) mine[std::size_t(j)] = all[std::size_t(r * s + j)];
     Tensor shard = full.trainable(i) ? Tensor::parameter({s}, DType::f32, full.names()[i])
@@ -77,7 +68,7 @@ void ParamShards::gather(std::size_t i) {
   const Tensor& t = full_.tensors()[i];
   if (t.resident()) return;
   const std::int64_t s = shard_size_[i];
-  const std::vector<float> mine = host_values(shards_[i]);
+  const std::vector<float> mine = shards_[i].to_host_f32();
   std::vector<float> all(std::size_t(s) * std::size_t(comm::size()));
   comm::gather_all(mine.data(), s, all.data());
   Tensor::Bytes bytes(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(MemoryTracker::kGatheredLabel)),
@@ -95,7 +86,7 @@ void ParamShards::reduce_scatter(std::size_t i) {
   if (!g.defined()) return;  // frozen, or already reduced
   const int N = comm::size();
   const std::int64_t s = shard_size_[i];
-  std::vector<float> parts = host_values(g), received(std::size_t(s) * std::size_t(N));
+  std::vector<float> parts = g.to_host_f32(), received(std::size_t(s) * std::size_t(N));
   parts.resize(std::size_t(s) * std::size_t(N), 0.0f);
   comm::all_to_all(parts.data(), s, received.data());
   t.slot()->grad.reset();  // the full gradient goes
@@ -104,7 +95,7 @@ void ParamShards::reduce_scatter(std::size_t i) {
   const Tensor& shard = shards_[i];
   if (!shard.slot()->grad) shard.slot()->grad = std::make_shared<Tensor>(Tensor::zeros({s}, DType::f32, "grad"));
   std::vector<float> sum = first_micro_batch_ ? std::vector<float>(received.begin(), received.begin() + s)
-                                              : host_values(*shard.slot()->grad);
+                                              : shard.slot()->grad->to_host_f32();
   for (int r = first_micro_batch_ ? 1 : 0; r < N; ++r)
     for (std::int64_t j = 0; j < s; ++j) sum[std::size_t(j)] += received[std::size_t(r * s + j)];
   upload(sum, *shard.slot()->grad);
@@ -154,7 +145,7 @@ void ParamShards::backward_end() {
 
 Tensor ParamShards::unshard(std::size_t i, const Tensor& shard) const {
   const std::int64_t s = shard_size_[i];
-  const std::vector<float> mine = host_values(shard);
+  const std::vector<float> mine = shard.to_host_f32();
   std::vector<float> all(std::size_t(s) * std::size_t(comm::size()));
   comm::gather_all(mine.data(), s, all.data());
   const Tensor& whole = full_.tensors()[i];

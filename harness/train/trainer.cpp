@@ -136,15 +136,9 @@ Trainer::~Trainer() = default;
 // the round's gradients and losses and adds them to its running sums in
 // micro-batch order, the very additions one process makes with
 // --accumulate M: N ranks train bitwise as one process does.
-void Trainer::gather_losses(double loss) {
-  std::vector<double> losses(std::size_t(comm::size()), 0.0);
-  comm::gather_all(&loss, 1, losses.data());
-  for (double l : losses) dp_loss_ += l;
-}
-
 void Trainer::exchange_round(int round, double loss) {
-  const auto& ts = params_->tensors();
   const int N = comm::size();
+  const auto& ts = params_->tensors();
   if (round == 0) dp_sums_.assign(ts.size(), {});
   gather_losses(loss);
   for (std::size_t i = 0; i < ts.size(); ++i) {
@@ -163,6 +157,12 @@ void Trainer::exchange_round(int round, double loss) {
         for (std::int64_t j = 0; j < n; ++j) sum[std::size_t(j)] += part[j];
     }
   }
+}
+
+void Trainer::gather_losses(double loss) {
+  std::vector<double> losses(std::size_t(comm::size()), 0.0);
+  comm::gather_all(&loss, 1, losses.data());
+  for (double l : losses) dp_loss_ += l;
 }
 
 std::int64_t data_parallel_bytes(const ParamStore& params, int ranks, int accumulate) {
