@@ -85,16 +85,43 @@ std::pair<int, int> parse_shard(const std::string& text) {
   return {i, n};
 }
 
+namespace {
+
+double estimated_work(const Sizes& z) {
+  // GEMM FLOPs of a step, up to a constant: per token, the blocks' weights
+  // (about 12 D^2 each), their attention (about 2 S D each) and the logits.
+  const double per_token = double(z.L) * (12.0 * z.D * z.D + 2.0 * z.S * z.D) + double(z.V) * z.D;
+  return double(z.B) * z.S * per_token;
+}
+
+}  // namespace
+
+std::vector<int> deal_cells(const std::vector<RunKey>& cells, int shards) {
+  double total = 0;
+  for (const auto& c : cells) total += estimated_work(c.sizes);
+  std::vector<int> shard_of;
+  double before = 0;
+  for (const auto& c : cells) {
+    const double work = estimated_work(c.sizes);
+    // The shard whose equal share of the work holds this cell's midpoint.
+    const double middle = total > 0 ? (before + work / 2) / total : 0;
+    shard_of.push_back(std::min(shards - 1, int(middle * shards)));
+    before += work;
+  }
+  return shard_of;
+}
+
 std::vector<RunRecord> run_matrix(const MatrixOptions& o, const MatrixProgress& progress) {
   const auto cells = matrix_cells(o);
   const ResultsFile file(o.out);
   RunCollector collector(o.out);
   // Under mpirun every rank is a shard; rank 0 writes (RunCollector).
   const int shard = comm::size() > 1 ? comm::rank() : o.shard, shards = comm::size() > 1 ? comm::size() : o.shards;
+  const std::vector<int> shard_of = deal_cells(cells, shards);
   std::vector<const RunKey*> todo;
   for (std::size_t k = 0; k < cells.size(); ++k) {
     const RunKey& c = cells[k];
-    if (int(k % std::size_t(shards)) != shard) continue;  // another shard's
+    if (shard_of[k] != shard) continue;  // another shard's
     if (!file.has(c))
       todo.push_back(&c);
     else if (!o.resume)

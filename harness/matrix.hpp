@@ -28,8 +28,8 @@ struct MatrixOptions {
   std::int64_t mem_limit = 0;  // simulated device size in bytes (0: none); a run past it is recorded as OOM
   bool force = false;          // run even where the memory estimate says it will not fit
   FineTuning finetune;         // frozen parameters, LoRA: every cell of this run
-  // This process runs cell k (in matrix_cells' order) only if k % shards ==
-  // shard: `--shard i/n` of a job array, or an MPI rank of n.
+  // This process runs only the cells deal_cells gives `shard`: `--shard i/n`
+  // of a job array, or an MPI rank of n.
   int shard = 0, shards = 1;
 };
 
@@ -42,6 +42,12 @@ std::pair<int, int> parse_shard(const std::string& text);
 // shape, the results file, and the memory each shape needs. Throws
 // UserError on the first problem.
 std::vector<RunKey> matrix_cells(const MatrixOptions& o);
+
+// Which shard runs each cell: consecutive cells (matrix_cells' order), in
+// runs of about equal estimated work. Consecutive, because the cells of one
+// model and shape share the `full` reference a shard must compute for them:
+// round-robin dealing would make every shard compute every shape's.
+std::vector<int> deal_cells(const std::vector<RunKey>& cells, int shards);
 
 struct MatrixProgress {
   std::function<void(std::size_t done, std::size_t total, const RunKey& cell, const std::string& what)> update;

@@ -263,3 +263,28 @@ TEST_CASE("a step out of memory, over --mem-limit or for real (a failed device a
   CHECK_THROWS_AS(within_limit(0, [] { throw UserError("not memory"); }), UserError);
 }
 
+
+TEST_CASE("shards get consecutive cells of about equal work, each cell once", "[matrix][shard]") {
+  TempFile tmp;
+  MatrixOptions o = small_matrix(tmp.path);
+  o.models = {"gpt2", "llama"};
+  o.layers = {2, 4};
+  const auto cells = matrix_cells(o);  // 2 models x 2 depths x 2 strategies
+  REQUIRE(cells.size() == 8);
+  CHECK(deal_cells(cells, 1) == std::vector<int>(8, 0));
+  // Two shards: each model's shallow and deep cells have a quarter and three
+  // quarters of its work, so each shard gets one model, whole: one `full`
+  // reference per shape, none computed twice.
+  CHECK(deal_cells(cells, 2) == std::vector<int>{0, 0, 0, 0, 1, 1, 1, 1});
+  for (int n : {3, 5, 8, 11}) {
+    const auto shard_of = deal_cells(cells, n);
+    REQUIRE(shard_of.size() == cells.size());
+    CHECK(std::is_sorted(shard_of.begin(), shard_of.end()));  // consecutive runs
+    CHECK(shard_of.front() == 0);
+    CHECK(shard_of.back() < n);
+  }
+  // As many shards as cells of equal work: one each.
+  o.layers = {2};
+  const auto same = matrix_cells(o);
+  CHECK(deal_cells(same, 4) == std::vector<int>{0, 1, 2, 3});
+}

@@ -83,13 +83,14 @@ void run(Options& o) {
   }
   const bool speaks = comm::rank() == 0;  // under mpirun, rank 0 reports for all
   const auto cells = matrix_cells(o.matrix);
-  const std::size_t mine = (cells.size() + std::size_t(o.matrix.shards - 1 - o.matrix.shard)) / std::size_t(o.matrix.shards);
+  const auto shard_of = deal_cells(cells, o.matrix.shards);
+  const auto mine = std::size_t(std::count(shard_of.begin(), shard_of.end(), o.matrix.shard));
   if (comm::size() > 1 && speaks)
-    std::printf("%d MPI ranks share the %zu runs (rank r runs every %d-th from the r-th); rank 0 writes them all\n",
-                comm::size(), cells.size(), comm::size());
+    std::printf("%d MPI ranks share the %zu runs (consecutive runs of about equal work each); rank 0 writes them all\n",
+                comm::size(), cells.size());
   else if (o.matrix.shards > 1)
-    std::printf("shard %d of %d: %zu of the %zu runs (those whose index modulo %d is %d)\n", o.matrix.shard,
-                o.matrix.shards, mine, cells.size(), o.matrix.shards, o.matrix.shard);
+    std::printf("shard %d of %d: %zu of the %zu runs (consecutive runs of about equal work per shard)\n", o.matrix.shard,
+                o.matrix.shards, mine, cells.size());
   if (speaks)
     std::printf("remat matrix: %zu runs (%s x strategies %s), preset %s, %d warm-up + %d timed steps, %s -> %s\n",
                 comm::size() > 1 ? cells.size() : mine, o.models.c_str(), o.matrix.strategies.c_str(),
@@ -159,7 +160,7 @@ void setup_matrix(CLI::App& app) {
       ->check(byte_size());
   cmd->add_flag("--resume", o->matrix.resume, "Skip runs already in the results file (those with the same options)");
   cmd->add_option("--shard", o->shard,
-                  "Run only shard i of n (i/n, i from 0): every n-th run from the i-th, for job arrays; "
+                  "Run only shard i of n (i/n, i from 0): the i-th of n consecutive runs of about equal work, for job arrays; "
                   "join the parts with `remat merge`");
   cmd->add_flag("--force", o->matrix.force, "Run even where the memory estimate says a shape will not fit");
   cmd->callback([o] { run(*o); });
