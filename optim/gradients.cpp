@@ -1,6 +1,7 @@
 // Whole-model gradient operations: the global norm and scaling.
 #include <Kokkos_Core.hpp>
 #include <cmath>
+#include <stdexcept>
 
 #include "autodiff/ops/kernel.hpp"
 #include "optim/optimizer.hpp"
@@ -8,21 +9,18 @@
 namespace remat {
 namespace {
 
-// Sum of squares of x[0, n) in chunks summed sequentially, chunk partials
-// added in order on the host: independent of the thread count.
+// Sums of squares of x[0, n) in chunks of kNormChunk, each chunk summed in a
+// fixed order: independent of the thread count.
 template <class T>
-double sum_of_squares(const T* x, std::int64_t n) {
-  constexpr std::int64_t kChunk = 8192;
-  const std::int64_t chunks = (n + kChunk - 1) / kChunk;
+std::vector<double> chunk_sums(const T* x, std::int64_t n) {
+  const std::int64_t chunks = (n + kNormChunk - 1) / kNormChunk;
   Kokkos::View<double*, MemSpace> partial("gradient_norm_partials", std::size_t(chunks));
   Kokkos::parallel_for("gradient_norm", Kokkos::RangePolicy<ExecSpace>(0, chunks), KOKKOS_LAMBDA(std::int64_t c) {
-    const std::int64_t lo = c * kChunk, hi = lo + kChunk < n ? lo + kChunk : n;
+    const std::int64_t lo = c * kNormChunk, hi = lo + kNormChunk < n ? lo + kNormChunk : n;
     partial(c) = ops::detail::lane_sum<double>(hi - lo, [&](std::int64_t i) { return double(x[lo + i]) * double(x[lo + i]); });
   });
   const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), partial);
-  double total = 0;
-  for (std::int64_t c = 0; c < chunks; ++c) total += host(c);
-  return total;
+  return std::vector<double>(host.data(), host.data() + chunks);
 }
 
 template <class T>
@@ -32,13 +30,19 @@ void scale(T* x, std::int64_t n, T factor) {
 
 }  // namespace
 
+std::vector<double> chunk_squares(const Tensor& g, std::int64_t n) {
+  if (n < 0 || n > g.numel()) throw std::logic_error("chunk_squares: n outside the tensor");
+  return g.dtype() == DType::f32 ? chunk_sums(g.data<float>(), n) : chunk_sums(g.data<double>(), n);
+}
+
 double gradient_norm(const std::vector<Tensor>& params) {
   double total = 0;
   for (const auto& p : params) {
     const Tensor g = p.grad();
     if (!g.defined()) continue;
-    total += g.dtype() == DType::f32 ? sum_of_squares(g.data<float>(), g.numel())
-                                     : sum_of_squares(g.data<double>(), g.numel());
+    double squares = 0;  // the parameter's, then added: ParamShards::gradient_norm adds alike
+    for (double c : chunk_squares(g, g.numel())) squares += c;
+    total += squares;
   }
   return std::sqrt(total);
 }

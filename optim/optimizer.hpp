@@ -49,8 +49,16 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const s
                                           std::vector<bool> decays = {});
 
 // The global L2 norm of the parameters' gradients (those that have one),
-// summed in a fixed order: the same for any thread count.
+// summed in a fixed order: the same for any thread count. Parameter by
+// parameter, the sums of squares of consecutive chunks of kNormChunk values
+// are added in order; parameters cut into shards at multiples of
+// kNormChunk (ParamShards) give the same chunks, so the sharded norm is
+// bitwise this one.
+constexpr std::int64_t kNormChunk = 1024;
 double gradient_norm(const std::vector<Tensor>& params);
+// The sums of squares of g's first n values, a chunk of kNormChunk values
+// each (the last one shorter), in order.
+std::vector<double> chunk_squares(const Tensor& g, std::int64_t n);
 // Multiplies every gradient by `factor` (clipping, averaging accumulated
 // micro-batches).
 void scale_gradients(const std::vector<Tensor>& params, double factor);

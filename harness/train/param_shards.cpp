@@ -2,10 +2,12 @@
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
+#include <cmath>
 
 #include "autodiff/error.hpp"
 #include "autodiff/memory_tracker.hpp"
 #include "comm/comm.hpp"
+#include "optim/optimizer.hpp"
 
 namespace remat {
 namespace {
@@ -22,7 +24,9 @@ ParamShards::ParamShards(ParamStore& full) : full_(full) {
   const auto& ts = full.tensors();
   for (std::size_t i = 0; i < ts.size(); ++i) {
     if (ts[i].dtype() != DType::f32) throw UserError("--shard-params: parameters must be float32");
-    const std::int64_t n = ts[i].numel(), s = (n + N - 1) / N;
+    // 1/N of the values, rounded up to whole chunks of the gradient norm's
+    // summation (so the sharded norm adds what the unsharded one adds).
+    const std::int64_t n = ts[i].numel(), s = (n + N * kNormChunk - 1) / (N * kNormChunk) * kNormChunk;
     shard_size_.push_back(s);
     const std::vector<float> all = ts[i].to_host_f32();
     std::vector<float> mine(std::size_t(s), 0.0f);
@@ -179,6 +183,50 @@ std::int64_t ParamShards::predicted_bytes(const std::map<std::string, bool>& rec
   }
   return per_value * values + 2 * 8 * std::int64_t(comm::size() - 1);  // and the loss, gathered
 }
+
+std::int64_t ParamShards::norm_slots() const {
+  std::int64_t slots = 0;
+  for (std::size_t i = 0; i < shards_.size(); ++i)
+    if (full_.trainable(i)) slots += shard_size_[i] / kNormChunk;
+  return slots;
+}
+
+// Each rank's shard of a parameter is whole chunks of the norm's summation:
+// the ranks exchange their chunks' sums of squares, and every rank adds them
+// as gradient_norm adds the unsharded gradient's.
+double ParamShards::gradient_norm() const {
+  const int r = comm::rank();
+  const std::int64_t slots = norm_slots();
+  std::vector<double> mine(std::size_t(slots), 0.0), all(std::size_t(slots) * std::size_t(comm::size()));
+  std::int64_t at = 0;
+  for (std::size_t i = 0; i < shards_.size(); ++i) {
+    if (!full_.trainable(i)) continue;
+    const std::int64_t s = shard_size_[i], n = full_.tensors()[i].numel();
+    const std::int64_t held = std::max<std::int64_t>(0, std::min(s, n - r * s));  // the rest is padding
+    if (shards_[i].grad().defined()) {
+      const std::vector<double> sums = chunk_squares(shards_[i].grad(), held);
+      std::copy(sums.begin(), sums.end(), mine.begin() + at);
+    }
+    at += s / kNormChunk;
+  }
+  comm::gather_all(mine.data(), slots, all.data());
+  double total = 0;
+  at = 0;
+  for (std::size_t i = 0; i < shards_.size(); ++i) {
+    if (!full_.trainable(i)) continue;
+    const std::int64_t per_rank = shard_size_[i] / kNormChunk;
+    const std::int64_t chunks = (full_.tensors()[i].numel() + kNormChunk - 1) / kNormChunk;
+    if (shards_[i].grad().defined()) {
+      double squares = 0;
+      for (std::int64_t c = 0; c < chunks; ++c) squares += all[std::size_t((c / per_rank) * slots + at + c % per_rank)];
+      total += squares;
+    }
+    at += per_rank;
+  }
+  return std::sqrt(total);
+}
+
+std::int64_t ParamShards::norm_bytes() const { return 2 * 8 * std::int64_t(comm::size() - 1) * norm_slots(); }
 
 std::int64_t ParamShards::shard_bytes() const {
   std::int64_t b = 0;

@@ -1,6 +1,7 @@
 #pragma once
 // Sharded parameters, as ZeRO-3 / FSDP shard them, for data-parallel
-// training under MPI: each rank keeps 1/N of every parameter, and the
+// training under MPI: each rank keeps 1/N of every parameter (rounded up to
+// whole chunks of the gradient norm's summation, kNormChunk values), and the
 // optimizer steps those shards (so 1/N of the gradients and of the
 // optimizer's state too). A parameter's full values exist only while they
 // are gathered:
@@ -55,6 +56,11 @@ class ParamShards final : public BlockHooks {
   std::int64_t predicted_bytes(const std::map<std::string, bool>& recomputed) const;
   // The blocks the first forward saw, in forward order.
   const std::vector<std::string>& blocks() const { return block_order_; }
+  // The global gradient norm of the shards' gradients, bitwise the
+  // unsharded gradient_norm (a collective), and the bytes it sends plus
+  // receives on this rank.
+  double gradient_norm() const;
+  std::int64_t norm_bytes() const;
   std::int64_t shard_bytes() const;     // this rank's parameter shards
   std::int64_t gradient_bytes() const;  // its gradient shards
 
@@ -69,10 +75,11 @@ class ParamShards final : public BlockHooks {
   void reduce_scatter(std::size_t i);
   void release(std::size_t i);
   const std::vector<std::size_t>& members(const std::string& block);  // its parameters, in order
+  std::int64_t norm_slots() const;  // chunk sums a rank sends for the norm
 
   ParamStore& full_;
   std::vector<Tensor> shards_;
-  std::vector<std::int64_t> shard_size_;  // values per rank (the last rank's part is padded)
+  std::vector<std::int64_t> shard_size_;  // values per rank, a multiple of kNormChunk (the tail padded)
   std::vector<std::string> owner_;        // the block that uses it ("" outside blocks or in several)
   std::vector<bool> seen_;
   std::vector<std::string> block_order_;

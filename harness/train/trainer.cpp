@@ -54,21 +54,6 @@ double validation_loss(const Model& model, const ParamStore& params, BatchSource
   return sum / batches;
 }
 
-// The global gradient norm under --shard-params: each rank's sum of squares
-// over its shards, gathered and added in rank order.
-double sharded_gradient_norm(const std::vector<Tensor>& shards) {
-  const double mine = gradient_norm(shards);
-  const double squares = mine * mine;
-  std::vector<double> all(std::size_t(comm::size()), 0.0);
-  comm::gather_all(&squares, 1, all.data());
-  double total = 0;
-  for (double a : all) total += a;
-  return std::sqrt(total);
-}
-
-// That gather: one float64 to and from each other rank.
-std::int64_t sharded_norm_bytes() { return 2 * 8 * std::int64_t(comm::size() - 1); }
-
 }  // namespace
 
 Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(config) {
@@ -236,7 +221,7 @@ const StepRecord& Trainer::step() {
     scale_gradients(trained, 1.0 / M);
     r.loss /= M;
   }
-  r.grad_norm = shards_ ? sharded_gradient_norm(trained) : gradient_norm(trained);
+  r.grad_norm = shards_ ? shards_->gradient_norm() : gradient_norm(trained);
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
     try {
       require_finite_result(r.loss, params);
@@ -259,7 +244,7 @@ const StepRecord& Trainer::step() {
     const auto& blocks = shards_->blocks();
     for (std::size_t b = 0; b < blocks.size(); ++b)
       recomputed[blocks[b]] = strategy_->reruns({int(b), int(blocks.size()), blocks[b]});
-    r.predicted_comm_bytes = std::int64_t(K) * shards_->predicted_bytes(recomputed) + sharded_norm_bytes();
+    r.predicted_comm_bytes = std::int64_t(K) * shards_->predicted_bytes(recomputed) + shards_->norm_bytes();
   } else if (N > 1) {
     r.predicted_comm_bytes = data_parallel_bytes(params, N, K);
   }

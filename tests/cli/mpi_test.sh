@@ -90,7 +90,9 @@ expect_error "was trained with ranks 2" "$remat" "${train[@]}" --out dp.h5 --res
 # 4. Sharded parameters (ZeRO-3) train bitwise as unsharded data parallel,
 # under full and per-layer; every step's communication is the prediction,
 # and per-layer's exceeds full's by one gather of every block's parameters.
-zero=(train --model gpt2 --preset tiny --layers 3 --steps 3 --accumulate 2 --dropout 0.1 --lr 3e-3 --weight-decay 0.1)
+# Clipping at 0.05 scales every step's gradients (their norm is about 1): the
+# sharded norm must be the unsharded one to the last bit.
+zero=(train --model gpt2 --preset tiny --layers 3 --steps 3 --accumulate 2 --dropout 0.1 --lr 3e-3 --weight-decay 0.1 --grad-clip 0.05)
 for s in full per-layer; do
   "${mpi[@]}" "$remat" "${zero[@]}" --strategy $s --out dp-$s.h5 >/dev/null 2>err.txt || fail "mpirun train $s: $(cat err.txt)"
   "${mpi[@]}" "$remat" "${zero[@]}" --strategy $s --shard-params --out zero-$s.h5 >out.txt 2>err.txt ||
@@ -102,6 +104,8 @@ import h5py
 for s in ("full", "per-layer"):
     dp, zero = h5py.File(f"dp-{s}.h5"), h5py.File(f"zero-{s}.h5")
     assert dp["history/loss"][:].tobytes() == zero["history/loss"][:].tobytes(), (s, "losses differ")
+    assert dp["history/grad_norm"][:].tobytes() == zero["history/grad_norm"][:].tobytes(), (s, "gradient norms differ")
+    assert min(dp["history/grad_norm"][:]) > 0.05, (s, "clipping never acted")
     for name in dp["params"]:
         assert dp["params"][name][:].tobytes() == zero["params"][name][:].tobytes(), (s, name)
     for buf in dp["optimizer"]:
@@ -112,7 +116,8 @@ for s in ("full", "per-layer"):
 full, per_layer = (h5py.File(f"zero-{s}.h5")["history/comm_bytes"][0] for s in ("full", "per-layer"))
 params = h5py.File("zero-full.h5")["params"]
 # per-layer checkpoints every block but the last (whose backward comes at once)
-block_values = sum((params[n].size + 1) // 2 for n in params if n.startswith(("h.0.", "h.1.")))  # one rank's shards
+# one rank's shards: half of each parameter, rounded up to whole 1024-value chunks
+block_values = sum(-(-params[n].size // 2048) * 1024 for n in params if n.startswith(("h.0.", "h.1.")))
 # Each of the 2 micro-batches gathers those blocks once more: 4 bytes a value, sent and received.
 assert per_layer - full == 2 * 2 * 4 * block_values, (per_layer - full, block_values)
 PY
