@@ -1,5 +1,8 @@
 #include "autodiff/region.hpp"
 
+#include <string>
+#include <utility>
+
 #include "autodiff/memory_tracker.hpp"
 #include "autodiff/ops/ops.hpp"
 
@@ -43,19 +46,24 @@ BlockHooks*& hooks_pointer() {
 // The body as the hooks see it: named for the nodes it records (also when a
 // strategy runs it again in backward) and reported when it ends, also when
 // it ends early (a recomputation stops at the last tensor it needs, by an
-// exception).
+// exception). body_done may fail (under --shard-params it communicates), so
+// it runs in a handler, never in a destructor: its error then replaces the
+// body's rather than ending the process.
 BlockBody hooked(const std::string& name, const BlockBody& body) {
   return [name, body](const Tensors& in) {
-    struct Run {
-      const std::string& name;
-      std::string previous = block_name();
-      explicit Run(const std::string& n) : name(n) { block_name() = n; }
-      ~Run() {
-        block_name() = previous;
-        if (BlockHooks* h = hooks_pointer()) h->body_done(name);
-      }
-    } run(name);
-    return body(in);
+    std::string previous = name;
+    std::swap(block_name(), previous);  // swaps cannot throw
+    Tensors out;
+    try {
+      out = body(in);
+    } catch (...) {
+      std::swap(block_name(), previous);
+      if (BlockHooks* h = hooks_pointer()) h->body_done(name);
+      throw;
+    }
+    std::swap(block_name(), previous);
+    if (BlockHooks* h = hooks_pointer()) h->body_done(name);
+    return out;
   };
 }
 

@@ -69,7 +69,14 @@ struct OffloadStorage::Group {
   std::unique_ptr<transfer::CopyBatch> batch;  // times those copies
 
   ~Group() {  // moved bytes go back to the device pool, where they are freed
-    settle();
+    // A step that ran through settled every group in its backward; one with
+    // copies still in flight here is a step that failed already. Its error
+    // is the one to report: a second one from settling (the copy timer's
+    // query) must not escape a destructor and end the process.
+    try {
+      settle();
+    } catch (const std::exception&) {
+    }
     if (!resident)
       for (auto& e : entries)
         if (!e.host) move_pool(e.device, OffloadStorage::kPool, MemoryTracker::default_pool());
