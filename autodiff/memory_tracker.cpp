@@ -19,6 +19,7 @@ double now_seconds() {
 const char* pool_of(const Kokkos::Profiling::SpaceHandle& space, const char* label) {
   if (label && std::strcmp(label, MemoryTracker::kOffloadLabel) == 0) return MemoryTracker::kOffloadPool;
   if (label && std::strcmp(label, MemoryTracker::kGatheredLabel) == 0) return MemoryTracker::kGatheredPool;
+  if (label && std::strcmp(label, MemoryTracker::kReducingLabel) == 0) return MemoryTracker::kReducingPool;
   return space.name;
 }
 

@@ -34,6 +34,9 @@ class MemoryTracker {
   // Full values of sharded parameters, while gathered (harness/train/param_shards.hpp).
   static constexpr const char* kGatheredPool = "gathered";
   static constexpr const char* kGatheredLabel = "gathered parameter";
+  // Whole gradients of sharded parameters, from backward until reduce-scattered.
+  static constexpr const char* kReducingPool = "reducing";
+  static constexpr const char* kReducingLabel = "gradient to reduce";
 
   // Registers the Kokkos Tools callbacks; call after Kokkos::initialize.
   void install();

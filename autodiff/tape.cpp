@@ -40,7 +40,7 @@ GradTarget BackwardContext::grad_in(int i) {
     if (s == slot) return {t, false};
   GradTarget target;
   if (!slot->grad) {
-    slot->grad = std::make_shared<Tensor>(Tensor::empty(slot->shape, slot->dtype, "grad"));
+    slot->grad = std::make_shared<Tensor>(Tensor::empty(slot->shape, slot->dtype, slot->grad_label ? slot->grad_label : "grad"));
     target = {*slot->grad, true};
   } else {
     target = {writable_grad(*slot), false};
@@ -55,7 +55,10 @@ void BackwardContext::accumulate(int i, const Tensor& g) {
   if (g.shape() != slot->shape)
     throw std::logic_error(std::string(node_.op) + ": gradient of shape " + to_string(g.shape()) +
                            " for an input of shape " + to_string(slot->shape));
-  if (!slot->grad) {
+  if (!slot->grad && slot->grad_label) {  // the slot's own label, so its own pool: a copy, not g's buffer
+    slot->grad = std::make_shared<Tensor>(Tensor::empty(slot->shape, slot->dtype, slot->grad_label));
+    Kokkos::deep_copy(slot->grad->bytes(), g.bytes());
+  } else if (!slot->grad) {
     slot->grad = std::make_shared<Tensor>(g);
   } else {
     add_inplace(writable_grad(*slot), g);

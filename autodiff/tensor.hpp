@@ -40,6 +40,10 @@ struct GradSlot {
   std::string name;  // parameters only
   bool retain = false;  // parameters keep their gradient after backward
   std::shared_ptr<Tensor> grad;  // null until a gradient flows here
+  // The label backward allocates `grad` with (null: "grad"); one the memory
+  // tracker gives a pool of its own keeps those bytes out of the activations
+  // (the whole gradients of sharded parameters, harness/train/param_shards).
+  const char* grad_label = nullptr;
 };
 
 class Tensor {

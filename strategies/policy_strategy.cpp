@@ -120,6 +120,17 @@ Tensors PolicyStrategy::run(const BlockInfo& info, const Tensors& inputs, const 
   return out;
 }
 
+int PolicyStrategy::reruns(const BlockInfo& block) const {
+  int n = 0;
+  for (const Policy* p = &policy_; p;) {
+    const auto segment = p->segment_of(block);
+    if (!segment) break;
+    ++n;
+    p = segment->inner.get();  // a sub-segment inside runs the block once more
+  }
+  return n;
+}
+
 MemoryPrediction PolicyStrategy::predict(const SaveProfile& p) const { return predict_policy(p, policy_); }
 
 namespace {

@@ -21,7 +21,7 @@ class PolicyStrategy : public Strategy {
   ~PolicyStrategy() override;
   Tensors run(const BlockInfo& info, const Tensors& inputs, const BlockBody& body) override;
   MemoryPrediction predict(const SaveProfile& p) const override;
-  bool reruns(const BlockInfo& block) const override { return policy_.segment_of(block).has_value(); }
+  int reruns(const BlockInfo& block) const override;
 
   class Router;
 

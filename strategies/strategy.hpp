@@ -49,11 +49,12 @@ class Strategy : public BlockRunner {
   virtual std::int64_t activation_budget() const { return 0; }
   // What the strategy decided for this model, when it planned (for `check --trace`).
   virtual std::string plan_summary() const { return ""; }
-  // Whether backward runs the block's body again (a checkpoint segment
-  // recomputing it): what sharded parameters gather once more for.
-  virtual bool reruns(const BlockInfo& block) const {
+  // How often backward runs the block's body again: once per checkpoint
+  // segment around it that recomputes (nested segments each run it again).
+  // What sharded parameters gather once more for.
+  virtual int reruns(const BlockInfo& block) const {
     (void)block;
-    return false;
+    return 0;
   }
 
   // Diagnostics, provided here for every strategy.

@@ -122,8 +122,9 @@ void run_train(TrainOptions& o) {
   if (c.shard_params) {
     const RankMemory& m = s.memory;
     std::printf("per rank (rank 0): parameter shards %.2f MB, gradient shards %.2f MB, optimizer state %.2f MB, "
-                "gathered parameters at most %.2f MB, activations %.2f MB\n",
-                mib(m.parameters), mib(m.gradients), mib(m.optimizer), mib(m.gathered_peak),
+                "gathered parameters at most %.2f MB, whole gradients awaiting reduction at most %.2f MB, "
+                "activations %.2f MB\n",
+                mib(m.parameters), mib(m.gradients), mib(m.optimizer), mib(m.gathered_peak), mib(m.reducing_peak),
                 mib(s.history.back().activation_peak));
   }
   if (!c.out.empty())

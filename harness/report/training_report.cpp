@@ -18,7 +18,7 @@ namespace {
 struct RankFigures {
   double step_seconds = 0;      // median
   double activation_mb = 0;     // the largest step's activation peak
-  double memory_mb = 0;         // parameters, gradients, optimizer state, gathered peak, activation peak
+  double memory_mb = 0;         // parameters, gradients, optimizer state, and the gathered, reducing and activation peaks (added: a bound)
   double comm_mb = 0;           // last step's bytes sent plus received
   double predicted_comm_mb = 0;
 };
@@ -34,7 +34,7 @@ RankFigures rank_figures(const SavedRun& run) {
   f.step_seconds = median(times);
   f.activation_mb = double(peak) / (1 << 20);
   const RankMemory& m = run.state.memory;
-  f.memory_mb = double(m.parameters + m.gradients + m.optimizer + m.gathered_peak + peak) / (1 << 20);
+  f.memory_mb = double(m.parameters + m.gradients + m.optimizer + m.gathered_peak + m.reducing_peak + peak) / (1 << 20);
   if (!run.state.history.empty()) {
     f.comm_mb = double(run.state.history.back().comm_bytes) / (1 << 20);
     f.predicted_comm_mb = double(run.state.history.back().predicted_comm_bytes) / (1 << 20);

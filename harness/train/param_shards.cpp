@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "autodiff/elementwise.hpp"
 #include "autodiff/error.hpp"
 #include "autodiff/memory_tracker.hpp"
 #include "comm/comm.hpp"
@@ -34,9 +35,16 @@ ParamShards::ParamShards(ParamStore& full) : full_(full) {
     Tensor shard = full.trainable(i) ? Tensor::parameter({s}, DType::f32, full.names()[i])
                                      : Tensor::zeros({s}, DType::f32, full.names()[i]);
     upload(mine, shard);
+    // Gradient shards are allocated once and kept, as ParamStore::zero_grad
+    // keeps whole gradients: memory from before a step, not the step's.
+    if (full.trainable(i))
+      shard.slot()->grad = std::make_shared<Tensor>(Tensor::zeros({s}, DType::f32, "grad." + full.names()[i]));
     shards_.push_back(shard);
     ts[i].release();
-    if (ts[i].slot()) ts[i].slot()->grad.reset();  // gradients flow fresh into each step, then are scattered
+    if (ts[i].slot()) {  // gradients flow fresh into each step, counted apart, then are scattered
+      ts[i].slot()->grad.reset();
+      ts[i].slot()->grad_label = MemoryTracker::kReducingLabel;
+    }
   }
   owner_.assign(ts.size(), "");
   seen_.assign(ts.size(), false);
@@ -47,9 +55,18 @@ ParamShards::ParamShards(ParamStore& full) : full_(full) {
 ParamShards::~ParamShards() {
   set_block_hooks(nullptr);
   full_.set_access_hook(nullptr);
+  for (const Tensor& t : full_.tensors())
+    if (t.slot()) t.slot()->grad_label = nullptr;
 }
 
-void ParamShards::begin_micro_batch(bool first) { first_micro_batch_ = first; }
+void ParamShards::begin_micro_batch(bool first) {
+  first_micro_batch_ = first;
+  // A parameter no gradient reaches this step keeps a zero gradient, as an
+  // unsharded one does after zero_grad (the others' are overwritten).
+  if (first)
+    for (const Tensor& s : shards_)
+      if (s.slot() && s.slot()->grad) fill(*s.slot()->grad, 0.0);
+}
 
 void ParamShards::accessed(std::size_t i) {
   const std::string& block = current_block();
@@ -97,7 +114,6 @@ void ParamShards::reduce_scatter(std::size_t i) {
   // sum = part 0 + part 1 + ... (first micro-batch), or sum + part 0 + ...:
   // the additions, in the order, of the unsharded data-parallel reduction.
   const Tensor& shard = shards_[i];
-  if (!shard.slot()->grad) shard.slot()->grad = std::make_shared<Tensor>(Tensor::zeros({s}, DType::f32, "grad"));
   std::vector<float> sum = first_micro_batch_ ? std::vector<float>(received.begin(), received.begin() + s)
                                               : shard.slot()->grad->to_host_f32();
   for (int r = first_micro_batch_ ? 1 : 0; r < N; ++r)
@@ -165,7 +181,7 @@ void ParamShards::release_everything() {
   for (std::size_t i = 0; i < shards_.size(); ++i) release(i);
 }
 
-std::int64_t ParamShards::predicted_bytes(const std::map<std::string, bool>& recomputed) const {
+std::int64_t ParamShards::predicted_bytes(const std::map<std::string, int>& recomputed) const {
   // A gather or a reduce-scatter of s values per rank: 4 s bytes to and from
   // each other rank.
   const std::int64_t per_value = 2 * 4 * std::int64_t(comm::size() - 1);
@@ -176,8 +192,10 @@ std::int64_t ParamShards::predicted_bytes(const std::map<std::string, bool>& rec
     if (owner_[i].empty()) {
       values += s;  // gathered once, kept for the step
     } else {
+      // Forward, backward, and each re-run: its body_done gathers again for
+      // what comes next (the first re-run finds the values released).
       const auto it = recomputed.find(owner_[i]);
-      values += s * (2 + (it != recomputed.end() && it->second ? 1 : 0));  // forward, [recompute,] backward
+      values += s * (2 + (it != recomputed.end() ? it->second : 0));
     }
     if (full_.trainable(i)) values += s;  // the reduce-scatter
   }

@@ -51,9 +51,9 @@ class ParamShards final : public BlockHooks {
   Tensor unshard(std::size_t i, const Tensor& shard) const;
 
   // Bytes this rank sends plus receives for one micro-batch whose blocks
-  // are recomputed as `recomputed` says (true: the block's body runs again
-  // in backward), from the block membership the first forward recorded.
-  std::int64_t predicted_bytes(const std::map<std::string, bool>& recomputed) const;
+  // are recomputed as `recomputed` says (how often the block's body runs
+  // again in backward), from the block membership the first forward recorded.
+  std::int64_t predicted_bytes(const std::map<std::string, int>& recomputed) const;
   // The blocks the first forward saw, in forward order.
   const std::vector<std::string>& blocks() const { return block_order_; }
   // The global gradient norm of the shards' gradients, bitwise the

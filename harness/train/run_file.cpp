@@ -22,7 +22,7 @@ auto memory_fields(M& m) {
   using Field = decltype(&m.parameters);
   return std::vector<std::pair<std::string, Field>>{
       {"parameters", &m.parameters}, {"gradients", &m.gradients}, {"optimizer", &m.optimizer},
-      {"gathered_peak", &m.gathered_peak}};
+      {"gathered_peak", &m.gathered_peak}, {"reducing_peak", &m.reducing_peak}};
 }
 
 // Every setting of a run as (name, text) pairs: written as attributes, and

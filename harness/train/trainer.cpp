@@ -54,6 +54,22 @@ double validation_loss(const Model& model, const ParamStore& params, BatchSource
   return sum / batches;
 }
 
+// Every rank takes rank 0's timings of a planner's probe: plans are made from
+// timings, and ranks that plan differently run different schedules, which
+// under --shard-params means different collectives, in a different order (a
+// deadlock). The byte counts in the probe are the same on every rank.
+void agree_on_timings(SaveProfile& p) {
+  std::vector<double*> fields{&p.step_seconds, &p.offload_seconds_per_byte};
+  for (auto& b : p.blocks) {
+    fields.push_back(&b.forward_seconds);
+    for (auto& t : b.tensors) fields.push_back(&t.recompute_seconds);
+  }
+  std::vector<double> mine, all(fields.size() * std::size_t(comm::size()));
+  for (const double* f : fields) mine.push_back(*f);
+  comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data());
+  for (std::size_t i = 0; i < fields.size(); ++i) *fields[i] = all[i];  // rank 0's come first
+}
+
 }  // namespace
 
 Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(config) {
@@ -103,8 +119,12 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
   }
   // A planned strategy is planned once, on these weights and a batch of the
   // run's shape (costs depend on shapes, not on values).
-  prepare_strategy(*strategy_, *model_, *params_, random_batch(z.B, z.S, z.V, config_.seed), config_.attention,
-                   config_.seed);
+  if (strategy_->needs_costs()) {
+    SaveProfile costs = measure_costs(*model_, *params_, random_batch(z.B, z.S, z.V, config_.seed), config_.attention,
+                                      config_.seed);
+    if (comm::size() > 1) agree_on_timings(costs);
+    strategy_->plan(costs);
+  }
   if (config_.shard_params) {  // from here on each rank keeps its shards, and the optimizer steps them
     shards_ = std::make_unique<ParamShards>(*params_);
     std::vector<bool> decays;  // as the whole parameters decay, not as their 1-D shards would
@@ -172,12 +192,14 @@ const StepRecord& Trainer::step() {
     o.attention = config_.attention;
     o.zero_grad = !shards_;  // sharded: full gradients flow fresh and are scattered block by block
     if (shards_) shards_->begin_micro_batch(k == 0);
-    const auto gathered_base = MemoryTracker::instance().stats(MemoryTracker::kGatheredPool).live;
+    auto& tracker = MemoryTracker::instance();
+    const auto gathered_base = tracker.stats(MemoryTracker::kGatheredPool).live;
+    const auto reducing_base = tracker.stats(MemoryTracker::kReducingPool).live;
     const StepResult s = run_step(*model_, params, data_->next(), o);
     r.activation_peak = std::max(r.activation_peak, s.activation_peak);
     if (shards_) {
-      gathered_peak_ = std::max(gathered_peak_,
-                                MemoryTracker::instance().stats(MemoryTracker::kGatheredPool).peak - gathered_base);
+      gathered_peak_ = std::max(gathered_peak_, tracker.stats(MemoryTracker::kGatheredPool).peak - gathered_base);
+      reducing_peak_ = std::max(reducing_peak_, tracker.stats(MemoryTracker::kReducingPool).peak - reducing_base);
       gather_losses(s.loss);
       continue;
     }
@@ -240,7 +262,7 @@ const StepRecord& Trainer::step() {
   r.comm_bytes = comm1.bytes_sent + comm1.bytes_received - comm0.bytes_sent - comm0.bytes_received;
   r.comm_seconds = comm1.seconds - comm0.seconds;
   if (shards_) {
-    std::map<std::string, bool> recomputed;
+    std::map<std::string, int> recomputed;
     const auto& blocks = shards_->blocks();
     for (std::size_t b = 0; b < blocks.size(); ++b)
       recomputed[blocks[b]] = strategy_->reruns({int(b), int(blocks.size()), blocks[b]});
@@ -278,6 +300,7 @@ RankMemory Trainer::rank_memory() const {
     m.parameters = shards_->shard_bytes();
     m.gradients = shards_->gradient_bytes();
     m.gathered_peak = gathered_peak_;
+    m.reducing_peak = reducing_peak_;
     return m;
   }
   m.parameters = params_->bytes();

@@ -56,6 +56,7 @@ struct RankMemory {
   std::int64_t gradients = 0;
   std::int64_t optimizer = 0;
   std::int64_t gathered_peak = 0;
+  std::int64_t reducing_peak = 0;  // whole gradients awaiting their reduce-scatter, at most
 };
 
 // The bytes a rank sends plus those it receives in one data-parallel step:
@@ -124,7 +125,7 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<BatchSource> data_, held_out_;
   std::unique_ptr<class ParamShards> shards_;  // --shard-params
-  std::int64_t gathered_peak_ = 0;
+  std::int64_t gathered_peak_ = 0, reducing_peak_ = 0;
   Schedule schedule_;
   std::vector<Tensor> sums_;  // accumulated micro-batch gradients
   // Data parallel (several MPI ranks): the step's gradient and loss sums.

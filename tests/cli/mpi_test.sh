@@ -122,6 +122,25 @@ block_values = sum(-(-params[n].size // 2048) * 1024 for n in params if n.starts
 assert per_layer - full == 2 * 2 * 4 * block_values, (per_layer - full, block_values)
 PY
 expect_error "run it under mpirun with 2 or more ranks" "$remat" "${zero[@]}" --shard-params
+
+# A planned schedule (budget:min nests segments: block 0 is recomputed once per
+# level) is one plan on every rank (rank 0's probe timings), trains bitwise as
+# unsharded, keeps its activation budget (whole gradients awaiting their
+# reduce-scatter and gradient shards are not activations), and communicates
+# exactly what is predicted, every re-run counted.
+plan=(train --model gpt2 --preset tiny --layers 6 --steps 2 --accumulate 2 --strategy budget:min)
+timeout 120 "${mpi[@]}" "$remat" "${plan[@]}" --out dp-plan.h5 >/dev/null 2>err.txt || fail "mpirun train budget:min: $(cat err.txt)"
+timeout 120 "${mpi[@]}" "$remat" "${plan[@]}" --shard-params --out zero-plan.h5 >/dev/null 2>err.txt ||
+  fail "mpirun train budget:min --shard-params (a timeout: the ranks planned differently): $(cat err.txt)"
+"$python" - <<'PY' || fail "a planned schedule under --shard-params differs from unsharded, or from its prediction"
+import h5py
+dp, zero = h5py.File("dp-plan.h5"), h5py.File("zero-plan.h5")
+for key in ("loss", "grad_norm", "activation_peak"):
+    assert dp["history/" + key][:].tobytes() == zero["history/" + key][:].tobytes(), key
+for name in dp["params"]:
+    assert dp["params"][name][:].tobytes() == zero["params"][name][:].tobytes(), name
+assert zero["history/comm_bytes"][:].tolist() == zero["history/predicted_comm_bytes"][:].tolist()
+PY
 # The report puts them side by side: memory per rank, communication and its prediction, and the plot.
 "$remat" report zero-full.h5 zero-per-layer.h5 dp-full.h5 --svg plots >out.txt 2>err.txt || fail "report of sharded runs: $(cat err.txt)"
 grep -q "| 2 sharded |" out.txt || fail "the report does not say the run was sharded: $(cat out.txt)"
