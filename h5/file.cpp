@@ -17,9 +17,25 @@ void silence() {
 
 // File access through HDF5's core driver without a backing store: the file
 // is read into memory (if it exists) and never written back by HDF5.
-Handle in_memory_access() {
+// HDF5 (1.10 and later) flocks every file it opens, without waiting, and
+// fails the open where it cannot: on file systems without flock (NFS and
+// Lustre mounts on clusters, where job arrays write their parts) and while
+// another process holds a conflicting lock, both reported as if the file
+// were damaged. remat never writes a file in place (it edits a copy in
+// memory and replaces the file atomically, under its own FileLock), so a
+// reader always sees a whole file and HDF5's lock only adds failures.
+Handle unlocked_access() {
   Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  if (!fapl.valid() || H5Pset_fapl_core(fapl.id(), 1 << 20, /*backing_store=*/0) < 0)
+  if (!fapl.valid()) throw std::runtime_error("HDF5: cannot create file access properties");
+#if H5_VERSION_GE(1, 10, 7)
+  if (H5Pset_file_locking(fapl.id(), false, true) < 0) throw std::runtime_error("HDF5: cannot turn file locking off");
+#endif
+  return fapl;
+}
+
+Handle in_memory_access() {
+  Handle fapl = unlocked_access();
+  if (H5Pset_fapl_core(fapl.id(), 1 << 20, /*backing_store=*/0) < 0)
     throw std::runtime_error("HDF5: cannot set up in-memory file access");
   return fapl;
 }
@@ -51,7 +67,8 @@ Handle::~Handle() {
 File File::open(const std::string& path) {
   silence();
   check_readable(path);
-  const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  const Handle fapl = unlocked_access();
+  const hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl.id());
   if (id < 0) throw UserError(path + ": cannot open (truncated or corrupt HDF5 file?)");
   return File(Handle(id, H5Fclose), path, false);
 }

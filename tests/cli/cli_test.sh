@@ -231,4 +231,20 @@ for trial in 1 2 3; do
   ! ls both.h5.partial* both.h5.lock >/dev/null 2>&1 || fail "concurrent appends left temporary or lock files"
 done
 
+# A reader holding the results file open (h5py, which takes HDF5's file lock)
+# does not make an append fail: remat replaces files whole, without that lock.
+"${PYTHON:-python3}" -c "
+import h5py, os, time
+f = h5py.File('both.h5', 'r')
+open('reading', 'w').close()
+time.sleep(30)
+" &
+reader=$!
+for _ in $(seq 1 100); do [ -e reading ] && break; sleep 0.1; done
+[ -e reading ] || fail "the h5py reader did not start"
+"$remat" matrix --preset tiny --layers 4 --strategies full --steps 1 --out both.h5 >a.txt 2>&1 ||
+  fail "an append while another process reads the file: $(tail -1 a.txt)"
+kill $reader 2>/dev/null
+wait $reader 2>/dev/null
+
 if [ $failures -eq 0 ]; then echo "cli: all checks passed"; else echo "cli: $failures check(s) failed"; exit 1; fi
