@@ -53,16 +53,18 @@ BlockBody hooked(const std::string& name, const BlockBody& body) {
   return [name, body](const Tensors& in) {
     std::string previous = name;
     std::swap(block_name(), previous);  // swaps cannot throw
+    const auto done = [&] {
+      std::swap(block_name(), previous);
+      if (BlockHooks* h = hooks_pointer()) h->body_done(name);
+    };
     Tensors out;
     try {
       out = body(in);
     } catch (...) {
-      std::swap(block_name(), previous);
-      if (BlockHooks* h = hooks_pointer()) h->body_done(name);
+      done();
       throw;
     }
-    std::swap(block_name(), previous);
-    if (BlockHooks* h = hooks_pointer()) h->body_done(name);
+    done();
     return out;
   };
 }

@@ -65,7 +65,7 @@ void ParamShards::begin_micro_batch(bool first) {
   // unsharded one does after zero_grad (the others' are overwritten).
   if (first)
     for (const Tensor& s : shards_)
-      if (s.slot() && s.slot()->grad) fill(*s.slot()->grad, 0.0);
+      if (s.requires_grad()) fill(s.grad(), 0.0);
 }
 
 void ParamShards::accessed(std::size_t i) {
@@ -221,10 +221,8 @@ double ParamShards::gradient_norm() const {
     if (!full_.trainable(i)) continue;
     const std::int64_t s = shard_size_[i], n = full_.tensors()[i].numel();
     const std::int64_t held = std::max<std::int64_t>(0, std::min(s, n - r * s));  // the rest is padding
-    if (shards_[i].grad().defined()) {
-      const std::vector<double> sums = chunk_squares(shards_[i].grad(), held);
-      std::copy(sums.begin(), sums.end(), mine.begin() + at);
-    }
+    const std::vector<double> sums = chunk_squares(shards_[i].grad(), held);  // a trainable shard has one
+    std::copy(sums.begin(), sums.end(), mine.begin() + at);
     at += s / kNormChunk;
   }
   comm::gather_all(mine.data(), slots, all.data());
@@ -234,11 +232,9 @@ double ParamShards::gradient_norm() const {
     if (!full_.trainable(i)) continue;
     const std::int64_t per_rank = shard_size_[i] / kNormChunk;
     const std::int64_t chunks = (full_.tensors()[i].numel() + kNormChunk - 1) / kNormChunk;
-    if (shards_[i].grad().defined()) {
-      double squares = 0;
-      for (std::int64_t c = 0; c < chunks; ++c) squares += all[std::size_t((c / per_rank) * slots + at + c % per_rank)];
-      total += squares;
-    }
+    double squares = 0;
+    for (std::int64_t c = 0; c < chunks; ++c) squares += all[std::size_t((c / per_rank) * slots + at + c % per_rank)];
+    total += squares;
     at += per_rank;
   }
   return std::sqrt(total);
