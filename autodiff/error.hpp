@@ -24,4 +24,12 @@ class OutOfMemory : public UserError {
   explicit OutOfMemory(const std::string& what) : UserError(what) {}
 };
 
+// A recomputation that does not reproduce the forward pass (a checkpoint
+// region that saved other tensors, a router that chose other experts): a
+// bug in a model or a strategy, never a silently wrong gradient.
+class RecomputeMismatch : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+
 }  // namespace remat

@@ -121,7 +121,7 @@ NoGradScope::~NoGradScope() { grad_flag() = previous_; }
 EnableGradScope::EnableGradScope() : previous_(grad_flag()) { grad_flag() = true; }
 EnableGradScope::~EnableGradScope() { grad_flag() = previous_; }
 
-OpRecorder::OpRecorder(const char* op, std::initializer_list<const Tensor*> inputs) : op_(op) {
+OpRecorder::OpRecorder(const char* op, const std::vector<const Tensor*>& inputs) : op_(op) {
   if (!grad_enabled()) return;
   bool any = false;
   for (const Tensor* t : inputs) any = any || (t && t->requires_grad());

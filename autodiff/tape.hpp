@@ -103,7 +103,10 @@ class EnableGradScope {
 // is true, save what backward needs and call finish() with the outputs.
 class OpRecorder {
  public:
-  OpRecorder(const char* op, std::initializer_list<const Tensor*> inputs);
+  OpRecorder(const char* op, std::initializer_list<const Tensor*> inputs)
+      : OpRecorder(op, std::vector<const Tensor*>(inputs)) {}
+  // For ops with a number of inputs known only at run time (one weight per expert).
+  OpRecorder(const char* op, const std::vector<const Tensor*>& inputs);
   explicit operator bool() const { return node_ != nullptr; }
   // Gives each output a grad slot and appends the node to the current tape.
   void finish(std::initializer_list<Tensor*> outputs, BackwardFn fn);

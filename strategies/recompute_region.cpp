@@ -70,6 +70,9 @@ struct RecomputeRegion::Span {
 class RegionPlaceholder final : public Packed {
  public:
   RegionPlaceholder(std::shared_ptr<RecomputeRegion> r, std::size_t i) : region_(std::move(r)), index_(i) {}
+  ~RegionPlaceholder() override {
+    if (!value_.defined()) region_->abandon(index_);
+  }
   Tensor unpack() override {
     if (!value_.defined()) {
       region_->fill(index_);
@@ -125,7 +128,9 @@ class CaptureHooks final : public SavedTensorHooks {
     const bool input = std::any_of(inputs_.begin(), inputs_.end(), [&](const Tensor& x) { return x.raw() == t.raw(); });
     const SavedTensorInfo info{t.tag(), info_, t.shape(), std::int64_t(t.nbytes()), t.recipe() != nullptr, false, input};
     std::shared_ptr<Packed> packed;
-    if (span_.policy && t.recipe() && span_.policy->decision(info) == Decision::recompute) {
+    if (s.abandoned) {  // no handle will read it: the recomputation's own graph may, briefly
+      packed = keep_.pack(t);
+    } else if (span_.policy && t.recipe() && span_.policy->decision(info) == Decision::recompute) {
       // The recomputation's own recipes that read it read it lazily too, so
       // nothing holds the dropped tensor.
       packed = s.later = recompute_later(t, "block " + info_.name + ", " + t.tag() + " saved by " + current_op());
@@ -214,7 +219,7 @@ void RecomputeRegion::fill(std::size_t index) {
   Span* span = root_.get();
   for (;;) {
     if (!span->recomputed) recompute(*span);
-    if (slots_[index].value.defined() || slots_[index].later) return;
+    if (slots_[index].value.defined() || slots_[index].later || slots_[index].abandoned) return;
     Span* inner = nullptr;
     for (auto& c : span->children)
       if (first_slot_[c->first_body] <= index && index < end_of(c->last_body)) inner = c.get();
@@ -297,6 +302,13 @@ void RecomputeRegion::recompute(Span& span) {
   span.inputs.clear();
   if (trace_)
     for (const auto& [op, n] : stats::forward_since(before)) trace_->recomputed_ops[op] += n;
+}
+
+void RecomputeRegion::abandon(std::size_t index) {
+  Slot& s = slots_[index];
+  s.abandoned = true;
+  s.value = Tensor();
+  s.later.reset();
 }
 
 Tensor RecomputeRegion::take(std::size_t index) {

@@ -24,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "autodiff/error.hpp"
 #include "autodiff/region.hpp"
 #include "autodiff/saved_tensor.hpp"
 #include "strategies/policy.hpp"
@@ -31,13 +32,6 @@
 #include "strategies/trace.hpp"
 
 namespace remat {
-
-// A recomputation that does not reproduce the forward pass: never a silently
-// wrong gradient.
-class RecomputeMismatch : public std::logic_error {
- public:
-  using std::logic_error::logic_error;
-};
 
 // A saved tensor dropped now and computed again from its recipe (what its
 // producing op saved anyway) the first time backward unpacks it; `where`
@@ -66,12 +60,16 @@ class RecomputeRegion : public std::enable_shared_from_this<RecomputeRegion> {
     const char* op;
     Tensor value;
     std::shared_ptr<Packed> later;  // dropped by the inner policy: its recipe
+    // Its placeholder is gone without being unpacked (a recipe's handle that
+    // backward never needed): recomputation checks it and keeps nothing.
+    bool abandoned = false;
   };
 
   void save_inputs(const Tensors& inputs);
   void recompute(Span& span);
   void fill(std::size_t index);  // recomputes the spans `index` lies in, outermost first
   Tensor take(std::size_t index);
+  void abandon(std::size_t index);
 
   std::string name_;
   Storage* storage_ = nullptr;

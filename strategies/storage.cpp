@@ -57,7 +57,11 @@ struct OffloadStorage::Group {
     Shape shape;
     DType dtype;
     std::unique_ptr<HostBuffer> host;  // the copy, where offloading copies
+    // Handles made, and handles done with it (unpacked, or destroyed
+    // without: a recipe's handle that backward never needed). When all are
+    // done the group lets the data go.
     int handles = 0, taken = 0;
+    bool done() const { return taken == handles; }
   };
   std::string name;
   std::vector<Entry> entries;
@@ -99,6 +103,15 @@ struct OffloadStorage::Group {
     batch.reset();
     copying = false;
     for (auto& e : entries) (resident ? e.host.reset() : (void)(e.device = Tensor()));
+    release_done();
+  }
+
+  // Lets go of the data no handle will read again, once it is on the device
+  // and no copy reads or writes it.
+  void release_done() {
+    if (!resident || copying) return;
+    for (auto& e : entries)
+      if (e.done()) e.device = Tensor();
   }
 
   // Starts the copy out at the end of the group's forward. The kernels that
@@ -140,17 +153,20 @@ struct OffloadStorage::Group {
       for (auto& e : entries) bytes += std::int64_t(e.device.bytes().extent(0));
       MemoryTracker::instance().check_allocation(bytes);
       for (auto& e : entries) move_pool(e.device, OffloadStorage::kPool, MemoryTracker::default_pool());
-    } else {
-      transfer::WaitClock wait;
-      const ExecSpace copier = transfer::copy_space();
-      batch = std::make_unique<transfer::CopyBatch>();
-      for (auto& e : entries) {
-        e.device = Tensor::empty(e.shape, e.dtype, "offload_fetch");
-        Kokkos::deep_copy(copier, e.device.bytes(), e.host->view());
-      }
-      batch->issued();
-      copying = true;
+      resident = true;
+      release_done();
+      return;
     }
+    transfer::WaitClock wait;
+    const ExecSpace copier = transfer::copy_space();
+    batch = std::make_unique<transfer::CopyBatch>();
+    for (auto& e : entries) {
+      if (e.done()) continue;  // no handle reads it again: not worth a copy
+      e.device = Tensor::empty(e.shape, e.dtype, "offload_fetch");
+      Kokkos::deep_copy(copier, e.device.bytes(), e.host->view());
+    }
+    batch->issued();
+    copying = true;
     resident = true;
   }
 
@@ -172,6 +188,12 @@ struct OffloadStorage::Group {
     if (++e.taken == e.handles) e.device = Tensor();  // the last handle owns it now
     return t;
   }
+
+  // A handle destroyed without being unpacked.
+  void drop(int i) {
+    ++entries[std::size_t(i)].taken;
+    release_done();
+  }
 };
 
 namespace {
@@ -180,6 +202,9 @@ class OffloadedPacked final : public Packed {
  public:
   OffloadedPacked(std::shared_ptr<OffloadStorage::Group> g, int i, Shape shape)
       : group_(std::move(g)), index_(i), shape_(std::move(shape)) {}
+  ~OffloadedPacked() override {
+    if (!value_.defined()) group_->drop(index_);
+  }
   Tensor unpack() override {
     if (!value_.defined()) {
       group_->fetch();

@@ -21,7 +21,8 @@ const std::set<std::string> kActivations = {
     "dropout",      "embedding",         "gelu_erf",      "gelu_tanh",       "silu",
     "layer_norm",   "layer_norm_mean",   "layer_norm_rstd", "linear",        "loss",
     "positions",    "rms_norm",          "rms_norm_rstd", "rotary",          "scale",
-    "swiglu",
+    "swiglu",       "softmax",           "routing",       "routing_weights", "dispatch",
+    "grouped_linear", "combine",         "sum_rows",      "expert_load",     "router_sums",
     "offloaded"};  // saved activations moved to the offload pool
 // Scratch an op or a strategy needs while it runs, freed when it returns.
 const std::set<std::string> kWorkspaces = {"attention_fused_workspace", "attention_dprobs", "attention_dropped",

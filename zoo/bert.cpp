@@ -35,7 +35,8 @@ class Bert final : public Model {
     return p;
   }
 
-  Tensor logits(const ParamStore& p, const Tensor& tokens) const override {
+  Tensor logits(const ParamStore& p, const Batch& batch) const override {
+    const Tensor& tokens = batch.tokens;
     Tensor x = ops::add(ops::embedding(p["embeddings.word_embeddings.weight"], tokens),
                         ops::embedding(p["embeddings.position_embeddings.weight"], positions(tokens)));
     x = ops::dropout(ops::layer_norm(x, p["embeddings.LayerNorm.weight"], p["embeddings.LayerNorm.bias"], kEps),

@@ -6,6 +6,7 @@
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/region.hpp"
 #include "zoo/common.hpp"
+#include "zoo/llama_layers.hpp"
 #include "zoo/model.hpp"
 
 namespace remat {
@@ -16,16 +17,12 @@ class Llama final : public Model {
   using Model::Model;
 
   std::vector<ParamSpec> params() const override {
-    const std::int64_t V = sizes_.V, D = sizes_.D, hd = D / sizes_.H, F = sizes_.F;
-    const std::int64_t q = sizes_.H * hd, kv = sizes_.Hkv * hd;
+    const std::int64_t V = sizes_.V, D = sizes_.D, F = sizes_.F;
     std::vector<ParamSpec> p = {{"tok_embeddings.weight", {V, D}}};
     for (int i = 0; i < sizes_.L; ++i) {
       const std::string l = block_name(i) + ".";
       p.push_back({l + "attention_norm.weight", {D}, Init::ones});
-      append_linear(p, l + "attention.wq", q, D, Init::normal, false);
-      append_linear(p, l + "attention.wk", kv, D, Init::normal, false);
-      append_linear(p, l + "attention.wv", kv, D, Init::normal, false);
-      append_linear(p, l + "attention.wo", D, q, Init::residual_out, false);
+      llama::append_attention(p, l + "attention", sizes_);
       p.push_back({l + "ffn_norm.weight", {D}, Init::ones});
       append_linear(p, l + "feed_forward.w1", F, D, Init::normal, false);
       append_linear(p, l + "feed_forward.w2", D, F, Init::residual_out, false);
@@ -36,7 +33,8 @@ class Llama final : public Model {
     return p;
   }
 
-  Tensor logits(const ParamStore& p, const Tensor& tokens) const override {
+  Tensor logits(const ParamStore& p, const Batch& batch) const override {
+    const Tensor& tokens = batch.tokens;
     Tensor x = ops::dropout(ops::embedding(p["tok_embeddings.weight"], tokens), sizes_.dropout);
     for (int i = 0; i < sizes_.L; ++i)
       x = run_block({i, sizes_.L, block_name(i)}, x, [this, &p, i](const Tensor& x) { return block(p, i, x); });
@@ -48,14 +46,8 @@ class Llama final : public Model {
 
   Tensor block(const ParamStore& p, int i, const Tensor& x) const {
     const std::string l = block_name(i) + ".";
-    const int hd = sizes_.D / sizes_.H;
     const double drop = sizes_.dropout;
-    const Tensor a = ops::rms_norm(x, p[l + "attention_norm.weight"], 1e-5);
-    const Tensor q = ops::rotary(ops::linear(a, p[l + "attention.wq.weight"]), hd);
-    const Tensor k = ops::rotary(ops::linear(a, p[l + "attention.wk.weight"]), hd);
-    const Tensor v = ops::linear(a, p[l + "attention.wv.weight"]);
-    const Tensor attn = ops::attention(q, k, v, sizes_.H, sizes_.Hkv, /*causal=*/true, drop);
-    const Tensor h = ops::add(x, ops::dropout(ops::linear(attn, p[l + "attention.wo.weight"]), drop));
+    const Tensor h = ops::add(x, llama::attention(p, l + "attention", ops::rms_norm(x, p[l + "attention_norm.weight"], 1e-5), sizes_));
     const Tensor m = ops::rms_norm(h, p[l + "ffn_norm.weight"], 1e-5);
     const Tensor gated = ops::swiglu(ops::linear(m, p[l + "feed_forward.w1.weight"]),
                                      ops::linear(m, p[l + "feed_forward.w3.weight"]));
@@ -67,7 +59,7 @@ class Llama final : public Model {
 
 void register_llama(ModelRegistry& r) {
   r.add({"llama", "decoder, RMSNorm, rotary positions, SwiGLU, grouped-query attention, untied head", false,
-         [](const Sizes& s) { return std::make_unique<Llama>(s); }});
+         [](const Sizes& s) { return std::make_unique<Llama>(s); }, {"theta"}});
 }
 
 }  // namespace remat

@@ -14,6 +14,15 @@
 
 namespace remat {
 
+// What a step differentiates, and what it records beside it.
+struct LossTerms {
+  Tensor total;  // the scalar backward starts from
+  // Named scalar parts of the total (mixtral: "ce" and "aux"), recorded beside the loss.
+  std::vector<std::pair<std::string, Tensor>> parts;
+  // Non-differentiable statistics of the step to record (mixtral: "expert_load", tokens per expert per layer).
+  std::vector<std::pair<std::string, Tensor>> stats;
+};
+
 class Model {
  public:
   explicit Model(const Sizes& s) : sizes_(s) {}
@@ -21,10 +30,14 @@ class Model {
   const Sizes& sizes() const { return sizes_; }
 
   virtual std::vector<ParamSpec> params() const = 0;
-  // logits[B, S, V] for int32 tokens[B, S].
-  virtual Tensor logits(const ParamStore& p, const Tensor& tokens) const = 0;
-  // Mean cross-entropy of the batch.
-  Tensor loss(const ParamStore& p, const Batch& batch) const;
+  // logits[B, S, V] for the batch's int32 tokens[B, S] (an encoder-decoder
+  // also reads its targets: the decoder's input is them shifted right).
+  virtual Tensor logits(const ParamStore& p, const Batch& batch) const = 0;
+  // The loss and its parts: by default the mean cross-entropy of the
+  // logits against the targets; a model with auxiliary losses adds them.
+  virtual LossTerms loss_terms(const ParamStore& p, const Batch& batch) const;
+  // loss_terms(...).total.
+  Tensor loss(const ParamStore& p, const Batch& batch) const { return loss_terms(p, batch).total; }
 
  protected:
   Sizes sizes_;
@@ -35,6 +48,9 @@ struct ModelInfo {
   std::string description;
   bool reversible = false;
   std::function<std::unique_ptr<Model>(const Sizes&)> make;
+  // The optional attributes of Sizes the model reads, as weight files name
+  // them ("E", "K", "theta"): written with its weights, read back.
+  std::vector<std::string> attributes = {};
 };
 
 class ModelRegistry {

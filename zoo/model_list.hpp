@@ -8,4 +8,5 @@
   X(bert)               \
   X(revformer)          \
   X(parallel)           \
+  X(mixtral)            \
   /* end of the list */

@@ -32,7 +32,8 @@ class Parallel final : public Model {
     return p;
   }
 
-  Tensor logits(const ParamStore& p, const Tensor& tokens) const override {
+  Tensor logits(const ParamStore& p, const Batch& batch) const override {
+    const Tensor& tokens = batch.tokens;
     Tensor x = gpt::embeddings(p, tokens, sizes_.dropout);
     for (int i = 0; i < sizes_.L; ++i)
       x = run_block({i, sizes_.L, block_name(i)}, x, [this, &p, i](const Tensor& x) { return block(p, i, x); });

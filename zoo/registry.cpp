@@ -9,8 +9,8 @@ namespace remat {
 REMAT_MODELS(REMAT_DECLARE_MODEL)
 #undef REMAT_DECLARE_MODEL
 
-Tensor Model::loss(const ParamStore& p, const Batch& batch) const {
-  return ops::cross_entropy(logits(p, batch.tokens), batch.targets);
+LossTerms Model::loss_terms(const ParamStore& p, const Batch& batch) const {
+  return {ops::cross_entropy(logits(p, batch), batch.targets), {}, {}};
 }
 
 void ModelRegistry::add(ModelInfo info) { models_.push_back(std::move(info)); }

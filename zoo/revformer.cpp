@@ -32,7 +32,8 @@ class Revformer final : public Model {
     return p;
   }
 
-  Tensor logits(const ParamStore& p, const Tensor& tokens) const override {
+  Tensor logits(const ParamStore& p, const Batch& batch) const override {
+    const Tensor& tokens = batch.tokens;
     const Tensor x = gpt::embeddings(p, tokens, sizes_.dropout);
     Tensor x1 = x, x2 = x;
     for (int i = 0; i < sizes_.L; ++i) {

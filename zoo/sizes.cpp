@@ -5,14 +5,14 @@
 namespace remat {
 
 const std::vector<Preset>& presets() {
-  // L, D, H, Hkv, F, S, S_max, V, B  (docs/models.md; deep and long are the
-  // midpoints of their sweeps: --layers and --seq move them)
+  // L, D, H, Hkv, F, S, S_max, V, B, E, K  (docs/models.md; deep and long
+  // are the midpoints of their sweeps: --layers and --seq move them)
   static const std::vector<Preset> table = {
-      {"tiny", {2, 32, 4, 2, 96, 16, 16, 64, 2}, "unit tests, finite differences"},
-      {"small", {12, 256, 8, 2, 688, 256, 256, 256, 8}, "CPU strategy matrix and peer comparison"},
-      {"deep", {16, 128, 4, 2, 344, 128, 128, 256, 4}, "memory growth with depth (L 4..64)"},
-      {"long", {6, 256, 8, 2, 688, 512, 512, 256, 1}, "memory growth with sequence length (S 128..2048)"},
-      {"gpu-medium", {24, 1024, 16, 4, 2816, 1024, 1024, 32768, 8}, "GPU strategy matrix"},
+      {"tiny", {2, 32, 4, 2, 96, 16, 16, 64, 2, 4, 2}, "unit tests, finite differences"},
+      {"small", {12, 256, 8, 2, 688, 256, 256, 256, 8, 8, 2}, "CPU strategy matrix and peer comparison"},
+      {"deep", {16, 128, 4, 2, 344, 128, 128, 256, 4, 8, 2}, "memory growth with depth (L 4..64)"},
+      {"long", {6, 256, 8, 2, 688, 512, 512, 256, 1, 8, 2}, "memory growth with sequence length (S 128..2048)"},
+      {"gpu-medium", {24, 1024, 16, 4, 2816, 1024, 1024, 32768, 8, 8, 2}, "GPU strategy matrix"},
   };
   return table;
 }
@@ -53,6 +53,11 @@ void validate(const Sizes& s) {
   need(s.S_max >= s.S, "S = " + std::to_string(s.S) + " exceeds S_max = " + std::to_string(s.S_max));
   need(s.F >= 1, "F must be positive");
   need(s.dropout >= 0 && s.dropout < 1, "dropout must be in [0, 1)");
+  at_most(s.E, 1 << 12, "E");
+  need(s.E >= 0 && s.K >= 0 && s.K <= s.E, "K = " + std::to_string(s.K) + " experts per token must be in [0, E = " +
+                                               std::to_string(s.E) + "]");
+  need(s.theta > 0 && s.theta < 1e12, "the rotary base theta must be positive and finite");
+  need(s.router_aux >= 0 && s.router_aux < 1e6, "the router's auxiliary loss weight must be >= 0");
 }
 
 }  // namespace remat

@@ -15,7 +15,12 @@ struct Sizes {
   int S_max = 0;  // positions a learned position table holds
   int V = 0;      // vocabulary
   int B = 0;      // batch
-  double dropout = 0;  // probability; a training setting, not a size, but every model reads it here
+  int E = 0;      // experts of a mixture-of-experts block (mixtral)
+  int K = 0;      // experts each token is routed to (top-k)
+  double theta = 10000;  // rotary base (llama, mixtral)
+  // Training settings, not sizes, but the models read them here:
+  double dropout = 0;       // probability
+  double router_aux = 0.01;  // weight of the load-balancing loss (mixtral)
 };
 
 struct Preset {

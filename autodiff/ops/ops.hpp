@@ -6,6 +6,7 @@
 #include <set>
 #include <string>
 #include <unordered_map>
+#include <vector>
 
 #include "autodiff/tensor.hpp"
 
@@ -109,5 +110,40 @@ Tensor dropout(const Tensor& x, double p);
 
 // Mean cross-entropy of logits[..., V] against int32 targets[...] -> scalar.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
+
+// Softmax over the last dimension, max-subtracted (a router's probabilities).
+Tensor softmax(const Tensor& x);
+
+// Mixture of experts, dropless top-k routing (autodiff/ops/moe.cpp). One
+// Routing per block, made from the router's probabilities, serves every op
+// below in forward and backward. Dispatched rows are grouped by expert,
+// tokens in order within each expert: T k rows in all, whatever the load.
+struct Routing {
+  int experts = 0, k = 0;
+  std::int64_t tokens = 0;
+  Tensor selected;  // int32 [T, k]: each token's experts, most probable first (ties: the lower index)
+  Tensor slots;     // int32 [T, k]: the dispatched row of each (token, choice)
+  Tensor counts;    // [E], float: rows routed to each expert
+  std::vector<std::int64_t> offsets;  // host, E + 1: expert e's rows are [offsets[e], offsets[e + 1])
+  std::uint64_t fingerprint = 0;      // of the slots: backward checks that a recomputation routed the same
+};
+// The top-k experts of each row of probs[T, E]; not differentiable.
+Routing route_top_k(const Tensor& probs, int k);
+// [T, k]: the selected experts' probabilities, renormalised to sum to 1.
+Tensor routing_weights(const Tensor& probs, const Routing& r);
+// x[T, D] gathered into [T k, D], each token once per chosen expert.
+Tensor dispatch(const Tensor& x, const Routing& r);
+// [T k, out]: each expert's rows through its own weight[out, in] (one GEMM per expert).
+Tensor grouped_linear(const Tensor& x, const std::vector<Tensor>& weights, const Routing& r);
+// y[t] = sum_j weights[t, j] * rows[slot(t, j)], shaped `shape` (T rows of D).
+Tensor combine(const Tensor& rows, const Tensor& weights, const Routing& r, const Shape& shape);
+// Not differentiable: `load` [L, E] with the routed rows of this block added to row `layer`.
+Tensor expert_load(const Tensor& load, int layer, const Routing& r);
+// [E]: the sum of x[N, E] over its rows.
+Tensor sum_rows(const Tensor& x);
+// The Switch Transformer load-balancing loss over N routed rows of all
+// layers: E * sum_e (C_e / N) (P_e / N), C_e = sum over layers of `load`
+// (no gradient), P_e = prob_sums[e] (the router probabilities' sums).
+Tensor load_balancing_loss(const Tensor& prob_sums, const Tensor& load, std::int64_t rows);
 
 }  // namespace remat::ops

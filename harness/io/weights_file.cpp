@@ -29,6 +29,11 @@ void write_setup(const h5::File& f, const ModelSetup& s) {
   for (auto [name, v] : std::initializer_list<std::pair<const char*, int>>{{"L", z.L}, {"D", z.D}, {"H", z.H}, {"Hkv", z.Hkv}, {"F", z.F}, {"S", z.S},
                          {"S_max", z.S_max}, {"V", z.V}, {"B", z.B}})
     h5::write_attr(f, name, std::int64_t(v));
+  for (const auto& a : models().find(s.model).attributes) {
+    if (a == "E") h5::write_attr(f, a, std::int64_t(z.E));
+    if (a == "K") h5::write_attr(f, a, std::int64_t(z.K));
+    if (a == "theta") h5::write_attr(f, a, z.theta);
+  }
 }
 
 // Every size docs/models.md lists is required (a missing Hkv must not quietly
@@ -57,6 +62,18 @@ ModelSetup read_setup(const h5::File& f) {
   z.V = size("V", {});
   z.S_max = size("S_max", z.S);
   z.B = size("B", 1);
+  // The model's own attributes: E and K are required where the model reads
+  // them; theta defaults to 10000 (files written before it was recorded).
+  for (const auto& a : models().find(s.model).attributes) {
+    if (a == "E") z.E = size("E", {});
+    if (a == "K") z.K = size("K", {});
+    if (a == "theta") {
+      const auto t = h5::read_attr_double(f, "theta");
+      if (t && !(*t > 0 && *t < 1e12))
+        throw UserError(f.path() + ": attribute 'theta' = " + std::to_string(*t) + " is not a rotary base");
+      z.theta = t.value_or(10000.0);
+    }
+  }
   try {
     validate(z);
   } catch (const UserError& e) {

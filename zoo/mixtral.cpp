@@ -1,0 +1,101 @@
+// mixtral: llama with a sparse mixture of experts in place of the FFN
+// (docs/models.md), dropless top-k routing:
+//   m = RMS2_i(h);  p = softmax(gate m);  the k most probable experts per token
+//   y = sum_j w_j expert_sel_j(m),  w renormalised over the selected,
+//   expert_e(m) = w2_e(silu(w1_e m) * w3_e m)
+// loss = CE + router_aux * E sum_e (C_e / N)(P_e / N) over the N routed rows
+// of all layers (Switch Transformer's load balancing, as Hugging Face's
+// Mixtral). The blocks carry, beside the hidden state, the running sums of
+// the router's probabilities (P, differentiable) and the tokens each expert
+// received per layer (no gradient), so that the loss needs nothing kept from
+// the blocks beyond what they hand on.
+#include "autodiff/ops/ops.hpp"
+#include "autodiff/region.hpp"
+#include "zoo/common.hpp"
+#include "zoo/llama_layers.hpp"
+#include "zoo/model.hpp"
+
+namespace remat {
+namespace {
+
+class Mixtral final : public Model {
+ public:
+  using Model::Model;
+
+  std::vector<ParamSpec> params() const override {
+    const std::int64_t V = sizes_.V, D = sizes_.D, F = sizes_.F;
+    std::vector<ParamSpec> p = {{"tok_embeddings.weight", {V, D}}};
+    for (int i = 0; i < sizes_.L; ++i) {
+      const std::string l = block_name(i) + ".";
+      p.push_back({l + "attention_norm.weight", {D}, Init::ones});
+      llama::append_attention(p, l + "attention", sizes_);
+      p.push_back({l + "ffn_norm.weight", {D}, Init::ones});
+      append_linear(p, l + "block_sparse_moe.gate", sizes_.E, D, Init::normal, false);
+      for (int e = 0; e < sizes_.E; ++e) {
+        const std::string x = expert(i, e);
+        append_linear(p, x + "w1", F, D, Init::normal, false);
+        append_linear(p, x + "w2", D, F, Init::residual_out, false);
+        append_linear(p, x + "w3", F, D, Init::normal, false);
+      }
+    }
+    p.push_back({"norm.weight", {D}, Init::ones});
+    append_linear(p, "output", V, D, Init::normal, false);
+    return p;
+  }
+
+  Tensor logits(const ParamStore& p, const Batch& batch) const override { return forward(p, batch)[0]; }
+
+  LossTerms loss_terms(const ParamStore& p, const Batch& batch) const override {
+    const Tensors out = forward(p, batch);
+    const Tensor ce = ops::cross_entropy(out[0], batch.targets);
+    const Tensor aux = ops::load_balancing_loss(out[1], out[2], std::int64_t(sizes_.L) * batch.tokens.numel());
+    const Tensor total = sizes_.router_aux > 0 ? ops::add(ce, ops::scale(aux, sizes_.router_aux)) : ce;
+    return {total, {{"ce", ce}, {"aux", aux}}, {{"expert_load", out[2]}}};
+  }
+
+ private:
+  static std::string block_name(int i) { return "layers." + std::to_string(i); }
+  static std::string expert(int i, int e) {
+    return block_name(i) + ".block_sparse_moe.experts." + std::to_string(e) + ".";
+  }
+
+  // {logits, the router probabilities' sums [E], tokens per expert per layer [L, E]}.
+  Tensors forward(const ParamStore& p, const Batch& batch) const {
+    const DType dt = p["tok_embeddings.weight"].dtype();
+    Tensors x = {ops::dropout(ops::embedding(p["tok_embeddings.weight"], batch.tokens), sizes_.dropout),
+                 Tensor::zeros({sizes_.E}, dt, "router_sums"), Tensor::zeros({sizes_.L, sizes_.E}, dt, "expert_load")};
+    for (int i = 0; i < sizes_.L; ++i)
+      x = run_block({i, sizes_.L, block_name(i)}, x, [this, &p, i](const Tensors& x) { return block(p, i, x); });
+    return {ops::linear(ops::rms_norm(x[0], p["norm.weight"], 1e-5), p["output.weight"]), x[1], x[2]};
+  }
+
+  Tensors block(const ParamStore& p, int i, const Tensors& in) const {
+    const std::string l = block_name(i) + ".";
+    const Tensor& x = in[0];
+    const Tensor h = ops::add(x, llama::attention(p, l + "attention", ops::rms_norm(x, p[l + "attention_norm.weight"], 1e-5), sizes_));
+    const Tensor m = ops::rms_norm(h, p[l + "ffn_norm.weight"], 1e-5);
+    const Tensor probs = ops::softmax(ops::linear(m, p[l + "block_sparse_moe.gate.weight"]));
+    const ops::Routing route = ops::route_top_k(probs, sizes_.K);
+    std::vector<Tensor> w1, w2, w3;
+    for (int e = 0; e < sizes_.E; ++e) {
+      w1.push_back(p[expert(i, e) + "w1.weight"]);
+      w2.push_back(p[expert(i, e) + "w2.weight"]);
+      w3.push_back(p[expert(i, e) + "w3.weight"]);
+    }
+    const Tensor rows = ops::dispatch(m, route);
+    const Tensor gated = ops::swiglu(ops::grouped_linear(rows, w1, route), ops::grouped_linear(rows, w3, route));
+    const Tensor y = ops::combine(ops::grouped_linear(gated, w2, route), ops::routing_weights(probs, route), route,
+                                  m.shape());
+    return {ops::add(h, ops::dropout(y, sizes_.dropout)), ops::add(in[1], ops::sum_rows(probs)),
+            ops::expert_load(in[2], i, route)};
+  }
+};
+
+}  // namespace
+
+void register_mixtral(ModelRegistry& r) {
+  r.add({"mixtral", "llama with a sparse mixture of experts for the FFN: top-k routing, dropless, load-balancing loss",
+         false, [](const Sizes& s) { return std::make_unique<Mixtral>(s); }, {"E", "K", "theta"}});
+}
+
+}  // namespace remat
