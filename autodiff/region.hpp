@@ -15,6 +15,19 @@ struct BlockInfo {
   int index = 0;  // 0 .. count-1, in forward order
   int count = 1;  // blocks in the model
   std::string name;  // e.g. "h.3", for traces and errors
+  // The last `context` inputs are context: tensors made before the blocks
+  // that several blocks read and none changes (an encoder's output, which
+  // every decoder block's cross-attention reads). The body hands them on
+  // unchanged as its last outputs. Strategies keep a context tensor on the
+  // device once, from the first block that reads it: a checkpoint region
+  // does not save it as one of its inputs, and no policy drops, recomputes
+  // or offloads it, however many blocks save it.
+  int context = 0;
+  // The first block of a stack whose input is not the previous block's
+  // output (a decoder's first block after an encoder's last): no checkpoint
+  // segment runs across it, since recomputing a segment feeds each block the
+  // outputs of the one before.
+  bool new_stack = false;
 };
 
 using Tensors = std::vector<Tensor>;

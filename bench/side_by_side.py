@@ -289,7 +289,7 @@ def measure(step, steps):
 def preset_sizes(remat, preset):
     out = subprocess.run([remat, "models"], check=True, capture_output=True, text=True).stdout
     lines = out.splitlines()
-    start = next(i for i, l in enumerate(lines) if l.startswith("presets (L D H Hkv F S V B)"))
+    start = next(i for i, l in enumerate(lines) if l.startswith("presets (L D H Hkv F S V B"))
     for line in lines[start + 1:]:
         f = line.split()
         if f and f[0] == preset:

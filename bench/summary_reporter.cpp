@@ -12,6 +12,7 @@ void SummaryReporter::ReportRuns(const std::vector<Run>& runs) {
     Figure f;
     f.seconds = r.GetAdjustedRealTime() / benchmark::GetTimeUnitMultiplier(r.time_unit);
     if (auto it = r.counters.find("FLOP/s"); it != r.counters.end()) f.flops = it->second.value;
+    if (auto it = r.counters.find("GEMM FLOP/s"); it != r.counters.end()) f.gemm_flops = it->second.value;
     const std::string& args = r.run_name.args;
     figures_[r.run_name.function_name + (args.empty() ? "" : "/" + args)] = f;
   }
@@ -58,6 +59,15 @@ void SummaryReporter::Finalize() {
         if (s != "full") std::fprintf(out, " %s %.2f;", s.c_str(), f.seconds / full->seconds);
       std::fprintf(out, "\n");
     }
+  }
+  // Models against the model they extend, per GEMM FLOP they run: a mixture
+  // of experts per routed FLOP, an encoder-decoder per FLOP.
+  for (const auto& [model, base] : std::vector<std::pair<std::string, std::string>>{{"mixtral", "llama"}, {"encdec", "gpt2"}}) {
+    const auto a = figures_.find("BM_step/" + model + "/full"), b = figures_.find("BM_step/" + base + "/full");
+    if (a == figures_.end() || b == figures_.end() || a->second.gemm_flops <= 0 || b->second.gemm_flops <= 0) continue;
+    std::fprintf(out, "  %s full / %s full, time per GEMM FLOP: %.2f (%.1f vs %.1f GFLOP/s)\n", model.c_str(),
+                 base.c_str(), b->second.gemm_flops / a->second.gemm_flops, a->second.gemm_flops / 1e9,
+                 b->second.gemm_flops / 1e9);
   }
 }
 

@@ -44,6 +44,7 @@ std::vector<RunKey> matrix_cells(const MatrixOptions& o) {
           z.S = z.S_max = S;
           z.B = B;
           z.dropout = o.dropout;
+          z.router_aux = o.router_aux;
           validate(z);
           make_batch_source(o.data, z.B, z.S, z.V, o.seed);  // a bad source fails now, not after hours
           // Weights, gradients and full's reference gradients, and the

@@ -23,6 +23,7 @@ struct MatrixOptions {
   std::string data = "random";  // batch source
   std::string attention = "fused";
   double dropout = 0;
+  double router_aux = 0.01;  // mixtral's load-balancing loss weight
   std::string out = "results.h5";
   bool resume = false;
   std::int64_t mem_limit = 0;  // simulated device size in bytes (0: none); a run past it is recorded as OOM

@@ -29,20 +29,23 @@ std::string gigabytes(std::int64_t bytes) {
 
 MemoryNeed estimate_need(const std::string& model, const Sizes& z, bool plain_attention,
                          const std::vector<std::string>& strategies) {
-  const auto one = specs_with(model, z, 1), two = specs_with(model, z, 2);
-  const std::int64_t p1 = count_params(one), per_block = count_params(two) - p1;
+  // Two and four blocks (an encoder-decoder needs an even count): what two
+  // more add is two blocks' worth.
+  const auto two = specs_with(model, z, 2), four = specs_with(model, z, 4);
+  const std::int64_t p2 = count_params(two), per_block = (count_params(four) - p2) / 2;
   MemoryNeed need;
-  need.parameters = 4 * (p1 + std::int64_t(z.L - 1) * per_block);
+  need.parameters = 4 * (p2 + std::int64_t(z.L - 2) * per_block);
   if (strategies.empty()) return need;
 
   // One block's saved bytes: the inputs and outputs of its linear layers
-  // (the 2-D weights that the second block adds), a quarter more for norms,
-  // activations and residuals; the probabilities with the plain kernel.
+  // (the 2-D weights that two more blocks add, halved), a quarter more for
+  // norms, activations and residuals; the probabilities with the plain kernel.
   std::set<std::string> first;
-  for (const auto& s : one) first.insert(s.name);
+  for (const auto& s : two) first.insert(s.name);
   std::int64_t per_token = 0;
-  for (const auto& s : two)
+  for (const auto& s : four)
     if (!first.count(s.name) && s.shape.size() == 2) per_token += s.shape[0] + s.shape[1];
+  per_token /= 2;
   const std::int64_t tokens = std::int64_t(z.B) * z.S;
   BlockSaves block;
   block.saved = 4 * tokens * per_token * 5 / 4;

@@ -22,7 +22,7 @@ struct MemoryNeed {
 };
 
 // `strategies` empty: parameters only. Cheap even for absurd sizes (the
-// model is instantiated with one and two blocks, never with L).
+// model is instantiated with two and four blocks, never with L).
 MemoryNeed estimate_need(const std::string& model, const Sizes& sizes, bool plain_attention,
                          const std::vector<std::string>& strategies);
 

@@ -17,34 +17,47 @@ namespace remat {
 
 namespace {
 
-// The step itself; the caller has zeroed the gradients.
-double run_forward_backward(const Model& model, const ParamStore& params, const Batch& batch, const StepOptions& o) {
+// The step itself, into r's loss, parts and statistics; the caller has
+// zeroed the gradients.
+void run_forward_backward(const Model& model, const ParamStore& params, const Batch& batch, const StepOptions& o,
+                          StepResult& r) {
   random_ops::begin_step(o.seed, o.step);
   ops::AttentionKernelScope kernel(o.attention);  // forward and backward (recomputation included)
-  Tensor loss;
+  LossTerms terms;
   {
     MemoryPhase phase("forward");
     if (o.strategy) {
       o.strategy->begin_step();
       BlockRunnerScope runner(*o.strategy);
-      loss = model.loss(params, batch);
+      terms = model.loss_terms(params, batch);
     } else {
-      loss = model.loss(params, batch);
+      terms = model.loss_terms(params, batch);
     }
   }
-  const double value = loss.item();
+  r.loss = terms.total.item();
+  for (const auto& [name, t] : terms.parts) r.loss_parts.emplace_back(name, t.item());
+  for (const auto& [name, t] : terms.stats) r.stats.push_back({name, t.shape(), t.to_host_f64()});
+  // Backward needs only the total: the parts and statistics go now, not at its end.
+  const Tensor loss = terms.total;
+  terms = LossTerms{};
   {
     MemoryPhase phase("backward");
     backward(loss);
   }
-  return value;
 }
 
 }  // namespace
 
-double forward_backward(const Model& model, const ParamStore& params, const Batch& batch, const StepOptions& o) {
+StepResult forward_backward_result(const Model& model, const ParamStore& params, const Batch& batch,
+                                   const StepOptions& o) {
   if (o.zero_grad) params.zero_grad();
-  return run_forward_backward(model, params, batch, o);
+  StepResult r;
+  run_forward_backward(model, params, batch, o, r);
+  return r;
+}
+
+double forward_backward(const Model& model, const ParamStore& params, const Batch& batch, const StepOptions& o) {
+  return forward_backward_result(model, params, batch, o).loss;
 }
 
 void require_finite_result(double loss, const ParamStore& params) {
@@ -86,7 +99,7 @@ StepResult run_step(const Model& model, const ParamStore& params, const Batch& b
   StepResult r;
   if (o.timeline) tracker.start_timeline();
   const auto t0 = std::chrono::steady_clock::now();
-  r.loss = run_forward_backward(model, params, batch, o);
+  run_forward_backward(model, params, batch, o, r);
   ExecSpace().fence();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   if (o.timeline) {

@@ -28,8 +28,18 @@ struct TimelinePoint {
   std::string phase;
 };
 
+// A non-differentiable statistic a model reports for its step (mixtral's
+// tokens per expert per layer), on the host.
+struct Statistic {
+  std::string name;
+  Shape shape;
+  std::vector<double> values;
+};
+
 struct StepResult {
   double loss = 0;
+  std::vector<std::pair<std::string, double>> loss_parts;  // the model's named parts of the loss (mixtral: ce, aux)
+  std::vector<Statistic> stats;
   double seconds = 0;
   std::int64_t activation_peak = 0;  // device pool: peak during the step minus live before it
   std::int64_t offload_peak = 0;     // offload pool: the same
@@ -58,5 +68,9 @@ void require_finite_result(double loss, const ParamStore& params);
 // The step without measurement; returns the loss.
 double forward_backward(const Model& model, const ParamStore& params, const Batch& batch,
                         const StepOptions& options = {});
+
+// The step without measurement; returns the loss, its parts and the statistics.
+StepResult forward_backward_result(const Model& model, const ParamStore& params, const Batch& batch,
+                                   const StepOptions& options = {});
 
 }  // namespace remat

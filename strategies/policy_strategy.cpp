@@ -24,14 +24,19 @@ class PolicyStrategy::Router final : public Storage {
     block_ = &block;
     segment_input_ = segment_input;
     inputs_.clear();
-    for (const auto& x : inputs) inputs_.push_back(x.raw());
+    context_.clear();
+    const std::size_t carried = inputs.size() - std::size_t(block.context);
+    for (std::size_t i = 0; i < inputs.size(); ++i) (i < carried ? inputs_ : context_).push_back(inputs[i].raw());
   }
   void leave() {
     block_ = nullptr;
     inputs_.clear();
+    context_.clear();
   }
   std::shared_ptr<Packed> pack(const Tensor& t) override {
     if (!block_) return device_.pack(t);
+    // Context is kept, once for every block (BlockInfo::context).
+    if (std::count(context_.begin(), context_.end(), t.raw()) > 0) return device_.pack(t);
     const bool input = std::count(inputs_.begin(), inputs_.end(), t.raw()) > 0;
     const SavedTensorInfo info{t.tag(), *block_, t.shape(), std::int64_t(t.nbytes()), t.recipe() != nullptr,
                                segment_input_, input};
@@ -76,7 +81,8 @@ class PolicyStrategy::Router final : public Storage {
   const Policy& policy_;
   const BlockInfo* block_ = nullptr;
   bool segment_input_ = false;
-  std::vector<const void*> inputs_;  // the block's inputs' storage
+  std::vector<const void*> inputs_;   // the block's inputs' storage
+  std::vector<const void*> context_;  // and its context inputs' 
   RegionTrace* trace_ = nullptr;
   KeepStorage device_;
   std::unique_ptr<OffloadStorage> pool_;  // made on first use: most policies never offload
@@ -99,8 +105,10 @@ Tensors PolicyStrategy::run(const BlockInfo& info, const Tensors& inputs, const 
     // The region saves its inputs through the router when it begins, or
     // later, in a block of its own, if they need no gradient.
     router_->enter(info, /*segment_input=*/true, inputs);
-    if (info.index == segment->first || !region_)
-      region_ = RecomputeRegion::begin(name, inputs, *router_, trace, segment->inner);
+    // A new stack starts a region of its own: a region's recomputation feeds
+    // each block the outputs of the one before.
+    if (info.index == segment->first || !region_ || info.new_stack)
+      region_ = RecomputeRegion::begin(name, inputs, *router_, trace, segment->inner, info.context);
     Tensors out = run_traced(trace, [&] { return region_->run(info, inputs, body); });
     router_->leave();
     return out;
@@ -147,7 +155,7 @@ std::int64_t recompute_peak(const SaveProfile& p, int first, int last, const Pol
   std::int64_t peak = 0, saved = 0;
   for (int k = first; k <= last; ++k) {
     const BlockSaves& b = p.blocks[std::size_t(k)];
-    const BlockInfo info{k, L, b.name};
+    const BlockInfo info{k, L, b.name, 0, b.new_stack};
     if (const auto seg = inner ? inner->segment_of(info) : std::nullopt) {
       const int end = std::min(seg->last, last);
       peak = std::max(peak, recompute_peak(p, k, end, seg->inner.get(), held + saved));
@@ -195,9 +203,10 @@ MemoryPrediction predict_policy(const SaveProfile& p, const Policy& policy) {
   bool segment_open = false;  // the current segment has started keeping its input
   for (int i = 0; i < L; ++i) {
     const BlockSaves& b = p.blocks[std::size_t(i)];
-    const BlockInfo info{i, L, b.name};
+    const BlockInfo info{i, L, b.name, 0, b.new_stack};
+    device += b.context;  // kept by every strategy from the first block that reads it
     if (const auto seg = policy.segment_of(info)) {
-      if (i == seg->first) segment_open = false;
+      if (i == seg->first || b.new_stack) segment_open = false;
       // A block that saves nothing from inputs that need no gradient (frozen,
       // below every trainable parameter) is left out of its region.
       if (!segment_open && b.saved == 0 && !b.input_requires_grad) {
@@ -218,7 +227,7 @@ MemoryPrediction predict_policy(const SaveProfile& p, const Policy& policy) {
         segment_first = i;
       }
       m.device = std::max(m.device, device + segment_input + b.forward_peak - b.saved);
-      if (i == seg->last || i == L - 1) {
+      if (i == seg->last || i == L - 1 || p.blocks[std::size_t(i) + 1].new_stack) {
         m.device = std::max(m.device, recompute_peak(p, segment_first, i, seg->inner.get(), segment_held));
         device += segment_input;
       }

@@ -36,10 +36,13 @@ std::string block_pool(const std::string& block) { return std::string(SaveProfil
 
 class BlockProbe final : public SavedTensorHooks {
  public:
-  BlockProbe(BlockSaves& b, const Tensors& inputs) : block_(b), pool_(block_pool(b.name)) {
-    for (const auto& x : inputs) inputs_.insert(x.raw());
+  BlockProbe(BlockSaves& b, const Tensors& inputs, std::size_t context) : block_(b), pool_(block_pool(b.name)) {
+    for (std::size_t i = 0; i < inputs.size(); ++i)
+      (i + context < inputs.size() ? inputs_ : context_).insert(inputs[i].raw());
   }
   std::shared_ptr<Packed> pack(const Tensor& t) override {
+    // Context is kept once for every block (SaveProfile's `context`), in a pool of its own.
+    if (context_.count(t.raw())) return std::make_shared<ReportedKept>(t, SaveProfiler::kContextPool);
     if (seen_.insert(t.raw()).second) {
       block_.saved += std::int64_t(t.nbytes());
       block_.tensors.push_back(
@@ -51,7 +54,7 @@ class BlockProbe final : public SavedTensorHooks {
  private:
   BlockSaves& block_;
   std::string pool_;
-  std::set<const void*> seen_, inputs_;
+  std::set<const void*> seen_, inputs_, context_;
 };
 
 }  // namespace
@@ -59,12 +62,27 @@ class BlockProbe final : public SavedTensorHooks {
 Tensors SaveProfiler::run(const BlockInfo& info, const Tensors& inputs, const BlockBody& body) {
   BlockSaves& b = profile_.blocks.emplace_back();
   b.name = info.name;
+  b.new_stack = info.new_stack;
   b.input_requires_grad = std::any_of(inputs.begin(), inputs.end(), [](const Tensor& x) { return x.requires_grad(); });
-  for (const auto& x : inputs) {
+  const std::size_t carried = inputs.size() - std::size_t(info.context);
+  // From the first block that reads a context tensor it is counted as kept
+  // (in the context pool, held here while the block runs and by every op
+  // that saves it after), so no block's working set counts it.
+  std::vector<std::shared_ptr<Packed>> held;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    const Tensor& x = inputs[i];
+    if (i >= carried) {
+      if (std::find(context_.begin(), context_.end(), x.raw()) == context_.end()) {
+        context_.push_back(x.raw());
+        b.context += std::int64_t(x.nbytes());
+      }
+      held.push_back(std::make_shared<ReportedKept>(x, kContextPool));
+      continue;
+    }
     b.input += std::int64_t(x.nbytes());
     b.inputs.push_back({x.tag(), x.shape(), std::int64_t(x.nbytes()), false, 0, true});
   }
-  BlockProbe probe(b, inputs);
+  BlockProbe probe(b, inputs, std::size_t(info.context));
   SavedTensorHooksScope scope(probe);
   return body(inputs);
 }
@@ -76,6 +94,7 @@ std::shared_ptr<Packed> SaveProfiler::pack(const Tensor& t) {
 SaveProfile SaveProfiler::finish(const std::vector<MemoryTracker::Event>& timeline,
                                  const std::vector<std::string>& phases, const std::string& pool, std::int64_t base) {
   std::map<std::string, std::size_t> block_of_pool, block_of_forward, block_of_backward;
+  std::int64_t context = 0;  // the context pool's live bytes: kept, like every block's saves
   for (std::size_t i = 0; i < profile_.blocks.size(); ++i) {
     const std::string& n = profile_.blocks[i].name;
     block_of_pool[block_pool(n)] = i;
@@ -87,6 +106,9 @@ SaveProfile SaveProfiler::finish(const std::vector<MemoryTracker::Event>& timeli
   for (const auto& e : timeline) {
     if (e.pool == pool) {
       live = e.live;
+    } else if (e.pool == kContextPool) {
+      all_saved += e.live - context;
+      context = e.live;
     } else if (auto it = block_of_pool.find(e.pool); it != block_of_pool.end()) {
       all_saved += e.live - saved[it->second];
       saved[it->second] = e.live;

@@ -24,8 +24,12 @@ struct SavedRecord {
 
 struct BlockSaves {
   std::string name;
-  std::int64_t saved = 0;  // bytes the block's ops save, each storage once
-  std::int64_t input = 0;  // bytes of the block's inputs
+  std::int64_t saved = 0;  // bytes the block's ops save, each storage once (context excluded)
+  std::int64_t input = 0;  // bytes of the block's inputs (context excluded)
+  // Bytes of context inputs (BlockInfo::context) that no earlier block
+  // read: kept on the device from this block on, by every strategy.
+  std::int64_t context = 0;
+  bool new_stack = false;  // BlockInfo::new_stack: no segment runs across it
   std::vector<SavedRecord> tensors;  // what makes up `saved`, in save order, each storage once
   std::vector<SavedRecord> inputs;   // what makes up `input`
   bool input_requires_grad = true;   // false below every trainable parameter (fine-tuning)
@@ -66,12 +70,14 @@ class SaveProfiler final : public BlockRunner, public SavedTensorHooks {
   Tensors run(const BlockInfo& info, const Tensors& inputs, const BlockBody& body) override;
   std::shared_ptr<Packed> pack(const Tensor& t) override;  // outside blocks
   static constexpr const char* kSavedPool = "saved";
+  static constexpr const char* kContextPool = "saved context";
   // From the tracker's timeline of the step, with `base` live before it.
   SaveProfile finish(const std::vector<MemoryTracker::Event>& timeline, const std::vector<std::string>& phases,
                      const std::string& pool, std::int64_t base);
 
  private:
   SaveProfile profile_;
+  std::vector<const void*> context_;  // the context tensors met so far
 };
 
 // Times each block's forward and each recipe of what it saves, while a

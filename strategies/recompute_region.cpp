@@ -155,9 +155,10 @@ class CaptureHooks final : public SavedTensorHooks {
 
 std::shared_ptr<RecomputeRegion> RecomputeRegion::begin(const std::string& name, const Tensors& inputs,
                                                         Storage& storage, RegionTrace* trace,
-                                                        std::shared_ptr<const Policy> inner) {
+                                                        std::shared_ptr<const Policy> inner, int context) {
   auto r = std::make_shared<RecomputeRegion>();
   r->name_ = name;
+  r->context_count_ = context;
   r->trace_ = trace;
   r->root_ = std::make_unique<Span>();
   r->root_->name = name;
@@ -175,11 +176,14 @@ void RecomputeRegion::save_inputs(const Tensors& inputs) {
   {
     SavedTensorHooksScope hooks(*storage_);
     CurrentOpScope op("region input");
-    for (const auto& x : inputs) {
+    const std::size_t carried = inputs.size() - std::size_t(context_count_);
+    for (std::size_t i = 0; i < carried; ++i) {
+      const Tensor& x = inputs[i];
       inputs_.push_back(save(x));
       input_shapes_.push_back(x.shape());
       input_requires_grad_.push_back(x.requires_grad());
     }
+    context_.assign(inputs.begin() + std::ptrdiff_t(carried), inputs.end());
   }
   storage_->end_group();
   pending_.clear();
@@ -259,6 +263,7 @@ void RecomputeRegion::recompute(Span& span) {
     }
     x.push_back(t);
   }
+  if (root) x.insert(x.end(), context_.begin(), context_.end());
   for (std::size_t k = span.first_body; k <= span.last_body; ++k) {
     const BlockInfo& info = infos_[k];
     if (const auto seg = span.policy ? span.policy->segment_of(info) : std::nullopt) {
@@ -298,7 +303,7 @@ void RecomputeRegion::recompute(Span& span) {
                               std::to_string(capture.filled() - first_slot_[k]) + " tensors, the forward pass " +
                               std::to_string(end_of(k) - first_slot_[k]));
   }
-  if (root) inputs_.clear();  // nothing needs them any more
+  if (root) inputs_.clear(), context_.clear();  // nothing needs them any more
   span.inputs.clear();
   if (trace_)
     for (const auto& [op, n] : stats::forward_since(before)) trace_->recomputed_ops[op] += n;

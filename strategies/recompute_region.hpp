@@ -40,10 +40,13 @@ std::shared_ptr<Packed> recompute_later(const Tensor& t, std::string where);
 
 class RecomputeRegion : public std::enable_shared_from_this<RecomputeRegion> {
  public:
-  // Saves `inputs` through `storage` (one group named after the region).
-  // `inner` (may be null: keep everything) runs the recomputation.
+  // Saves `inputs` through `storage` (one group named after the region),
+  // but for the last `context` ones (BlockInfo::context), which it holds as
+  // they are: they are kept once for every block anyway. `inner` (may be
+  // null: keep everything) runs the recomputation.
   static std::shared_ptr<RecomputeRegion> begin(const std::string& name, const Tensors& inputs, Storage& storage,
-                                                RegionTrace* trace, std::shared_ptr<const Policy> inner = nullptr);
+                                                RegionTrace* trace, std::shared_ptr<const Policy> inner = nullptr,
+                                                int context = 0);
   // Runs one block of the region; its saves become placeholders.
   Tensors run(const BlockInfo& info, const Tensors& inputs, const BlockBody& body);
   const std::string& name() const { return name_; }
@@ -80,6 +83,8 @@ class RecomputeRegion : public std::enable_shared_from_this<RecomputeRegion> {
   // block.
   Tensors pending_;
   std::vector<SavedTensor> inputs_;
+  int context_count_ = 0;
+  Tensors context_;  // the context inputs, held as they are
   std::vector<Shape> input_shapes_;
   std::vector<bool> input_requires_grad_;
   std::vector<BlockBody> bodies_;

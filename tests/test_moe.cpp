@@ -20,13 +20,13 @@ using ops::Routing;
 
 namespace {
 
-void require_gradients(const std::function<Tensor(const Inputs&)>& f, const Inputs& inputs) {
+void require_moe_gradients(const std::function<Tensor(const Inputs&)>& f, const Inputs& inputs) {
   const auto r = check_gradients(f, inputs);
   INFO(r.where);
   CHECK(r.max_error < 1e-6);
 }
 
-Tensor probabilities(std::int64_t T, std::int64_t E, std::uint64_t seed, DType dt = DType::f64) {
+Tensor router_probabilities(std::int64_t T, std::int64_t E, std::uint64_t seed, DType dt = DType::f64) {
   NoGradScope no_grad;
   return ops::softmax(random_tensor({T, E}, seed, dt, -2, 2));
 }
@@ -65,7 +65,7 @@ TEST_CASE("dispatch, grouped linear and combine compute the dense mixture", "[op
   const std::int64_t T = 6, D = 4, E = 3, F = 5;
   const int k = 2;
   Tensor x = random_tensor({T, D}, 1);
-  const Routing r = ops::route_top_k(probabilities(T, E, 2), k);
+  const Routing r = ops::route_top_k(router_probabilities(T, E, 2), k);
   std::vector<Tensor> w;
   for (int e = 0; e < E; ++e) w.push_back(random_tensor({F, D}, 10 + e));
   Tensor gate = random_tensor({T, k}, 3);
@@ -89,20 +89,20 @@ TEST_CASE("dispatch, grouped linear and combine compute the dense mixture", "[op
 TEST_CASE("softmax, routing weights, dispatch, grouped linear, combine, row sums backward", "[ops][moe][gradcheck]") {
   const std::int64_t T = 5, D = 3, E = 4, F = 2;
   const int k = 2;
-  const Routing r = ops::route_top_k(probabilities(T, E, 7), k);
-  require_gradients([](const Inputs& in) { return ops::softmax(in[0]); }, {random_leaf({3, 5}, 1, DType::f64, -2, 2)});
+  const Routing r = ops::route_top_k(router_probabilities(T, E, 7), k);
+  require_moe_gradients([](const Inputs& in) { return ops::softmax(in[0]); }, {random_leaf({3, 5}, 1, DType::f64, -2, 2)});
   // Probabilities near the routing's (positive, so the renormalisation is smooth).
-  require_gradients([&](const Inputs& in) { return ops::routing_weights(in[0], r); },
+  require_moe_gradients([&](const Inputs& in) { return ops::routing_weights(in[0], r); },
                     {random_leaf({T, E}, 2, DType::f64, 0.1, 1)});
-  require_gradients([&](const Inputs& in) { return ops::dispatch(in[0], r); }, {random_leaf({T, D}, 3)});
-  require_gradients([&](const Inputs& in) { return ops::grouped_linear(in[0], {in[1], in[2], in[3], in[4]}, r); },
+  require_moe_gradients([&](const Inputs& in) { return ops::dispatch(in[0], r); }, {random_leaf({T, D}, 3)});
+  require_moe_gradients([&](const Inputs& in) { return ops::grouped_linear(in[0], {in[1], in[2], in[3], in[4]}, r); },
                     {random_leaf({T * k, D}, 4), random_leaf({F, D}, 5), random_leaf({F, D}, 6),
                      random_leaf({F, D}, 7), random_leaf({F, D}, 8)});
-  require_gradients([&](const Inputs& in) { return ops::combine(in[0], in[1], r, {T, D}); },
+  require_moe_gradients([&](const Inputs& in) { return ops::combine(in[0], in[1], r, {T, D}); },
                     {random_leaf({T * k, D}, 9), random_leaf({T, k}, 10)});
-  require_gradients([](const Inputs& in) { return ops::sum_rows(in[0]); }, {random_leaf({4, 3}, 11)});
+  require_moe_gradients([](const Inputs& in) { return ops::sum_rows(in[0]); }, {random_leaf({4, 3}, 11)});
   Tensor load = ops::expert_load(Tensor::zeros({2, E}, DType::f64), 1, r);
-  require_gradients([&](const Inputs& in) { return ops::load_balancing_loss(in[0], load, 2 * T); },
+  require_moe_gradients([&](const Inputs& in) { return ops::load_balancing_loss(in[0], load, 2 * T); },
                     {random_leaf({E}, 12)});
 }
 
@@ -116,13 +116,13 @@ TEST_CASE("an expert no token chose gets a zero gradient", "[ops][moe][gradcheck
   const Tensor y = ops::grouped_linear(x, w, r);
   backward(y, Tensor::from_host(std::vector<double>(y.numel(), 1.0), y.shape()));
   CHECK(w[2].grad().to_host_f64() == std::vector<double>(6, 0.0));
-  require_gradients([&](const Inputs& in) { return ops::grouped_linear(in[0], {in[1], in[2], in[3]}, r); },
+  require_moe_gradients([&](const Inputs& in) { return ops::grouped_linear(in[0], {in[1], in[2], in[3]}, r); },
                     {random_leaf({2, 3}, 5), random_leaf({2, 3}, 6), random_leaf({2, 3}, 7), random_leaf({2, 3}, 8)});
 }
 
 TEST_CASE("a whole mixture-of-experts layer, routing included, against finite differences", "[ops][moe][gradcheck]") {
   const std::int64_t T = 6, D = 4, E = 4, F = 3;
-  require_gradients(
+  require_moe_gradients(
       [&](const Inputs& in) {
         const Tensor probs = ops::softmax(ops::linear(in[0], in[1]));
         const Routing r = ops::route_top_k(probs, 2);
@@ -141,7 +141,7 @@ TEST_CASE("a whole mixture-of-experts layer, routing included, against finite di
 TEST_CASE("backward refuses dispatch slots that a recomputation routed differently", "[ops][moe][errors]") {
   const std::int64_t T = 4, D = 3, E = 3;
   Tensor x = random_leaf({T, D}, 1);
-  Routing r = ops::route_top_k(probabilities(T, E, 2), 1);
+  Routing r = ops::route_top_k(router_probabilities(T, E, 2), 1);
   Tensor y = ops::combine(ops::dispatch(x, r), Tensor::from_host(std::vector<double>(T, 1.0), {T, 1}), r, {T, D});
   // What a recomputation that routed otherwise would hand backward: other slots in place of forward's.
   auto slots = r.slots.to_host_i32();

@@ -96,6 +96,16 @@ TEST_CASE("grouped-query attention backward, causal and bidirectional, every ker
     }
 }
 
+TEST_CASE("cross-attention on packed keys and values backward, every kernel", "[ops][gradcheck]") {
+  const auto kernel = GENERATE(ops::AttentionKernel::fused, ops::AttentionKernel::fused_team, ops::AttentionKernel::plain);
+  ops::AttentionKernelScope scope(kernel);
+  for (bool causal : {false, true}) {
+    INFO("causal " << causal << " kernel " << ops::attention_kernel_name(kernel));
+    require_gradients([causal](const Inputs& in) { return ops::attention(in[0], in[1], 2, causal); },
+                      {random_leaf({2, 3, 4}, 1, DType::f64, -1.5, 1.5), random_leaf({2, 3, 8}, 2, DType::f64, -1.5, 1.5)});
+  }
+}
+
 TEST_CASE("an op whose inputs are one tensor gets one gradient buffer for them", "[ops][gradcheck]") {
   require_gradients([](const Inputs& in) { return ops::swiglu(in[0], in[0]); }, {random_leaf({20}, 1)});
   for (auto kernel : {ops::AttentionKernel::fused, ops::AttentionKernel::fused_team, ops::AttentionKernel::plain}) {

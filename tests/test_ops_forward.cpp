@@ -141,6 +141,20 @@ TEST_CASE("grouped-query attention, causal and bidirectional, every kernel", "[o
       }
 }
 
+TEST_CASE("cross-attention on packed keys and values equals attention on separate ones, every kernel",
+          "[ops][forward]") {
+  for (auto kernel : {ops::AttentionKernel::fused, ops::AttentionKernel::fused_team, ops::AttentionKernel::plain}) {
+    ops::AttentionKernelScope scope(kernel);
+    Tensor q = random_tensor({2, 5, 8}, 1), kv = random_tensor({2, 5, 16}, 2);
+    const auto packed = kv.to_host_f64();
+    std::vector<double> k, v;
+    for (std::size_t r = 0; r < 10; ++r)
+      for (std::size_t j = 0; j < 16; ++j) (j < 8 ? k : v).push_back(packed[r * 16 + j]);
+    const Tensor want = ops::attention(q, Tensor::from_host(k, {2, 5, 8}), Tensor::from_host(v, {2, 5, 8}), 2, 2, false);
+    require_close(ops::attention(q, kv, 2, false), want.to_host_f64());
+  }
+}
+
 TEST_CASE("fused, fused-team and plain attention agree, with the same dropout masks", "[ops][forward]") {
   // 70 rows: several query and key tiles, a ragged last one. Head width 4
   // keeps the team kernels' scratch in level 0, 64 in double sends it to

@@ -24,4 +24,14 @@ Tensor positions(const Tensor& tokens) {
   return pos;
 }
 
+Tensor shift_right(const Tensor& ids, std::int32_t start) {
+  const std::int64_t S = ids.dim(-1), n = ids.numel();
+  Tensor out = Tensor::empty(ids.shape(), DType::i32, "positions");
+  const std::int32_t* in = ids.data<std::int32_t>();
+  std::int32_t* o = out.data<std::int32_t>();
+  Kokkos::parallel_for("shift_right", Kokkos::RangePolicy<ExecSpace>(0, n),
+                       KOKKOS_LAMBDA(std::int64_t i) { o[i] = i % S == 0 ? start : in[i - 1]; });
+  return out;
+}
+
 }  // namespace remat

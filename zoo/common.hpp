@@ -17,4 +17,8 @@ void append_layer_norm(std::vector<ParamSpec>& p, const std::string& prefix, std
 // int32 [S] = 0, 1, ..., S-1 for tokens[B, S].
 Tensor positions(const Tensor& tokens);
 
+// Teacher forcing: int32 ids[B, S] shifted right by one position along S,
+// `start` in front (the last id drops out).
+Tensor shift_right(const Tensor& ids, std::int32_t start = 0);
+
 }  // namespace remat

@@ -27,8 +27,9 @@ void append_embeddings(std::vector<ParamSpec>& p, std::int64_t V, std::int64_t D
   p.push_back({"wpe.weight", {S_max, D}});
 }
 
-Tensor attention(const ParamStore& p, const std::string& prefix, const Tensor& x, int heads, double dropout) {
-  const Tensor a = ops::attention(linear(p, prefix + ".c_attn", x), heads, /*causal=*/true, dropout);
+Tensor attention(const ParamStore& p, const std::string& prefix, const Tensor& x, int heads, double dropout,
+                 bool causal) {
+  const Tensor a = ops::attention(linear(p, prefix + ".c_attn", x), heads, causal, dropout);
   return ops::dropout(linear(p, prefix + ".c_proj", a), dropout);
 }
 

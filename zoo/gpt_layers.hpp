@@ -16,8 +16,10 @@ void append_mlp(std::vector<ParamSpec>& p, const std::string& prefix, std::int64
 // wte [V, D] and wpe [S_max, D].
 void append_embeddings(std::vector<ParamSpec>& p, std::int64_t V, std::int64_t D, std::int64_t S_max);
 
-// dropout(c_proj(attention(c_attn(x)))), causal, H heads, dropout on the probabilities too.
-Tensor attention(const ParamStore& p, const std::string& prefix, const Tensor& x, int heads, double dropout);
+// dropout(c_proj(attention(c_attn(x)))), H heads, causal unless told
+// otherwise, dropout on the probabilities too.
+Tensor attention(const ParamStore& p, const std::string& prefix, const Tensor& x, int heads, double dropout,
+                 bool causal = true);
 // dropout(c_proj(gelu_tanh(c_fc(x)))).
 Tensor mlp(const ParamStore& p, const std::string& prefix, const Tensor& x, double dropout);
 // dropout(wte[tokens] + wpe[0..S)).

@@ -9,4 +9,5 @@
   X(revformer)          \
   X(parallel)           \
   X(mixtral)            \
+  X(encdec)             \
   /* end of the list */

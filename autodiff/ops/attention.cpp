@@ -46,10 +46,12 @@ struct Dropout {
   bool active() const { return p > 0; }
 };
 
-// The q, k, v tensors of one call (the same tensor three times when packed).
+// The q, k, v tensors of one call (the same tensor three times when packed;
+// k and v one tensor for cross-attention's packed keys and values).
 struct Inputs {
   Tensor q, k, v;
   bool packed() const { return q.raw() == k.raw(); }
+  bool kv_packed() const { return k.raw() == v.raw(); }
 };
 
 // softmax(q k^T * scale, mask) -> probs[B, H, S, S]
@@ -153,7 +155,7 @@ Tensor record_fused(const Inputs& in, const Geometry& g, const Dropout& d, bool 
   auto [out, lse] = fused_forward(in, g, d, team);
   OpRecorder rec("attention", {&in.q, in.packed() ? nullptr : &in.k, in.packed() ? nullptr : &in.v});
   if (!rec) return out;
-  const SavedTensor sq = save(in.q), sk = in.packed() ? sq : save(in.k), sv = in.packed() ? sq : save(in.v);
+  const SavedTensor sq = save(in.q), sk = in.packed() ? sq : save(in.k), sv = in.kv_packed() ? sk : save(in.v);
   auto unpack = [sq, sk, sv] { return Inputs{sq.unpack(), sk.unpack(), sv.unpack()}; };
   out.set_recipe([unpack, g, d, team] { return fused_forward(unpack(), g, d, team).first; });
   // Only the team kernel reads the output in backward (fused::backward).
@@ -187,7 +189,7 @@ Tensor record(const Inputs& in, const Geometry& g, double dropout) {
   Tensor out = attention_output(probs, in, g, d);
   OpRecorder rec("attention", {&in.q, in.packed() ? nullptr : &in.k, in.packed() ? nullptr : &in.v});
   if (!rec) return out;
-  const SavedTensor sq = save(in.q), sk = in.packed() ? sq : save(in.k), sv = in.packed() ? sq : save(in.v);
+  const SavedTensor sq = save(in.q), sk = in.packed() ? sq : save(in.k), sv = in.kv_packed() ? sk : save(in.v);
   auto unpack = [sq, sk, sv] { return Inputs{sq.unpack(), sk.unpack(), sv.unpack()}; };
   probs.set_recipe([unpack, g] { return attention_probs(unpack(), g); });
   const SavedTensor sp = save(probs);
@@ -281,6 +283,21 @@ Tensor attention(const Tensor& qkv, int heads, bool causal, double dropout) {
   const std::int64_t ld = 3 * D, bs = S * 3 * D;
   const Geometry g{B, S, heads, heads, D / heads, causal, {0, ld, bs}, {D, ld, bs}, {2 * D, ld, bs}};
   return record({qkv, qkv, qkv}, g, dropout);
+}
+
+Tensor attention(const Tensor& q, const Tensor& kv, int heads, bool causal, double dropout) {
+  require_float("attention", q, "q");
+  require_float("attention", kv, "kv");
+  require(q.rank() == 3 && kv.rank() == 3 && q.dim(0) == kv.dim(0) && q.dim(1) == kv.dim(1) && kv.dim(2) == 2 * q.dim(2),
+          "attention: q " + to_string(q.shape()) + " and kv " + to_string(kv.shape()) +
+              " must be [B, S, D] and [B, S, 2D]");
+  require(q.dtype() == kv.dtype(), "attention: q and kv dtypes differ");
+  const std::int64_t D = q.dim(2), B = q.dim(0), S = q.dim(1);
+  require(heads > 0 && D % heads == 0,
+          "attention: " + std::to_string(heads) + " heads do not divide the width " + std::to_string(D));
+  require(dropout >= 0 && dropout < 1, "attention: dropout " + std::to_string(dropout) + " outside [0, 1)");
+  const Geometry g{B, S, heads, heads, D / heads, causal, {0, D, S * D}, {0, 2 * D, S * 2 * D}, {D, 2 * D, S * 2 * D}};
+  return record({q, kv, kv}, g, dropout);
 }
 
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, int kv_heads, bool causal,

@@ -62,6 +62,11 @@ Tensor attention(const Tensor& qkv, int heads, bool causal, double dropout = 0);
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, int kv_heads, bool causal,
                  double dropout = 0);
 
+// Cross-attention on a query q[B, S, H hd] and packed keys and values
+// kv[B, S, 2 H hd] laid out [k | v] (an encoder-decoder's keys and values
+// from the encoder's output).
+Tensor attention(const Tensor& q, const Tensor& kv, int heads, bool causal, double dropout = 0);
+
 // Which attention kernel the attention ops use. `fused` (the default) keeps
 // only the output and each row's log-sum-exp and recomputes probabilities
 // tile by tile in backward: on host memory as tiles through the BLAS, on a

@@ -93,6 +93,7 @@ int run_check_command(const CheckCommandOptions& o) {
     batch = o.model.make_batch(setup.sizes);
   }
   setup.sizes.dropout = o.dropout;
+  setup.sizes.router_aux = o.model.router_aux;
   validate(setup.sizes);
   model = models().find(setup.model).make(setup.sizes);
   if ((o.freeze.any() || o.lora.any()) && o.train_steps > 0)

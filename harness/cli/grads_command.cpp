@@ -22,12 +22,15 @@ struct GradsOptions {
   std::string strategy = "full";
   std::string data;  // overrides the file's batch
   std::string attention = "fused";
+  double router_aux = 0.01;
   bool force = false;
 };
 
 void run_grads(const GradsOptions& o) {
   if (!o.out.empty()) check_output(o.out, FileKind::gradients, {o.weights, batch_source_file(o.data)}, o.force);
   LoadedWeights w = load_weights(o.weights, o.force);
+  w.setup.sizes.router_aux = o.router_aux;  // a training setting, not in the file
+  w.model = models().find(w.setup.model).make(w.setup.sizes);
   const auto specs = strategies_for(w.setup.model, o.strategy, ops::parse_attention_kernel(o.attention));
   if (specs.size() != 1) throw UserError("remat grads runs one strategy; '" + o.strategy + "' names " + std::to_string(specs.size()));
   const Sizes& z = w.setup.sizes;
@@ -60,6 +63,7 @@ void setup_grads(CLI::App& app) {
   cmd->add_option("--out", o->out, "Output HDF5 file for /loss and /grads/<name>");
   add_seed_option(*cmd, o->seed, "Seed of the batch (when the file carries none) and of dropout");
   add_attention_option(*cmd, o->attention);
+  add_router_aux_option(*cmd, o->router_aux);
   cmd->add_option("--data", o->data, "Batch source instead of the file's batch (see `remat check --help`)");
   cmd->add_option("--strategy", o->strategy, "Activation-memory strategy (see `remat strategies`)")
       ->capture_default_str();

@@ -148,6 +148,7 @@ void setup_matrix(CLI::App& app) {
       ->capture_default_str();
   add_freeze_options(*cmd, o->matrix.finetune.freeze);
   add_lora_options(*cmd, o->matrix.finetune.lora);
+  add_router_aux_option(*cmd, o->matrix.router_aux);
   cmd->add_option("--dropout", o->matrix.dropout, "Dropout probability (masks replay exactly under recomputation)")
       ->check(CLI::Range(0.0, 0.99).description("from 0 to 0.99"));
   cmd->add_option("--data", o->matrix.data, "Batch source: random, copy, reverse, text:PATH, h5:PATH[:DATASET]")

@@ -17,6 +17,15 @@ void ModelOptions::bind(CLI::App& cmd) {
   cmd.add_option("--data", data, "Batch source: random, copy, reverse, text:PATH, h5:PATH[:DATASET]")
       ->capture_default_str();
   add_attention_option(cmd, attention);
+  add_router_aux_option(cmd, router_aux);
+}
+
+void add_router_aux_option(CLI::App& cmd, double& weight) {
+  cmd.add_option("--router-aux", weight,
+                 "mixtral: weight of the load-balancing loss added to the cross-entropy (Switch Transformer's, as "
+                 "Hugging Face's Mixtral computes it; 0: none)")
+      ->check(CLI::Range(0.0, 1e6).description("from 0"))
+      ->capture_default_str();
 }
 
 void add_attention_option(CLI::App& cmd, std::string& kernel) {
@@ -64,6 +73,7 @@ ModelSetup ModelOptions::resolve() const {
   if (layers) s.sizes.L = layers;
   if (seq) s.sizes.S = s.sizes.S_max = seq;
   if (batch) s.sizes.B = batch;
+  s.sizes.router_aux = router_aux;
   validate(s.sizes);
   models().find(model);
   return s;

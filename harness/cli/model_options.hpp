@@ -19,6 +19,7 @@ struct ModelOptions {
   std::uint64_t seed = 1;
   std::string data = "random";  // batch source (datasets/batch_source.hpp)
   std::string attention = "fused";  // attention kernel (ops::AttentionKernel)
+  double router_aux = 0.01;  // mixtral's load-balancing loss weight
 
   void bind(CLI::App& cmd);
   // The first batch of the --data source for these sizes.
@@ -30,6 +31,8 @@ struct ModelOptions {
 
 // --attention fused|plain.
 void add_attention_option(CLI::App& cmd, std::string& kernel);
+// --router-aux A: the weight of a mixture of experts' load-balancing loss.
+void add_router_aux_option(CLI::App& cmd, double& weight);
 // --freeze PATTERN[,PATTERN...] and --freeze-below N.
 void add_freeze_options(CLI::App& cmd, FreezeOptions& freeze);
 // --lora R, --lora-alpha A, --lora-targets PATTERN,...

@@ -33,11 +33,11 @@ void run_models() {
     for (const auto& st : all_strategies(ModelTraits{m.reversible})) list += (list.empty() ? "" : " ") + st;
     std::printf("%-10s %s, and compositions with +offload\n", m.name.c_str(), list.c_str());
   }
-  std::printf("\npresets (L D H Hkv F S V B):\n");
+  std::printf("\npresets (L D H Hkv F S V B; E experts, K per token: mixtral):\n");
   for (const auto& p : presets()) {
     const Sizes& z = p.sizes;
-    std::printf("%-10s %3d %5d %3d %3d %5d %5d %6d %2d  %s\n", p.name.c_str(), z.L, z.D, z.H, z.Hkv, z.F, z.S, z.V, z.B,
-                p.use.c_str());
+    std::printf("%-10s %3d %5d %3d %3d %5d %5d %6d %2d %2d %d  %s\n", p.name.c_str(), z.L, z.D, z.H, z.Hkv, z.F, z.S,
+                z.V, z.B, z.E, z.K, p.use.c_str());
   }
 }
 

@@ -22,7 +22,8 @@ void setup_report(CLI::App& app) {
   cmd->add_option("files", o->files, "HDF5 results files (remat matrix) or training runs (remat train)")->required();
   cmd->add_option("--svg", o->svg,
                   "Write plots into this folder: tradeoff.svg, timeline-<model>.svg, depth.svg for results; "
-                  "loss.svg and ranks.svg (memory per rank against step time and communication) for training runs");
+                  "loss.svg, ranks.svg (memory per rank against step time and communication) and, for a mixture of "
+                  "experts, experts.svg (each expert's share of the routed tokens per layer) for training runs");
   cmd->callback([o] {
     std::vector<std::string> results, runs;
     for (const auto& f : o->files) (file_kind(f) == FileKind::training_run ? runs : results).push_back(f);
@@ -47,6 +48,8 @@ void setup_report(CLI::App& app) {
       if (!o->svg.empty()) {
         std::printf("wrote %s\n", write_loss_plot(runs, o->svg).c_str());
         std::printf("wrote %s\n", write_rank_plot(runs, o->svg).c_str());
+        const std::string experts = write_expert_plot(runs, o->svg);
+        if (!experts.empty()) std::printf("wrote %s\n", experts.c_str());
       }
     }
   });

@@ -25,6 +25,28 @@ int block_of(const std::string& name) {
   return -1;
 }
 
+std::vector<int> chain_blocks(const std::vector<std::string>& names) {
+  std::vector<std::string> prefixes;  // in order of first appearance
+  std::vector<int> out;
+  for (const auto& name : names) {
+    const int b = block_of(name);
+    if (b < 0) {
+      out.push_back(-1);
+      continue;
+    }
+    // The name up to and including its first whole-number component.
+    std::string prefix;
+    for (const auto& part : split(name, '.')) {
+      prefix += (prefix.empty() ? "" : ".") + part;
+      if (block_of(part) >= 0) break;
+    }
+    auto it = std::find(prefixes.begin(), prefixes.end(), prefix);
+    if (it == prefixes.end()) it = prefixes.insert(prefixes.end(), prefix);
+    out.push_back(int(it - prefixes.begin()));
+  }
+  return out;
+}
+
 std::vector<std::string> frozen_names(const ParamStore& params, const FreezeOptions& options, int layers) {
   const auto& names = params.names();
   std::vector<bool> frozen(names.size(), false);
@@ -41,12 +63,21 @@ std::vector<std::string> frozen_names(const ParamStore& params, const FreezeOpti
     throw UserError("--freeze-below " + std::to_string(options.below) + ": the model has " + std::to_string(layers) +
                     " blocks (0.." + std::to_string(layers) + ")");
   if (options.below > 0) {
-    // The embeddings: every parameter declared before the first block's.
-    bool in_blocks = false;
+    // The blocks below, and every parameter outside blocks that lies below
+    // them: declared before the first block (the embeddings), or between
+    // frozen blocks and a later block (an encoder's final norm, a decoder's
+    // position table once the encoder is frozen). A final norm and head
+    // after the last block stay trainable.
+    const std::vector<int> block = chain_blocks(names);
+    const int last = *std::max_element(block.begin(), block.end());
+    int seen = -1;  // the last block declared so far
     for (std::size_t i = 0; i < names.size(); ++i) {
-      const int b = block_of(names[i]);
-      in_blocks = in_blocks || b >= 0;
-      if ((!in_blocks) || (b >= 0 && b < options.below)) frozen[i] = true;
+      if (block[i] >= 0) {
+        seen = std::max(seen, block[i]);
+        frozen[i] = frozen[i] || block[i] < options.below;
+      } else if (seen < last && seen < options.below) {
+        frozen[i] = true;
+      }
     }
   }
   std::vector<std::string> out;

@@ -1,7 +1,8 @@
 #pragma once
 // Freezing parameters for fine-tuning: `--freeze PATTERN[,PATTERN...]` (globs
 // over the parameter names of docs/models.md, e.g. `wte.*,h.[0-5].*`) and
-// `--freeze-below N` (the embeddings and blocks 0..N-1). A frozen parameter
+// `--freeze-below N` (the embeddings and blocks 0..N-1, and what lies between
+// frozen blocks: an encoder's final norm once the whole encoder is frozen). A frozen parameter
 // has no gradient slot, so no op records a gradient for it and it has no
 // gradient buffer; what the ops save then follows from what the remaining
 // gradients read (autodiff/ops: a frozen linear keeps no copy of its input).
@@ -31,5 +32,12 @@ std::vector<std::string> apply_freeze(ParamStore& params, const FreezeOptions& o
 // The block a parameter belongs to (the first whole-number component of its
 // name: "h.3.attn.c_attn.weight" -> 3), or -1.
 int block_of(const std::string& name);
+
+// The block of each parameter in the model's chain of blocks, or -1 outside
+// blocks: blocks are numbered in the order their parameters are declared,
+// by the name up to its first whole number ("h.3", "enc.h.0", "dec.h.0"),
+// so an encoder-decoder's first decoder block follows its last encoder
+// block.
+std::vector<int> chain_blocks(const std::vector<std::string>& names);
 
 }  // namespace remat

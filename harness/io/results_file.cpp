@@ -14,6 +14,7 @@
 #include "h5/atomic_file.hpp"
 #include "harness/io/file_lock.hpp"
 #include "harness/step.hpp"
+#include "zoo/model.hpp"
 
 #ifndef REMAT_GIT_REVISION
 #define REMAT_GIT_REVISION "unknown"
@@ -36,6 +37,23 @@ std::string host_name() {
 
 void write_run(const h5::File& f, const std::string& group, const RunRecord& r);
 
+// The sizes and settings only some models read (mixtral's experts, a rotary
+// base), in a key only for those models: keys of the others stay as they were.
+std::string model_attributes(const std::string& model, const Sizes& z) {
+  auto exact = [](double v) {
+    char text[32];
+    std::snprintf(text, sizeof text, "%.17g", v);
+    return std::string(text);
+  };
+  std::string text;
+  for (const auto& a : models().find(model).attributes) {
+    if (a == "E") text += ";E=" + std::to_string(z.E) + ";router_aux=" + exact(z.router_aux);
+    if (a == "K") text += ";K=" + std::to_string(z.K);
+    if (a == "theta") text += ";theta=" + exact(z.theta);
+  }
+  return text;
+}
+
 }  // namespace
 
 std::string RunKey::text() const {
@@ -47,7 +65,7 @@ std::string RunKey::text() const {
          ";F=" + std::to_string(z.F) + ";S=" + std::to_string(z.S) + ";S_max=" + std::to_string(z.S_max) +
          ";V=" + std::to_string(z.V) + ";B=" + std::to_string(z.B) + ";dropout=" + dropout + ";attention=" + attention +
          ";data=" + data + ";seed=" + std::to_string(seed) + ";mem_limit=" + std::to_string(mem_limit) +
-         (finetune.empty() ? "" : ";finetune=" + finetune);
+         (finetune.empty() ? "" : ";finetune=" + finetune) + model_attributes(model, z);
 }
 
 std::string RunKey::name() const {
@@ -151,6 +169,10 @@ void write_run(const h5::File& file_, const std::string& g, const RunRecord& r) 
                       {"S_max", z.S_max}, {"V", z.V}, {"B", z.B}})
     attr_i(n, v);
   attr_d("dropout", z.dropout);
+  for (const auto& a : models().find(k.model).attributes) {
+    if (a == "E") attr_i("E", z.E), attr_i("K", z.K), attr_d("router_aux", z.router_aux);
+    if (a == "theta") attr_d("theta", z.theta);
+  }
   attr_s("attention", k.attention);
   if (!k.finetune.empty()) {
     attr_s("finetune", k.finetune);
@@ -175,6 +197,7 @@ void write_run(const h5::File& file_, const std::string& g, const RunRecord& r) 
   attr_d("step_time_max", r.step_times.empty() ? 0 : *slowest);
   attr_d("tokens_per_second", step_median > 0 ? double(z.B) * z.S / step_median : 0);
   attr_d("loss", st.loss);
+  for (const auto& [name, value] : st.loss_parts) h5::write_attr(file_, "loss." + name, value, g);
   attr_i("activation_peak_bytes", st.activation_peak);
   attr_i("predicted_activation_bytes", r.check.predicted.device);
   attr_i("offload_peak_bytes", st.offload_peak);
@@ -210,6 +233,7 @@ void write_run(const h5::File& file_, const std::string& g, const RunRecord& r) 
   const Shape p{std::int64_t(r.param_names.size())};
   h5::write(file_, g + "/grad_error/max_abs", r.check.vs_full.abs_by_param, p);
   h5::write(file_, g + "/grad_error/max_rel", r.check.vs_full.rel_by_param, p);
+  for (const auto& stat : st.stats) h5::write(file_, g + "/stats/" + stat.name, stat.values, stat.shape);
 }
 
 }  // namespace

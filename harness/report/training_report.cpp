@@ -50,9 +50,9 @@ std::string run_label(const std::string& path, const TrainConfig& c) {
 
 std::string training_summary(const std::vector<std::string>& run_files) {
   std::ostringstream o;
-  o << "\n## training runs\n\n| run | model | strategy | steps | final loss | best validation | median step s | "
+  o << "\n## training runs\n\n| run | model | strategy | steps | final loss | loss parts | best validation | median step s | "
        "tokens/s | activation MB | ranks | memory/rank MB | comm MB/step (predicted) |\n"
-       "|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+       "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& path : run_files) {
     const SavedRun run = read_run_record(path);
     const TrainConfig& c = run.config;
@@ -61,12 +61,20 @@ std::string training_summary(const std::vector<std::string>& run_files) {
     for (const auto& e : s.evals) best = best == 0 ? e.loss : std::min(best, e.loss);
     const RankFigures f = rank_figures(run);
     const double t = f.step_seconds;
-    char buf[512];
+    std::string parts;  // the last step's (mixtral: ce and aux)
+    if (!s.history.empty())
+      for (const auto& [name, value] : s.history.back().loss_parts) {
+        char part[64];
+        std::snprintf(part, sizeof part, "%s%s %.4f", parts.empty() ? "" : ", ", name.c_str(), value);
+        parts += part;
+      }
+    char buf[768];
     std::snprintf(buf, sizeof buf,
-                  "| %s | %s L%d D%d S%d B%d | %s | %d/%d | %s | %s | %.3f | %.0f | %.1f | %d%s | %.1f | %.2f (%.2f) |\n",
+                  "| %s | %s L%d D%d S%d B%d | %s | %d/%d | %s | %s | %s | %.3f | %.0f | %.1f | %d%s | %.1f | %.2f (%.2f) |\n",
                   path.c_str(), c.setup.model.c_str(), c.setup.sizes.L, c.setup.sizes.D, c.setup.sizes.S,
                   c.setup.sizes.B, c.strategy.c_str(), s.step, c.steps,
                   s.history.empty() ? "-" : std::to_string(s.history.back().loss).substr(0, 6).c_str(),
+                  parts.empty() ? "-" : parts.c_str(),
                   s.evals.empty() ? "-" : std::to_string(best).substr(0, 6).c_str(), t,
                   t > 0 ? double(c.setup.sizes.B) * c.setup.sizes.S * c.accumulate / t : 0.0, f.activation_mb,
                   c.ranks, c.shard_params ? " sharded" : "", f.memory_mb, f.comm_mb, f.predicted_comm_mb);
@@ -100,6 +108,43 @@ std::string write_loss_plot(const std::vector<std::string>& run_files, const std
   }
   const std::string out = dir + "/loss.svg";
   write_file_atomically(out, svg::render("Training and validation loss", {chart}));
+  return out;
+}
+
+std::string write_expert_plot(const std::vector<std::string>& run_files, const std::string& dir) {
+  std::vector<svg::Chart> panels;
+  for (const auto& path : run_files) {
+    const SavedRun run = read_run_record(path);
+    const auto& h = run.state.history;
+    if (h.empty()) continue;
+    const auto stat = std::find_if(h.front().stats.begin(), h.front().stats.end(),
+                                   [](const Statistic& s) { return s.name == "expert_load"; });
+    if (stat == h.front().stats.end() || stat->shape.size() != 2) continue;
+    const std::size_t k = std::size_t(stat - h.front().stats.begin());
+    const std::int64_t L = stat->shape[0], E = stat->shape[1];
+    for (std::int64_t l = 0; l < L; ++l) {
+      svg::Chart c{run_label(path, run.config) + ", layer " + std::to_string(l), "step", "share of routed rows", false,
+                   false, {}};
+      for (std::int64_t e = 0; e < E; ++e) {
+        svg::Series expert{"expert " + std::to_string(e), {}, {}};
+        for (std::size_t i = 0; i < h.size(); ++i) {
+          const auto& v = h[i].stats.at(k).values;
+          double rows = 0;
+          for (std::int64_t f = 0; f < E; ++f) rows += v[std::size_t(l * E + f)];
+          expert.x.push_back(double(i + 1));
+          expert.y.push_back(rows > 0 ? v[std::size_t(l * E + e)] / rows : 0);
+        }
+        c.series.push_back(std::move(expert));
+      }
+      panels.push_back(std::move(c));
+    }
+  }
+  if (panels.empty()) return "";
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw UserError(dir + ": cannot create (" + ec.message() + ")");
+  const std::string out = dir + "/experts.svg";
+  write_file_atomically(out, svg::render("Tokens routed to each expert, per layer (1/E each when balanced)", panels));
   return out;
 }
 

@@ -14,5 +14,9 @@ std::string write_loss_plot(const std::vector<std::string>& run_files, const std
 // its median step time and against its communication per step; returns the
 // file written.
 std::string write_rank_plot(const std::vector<std::string>& run_files, const std::string& dir);
+// Writes experts.svg into `dir` if a run routes tokens to experts (mixtral):
+// for each such run and layer, each expert's share of the routed rows over
+// the steps; returns the file written, or "" if no run has experts.
+std::string write_expert_plot(const std::vector<std::string>& run_files, const std::string& dir);
 
 }  // namespace remat

@@ -1,5 +1,6 @@
 #include "harness/train/run_file.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -33,7 +34,10 @@ std::vector<std::pair<std::string, std::string>> settings(const TrainConfig& c) 
     std::snprintf(buf, sizeof buf, "%.17g", v);
     return std::string(buf);
   };
-  return {{"strategy", c.strategy},
+  std::vector<std::pair<std::string, std::string>> model_settings;
+  const auto& attributes = models().find(c.setup.model).attributes;
+  if (std::count(attributes.begin(), attributes.end(), "E")) model_settings.push_back({"router_aux", num(c.setup.sizes.router_aux)});
+  std::vector<std::pair<std::string, std::string>> all = {{"strategy", c.strategy},
           {"attention", ops::attention_kernel_name(c.attention)},
           {"data", c.data},
           {"seed", std::to_string(c.seed)},
@@ -57,6 +61,8 @@ std::vector<std::pair<std::string, std::string>> settings(const TrainConfig& c) 
           {"lora", c.lora.key()},
           {"ranks", std::to_string(c.ranks)},
           {"shard_params", c.shard_params ? "yes" : "no"}};
+  all.insert(all.end(), model_settings.begin(), model_settings.end());
+  return all;
 }
 
 std::string text_attr(const h5::File& f, const std::string& name) {
@@ -104,6 +110,7 @@ TrainConfig read_config(const h5::File& f, const ModelSetup& setup) {
   c.seed = std::strtoull(seed.c_str(), &end, 10);
   if (seed.empty() || *end != '\0') throw UserError(f.path() + ": 'train.seed' = '" + seed + "' is not a seed");
   c.setup.sizes.dropout = number(f, "dropout");
+  if (h5::read_attr_string(f, "train.router_aux")) c.setup.sizes.router_aux = number(f, "router_aux");
   c.steps = whole(f, "steps");
   c.optimizer.kind = text_attr(f, "optimizer");
   c.schedule.lr = number(f, "lr");
@@ -167,8 +174,30 @@ TrainState read_state(const h5::File& f, const TrainConfig& c) {
   const auto predicted = h5::exists(f, "/history/predicted_comm_bytes")
                              ? history<std::int64_t>(f, "predicted_comm_bytes", n)
                              : std::vector<std::int64_t>(n, 0);
-  for (std::size_t i = 0; i < n; ++i)
-    s.history.push_back({loss[i], lr[i], norm[i], seconds[i], peak[i], comm_bytes[i], comm_seconds[i], predicted[i]});
+  for (std::size_t i = 0; i < n; ++i) {
+    StepRecord r;
+    r.loss = loss[i], r.lr = lr[i], r.grad_norm = norm[i], r.seconds = seconds[i], r.activation_peak = peak[i];
+    r.comm_bytes = comm_bytes[i], r.comm_seconds = comm_seconds[i], r.predicted_comm_bytes = predicted[i];
+    s.history.push_back(std::move(r));
+  }
+  // The model's loss parts (/history/loss_parts/<name> [n]) and statistics
+  // (/history/stats/<name> [n, ...]), where it has them.
+  for (const auto& name : h5::list(f, "/history/loss_parts")) {
+    const auto v = history<double>(f, "loss_parts/" + name, n);
+    for (std::size_t i = 0; i < n; ++i) s.history[i].loss_parts.emplace_back(name, v[i]);
+  }
+  for (const auto& name : h5::list(f, "/history/stats")) {
+    const std::string path = "/history/stats/" + name;
+    const Shape shape = h5::info(f, path).shape;
+    if (shape.empty() || shape[0] != std::int64_t(n))
+      throw UserError(f.path() + ": " + path + " is " + to_string(shape) + ", expected " + std::to_string(n) + " steps");
+    const auto v = h5::read_f64(f, path);
+    const Shape one(shape.begin() + 1, shape.end());
+    const std::size_t each = std::size_t(numel(one));
+    for (std::size_t i = 0; i < n; ++i)
+      s.history[i].stats.push_back({name, one, std::vector<double>(v.begin() + std::ptrdiff_t(i * each),
+                                                                   v.begin() + std::ptrdiff_t((i + 1) * each))});
+  }
   for (const auto& [name, bytes] : memory_fields(s.memory))  // files before it: zeros
     if (const auto v = h5::read_attr_int(f, "rank_memory." + name)) {
       if (*v < 0) throw UserError(f.path() + ": 'rank_memory." + name + "' is negative");
@@ -234,6 +263,21 @@ void write_run_file(const std::string& path, const TrainConfig& config, const Tr
   h5::write(f, "/history/predicted_comm_bytes", predicted_comm, n);
   h5::write(f, "/history/eval_step", eval_step, m);
   h5::write(f, "/history/eval_loss", eval_loss, m);
+  if (!state.history.empty()) {
+    const StepRecord& first = state.history.front();
+    for (std::size_t k = 0; k < first.loss_parts.size(); ++k) {
+      std::vector<double> v;
+      for (const auto& r : state.history) v.push_back(r.loss_parts.at(k).second);
+      h5::write(f, "/history/loss_parts/" + first.loss_parts[k].first, v, n);
+    }
+    for (std::size_t k = 0; k < first.stats.size(); ++k) {
+      std::vector<double> v;
+      for (const auto& r : state.history) v.insert(v.end(), r.stats.at(k).values.begin(), r.stats.at(k).values.end());
+      Shape shape = first.stats[k].shape;
+      shape.insert(shape.begin(), std::int64_t(state.history.size()));
+      h5::write(f, "/history/stats/" + first.stats[k].name, v, shape);
+    }
+  }
   f.save();
 }
 

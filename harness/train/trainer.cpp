@@ -164,6 +164,36 @@ void Trainer::exchange_round(int round, double loss) {
   }
 }
 
+namespace {
+
+// The step's record of a micro-batch's parts and statistics: added up.
+void add_parts(StepRecord& r, const StepResult& s) {
+  if (r.loss_parts.empty()) r.loss_parts.assign(s.loss_parts.begin(), s.loss_parts.end()), r.stats = s.stats;
+  else {
+    for (std::size_t i = 0; i < s.loss_parts.size(); ++i) r.loss_parts[i].second += s.loss_parts[i].second;
+    for (std::size_t i = 0; i < s.stats.size(); ++i)
+      for (std::size_t j = 0; j < s.stats[i].values.size(); ++j) r.stats[i].values[j] += s.stats[i].values[j];
+  }
+}
+
+void sum_parts_over_ranks(StepRecord& r) {
+  std::vector<double> mine;  // every rank's, in one order: the parts, then each statistic's values
+  for (const auto& p : r.loss_parts) mine.push_back(p.second);
+  for (const auto& st : r.stats) mine.insert(mine.end(), st.values.begin(), st.values.end());
+  if (mine.empty()) return;
+  std::vector<double> all(mine.size() * std::size_t(comm::size()));
+  comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data());
+  std::vector<double> sum(mine.size(), 0.0);
+  for (int rank = 0; rank < comm::size(); ++rank)
+    for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += all[std::size_t(rank) * mine.size() + i];
+  std::size_t k = 0;
+  for (auto& p : r.loss_parts) p.second = sum[k++];
+  for (auto& st : r.stats)
+    for (double& v : st.values) v = sum[k++];
+}
+
+}  // namespace
+
 void Trainer::gather_losses(double loss) {
   std::vector<double> losses(std::size_t(comm::size()), 0.0);
   comm::gather_all(&loss, 1, losses.data());
@@ -197,6 +227,7 @@ const StepRecord& Trainer::step() {
     const auto reducing_base = tracker.stats(MemoryTracker::kReducingPool).live;
     const StepResult s = run_step(*model_, params, data_->next(), o);
     r.activation_peak = std::max(r.activation_peak, s.activation_peak);
+    add_parts(r, s);
     if (shards_) {
       gathered_peak_ = std::max(gathered_peak_, tracker.stats(MemoryTracker::kGatheredPool).peak - gathered_base);
       reducing_peak_ = std::max(reducing_peak_, tracker.stats(MemoryTracker::kReducingPool).peak - reducing_base);
@@ -238,6 +269,8 @@ const StepRecord& Trainer::step() {
       if (sums_[i].defined()) Kokkos::deep_copy(ts[i].grad().bytes(), sums_[i].bytes());
     sums_.clear();
   }
+  if (N > 1) sum_parts_over_ranks(r);
+  for (auto& part : r.loss_parts) part.second /= M;
   const std::vector<Tensor>& trained = shards_ ? shards_->shards() : params.tensors();
   if (M > 1) {
     scale_gradients(trained, 1.0 / M);

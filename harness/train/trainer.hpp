@@ -14,6 +14,7 @@
 #include "harness/finetune/freeze.hpp"
 #include "harness/finetune/lora.hpp"
 #include "harness/io/weights_file.hpp"
+#include "harness/step.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/schedule.hpp"
 
@@ -42,6 +43,11 @@ struct TrainConfig {
 
 struct StepRecord {
   double loss = 0, lr = 0, grad_norm = 0, seconds = 0;
+  // The model's parts of the loss (mixtral: ce, aux), means over the step's
+  // micro-batches like `loss`; and its statistics (mixtral: expert_load,
+  // tokens per expert per layer), sums over them.
+  std::vector<std::pair<std::string, double>> loss_parts;
+  std::vector<Statistic> stats;
   std::int64_t activation_peak = 0;
   std::int64_t comm_bytes = 0;  // sent + received by this rank (data parallel)
   double comm_seconds = 0;      // spent in those exchanges

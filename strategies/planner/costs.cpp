@@ -39,6 +39,8 @@ ChainCosts chain_costs(const SaveProfile& p, bool allow_offload) {
     k.input = b.input;
     k.forward_peak = b.forward_peak;
     k.backward_peak = b.backward_peak;
+    k.context = b.context;
+    k.new_stack = b.new_stack;
     k.forward_seconds = p.timed ? b.forward_seconds : kSecondsPerByte * double(b.saved);
     k.offload_seconds = p.offload_seconds_per_byte * double(b.saved);
     std::set<std::string> tag_set;

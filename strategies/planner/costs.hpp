@@ -25,6 +25,8 @@ struct Variant {
 struct BlockCosts {
   std::string name;
   std::int64_t saved = 0, input = 0, forward_peak = 0, backward_peak = 0;  // as in BlockSaves
+  std::int64_t context = 0;  // as in BlockSaves: held from this block on, whatever the plan
+  bool new_stack = false;    // no segment runs across it
   double forward_seconds = 0;
   std::vector<Variant> variants;  // Pareto-optimal: none drops as much for less time
   double offload_seconds = 0;     // moving everything it saves to the host pool and back

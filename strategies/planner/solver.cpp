@@ -87,14 +87,23 @@ class Program {
     span_choice_[at(k, b, m)] = choice;
   }
 
+  // Context (BlockCosts::context) held from block `first` on, through `last`.
+  int context(int first, int last) const {
+    std::int64_t bytes = 0;
+    for (int j = first; j <= last; ++j) bytes += c_.blocks[std::size_t(j)].context;
+    return units(bytes);
+  }
+
   // Blocks i.. at the top level, g as in top(): block i plain (a variant),
-  // offloaded (if allowed), or a segment [i, e].
-  void solve_top(int i, int g, int m) {
+  // offloaded (if allowed), or a segment [i, e] (never across a new stack).
+  // m leaves out the context of blocks before i.
+  void solve_top(int i, int g, int m_before) {
     float best = kInf;
     std::int16_t choice = kInfeasible;
     if (i == L_) {
-      if (units(c_.outside_peak) <= m) best = 0, choice = 0;
+      if (units(c_.outside_peak) <= m_before) best = 0, choice = 0;
     } else {
+      const int m = m_before - context(i, i);
       const auto& blk = c_.blocks[std::size_t(i)];
       for (std::size_t v = 0; v < blk.variants.size(); ++v) {
         const auto& var = blk.variants[v];
@@ -109,14 +118,16 @@ class Program {
       const int input = in_[std::size_t(i)];
       int need = 0;
       for (int e = i; e < L_ && input <= m; ++e) {
+        if (e > i && c_.blocks[std::size_t(e)].new_stack) break;
+        const int held = m_before - context(i, e);  // the segment's context, kept before its recomputation
         need = std::max(need, run_need(i, e));
-        if (need > m) break;
-        const float cost = span(i, e, m) + top(e + 1, g, m - input);
+        if (need > held || held < 0) break;
+        const float cost = span(i, e, held) + top(e + 1, g, held - input);
         if (cost < best) best = cost, choice = std::int16_t(kSegment + e);
       }
     }
-    top_[top_at(i, g, m)] = best;
-    top_choice_[top_at(i, g, m)] = choice;
+    top_[top_at(i, g, m_before)] = best;
+    top_choice_[top_at(i, g, m_before)] = choice;
   }
 
   PlanPart plain(int k, std::int16_t v) const {
@@ -166,13 +177,16 @@ class Program {
         p.first = p.last = i;
         p.offload = true;
         parts.push_back(p);
+        m -= context(i, i);
         g = ++i;
       } else if (choice < kSegment) {
         parts.push_back(plain(i, choice));
-        m -= units(c_.blocks[std::size_t(i)].saved - c_.blocks[std::size_t(i)].variants[std::size_t(choice)].dropped);
+        m -= context(i, i) +
+             units(c_.blocks[std::size_t(i)].saved - c_.blocks[std::size_t(i)].variants[std::size_t(choice)].dropped);
         ++i;
       } else {
         const int e = choice - kSegment;
+        m -= context(i, e);
         parts.push_back(segment(i, e, span_parts(i, e, m)));
         m -= in_[std::size_t(i)];
         i = e + 1;
@@ -215,7 +229,7 @@ std::optional<Plan> solve(const ChainCosts& c, const SaveProfile& p, std::int64_
 std::int64_t smallest_budget(const ChainCosts& c, const SaveProfile& p) {
   // Feasible: everything kept (full's peak, with a margin for rounding).
   std::int64_t hi = 0;
-  for (const auto& b : c.blocks) hi += b.saved + b.forward_peak + b.backward_peak;
+  for (const auto& b : c.blocks) hi += b.saved + b.forward_peak + b.backward_peak + b.context;
   hi += c.outside_peak + 1;
   std::int64_t lo = c.outside_peak;
   for (const auto& b : c.blocks) lo = std::max(lo, b.backward_peak);

@@ -50,7 +50,7 @@ def gelu_tanh(x):
     return 0.5 * x * (1 + torch.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
 
 
-def gpt2(p, tokens, z):
+def gpt2(p, tokens, z, targets):
     S = tokens.shape[1]
     x = p["wte.weight"][tokens] + p["wpe.weight"][:S]
     for i in range(z["L"]):
@@ -90,22 +90,27 @@ def gqa(q, k, v, H, Hkv, causal):
     return (att @ v).transpose(1, 2).reshape(B, S, H * hd)
 
 
-def llama(p, tokens, z):
+def llama_attention(p, l, x, z):
+    a = rms_norm(x, p[l + "attention_norm.weight"])
+    theta = z.get("theta", 10000.0)
+    q = rotary(linear(a, p, l + "attention.wq", False), z["H"], theta)
+    k = rotary(linear(a, p, l + "attention.wk", False), z["Hkv"], theta)
+    v = linear(a, p, l + "attention.wv", False)
+    return linear(gqa(q, k, v, z["H"], z["Hkv"], True), p, l + "attention.wo", False)
+
+
+def llama(p, tokens, z, targets):
     x = p["tok_embeddings.weight"][tokens]
     for i in range(z["L"]):
         l = f"layers.{i}."
-        a = rms_norm(x, p[l + "attention_norm.weight"])
-        q = rotary(linear(a, p, l + "attention.wq", False), z["H"])
-        k = rotary(linear(a, p, l + "attention.wk", False), z["Hkv"])
-        v = linear(a, p, l + "attention.wv", False)
-        x = x + linear(gqa(q, k, v, z["H"], z["Hkv"], True), p, l + "attention.wo", False)
+        x = x + llama_attention(p, l, x, z)
         m = rms_norm(x, p[l + "ffn_norm.weight"])
         gate = torch.nn.functional.silu(linear(m, p, l + "feed_forward.w1", False))
         x = x + linear(gate * linear(m, p, l + "feed_forward.w3", False), p, l + "feed_forward.w2", False)
     return linear(rms_norm(x, p["norm.weight"]), p, "output", False)
 
 
-def bert(p, tokens, z):
+def bert(p, tokens, z, targets):
     S = tokens.shape[1]
     e = "embeddings."
     x = p[e + "word_embeddings.weight"][tokens] + p[e + "position_embeddings.weight"][:S]
@@ -121,7 +126,7 @@ def bert(p, tokens, z):
     return linear(x, p, "cls")
 
 
-def revformer(p, tokens, z):
+def revformer(p, tokens, z, targets):
     S = tokens.shape[1]
     x = p["wte.weight"][tokens] + p["wpe.weight"][:S]
     x1, x2 = x, x
@@ -143,7 +148,7 @@ def revformer(p, tokens, z):
     return x @ p["wte.weight"].T
 
 
-def parallel(p, tokens, z):
+def parallel(p, tokens, z, targets):
     S = tokens.shape[1]
     x = p["wte.weight"][tokens] + p["wpe.weight"][:S]
     for i in range(z["L"]):
@@ -156,22 +161,101 @@ def parallel(p, tokens, z):
     return x @ p["wte.weight"].T
 
 
-MODELS = {"gpt2": gpt2, "llama": llama, "bert": bert, "revformer": revformer, "parallel": parallel}
+def top_k_first(probs, k):
+    """The k largest per row, largest first; among equal values the lower index first."""
+    masked = probs.detach().clone()
+    rows = torch.arange(probs.shape[0])
+    chosen = []
+    for _ in range(k):
+        best = masked.argmax(dim=-1)  # the first maximal index
+        chosen.append(best)
+        masked[rows, best] = float("-inf")
+    return torch.stack(chosen, dim=1)
+
+
+def mixtral(p, tokens, z, targets, router_aux=0.01):
+    """llama with a top-k mixture of experts; returns logits and router_aux * load-balancing loss."""
+    E, K = z["E"], z["K"]
+    x = p["tok_embeddings.weight"][tokens]
+    B, S, D = x.shape
+    counts = torch.zeros(E, dtype=torch.float64)
+    prob_sums = torch.zeros(E, dtype=torch.float64)
+    for i in range(z["L"]):
+        l = f"layers.{i}."
+        x = x + llama_attention(p, l, x, z)
+        m = rms_norm(x, p[l + "ffn_norm.weight"]).reshape(B * S, D)
+        probs = torch.softmax(m @ p[l + "block_sparse_moe.gate.weight"].T, dim=-1)
+        sel = top_k_first(probs, K)
+        w = probs.gather(1, sel)
+        w = w / w.sum(dim=-1, keepdim=True)
+        # Each token's j-th expert on it, weighted, token by token's choice.
+        y = torch.zeros_like(m)
+        for j in range(K):
+            for e in range(E):
+                rows = (sel[:, j] == e).nonzero().flatten()
+                if rows.numel() == 0:
+                    continue
+                xe = f"{l}block_sparse_moe.experts.{e}."
+                h = torch.nn.functional.silu(m[rows] @ p[xe + "w1.weight"].T) * (m[rows] @ p[xe + "w3.weight"].T)
+                y = y.index_add(0, rows, w[rows, j:j + 1] * (h @ p[xe + "w2.weight"].T))
+        x = x + y.reshape(B, S, D)
+        counts = counts + torch.nn.functional.one_hot(sel, E).sum(dim=(0, 1)).double()
+        prob_sums = prob_sums + probs.sum(dim=0)
+    N = z["L"] * B * S
+    aux = E * ((counts / N) * (prob_sums / N)).sum()
+    logits = linear(rms_norm(x, p["norm.weight"]), p, "output", False)
+    return logits, router_aux * aux
+
+
+def encdec(p, tokens, z, targets):
+    S, D, H = tokens.shape[1], z["D"], z["H"]
+    half = z["L"] // 2
+    e = p["wte.weight"][tokens] + p["enc.wpe.weight"][:S]
+    for i in range(half):
+        h = f"enc.h.{i}."
+        a = linear(layer_norm(e, p[h + "ln_1.weight"], p[h + "ln_1.bias"], 1e-5), p, h + "attn.c_attn")
+        q, k, v = a.split(D, dim=-1)
+        e = e + linear(mha(q, k, v, H, False), p, h + "attn.c_proj")
+        m = layer_norm(e, p[h + "ln_2.weight"], p[h + "ln_2.bias"], 1e-5)
+        e = e + linear(gelu_tanh(linear(m, p, h + "mlp.c_fc")), p, h + "mlp.c_proj")
+    e = layer_norm(e, p["enc.ln_f.weight"], p["enc.ln_f.bias"], 1e-5)
+    dec_in = torch.cat([torch.zeros_like(targets[:, :1]), targets[:, :-1]], dim=1)
+    d = p["wte.weight"][dec_in] + p["dec.wpe.weight"][:S]
+    for i in range(half):
+        h = f"dec.h.{i}."
+        a = linear(layer_norm(d, p[h + "ln_1.weight"], p[h + "ln_1.bias"], 1e-5), p, h + "attn.c_attn")
+        q, k, v = a.split(D, dim=-1)
+        d = d + linear(mha(q, k, v, H, True), p, h + "attn.c_proj")
+        c = layer_norm(d, p[h + "ln_2.weight"], p[h + "ln_2.bias"], 1e-5)
+        q = linear(c, p, h + "cross.c_q")
+        k, v = linear(e, p, h + "cross.c_kv").split(D, dim=-1)
+        d = d + linear(mha(q, k, v, H, False), p, h + "cross.c_proj")
+        m = layer_norm(d, p[h + "ln_3.weight"], p[h + "ln_3.bias"], 1e-5)
+        d = d + linear(gelu_tanh(linear(m, p, h + "mlp.c_fc")), p, h + "mlp.c_proj")
+    d = layer_norm(d, p["dec.ln_f.weight"], p["dec.ln_f.bias"], 1e-5)
+    return d @ p["wte.weight"].T
+
+
+MODELS = {"gpt2": gpt2, "llama": llama, "bert": bert, "revformer": revformer, "parallel": parallel,
+          "mixtral": mixtral, "encdec": encdec}
 
 
 def main(weights_path, result_path):
     with h5py.File(weights_path, "r") as f:
         z = {k: int(f.attrs[k]) for k in ("L", "D", "H", "S", "V") if k in f.attrs}
-        for k in ("Hkv", "F"):
+        for k in ("Hkv", "F", "E", "K"):
             if k in f.attrs:
                 z[k] = int(f.attrs[k])
+        if "theta" in f.attrs:
+            z["theta"] = float(f.attrs["theta"])
         model = f.attrs["model"]
         model = model.decode() if isinstance(model, bytes) else str(model)
         p = {n: torch.tensor(f["params"][n][()], dtype=torch.float64, requires_grad=True) for n in f["params"]}
         tokens = torch.tensor(f["batch/tokens"][()], dtype=torch.long)
         targets = torch.tensor(f["batch/targets"][()], dtype=torch.long)
-    logits = MODELS[model](p, tokens, z)
-    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+    out = MODELS[model](p, tokens, z, targets)
+    logits, extra = out if isinstance(out, tuple) else (out, 0.0)  # extra: an auxiliary loss term (mixtral)
+    loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)) + extra
     loss.backward()
 
     failures = []

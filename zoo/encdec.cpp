@@ -1,0 +1,115 @@
+// encdec: a pre-LayerNorm encoder-decoder with cross-attention
+// (docs/models.md), gpt2's LayerNorm, attention and MLP, one token embedding
+// shared by both sides and tied to the head:
+//   e = wte[tokens] + enc.wpe;  for i < L/2: e += Attn(LN1 e) (bidirectional);  e += MLP(LN2 e)
+//   e = enc.ln_f(e)
+//   d = wte[0, targets[:, :S-1]] + dec.wpe   (teacher forcing)
+//   for i < L/2: d += Attn(LN1 d) (causal);  d += Cross(LN2 d, e);  d += MLP(LN3 d)
+//   logits = dec.ln_f(d) @ wte^T
+// Blocks: the encoder's, then the decoder's, one chain of L for the
+// strategies. Every decoder block reads the encoder's output e: it is each
+// decoder block's context input (BlockInfo::context), so strategies keep it
+// once, not once per checkpoint region; the first decoder block starts a new
+// stack (its input is the decoder's embedding, not the encoder's last
+// output), so no checkpoint segment runs across the two.
+#include "autodiff/error.hpp"
+#include "autodiff/ops/ops.hpp"
+#include "autodiff/region.hpp"
+#include "zoo/common.hpp"
+#include "zoo/gpt_layers.hpp"
+#include "zoo/model.hpp"
+
+namespace remat {
+namespace {
+
+class Encdec final : public Model {
+ public:
+  explicit Encdec(const Sizes& s) : Model(s) {
+    if (s.L % 2 != 0)
+      throw UserError("encdec: L = " + std::to_string(s.L) + " must be even (L/2 encoder and L/2 decoder blocks)");
+  }
+
+  std::vector<ParamSpec> params() const override {
+    const std::int64_t D = sizes_.D;
+    std::vector<ParamSpec> p = {{"wte.weight", {sizes_.V, D}}, {"enc.wpe.weight", {sizes_.S_max, D}}};
+    for (int i = 0; i < half(); ++i) {
+      const std::string h = "enc.h." + std::to_string(i) + ".";
+      append_layer_norm(p, h + "ln_1", D);
+      gpt::append_attention(p, h + "attn", D);
+      append_layer_norm(p, h + "ln_2", D);
+      gpt::append_mlp(p, h + "mlp", D);
+    }
+    append_layer_norm(p, "enc.ln_f", D);
+    p.push_back({"dec.wpe.weight", {sizes_.S_max, D}});
+    for (int i = 0; i < half(); ++i) {
+      const std::string h = "dec.h." + std::to_string(i) + ".";
+      append_layer_norm(p, h + "ln_1", D);
+      gpt::append_attention(p, h + "attn", D);
+      append_layer_norm(p, h + "ln_2", D);
+      append_linear(p, h + "cross.c_q", D, D);
+      append_linear(p, h + "cross.c_kv", 2 * D, D);
+      append_linear(p, h + "cross.c_proj", D, D, Init::residual_out);
+      append_layer_norm(p, h + "ln_3", D);
+      gpt::append_mlp(p, h + "mlp", D);
+    }
+    append_layer_norm(p, "dec.ln_f", D);
+    return p;
+  }
+
+  Tensor logits(const ParamStore& p, const Batch& batch) const override {
+    const int Le = half(), L = sizes_.L;
+    Tensor e = embed(p, batch.tokens, "enc.wpe.weight");
+    for (int i = 0; i < Le; ++i)
+      e = run_block({i, L, "enc.h." + std::to_string(i)}, e,
+                    [this, &p, i](const Tensor& x) { return encoder_block(p, i, x); });
+    e = norm(p, "enc.ln_f", e);
+    Tensors d = {embed(p, shift_right(batch.targets), "dec.wpe.weight"), e};
+    for (int i = 0; i < L - Le; ++i)
+      d = run_block({Le + i, L, "dec.h." + std::to_string(i), /*context=*/1, /*new_stack=*/i == 0}, d,
+                    [this, &p, i](const Tensors& x) { return Tensors{decoder_block(p, i, x[0], x[1]), x[1]}; });
+    return ops::linear(norm(p, "dec.ln_f", d[0]), p["wte.weight"]);
+  }
+
+ private:
+  int half() const { return sizes_.L / 2; }
+
+  static Tensor norm(const ParamStore& p, const std::string& prefix, const Tensor& x) {
+    return ops::layer_norm(x, p[prefix + ".weight"], p[prefix + ".bias"], 1e-5);
+  }
+
+  Tensor embed(const ParamStore& p, const Tensor& ids, const std::string& positions_table) const {
+    return ops::dropout(ops::add(ops::embedding(p["wte.weight"], ids), ops::embedding(p[positions_table], positions(ids))),
+                        sizes_.dropout);
+  }
+
+  Tensor encoder_block(const ParamStore& p, int i, const Tensor& x) const {
+    const std::string h = "enc.h." + std::to_string(i) + ".";
+    const Tensor r = ops::add(x, gpt::attention(p, h + "attn", norm(p, h + "ln_1", x), sizes_.H, sizes_.dropout,
+                                                /*causal=*/false));
+    return ops::add(r, gpt::mlp(p, h + "mlp", norm(p, h + "ln_2", r), sizes_.dropout));
+  }
+
+  Tensor decoder_block(const ParamStore& p, int i, const Tensor& x, const Tensor& e) const {
+    const std::string h = "dec.h." + std::to_string(i) + ".";
+    const Tensor a = ops::add(x, gpt::attention(p, h + "attn", norm(p, h + "ln_1", x), sizes_.H, sizes_.dropout));
+    const Tensor c = ops::add(a, cross(p, h + "cross", norm(p, h + "ln_2", a), e));
+    return ops::add(c, gpt::mlp(p, h + "mlp", norm(p, h + "ln_3", c), sizes_.dropout));
+  }
+
+  // dropout(c_proj(attention(c_q(z), c_kv(e)))), no mask.
+  Tensor cross(const ParamStore& p, const std::string& prefix, const Tensor& z, const Tensor& e) const {
+    const Tensor q = ops::linear(z, p[prefix + ".c_q.weight"], p[prefix + ".c_q.bias"]);
+    const Tensor kv = ops::linear(e, p[prefix + ".c_kv.weight"], p[prefix + ".c_kv.bias"]);
+    const Tensor a = ops::attention(q, kv, sizes_.H, /*causal=*/false, sizes_.dropout);
+    return ops::dropout(ops::linear(a, p[prefix + ".c_proj.weight"], p[prefix + ".c_proj.bias"]), sizes_.dropout);
+  }
+};
+
+}  // namespace
+
+void register_encdec(ModelRegistry& r) {
+  r.add({"encdec", "pre-LayerNorm encoder-decoder: gpt2's blocks, cross-attention on the encoder's output, tied head",
+         false, [](const Sizes& s) { return std::make_unique<Encdec>(s); }});
+}
+
+}  // namespace remat
