@@ -56,29 +56,53 @@ void sync_directory(const fs::path& dir) {
 
 }  // namespace
 
-void write_file_atomically(const std::string& path, const void* data, std::size_t size) {
+AtomicFile::AtomicFile(std::string target) : target_(std::move(target)) {
   std::random_device random;
-  std::string temp;
-  int fd = -1;
-  for (int attempt = 0; fd < 0; ++attempt) {
-    temp = path + kTempInfix + std::to_string(::getpid()) + "." + std::to_string(random() % 1000000);
+  for (int attempt = 0; fd_ < 0; ++attempt) {
+    temp_ = target_ + kTempInfix + std::to_string(::getpid()) + "." + std::to_string(random() % 1000000);
     // O_EXCL refuses an existing name, a symlink included: nothing planted
     // there is ever written through.
-    fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0 && (errno != EEXIST || attempt > 100)) fail(path, "cannot create a temporary file beside it", errno);
+    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    if (fd_ < 0 && (errno != EEXIST || attempt > 100)) fail(target_, "cannot create a temporary file beside it", errno);
   }
   // A replaced file keeps its permissions.
   struct stat old {};
-  if (::stat(path.c_str(), &old) == 0) ::fchmod(fd, old.st_mode & 07777);
-  int err = write_all(fd, static_cast<const char*>(data), size);
-  if (!err && ::fsync(fd) != 0) err = errno;
-  if (::close(fd) != 0 && !err) err = errno;
-  if (!err && ::rename(temp.c_str(), path.c_str()) != 0) err = errno;
-  if (err) {
-    ::unlink(temp.c_str());
-    fail(path, "cannot write", err);
-  }
-  sync_directory(fs::path(path).parent_path());
+  if (::stat(target_.c_str(), &old) == 0) ::fchmod(fd_, old.st_mode & 07777);
+}
+
+AtomicFile::~AtomicFile() {
+  if (committed_) return;
+  if (fd_ >= 0) ::close(fd_);
+  ::unlink(temp_.c_str());
+}
+
+void AtomicFile::write(const void* data, std::size_t size) {
+  if (const int err = write_all(fd_, static_cast<const char*>(data), size)) fail(target_, "cannot write", err);
+}
+
+void AtomicFile::commit() {
+  // Whatever wrote the temporary by its path (a library) has closed it: its
+  // data is synced through our descriptor of the same file.
+  int err = ::fsync(fd_) != 0 ? errno : 0;
+  if (::close(fd_) != 0 && !err) err = errno;
+  fd_ = -1;
+  if (!err && ::rename(temp_.c_str(), target_.c_str()) != 0) err = errno;
+  if (err) fail(target_, "cannot write", err);
+  committed_ = true;
+  sync_directory(fs::path(target_).parent_path());
+}
+
+void write_file_atomically(const std::string& path, const void* data, std::size_t size) {
+  AtomicFile file(path);
+  file.write(data, size);
+  file.commit();
+}
+
+std::int64_t free_bytes(const std::string& path) {
+  const fs::path dir = fs::path(path).parent_path().empty() ? fs::path(".") : fs::path(path).parent_path();
+  std::error_code ec;
+  const fs::space_info s = fs::space(dir, ec);
+  return ec ? -1 : std::int64_t(s.available);
 }
 
 void remove_stale_temporaries(const std::string& path) {

@@ -70,10 +70,8 @@ void check_read_size(const File& f, const std::string& path, std::int64_t n, std
   if (std::uint64_t(n) > kMaxReadBytes / element) fail(f, path + " is too large to read (" + std::to_string(n) + " elements)");
 }
 
-template <class T>
-void write_array(const File& f, const std::string& path, const std::vector<T>& data, const Shape& shape, hid_t mem,
-                 hid_t file_type) {
-  if (std::int64_t(data.size()) != numel(shape)) throw std::logic_error("h5: size mismatch writing " + path);
+void write_raw(const File& f, const std::string& path, const void* data, const Shape& shape, hid_t mem,
+               hid_t file_type) {
   std::vector<hsize_t> dims(shape.begin(), shape.end());
   Handle space(check(H5Screate_simple(int(dims.size()), dims.data(), nullptr), f, "cannot make dataspace"), H5Sclose);
   Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
@@ -81,7 +79,14 @@ void write_array(const File& f, const std::string& path, const std::vector<T>& d
   Handle ds(check(H5Dcreate2(f.id(), path.c_str(), file_type, space.id(), lcpl.id(), H5P_DEFAULT, H5P_DEFAULT), f,
                   "cannot create " + path),
             H5Dclose);
-  if (!data.empty()) check_status(H5Dwrite(ds.id(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data()), f, "cannot write " + path);
+  if (numel(shape) > 0) check_status(H5Dwrite(ds.id(), mem, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), f, "cannot write " + path);
+}
+
+template <class T>
+void write_array(const File& f, const std::string& path, const std::vector<T>& data, const Shape& shape, hid_t mem,
+                 hid_t file_type) {
+  if (std::int64_t(data.size()) != numel(shape)) throw std::logic_error("h5: size mismatch writing " + path);
+  write_raw(f, path, data.data(), shape, mem, file_type);
 }
 
 template <class T>
@@ -184,6 +189,9 @@ std::vector<std::string> list(const File& f, const std::string& group) {
 
 void write(const File& f, const std::string& path, const std::vector<float>& d, const Shape& s) {
   write_array(f, path, d, s, H5T_NATIVE_FLOAT, H5T_IEEE_F32LE);
+}
+void write(const File& f, const std::string& path, const float* d, const Shape& s) {
+  write_raw(f, path, d, s, H5T_NATIVE_FLOAT, H5T_IEEE_F32LE);
 }
 void write(const File& f, const std::string& path, const std::vector<double>& d, const Shape& s) {
   write_array(f, path, d, s, H5T_NATIVE_DOUBLE, H5T_IEEE_F64LE);

@@ -112,6 +112,19 @@ File File::from_image(const std::vector<char>& image, const std::string& label) 
   return File(Handle(id, H5Fclose), label, false);
 }
 
+File File::create_on_disk(const std::string& path, const std::string& label) {
+  silence();
+  const Handle fapl = unlocked_access();
+  const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id());
+  if (id < 0) throw UserError(label + ": cannot create an HDF5 file at " + path);
+  return File(Handle(id, H5Fclose), label, false);
+}
+
+void File::close() {
+  const Handle file(std::move(handle_));  // closed when this returns, or throws
+  if (H5Fflush(file.id(), H5F_SCOPE_GLOBAL) < 0) throw UserError(path_ + ": cannot finish the file (disk full?)");
+}
+
 void File::save() const {
   const std::vector<char> bytes = image();
   write_file_atomically(path_, bytes.data(), bytes.size());

@@ -57,6 +57,12 @@ class File {
   std::vector<char> image() const;
   // A file read from such bytes (read-only), named `label` in errors.
   static File from_image(const std::vector<char>& image, const std::string& label);
+  // A new file written straight to disk at `path` (an AtomicFile's
+  // temporary), for files too big to build in memory (an imported
+  // checkpoint); close() finishes it. Check the free space first: HDF5 1.10
+  // does not survive a failed close.
+  static File create_on_disk(const std::string& path, const std::string& label);
+  void close();  // UserError if HDF5 cannot finish the file
   hid_t id() const { return handle_.id(); }
   const std::string& path() const { return path_; }
 
@@ -85,6 +91,7 @@ std::vector<std::string> list(const File& f, const std::string& group);
 void copy(const File& src, const std::string& src_path, const File& dst, const std::string& dst_path);
 
 void write(const File& f, const std::string& path, const std::vector<float>& data, const Shape& shape);
+void write(const File& f, const std::string& path, const float* data, const Shape& shape);  // numel(shape) values
 void write(const File& f, const std::string& path, const std::vector<double>& data, const Shape& shape);
 void write(const File& f, const std::string& path, const std::vector<std::int32_t>& data, const Shape& shape);
 void write(const File& f, const std::string& path, const std::vector<std::int64_t>& data, const Shape& shape);

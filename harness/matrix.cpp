@@ -9,6 +9,7 @@
 #include "datasets/batch_source.hpp"
 #include "harness/io/output_guard.hpp"
 #include "harness/io/run_collector.hpp"
+#include "harness/io/weights_file.hpp"
 #include "harness/memory_estimate.hpp"
 #include "strategies/registry.hpp"
 
@@ -30,18 +31,25 @@ bool same_shape(const RunKey& a, const RunKey& b) {
 }  // namespace
 
 std::vector<RunKey> matrix_cells(const MatrixOptions& o) {
-  const Sizes base = preset_sizes(o.preset);
+  // The weights given decide the model and its sizes; else the preset does.
+  const ModelSetup file = o.weights.empty() ? ModelSetup{} : read_weights_setup(o.weights);
+  const Sizes base = o.weights.empty() ? preset_sizes(o.preset) : file.sizes;
+  const std::string preset = o.weights.empty() ? o.preset : file.preset;
   const auto kernel = ops::parse_attention_kernel(o.attention);
   auto or_base = [](const std::vector<int>& v, int b) { return v.empty() ? std::vector<int>{b} : unique_in_order(v); };
   std::vector<RunKey> cells;
-  for (const auto& model : unique_in_order(o.models)) {
+  for (const auto& model : o.weights.empty() ? unique_in_order(o.models) : std::vector<std::string>{file.model}) {
     const auto specs = unique_in_order(strategies_for(model, o.strategies, kernel));
     for (int L : or_base(o.layers, base.L))
       for (int S : or_base(o.seq, base.S))
         for (int B : or_base(o.batch, base.B)) {
           Sizes z = base;
           z.L = L;
-          z.S = z.S_max = S;
+          z.S = S;
+          if (o.weights.empty()) z.S_max = S;
+          else if (S > z.S_max)
+            throw UserError("--seq " + std::to_string(S) + ": " + o.weights + " holds positions for " +
+                            std::to_string(z.S_max));
           z.B = B;
           z.dropout = o.dropout;
           z.router_aux = o.router_aux;
@@ -56,14 +64,14 @@ std::vector<RunKey> matrix_cells(const MatrixOptions& o) {
                          model + " L" + std::to_string(L) + " S" + std::to_string(S) + " B" + std::to_string(B),
                          o.mem_limit, o.force);
           for (const auto& s : specs) {
-            RunKey k{model, o.preset, s, o.data, ops::attention_kernel_name(kernel), z, o.seed, o.mem_limit,
-                     o.finetune.key(), o.finetune.label()};
+            RunKey k{model, preset, s, o.data, ops::attention_kernel_name(kernel), z, o.seed, o.mem_limit,
+                     o.finetune.key(), o.finetune.label(), o.weights};
             cells.push_back(k);
           }
         }
   }
   if (std::filesystem::exists(o.out)) check_results_schema(h5::File::open(o.out), true);  // a foreign file: refused untouched
-  check_output(o.out, FileKind::results, {batch_source_file(o.data)}, false);
+  check_output(o.out, FileKind::results, {batch_source_file(o.data), o.weights}, false);
   return cells;
 }
 
@@ -138,8 +146,13 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const MatrixProgress& 
     while (i < todo.size() && same_shape(*todo[i], first)) group.push_back(todo[i++]);
     const Sizes& z = first.sizes;
     const auto model = models().find(first.model).make(z);
-    auto store = std::make_unique<ParamStore>(model->params(), DType::f32);
-    initialize(*store, o.seed, z.L);
+    std::unique_ptr<ParamStore> store;
+    if (!o.weights.empty()) {
+      store = std::move(load_weights(o.weights, o.force, /*skip_adapters=*/true).params);
+    } else {
+      store = std::make_unique<ParamStore>(model->params(), DType::f32);
+      initialize(*store, o.seed, z.L);
+    }
     const Batch batch = make_batch_source(o.data, z.B, z.S, z.V, o.seed)->next();
     apply_fine_tuning(store, *model, batch, o.finetune, o.seed, z.L);
     const ParamStore& params = *store;

@@ -17,6 +17,9 @@ struct MatrixOptions {
   std::vector<std::string> models{"gpt2"};
   std::string strategies = "all";       // per model: "all" or a list (see strategies_for)
   std::string preset = "small";
+  // Run every cell on these weights (a weight file or Hugging Face
+  // checkpoint), whose model and sizes they are; --seq and --batch still sweep.
+  std::string weights;
   std::vector<int> layers, seq, batch;  // empty: the preset's
   int steps = 3, warmup = 1;
   std::uint64_t seed = 1;

@@ -35,7 +35,7 @@ as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 # Open MPI: `mpirun remat matrix` and data-parallel `mpirun remat train`
 # (remat builds without it too: cmake -DREMAT_MPI=OFF).
 packages=(build-essential cmake ninja-build pkg-config xz-utils ca-certificates
-          libhdf5-dev hdf5-tools catch2 libbenchmark-dev libcli11-dev
+          libhdf5-dev hdf5-tools catch2 libbenchmark-dev libcli11-dev nlohmann-json3-dev
           libopenblas-openmp-dev libopenmpi-dev openmpi-bin
           python3 python3-numpy python3-h5py python3-torch)
 missing=()

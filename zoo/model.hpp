@@ -43,6 +43,13 @@ class Model {
   Sizes sizes_;
 };
 
+// A model of the zoo at given sizes: what a weight file's attributes say.
+struct ModelSetup {
+  std::string model;
+  std::string preset;  // a preset's name, "custom", or "hf" (a Hugging Face checkpoint)
+  Sizes sizes;
+};
+
 struct ModelInfo {
   std::string name;
   std::string description;

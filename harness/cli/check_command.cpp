@@ -81,6 +81,14 @@ int run_check_command(const CheckCommandOptions& o) {
   if (!o.weights.empty() || golden) {
     LoadedWeights w = golden ? std::move(golden->weights) : load_weights(o.weights, o.force);
     setup = w.setup;
+    if (o.model.seq) {  // a checkpoint's own length is a default; its positions are the limit
+      if (o.model.seq > setup.sizes.S_max)
+        throw UserError("--seq " + std::to_string(o.model.seq) + ": the weights hold positions for " +
+                        std::to_string(setup.sizes.S_max));
+      setup.sizes.S = o.model.seq;
+    }
+    if (o.model.batch) setup.sizes.B = o.model.batch;
+    if (o.model.seq || o.model.batch) w.batch.reset();
     require_step_memory(setup, o.model.kernel(), strategies_for(setup.model, o.strategies, o.model.kernel()), 3, o.force);
     if (!w.batch || o.data_given) w.batch = o.model.make_batch(setup.sizes);
     batch = *w.batch;

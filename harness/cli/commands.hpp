@@ -16,5 +16,7 @@ void setup_train(CLI::App& app);
 void setup_plan(CLI::App& app);
 void setup_lora_merge(CLI::App& app);
 void setup_merge(CLI::App& app);
+void setup_import(CLI::App& app);
+void setup_export_hf(CLI::App& app);
 
 }  // namespace remat::cli

@@ -55,6 +55,8 @@ int run(int argc, char** argv) {
   remat::cli::setup_plan(app);
   remat::cli::setup_lora_merge(app);
   remat::cli::setup_merge(app);
+  remat::cli::setup_import(app);
+  remat::cli::setup_export_hf(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {  // a command's own failure, already reported

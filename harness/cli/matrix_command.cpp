@@ -28,6 +28,7 @@ struct Options {
   MatrixOptions matrix;
   std::string models = "gpt2";
   std::string shard;  // "i/n"
+  std::vector<const CLI::Option*> decided_by_weights;  // --models, --preset, --layers: the weights file's with --weights
 };
 
 std::vector<std::string> model_names(const std::string& s) {
@@ -73,7 +74,12 @@ void print_summary(const std::vector<RunRecord>& records) {
 }
 
 void run(Options& o) {
-  o.matrix.models = model_names(o.models);
+  if (!o.matrix.weights.empty())
+    for (const CLI::Option* decided : o.decided_by_weights)
+      if (decided->count() > 0)
+        throw UserError(decided->get_name() + " and --weights: the weights file decides the model and its sizes (" +
+                        o.matrix.weights + ")");
+  o.matrix.models = o.matrix.weights.empty() ? model_names(o.models) : std::vector<std::string>{};
   if (!o.shard.empty()) std::tie(o.matrix.shard, o.matrix.shards) = parse_shard(o.shard);
   if (!o.shard.empty() && comm::size() > 1)
     throw UserError("--shard i/n and mpirun both share the runs out: give one (under mpirun every rank is a shard)");
@@ -129,17 +135,21 @@ void run(Options& o) {
 void setup_matrix(CLI::App& app) {
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("matrix", "Run the model x strategy x shape matrix and record it in HDF5");
-  cmd->add_option("--models", o->models, "Comma-separated models: " + [] {
+  o->decided_by_weights.push_back(cmd->add_option("--models", o->models, "Comma-separated models: " + [] {
     std::string s;
     for (const auto& n : models().names()) s += (s.empty() ? "" : ", ") + n;
     return s;
-  }())->capture_default_str();
+  }())->capture_default_str());
   cmd->add_option("--strategies", o->matrix.strategies, "'all' or a comma-separated list (see `remat strategies`)")
       ->capture_default_str();
-  cmd->add_option("--preset", o->matrix.preset, "Size preset")->check(CLI::IsMember(preset_names()))->capture_default_str();
-  cmd->add_option("--layers", o->matrix.layers, "Blocks L to sweep (comma-separated)")
-      ->delimiter(',')
-      ->check(whole_number(1, 1 << 16));
+  o->decided_by_weights.push_back(
+      cmd->add_option("--preset", o->matrix.preset, "Size preset")->check(CLI::IsMember(preset_names()))->capture_default_str());
+  o->decided_by_weights.push_back(cmd->add_option("--layers", o->matrix.layers, "Blocks L to sweep (comma-separated)")
+                                      ->delimiter(',')
+                                      ->check(whole_number(1, 1 << 16)));
+  cmd->add_option("--weights", o->matrix.weights,
+                  "Run every cell on these weights: a weight file or a Hugging Face checkpoint (docs/checkpoints.md), "
+                  "whose model and sizes they are (--seq and --batch still sweep)");
   cmd->add_option("--seq", o->matrix.seq, "Sequence lengths S to sweep")->delimiter(',')->check(whole_number(1, 1 << 20));
   cmd->add_option("--batch", o->matrix.batch, "Batch sizes B to sweep")->delimiter(',')->check(whole_number(1, 1 << 16));
   cmd->add_option("--steps", o->matrix.steps, "Timed steps per run")->check(whole_number(1, 1000000))->capture_default_str();

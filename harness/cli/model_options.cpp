@@ -1,5 +1,6 @@
 #include "harness/cli/model_options.hpp"
 
+#include "autodiff/error.hpp"
 #include "datasets/batch_source.hpp"
 #include "harness/cli/validators.hpp"
 
@@ -8,9 +9,10 @@
 namespace remat::cli {
 
 void ModelOptions::bind(CLI::App& cmd) {
-  cmd.add_option("--model", model, "Model from the zoo")->check(CLI::IsMember(models().names()))->capture_default_str();
-  cmd.add_option("--preset", preset, "Size preset")->check(CLI::IsMember(preset_names()))->capture_default_str();
-  cmd.add_option("--layers", layers, "Override the preset's number of blocks L")->check(whole_number(1, 1 << 16));
+  decided_by_weights_ = {
+      cmd.add_option("--model", model, "Model from the zoo")->check(CLI::IsMember(models().names()))->capture_default_str(),
+      cmd.add_option("--preset", preset, "Size preset")->check(CLI::IsMember(preset_names()))->capture_default_str(),
+      cmd.add_option("--layers", layers, "Override the preset's number of blocks L")->check(whole_number(1, 1 << 16))};
   cmd.add_option("--seq", seq, "Override the preset's sequence length S")->check(whole_number(1, 1 << 20));
   cmd.add_option("--batch", batch, "Override the preset's batch size B")->check(whole_number(1, 1 << 16));
   add_seed_option(cmd, seed, "Seed of the initialisation and the batch");
@@ -68,15 +70,45 @@ void add_seed_option(CLI::App& cmd, std::uint64_t& seed, const std::string& help
 
 Batch ModelOptions::make_batch(const Sizes& z) const { return make_batch_source(data, z.B, z.S, z.V, seed)->next(); }
 
+void ModelOptions::bind_with_weights(CLI::App& cmd) {
+  bind(cmd);
+  cmd.add_option("--weights", weights,
+                 "Start from these weights: a weight file (docs/models.md), a training run file, or a Hugging Face "
+                 "checkpoint (a folder with config.json and safetensors; docs/checkpoints.md). The model and its "
+                 "sizes are the file's; --seq and --batch still apply");
+}
+
 ModelSetup ModelOptions::resolve() const {
-  ModelSetup s{model, preset, preset_sizes(preset)};
-  if (layers) s.sizes.L = layers;
-  if (seq) s.sizes.S = s.sizes.S_max = seq;
+  ModelSetup s;
+  if (!weights.empty()) {
+    for (const CLI::Option* o : decided_by_weights_)
+      if (o->count() > 0)
+        throw UserError(o->get_name() + " and --weights: the weights file decides the model and its sizes (" + weights +
+                        ")");
+    s = read_weights_setup(weights);
+    if (seq) {
+      if (seq > s.sizes.S_max)
+        throw UserError("--seq " + std::to_string(seq) + ": " + weights + " holds positions for " +
+                        std::to_string(s.sizes.S_max));
+      s.sizes.S = seq;
+    }
+  } else {
+    s = {model, preset, preset_sizes(preset)};
+    if (layers) s.sizes.L = layers;
+    if (seq) s.sizes.S = s.sizes.S_max = seq;
+  }
   if (batch) s.sizes.B = batch;
   s.sizes.router_aux = router_aux;
   validate(s.sizes);
-  models().find(model);
+  models().find(s.model);
   return s;
+}
+
+std::unique_ptr<ParamStore> ModelOptions::make_params(const ModelSetup& setup, bool force) const {
+  if (!weights.empty()) return std::move(load_weights(weights, force).params);
+  auto params = std::make_unique<ParamStore>(models().find(setup.model).make(setup.sizes)->params(), DType::f32);
+  initialize(*params, seed, setup.sizes.L);
+  return params;
 }
 
 void require_step_memory(const ModelSetup& setup, ops::AttentionKernel kernel, const std::vector<std::string>& strategies,

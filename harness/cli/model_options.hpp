@@ -20,13 +20,25 @@ struct ModelOptions {
   std::string data = "random";  // batch source (datasets/batch_source.hpp)
   std::string attention = "fused";  // attention kernel (ops::AttentionKernel)
   double router_aux = 0.01;  // mixtral's load-balancing loss weight
+  // --weights (where a command takes it): the model, its sizes and its
+  // weights from a file, a remat HDF5 file or a Hugging Face checkpoint;
+  // --seq and --batch still apply, --model, --preset and --layers are the file's.
+  std::string weights;
 
   void bind(CLI::App& cmd);
+  // bind() and --weights.
+  void bind_with_weights(CLI::App& cmd);
   // The first batch of the --data source for these sizes.
   Batch make_batch(const Sizes& sizes) const;
-  // The model, preset and sizes these options name (validated).
+  // The model, preset and sizes these options name (validated); with
+  // --weights, the file's, with --seq and --batch applied.
   ModelSetup resolve() const;
+  // The weights: the file's with --weights, else initialised from --seed.
+  std::unique_ptr<ParamStore> make_params(const ModelSetup& setup, bool force) const;
   ops::AttentionKernel kernel() const { return ops::parse_attention_kernel(attention); }
+
+ private:
+  std::vector<const CLI::Option*> decided_by_weights_;  // --model, --preset, --layers
 };
 
 // --attention fused|plain.

@@ -38,8 +38,7 @@ void run_time(const TimeOptions& o) {
                                          std::to_string(specs.size()) + " (use `remat matrix` for several)");
   require_step_memory(setup, o.model.kernel(), specs, 2, o.force);
   const auto model = models().find(setup.model).make(setup.sizes);
-  auto store = std::make_unique<ParamStore>(model->params(), DType::f32);
-  initialize(*store, o.model.seed, setup.sizes.L);
+  auto store = o.model.make_params(setup, o.force);
   const Batch batch = o.model.make_batch(setup.sizes);
   fine_tune(store, *model, batch, o.freeze, o.lora, o.model.seed, setup.sizes.L, o.json);
   ParamStore& params = *store;
@@ -102,7 +101,7 @@ void setup_time(CLI::App& app) {
       "time", "Time training steps of one model under one strategy; report step time, activation bytes and the "
               "resident set's peak (the measure PyTorch comparisons use)");
   o->model.preset = "small";
-  o->model.bind(*cmd);
+  o->model.bind_with_weights(*cmd);
   add_freeze_options(*cmd, o->freeze);
   add_lora_options(*cmd, o->lora);
   cmd->add_option("--strategy", o->strategy, "Activation-memory strategy (see `remat strategies`)")

@@ -52,6 +52,7 @@ void run_train(TrainOptions& o) {
   c.attention = o.model.kernel();
   c.data = o.model.data;
   c.seed = o.model.seed;
+  c.init = o.model.weights;
   c.ranks = comm::size();
   const auto specs = strategies_for(c.setup.model, o.strategy, c.attention);
   if (specs.size() != 1) throw UserError("remat train runs one strategy; '" + o.strategy + "' names " + std::to_string(specs.size()));
@@ -141,7 +142,7 @@ void run_train(TrainOptions& o) {
 void setup_train(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
   auto* cmd = app.add_subcommand("train", "Train a model under a strategy; record the run and checkpoint it");
-  o->model.bind(*cmd);
+  o->model.bind_with_weights(*cmd);
   add_freeze_options(*cmd, o->config.freeze);
   add_lora_options(*cmd, o->config.lora);
   cmd->add_option("--adapters-out", o->adapters_out,

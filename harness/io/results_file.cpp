@@ -65,7 +65,8 @@ std::string RunKey::text() const {
          ";F=" + std::to_string(z.F) + ";S=" + std::to_string(z.S) + ";S_max=" + std::to_string(z.S_max) +
          ";V=" + std::to_string(z.V) + ";B=" + std::to_string(z.B) + ";dropout=" + dropout + ";attention=" + attention +
          ";data=" + data + ";seed=" + std::to_string(seed) + ";mem_limit=" + std::to_string(mem_limit) +
-         (finetune.empty() ? "" : ";finetune=" + finetune) + model_attributes(model, z);
+         (finetune.empty() ? "" : ";finetune=" + finetune) + model_attributes(model, z) +
+         (weights.empty() ? "" : ";weights=" + weights);
 }
 
 std::string RunKey::name() const {
@@ -163,6 +164,7 @@ void write_run(const h5::File& file_, const std::string& g, const RunRecord& r) 
   attr_s("preset", k.preset);
   attr_s("strategy", k.strategy);
   attr_s("data", k.data);
+  if (!k.weights.empty()) attr_s("weights", k.weights);
   attr_i("seed", std::int64_t(k.seed));
   attr_i("mem_limit_bytes", k.mem_limit);
   for (auto [n, v] : std::initializer_list<std::pair<const char*, int>>{{"L", z.L}, {"D", z.D}, {"H", z.H}, {"Hkv", z.Hkv}, {"F", z.F}, {"S", z.S},

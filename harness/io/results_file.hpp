@@ -27,6 +27,7 @@ struct RunKey {
   std::int64_t mem_limit = 0;  // bytes; 0: none
   std::string finetune;        // FineTuning::key(): "" for none
   std::string finetune_label;  // FineTuning::label(), for names and tables
+  std::string weights;         // the weights it ran on ("": initialised from the seed)
   // Canonical text, stored as the run's `key` attribute.
   std::string text() const;
   // The group name: readable, "<model> <strategy> L<L> S<S> B<B>".

@@ -1,10 +1,14 @@
 #include "harness/io/weights_file.hpp"
 
+#include <algorithm>
 #include <cmath>
+#include <future>
 #include <initializer_list>
 #include <set>
 
 #include "autodiff/error.hpp"
+#include "checkpoints/hf_checkpoint.hpp"
+#include "h5/atomic_file.hpp"
 #include "h5/h5.hpp"
 #include "harness/finetune/adapters_file.hpp"
 #include "harness/memory_estimate.hpp"
@@ -181,7 +185,77 @@ Golden load_golden(const std::string& path) {
   return g;
 }
 
+namespace {
+
+// A Hugging Face checkpoint (checkpoints/hf_checkpoint.hpp) as weights: its
+// sizes from config.json, no batch.
+LoadedWeights load_checkpoint(const std::string& path, bool force) {
+  const checkpoints::HfCheckpoint c(path);
+  LoadedWeights w;
+  w.setup = c.setup();
+  require_memory(estimate_need(w.setup.model, w.setup.sizes, false, {}).parameters * 2,
+                 path + " (" + w.setup.model + ", L " + std::to_string(w.setup.sizes.L) + ", D " +
+                     std::to_string(w.setup.sizes.D) + ")",
+                 0, force);
+  w.model = models().find(w.setup.model).make(w.setup.sizes);
+  w.params = std::make_unique<ParamStore>(c.params(), DType::f32);
+  std::vector<float> values;
+  for (std::size_t i = 0; i < c.params().size(); ++i) {
+    values.resize(std::size_t(numel(c.params()[i].shape)));
+    c.read(i, values.data());
+    const Tensor loaded = Tensor::from_host(values, c.params()[i].shape);
+    Kokkos::deep_copy(w.params->tensors()[i].bytes(), loaded.bytes());
+  }
+  return w;
+}
+
+}  // namespace
+
+void write_weights_streaming(const std::string& path, const ModelSetup& setup, const std::vector<ParamSpec>& specs,
+                             const std::function<void(std::size_t, float*)>& values) {
+  std::int64_t bytes = 0;
+  for (const auto& s : specs) bytes += 4 * numel(s.shape);
+  // HDF5 writes this file itself and does not survive a failed close: the
+  // space is checked first (with a margin for its metadata).
+  const std::int64_t free = free_bytes(path);
+  if (free >= 0 && free < bytes + bytes / 100 + (8 << 20))
+    throw UserError(path + ": " + std::to_string(bytes) + " bytes of weights to write, " + std::to_string(free) +
+                    " free on its file system; nothing written");
+  AtomicFile file(path);
+  {
+    h5::File f = h5::File::create_on_disk(file.path(), path);
+    write_setup(f, setup);
+    std::int64_t largest = 0;
+    for (const auto& s : specs) largest = std::max(largest, numel(s.shape));
+    // Two buffers, filled, not zeroed (written over): the next parameter is
+    // read while this one is written, so reading and converting overlap
+    // the disk.
+    const std::unique_ptr<float[]> buffers[2] = {std::unique_ptr<float[]>(new float[std::size_t(largest)]),
+                                                 std::unique_ptr<float[]>(new float[std::size_t(largest)])};
+    std::future<void> next;
+    if (!specs.empty()) next = std::async(std::launch::async, [&] { values(0, buffers[0].get()); });
+    for (std::size_t i = 0; i < specs.size(); ++i) {
+      next.get();  // parameter i is in buffers[i % 2] (or its error is thrown here)
+      if (i + 1 < specs.size())
+        next = std::async(std::launch::async, [&, i] { values(i + 1, buffers[(i + 1) % 2].get()); });
+      h5::write(f, "/params/" + specs[i].name, buffers[i % 2].get(), specs[i].shape);
+    }
+    f.close();
+  }
+  file.commit();
+}
+
+ModelSetup read_weights_setup(const std::string& path) {
+  if (checkpoints::is_hf_checkpoint(path)) return checkpoints::HfCheckpoint(path).setup();
+  const h5::File f = h5::File::open(path);
+  ModelSetup setup = read_setup(f);
+  if (h5::exists(f, "/batch"))
+    read_batch(f, setup, h5::read_attr_int(f, "B").has_value(), h5::read_attr_int(f, "S").has_value());
+  return setup;
+}
+
 LoadedWeights load_weights(const std::string& path, bool force, bool skip_adapters) {
+  if (checkpoints::is_hf_checkpoint(path)) return load_checkpoint(path, force);
   h5::File f = h5::File::open(path);
   LoadedWeights w;
   w.setup = read_setup(f);

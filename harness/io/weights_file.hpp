@@ -3,6 +3,7 @@
 //   /params/<name> float32, attributes model, preset, L D H Hkv F S S_max V B on /,
 //   optional /batch/tokens and /batch/targets int32 [B, S],
 //   results: scalar /loss and /grads/<name>.
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -12,12 +13,6 @@
 #include "zoo/model.hpp"
 
 namespace remat {
-
-struct ModelSetup {
-  std::string model;
-  std::string preset;
-  Sizes sizes;
-};
 
 struct LoadedWeights {
   ModelSetup setup;
@@ -38,13 +33,26 @@ void write_model_setup(const h5::File& f, const ModelSetup& setup);
 ModelSetup read_model_setup(const h5::File& f);
 void write_params(const h5::File& f, const ParamStore& params);
 
-// Loads any file in the layout; the model and its sizes come from the file's
-// attributes. Every mismatch is a UserError naming the parameter and shapes;
+// Writes parameters straight to disk, one at a time (values(i, out) fills
+// parameter i's float32 values, numel of them): a checkpoint too big to
+// hold twice in memory (remat import). Atomic like the others; UserError
+// before anything is written if the file system has too little space.
+void write_weights_streaming(const std::string& path, const ModelSetup& setup, const std::vector<ParamSpec>& specs,
+                             const std::function<void(std::size_t, float*)>& values);
+
+// Loads any file in the layout, or a Hugging Face checkpoint (a folder with
+// config.json and safetensors, or a .safetensors file with a config.json
+// beside it: checkpoints/hf_checkpoint.hpp); the model and its sizes come
+// from the file's attributes (or config.json). Every mismatch is a UserError naming the parameter and shapes;
 // so are non-finite weights, token ids outside [0, V), and a model too large
 // for the memory available (unless `force`). LoRA adapters in the file
 // (harness/finetune/adapters_file.hpp) are an error naming `remat
 // lora-merge`, unless `skip_adapters` (the caller reads them).
 LoadedWeights load_weights(const std::string& path, bool force = false, bool skip_adapters = false);
+
+// The model and sizes a weight file, run file or Hugging Face checkpoint
+// holds, without reading its weights.
+ModelSetup read_weights_setup(const std::string& path);
 
 // Writes /loss and /grads/<name> (and the setup's attributes).
 void write_gradients(const std::string& path, const ModelSetup& setup, const ParamStore& params, double loss);

@@ -37,6 +37,7 @@ std::vector<std::pair<std::string, std::string>> settings(const TrainConfig& c) 
   std::vector<std::pair<std::string, std::string>> model_settings;
   const auto& attributes = models().find(c.setup.model).attributes;
   if (std::count(attributes.begin(), attributes.end(), "E")) model_settings.push_back({"router_aux", num(c.setup.sizes.router_aux)});
+  if (!c.init.empty()) model_settings.push_back({"init", c.init});
   std::vector<std::pair<std::string, std::string>> all = {{"strategy", c.strategy},
           {"attention", ops::attention_kernel_name(c.attention)},
           {"data", c.data},
@@ -111,6 +112,7 @@ TrainConfig read_config(const h5::File& f, const ModelSetup& setup) {
   if (seed.empty() || *end != '\0') throw UserError(f.path() + ": 'train.seed' = '" + seed + "' is not a seed");
   c.setup.sizes.dropout = number(f, "dropout");
   if (h5::read_attr_string(f, "train.router_aux")) c.setup.sizes.router_aux = number(f, "router_aux");
+  if (const auto init = h5::read_attr_string(f, "train.init")) c.init = *init;
   c.steps = whole(f, "steps");
   c.optimizer.kind = text_attr(f, "optimizer");
   c.schedule.lr = number(f, "lr");
@@ -340,6 +342,11 @@ void require_same_run(const std::string& path, const TrainConfig& run, const Tra
   for (auto [name, u, v] : std::initializer_list<std::tuple<const char*, int, int>>{{"L", x.L, y.L}, {"D", x.D, y.D}, {"H", x.H, y.H}, {"Hkv", x.Hkv, y.Hkv},
                             {"F", x.F, y.F}, {"S", x.S, y.S}, {"V", x.V, y.V}, {"B", x.B, y.B}})
     if (u != v) differ(name, std::to_string(u), std::to_string(v));
+  for (const auto& attribute : models().find(a.model).attributes) {  // those the model reads
+    if (attribute == "E" && x.E != y.E) differ("E", std::to_string(x.E), std::to_string(y.E));
+    if (attribute == "K" && x.K != y.K) differ("K", std::to_string(x.K), std::to_string(y.K));
+    if (attribute == "theta" && x.theta != y.theta) differ("theta", std::to_string(x.theta), std::to_string(y.theta));
+  }
   const auto was = settings(run), now = settings(asked);
   for (std::size_t i = 0; i < was.size(); ++i) {
     if (was[i].first == "strategy" || was[i].first == "save_every") continue;  // see below

@@ -78,6 +78,13 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
   model_ = models().find(config_.setup.model).make(z);
   params_ = std::make_unique<ParamStore>(model_->params(), DType::f32);
   if (!resume) initialize(*params_, config_.seed, z.L);
+  if (!resume && !config_.init.empty()) {  // the checkpoint's weights (its model and sizes are this run's)
+    const LoadedWeights w = load_weights(config_.init, /*force=*/true, /*skip_adapters=*/true);
+    if (w.params->names() != params_->names())
+      throw UserError(config_.init + ": holds other parameters than " + config_.setup.model + " at these sizes");
+    for (std::size_t i = 0; i < params_->tensors().size(); ++i)
+      Kokkos::deep_copy(params_->tensors()[i].bytes(), w.params->tensors()[i].bytes());
+  }
   if (config_.lora.any()) {  // the adapters join the store, the base is frozen
     params_ = with_lora(*params_, config_.lora, config_.seed, z.L);
     require_adapters_used(*model_, *params_, random_batch(z.B, z.S, z.V, config_.seed));

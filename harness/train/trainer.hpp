@@ -26,6 +26,7 @@ struct TrainConfig {
   ops::AttentionKernel attention = ops::AttentionKernel::fused;
   std::string data = "random";
   std::uint64_t seed = 1;
+  std::string init;  // start from these weights (a weight file or checkpoint; "": initialised from the seed)
   int steps = 100;
   OptimizerConfig optimizer;
   Schedule schedule;  // its `steps` is this config's

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""Mutation fuzzer over remat's input files: weight files, golden files and
-results files, mutated the ways a damaged or hostile file differs from a good
-one (attributes deleted, mistyped, made arrays or absurd; datasets reshaped,
-retyped, replaced by groups, filled with NaN; files truncated). Every case
+"""Mutation fuzzer over remat's input files: weight files, golden files,
+results files and Hugging Face checkpoints, mutated the ways a damaged or
+hostile file differs from a good one (attributes deleted, mistyped, made
+arrays or absurd; datasets reshaped, retyped, replaced by groups, filled with
+NaN; files truncated; a safetensors header's bytes, length, JSON or entries
+damaged; config.json's keys deleted or retyped). Every case
 must end in exit 0 with a finite result, or exit 2 with one line on stderr:
 never a signal, a hang, another exit code, or a temporary file left behind.
 
@@ -179,7 +181,58 @@ MUTATIONS = [attr_delete, attr_array, attr_retype, attr_extreme, attr_long_strin
              ds_to_group, ds_nonfinite, ds_huge_claim, ds_out_of_range, group_to_dataset]
 
 
+# --- a Hugging Face checkpoint folder: bytes of the safetensors file, its
+# header's JSON, or config.json's keys, damaged ------------------------------
+
+def st_mutate(folder, rng):
+    path = os.path.join(folder, "model.safetensors")
+    data = bytearray(open(path, "rb").read())
+    n = int.from_bytes(data[:8], "little")
+    kind = rng.choice(["flip", "length", "truncate", "header", "config", "config"])
+    if kind == "flip":  # bytes anywhere in the length and the header
+        for _ in range(rng.choice([1, 2, 8])):
+            data[rng.randrange(0, 8 + n)] = rng.randrange(256)
+    elif kind == "length":
+        data[:8] = rng.choice([0, 7, n - 1, n + 1, len(data), 2**63 - 1, 2**64 - 1]).to_bytes(8, "little")
+    elif kind == "truncate":
+        del data[rng.randrange(0, len(data)):]
+    elif kind == "header":
+        import json
+        header = json.loads(bytes(data[8:8 + n]))
+        name = rng.choice([k for k in header if k != "__metadata__"])
+        field = rng.choice(["dtype", "shape", "data_offsets", "drop", "dup"])
+        if field == "dtype":
+            header[name]["dtype"] = rng.choice(["F64", "I64", "BOOL", "", 7, None])
+        elif field == "shape":
+            header[name]["shape"] = rng.choice([[], [-1], [1 << 62, 1 << 62], "x", [1.5], [0]])
+        elif field == "data_offsets":
+            header[name]["data_offsets"] = rng.choice([[5, 2], [0, 1 << 62], [-1, 4], [0], "x", [0, 0]])
+        elif field == "drop":
+            del header[name]
+        else:
+            header[name + "x"] = header[name]
+        text = json.dumps(header).encode()
+        text += b" " * ((8 - len(text) % 8) % 8)
+        data = bytearray(len(text).to_bytes(8, "little")) + text + data[8 + n:]
+    else:
+        import json
+        cpath = os.path.join(folder, "config.json")
+        config = json.load(open(cpath))
+        key = rng.choice(sorted(config))
+        if rng.random() < 0.3:
+            del config[key]
+        else:
+            config[key] = rng.choice([None, -1, 0, 2**40, 1.5e300, "x", [1, 2], {"a": 1}, True])
+        json.dump(config, open(cpath, "w"))
+        return "config:" + key
+    open(path, "wb").write(bytes(data))
+    return "safetensors:" + kind
+
+
 def mutate(src, dst, rng):
+    if os.path.isdir(src):
+        shutil.copytree(src, dst)
+        return st_mutate(dst, rng)
     shutil.copy(src, dst)
     if rng.random() < 0.1:  # truncation
         size = os.path.getsize(dst)
@@ -226,7 +279,7 @@ def main():
     np.seterr(all="ignore")
     ap = argparse.ArgumentParser()
     ap.add_argument("remat")
-    ap.add_argument("--cases", type=int, default=320)
+    ap.add_argument("--cases", type=int, default=384)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--timeout", type=float, default=60)
     a = ap.parse_args()
@@ -242,12 +295,15 @@ def main():
         make(["check", "--model", "gpt2", "--preset", "tiny", "--strategies", "full", "--save-golden", "golden.h5"])
         make(["matrix", "--preset", "tiny", "--layers", "2", "--strategies", "full,per-layer", "--steps", "1",
               "--out", "results.h5"])
+        make(["export", "--model", "gpt2", "--preset", "tiny", "--out", "gpt2.h5"])
+        make(["export-hf", "--weights", "gpt2.h5", "--out", "hf"])
         # What each kind of file is fed to, and the output marker of a result.
         targets = [
             ("weights.h5", lambda p: ["grads", "--weights", p, "--out", "out.h5"], "loss"),
             ("weights.h5", lambda p: ["check", "--weights", p, "--strategies", "full,per-layer"], "strategy"),
             ("golden.h5", lambda p: ["check", "--golden", p, "--strategies", "full"], "vs golden"),
             ("results.h5", lambda p: ["report", p], "remat results"),
+            ("hf", lambda p: ["grads", "--weights", p, "--out", "out.h5"], "loss"),
             ("results.h5", lambda p: ["matrix", "--preset", "tiny", "--layers", "2", "--strategies", "full,every:2",
                                       "--steps", "1", "--resume", "--out", p], "wrote"),
         ]
@@ -257,7 +313,8 @@ def main():
         for case in range(a.cases):
             src, command, marker = targets[case % len(targets)]
             for n in os.listdir(work):
-                os.remove(os.path.join(work, n))
+                p = os.path.join(work, n)
+                shutil.rmtree(p) if os.path.isdir(p) else os.remove(p)
             target = os.path.join(work, src)
             what = mutate(os.path.join(base, src), target, rng)
             rc, out, err = run(remat, command(src), work, a.timeout)

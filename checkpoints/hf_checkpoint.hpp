@@ -1,0 +1,94 @@
+#pragma once
+// Hugging Face checkpoints in and out: a folder with config.json and
+// model.safetensors (or shards listed in model.safetensors.index.json), or
+// one .safetensors file with a config.json. Reading checks everything before
+// a byte of weight is used: the config (hf_family.hpp), every file's header
+// (safetensors.hpp), the index against the shards, and that the tensors are
+// exactly the model's parameters (plus the family's known buffers), each of
+// its shape. Values are read a tensor at a time, so a checkpoint of any size
+// is imported in the memory of its largest tensor.
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "checkpoints/hf_family.hpp"
+#include "checkpoints/safetensors.hpp"
+#include "zoo/model.hpp"
+
+namespace remat::checkpoints {
+
+// Whether a path given as weights is a Hugging Face checkpoint (a folder, or
+// a .safetensors file) rather than a remat HDF5 file.
+bool is_hf_checkpoint(const std::string& path);
+
+class HfCheckpoint {
+ public:
+  // `config`: a config.json for a single .safetensors file ("": the one
+  // beside it). UserError for anything wrong, naming the file and the key,
+  // tensor or byte range.
+  explicit HfCheckpoint(const std::string& path, const std::string& config = "");
+  ~HfCheckpoint();
+
+  const ModelSetup& setup() const { return setup_; }
+  const HfFamily& family() const { return *family_; }
+  const std::vector<std::string>& files() const { return file_names_; }
+  std::uint64_t bytes() const;  // of the safetensors files
+  // The model's parameters in its order, with their shapes.
+  const std::vector<ParamSpec>& params() const { return specs_; }
+  // Parameter `i`'s values, as remat lays them out ([out, in]), float32,
+  // into out[numel]. UserError for a non-finite value.
+  void read(std::size_t i, float* out) const;
+  // The number of tensors that were skipped as the family's buffers.
+  std::size_t buffers_skipped() const { return buffers_; }
+
+ private:
+  struct Source {
+    const SafetensorsFile* file;
+    const StoredTensor* tensor;
+    bool transposed;
+  };
+  ModelSetup setup_;
+  const HfFamily* family_ = nullptr;
+  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::vector<std::string> file_names_;
+  std::vector<ParamSpec> specs_;
+  std::vector<Source> sources_;  // by parameter
+  std::size_t buffers_ = 0;
+};
+
+// Writing. A tensor's values are asked for when its turn comes.
+struct ExportTensor {
+  std::string name;  // remat's
+  Shape shape;       // remat's
+  std::function<void(float* out)> values;
+};
+
+struct ExportOptions {
+  std::string dtype = "F32";  // F32, BF16 or F16
+  std::int64_t max_shard_bytes = 5'000'000'000;  // above: model-0000k-of-0000n.safetensors and an index
+};
+
+// Writes config.json and the weights in the family's layout into `dir`
+// (created if needed); returns the files written. Each file is replaced
+// atomically.
+std::vector<std::string> export_checkpoint(const ModelSetup& setup, const std::vector<ExportTensor>& tensors,
+                                           const std::string& dir, const ExportOptions& options);
+
+// LoRA adapters in PEFT's layout: adapter_config.json and
+// adapter_model.safetensors, "base_model.model.<module>.lora_A.weight"
+// [R, in] and ".lora_B.weight" [out, R].
+struct ExportAdapter {
+  std::string weight;  // remat's name of the adapted weight
+  ExportTensor a, b;   // [R, in], [out, R]
+};
+std::vector<std::string> export_adapters(const ModelSetup& setup, const std::vector<ExportAdapter>& adapters,
+                                         int rank, double alpha, const std::string& dir, const std::string& dtype);
+
+// "5GB", "500MB", "1.5G", or a byte count, in decimal units (as Hugging
+// Face's max_shard_size); UserError otherwise.
+std::int64_t parse_shard_size(const std::string& text);
+
+}  // namespace remat::checkpoints

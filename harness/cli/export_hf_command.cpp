@@ -1,0 +1,107 @@
+// remat export-hf: a weight file (and LoRA adapters) in Hugging Face's
+// layout, for PyTorch: config.json and safetensors, PEFT's files for adapters.
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "autodiff/error.hpp"
+#include "checkpoints/hf_checkpoint.hpp"
+#include "harness/cli/commands.hpp"
+#include "harness/finetune/adapters_file.hpp"
+#include "harness/io/weights_file.hpp"
+
+namespace remat::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct ExportHfOptions {
+  std::string weights, adapters, out, dtype = "f32", max_shard_size = "5GB";
+  bool force = false;
+};
+
+std::string stored_dtype(const std::string& name) {
+  if (name == "f32" || name == "float32") return "F32";
+  if (name == "bf16" || name == "bfloat16") return "BF16";
+  if (name == "fp16" || name == "f16" || name == "float16") return "F16";
+  throw UserError("--dtype '" + name + "': f32, bf16 or fp16");
+}
+
+// A folder that already holds a checkpoint is replaced only with --force.
+void check_folder(const std::string& dir, bool force) {
+  std::error_code ec;
+  if (!fs::exists(dir, ec)) return;
+  if (!fs::is_directory(dir, ec)) throw UserError(dir + ": exists and is not a folder");
+  if (force) return;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (name == "config.json" || name.rfind("model", 0) == 0 || name.rfind("adapter_", 0) == 0)
+      throw UserError(dir + ": already holds a checkpoint (" + name + "); give another --out, or --force to replace it");
+  }
+}
+
+checkpoints::ExportTensor tensor_of(const std::string& name, const Shape& shape, std::vector<float> values) {
+  auto data = std::make_shared<std::vector<float>>(std::move(values));
+  return {name, shape, [data](float* out) { std::copy(data->begin(), data->end(), out); }};
+}
+
+void run_export_hf(const ExportHfOptions& o) {
+  if (o.weights.empty() && o.adapters.empty()) throw UserError("give --weights, --adapters, or both");
+  const std::string dtype = stored_dtype(o.dtype);
+  checkpoints::ExportOptions options;
+  options.dtype = dtype;
+  options.max_shard_bytes = checkpoints::parse_shard_size(o.max_shard_size);
+  check_folder(o.out, o.force);
+  std::vector<std::string> written;
+  if (!o.weights.empty()) {
+    const LoadedWeights w = load_weights(o.weights, o.force, /*skip_adapters=*/true);
+    checkpoints::family_of_model(w.setup.model);  // a model with a layout, before anything is written
+    std::vector<checkpoints::ExportTensor> tensors;
+    for (std::size_t i = 0; i < w.params->names().size(); ++i) {
+      const Tensor& t = w.params->tensors()[i];
+      tensors.push_back({w.params->names()[i], t.shape(), [t](float* out) {
+                           const auto v = t.to_host_f32();
+                           std::copy(v.begin(), v.end(), out);
+                         }});
+    }
+    for (const auto& f : checkpoints::export_checkpoint(w.setup, tensors, o.out, options)) written.push_back(f);
+  }
+  if (!o.adapters.empty()) {
+    const AdapterFile a = read_adapters(o.adapters);
+    checkpoints::family_of_model(a.setup.model);
+    std::vector<checkpoints::ExportAdapter> adapters;
+    for (const auto& weight : a.weights()) {
+      const auto& A = a.params.at(weight + ".lora_A");
+      const auto& B = a.params.at(weight + ".lora_B");
+      adapters.push_back({weight, tensor_of(weight + ".lora_A", A.shape, A.data),
+                          tensor_of(weight + ".lora_B", B.shape, B.data)});
+    }
+    const double alpha = a.options.alpha > 0 ? a.options.alpha : a.options.rank;
+    for (const auto& f : checkpoints::export_adapters(a.setup, adapters, a.options.rank, alpha, o.out, dtype))
+      written.push_back(f);
+  }
+  for (const auto& f : written) std::printf("wrote %s\n", f.c_str());
+}
+
+}  // namespace
+
+void setup_export_hf(CLI::App& app) {
+  auto o = std::make_shared<ExportHfOptions>();
+  auto* cmd = app.add_subcommand("export-hf",
+                                 "Write weights (gpt2, llama, mixtral) as a Hugging Face checkpoint, and LoRA adapters "
+                                 "in PEFT's layout, for PyTorch");
+  cmd->add_option("--weights", o->weights, "A weight file (or training run file, or Hugging Face checkpoint)");
+  cmd->add_option("--adapters", o->adapters,
+                  "LoRA adapters (an adapter file, or a --lora training run file): adapter_config.json and "
+                  "adapter_model.safetensors");
+  cmd->add_option("--out", o->out, "The folder to write into (created if needed)")->required();
+  cmd->add_option("--dtype", o->dtype, "Stored precision: f32, bf16 or fp16 (rounded to nearest even)")
+      ->capture_default_str();
+  cmd->add_option("--max-shard-size", o->max_shard_size,
+                  "Above this, model-0000k-of-0000n.safetensors with model.safetensors.index.json (5GB, 500MB, 2GiB)")
+      ->capture_default_str();
+  cmd->add_flag("--force", o->force, "Replace a checkpoint already in the folder; skip the memory check");
+  cmd->callback([o] { run_export_hf(*o); });
+}
+
+}  // namespace remat::cli

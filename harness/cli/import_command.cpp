@@ -1,0 +1,72 @@
+// remat import: a Hugging Face checkpoint (config.json + safetensors) into
+// a remat weight file (docs/models.md), a tensor at a time.
+#include <chrono>
+#include <cstdio>
+#include <memory>
+
+#include "checkpoints/hf_checkpoint.hpp"
+#include "harness/cli/commands.hpp"
+#include "harness/io/output_guard.hpp"
+#include "harness/io/weights_file.hpp"
+
+namespace remat::cli {
+namespace {
+
+struct ImportOptions {
+  std::string path, config, out;
+  bool force = false;
+};
+
+void run_import(const ImportOptions& o) {
+  const checkpoints::HfCheckpoint c(o.path, o.config);  // every check that needs no weight value, now
+  std::vector<std::string> inputs = c.files();
+  if (!o.config.empty()) inputs.push_back(o.config);
+  check_output(o.out, FileKind::weights, inputs, o.force);
+  const ModelSetup& setup = c.setup();
+  const Sizes& z = setup.sizes;
+  std::printf("%s: %s (%s), L %d, D %d, H %d, Hkv %d, F %d, V %d, S_max %d%s, from %zu file%s\n", o.path.c_str(),
+              setup.model.c_str(), c.family().architecture().c_str(), z.L, z.D, z.H, z.Hkv, z.F, z.V, z.S_max,
+              setup.model == "mixtral" ? (", E " + std::to_string(z.E) + ", K " + std::to_string(z.K)).c_str() : "",
+              c.files().size(), c.files().size() == 1 ? "" : "s");
+  // Progress for checkpoints that take a while: a line every few seconds.
+  const double total = double(c.bytes());
+  double done = 0;
+  auto last = std::chrono::steady_clock::now();
+  std::int64_t count = 0;
+  write_weights_streaming(o.out, setup, c.params(), [&](std::size_t i, float* values) {
+    c.read(i, values);
+    const std::int64_t n = numel(c.params()[i].shape);
+    count += n;
+    done += 4.0 * double(n);
+    const auto now = std::chrono::steady_clock::now();
+    if (std::chrono::duration<double>(now - last).count() > 5) {
+      std::printf("  %zu of %zu tensors (%.0f%%)\n", i + 1, c.params().size(), 100.0 * std::min(1.0, done / total));
+      std::fflush(stdout);
+      last = now;
+    }
+  });
+  std::printf("wrote %s: %lld parameters in %zu tensors", o.out.c_str(), static_cast<long long>(count),
+              c.params().size());
+  if (c.buffers_skipped() > 0)
+    std::printf("; skipped %zu tensors that are not parameters (%s's buffers, a tied head)", c.buffers_skipped(),
+                c.family().architecture().c_str());
+  std::printf("\n");
+}
+
+}  // namespace
+
+void setup_import(CLI::App& app) {
+  auto o = std::make_shared<ImportOptions>();
+  auto* cmd = app.add_subcommand(
+      "import", "Read a Hugging Face checkpoint (gpt2, llama, mixtral: config.json + safetensors) into a weight file");
+  cmd->add_option("path", o->path,
+                  "A model folder (config.json with model.safetensors, or shards and model.safetensors.index.json), "
+                  "or one .safetensors file")
+      ->required();
+  cmd->add_option("--config", o->config, "config.json for a single .safetensors file (default: the one beside it)");
+  cmd->add_option("--out", o->out, "Output HDF5 weight file (docs/models.md layout)")->required();
+  cmd->add_flag("--force", o->force, "Replace an existing file of another kind");
+  cmd->callback([o] { run_import(*o); });
+}
+
+}  // namespace remat::cli

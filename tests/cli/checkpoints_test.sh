@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# Hugging Face checkpoints in and out, with checkpoints written in the test
+# by an independent writer (tests/checkpoints/make_hf.py: torch for the
+# values, the safetensors container by hand): import is bitwise the weights
+# it was made from, a checkpoint used directly as --weights gives bitwise
+# the imported file's gradients, export-hf and import again are bitwise
+# (16-bit exports: the rounded values), sharded and single files, every
+# refusal is one line with exit 2 and nothing written, and exported LoRA
+# adapters merge in PEFT's way to what remat lora-merge computes.
+#   checkpoints_test.sh path/to/remat
+set -uo pipefail
+remat=$1
+here=$(cd "$(dirname "$0")/../checkpoints" && pwd)
+py=${PYTHON:-python3}
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+ok() {  # ok "what" cmd...
+  local what=$1; shift
+  "$@" >out.txt 2>err.txt || fail "$what: exit $? ($(cat err.txt))"
+}
+refused() {  # refused "fragment" cmd...: exit 2, one line naming the fragment, no out.h5
+  local fragment=$1; shift
+  rm -f out.h5
+  "$@" >out.txt 2>err.txt
+  local rc=$?
+  [ $rc -eq 2 ] || fail "$*: exit $rc, expected 2 ($(cat err.txt))"
+  grep -qF -- "$fragment" err.txt || fail "$*: the error does not say '$fragment': $(cat err.txt)"
+  [ "$(grep -c . err.txt)" -le 1 ] || fail "$*: more than one line: $(cat err.txt)"
+  [ ! -e out.h5 ] && ! ls out.h5.partial* >/dev/null 2>&1 || fail "$*: left an output behind"
+}
+same_grads() {  # same_grads A.h5 B.h5: loss and every gradient bitwise
+  h5diff -q "$1" "$2" /loss /loss && h5diff -q "$1" "$2" /grads /grads || fail "gradients of $1 and $2 differ"
+}
+
+for model in gpt2 llama mixtral; do
+  ok "export $model" "$remat" export --model "$model" --preset tiny --seed 3 --out "$model.h5"
+  # A single file, and shards with an index; with the buffers Hugging Face checkpoints carry.
+  for layout in "--shards 1" "--shards 3 --buffers"; do
+    rm -rf hf
+    ok "make_hf $model $layout" "$py" "$here/make_hf.py" "$model.h5" hf $layout
+    ok "import $model $layout" "$remat" import hf --out imported.h5
+    ok "same params" "$py" "$here/check_hf.py" params "$model.h5" imported.h5
+    ok "grads on the folder" "$remat" grads --weights hf --out direct.h5
+    ok "grads on the import" "$remat" grads --weights imported.h5 --out via.h5
+    same_grads direct.h5 via.h5
+  done
+  # 16-bit checkpoints are widened exactly.
+  for dtype in BF16 F16; do
+    rm -rf hf
+    ok "make_hf $dtype" "$py" "$here/make_hf.py" "$model.h5" hf --dtype "$dtype"
+    ok "import $dtype" "$remat" import hf --out imported.h5
+    ok "$dtype widened exactly" "$py" "$here/check_hf.py" params "$model.h5" imported.h5 --rounded "$dtype"
+  done
+  # A single .safetensors file with --config, and with the config beside it.
+  ok "import one file" "$remat" import hf/model.safetensors --config hf/config.json --out one.h5
+  ok "--weights one file" "$remat" grads --weights hf/model.safetensors --out direct.h5
+  # Out and back in, single and sharded, 32 and 16 bits.
+  rm -rf out-hf
+  ok "export-hf $model" "$remat" export-hf --weights "$model.h5" --out out-hf
+  ok "import again" "$remat" import out-hf --out back.h5
+  ok "round trip bitwise" "$py" "$here/check_hf.py" params "$model.h5" back.h5
+  rm -rf sharded
+  ok "export-hf sharded" "$remat" export-hf --weights "$model.h5" --out sharded --max-shard-size 20KB --dtype bf16
+  [ -f sharded/model.safetensors.index.json ] && [ -f sharded/model-00002-of-*.safetensors ] || fail "no shards written"
+  ok "import shards" "$remat" import sharded --out back16.h5
+  ok "bf16 round trip" "$py" "$here/check_hf.py" params "$model.h5" back16.h5 --rounded BF16
+done
+
+# gpt2 checkpoints come with and without GPT2LMHeadModel's "transformer." prefix, some with the tied head saved.
+rm -rf hf && ok "make_hf no prefix" "$py" "$here/make_hf.py" gpt2.h5 hf --no-prefix --tied-head --buffers
+ok "import no prefix" "$remat" import hf --out imported.h5
+ok "no prefix same params" "$py" "$here/check_hf.py" params gpt2.h5 imported.h5
+
+# Every refusal: one line, exit 2, nothing written.
+for case in "header-length:runs beyond the file" "overlap:overlap" "hole:belong to no tensor" \
+            "byte-count:needs" "dtype:F64" "duplicate:named twice" "missing:no tensor" \
+            "extra:is not a parameter" "nan:non-finite" "eps:layer_norm_epsilon" "bias:add_cross_attention" \
+            "tied:tie_word_embeddings" "model-type:model_type" "architecture:architectures" \
+            "head-differs:differs from"; do
+  kind=${case%%:*} fragment=${case#*:}
+  rm -rf bad && "$py" "$here/make_hf.py" gpt2.h5 bad --break "$kind" || fail "make_hf --break $kind"
+  refused "$fragment" "$remat" import bad --out out.h5
+  refused "$fragment" "$remat" grads --weights bad --out out.h5
+done
+for case in "eps:rms_norm_eps" "bias:attention_bias" "tied:tie_word_embeddings" "missing:no tensor"; do
+  kind=${case%%:*} fragment=${case#*:}
+  rm -rf bad && "$py" "$here/make_hf.py" llama.h5 bad --break "$kind" || fail "make_hf llama --break $kind"
+  refused "$fragment" "$remat" import bad --out out.h5
+done
+for case in "index-missing:not in the folder" "index-wrong:but it is in"; do
+  kind=${case%%:*} fragment=${case#*:}
+  rm -rf bad && "$py" "$here/make_hf.py" gpt2.h5 bad --shards 2 --break "$kind" || fail "make_hf --break $kind"
+  refused "$fragment" "$remat" import bad --out out.h5
+done
+mkdir -p empty
+refused "no config.json" "$remat" import empty --out out.h5
+refused "not a Hugging Face checkpoint" "$remat" import gpt2.h5 --out out.h5
+"$remat" export --model bert --preset tiny --out bert.h5 >/dev/null
+refused "no Hugging Face layout" "$remat" export-hf --weights bert.h5 --out bert-hf
+[ ! -e bert-hf/config.json ] || fail "export-hf of bert wrote a config"
+refused "already holds a checkpoint" "$remat" export-hf --weights gpt2.h5 --out out-hf
+refused "--dtype" "$remat" export-hf --weights gpt2.h5 --out other --dtype fp8
+refused "--max-shard-size" "$remat" export-hf --weights gpt2.h5 --out other --max-shard-size lots
+
+# LoRA adapters in PEFT's layout: PEFT's merge of them equals remat's lora-merge.
+for model in gpt2 llama; do
+  ok "train lora $model" "$remat" train --model "$model" --preset tiny --steps 3 --lora 4 --lora-alpha 8 \
+    --out "run-$model.h5" --adapters-out "adapters-$model.h5"
+  ok "merge $model" "$remat" lora-merge --weights "run-$model.h5" --adapters "adapters-$model.h5" --out "merged-$model.h5"
+  rm -rf base merged peft
+  ok "export base" "$remat" export-hf --weights "run-$model.h5" --out base
+  ok "export merged" "$remat" export-hf --weights "merged-$model.h5" --out merged
+  ok "export adapters" "$remat" export-hf --adapters "adapters-$model.h5" --out peft
+  ok "PEFT merge = remat's" "$py" "$here/check_hf.py" peft peft base merged
+done
+
+if [ "$failures" -ne 0 ]; then echo "$failures checkpoint check(s) failed"; exit 1; fi
+echo "checkpoint checks passed"
