@@ -13,7 +13,7 @@
 
 #include <Kokkos_Core.hpp>
 
-#include "autodiff/error.hpp"
+#include "core/error.hpp"
 
 #ifdef KOKKOS_ENABLE_CUDA
 #include <cublas_v2.h>
@@ -52,7 +52,7 @@ F symbol(void* lib, std::initializer_list<const char*> names) {
 
 void check(cublasStatus_t s, const char* what) {
   if (s != CUBLAS_STATUS_SUCCESS)
-    throw std::runtime_error(std::string("cuBLAS: ") + what + " failed (status " + std::to_string(int(s)) + ")");
+    throw EnvironmentError(std::string("cuBLAS: ") + what + " failed (status " + std::to_string(int(s)) + ")");
 }
 
 Library load() {

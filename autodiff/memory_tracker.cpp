@@ -6,7 +6,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "autodiff/error.hpp"
+#include "core/error.hpp"
 
 namespace remat {
 namespace {
@@ -162,24 +162,5 @@ MemoryPhase::MemoryPhase(const std::string& phase) : previous_(MemoryTracker::in
 }
 MemoryPhase::~MemoryPhase() { MemoryTracker::instance().set_phase(previous_); }
 
-std::int64_t parse_byte_size(const std::string& text) {
-  std::size_t end = 0;
-  while (end < text.size() && (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.')) ++end;
-  double value = 0;
-  try {
-    value = end ? std::stod(text.substr(0, end)) : -1;
-  } catch (const std::exception&) {
-    value = -1;
-  }
-  std::string unit = text.substr(end);
-  for (auto& c : unit) c = char(std::tolower(static_cast<unsigned char>(c)));
-  if (!unit.empty() && unit.back() == 'b') unit.pop_back();
-  if (!unit.empty() && unit.back() == 'i') unit.pop_back();
-  double scale = unit.empty() ? 1 : unit == "k" ? 1024.0 : unit == "m" ? 1048576.0 : unit == "g" ? 1073741824.0 : unit == "t" ? 1099511627776.0 : -1;
-  const double bytes = value * scale;
-  if (value < 0 || scale < 0 || !(bytes >= 1) || bytes > 9e18)
-    throw UserError("'" + text + "' is not a positive size (e.g. 512M, 1.5G, 150MB)");
-  return std::int64_t(std::llround(bytes));
-}
 
 }  // namespace remat

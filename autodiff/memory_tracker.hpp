@@ -31,7 +31,7 @@ class MemoryTracker {
   // host memory on a GPU build) are counted in the offload pool.
   static constexpr const char* kOffloadPool = "offload";
   static constexpr const char* kOffloadLabel = "offloaded";
-  // Full values of sharded parameters, while gathered (harness/train/param_shards.hpp).
+  // Full values of sharded parameters, while gathered (train/param_shards.hpp).
   static constexpr const char* kGatheredPool = "gathered";
   static constexpr const char* kGatheredLabel = "gathered parameter";
   // Whole gradients of sharded parameters, from backward until reduce-scattered.
@@ -109,8 +109,5 @@ class MemoryPhase {
   std::string previous_;
 };
 
-// "512M", "1.5G", "150MB", "4096" (binary units: M = 2^20 bytes); UserError
-// if `text` is not a positive size.
-std::int64_t parse_byte_size(const std::string& text);
 
 }  // namespace remat

@@ -10,10 +10,11 @@
 #include <cstring>
 
 #include "autodiff/cublas.hpp"
-#include "autodiff/error.hpp"
 #include "autodiff/memory_tracker.hpp"
 #include "autodiff/tape.hpp"
 #include "autodiff/transfer.hpp"
+#include "core/error.hpp"
+#include "core/version.hpp"
 
 namespace remat {
 namespace {
@@ -105,7 +106,7 @@ Runtime::~Runtime() {
 
 std::string Runtime::version() {
   const int v = KOKKOS_VERSION;
-  std::string s = std::string("remat ") + REMAT_VERSION + ", Kokkos " + std::to_string(v / 10000) + "." +
+  std::string s = std::string("remat ") + remat::version() + ", Kokkos " + std::to_string(v / 10000) + "." +
                   std::to_string(v / 100 % 100) + "." + std::to_string(v % 100) + ", backends:";
 #ifdef KOKKOS_ENABLE_CUDA
   s += " CUDA";

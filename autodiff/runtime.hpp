@@ -18,7 +18,7 @@ class Runtime {
   Runtime& operator=(const Runtime&) = delete;
 
   static std::string describe();  // "Kokkos 3.4.1, OpenMP, 2 threads"
-  // "remat 0.4.0, Kokkos 3.4.1, backends: OpenMP Serial" without touching
+  // "remat <version>, Kokkos 3.4.1, backends: OpenMP Serial" without touching
   // Kokkos' runtime (safe on a CUDA build without a GPU).
   static std::string version();
 };

@@ -9,20 +9,6 @@
 
 namespace remat {
 
-std::int64_t numel(const Shape& s) {
-  std::int64_t n = 1;
-  for (auto d : s) n *= d;
-  return n;
-}
-
-std::string to_string(const Shape& s) {
-  std::ostringstream o;
-  o << '[';
-  for (std::size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
-  o << ']';
-  return o.str();
-}
-
 const char* intern_tag(const std::string& name) {
   static std::mutex mutex;
   static std::set<std::string> names;  // node-based: the strings never move

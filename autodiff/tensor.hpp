@@ -11,15 +11,12 @@
 #include <vector>
 
 #include "autodiff/dtype.hpp"
+#include "core/shape.hpp"
 
 namespace remat {
 
 using ExecSpace = Kokkos::DefaultExecutionSpace;
 using MemSpace = ExecSpace::memory_space;
-using Shape = std::vector<std::int64_t>;
-
-std::int64_t numel(const Shape& s);
-std::string to_string(const Shape& s);
 
 // Tags: what produced a tensor, as an open name, by convention the
 // producing op's ("linear", "softmax", "layer_norm"). Strategies decide what
@@ -42,7 +39,7 @@ struct GradSlot {
   std::shared_ptr<Tensor> grad;  // null until a gradient flows here
   // The label backward allocates `grad` with (null: "grad"); one the memory
   // tracker gives a pool of its own keeps those bytes out of the activations
-  // (the whole gradients of sharded parameters, harness/train/param_shards).
+  // (the whole gradients of sharded parameters, train/param_shards).
   const char* grad_label = nullptr;
 };
 

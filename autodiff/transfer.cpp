@@ -1,4 +1,5 @@
 #include "autodiff/transfer.hpp"
+#include "core/error.hpp"
 
 #include <optional>
 #include <stdexcept>
@@ -25,7 +26,7 @@ double since(std::chrono::steady_clock::time_point t) {
 cudaStream_t copy_stream = nullptr;
 
 void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+  if (e != cudaSuccess) throw EnvironmentError(std::string(what) + ": " + cudaGetErrorString(e));
 }
 #endif
 

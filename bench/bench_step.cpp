@@ -9,7 +9,7 @@
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/tensor.hpp"
 #include "harness/check.hpp"
-#include "harness/step.hpp"
+#include "step/step.hpp"
 #include "strategies/registry.hpp"
 #include "zoo/model.hpp"
 

@@ -3,10 +3,10 @@
 // update, record) against the bare forward+backward of the same batch size.
 #include <benchmark/benchmark.h>
 
-#include "harness/step.hpp"
-#include "harness/train/trainer.hpp"
 #include "optim/optimizer.hpp"
+#include "step/step.hpp"
 #include "strategies/registry.hpp"
+#include "train/trainer.hpp"
 #include "zoo/model.hpp"
 
 namespace {

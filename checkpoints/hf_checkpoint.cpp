@@ -10,7 +10,7 @@
 #include <set>
 #include <sstream>
 
-#include "autodiff/error.hpp"
+#include "core/error.hpp"
 #include "h5/atomic_file.hpp"
 
 namespace remat::checkpoints {

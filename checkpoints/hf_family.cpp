@@ -3,7 +3,7 @@
 #include <cmath>
 #include <regex>
 
-#include "autodiff/error.hpp"
+#include "core/error.hpp"
 
 namespace remat::checkpoints {
 namespace {

@@ -13,7 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
-#include "autodiff/error.hpp"
+#include "core/error.hpp"
 #include "h5/atomic_file.hpp"
 
 namespace remat::checkpoints {

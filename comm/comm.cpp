@@ -5,6 +5,8 @@
 #include <cstdlib>
 #include <stdexcept>
 
+#include "core/error.hpp"
+
 #ifdef REMAT_HAVE_MPI
 #define OMPI_SKIP_MPICXX 1  // the C API only: the deprecated C++ bindings need a library we do not link
 #define MPICH_SKIP_MPICXX 1
@@ -43,7 +45,7 @@ class Timed {
 
 #ifdef REMAT_HAVE_MPI
 void check(int rc, const char* what) {
-  if (rc != MPI_SUCCESS) throw std::runtime_error(std::string("MPI: ") + what + " failed");
+  if (rc != MPI_SUCCESS) throw EnvironmentError(std::string("MPI: ") + what + " failed");
 }
 
 template <class T>
@@ -63,7 +65,7 @@ void gather(const T* data, std::int64_t n, T* all) {
   }
 #ifdef REMAT_HAVE_MPI
   Timed timed;
-  if (n > std::int64_t(1) << 30) throw std::runtime_error("MPI: a gather of more than 2^30 values at once");
+  if (n > std::int64_t(1) << 30) throw std::logic_error("MPI: a gather of more than 2^30 values at once");
   check(MPI_Allgather(data, int(n), type_of<T>(), all, int(n), type_of<T>(), MPI_COMM_WORLD), "Allgather");
   // What each rank's part costs on the wire, counted once per other rank.
   s.stats.bytes_sent += std::int64_t(sizeof(T)) * n * (s.size - 1);
@@ -129,7 +131,7 @@ void reset_stats() { state().stats = {}; }
 void send(int to, int tag, const std::vector<char>& bytes) {
 #ifdef REMAT_HAVE_MPI
   Timed timed;
-  if (bytes.size() > std::size_t(1) << 30) throw std::runtime_error("MPI: a message of more than 1 GiB");
+  if (bytes.size() > std::size_t(1) << 30) throw std::logic_error("MPI: a message of more than 1 GiB");
   check(MPI_Send(bytes.data(), int(bytes.size()), MPI_BYTE, to, tag, MPI_COMM_WORLD), "Send");
   state().stats.bytes_sent += std::int64_t(bytes.size());
 #else
@@ -186,7 +188,7 @@ void all_to_all(const float* send, std::int64_t n, float* recv) {
   }
 #ifdef REMAT_HAVE_MPI
   Timed timed;
-  if (n > std::int64_t(1) << 30) throw std::runtime_error("MPI: an exchange of more than 2^30 values per rank");
+  if (n > std::int64_t(1) << 30) throw std::logic_error("MPI: an exchange of more than 2^30 values per rank");
   check(MPI_Alltoall(send, int(n), MPI_FLOAT, recv, int(n), MPI_FLOAT, MPI_COMM_WORLD), "Alltoall");
   // A rank's own part stays here; each other part crosses once each way.
   s.stats.bytes_sent += std::int64_t(sizeof(float)) * n * (s.size - 1);

@@ -5,8 +5,8 @@
 #include <iterator>
 #include <vector>
 
-#include "autodiff/error.hpp"
 #include "autodiff/rng.hpp"
+#include "core/error.hpp"
 #include "datasets/token_file.hpp"
 
 namespace remat {

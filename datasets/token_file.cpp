@@ -1,6 +1,6 @@
 #include "datasets/token_file.hpp"
 
-#include "autodiff/error.hpp"
+#include "core/error.hpp"
 #include "h5/h5.hpp"
 
 namespace remat {

@@ -10,7 +10,7 @@
 #include <filesystem>
 #include <random>
 
-#include "autodiff/error.hpp"
+#include "core/error.hpp"
 
 namespace remat {
 namespace {

@@ -2,7 +2,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "autodiff/error.hpp"
+#include "core/error.hpp"
 #include "h5/h5.hpp"
 
 namespace remat::h5 {
@@ -254,9 +254,15 @@ std::vector<std::string> read_strings(const File& f, const std::string& path) {
   return out;
 }
 
+// Variable-length UTF-8, as h5py writes strings itself: h5py hands such an
+// attribute back as a str ('gpt2'), a fixed-length one as bytes (b'gpt2').
+// Files written before read the same (read_attr_string takes both).
 void write_attr(const File& f, const std::string& name, const std::string& value, const std::string& object) {
-  Handle type = string_type(value.size());
-  with_attribute(f, object, name, type.id(), [&](hid_t a) { return H5Awrite(a, type.id(), value.c_str()); });
+  Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+  H5Tset_size(type.id(), H5T_VARIABLE);
+  H5Tset_cset(type.id(), H5T_CSET_UTF8);
+  const char* text = value.c_str();
+  with_attribute(f, object, name, type.id(), [&](hid_t a) { return H5Awrite(a, type.id(), &text); });
 }
 
 void write_attr(const File& f, const std::string& name, std::int64_t value, const std::string& object) {

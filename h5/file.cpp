@@ -2,7 +2,7 @@
 #include <filesystem>
 #include <vector>
 
-#include "autodiff/error.hpp"
+#include "core/error.hpp"
 #include "h5/atomic_file.hpp"
 #include "h5/h5.hpp"
 
@@ -26,9 +26,9 @@ void silence() {
 // reader always sees a whole file and HDF5's lock only adds failures.
 Handle unlocked_access() {
   Handle fapl(H5Pcreate(H5P_FILE_ACCESS), H5Pclose);
-  if (!fapl.valid()) throw std::runtime_error("HDF5: cannot create file access properties");
+  if (!fapl.valid()) throw EnvironmentError("HDF5: cannot create file access properties");
 #if H5_VERSION_GE(1, 10, 7)
-  if (H5Pset_file_locking(fapl.id(), false, true) < 0) throw std::runtime_error("HDF5: cannot turn file locking off");
+  if (H5Pset_file_locking(fapl.id(), false, true) < 0) throw EnvironmentError("HDF5: cannot turn file locking off");
 #endif
   return fapl;
 }
@@ -36,7 +36,7 @@ Handle unlocked_access() {
 Handle in_memory_access() {
   Handle fapl = unlocked_access();
   if (H5Pset_fapl_core(fapl.id(), 1 << 20, /*backing_store=*/0) < 0)
-    throw std::runtime_error("HDF5: cannot set up in-memory file access");
+    throw EnvironmentError("HDF5: cannot set up in-memory file access");
   return fapl;
 }
 

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "autodiff/tensor.hpp"
+#include "core/shape.hpp"
 
 namespace remat::h5 {
 

@@ -6,7 +6,8 @@
 #include <string>
 #include <vector>
 
-#include "harness/step.hpp"
+#include "step/probe.hpp"
+#include "step/step.hpp"
 #include "strategies/profile.hpp"
 
 namespace remat {
@@ -32,10 +33,6 @@ struct CheckRow {
   bool oom = false;            // the step passed --mem-limit: nothing else in the row holds
 };
 
-// Runs `fn` under the tracker's memory limit; false if it ran out of memory,
-// over the limit or for real (a failed device allocation), and the partial
-// graph is dropped.
-bool within_limit(std::int64_t limit, const std::function<void()>& fn);
 
 struct CheckOptions {
   std::uint64_t seed = 1;
@@ -63,37 +60,12 @@ GradientComparison compare_gradients(const ParamStore& params, const std::vector
                                      const std::vector<std::vector<float>>& reference, double loss,
                                      double reference_loss, double floor = 0);
 
-// What the model saves, per block, and the step's working set, from one
-// probe step (forward and backward, everything kept).
-SaveProfile profile_saves(const Model& model, const ParamStore& params, const Batch& batch,
-                          ops::AttentionKernel attention = ops::AttentionKernel::fused);
-
-// A timed profile for planned strategies (budget:<size>): profile_saves, a
-// step under `full` timed `repeats` times (its median time and measured
-// activation peak), and each block's forward and each recipe timed as many
-// times (medians).
-SaveProfile measure_costs(const Model& model, const ParamStore& params, const Batch& batch,
-                          ops::AttentionKernel attention, std::uint64_t seed, int repeats = 3);
-
-// Plans `strategy` if it needs costs, measuring them unless `costs` (a timed
-// profile of the same model, weights and batch) is given.
-void prepare_strategy(Strategy& strategy, const Model& model, const ParamStore& params, const Batch& batch,
-                      ops::AttentionKernel attention, std::uint64_t seed, const SaveProfile* costs = nullptr);
 
 struct CheckReport {
   StepResult full;  // the reference step
   std::vector<CheckRow> rows;
 };
 
-// The tags a model's saved tensors carry with this attention kernel, from a
-// small probe forward (tiny sizes, with dropout).
-std::vector<std::string> tags_produced(const std::string& model, ops::AttentionKernel kernel);
-
-// The strategies `list` names for this model ("all" includes reversible for
-// a reversible model); UserError for one that does not apply to it, or that
-// names a tag the model does not produce (listing those it does).
-std::vector<std::string> strategies_for(const std::string& model, const std::string& list,
-                                        ops::AttentionKernel kernel = ops::AttentionKernel::fused);
 
 // Runs `full`, then each strategy, one step each, on the same weights and batch.
 CheckReport run_check(const Model& model, const ParamStore& params, const Batch& batch,

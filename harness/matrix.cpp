@@ -4,13 +4,13 @@
 #include <filesystem>
 #include <optional>
 
-#include "autodiff/error.hpp"
+#include "checkpoints/weights_file.hpp"
 #include "comm/comm.hpp"
+#include "core/error.hpp"
 #include "datasets/batch_source.hpp"
 #include "harness/io/output_guard.hpp"
 #include "harness/io/run_collector.hpp"
-#include "harness/io/weights_file.hpp"
-#include "harness/memory_estimate.hpp"
+#include "step/memory_estimate.hpp"
 #include "strategies/registry.hpp"
 
 namespace remat {

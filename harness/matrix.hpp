@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/finetune/fine_tuning.hpp"
+#include "finetune/fine_tuning.hpp"
 #include "harness/io/results_file.hpp"
 
 namespace remat {

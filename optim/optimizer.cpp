@@ -1,6 +1,6 @@
 #include <stdexcept>
 
-#include "autodiff/error.hpp"
+#include "core/error.hpp"
 #include "optim/optimizers.hpp"
 
 namespace remat {

@@ -2,7 +2,7 @@
 
 #include <cmath>
 
-#include "autodiff/error.hpp"
+#include "core/error.hpp"
 
 namespace remat {
 

@@ -10,8 +10,9 @@
 #include <cmath>
 #include <cstdio>
 
-#include "autodiff/error.hpp"
 #include "autodiff/memory_tracker.hpp"
+#include "core/error.hpp"
+#include "core/text.hpp"
 #include "strategies/planner/solver.hpp"
 #include "strategies/policy_strategy.hpp"
 #include "strategies/registry.hpp"

@@ -7,7 +7,7 @@
 // peak and saves their recomputation.
 #include <cmath>
 
-#include "autodiff/error.hpp"
+#include "core/error.hpp"
 #include "strategies/registry.hpp"
 
 namespace remat {

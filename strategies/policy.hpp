@@ -28,6 +28,7 @@
 #include <string>
 #include <vector>
 
+#include "autodiff/ops/tags.hpp"
 #include "autodiff/region.hpp"
 #include "autodiff/tensor.hpp"
 
@@ -79,13 +80,5 @@ Decision combine(Decision a, Decision b);
 // if the composition is rejected (see above).
 Policy compose(const std::vector<Policy>& parts, const std::string& spec);
 
-// Tag groups: names that stand for several tags, and mean what the old op
-// kinds meant ("attn-core" = the plain kernel's probabilities and the fused
-// kernel's log-sum-exp; "matmul" = every GEMM output, "mlp-act", "norm").
-const std::vector<std::pair<std::string, std::vector<std::string>>>& tag_groups();
-// The tags a name stands for: a group's members, or the name itself.
-std::vector<std::string> expand_tag(const std::string& name);
-// Every tag the built-in ops produce.
-const std::vector<std::string>& builtin_tags();
 
 }  // namespace remat

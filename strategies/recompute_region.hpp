@@ -24,9 +24,9 @@
 #include <string>
 #include <vector>
 
-#include "autodiff/error.hpp"
 #include "autodiff/region.hpp"
 #include "autodiff/saved_tensor.hpp"
+#include "core/error.hpp"
 #include "strategies/policy.hpp"
 #include "strategies/storage.hpp"
 #include "strategies/trace.hpp"

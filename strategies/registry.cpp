@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "autodiff/error.hpp"
+#include "core/error.hpp"
 #include "strategies/policy_strategy.hpp"
 #include "strategies/strategy_list.hpp"
 
@@ -12,16 +12,6 @@ namespace remat {
 REMAT_STRATEGIES(REMAT_DECLARE_STRATEGY)
 #undef REMAT_DECLARE_STRATEGY
 
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  std::size_t start = 0;
-  while (start <= s.size()) {
-    const std::size_t end = std::min(s.find(sep, start), s.size());
-    out.push_back(s.substr(start, end - start));
-    start = end + 1;
-  }
-  return out;
-}
 
 namespace {
 
@@ -65,17 +55,9 @@ Policy policy_of(const std::vector<Part>& parts, const std::string& spec) {
 }  // namespace
 
 void StrategyRegistry::add(StrategyEntry entry) {
-  if (!entry.policy == !entry.runner)
-    throw std::logic_error("strategy '" + entry.name + "' must be either a policy or a runner");
-  entries_.push_back(std::move(entry));
-}
-
-const StrategyEntry& StrategyRegistry::find(const std::string& name) const {
-  for (const auto& e : entries_)
-    if (e.name == name) return e;
-  std::string known;
-  for (const auto& e : entries_) known += (known.empty() ? "" : ", ") + e.usage;
-  throw UserError("strategy '" + name + "': unknown strategy; strategies: " + known + " (see `remat strategies`)");
+  Registry::add(std::move(entry), [](const StrategyEntry& e) {
+    if (!e.policy == !e.runner) throw std::logic_error("strategy '" + e.name + "' must be either a policy or a runner");
+  });
 }
 
 const StrategyRegistry& strategies() {

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "core/registry.hpp"
+#include "core/text.hpp"
 #include "strategies/policy.hpp"
 #include "strategies/strategy.hpp"
 
@@ -37,15 +39,12 @@ struct StrategyEntry {
   std::vector<std::string> in_all;
 };
 
-class StrategyRegistry {
+// find() throws UserError listing the strategies (as written in a spec) if
+// a name is none; add() refuses an entry that is neither a policy nor a runner.
+class StrategyRegistry : public Registry<StrategyEntry> {
  public:
+  StrategyRegistry() : Registry("strategy", "strategies", [](const StrategyEntry& e) { return e.usage; }) {}
   void add(StrategyEntry entry);
-  // UserError listing the strategies if `name` is none.
-  const StrategyEntry& find(const std::string& name) const;
-  const std::vector<StrategyEntry>& all() const { return entries_; }
-
- private:
-  std::vector<StrategyEntry> entries_;
 };
 
 // Every built-in strategy (the list in strategies/strategy_list.hpp).
@@ -64,8 +63,6 @@ bool strategy_applies(const std::string& spec, const ModelTraits& model, std::st
 std::vector<std::string> parse_strategy_list(const std::string& list, const ModelTraits& model = {});
 std::vector<std::string> all_strategies(const ModelTraits& model = {});
 
-// "a,b,,c" -> {"a", "b", "", "c"} (empty parts kept, for callers to refuse).
-std::vector<std::string> split(const std::string& s, char sep = ',');
 
 // The tags and tag groups a spec's policies name, to check against the tags
 // a model produces.

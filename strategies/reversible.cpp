@@ -7,11 +7,11 @@
 #include <cmath>
 #include <map>
 
-#include "autodiff/error.hpp"
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/random.hpp"
 #include "autodiff/stats.hpp"
 #include "autodiff/tape.hpp"
+#include "core/error.hpp"
 #include "strategies/registry.hpp"
 
 namespace remat {

@@ -9,7 +9,8 @@
 // last block is kept: its backward comes at once.
 #include <set>
 
-#include "autodiff/error.hpp"
+#include "core/error.hpp"
+#include "core/text.hpp"
 #include "strategies/registry.hpp"
 
 namespace remat {

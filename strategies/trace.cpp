@@ -5,14 +5,6 @@
 
 namespace remat {
 
-std::string human_bytes(double b) {
-  char buf[32];
-  if (b >= 1 << 30) std::snprintf(buf, sizeof buf, "%.2f GB", b / (1 << 30));
-  else if (b >= 1 << 20) std::snprintf(buf, sizeof buf, "%.1f MB", b / (1 << 20));
-  else if (b >= 1 << 10) std::snprintf(buf, sizeof buf, "%.1f kB", b / (1 << 10));
-  else std::snprintf(buf, sizeof buf, "%.0f B", b);
-  return buf;
-}
 
 RegionTrace& Trace::region(const std::string& name) {
   for (auto& r : regions_)

@@ -4,9 +4,11 @@
 // check --trace` prints it; tests read it.
 #include <cstdint>
 #include <map>
-#include <string>
 #include <deque>
+#include <string>
 #include <vector>
+
+#include "core/text.hpp"
 
 namespace remat {
 
@@ -30,6 +32,5 @@ class Trace {
   std::deque<RegionTrace> regions_;  // stable addresses: regions hold pointers
 };
 
-std::string human_bytes(double bytes);
 
 }  // namespace remat

@@ -5,8 +5,8 @@
 #include <optional>
 #include <string>
 
+#include "checkpoints/weights_file.hpp"
 #include "datasets/batch.hpp"
-#include "harness/io/weights_file.hpp"
 #include "zoo/model.hpp"
 
 namespace remat::test {

@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <optional>
 
-#include "autodiff/error.hpp"
 #include "autodiff/runtime.hpp"
+#include "core/error.hpp"
 #if __has_include(<catch2/catch_all.hpp>)
 #include <catch2/catch_session.hpp>
 #else

@@ -6,8 +6,8 @@
 
 #include "autodiff/memory_tracker.hpp"
 #include "catch.hpp"
-#include "harness/step.hpp"
 #include "helpers.hpp"
+#include "step/step.hpp"
 #include "strategies/registry.hpp"
 #include "zoo/model.hpp"
 

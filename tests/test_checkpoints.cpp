@@ -5,9 +5,9 @@
 #include <cstring>
 #include <filesystem>
 
-#include "autodiff/error.hpp"
 #include "catch.hpp"
 #include "checkpoints/safetensors.hpp"
+#include "core/error.hpp"
 #include "fixtures.hpp"
 
 using namespace remat;

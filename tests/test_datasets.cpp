@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "autodiff/error.hpp"
 #include "catch.hpp"
+#include "core/error.hpp"
 #include "datasets/batch_source.hpp"
 #include "h5/h5.hpp"
 

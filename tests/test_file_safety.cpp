@@ -8,14 +8,14 @@
 #include <memory>
 #include <thread>
 
-#include "autodiff/error.hpp"
 #include "catch.hpp"
+#include "checkpoints/weights_file.hpp"
+#include "core/error.hpp"
 #include "fixtures.hpp"
 #include "h5/atomic_file.hpp"
 #include "h5/h5.hpp"
 #include "harness/io/file_lock.hpp"
 #include "harness/io/output_guard.hpp"
-#include "harness/io/weights_file.hpp"
 
 using namespace remat;
 namespace fs = std::filesystem;

@@ -6,12 +6,12 @@
 #include <cmath>
 #include <cstring>
 
-#include "autodiff/error.hpp"
 #include "autodiff/tape.hpp"
 #include "catch.hpp"
+#include "core/error.hpp"
+#include "finetune/freeze.hpp"
 #include "fixtures.hpp"
 #include "harness/check.hpp"
-#include "harness/finetune/freeze.hpp"
 #include "strategies/registry.hpp"
 
 using namespace remat;
@@ -124,7 +124,7 @@ TEST_CASE("bad freezing is one clear error", "[finetune][errors]") {
 
 // ---- LoRA ----
 
-#include "harness/finetune/lora.hpp"
+#include "finetune/lora.hpp"
 #include "helpers.hpp"
 
 namespace {

@@ -7,11 +7,11 @@
 #include <cstring>
 #include <filesystem>
 
-#include "autodiff/error.hpp"
 #include "catch.hpp"
+#include "core/error.hpp"
+#include "finetune/adapters_file.hpp"
 #include "fixtures.hpp"
 #include "harness/check.hpp"
-#include "harness/finetune/adapters_file.hpp"
 #include "helpers.hpp"
 #include "strategies/registry.hpp"
 

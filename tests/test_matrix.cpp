@@ -6,9 +6,9 @@
 #include <fstream>
 #include <functional>
 
-#include "autodiff/error.hpp"
 #include "autodiff/memory_tracker.hpp"
 #include "catch.hpp"
+#include "core/error.hpp"
 #include "harness/check.hpp"
 #include "harness/matrix.hpp"
 #include "harness/report/report.hpp"

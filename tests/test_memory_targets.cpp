@@ -4,9 +4,9 @@
 
 #include "autodiff/ops/ops.hpp"
 #include "catch.hpp"
-#include "helpers.hpp"
 #include "harness/check.hpp"
 #include "harness/report/report.hpp"
+#include "helpers.hpp"
 #include "strategies/registry.hpp"
 
 using namespace remat;

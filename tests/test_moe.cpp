@@ -5,10 +5,10 @@
 #include <algorithm>
 #include <cmath>
 
-#include "autodiff/error.hpp"
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/tape.hpp"
 #include "catch.hpp"
+#include "core/error.hpp"
 #include "helpers.hpp"
 
 using namespace remat;

@@ -5,10 +5,10 @@
 // decoder block.
 #include <algorithm>
 
-#include "autodiff/error.hpp"
 #include "autodiff/stats.hpp"
 #include "autodiff/tape.hpp"
 #include "catch.hpp"
+#include "core/error.hpp"
 #include "fixtures.hpp"
 #include "harness/check.hpp"
 #include "helpers.hpp"

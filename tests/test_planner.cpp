@@ -9,9 +9,9 @@
 #include <set>
 #include <cstring>
 
-#include "autodiff/error.hpp"
 #include "autodiff/tape.hpp"
 #include "catch.hpp"
+#include "core/error.hpp"
 #include "fixtures.hpp"
 #include "harness/check.hpp"
 #include "strategies/planner/solver.hpp"

@@ -5,7 +5,7 @@
 
 #include "catch.hpp"
 #include "harness/check.hpp"
-#include "harness/step.hpp"
+#include "step/step.hpp"
 #include "strategies/registry.hpp"
 
 namespace remat {

@@ -10,15 +10,15 @@
 #include <fstream>
 #include <map>
 
-#include "autodiff/error.hpp"
 #include "catch.hpp"
+#include "core/error.hpp"
 #include "fixtures.hpp"
 #include "h5/h5.hpp"
-#include "harness/train/run_file.hpp"
-#include "harness/train/trajectory.hpp"
 #include "helpers.hpp"
 #include "optim/optimizer.hpp"
 #include "strategies/registry.hpp"
+#include "train/run_file.hpp"
+#include "train/trajectory.hpp"
 
 using namespace remat;
 namespace fs = std::filesystem;

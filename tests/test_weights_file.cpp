@@ -5,12 +5,12 @@
 #include <limits>
 #include <unistd.h>
 
-#include "autodiff/error.hpp"
 #include "catch.hpp"
+#include "checkpoints/weights_file.hpp"
+#include "core/error.hpp"
 #include "fixtures.hpp"
 #include "h5/h5.hpp"
-#include "harness/io/weights_file.hpp"
-#include "harness/step.hpp"
+#include "step/step.hpp"
 
 using namespace remat;
 namespace fs = std::filesystem;

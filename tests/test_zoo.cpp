@@ -115,18 +115,3 @@ TEST_CASE("reversible strategy only for reversible models, and its memory is fla
   INFO("log-log slope " << slope);
   CHECK(std::abs(slope) < 0.05);
 }
-
-TEST_CASE("zoo/ and strategies/ never include each other", "[zoo][design]") {
-  // The arrow that must not exist: a model knowing a strategy or the reverse.
-  const std::string root = REMAT_SOURCE_DIR;
-  for (const auto& [dir, forbidden] : {std::pair<std::string, std::string>{"zoo", "strategies/"},
-                                       std::pair<std::string, std::string>{"strategies", "zoo/"}})
-    for (const auto& entry : std::filesystem::directory_iterator(root + "/" + dir)) {
-      std::ifstream in(entry.path());
-      std::string line;
-      while (std::getline(in, line)) {
-        INFO(entry.path().string() << ": " << line);
-        CHECK_FALSE((line.rfind("#include", 0) == 0 && line.find("\"" + forbidden) != std::string::npos));
-      }
-    }
-}

@@ -12,9 +12,9 @@
 // once, not once per checkpoint region; the first decoder block starts a new
 // stack (its input is the decoder's embedding, not the encoder's last
 // output), so no checkpoint segment runs across the two.
-#include "autodiff/error.hpp"
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/region.hpp"
+#include "core/error.hpp"
 #include "zoo/common.hpp"
 #include "zoo/gpt_layers.hpp"
 #include "zoo/model.hpp"

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "autodiff/tensor.hpp"
+#include "core/registry.hpp"
 #include "datasets/batch.hpp"
 #include "zoo/params.hpp"
 #include "zoo/sizes.hpp"
@@ -60,16 +61,10 @@ struct ModelInfo {
   std::vector<std::string> attributes = {};
 };
 
-class ModelRegistry {
+// find() throws UserError listing the models if a name is not one.
+class ModelRegistry : public Registry<ModelInfo> {
  public:
-  void add(ModelInfo info);
-  // Throws UserError listing the models if `name` is not one.
-  const ModelInfo& find(const std::string& name) const;
-  const std::vector<ModelInfo>& all() const { return models_; }
-  std::vector<std::string> names() const;
-
- private:
-  std::vector<ModelInfo> models_;
+  ModelRegistry() : Registry("model", "models") {}
 };
 
 // Every built-in model, registered once (explicitly: no static

@@ -1,4 +1,4 @@
-#include "autodiff/error.hpp"
+#include "core/error.hpp"
 #include "autodiff/ops/ops.hpp"
 #include "zoo/model.hpp"
 #include "zoo/model_list.hpp"
@@ -11,22 +11,6 @@ REMAT_MODELS(REMAT_DECLARE_MODEL)
 
 LossTerms Model::loss_terms(const ParamStore& p, const Batch& batch) const {
   return {ops::cross_entropy(logits(p, batch), batch.targets), {}, {}};
-}
-
-void ModelRegistry::add(ModelInfo info) { models_.push_back(std::move(info)); }
-
-std::vector<std::string> ModelRegistry::names() const {
-  std::vector<std::string> n;
-  for (const auto& m : models_) n.push_back(m.name);
-  return n;
-}
-
-const ModelInfo& ModelRegistry::find(const std::string& name) const {
-  for (const auto& m : models_)
-    if (m.name == name) return m;
-  std::string known;
-  for (const auto& n : names()) known += (known.empty() ? "" : ", ") + n;
-  throw UserError("unknown model '" + name + "' (models: " + known + ")");
 }
 
 const ModelRegistry& models() {

@@ -1,6 +1,6 @@
 #include "zoo/sizes.hpp"
 
-#include "autodiff/error.hpp"
+#include "core/error.hpp"
 
 namespace remat {
 

@@ -1,7 +1,6 @@
 #include <cmath>
 
 #include "autodiff/elementwise.hpp"
-#include "autodiff/error.hpp"
 #include "autodiff/gemm.hpp"
 #include "autodiff/ops/attention_fused.hpp"
 #include "autodiff/ops/kernel.hpp"
@@ -10,6 +9,7 @@
 #include "autodiff/random.hpp"
 #include "autodiff/stats.hpp"
 #include "autodiff/tape.hpp"
+#include "core/error.hpp"
 
 namespace remat::ops {
 using namespace detail;

@@ -1,4 +1,4 @@
-#include "autodiff/error.hpp"
+#include "core/error.hpp"
 #include "autodiff/ops/embedding_grad.hpp"
 #include "autodiff/ops/kernel.hpp"
 #include "autodiff/ops/ops.hpp"

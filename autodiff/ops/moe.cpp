@@ -7,12 +7,12 @@
 #include <algorithm>
 
 #include "autodiff/elementwise.hpp"
-#include "autodiff/error.hpp"
 #include "autodiff/gemm.hpp"
 #include "autodiff/ops/kernel.hpp"
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/stats.hpp"
 #include "autodiff/tape.hpp"
+#include "core/error.hpp"
 
 namespace remat::ops {
 using namespace detail;

@@ -4,11 +4,11 @@
 #include <filesystem>
 #include <memory>
 
-#include "autodiff/error.hpp"
 #include "checkpoints/hf_checkpoint.hpp"
+#include "checkpoints/weights_file.hpp"
+#include "core/error.hpp"
+#include "finetune/adapters_file.hpp"
 #include "harness/cli/commands.hpp"
-#include "harness/finetune/adapters_file.hpp"
-#include "harness/io/weights_file.hpp"
 
 namespace remat::cli {
 namespace {

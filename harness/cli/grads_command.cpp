@@ -2,14 +2,14 @@
 #include <cstdio>
 #include <memory>
 
-#include "autodiff/error.hpp"
+#include "checkpoints/weights_file.hpp"
+#include "core/error.hpp"
 #include "datasets/batch_source.hpp"
 #include "harness/check.hpp"
 #include "harness/cli/commands.hpp"
 #include "harness/cli/model_options.hpp"
 #include "harness/io/output_guard.hpp"
-#include "harness/io/weights_file.hpp"
-#include "harness/step.hpp"
+#include "step/step.hpp"
 #include "strategies/registry.hpp"
 
 namespace remat::cli {

@@ -5,9 +5,9 @@
 #include <memory>
 
 #include "checkpoints/hf_checkpoint.hpp"
+#include "checkpoints/weights_file.hpp"
 #include "harness/cli/commands.hpp"
 #include "harness/io/output_guard.hpp"
-#include "harness/io/weights_file.hpp"
 
 namespace remat::cli {
 namespace {

@@ -4,8 +4,8 @@
 #include <cstdio>
 #include <memory>
 
+#include "finetune/adapters_file.hpp"
 #include "harness/cli/commands.hpp"
-#include "harness/finetune/adapters_file.hpp"
 #include "harness/io/output_guard.hpp"
 
 namespace remat::cli {

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "autodiff/error.hpp"
 #include "autodiff/runtime.hpp"
 #include "comm/comm.hpp"
+#include "core/error.hpp"
 #include "harness/cli/commands.hpp"
 
 namespace {
@@ -42,7 +42,8 @@ int run(int argc, char** argv) {
   app.footer(
       "Kokkos options pass through, e.g. --kokkos-num-threads=N (threads), --kokkos-help.\n"
       "Exit codes: 0 success, 1 a check failed (gradients differ, golden drift), 2 an error in what was asked\n"
-      "(a bad file, name, option or size; a full disk; too little memory), 3 an internal error (a bug: please report).");
+      "(a bad file, name, option or size; a full disk; too little memory), 3 an internal error (a bug: please report),\n"
+      "4 the environment failed (HDF5, MPI, CUDA or cuBLAS refused work that was well asked).");
   remat::cli::setup_models(app);
   remat::cli::setup_export(app);
   remat::cli::setup_grads(app);
@@ -85,12 +86,15 @@ int main(int argc, char** argv) {
     return run(argc, argv);
   } catch (const remat::UserError& e) {
     std::fprintf(stderr, "remat: error%s: %s\n", who().c_str(), e.what());
-    return fail(2);
+    return fail(remat::kExitUserError);
+  } catch (const remat::EnvironmentError& e) {
+    std::fprintf(stderr, "remat: environment error%s: %s\n", who().c_str(), e.what());
+    return fail(remat::kExitEnvironment);
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "remat: error%s: out of memory (try smaller sizes or a strategy that keeps less)\n", who().c_str());
-    return fail(2);
+    return fail(remat::kExitUserError);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "remat: internal error%s: %s\n", who().c_str(), e.what());
-    return fail(3);
+    return fail(remat::kExitInternalError);
   }
 }

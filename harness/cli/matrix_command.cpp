@@ -10,14 +10,15 @@
 
 #include "autodiff/runtime.hpp"
 #include "comm/comm.hpp"
+#include "core/error.hpp"
+#include "core/text.hpp"
 #include "harness/cli/commands.hpp"
 #include "harness/cli/format.hpp"
-#include "autodiff/error.hpp"
 #include "harness/cli/model_options.hpp"
 #include "harness/cli/validators.hpp"
 #include "harness/matrix.hpp"
 #include "harness/report/report.hpp"
-#include "harness/step.hpp"
+#include "step/step.hpp"
 #include "strategies/registry.hpp"
 #include "strategies/trace.hpp"
 

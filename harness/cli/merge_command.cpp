@@ -4,7 +4,7 @@
 #include <map>
 #include <memory>
 
-#include "autodiff/error.hpp"
+#include "core/error.hpp"
 #include "harness/cli/commands.hpp"
 #include "harness/io/output_guard.hpp"
 #include "harness/io/results_file.hpp"

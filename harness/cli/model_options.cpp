@@ -1,6 +1,6 @@
 #include "harness/cli/model_options.hpp"
 
-#include "autodiff/error.hpp"
+#include "core/error.hpp"
 #include "datasets/batch_source.hpp"
 #include "harness/cli/validators.hpp"
 

@@ -5,10 +5,10 @@
 #include <string>
 
 #include "autodiff/ops/ops.hpp"
-#include "harness/finetune/freeze.hpp"
-#include "harness/finetune/fine_tuning.hpp"
-#include "harness/io/weights_file.hpp"
-#include "harness/memory_estimate.hpp"
+#include "checkpoints/weights_file.hpp"
+#include "finetune/fine_tuning.hpp"
+#include "finetune/freeze.hpp"
+#include "step/memory_estimate.hpp"
 
 namespace remat::cli {
 

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <memory>
 
-#include "autodiff/error.hpp"
+#include "core/error.hpp"
 #include "harness/check.hpp"
 #include "harness/cli/commands.hpp"
 #include "harness/cli/format.hpp"

@@ -8,15 +8,15 @@
 #include <memory>
 #include <vector>
 
-#include "autodiff/error.hpp"
 #include "autodiff/runtime.hpp"
+#include "core/error.hpp"
 #include "harness/check.hpp"
 #include "harness/cli/commands.hpp"
 #include "harness/cli/format.hpp"
 #include "harness/cli/model_options.hpp"
 #include "harness/cli/validators.hpp"
 #include "harness/resident_memory.hpp"
-#include "harness/step.hpp"
+#include "step/step.hpp"
 #include "strategies/registry.hpp"
 
 namespace remat::cli {

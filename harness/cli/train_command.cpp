@@ -6,18 +6,18 @@
 #include <filesystem>
 #include <memory>
 
-#include "autodiff/error.hpp"
 #include "autodiff/runtime.hpp"
 #include "comm/comm.hpp"
+#include "core/error.hpp"
 #include "datasets/batch_source.hpp"
+#include "finetune/adapters_file.hpp"
 #include "harness/check.hpp"
 #include "harness/cli/commands.hpp"
 #include "harness/cli/format.hpp"
 #include "harness/cli/model_options.hpp"
 #include "harness/cli/validators.hpp"
-#include "harness/finetune/adapters_file.hpp"
 #include "harness/io/output_guard.hpp"
-#include "harness/train/run_file.hpp"
+#include "train/run_file.hpp"
 
 namespace remat::cli {
 namespace {

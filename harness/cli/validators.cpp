@@ -3,8 +3,9 @@
 #include <cctype>
 #include <cmath>
 
-#include "autodiff/error.hpp"
 #include "autodiff/memory_tracker.hpp"
+#include "core/error.hpp"
+#include "core/text.hpp"
 
 namespace remat::cli {
 namespace {

@@ -8,7 +8,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "autodiff/error.hpp"
+#include "core/error.hpp"
 
 namespace remat {
 

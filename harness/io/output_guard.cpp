@@ -4,7 +4,7 @@
 
 #include <filesystem>
 
-#include "autodiff/error.hpp"
+#include "core/error.hpp"
 #include "h5/h5.hpp"
 
 namespace remat {

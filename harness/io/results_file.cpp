@@ -9,11 +9,11 @@
 #include <filesystem>
 #include <initializer_list>
 
-#include "autodiff/error.hpp"
 #include "autodiff/runtime.hpp"
+#include "core/error.hpp"
 #include "h5/atomic_file.hpp"
 #include "harness/io/file_lock.hpp"
-#include "harness/step.hpp"
+#include "step/step.hpp"
 #include "zoo/model.hpp"
 
 #ifndef REMAT_GIT_REVISION

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "harness/check.hpp"
 #include "h5/h5.hpp"
+#include "harness/check.hpp"
 #include "zoo/sizes.hpp"
 
 namespace remat {

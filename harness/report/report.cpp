@@ -10,7 +10,7 @@
 #include <sstream>
 #include <tuple>
 
-#include "autodiff/error.hpp"
+#include "core/error.hpp"
 #include "h5/atomic_file.hpp"
 #include "h5/h5.hpp"
 #include "harness/io/results_file.hpp"

@@ -5,11 +5,11 @@
 #include <filesystem>
 #include <sstream>
 
-#include "autodiff/error.hpp"
+#include "core/error.hpp"
 #include "h5/atomic_file.hpp"
 #include "harness/report/svg_chart.hpp"
-#include "harness/step.hpp"
-#include "harness/train/run_file.hpp"
+#include "step/step.hpp"
+#include "train/run_file.hpp"
 
 namespace remat {
 namespace {

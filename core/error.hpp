@@ -1,8 +1,13 @@
 #pragma once
-// The two kinds of failure, and how the CLI reports them:
+// The kinds of failure, and how the CLI reports them (each in one line):
 // - UserError: something wrong in what the user asked for or gave (a bad
 //   file, name, shape, option or data; a full disk; a run that does not fit
-//   in memory). One line, exit code 2.
+//   in memory). Exit code 2.
+// - EnvironmentError: the machine or a library it provides failed at work
+//   that was well asked (HDF5 could not set up a file, an MPI call failed,
+//   cuBLAS or the CUDA runtime refused, a file could not be read back).
+//   Exit code 4: nothing the user can fix in the command, nothing to report
+//   as a bug either.
 // - everything else (std::logic_error, std::invalid_argument from an op's
 //   own checks, ...): a bug in remat. "internal error", exit code 3.
 // An op's check of its arguments is a bug check: the harness validates what
@@ -12,9 +17,17 @@
 
 namespace remat {
 
+// The process's exit codes (remat --help lists them).
+enum ExitCode { kExitSuccess = 0, kExitCheckFailed = 1, kExitUserError = 2, kExitInternalError = 3, kExitEnvironment = 4 };
+
 class UserError : public std::runtime_error {
  public:
   explicit UserError(const std::string& what) : std::runtime_error(what) {}
+};
+
+class EnvironmentError : public std::runtime_error {
+ public:
+  explicit EnvironmentError(const std::string& what) : std::runtime_error(what) {}
 };
 
 // An allocation that would exceed the memory limit set on the tracker (a

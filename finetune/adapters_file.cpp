@@ -1,11 +1,11 @@
-#include "harness/finetune/adapters_file.hpp"
+#include "finetune/adapters_file.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <initializer_list>
 
-#include "autodiff/error.hpp"
 #include "autodiff/gemm.hpp"
+#include "core/error.hpp"
 
 namespace remat {
 namespace {
@@ -55,8 +55,6 @@ std::vector<std::string> AdapterFile::weights() const {
     if (ends_with(name, kA)) w.push_back(name.substr(0, name.size() - 7));
   return w;
 }
-
-bool is_adapter_name(const std::string& name) { return ends_with(name, kA) || ends_with(name, kB); }
 
 void write_lora_setting(const h5::File& f, const LoraOptions& options) { h5::write_attr(f, "lora", options.key()); }
 

@@ -2,6 +2,7 @@
 // One training step's forward and backward under a strategy, measured: the
 // unit every command runs.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
@@ -72,5 +73,11 @@ double forward_backward(const Model& model, const ParamStore& params, const Batc
 // The step without measurement; returns the loss, its parts and the statistics.
 StepResult forward_backward_result(const Model& model, const ParamStore& params, const Batch& batch,
                                    const StepOptions& options = {});
+
+// Runs `fn` under the tracker's memory limit; false if it ran out of memory,
+// over the limit or for real (a failed device allocation), and the partial
+// graph is dropped.
+bool within_limit(std::int64_t limit, const std::function<void()>& fn);
+
 
 }  // namespace remat

@@ -1,11 +1,11 @@
-#include "harness/step.hpp"
+#include "step/step.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 
-#include "autodiff/error.hpp"
+#include "core/error.hpp"
 
 #include "autodiff/memory_tracker.hpp"
 #include "autodiff/random.hpp"
@@ -121,6 +121,27 @@ StepResult run_step(const Model& model, const ParamStore& params, const Batch& b
   r.recompute_flops = stats::counts().recompute_flops;
   r.forward_ops = stats::counts().forward;
   return r;
+}
+
+bool within_limit(std::int64_t limit, const std::function<void()>& fn) {
+  auto& tracker = MemoryTracker::instance();
+  tracker.set_limit(limit);
+  try {
+    fn();
+  } catch (const OutOfMemory&) {  // over --mem-limit
+    tracker.set_limit(0);
+    current_tape().clear();
+    return false;
+  } catch (const std::bad_alloc&) {  // the device (or the host) itself is full: the same for the report
+    tracker.set_limit(0);
+    current_tape().clear();
+    return false;
+  } catch (...) {
+    tracker.set_limit(0);
+    throw;
+  }
+  tracker.set_limit(0);
+  return true;
 }
 
 }  // namespace remat

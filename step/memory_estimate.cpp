@@ -1,4 +1,4 @@
-#include "harness/memory_estimate.hpp"
+#include "step/memory_estimate.hpp"
 
 #include <unistd.h>
 
@@ -7,7 +7,7 @@
 #include <fstream>
 #include <set>
 
-#include "autodiff/error.hpp"
+#include "core/error.hpp"
 #include "strategies/registry.hpp"
 #include "zoo/model.hpp"
 
@@ -17,12 +17,6 @@ namespace {
 std::vector<ParamSpec> specs_with(const std::string& model, Sizes z, int L) {
   z.L = L;
   return models().find(model).make(z)->params();
-}
-
-std::string gigabytes(std::int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f GB", double(bytes) / 1e9);
-  return buf;
 }
 
 }  // namespace
@@ -61,26 +55,6 @@ MemoryNeed estimate_need(const std::string& model, const Sizes& z, bool plain_at
     need.activations = std::max(need.activations, p.device + p.offload);
   }
   return need;
-}
-
-std::int64_t available_memory() {
-  std::ifstream in("/proc/meminfo");
-  std::string key;
-  std::int64_t kilobytes = 0;
-  std::string unit;
-  while (in >> key >> kilobytes >> unit)
-    if (key == "MemAvailable:") return kilobytes * 1024;
-  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
-  return pages > 0 && page > 0 ? std::int64_t(pages) * page : INT64_MAX;
-}
-
-void require_memory(std::int64_t bytes, const std::string& what, std::int64_t limit, bool force) {
-  if (force) return;
-  const std::int64_t available = available_memory();
-  if (limit > 0 && limit <= available) return;  // the tracker enforces the user's own limit
-  if (bytes > available)
-    throw UserError(what + " needs about " + gigabytes(bytes) + " of memory, and " + gigabytes(available) +
-                    " is available; use smaller sizes, a strategy that keeps less, --mem-limit, or --force to try anyway");
 }
 
 }  // namespace remat

@@ -9,9 +9,9 @@
 #include <string>
 #include <vector>
 
+#include "checkpoints/weights_file.hpp"
+#include "finetune/lora.hpp"
 #include "h5/h5.hpp"
-#include "harness/finetune/lora.hpp"
-#include "harness/io/weights_file.hpp"
 
 namespace remat {
 
@@ -25,9 +25,6 @@ struct AdapterFile {
   std::map<std::string, Values> params;  // "<weight>.lora_A" / ".lora_B"
   std::vector<std::string> weights() const;  // the adapted weights, sorted
 };
-
-// Whether a parameter name is an adapter's ("<weight>.lora_A" or ".lora_B").
-bool is_adapter_name(const std::string& name);
 
 void write_lora_setting(const h5::File& f, const LoraOptions& options);
 // The adapters of `store` (made by with_lora) alone, replacing `path` atomically.

@@ -46,13 +46,17 @@ void write_weights_streaming(const std::string& path, const ModelSetup& setup, c
 // from the file's attributes (or config.json). Every mismatch is a UserError naming the parameter and shapes;
 // so are non-finite weights, token ids outside [0, V), and a model too large
 // for the memory available (unless `force`). LoRA adapters in the file
-// (harness/finetune/adapters_file.hpp) are an error naming `remat
+// (finetune/adapters_file.hpp) are an error naming `remat
 // lora-merge`, unless `skip_adapters` (the caller reads them).
 LoadedWeights load_weights(const std::string& path, bool force = false, bool skip_adapters = false);
 
 // The model and sizes a weight file, run file or Hugging Face checkpoint
 // holds, without reading its weights.
 ModelSetup read_weights_setup(const std::string& path);
+
+// Whether a parameter name is a LoRA adapter's, "<weight>.lora_A" or
+// ".lora_B" (finetune/adapters_file.hpp writes them beside a model's).
+bool is_adapter_name(const std::string& name);
 
 // Writes /loss and /grads/<name> (and the setup's attributes).
 void write_gradients(const std::string& path, const ModelSetup& setup, const ParamStore& params, double loss);

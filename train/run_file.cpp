@@ -1,4 +1,4 @@
-#include "harness/train/run_file.hpp"
+#include "train/run_file.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -8,9 +8,10 @@
 #include <tuple>
 #include <type_traits>
 
-#include "autodiff/error.hpp"
+#include "core/error.hpp"
+#include "core/text.hpp"
+#include "finetune/adapters_file.hpp"
 #include "h5/h5.hpp"
-#include "harness/finetune/adapters_file.hpp"
 #include "strategies/registry.hpp"
 
 namespace remat {

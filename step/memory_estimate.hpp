@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "core/memory.hpp"
 #include "zoo/sizes.hpp"
 
 namespace remat {
@@ -26,12 +27,5 @@ struct MemoryNeed {
 MemoryNeed estimate_need(const std::string& model, const Sizes& sizes, bool plain_attention,
                          const std::vector<std::string>& strategies);
 
-// Memory this process can use: the device's when it has its own, else the
-// host's available memory.
-std::int64_t available_memory();
-
-// Throws UserError naming the estimate and the available memory if `bytes`
-// exceed it (or `limit`, when the user set one), unless `force`.
-void require_memory(std::int64_t bytes, const std::string& what, std::int64_t limit, bool force);
 
 }  // namespace remat

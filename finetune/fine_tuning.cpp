@@ -1,4 +1,4 @@
-#include "harness/finetune/fine_tuning.hpp"
+#include "finetune/fine_tuning.hpp"
 
 namespace remat {
 

@@ -1,19 +1,19 @@
-#include "harness/train/trainer.hpp"
+#include "train/trainer.hpp"
 
 #include <chrono>
 #include <cmath>
 
 #include "autodiff/elementwise.hpp"
-#include "autodiff/error.hpp"
 #include "autodiff/memory_tracker.hpp"
 #include "autodiff/tape.hpp"
 #include "comm/comm.hpp"
+#include "core/error.hpp"
 #include "datasets/batch_source.hpp"
-#include "harness/check.hpp"
-#include "harness/step.hpp"
-#include "harness/train/param_shards.hpp"
-#include "harness/train/run_file.hpp"
+#include "step/probe.hpp"
+#include "step/step.hpp"
 #include "strategies/registry.hpp"
+#include "train/param_shards.hpp"
+#include "train/run_file.hpp"
 
 namespace remat {
 namespace {

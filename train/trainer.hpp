@@ -1,5 +1,5 @@
 #pragma once
-// Training: the measured step (harness/step.hpp) in a loop with an
+// Training: the measured step (step/step.hpp) in a loop with an
 // optimizer, a learning-rate schedule, gradient clipping and accumulation,
 // validation on held-out data, and checkpoints from which a run resumes
 // bitwise. Every random draw is a function of (seed, micro-step) and every
@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "autodiff/ops/ops.hpp"
-#include "harness/finetune/freeze.hpp"
-#include "harness/finetune/lora.hpp"
-#include "harness/io/weights_file.hpp"
-#include "harness/step.hpp"
+#include "checkpoints/weights_file.hpp"
+#include "finetune/freeze.hpp"
+#include "finetune/lora.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/schedule.hpp"
+#include "step/step.hpp"
 
 namespace remat {
 
@@ -39,7 +39,7 @@ struct TrainConfig {
   FreezeOptions freeze;  // fine-tuning: parameters that do not train
   LoraOptions lora;      // fine-tuning: low-rank adapters on a frozen base
   int ranks = 1;         // MPI ranks training data-parallel (comm::size() when run)
-  bool shard_params = false;  // ZeRO-3: each rank keeps 1/N of the parameters (harness/train/param_shards.hpp)
+  bool shard_params = false;  // ZeRO-3: each rank keeps 1/N of the parameters (train/param_shards.hpp)
 };
 
 struct StepRecord {

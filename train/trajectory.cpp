@@ -1,4 +1,4 @@
-#include "harness/train/trajectory.hpp"
+#include "train/trajectory.hpp"
 
 #include <cmath>
 #include <cstring>

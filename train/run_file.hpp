@@ -9,7 +9,7 @@
 #include <map>
 #include <string>
 
-#include "harness/train/trainer.hpp"
+#include "train/trainer.hpp"
 
 namespace remat {
 

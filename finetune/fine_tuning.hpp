@@ -3,8 +3,8 @@
 #include <memory>
 #include <string>
 
-#include "harness/finetune/freeze.hpp"
-#include "harness/finetune/lora.hpp"
+#include "finetune/freeze.hpp"
+#include "finetune/lora.hpp"
 
 namespace remat {
 

@@ -5,7 +5,7 @@
 #include <string>
 #include <vector>
 
-#include "harness/train/trainer.hpp"
+#include "train/trainer.hpp"
 
 namespace remat {
 

@@ -1,12 +1,12 @@
-#include "harness/finetune/freeze.hpp"
+#include "finetune/freeze.hpp"
 
 #include <fnmatch.h>
 
 #include <algorithm>
 #include <cctype>
 
-#include "autodiff/error.hpp"
-#include "strategies/registry.hpp"
+#include "core/error.hpp"
+#include "core/text.hpp"
 
 namespace remat {
 

@@ -1,4 +1,4 @@
-#include "harness/io/weights_file.hpp"
+#include "checkpoints/weights_file.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -6,12 +6,11 @@
 #include <initializer_list>
 #include <set>
 
-#include "autodiff/error.hpp"
 #include "checkpoints/hf_checkpoint.hpp"
+#include "core/error.hpp"
+#include "core/memory.hpp"
 #include "h5/atomic_file.hpp"
 #include "h5/h5.hpp"
-#include "harness/finetune/adapters_file.hpp"
-#include "harness/memory_estimate.hpp"
 
 namespace remat {
 namespace {
@@ -193,7 +192,7 @@ LoadedWeights load_checkpoint(const std::string& path, bool force) {
   const checkpoints::HfCheckpoint c(path);
   LoadedWeights w;
   w.setup = c.setup();
-  require_memory(estimate_need(w.setup.model, w.setup.sizes, false, {}).parameters * 2,
+  require_memory(4 * count_params(models().find(w.setup.model).make(w.setup.sizes)->params()) * 2,
                  path + " (" + w.setup.model + ", L " + std::to_string(w.setup.sizes.L) + ", D " +
                      std::to_string(w.setup.sizes.D) + ")",
                  0, force);
@@ -245,6 +244,12 @@ void write_weights_streaming(const std::string& path, const ModelSetup& setup, c
   file.commit();
 }
 
+bool is_adapter_name(const std::string& name) {
+  for (const char* suffix : {".lora_A", ".lora_B"})
+    if (name.size() > 7 && name.compare(name.size() - 7, 7, suffix) == 0) return true;
+  return false;
+}
+
 ModelSetup read_weights_setup(const std::string& path) {
   if (checkpoints::is_hf_checkpoint(path)) return checkpoints::HfCheckpoint(path).setup();
   const h5::File f = h5::File::open(path);
@@ -259,7 +264,7 @@ LoadedWeights load_weights(const std::string& path, bool force, bool skip_adapte
   h5::File f = h5::File::open(path);
   LoadedWeights w;
   w.setup = read_setup(f);
-  require_memory(estimate_need(w.setup.model, w.setup.sizes, false, {}).parameters * 2,
+  require_memory(4 * count_params(models().find(w.setup.model).make(w.setup.sizes)->params()) * 2,
                  path + " (" + w.setup.model + ", L " + std::to_string(w.setup.sizes.L) + ", D " +
                      std::to_string(w.setup.sizes.D) + ")",
                  0, force);

@@ -1,13 +1,13 @@
-#include "harness/train/param_shards.hpp"
+#include "train/param_shards.hpp"
 
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <cmath>
 
 #include "autodiff/elementwise.hpp"
-#include "autodiff/error.hpp"
 #include "autodiff/memory_tracker.hpp"
 #include "comm/comm.hpp"
+#include "core/error.hpp"
 #include "optim/optimizer.hpp"
 
 namespace remat {

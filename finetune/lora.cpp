@@ -1,4 +1,4 @@
-#include "harness/finetune/lora.hpp"
+#include "finetune/lora.hpp"
 
 #include <fnmatch.h>
 
@@ -7,9 +7,9 @@
 #include <map>
 #include <set>
 
-#include "autodiff/error.hpp"
 #include "autodiff/tape.hpp"
-#include "strategies/registry.hpp"
+#include "core/error.hpp"
+#include "core/text.hpp"
 
 namespace remat {
 

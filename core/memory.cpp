@@ -1,0 +1,42 @@
+#include "core/memory.hpp"
+
+#include <unistd.h>
+
+#include <climits>
+#include <cstdio>
+#include <fstream>
+
+#include "core/error.hpp"
+
+namespace remat {
+namespace {
+
+std::string gigabytes(std::int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GB", double(bytes) / 1e9);
+  return buf;
+}
+
+}  // namespace
+
+std::int64_t available_memory() {
+  std::ifstream in("/proc/meminfo");
+  std::string key;
+  std::int64_t kilobytes = 0;
+  std::string unit;
+  while (in >> key >> kilobytes >> unit)
+    if (key == "MemAvailable:") return kilobytes * 1024;
+  const long pages = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? std::int64_t(pages) * page : INT64_MAX;
+}
+
+void require_memory(std::int64_t bytes, const std::string& what, std::int64_t limit, bool force) {
+  if (force) return;
+  const std::int64_t available = available_memory();
+  if (limit > 0 && limit <= available) return;  // the tracker enforces the user's own limit
+  if (bytes > available)
+    throw UserError(what + " needs about " + gigabytes(bytes) + " of memory, and " + gigabytes(available) +
+                    " is available; use smaller sizes, a strategy that keeps less, --mem-limit, or --force to try anyway");
+}
+
+}  // namespace remat

@@ -1,0 +1,21 @@
+#include "core/shape.hpp"
+
+#include <sstream>
+
+namespace remat {
+
+std::int64_t numel(const Shape& s) {
+  std::int64_t n = 1;
+  for (auto d : s) n *= d;
+  return n;
+}
+
+std::string to_string(const Shape& s) {
+  std::ostringstream o;
+  o << '[';
+  for (std::size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
+  o << ']';
+  return o.str();
+}
+
+}  // namespace remat

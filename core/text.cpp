@@ -1,0 +1,53 @@
+#include "core/text.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+
+#include "core/error.hpp"
+
+namespace remat {
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  std::size_t start = 0;
+  while (start <= s.size()) {
+    const std::size_t end = std::min(s.find(sep, start), s.size());
+    out.push_back(s.substr(start, end - start));
+    start = end + 1;
+  }
+  return out;
+}
+
+std::int64_t parse_byte_size(const std::string& text) {
+  std::size_t end = 0;
+  while (end < text.size() && (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.')) ++end;
+  double value = 0;
+  try {
+    value = end ? std::stod(text.substr(0, end)) : -1;
+  } catch (const std::exception&) {
+    value = -1;
+  }
+  std::string unit = text.substr(end);
+  for (auto& c : unit) c = char(std::tolower(static_cast<unsigned char>(c)));
+  if (!unit.empty() && unit.back() == 'b') unit.pop_back();
+  if (!unit.empty() && unit.back() == 'i') unit.pop_back();
+  const double scale = unit.empty() ? 1 : unit == "k" ? 1024.0 : unit == "m" ? 1048576.0 : unit == "g" ? 1073741824.0
+                                        : unit == "t" ? 1099511627776.0 : -1;
+  const double bytes = value * scale;
+  if (value < 0 || scale < 0 || !(bytes >= 1) || bytes > 9e18)
+    throw UserError("'" + text + "' is not a positive size (e.g. 512M, 1.5G, 150MB, 350k, or a byte count)");
+  return std::int64_t(std::llround(bytes));
+}
+
+std::string human_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (std::abs(bytes) >= 1024 && u < 4) bytes /= 1024, ++u;
+  char buf[32];
+  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
+  return buf;
+}
+
+}  // namespace remat

@@ -1,0 +1,19 @@
+#pragma once
+// Small pieces of text every layer parses or prints the same way.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace remat {
+
+// "a,b,,c" -> {"a", "b", "", "c"} (empty parts kept, for callers to refuse).
+std::vector<std::string> split(const std::string& s, char sep = ',');
+
+// "512M", "1.5G", "150MB", "350k", "4096" (binary units: M = 2^20 bytes);
+// UserError if `text` is not a positive size.
+std::int64_t parse_byte_size(const std::string& text);
+
+// Bytes for people: "395.1 MiB", "2.0 KiB", "17 B" (binary units, named so).
+std::string human_bytes(double bytes);
+
+}  // namespace remat

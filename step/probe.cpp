@@ -1,0 +1,162 @@
+#include "step/probe.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <map>
+#include <set>
+
+#include "autodiff/memory_tracker.hpp"
+#include "autodiff/random.hpp"
+#include "autodiff/tape.hpp"
+#include "core/error.hpp"
+#include "step/step.hpp"
+#include "strategies/registry.hpp"
+#include "strategies/storage.hpp"
+
+namespace remat {
+
+SaveProfile profile_saves(const Model& model, const ParamStore& params, const Batch& batch,
+                          ops::AttentionKernel attention) {
+  ops::AttentionKernelScope kernel(attention);
+  auto& tracker = MemoryTracker::instance();
+  const std::string pool = MemoryTracker::default_pool();
+  params.zero_grad();
+  ExecSpace().fence();
+  const std::int64_t base = tracker.stats(pool).live;
+  SaveProfiler profiler;
+  random_ops::begin_step(0, 0);
+  tracker.start_timeline();
+  {
+    Tensor loss;
+    {
+      BlockRunnerScope runner(profiler);
+      SavedTensorHooksScope hooks(profiler);
+      loss = model.loss(params, batch);
+    }
+    backward(loss);
+  }
+  tracker.stop_timeline();
+  return profiler.finish(tracker.timeline(), tracker.phases(), pool, base);
+}
+
+SaveProfile measure_costs(const Model& model, const ParamStore& params, const Batch& batch,
+                          ops::AttentionKernel attention, std::uint64_t seed, int repeats) {
+  SaveProfile p = profile_saves(model, params, batch, attention);
+  auto full = make_strategy("full");
+  StepOptions step{full.get(), seed, 0};
+  step.attention = attention;
+  std::vector<double> steps;
+  for (int i = 0; i < repeats; ++i) {
+    const StepResult r = run_step(model, params, batch, step);
+    steps.push_back(r.seconds);
+    p.measured_peak = std::max(p.measured_peak, r.activation_peak);
+  }
+  p.step_seconds = median(steps);
+  std::vector<std::vector<double>> forward(p.blocks.size());
+  std::vector<std::vector<std::vector<double>>> recipes(p.blocks.size());
+  for (int i = 0; i < repeats; ++i) {
+    CostTimer timer;
+    {
+      ops::AttentionKernelScope kernel(attention);
+      random_ops::begin_step(seed, 0);
+      BlockRunnerScope runner(timer);
+      model.loss(params, batch);
+    }
+    current_tape().clear();
+    if (timer.times().size() != p.blocks.size())
+      throw std::logic_error("measure_costs: the timed pass ran " + std::to_string(timer.times().size()) +
+                             " blocks, the probe " + std::to_string(p.blocks.size()));
+    for (std::size_t b = 0; b < p.blocks.size(); ++b) {
+      forward[b].push_back(timer.times()[b].forward);
+      recipes[b].resize(timer.times()[b].recipes.size());
+      for (std::size_t k = 0; k < recipes[b].size(); ++k) recipes[b][k].push_back(timer.times()[b].recipes[k]);
+    }
+  }
+  for (std::size_t b = 0; b < p.blocks.size(); ++b) {
+    p.blocks[b].forward_seconds = median(forward[b]);
+    for (std::size_t k = 0; k < p.blocks[b].tensors.size() && k < recipes[b].size(); ++k)
+      p.blocks[b].tensors[k].recompute_seconds = median(recipes[b][k]);
+  }
+  if (OffloadStorage::copies()) {  // the offload pool's copies: out and back, 16 MB, median of `repeats`
+    const std::size_t n = std::size_t(16) << 20;
+    Kokkos::View<unsigned char*, MemSpace> device("offload probe", n);
+    Kokkos::View<unsigned char*, Kokkos::HostSpace> host("offload probe host", n);
+    std::vector<double> seconds;
+    for (int i = 0; i < std::max(1, repeats); ++i) {
+      ExecSpace().fence();
+      const auto t0 = std::chrono::steady_clock::now();
+      Kokkos::deep_copy(host, device);
+      Kokkos::deep_copy(device, host);
+      ExecSpace().fence();
+      seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    p.offload_seconds_per_byte = median(seconds) / double(n);
+  }
+  p.timed = true;
+  return p;
+}
+
+void prepare_strategy(Strategy& strategy, const Model& model, const ParamStore& params, const Batch& batch,
+                      ops::AttentionKernel attention, std::uint64_t seed, const SaveProfile* costs) {
+  if (!strategy.needs_costs()) return;
+  if (costs) return strategy.plan(*costs);
+  strategy.plan(measure_costs(model, params, batch, attention, seed));
+}
+
+std::vector<std::string> tags_produced(const std::string& model, ops::AttentionKernel kernel) {
+  static std::map<std::pair<std::string, ops::AttentionKernel>, std::vector<std::string>> cache;
+  auto& tags = cache[{model, kernel}];
+  if (!tags.empty()) return tags;
+  struct Collect final : SavedTensorHooks {
+    std::set<std::string> tags;
+    std::shared_ptr<Packed> pack(const Tensor& t) override {
+      tags.insert(t.tag());
+      return keep.pack(t);
+    }
+    KeepHooks keep;
+  } collect;
+  Sizes z = preset_sizes("tiny");
+  z.dropout = 0.1;
+  const auto m = models().find(model).make(z);
+  ParamStore params(m->params(), DType::f32);
+  initialize(params, 1, z.L);
+  {
+    ops::AttentionKernelScope scope(kernel);
+    random_ops::begin_step(1, 0);
+    SavedTensorHooksScope hooks(collect);
+    m->loss(params, random_batch(z.B, z.S, z.V, 1));
+  }
+  current_tape().clear();
+  tags.assign(collect.tags.begin(), collect.tags.end());
+  return tags;
+}
+
+std::vector<std::string> strategies_for(const std::string& model, const std::string& list, ops::AttentionKernel kernel) {
+  const ModelInfo& info = models().find(model);
+  const ModelTraits traits{info.reversible};
+  auto specs = parse_strategy_list(list, traits);
+  for (const auto& s : specs) {
+    std::string why;
+    if (!strategy_applies(s, traits, &why)) {
+      std::string reversible;
+      for (const auto& m : models().all())
+        if (m.reversible) reversible += (reversible.empty() ? "" : ", ") + m.name;
+      throw UserError(why + " (" + reversible + "), not " + model);
+    }
+    const auto produced = tags_produced(model, kernel);
+    for (const auto& name : tags_named_by(s)) {
+      const auto expanded = expand_tag(name);
+      if (std::any_of(expanded.begin(), expanded.end(),
+                      [&](const std::string& t) { return std::count(produced.begin(), produced.end(), t) > 0; }))
+        continue;
+      std::string list_of;
+      for (const auto& t : produced) list_of += (list_of.empty() ? "" : ", ") + t;
+      throw UserError("strategy '" + s + "': " + model + " (" + ops::attention_kernel_name(kernel) +
+                      " attention) produces no tag '" + name + "'; its tags: " + list_of +
+                      "; groups: attn-core, mlp-act, norm, matmul, gelu (see `remat strategies`)");
+    }
+  }
+  return specs;
+}
+
+}  // namespace remat

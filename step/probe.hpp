@@ -1,0 +1,45 @@
+#pragma once
+// The probe: one step under `full` that measures what a model saves, block
+// by block, and, for planned strategies, what each part costs to run again;
+// and what a model can run under (the tags it produces, the strategies that
+// apply). What checking, the matrix and training share.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "autodiff/ops/ops.hpp"
+#include "datasets/batch.hpp"
+#include "strategies/profile.hpp"
+#include "strategies/strategy.hpp"
+#include "zoo/model.hpp"
+
+namespace remat {
+
+// What the model saves, per block, and the step's working set, from one
+// probe step (forward and backward, everything kept).
+SaveProfile profile_saves(const Model& model, const ParamStore& params, const Batch& batch,
+                          ops::AttentionKernel attention = ops::AttentionKernel::fused);
+
+// A timed profile for planned strategies (budget:<size>): profile_saves, a
+// step under `full` timed `repeats` times (its median time and measured
+// activation peak), and each block's forward and each recipe timed as many
+// times (medians).
+SaveProfile measure_costs(const Model& model, const ParamStore& params, const Batch& batch,
+                          ops::AttentionKernel attention, std::uint64_t seed, int repeats = 3);
+
+// Plans `strategy` if it needs costs, measuring them unless `costs` (a timed
+// profile of the same model, weights and batch) is given.
+void prepare_strategy(Strategy& strategy, const Model& model, const ParamStore& params, const Batch& batch,
+                      ops::AttentionKernel attention, std::uint64_t seed, const SaveProfile* costs = nullptr);
+
+// The tags a model's saved tensors carry with this attention kernel, from a
+// small probe forward (tiny sizes, with dropout).
+std::vector<std::string> tags_produced(const std::string& model, ops::AttentionKernel kernel);
+
+// The strategies `list` names for this model ("all" includes reversible for
+// a reversible model); UserError for one that does not apply to it, or that
+// names a tag the model does not produce (listing those it does).
+std::vector<std::string> strategies_for(const std::string& model, const std::string& list,
+                                        ops::AttentionKernel kernel = ops::AttentionKernel::fused);
+
+}  // namespace remat

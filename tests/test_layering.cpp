@@ -1,0 +1,98 @@
+// The modules' arrows point one way (docs/design.md): every #include of a
+// project header in a module's folder, at any depth, names a module that
+// module may use. The checker is shown able to fail: a scratch copy of the
+// tree with one bad include planted deep in a folder must be caught.
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "catch.hpp"
+#include "fixtures.hpp"
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// What each module may include besides itself (the design's arrows, down).
+const std::map<std::string, std::set<std::string>>& allowed() {
+  static const std::map<std::string, std::set<std::string>> rules = {
+      {"core", {}},
+      {"autodiff", {"core"}},
+      {"h5", {"core"}},
+      {"comm", {"core"}},
+      {"datasets", {"core", "autodiff", "h5"}},
+      {"optim", {"core", "autodiff"}},
+      {"zoo", {"core", "autodiff", "datasets"}},
+      {"strategies", {"core", "autodiff"}},
+      {"checkpoints", {"core", "autodiff", "h5", "datasets", "zoo"}},
+      {"step", {"core", "autodiff", "datasets", "zoo", "strategies"}},
+      {"finetune", {"core", "autodiff", "h5", "datasets", "zoo", "checkpoints"}},
+      {"train", {"core", "autodiff", "h5", "comm", "datasets", "optim", "zoo", "strategies", "checkpoints", "step",
+                 "finetune"}},
+      {"harness", {"core", "autodiff", "h5", "comm", "datasets", "optim", "zoo", "strategies", "checkpoints", "step",
+                   "finetune", "train"}},
+  };
+  return rules;
+}
+
+// "file:line: <module> includes <header>" for every include against the rules.
+std::vector<std::string> layering_violations(const fs::path& root) {
+  std::vector<std::string> out;
+  for (const auto& [module, may] : allowed()) {
+    const fs::path dir = root / module;
+    if (!fs::exists(dir)) continue;
+    for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+      const std::string ext = entry.path().extension().string();
+      if (!entry.is_regular_file() || (ext != ".cpp" && ext != ".hpp")) continue;
+      std::ifstream in(entry.path());
+      std::string line;
+      for (int n = 1; std::getline(in, line); ++n) {
+        if (line.rfind("#include \"", 0) != 0) continue;
+        const std::string header = line.substr(10, line.find('"', 10) - 10);
+        const auto slash = header.find('/');
+        if (slash == std::string::npos) continue;  // a file beside it
+        const std::string target = header.substr(0, slash);
+        if (target == module || !allowed().count(target) || may.count(target)) continue;
+        out.push_back(fs::relative(entry.path(), root).string() + ":" + std::to_string(n) + ": " + module +
+                      " includes " + header);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("every module includes only the modules below it, at any depth of its folder", "[design][layering]") {
+  const auto violations = layering_violations(REMAT_SOURCE_DIR);
+  for (const auto& v : violations) INFO(v);
+  CHECK(violations.empty());
+  // Every module folder of the tree has its rules (a new module must say what it may use).
+  for (const auto& entry : fs::directory_iterator(REMAT_SOURCE_DIR)) {
+    if (!entry.is_directory() || !fs::exists(entry.path() / "CMakeLists.txt")) continue;
+    const std::string name = entry.path().filename().string();
+    if (name == "tests" || name == "bench" || name.rfind("build", 0) == 0) continue;
+    INFO(name);
+    CHECK(allowed().count(name) == 1);
+  }
+}
+
+TEST_CASE("the layering check fails on a bad include planted deep in a module", "[design][layering]") {
+  remat::test::TempDir scratch("remat-layering");
+  for (const auto& [module, may] : allowed()) {
+    const fs::path from = fs::path(REMAT_SOURCE_DIR) / module;
+    if (fs::exists(from)) fs::copy(from, scratch.path / module, fs::copy_options::recursive);
+  }
+  REQUIRE(layering_violations(scratch.path).empty());
+  // strategies/planner/ is a folder inside strategies/: a strategy knowing the zoo.
+  const fs::path victim = scratch.path / "strategies" / "planner" / "solver.cpp";
+  REQUIRE(fs::exists(victim));
+  { std::ofstream(victim, std::ios::app) << "\n#include \"zoo/model.hpp\"\n"; }
+  const auto violations = layering_violations(scratch.path);
+  REQUIRE(violations.size() == 1);
+  CHECK(violations[0].find("strategies/planner/solver.cpp") != std::string::npos);
+  CHECK(violations[0].find("strategies includes zoo/model.hpp") != std::string::npos);
+}
