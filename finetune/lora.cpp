@@ -86,18 +86,17 @@ std::unique_ptr<ParamStore> with_lora(const ParamStore& base, const LoraOptions&
 }
 
 void require_adapters_used(const Model& model, const ParamStore& params, const Batch& batch) {
-  // A forward pass that records which adapted weights a linear used.
-  std::map<const void*, std::string> names;
-  for (std::size_t i = 0; i < params.names().size(); ++i) names[params.tensors()[i].raw()] = params.names()[i];
-  std::set<const void*> used;
+  // A forward pass: the store counts the adapters the zoo's linear applied.
+  params.take_adapter_uses();
   {
     NoGradScope no_grad;
-    ops::AdapterUseScope record(used);
     model.loss(params, batch);
   }
-  for (const void* weight : params.adapted())
+  current_tape().clear();
+  const std::set<std::string> used = params.take_adapter_uses();
+  for (const auto& weight : params.adapted())
     if (!used.count(weight))
-      throw UserError("--lora-targets: '" + names[weight] + "' is not a linear weight (no linear layer uses it)");
+      throw UserError("--lora-targets: '" + weight + "' is not a linear weight (no linear layer uses it)");
 }
 
 }  // namespace remat

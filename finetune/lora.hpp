@@ -4,7 +4,7 @@
 // match two parameters, `<weight>.lora_A` [R, in] ~ N(0, 0.02) (the
 // counter-based generator, like every weight) and `<weight>.lora_B` [out, R]
 // = 0, so that its linear computes x W^T + b + (alpha/R) (x A^T) B^T
-// (autodiff/ops: LowRankAdapter); every other parameter is frozen.
+// (zoo/params.hpp: ParamStore::attach_adapter, applied by the zoo's linear); every other parameter is frozen.
 #include <memory>
 #include <string>
 #include <vector>

@@ -32,7 +32,6 @@ void validate(const TrainConfig& c) {
     if (comm::size() < 2)
       throw UserError("--shard-params shards the parameters across MPI ranks: run it under mpirun with 2 or more "
                       "ranks" + std::string(comm::built_with_mpi() ? "" : " (this remat was built without MPI)"));
-    if (c.lora.any()) throw UserError("--shard-params with --lora is not supported yet (train the adapters unsharded)");
     if (models().find(c.setup.model).reversible)
       throw UserError("--shard-params: " + c.setup.model + "'s reversible blocks rebuild their inputs in backward, "
                       "which sharded parameters do not support yet");

@@ -43,7 +43,7 @@ class Bert final : public Model {
                      sizes_.dropout);
     for (int i = 0; i < sizes_.L; ++i)
       x = run_block({i, sizes_.L, block_name(i)}, x, [this, &p, i](const Tensor& x) { return block(p, i, x); });
-    return ops::linear(x, p["cls.weight"], p["cls.bias"]);
+    return linear(p, "cls", x);
   }
 
  private:
@@ -52,7 +52,7 @@ class Bert final : public Model {
   Tensor block(const ParamStore& p, int i, const Tensor& x) const {
     const std::string l = block_name(i) + ".", a = l + "attention.";
     const double drop = sizes_.dropout;
-    auto lin = [&](const Tensor& t, const std::string& name) { return ops::linear(t, p[name + ".weight"], p[name + ".bias"]); };
+    auto lin = [&](const Tensor& t, const std::string& name) { return linear(p, name, t); };
     const Tensor ctx = ops::attention(lin(x, a + "self.query"), lin(x, a + "self.key"), lin(x, a + "self.value"),
                                       sizes_.H, sizes_.H, /*causal=*/false, drop);
     const Tensor h = ops::layer_norm(ops::add(x, ops::dropout(lin(ctx, a + "output.dense"), drop)),

@@ -2,6 +2,8 @@
 
 #include <Kokkos_Core.hpp>
 
+#include "autodiff/ops/ops.hpp"
+
 namespace remat {
 
 void append_linear(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t out, std::int64_t in,
@@ -13,6 +15,14 @@ void append_linear(std::vector<ParamSpec>& p, const std::string& prefix, std::in
 void append_layer_norm(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t D) {
   p.push_back({prefix + ".weight", {D}, Init::ones});
   p.push_back({prefix + ".bias", {D}, Init::zeros});
+}
+
+Tensor linear(const ParamStore& p, const std::string& prefix, const Tensor& x, bool bias) {
+  const std::string weight = prefix + ".weight", b = prefix + ".bias";
+  const Tensor out = ops::linear(x, p[weight], bias && p.has(b) ? p[b] : Tensor());
+  const ParamStore::Adapter* a = p.adapter(weight);
+  if (!a) return out;
+  return ops::add(out, ops::scale(ops::linear(ops::linear(x, p[a->a]), p[a->b]), a->scale));
 }
 
 Tensor positions(const Tensor& tokens) {

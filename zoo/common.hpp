@@ -14,6 +14,12 @@ void append_linear(std::vector<ParamSpec>& p, const std::string& prefix, std::in
 // <prefix>.weight (ones) and <prefix>.bias (zeros), both [D].
 void append_layer_norm(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t D);
 
+// The zoo's linear layer: x W^T + b for <prefix>.weight and, if the store
+// has it (and `bias`), <prefix>.bias; plus scale (x A^T) B^T where the store
+// attached a LoRA adapter to the weight (zoo/params.hpp). Every model's
+// linear layers go through it.
+Tensor linear(const ParamStore& p, const std::string& prefix, const Tensor& x, bool bias = true);
+
 // int32 [S] = 0, 1, ..., S-1 for tokens[B, S].
 Tensor positions(const Tensor& tokens);
 

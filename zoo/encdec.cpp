@@ -98,10 +98,10 @@ class Encdec final : public Model {
 
   // dropout(c_proj(attention(c_q(z), c_kv(e)))), no mask.
   Tensor cross(const ParamStore& p, const std::string& prefix, const Tensor& z, const Tensor& e) const {
-    const Tensor q = ops::linear(z, p[prefix + ".c_q.weight"], p[prefix + ".c_q.bias"]);
-    const Tensor kv = ops::linear(e, p[prefix + ".c_kv.weight"], p[prefix + ".c_kv.bias"]);
+    const Tensor q = linear(p, prefix + ".c_q", z);
+    const Tensor kv = linear(p, prefix + ".c_kv", e);
     const Tensor a = ops::attention(q, kv, sizes_.H, /*causal=*/false, sizes_.dropout);
-    return ops::dropout(ops::linear(a, p[prefix + ".c_proj.weight"], p[prefix + ".c_proj.bias"]), sizes_.dropout);
+    return ops::dropout(linear(p, prefix + ".c_proj", a), sizes_.dropout);
   }
 };
 

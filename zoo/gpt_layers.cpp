@@ -4,14 +4,6 @@
 #include "zoo/common.hpp"
 
 namespace remat::gpt {
-namespace {
-
-Tensor linear(const ParamStore& p, const std::string& name, const Tensor& x) {
-  return ops::linear(x, p[name + ".weight"], p[name + ".bias"]);
-}
-
-}  // namespace
-
 void append_attention(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t D) {
   append_linear(p, prefix + ".c_attn", 3 * D, D);
   append_linear(p, prefix + ".c_proj", D, D, Init::residual_out);

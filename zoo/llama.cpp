@@ -38,7 +38,7 @@ class Llama final : public Model {
     Tensor x = ops::dropout(ops::embedding(p["tok_embeddings.weight"], tokens), sizes_.dropout);
     for (int i = 0; i < sizes_.L; ++i)
       x = run_block({i, sizes_.L, block_name(i)}, x, [this, &p, i](const Tensor& x) { return block(p, i, x); });
-    return ops::linear(ops::rms_norm(x, p["norm.weight"], 1e-5), p["output.weight"]);
+    return linear(p, "output", ops::rms_norm(x, p["norm.weight"], 1e-5), false);
   }
 
  private:
@@ -49,9 +49,8 @@ class Llama final : public Model {
     const double drop = sizes_.dropout;
     const Tensor h = ops::add(x, llama::attention(p, l + "attention", ops::rms_norm(x, p[l + "attention_norm.weight"], 1e-5), sizes_));
     const Tensor m = ops::rms_norm(h, p[l + "ffn_norm.weight"], 1e-5);
-    const Tensor gated = ops::swiglu(ops::linear(m, p[l + "feed_forward.w1.weight"]),
-                                     ops::linear(m, p[l + "feed_forward.w3.weight"]));
-    return ops::add(h, ops::dropout(ops::linear(gated, p[l + "feed_forward.w2.weight"]), drop));
+    const Tensor gated = ops::swiglu(linear(p, l + "feed_forward.w1", m, false), linear(p, l + "feed_forward.w3", m, false));
+    return ops::add(h, ops::dropout(linear(p, l + "feed_forward.w2", gated, false), drop));
   }
 };
 

@@ -15,11 +15,11 @@ void append_attention(std::vector<ParamSpec>& p, const std::string& prefix, cons
 
 Tensor attention(const ParamStore& p, const std::string& prefix, const Tensor& x, const Sizes& z) {
   const int hd = z.D / z.H;
-  const Tensor q = ops::rotary(ops::linear(x, p[prefix + ".wq.weight"]), hd, z.theta);
-  const Tensor k = ops::rotary(ops::linear(x, p[prefix + ".wk.weight"]), hd, z.theta);
-  const Tensor v = ops::linear(x, p[prefix + ".wv.weight"]);
+  const Tensor q = ops::rotary(linear(p, prefix + ".wq", x, false), hd, z.theta);
+  const Tensor k = ops::rotary(linear(p, prefix + ".wk", x, false), hd, z.theta);
+  const Tensor v = linear(p, prefix + ".wv", x, false);
   const Tensor a = ops::attention(q, k, v, z.H, z.Hkv, /*causal=*/true, z.dropout);
-  return ops::dropout(ops::linear(a, p[prefix + ".wo.weight"]), z.dropout);
+  return ops::dropout(linear(p, prefix + ".wo", a, false), z.dropout);
 }
 
 }  // namespace remat::llama

@@ -66,7 +66,7 @@ class Mixtral final : public Model {
                  Tensor::zeros({sizes_.E}, dt, "router_sums"), Tensor::zeros({sizes_.L, sizes_.E}, dt, "expert_load")};
     for (int i = 0; i < sizes_.L; ++i)
       x = run_block({i, sizes_.L, block_name(i)}, x, [this, &p, i](const Tensors& x) { return block(p, i, x); });
-    return {ops::linear(ops::rms_norm(x[0], p["norm.weight"], 1e-5), p["output.weight"]), x[1], x[2]};
+    return {linear(p, "output", ops::rms_norm(x[0], p["norm.weight"], 1e-5), false), x[1], x[2]};
   }
 
   Tensors block(const ParamStore& p, int i, const Tensors& in) const {
@@ -74,7 +74,7 @@ class Mixtral final : public Model {
     const Tensor& x = in[0];
     const Tensor h = ops::add(x, llama::attention(p, l + "attention", ops::rms_norm(x, p[l + "attention_norm.weight"], 1e-5), sizes_));
     const Tensor m = ops::rms_norm(h, p[l + "ffn_norm.weight"], 1e-5);
-    const Tensor probs = ops::softmax(ops::linear(m, p[l + "block_sparse_moe.gate.weight"]));
+    const Tensor probs = ops::softmax(linear(p, l + "block_sparse_moe.gate", m, false));
     const ops::Routing route = ops::route_top_k(probs, sizes_.K);
     std::vector<Tensor> w1, w2, w3;
     for (int e = 0; e < sizes_.E; ++e) {

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <utility>
 
 #include "autodiff/elementwise.hpp"
 #include "autodiff/rng.hpp"
@@ -30,23 +31,28 @@ void ParamStore::freeze(const std::string& name) {
   tensors_[it->second].attach_slot(nullptr);
 }
 
-struct ParamStore::Adapters {
-  std::vector<const void*> weights;
-  ~Adapters() {
-    for (const void* w : weights) ops::unregister_adapter(w);
-  }
-};
-
 void ParamStore::attach_adapter(const std::string& weight, const std::string& a, const std::string& b, double scale) {
-  if (!adapters_) adapters_ = std::make_shared<Adapters>();
-  ops::register_adapter((*this)[weight], {(*this)[a], (*this)[b], scale});
-  adapters_->weights.push_back((*this)[weight].raw());
+  for (const auto& name : {weight, a, b})
+    if (!index_.count(name)) throw std::logic_error("no parameter named '" + name + "'");
+  adapters_.push_back({weight, {a, b, scale}});
 }
 
-const std::vector<const void*>& ParamStore::adapted() const {
-  static const std::vector<const void*> none;
-  return adapters_ ? adapters_->weights : none;
+const ParamStore::Adapter* ParamStore::adapter(const std::string& weight) const {
+  for (const auto& [name, adapter] : adapters_)
+    if (name == weight) {
+      adapter_uses_.insert(name);
+      return &adapter;
+    }
+  return nullptr;
 }
+
+std::vector<std::string> ParamStore::adapted() const {
+  std::vector<std::string> names;
+  for (const auto& a : adapters_) names.push_back(a.first);
+  return names;
+}
+
+std::set<std::string> ParamStore::take_adapter_uses() const { return std::exchange(adapter_uses_, {}); }
 
 std::int64_t ParamStore::count() const { return count_params(specs_); }
 

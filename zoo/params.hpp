@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -44,12 +45,21 @@ class ParamStore {
   // anything holds the tensor.
   void freeze(const std::string& name);
   bool trainable(std::size_t i) const { return tensors_[i].requires_grad(); }
-  // LoRA: `weight`'s linear gains scale (x A^T) B^T, A and B being
-  // parameters here; registered with the ops until the last copy of this
-  // store goes.
+  // LoRA (Hu et al. 2021): `weight`'s linear gains scale (x A^T) B^T, A
+  // [R, in] and B [out, R] being parameters of this store. The store owns
+  // the pairing; the zoo's linear (zoo/common.hpp) applies it, so adding
+  // LoRA to a model needs no change to its file.
+  struct Adapter {
+    std::string a, b;  // the names of A and B (read through operator[], which gathers sharded parameters)
+    double scale = 1;  // alpha / R
+  };
   void attach_adapter(const std::string& weight, const std::string& a, const std::string& b, double scale);
-  // The adapted weights' storage.
-  const std::vector<const void*>& adapted() const;
+  // The adapter of `weight`, or null; counts the use (require_adapters_used).
+  const Adapter* adapter(const std::string& weight) const;
+  // The adapted weights' names, in the order attached.
+  std::vector<std::string> adapted() const;
+  // Which adapted weights a linear used since the last call (and forgets them).
+  std::set<std::string> take_adapter_uses() const;
   // Called with a parameter's index whenever a model reads it through
   // operator[] (sharded parameters are gathered on first use); none by default.
   void set_access_hook(std::function<void(std::size_t)> hook) { on_access_ = std::move(hook); }
@@ -59,8 +69,8 @@ class ParamStore {
   std::vector<std::string> names_;
   std::vector<Tensor> tensors_;
   std::unordered_map<std::string, std::size_t> index_;
-  struct Adapters;
-  std::shared_ptr<Adapters> adapters_;
+  std::vector<std::pair<std::string, Adapter>> adapters_;
+  mutable std::set<std::string> adapter_uses_;
   std::function<void(std::size_t)> on_access_;
 };
 

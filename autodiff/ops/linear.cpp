@@ -34,47 +34,7 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias)
 
 }  // namespace
 
-namespace {
-
-std::unordered_map<const void*, LowRankAdapter>& adapters() {
-  static std::unordered_map<const void*, LowRankAdapter> registry;
-  return registry;
-}
-
-std::set<const void*>*& uses_setting() {
-  thread_local std::set<const void*>* uses = nullptr;
-  return uses;
-}
-
-Tensor plain_linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
-
-}  // namespace
-
-void register_adapter(const Tensor& weight, const LowRankAdapter& adapter) { adapters()[weight.raw()] = adapter; }
-void unregister_adapter(const void* weight_storage) { adapters().erase(weight_storage); }
-AdapterUseScope::AdapterUseScope(std::set<const void*>& used) : previous_(uses_setting()) { uses_setting() = &used; }
-AdapterUseScope::~AdapterUseScope() { uses_setting() = previous_; }
-
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
-  if (!adapters().empty()) {
-    const auto it = adapters().find(weight.raw());
-    if (it != adapters().end()) {
-      const LowRankAdapter& a = it->second;
-      if (std::set<const void*>* uses = uses_setting()) uses->insert(weight.raw());
-      require(a.A.rank() == 2 && a.B.rank() == 2 && a.A.dim(1) == weight.dim(1) && a.B.dim(0) == weight.dim(0) &&
-                  a.A.dim(0) == a.B.dim(1),
-              "linear: adapter A " + to_string(a.A.shape()) + ", B " + to_string(a.B.shape()) + " for weight " +
-                  to_string(weight.shape()));
-      Tensor base = plain_linear(x, weight, bias);
-      return add(base, scale(plain_linear(plain_linear(x, a.A, Tensor()), a.B, Tensor()), a.scale));
-    }
-  }
-  return plain_linear(x, weight, bias);
-}
-
-namespace {
-
-Tensor plain_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   require_float("linear", x, "x");
   require_float("linear", weight, "weight");
   require(weight.rank() == 2 && x.rank() >= 1 && x.dim(-1) == weight.dim(1),
@@ -112,7 +72,5 @@ Tensor plain_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   });
   return out;
 }
-
-}  // namespace
 
 }  // namespace remat::ops

@@ -3,7 +3,6 @@
 // input requires a gradient) and saves what its backward needs through the
 // saved-tensor hooks. Activations are [..., features], row-major; linear
 // weights follow PyTorch: weight[out][in], y = x W^T + b.
-#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -21,30 +20,6 @@ Tensor add(const Tensor& a, const Tensor& b);
 
 // x[..., in] W[out, in]^T + bias[out] (bias may be undefined).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
-
-// Low-rank adapters (LoRA, Hu et al. 2021): a linear whose weight has one
-// registered computes x W^T + b + scale (x A^T) B^T, from the ops linear,
-// scale and add (so every strategy sees ordinary ops, recomputation
-// included). The registry is keyed by the weight's storage; a ParamStore
-// registers its adapters and removes them when it goes (zoo/params.hpp), so
-// adding LoRA to a model needs no change to its file.
-struct LowRankAdapter {
-  Tensor A, B;  // [R, in], [out, R]
-  double scale = 1;  // alpha / R
-};
-void register_adapter(const Tensor& weight, const LowRankAdapter& adapter);
-void unregister_adapter(const void* weight_storage);
-// Records the weights whose adapter a linear applied (validation of targets).
-class AdapterUseScope {
- public:
-  explicit AdapterUseScope(std::set<const void*>& used);
-  ~AdapterUseScope();
-  AdapterUseScope(const AdapterUseScope&) = delete;
-  AdapterUseScope& operator=(const AdapterUseScope&) = delete;
-
- private:
-  std::set<const void*>* previous_;
-};
 
 // LayerNorm over the last dimension with gain and bias.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);

@@ -121,6 +121,21 @@ block_values = sum(-(-params[n].size // 2048) * 1024 for n in params if n.starts
 # Each of the 2 micro-batches gathers those blocks once more: 4 bytes a value, sent and received.
 assert per_layer - full == 2 * 2 * 4 * block_values, (per_layer - full, block_values)
 PY
+# LoRA adapters shard like every parameter (the store finds an adapter by
+# its weight's name, gathered or not): bitwise the unsharded LoRA run.
+lora=(train --model llama --preset tiny --steps 3 --lora 4 --lr 3e-3 --strategy per-layer)
+"${mpi[@]}" "$remat" "${lora[@]}" --out dp-lora.h5 >/dev/null 2>err.txt || fail "mpirun train --lora: $(cat err.txt)"
+"${mpi[@]}" "$remat" "${lora[@]}" --shard-params --out zero-lora.h5 >/dev/null 2>err.txt ||
+  fail "mpirun train --lora --shard-params: $(cat err.txt)"
+"$python" - <<'PY' || fail "sharded LoRA did not train bitwise as unsharded LoRA, or communicated other than predicted"
+import h5py
+dp, zero = h5py.File("dp-lora.h5"), h5py.File("zero-lora.h5")
+assert dp["history/loss"][:].tobytes() == zero["history/loss"][:].tobytes(), "losses differ"
+for name in dp["params"]:
+    assert dp["params"][name][:].tobytes() == zero["params"][name][:].tobytes(), name
+assert any(n.endswith(".lora_A") for n in zero["params"]), "no adapters trained"
+assert zero["history/comm_bytes"][:].tolist() == zero["history/predicted_comm_bytes"][:].tolist()
+PY
 expect_error "run it under mpirun with 2 or more ranks" "$remat" "${zero[@]}" --shard-params
 
 # A planned schedule (budget:min nests segments: block 0 is recomputed once per
