@@ -38,6 +38,8 @@ struct Library {
   decltype(&cublasDgemm_v2) dgemm = nullptr;
   decltype(&cublasSgemmStridedBatched) sgemm_batched = nullptr;
   decltype(&cublasDgemmStridedBatched) dgemm_batched = nullptr;
+  decltype(&cublasSetStream_v2) set_stream = nullptr;
+  void* stream = nullptr;  // the handle's stream now
 };
 
 // Newest first: a machine with several takes the one matching its driver.
@@ -47,7 +49,7 @@ template <class F>
 F symbol(void* lib, std::initializer_list<const char*> names) {
   for (const char* n : names)
     if (void* p = dlsym(lib, n)) return reinterpret_cast<F>(p);
-  throw UserError(std::string("cuBLAS: the loaded library has no ") + *names.begin());
+  throw EnvironmentError(std::string("cuBLAS: the loaded library has no ") + *names.begin());
 }
 
 void check(cublasStatus_t s, const char* what) {
@@ -66,22 +68,24 @@ Library load() {
   if (!lib) {
     std::string tried;
     for (const char* name : kSonames) tried += std::string(tried.empty() ? "" : ", ") + name;
-    throw UserError("this is a CUDA build of remat and no cuBLAS could be loaded (tried " + tried +
+    throw EnvironmentError("this is a CUDA build of remat and no cuBLAS could be loaded (tried " + tried +
                     "): install the CUDA toolkit's cuBLAS or add its folder to LD_LIBRARY_PATH");
   }
   using Create = decltype(&cublasCreate_v2);
   using SetStream = decltype(&cublasSetStream_v2);
   using GetVersion = decltype(&cublasGetVersion_v2);
   const auto create = symbol<Create>(lib, {"cublasCreate_v2", "cublasCreate"});
-  const auto set_stream = symbol<SetStream>(lib, {"cublasSetStream_v2", "cublasSetStream"});
+  l.set_stream = symbol<SetStream>(lib, {"cublasSetStream_v2", "cublasSetStream"});
   l.sgemm = symbol<decltype(l.sgemm)>(lib, {"cublasSgemm_v2", "cublasSgemm"});
   l.dgemm = symbol<decltype(l.dgemm)>(lib, {"cublasDgemm_v2", "cublasDgemm"});
   l.sgemm_batched = symbol<decltype(l.sgemm_batched)>(lib, {"cublasSgemmStridedBatched"});
   l.dgemm_batched = symbol<decltype(l.dgemm_batched)>(lib, {"cublasDgemmStridedBatched"});
   check(create(&l.handle), "cublasCreate");
-  // Kokkos' kernels run in order on the default instance's stream: the GEMMs
-  // join that stream, so no fence is needed between a kernel and a GEMM.
-  check(set_stream(l.handle, Kokkos::DefaultExecutionSpace().cuda_stream()), "cublasSetStream");
+  // Kokkos' kernels run in order on the default instance's stream: GEMMs
+  // given no other join that stream, so no fence is needed between a kernel
+  // and a GEMM.
+  l.stream = Kokkos::DefaultExecutionSpace().cuda_stream();
+  check(l.set_stream(l.handle, cudaStream_t(l.stream)), "cublasSetStream");
   if (const auto get_version = reinterpret_cast<GetVersion>(dlsym(lib, "cublasGetVersion_v2")))
     get_version(l.handle, &l.version);
   // The default math mode: plain fp32/fp64 (no TF32 tensor cores), so device
@@ -100,8 +104,19 @@ Library& library() {
       failure = e.what();
     }
   });
-  if (!failure.empty()) throw UserError(failure);
+  if (!failure.empty()) throw EnvironmentError(failure);
   return lib;
+}
+
+// The library with its handle on `stream` (null: the default instance's).
+Library& on_stream(void* stream) {
+  Library& l = library();
+  if (!stream) stream = Kokkos::DefaultExecutionSpace().cuda_stream();
+  if (stream != l.stream) {
+    check(l.set_stream(l.handle, cudaStream_t(stream)), "cublasSetStream");
+    l.stream = stream;
+  }
+  return l;
 }
 
 cublasOperation_t op(gemm::Op o) { return o == gemm::Op::N ? CUBLAS_OP_N : CUBLAS_OP_T; }
@@ -125,10 +140,10 @@ std::string describe() {
 // Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the same
 // buffers with the operands swapped, m and n swapped.
 template <class T>
-void gemm(gemm::Op op_a, gemm::Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
-          std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+void gemm(void* stream, gemm::Op op_a, gemm::Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
+          const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
   if (m == 0 || n == 0) return;
-  Library& l = library();
+  Library& l = on_stream(stream);
   const auto f = [&] {
     if constexpr (std::is_same_v<T, float>) return l.sgemm;
     else return l.dgemm;
@@ -139,12 +154,12 @@ void gemm(gemm::Op op_a, gemm::Op op_b, std::int64_t m, std::int64_t n, std::int
 }
 
 template <class T>
-void gemm_strided_batched(gemm::Op op_a, gemm::Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
-                          const T* a, std::int64_t lda, std::int64_t stride_a, const T* b, std::int64_t ldb,
+void gemm_strided_batched(void* stream, gemm::Op op_a, gemm::Op op_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                          T alpha, const T* a, std::int64_t lda, std::int64_t stride_a, const T* b, std::int64_t ldb,
                           std::int64_t stride_b, T beta, T* c, std::int64_t ldc, std::int64_t stride_c,
                           std::int64_t count) {
   if (m == 0 || n == 0 || count == 0) return;
-  Library& l = library();
+  Library& l = on_stream(stream);
   const auto f = [&] {
     if constexpr (std::is_same_v<T, float>) return l.sgemm_batched;
     else return l.dgemm_batched;
@@ -164,13 +179,13 @@ void require() {}
 std::string describe() { return ""; }
 
 template <class T>
-void gemm(gemm::Op, gemm::Op, std::int64_t, std::int64_t, std::int64_t, T, const T*, std::int64_t, const T*,
+void gemm(void*, gemm::Op, gemm::Op, std::int64_t, std::int64_t, std::int64_t, T, const T*, std::int64_t, const T*,
           std::int64_t, T, T*, std::int64_t) {
   no_device();
 }
 
 template <class T>
-void gemm_strided_batched(gemm::Op, gemm::Op, std::int64_t, std::int64_t, std::int64_t, T, const T*, std::int64_t,
+void gemm_strided_batched(void*, gemm::Op, gemm::Op, std::int64_t, std::int64_t, std::int64_t, T, const T*, std::int64_t,
                           std::int64_t, const T*, std::int64_t, std::int64_t, T, T*, std::int64_t, std::int64_t,
                           std::int64_t) {
   no_device();
@@ -179,9 +194,9 @@ void gemm_strided_batched(gemm::Op, gemm::Op, std::int64_t, std::int64_t, std::i
 #endif
 
 #define REMAT_CUBLAS_INSTANTIATE(T)                                                                               \
-  template void gemm<T>(gemm::Op, gemm::Op, std::int64_t, std::int64_t, std::int64_t, T, const T*, std::int64_t,  \
+  template void gemm<T>(void*, gemm::Op, gemm::Op, std::int64_t, std::int64_t, std::int64_t, T, const T*, std::int64_t,  \
                         const T*, std::int64_t, T, T*, std::int64_t);                                             \
-  template void gemm_strided_batched<T>(gemm::Op, gemm::Op, std::int64_t, std::int64_t, std::int64_t, T, const T*, \
+  template void gemm_strided_batched<T>(void*, gemm::Op, gemm::Op, std::int64_t, std::int64_t, std::int64_t, T, const T*, \
                                         std::int64_t, std::int64_t, const T*, std::int64_t, std::int64_t, T, T*,  \
                                         std::int64_t, std::int64_t, std::int64_t);
 REMAT_CUBLAS_INSTANTIATE(float)

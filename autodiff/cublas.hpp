@@ -1,7 +1,8 @@
 #pragma once
 // cuBLAS for the device side of gemm.hpp, loaded at run time. Row-major
 // operands like the rest of remat; the column-major swap happens inside.
-// In a build without CUDA every call throws (gemm.cpp never makes one there).
+// In a build without CUDA every call throws (the front door never makes one
+// there: no View lives in device memory).
 #include <cstdint>
 #include <string>
 
@@ -18,12 +19,13 @@ void require();
 // "libcublas.so.13 (cuBLAS 13.0.2)", or "" before require().
 std::string describe();
 
+// On `stream` (a cudaStream_t; null: the default instance's).
 template <class T>
-void gemm(gemm::Op op_a, gemm::Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
+void gemm(void* stream, gemm::Op op_a, gemm::Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
           std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc);
 
 template <class T>
-void gemm_strided_batched(gemm::Op op_a, gemm::Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
+void gemm_strided_batched(void* stream, gemm::Op op_a, gemm::Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
                           const T* a, std::int64_t lda, std::int64_t stride_a, const T* b, std::int64_t ldb,
                           std::int64_t stride_b, T beta, T* c, std::int64_t ldc, std::int64_t stride_c,
                           std::int64_t count);

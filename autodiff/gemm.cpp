@@ -8,12 +8,14 @@
 #include <type_traits>
 
 namespace remat::gemm {
+namespace detail {
 namespace {
 
-constexpr bool host_memory =
-    Kokkos::SpaceAccessibility<Kokkos::HostSpace, Kokkos::DefaultExecutionSpace::memory_space>::accessible;
-
 CBLAS_TRANSPOSE cblas_op(Op op) { return op == Op::N ? CblasNoTrans : CblasTrans; }
+
+}  // namespace
+
+void count_flops(double flops) { stats::count_flops(flops); }
 
 template <class T>
 void host_gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
@@ -25,32 +27,14 @@ void host_gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k,
     cblas_dgemm(CblasRowMajor, cblas_op(op_a), cblas_op(op_b), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-}  // namespace
-
 template <class T>
-void gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a, std::int64_t lda,
-          const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
-  stats::count_flops(2.0 * double(m) * double(n) * double(k));
-  if constexpr (host_memory) host_gemm(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-  else cublas::gemm(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
-}
-
-template <class T>
-void gemm_strided_batched(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
-                          std::int64_t lda, std::int64_t stride_a, const T* b, std::int64_t ldb,
-                          std::int64_t stride_b, T beta, T* c, std::int64_t ldc, std::int64_t stride_c,
-                          std::int64_t count) {
-  stats::count_flops(2.0 * double(m) * double(n) * double(k) * double(count));
-  if constexpr (!host_memory) {
-    cublas::gemm_strided_batched(op_a, op_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c,
-                                 count);
-    return;
-  }
+void host_gemm_batched(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
+                       std::int64_t lda, std::int64_t stride_a, const T* b, std::int64_t ldb, std::int64_t stride_b,
+                       T beta, T* c, std::int64_t ldc, std::int64_t stride_c, std::int64_t count) {
   // Inside a parallel region OpenBLAS (OpenMP flavour) runs each call on the
   // calling thread, so the batch is spread over the cores without nesting.
   Kokkos::parallel_for(
-      "gemm_strided_batched", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, count),
-      [=](std::int64_t i) {
+      "gemm_batched", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, count), [=](std::int64_t i) {
         host_gemm(op_a, op_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta, c + i * stride_c,
                   ldc);
       });
@@ -58,9 +42,40 @@ void gemm_strided_batched(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std:
 }
 
 template <class T>
+void device_gemm(void* stream, Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
+                 std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+  cublas::gemm(stream, op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+}
+
+template <class T>
+void device_gemm_batched(void* stream, Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
+                         const T* a, std::int64_t lda, std::int64_t stride_a, const T* b, std::int64_t ldb,
+                         std::int64_t stride_b, T beta, T* c, std::int64_t ldc, std::int64_t stride_c,
+                         std::int64_t count) {
+  cublas::gemm_strided_batched(stream, op_a, op_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
+                               stride_c, count);
+}
+
+#define REMAT_GEMM_DETAIL(T)                                                                                        \
+  template void host_gemm<T>(Op, Op, std::int64_t, std::int64_t, std::int64_t, T, const T*, std::int64_t, const T*, \
+                             std::int64_t, T, T*, std::int64_t);                                                    \
+  template void host_gemm_batched<T>(Op, Op, std::int64_t, std::int64_t, std::int64_t, T, const T*, std::int64_t,   \
+                                     std::int64_t, const T*, std::int64_t, std::int64_t, T, T*, std::int64_t,      \
+                                     std::int64_t, std::int64_t);                                                  \
+  template void device_gemm<T>(void*, Op, Op, std::int64_t, std::int64_t, std::int64_t, T, const T*, std::int64_t, \
+                               const T*, std::int64_t, T, T*, std::int64_t);                                       \
+  template void device_gemm_batched<T>(void*, Op, Op, std::int64_t, std::int64_t, std::int64_t, T, const T*,       \
+                                       std::int64_t, std::int64_t, const T*, std::int64_t, std::int64_t, T, T*,    \
+                                       std::int64_t, std::int64_t, std::int64_t);
+REMAT_GEMM_DETAIL(float)
+REMAT_GEMM_DETAIL(double)
+
+}  // namespace detail
+
+template <class T>
 void gemm_serial(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
                  std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
-  host_gemm(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+  detail::host_gemm(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
 template <class T>
@@ -79,11 +94,6 @@ void gemm_reference(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64
 }
 
 #define REMAT_GEMM_INSTANTIATE(T)                                                                                  \
-  template void gemm<T>(Op, Op, std::int64_t, std::int64_t, std::int64_t, T, const T*, std::int64_t, const T*,     \
-                        std::int64_t, T, T*, std::int64_t);                                                        \
-  template void gemm_strided_batched<T>(Op, Op, std::int64_t, std::int64_t, std::int64_t, T, const T*,             \
-                                        std::int64_t, std::int64_t, const T*, std::int64_t, std::int64_t, T, T*,   \
-                                        std::int64_t, std::int64_t, std::int64_t);                                 \
   template void gemm_serial<T>(Op, Op, std::int64_t, std::int64_t, std::int64_t, T, const T*, std::int64_t,       \
                                const T*, std::int64_t, T, T*, std::int64_t);                                     \
   template void gemm_reference<T>(Op, Op, std::int64_t, std::int64_t, std::int64_t, T, const T*, std::int64_t,     \

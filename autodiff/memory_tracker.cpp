@@ -16,21 +16,14 @@ double now_seconds() {
   return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
 }
 
-const char* pool_of(const Kokkos::Profiling::SpaceHandle& space, const char* label) {
-  if (label && std::strcmp(label, MemoryTracker::kOffloadLabel) == 0) return MemoryTracker::kOffloadPool;
-  if (label && std::strcmp(label, MemoryTracker::kGatheredLabel) == 0) return MemoryTracker::kGatheredPool;
-  if (label && std::strcmp(label, MemoryTracker::kReducingLabel) == 0) return MemoryTracker::kReducingPool;
-  return space.name;
-}
-
 void allocate_callback(Kokkos::Profiling::SpaceHandle space, const char* label, const void* ptr,
                        std::uint64_t bytes) {
-  MemoryTracker::instance().on_allocate(pool_of(space, label), ptr, bytes, label);
+  MemoryTracker::instance().on_allocate(space.name, ptr, bytes, label ? label : "");
 }
 
 void deallocate_callback(Kokkos::Profiling::SpaceHandle space, const char* label, const void* ptr,
                          std::uint64_t bytes) {
-  MemoryTracker::instance().on_deallocate(pool_of(space, label), ptr, bytes);
+  MemoryTracker::instance().on_deallocate(space.name, ptr, bytes, label ? label : "");
 }
 
 }  // namespace
@@ -58,9 +51,15 @@ void MemoryTracker::record(const std::string& pool, std::int64_t delta, bool all
   if (recording_) timeline_.push_back({now_seconds() - t0_, pool, s.live, phase_});
 }
 
+void MemoryTracker::pool_for_label(const std::string& label, const std::string& pool) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  label_pools_[label] = pool;
+}
+
 void MemoryTracker::on_allocate(const std::string& pool, const void*, std::uint64_t bytes, const std::string& label) {
   std::lock_guard<std::mutex> lock(mutex_);
-  record(pool, std::int64_t(bytes), true);
+  const auto named = label.empty() ? label_pools_.end() : label_pools_.find(label);
+  record(named == label_pools_.end() ? pool : named->second, std::int64_t(bytes), true);
   if (counting_) {
     LabelStats& l = census_[label];
     ++l.allocations;
@@ -68,9 +67,10 @@ void MemoryTracker::on_allocate(const std::string& pool, const void*, std::uint6
   }
 }
 
-void MemoryTracker::on_deallocate(const std::string& pool, const void*, std::uint64_t bytes) {
+void MemoryTracker::on_deallocate(const std::string& pool, const void*, std::uint64_t bytes, const std::string& label) {
   std::lock_guard<std::mutex> lock(mutex_);
-  record(pool, -std::int64_t(bytes));
+  const auto named = label.empty() ? label_pools_.end() : label_pools_.find(label);
+  record(named == label_pools_.end() ? pool : named->second, -std::int64_t(bytes));
 }
 
 void MemoryTracker::transfer(const std::string& from, const std::string& to, std::uint64_t bytes) {
@@ -85,7 +85,10 @@ MemoryTracker::PoolStats MemoryTracker::stats(const std::string& pool) const {
   return it == pools_.end() ? PoolStats{} : it->second;
 }
 
-void MemoryTracker::set_limit(std::int64_t bytes) { limit_ = bytes; }
+MemoryLimitScope::MemoryLimitScope(std::int64_t bytes) : previous_(MemoryTracker::instance().limit_) {
+  MemoryTracker::instance().limit_ = bytes;
+}
+MemoryLimitScope::~MemoryLimitScope() { MemoryTracker::instance().limit_ = previous_; }
 
 void MemoryTracker::check_allocation(std::int64_t bytes) const {
   if (limit_ <= 0) return;

@@ -27,23 +27,20 @@ class MemoryTracker {
 
   static MemoryTracker& instance();
 
-  // Host buffers allocated with this label (in whatever memory space: pinned
-  // host memory on a GPU build) are counted in the offload pool.
-  static constexpr const char* kOffloadPool = "offload";
-  static constexpr const char* kOffloadLabel = "offloaded";
-  // Full values of sharded parameters, while gathered (train/param_shards.hpp).
-  static constexpr const char* kGatheredPool = "gathered";
-  static constexpr const char* kGatheredLabel = "gathered parameter";
-  // Whole gradients of sharded parameters, from backward until reduce-scattered.
-  static constexpr const char* kReducingPool = "reducing";
-  static constexpr const char* kReducingLabel = "gradient to reduce";
+  // Allocations with this label (in whatever memory space) are counted in
+  // pool `pool` rather than their space's: the module that owns a kind of
+  // buffer names its pool (the offload pool of strategies/storage.hpp, the
+  // gathered parameters of train/param_shards.hpp). Idempotent.
+  void pool_for_label(const std::string& label, const std::string& pool);
 
   // Registers the Kokkos Tools callbacks; call after Kokkos::initialize.
   void install();
   bool installed() const { return installed_; }
 
+  // An allocation counted in `pool` (its memory space's name, or a pool a
+  // module reports to directly), unless its label was given a pool.
   void on_allocate(const std::string& pool, const void* ptr, std::uint64_t bytes, const std::string& label = "");
-  void on_deallocate(const std::string& pool, const void* ptr, std::uint64_t bytes);
+  void on_deallocate(const std::string& pool, const void* ptr, std::uint64_t bytes, const std::string& label = "");
   // Bytes that change pools without being copied (an offload pool that is the
   // device's own memory): live and peak move, nothing is allocated.
   void transfer(const std::string& from, const std::string& to, std::uint64_t bytes);
@@ -53,8 +50,8 @@ class MemoryTracker {
   static std::string default_pool();
 
   // A cap on the live bytes of the default pool (0: none), as on a smaller
-  // device: Tensor allocations that would pass it throw OutOfMemory.
-  void set_limit(std::int64_t bytes);
+  // device: Tensor allocations that would pass it throw OutOfMemory. Set
+  // only by a MemoryLimitScope, so no cap outlives the run that set it.
   std::int64_t limit() const { return limit_; }
   void check_allocation(std::int64_t bytes) const;
 
@@ -81,6 +78,7 @@ class MemoryTracker {
   std::vector<Event> timeline() const;
 
  private:
+  friend class MemoryLimitScope;
   MemoryTracker() = default;
   void record(const std::string& pool, std::int64_t delta, bool allocation = false);
 
@@ -88,6 +86,7 @@ class MemoryTracker {
   bool installed_ = false;
   std::int64_t limit_ = 0;
   std::map<std::string, PoolStats> pools_;
+  std::map<std::string, std::string> label_pools_;
   std::vector<std::string> phases_{"idle"};
   int phase_ = 0;
   bool recording_ = false;
@@ -95,6 +94,18 @@ class MemoryTracker {
   std::vector<Event> timeline_;
   bool counting_ = false;
   std::map<std::string, LabelStats> census_;
+};
+
+// Caps the default pool at `bytes` (0: none) for the scope's lifetime.
+class MemoryLimitScope {
+ public:
+  explicit MemoryLimitScope(std::int64_t bytes);
+  ~MemoryLimitScope();
+  MemoryLimitScope(const MemoryLimitScope&) = delete;
+  MemoryLimitScope& operator=(const MemoryLimitScope&) = delete;
+
+ private:
+  std::int64_t previous_;
 };
 
 // Labels the phase for the scope's lifetime.

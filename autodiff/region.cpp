@@ -38,8 +38,9 @@ Tensors couple(const Tensor& x1, const Tensor& x2, const ReversibleBody& body) {
   return {y1, y2};
 }
 
+// The thread's hooks, installed only by a BlockHooksScope.
 BlockHooks*& hooks_pointer() {
-  static BlockHooks* hooks = nullptr;
+  thread_local BlockHooks* hooks = nullptr;
   return hooks;
 }
 
@@ -71,7 +72,8 @@ BlockBody hooked(const std::string& name, const BlockBody& body) {
 
 }  // namespace
 
-void set_block_hooks(BlockHooks* hooks) { hooks_pointer() = hooks; }
+BlockHooksScope::BlockHooksScope(BlockHooks* hooks) : previous_(hooks_pointer()) { hooks_pointer() = hooks; }
+BlockHooksScope::~BlockHooksScope() { hooks_pointer() = previous_; }
 BlockHooks* block_hooks() { return hooks_pointer(); }
 
 const std::string& current_block() { return block_name(); }

@@ -77,8 +77,18 @@ class BlockHooks {
   virtual void backward_leave(const std::string& block) = 0;
   virtual void backward_end() = 0;
 };
-void set_block_hooks(BlockHooks* hooks);  // null: none
-BlockHooks* block_hooks();
+BlockHooks* block_hooks();  // the innermost scope's; null outside any
+// Installs `hooks` for its lifetime (the previous ones come back after).
+class BlockHooksScope {
+ public:
+  explicit BlockHooksScope(BlockHooks* hooks);
+  ~BlockHooksScope();
+  BlockHooksScope(const BlockHooksScope&) = delete;
+  BlockHooksScope& operator=(const BlockHooksScope&) = delete;
+
+ private:
+  BlockHooks* previous_;
+};
 
 class BlockRunnerScope {
  public:

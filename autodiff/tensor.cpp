@@ -47,11 +47,6 @@ Tensor Tensor::parameter(const Shape& shape, DType dtype, const std::string& nam
 
 std::string Tensor::label() const { return raw() ? storage_->label() : std::string(); }
 
-const Tensor::Bytes& Tensor::bytes() const {
-  static const Bytes none;
-  return storage_ ? *storage_ : none;
-}
-
 void Tensor::release() const {
   if (storage_) *storage_ = Bytes();
 }

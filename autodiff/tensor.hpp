@@ -68,7 +68,9 @@ class Tensor {
     return reinterpret_cast<T*>(raw());
   }
   void* raw() const { return storage_ ? storage_->data() : nullptr; }
-  const Bytes& bytes() const;  // an empty View for an undefined tensor
+  // The storage (a handle: shares it); an empty View for an undefined
+  // tensor, made fresh, as no View may outlive Kokkos::finalize.
+  Bytes bytes() const { return storage_ ? *storage_ : Bytes(); }
 
   // Every copy of a tensor (views of it, the copies ops keep for backward)
   // shares one storage, which can be released and filled again: a parameter

@@ -26,8 +26,11 @@ void BM_gemm_dispatch(benchmark::State& state) {
   const std::int64_t n = state.range(0);
   remat::Tensor a = remat::Tensor::zeros({n, n}, remat::DType::f32), b = a, c = a;
   for (auto _ : state) {
-    remat::gemm::gemm<float>(remat::gemm::Op::N, remat::gemm::Op::N, n, n, n, 1, a.data<float>(), n, b.data<float>(),
-                             n, 0, c.data<float>(), n);
+    using remat::MemSpace;
+    remat::gemm::gemm(remat::ExecSpace(), remat::gemm::Op::N, remat::gemm::Op::N, 1.0f,
+                      remat::gemm::matrix<MemSpace>(a.data<float>(), n, n, n),
+                      remat::gemm::matrix<MemSpace>(b.data<float>(), n, n, n), 0.0f,
+                      remat::gemm::matrix<MemSpace>(c.data<float>(), n, n, n));
     remat::ExecSpace().fence();
   }
   report(state, 2.0 * n * n * n);

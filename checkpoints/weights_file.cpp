@@ -6,6 +6,7 @@
 #include <initializer_list>
 #include <set>
 
+#include "autodiff/backend.hpp"
 #include "checkpoints/hf_checkpoint.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
@@ -202,8 +203,7 @@ LoadedWeights load_checkpoint(const std::string& path, bool force) {
   for (std::size_t i = 0; i < c.params().size(); ++i) {
     values.resize(std::size_t(numel(c.params()[i].shape)));
     c.read(i, values.data());
-    const Tensor loaded = Tensor::from_host(values, c.params()[i].shape);
-    Kokkos::deep_copy(w.params->tensors()[i].bytes(), loaded.bytes());
+    backend::upload(w.params->tensors()[i], values);
   }
   return w;
 }
@@ -300,8 +300,7 @@ LoadedWeights load_weights(const std::string& path, bool force, bool skip_adapte
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const auto values = h5::read_f32(f, "/params/" + specs[i].name);
     require_finite(values, path, "parameter '" + specs[i].name + "'");
-    Tensor loaded = Tensor::from_host(values, specs[i].shape);
-    Kokkos::deep_copy(w.params->tensors()[i].bytes(), loaded.bytes());
+    backend::upload(w.params->tensors()[i], values);
   }
   if (h5::exists(f, "/batch"))
     w.batch = read_batch(f, w.setup, h5::read_attr_int(f, "B").has_value(), h5::read_attr_int(f, "S").has_value());

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <initializer_list>
 
+#include "autodiff/backend.hpp"
 #include "autodiff/gemm.hpp"
 #include "core/error.hpp"
 
@@ -111,8 +112,7 @@ void load_adapters(ParamStore& store, const ModelSetup& setup, const AdapterFile
       throw UserError(path + ": /params/" + name + " has shape " + to_string(v.shape) + ", the adapters asked for " +
                       to_string(store[name].shape()) + " (rank " + std::to_string(adapters.options.rank) +
                       " in the file)");
-    const Tensor host = Tensor::from_host(v.data, v.shape);
-    Kokkos::deep_copy(store[name].bytes(), host.bytes());
+    backend::upload(store[name], v.data);
   }
 }
 
@@ -130,8 +130,7 @@ void merge_adapters(ParamStore& base, const ModelSetup& setup, const AdapterFile
     std::vector<double> W = weight.to_host_f64();
     gemm::gemm_serial<double>(gemm::Op::N, gemm::Op::N, out, in, R, scale, B.data(), R, A.data(), in, 1.0, W.data(), in);
     const std::vector<float> merged(W.begin(), W.end());
-    const Tensor host = Tensor::from_host(merged, weight.shape());
-    Kokkos::deep_copy(weight.bytes(), host.bytes());
+    backend::upload(weight, merged);
   }
 }
 

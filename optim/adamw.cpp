@@ -7,7 +7,7 @@
 #include <cmath>
 
 #include "autodiff/kmath.hpp"
-#include "autodiff/ops/kernel.hpp"
+#include "autodiff/loops.hpp"
 #include "optim/optimizers.hpp"
 
 namespace remat {
@@ -17,7 +17,7 @@ namespace {
 // 28 bytes read or written per parameter).
 template <class T>
 void update(T* p, const T* g, T* m, T* v, std::int64_t n, T decay, T b1, T b2, T step_size, T bc2_sqrt, T eps) {
-  ops::detail::for_each_element("adamw", n, KOKKOS_LAMBDA(std::int64_t i) {
+  backend::for_each_element("adamw", n, KOKKOS_LAMBDA(std::int64_t i) {
     const T gi = g[i];
     const T mi = b1 * m[i] + (T(1) - b1) * gi;
     const T vi = b2 * v[i] + (T(1) - b2) * gi * gi;

@@ -3,7 +3,8 @@
 #include <cmath>
 #include <stdexcept>
 
-#include "autodiff/ops/kernel.hpp"
+#include "autodiff/backend.hpp"
+#include "autodiff/loops.hpp"
 #include "optim/optimizer.hpp"
 
 namespace remat {
@@ -14,18 +15,18 @@ namespace {
 template <class T>
 std::vector<double> chunk_sums(const T* x, std::int64_t n) {
   const std::int64_t chunks = (n + kNormChunk - 1) / kNormChunk;
-  Kokkos::View<double*, MemSpace> partial("gradient_norm_partials", std::size_t(chunks));
-  Kokkos::parallel_for("gradient_norm", Kokkos::RangePolicy<ExecSpace>(0, chunks), KOKKOS_LAMBDA(std::int64_t c) {
+  const Tensor partial = Tensor::empty({chunks}, DType::f64, "gradient_norm_partials");
+  double* sums = partial.data<double>();
+  backend::for_each("gradient_norm", chunks, KOKKOS_LAMBDA(std::int64_t c) {
     const std::int64_t lo = c * kNormChunk, hi = lo + kNormChunk < n ? lo + kNormChunk : n;
-    partial(c) = ops::detail::lane_sum<double>(hi - lo, [&](std::int64_t i) { return double(x[lo + i]) * double(x[lo + i]); });
+    sums[c] = backend::lane_sum<double>(hi - lo, [&](std::int64_t i) { return double(x[lo + i]) * double(x[lo + i]); });
   });
-  const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), partial);
-  return std::vector<double>(host.data(), host.data() + chunks);
+  return partial.to_host_f64();
 }
 
 template <class T>
 void scale(T* x, std::int64_t n, T factor) {
-  ops::detail::for_each_element("scale_gradients", n, KOKKOS_LAMBDA(std::int64_t i) { x[i] *= factor; });
+  backend::for_each_element("scale_gradients", n, KOKKOS_LAMBDA(std::int64_t i) { x[i] *= factor; });
 }
 
 }  // namespace

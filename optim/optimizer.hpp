@@ -30,6 +30,9 @@ class Optimizer {
   // none: its buffers are undefined tensors.
   virtual std::vector<std::string> state_names() const = 0;
   virtual std::vector<Tensor>& state(const std::string& name) = 0;
+  const std::vector<Tensor>& state(const std::string& name) const {  // the same buffers, to read
+    return const_cast<Optimizer*>(this)->state(name);
+  }
   std::int64_t steps_taken() const { return steps_; }
   void set_steps_taken(std::int64_t n) { steps_ = n; }
 

@@ -2,7 +2,7 @@
 // the same decoupled weight decay as AdamW.
 #include <Kokkos_Core.hpp>
 
-#include "autodiff/ops/kernel.hpp"
+#include "autodiff/loops.hpp"
 #include "optim/optimizers.hpp"
 
 namespace remat {
@@ -11,13 +11,13 @@ namespace {
 template <class T>
 void update(T* p, const T* g, T* b, std::int64_t n, T decay, T momentum, T lr) {
   if (b)
-    ops::detail::for_each_element("sgd_momentum", n, KOKKOS_LAMBDA(std::int64_t i) {
+    backend::for_each_element("sgd_momentum", n, KOKKOS_LAMBDA(std::int64_t i) {
       const T bi = momentum * b[i] + g[i];
       b[i] = bi;
       p[i] = p[i] * decay - lr * bi;
     });
   else
-    ops::detail::for_each_element("sgd", n, KOKKOS_LAMBDA(std::int64_t i) { p[i] = p[i] * decay - lr * g[i]; });
+    backend::for_each_element("sgd", n, KOKKOS_LAMBDA(std::int64_t i) { p[i] = p[i] * decay - lr * g[i]; });
 }
 
 class Sgd final : public Optimizer {

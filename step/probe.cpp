@@ -5,13 +5,13 @@
 #include <map>
 #include <set>
 
+#include "autodiff/backend.hpp"
 #include "autodiff/memory_tracker.hpp"
 #include "autodiff/random.hpp"
 #include "autodiff/tape.hpp"
 #include "core/error.hpp"
 #include "step/step.hpp"
 #include "strategies/registry.hpp"
-#include "strategies/storage.hpp"
 
 namespace remat {
 
@@ -77,21 +77,8 @@ SaveProfile measure_costs(const Model& model, const ParamStore& params, const Ba
     for (std::size_t k = 0; k < p.blocks[b].tensors.size() && k < recipes[b].size(); ++k)
       p.blocks[b].tensors[k].recompute_seconds = median(recipes[b][k]);
   }
-  if (OffloadStorage::copies()) {  // the offload pool's copies: out and back, 16 MB, median of `repeats`
-    const std::size_t n = std::size_t(16) << 20;
-    Kokkos::View<unsigned char*, MemSpace> device("offload probe", n);
-    Kokkos::View<unsigned char*, Kokkos::HostSpace> host("offload probe host", n);
-    std::vector<double> seconds;
-    for (int i = 0; i < std::max(1, repeats); ++i) {
-      ExecSpace().fence();
-      const auto t0 = std::chrono::steady_clock::now();
-      Kokkos::deep_copy(host, device);
-      Kokkos::deep_copy(device, host);
-      ExecSpace().fence();
-      seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    }
-    p.offload_seconds_per_byte = median(seconds) / double(n);
-  }
+  // The offload pool's copies: out and back, 16 MB, median of `repeats` (0 where nothing is copied).
+  p.offload_seconds_per_byte = backend::offload_seconds_per_byte(std::size_t(16) << 20, repeats);
   p.timed = true;
   return p;
 }

@@ -124,23 +124,16 @@ StepResult run_step(const Model& model, const ParamStore& params, const Batch& b
 }
 
 bool within_limit(std::int64_t limit, const std::function<void()>& fn) {
-  auto& tracker = MemoryTracker::instance();
-  tracker.set_limit(limit);
   try {
+    MemoryLimitScope scope(limit);
     fn();
   } catch (const OutOfMemory&) {  // over --mem-limit
-    tracker.set_limit(0);
     current_tape().clear();
     return false;
   } catch (const std::bad_alloc&) {  // the device (or the host) itself is full: the same for the report
-    tracker.set_limit(0);
     current_tape().clear();
     return false;
-  } catch (...) {
-    tracker.set_limit(0);
-    throw;
   }
-  tracker.set_limit(0);
   return true;
 }
 

@@ -4,6 +4,7 @@
 #include <map>
 #include <vector>
 
+#include "autodiff/backend.hpp"
 #include "autodiff/memory_tracker.hpp"
 #include "autodiff/tape.hpp"
 #include "autodiff/transfer.hpp"
@@ -16,29 +17,7 @@ std::string describe_save(const char* action, const Tensor& t) {
          human_bytes(double(t.nbytes()));
 }
 
-// A host buffer of the offload pool: pinned on a device build, so copies to
-// and from it are asynchronous; its label puts it in the tracker's offload
-// pool.
-class HostBuffer {
- public:
-  using View = Kokkos::View<unsigned char*, transfer::PinnedHostSpace>;
-  explicit HostBuffer(std::size_t bytes)
-      : view_(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(MemoryTracker::kOffloadLabel)), bytes) {}
-  const View& view() const { return view_; }
-
- private:
-  View view_;
-};
-
-bool& copies_setting() {
-  static bool copy = !Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible;
-  return copy;
-}
-
 }  // namespace
-
-bool OffloadStorage::copies() { return copies_setting(); }
-void OffloadStorage::set_copies(bool copy) { copies_setting() = copy; }
 
 std::shared_ptr<Packed> KeepStorage::pack(const Tensor& t) {
   if (trace_) {
@@ -56,7 +35,7 @@ struct OffloadStorage::Group {
     Tensor device;
     Shape shape;
     DType dtype;
-    std::unique_ptr<HostBuffer> host;  // the copy, where offloading copies
+    std::unique_ptr<backend::HostBuffer> host;  // the copy, where offloading copies
     // Handles made, and handles done with it (unpacked, or destroyed
     // without: a recipe's handle that backward never needed). When all are
     // done the group lets the data go.
@@ -70,6 +49,7 @@ struct OffloadStorage::Group {
   bool resident = true;
   bool fetched = false;              // brought back for its backward (once)
   bool copying = false;              // copies on the copy instance not yet waited for
+  bool copies = false;               // offloading copies into host buffers (backend::offload_copies)
   std::unique_ptr<transfer::CopyBatch> batch;  // times those copies
 
   ~Group() {  // moved bytes go back to the device pool, where they are freed
@@ -97,7 +77,7 @@ struct OffloadStorage::Group {
     if (!copying) return;
     {
       transfer::WaitClock wait;
-      transfer::copy_space().fence();
+      backend::fence_copies();
     }
     batch->finished();
     batch.reset();
@@ -119,25 +99,25 @@ struct OffloadStorage::Group {
   // on the copy instance while the next block's forward runs.
   void offload() {
     resident = false;
-    if (!OffloadStorage::copies()) {
+    if (!copies) {
       for (auto& e : entries) move_pool(e.device, MemoryTracker::default_pool(), OffloadStorage::kPool);
       return;
     }
-    ExecSpace().fence();
+    backend::fence_compute();
     {
       transfer::WaitClock wait;
-      const ExecSpace copier = transfer::copy_space();
       batch = std::make_unique<transfer::CopyBatch>();
       for (auto& e : entries) {
-        e.host = std::make_unique<HostBuffer>(e.device.nbytes());
-        Kokkos::deep_copy(copier, e.host->view(), e.device.bytes());
+        e.host = std::make_unique<backend::HostBuffer>(e.device.nbytes(), OffloadStorage::kLabel);
+        backend::start_copy(*e.host, e.device);
       }
       batch->issued();
     }
     copying = true;
-    // A host execution space copies at once (nothing to overlap): let the
-    // device tensors go now, as a device does when its copy ends.
-    if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible) settle();
+    // Where copies are done when started (a host backend: nothing to
+    // overlap), let the device tensors go now, as a device does when its
+    // copy ends.
+    if (!backend::copies_overlap()) settle();
   }
 
   // Starts bringing the group back (no wait).
@@ -158,12 +138,11 @@ struct OffloadStorage::Group {
       return;
     }
     transfer::WaitClock wait;
-    const ExecSpace copier = transfer::copy_space();
     batch = std::make_unique<transfer::CopyBatch>();
     for (auto& e : entries) {
       if (e.done()) continue;  // no handle reads it again: not worth a copy
       e.device = Tensor::empty(e.shape, e.dtype, "offload_fetch");
-      Kokkos::deep_copy(copier, e.device.bytes(), e.host->view());
+      backend::start_copy(e.device, *e.host);
     }
     batch->issued();
     copying = true;
@@ -223,12 +202,13 @@ class OffloadedPacked final : public Packed {
 
 }  // namespace
 
-OffloadStorage::OffloadStorage() = default;
+OffloadStorage::OffloadStorage() { MemoryTracker::instance().pool_for_label(kLabel, kPool); }
 OffloadStorage::~OffloadStorage() = default;
 
 void OffloadStorage::begin_group(const std::string& name, RegionTrace* trace) {
   current_ = std::make_shared<Group>();
   current_->name = name;
+  current_->copies = backend::offload_copies();
   current_->previous = last_;
   trace_ = trace;
 }

@@ -42,12 +42,10 @@ class KeepStorage final : public Storage {
 // second resident copy that no real host training run would make.
 class OffloadStorage final : public Storage {
  public:
-  static constexpr const char* kPool = MemoryTracker::kOffloadPool;
-  // Whether offloading copies into host buffers: by default only where the
-  // device memory is not host memory. Tests turn copies on to exercise the
-  // path a GPU build takes.
-  static bool copies();
-  static void set_copies(bool copy);
+  // The host buffers' label, and the tracker's pool for them (on a device
+  // build they are pinned host memory; the pool names them apart).
+  static constexpr const char* kPool = "offload";
+  static constexpr const char* kLabel = "offloaded";
   OffloadStorage();
   ~OffloadStorage() override;
   std::shared_ptr<Packed> pack(const Tensor& t) override;

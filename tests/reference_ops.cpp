@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
+
+#include "autodiff/rng.hpp"
 
 namespace remat::test::ref {
 
@@ -147,6 +150,113 @@ Vec attention_gqa(const Vec& q, const Vec& k, const Vec& v, std::int64_t B, std:
           qkv[row * 3 * D + 2 * D + h * hd + e] = v[row * Hkv * hd + kvh * hd + e];
         }
   return attention(qkv, B, S, D, H, causal);
+}
+
+Vec scale(const Vec& x, double s) {
+  Vec y(x);
+  for (double& v : y) v *= s;
+  return y;
+}
+
+Vec dropout(const Vec& x, double p, std::uint64_t seed, std::uint64_t stream) {
+  Vec y(x.size());
+  for (std::size_t i = 0; i < x.size(); ++i)
+    y[i] = rng::uniform(seed, stream, std::uint64_t(i)) > p ? x[i] / (1 - p) : 0.0;
+  return y;
+}
+
+Vec softmax(const Vec& x, std::int64_t cols) {
+  Vec y(x.size());
+  for (std::size_t r = 0; r < x.size() / std::size_t(cols); ++r) {
+    const double* row = x.data() + r * cols;
+    const double m = *std::max_element(row, row + cols);
+    double sum = 0;
+    for (std::int64_t j = 0; j < cols; ++j) sum += std::exp(row[j] - m);
+    for (std::int64_t j = 0; j < cols; ++j) y[r * cols + j] = std::exp(row[j] - m) / sum;
+  }
+  return y;
+}
+
+Routing route_top_k(const Vec& probs, std::int64_t E, int k) {
+  const std::int64_t T = std::int64_t(probs.size()) / E;
+  Routing r;
+  r.counts.assign(std::size_t(E), 0);
+  for (std::int64_t t = 0; t < T; ++t) {
+    std::vector<std::int32_t> order(static_cast<std::size_t>(E));
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(),
+                     [&](std::int32_t a, std::int32_t b) { return probs[t * E + a] > probs[t * E + b]; });
+    for (int j = 0; j < k; ++j) r.selected.push_back(order[std::size_t(j)]), ++r.counts[std::size_t(order[j])];
+  }
+  std::vector<std::int64_t> next(std::size_t(E), 0);  // the next free row of each expert
+  for (std::int64_t e = 1; e < E; ++e) next[std::size_t(e)] = next[std::size_t(e - 1)] + r.counts[std::size_t(e - 1)];
+  for (std::int32_t e : r.selected) r.slots.push_back(std::int32_t(next[std::size_t(e)]++));
+  return r;
+}
+
+Vec routing_weights(const Vec& probs, std::int64_t E, const Routing& r, int k) {
+  Vec w(r.selected.size());
+  for (std::size_t t = 0; t < r.selected.size() / std::size_t(k); ++t) {
+    double sum = 0;
+    for (int j = 0; j < k; ++j) sum += probs[t * E + r.selected[t * k + j]];
+    for (int j = 0; j < k; ++j) w[t * k + j] = probs[t * E + r.selected[t * k + j]] / sum;
+  }
+  return w;
+}
+
+Vec dispatch(const Vec& x, std::int64_t D, const Routing& r, int k) {
+  Vec y(r.slots.size() * std::size_t(D));
+  for (std::size_t i = 0; i < r.slots.size(); ++i)
+    for (std::int64_t d = 0; d < D; ++d) y[r.slots[i] * D + d] = x[(i / std::size_t(k)) * D + d];
+  return y;
+}
+
+Vec grouped_linear(const Vec& rows, std::int64_t in, const std::vector<Vec>& weights, std::int64_t out,
+                   const Routing& r, int k) {
+  (void)k;
+  Vec y(r.slots.size() * std::size_t(out));
+  for (std::size_t i = 0; i < r.slots.size(); ++i) {
+    const std::int64_t slot = r.slots[i];
+    const Vec& w = weights[std::size_t(r.selected[i])];
+    for (std::int64_t o = 0; o < out; ++o) {
+      double s = 0;
+      for (std::int64_t j = 0; j < in; ++j) s += rows[slot * in + j] * w[o * in + j];
+      y[slot * out + o] = s;
+    }
+  }
+  return y;
+}
+
+Vec combine(const Vec& rows, std::int64_t D, const Vec& weights, const Routing& r, int k) {
+  const std::size_t T = r.slots.size() / std::size_t(k);
+  Vec y(T * std::size_t(D), 0.0);
+  for (std::size_t t = 0; t < T; ++t)
+    for (int j = 0; j < k; ++j)
+      for (std::int64_t d = 0; d < D; ++d) y[t * D + d] += weights[t * k + j] * rows[r.slots[t * k + j] * D + d];
+  return y;
+}
+
+Vec sum_rows(const Vec& x, std::int64_t cols) {
+  Vec y(std::size_t(cols), 0.0);
+  for (std::size_t i = 0; i < x.size(); ++i) y[i % std::size_t(cols)] += x[i];
+  return y;
+}
+
+Vec expert_load(const Vec& load, std::int64_t E, int layer, const Routing& r) {
+  Vec y(load);
+  for (std::int64_t e = 0; e < E; ++e) y[std::size_t(layer * E + e)] += double(r.counts[std::size_t(e)]);
+  return y;
+}
+
+double load_balancing_loss(const Vec& prob_sums, const Vec& load, std::int64_t rows) {
+  const std::size_t E = prob_sums.size();
+  double acc = 0;
+  for (std::size_t e = 0; e < E; ++e) {
+    double count = 0;
+    for (std::size_t l = 0; l < load.size() / E; ++l) count += load[l * E + e];
+    acc += count / double(rows) * prob_sums[e] / double(rows);
+  }
+  return double(E) * acc;
 }
 
 }  // namespace remat::test::ref

@@ -25,4 +25,29 @@ Vec swiglu(const Vec& gate, const Vec& up);
 Vec attention_gqa(const Vec& q, const Vec& k, const Vec& v, std::int64_t B, std::int64_t S, std::int64_t H,
                   std::int64_t Hkv, std::int64_t hd, bool causal);
 
+Vec scale(const Vec& x, double s);
+// Inverted dropout with the mask the RNG's stream draws: keep where
+// uniform(seed, stream, i) > p.
+Vec dropout(const Vec& x, double p, std::uint64_t seed, std::uint64_t stream);
+// Softmax over rows of `cols`.
+Vec softmax(const Vec& x, std::int64_t cols);
+
+// Top-k routing of probs[T, E]: each token's experts, most probable first
+// (ties to the lower index); the dispatched row of each (token, choice),
+// rows grouped by expert and tokens in order within one; rows per expert.
+struct Routing {
+  Ids selected, slots;
+  std::vector<std::int64_t> counts;
+};
+Routing route_top_k(const Vec& probs, std::int64_t E, int k);
+Vec routing_weights(const Vec& probs, std::int64_t E, const Routing& r, int k);
+Vec dispatch(const Vec& x, std::int64_t D, const Routing& r, int k);
+// rows[T k, in] through expert weights[e][out, in], row i by the expert that owns slot i.
+Vec grouped_linear(const Vec& rows, std::int64_t in, const std::vector<Vec>& weights, std::int64_t out,
+                   const Routing& r, int k);
+Vec combine(const Vec& rows, std::int64_t D, const Vec& weights, const Routing& r, int k);
+Vec sum_rows(const Vec& x, std::int64_t cols);
+Vec expert_load(const Vec& load, std::int64_t E, int layer, const Routing& r);
+double load_balancing_loss(const Vec& prob_sums, const Vec& load, std::int64_t rows);
+
 }  // namespace remat::test::ref

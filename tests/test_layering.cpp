@@ -1,7 +1,9 @@
 // The modules' arrows point one way (docs/design.md): every #include of a
 // project header in a module's folder, at any depth, names a module that
-// module may use. The checker is shown able to fail: a scratch copy of the
-// tree with one bad include planted deep in a folder must be caught.
+// module may use. And the backend has one seam (autodiff/backend.hpp): no
+// module but autodiff/ copies between memories or asks where memory is.
+// Both checkers are shown able to fail: a scratch copy of the tree with one
+// bad line planted deep in a folder must be caught.
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -64,6 +66,42 @@ std::vector<std::string> layering_violations(const fs::path& root) {
   return out;
 }
 
+// What only autodiff/ may write: Kokkos copies and mirrors, and questions
+// about which memory a space reaches or which backend is built.
+const std::vector<std::string>& backend_words() {
+  static const std::vector<std::string> words = {"deep_copy", "create_mirror", "SpaceAccessibility", "HostSpace",
+                                                 "kHostMemory", "KOKKOS_ENABLE_CUDA", "CudaSpace"};
+  return words;
+}
+
+// "file:line: <word>" for every use of a backend word outside autodiff/.
+std::vector<std::string> backend_violations(const fs::path& root) {
+  std::vector<std::string> out;
+  for (const auto& [module, may] : allowed()) {
+    const fs::path dir = root / module;
+    if (module == "autodiff" || !fs::exists(dir)) continue;
+    for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+      const std::string ext = entry.path().extension().string();
+      if (!entry.is_regular_file() || (ext != ".cpp" && ext != ".hpp")) continue;
+      std::ifstream in(entry.path());
+      std::string line;
+      for (int n = 1; std::getline(in, line); ++n)
+        for (const auto& word : backend_words())
+          if (line.find(word) != std::string::npos)
+            out.push_back(fs::relative(entry.path(), root).string() + ":" + std::to_string(n) + ": " + word);
+    }
+  }
+  return out;
+}
+
+// The module folders copied into a scratch tree.
+void copy_modules(const fs::path& to) {
+  for (const auto& [module, may] : allowed()) {
+    const fs::path from = fs::path(REMAT_SOURCE_DIR) / module;
+    if (fs::exists(from)) fs::copy(from, to / module, fs::copy_options::recursive);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("every module includes only the modules below it, at any depth of its folder", "[design][layering]") {
@@ -82,10 +120,7 @@ TEST_CASE("every module includes only the modules below it, at any depth of its 
 
 TEST_CASE("the layering check fails on a bad include planted deep in a module", "[design][layering]") {
   remat::test::TempDir scratch("remat-layering");
-  for (const auto& [module, may] : allowed()) {
-    const fs::path from = fs::path(REMAT_SOURCE_DIR) / module;
-    if (fs::exists(from)) fs::copy(from, scratch.path / module, fs::copy_options::recursive);
-  }
+  copy_modules(scratch.path);
   REQUIRE(layering_violations(scratch.path).empty());
   // strategies/planner/ is a folder inside strategies/: a strategy knowing the zoo.
   const fs::path victim = scratch.path / "strategies" / "planner" / "solver.cpp";
@@ -95,4 +130,23 @@ TEST_CASE("the layering check fails on a bad include planted deep in a module", 
   REQUIRE(violations.size() == 1);
   CHECK(violations[0].find("strategies/planner/solver.cpp") != std::string::npos);
   CHECK(violations[0].find("strategies includes zoo/model.hpp") != std::string::npos);
+}
+
+TEST_CASE("only autodiff/ copies between memories or branches on host versus device", "[design][backend]") {
+  const auto violations = backend_violations(REMAT_SOURCE_DIR);
+  for (const auto& v : violations) INFO(v);
+  CHECK(violations.empty());
+}
+
+TEST_CASE("the backend-seam check fails on a copy planted deep in a module", "[design][backend]") {
+  remat::test::TempDir scratch("remat-backend-seam");
+  copy_modules(scratch.path);
+  REQUIRE(backend_violations(scratch.path).empty());
+  const fs::path victim = scratch.path / "strategies" / "planner" / "solver.cpp";
+  REQUIRE(fs::exists(victim));
+  { std::ofstream(victim, std::ios::app) << "\n// Kokkos::deep_copy(a, b);\n"; }
+  const auto violations = backend_violations(scratch.path);
+  REQUIRE(violations.size() == 1);
+  CHECK(violations[0].find("strategies/planner/solver.cpp") != std::string::npos);
+  CHECK(violations[0].find("deep_copy") != std::string::npos);
 }

@@ -1,6 +1,7 @@
 // Every strategy against full: bitwise-equal gradients (with and without
 // dropout), the op counts each promises, the recompute-mismatch error, the
 // offload pool, and the spec parser.
+#include "autodiff/backend.hpp"
 #include "autodiff/memory_tracker.hpp"
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/stats.hpp"
@@ -128,10 +129,8 @@ TEST_CASE("offloading with copies (a GPU build's path) and without (the host's) 
   test::TinyModel s = gpt2("tiny", 4, 0.1);
   const std::vector<std::string> specs = {"offload", "offload-checkpoint", "sqrt+offload", "selective+offload"};
   auto run = [&](bool copies) {
-    const bool previous = OffloadStorage::copies();
-    OffloadStorage::set_copies(copies);
+    backend::OffloadCopiesScope scope(copies);
     CheckReport r = run_check(*s.model, *s.params, s.batch, specs, {});
-    OffloadStorage::set_copies(previous);
     return r;
   };
   const CheckReport copied = run(true), moved = run(false);
@@ -160,8 +159,7 @@ TEST_CASE("a step dropped before its backward gives its offloaded bytes back to 
   const std::int64_t before = tracker.stats(device).live;
   for (bool copies : {false, true}) {
     INFO("copies " << copies);
-    const bool previous = OffloadStorage::copies();
-    OffloadStorage::set_copies(copies);
+    backend::OffloadCopiesScope scope(copies);
     {
       auto strategy = make_strategy("offload");
       strategy->begin_step();
@@ -173,7 +171,6 @@ TEST_CASE("a step dropped before its backward gives its offloaded bytes back to 
       CHECK(offload_pool_bytes().live > 0);
       current_tape().clear();
     }
-    OffloadStorage::set_copies(previous);
     CHECK(offload_pool_bytes().live == 0);
     CHECK(tracker.stats(device).live == before);
   }

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "autodiff/backend.hpp"
 #include "autodiff/elementwise.hpp"
 #include "autodiff/memory_tracker.hpp"
 #include "comm/comm.hpp"
@@ -13,14 +14,13 @@
 namespace remat {
 namespace {
 
-void upload(const std::vector<float>& v, const Tensor& t) {
-  Kokkos::deep_copy(Kokkos::View<float*, MemSpace, Kokkos::MemoryUnmanaged>(t.data<float>(), std::size_t(t.numel())),
-                    Kokkos::View<const float*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>(v.data(), v.size()));
-}
+void upload(const std::vector<float>& v, const Tensor& t) { backend::upload(t, v.data(), v.size() * sizeof(float)); }
 
 }  // namespace
 
 ParamShards::ParamShards(ParamStore& full) : full_(full) {
+  MemoryTracker::instance().pool_for_label(kGatheredLabel, kGatheredPool);
+  MemoryTracker::instance().pool_for_label(kReducingLabel, kReducingPool);
   const int N = comm::size(), r = comm::rank();
   const auto& ts = full.tensors();
   for (std::size_t i = 0; i < ts.size(); ++i) {
@@ -43,17 +43,17 @@ ParamShards::ParamShards(ParamStore& full) : full_(full) {
     ts[i].release();
     if (ts[i].slot()) {  // gradients flow fresh into each step, counted apart, then are scattered
       ts[i].slot()->grad.reset();
-      ts[i].slot()->grad_label = MemoryTracker::kReducingLabel;
+      ts[i].slot()->grad_label = kReducingLabel;
     }
   }
   owner_.assign(ts.size(), "");
   seen_.assign(ts.size(), false);
   full_.set_access_hook([this](std::size_t i) { accessed(i); });
-  set_block_hooks(this);
+  hooks_ = std::make_unique<BlockHooksScope>(this);
 }
 
 ParamShards::~ParamShards() {
-  set_block_hooks(nullptr);
+  hooks_.reset();
   full_.set_access_hook(nullptr);
   for (const Tensor& t : full_.tensors())
     if (t.slot()) t.slot()->grad_label = nullptr;
@@ -92,7 +92,7 @@ void ParamShards::gather(std::size_t i) {
   const std::vector<float> mine = shards_[i].to_host_f32();
   std::vector<float> all(std::size_t(s) * std::size_t(comm::size()));
   comm::gather_all(mine.data(), s, all.data());
-  Tensor::Bytes bytes(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(MemoryTracker::kGatheredLabel)),
+  Tensor::Bytes bytes(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(kGatheredLabel)),
                       t.nbytes());
   t.refill(bytes);
   all.resize(std::size_t(t.numel()));  // the last part's padding goes

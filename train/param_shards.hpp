@@ -20,6 +20,7 @@
 // and values are freed.
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,13 @@ namespace remat {
 
 class ParamShards final : public BlockHooks {
  public:
+  // The tracker's pools for what sharding adds: full values of parameters
+  // while gathered, and whole gradients from backward until reduce-scattered.
+  static constexpr const char* kGatheredPool = "gathered";
+  static constexpr const char* kGatheredLabel = "gathered parameter";
+  static constexpr const char* kReducingPool = "reducing";
+  static constexpr const char* kReducingLabel = "gradient to reduce";
+
   // Takes `full`'s values (the same on every rank) and keeps this rank's
   // shards; from now on `full` is gathered on use. Installs the hooks.
   explicit ParamShards(ParamStore& full);
@@ -86,6 +94,7 @@ class ParamShards final : public BlockHooks {
   std::map<std::string, std::vector<std::size_t>> members_;  // cache of owner_ by block
   bool first_micro_batch_ = true;
   bool in_backward_ = false;
+  std::unique_ptr<BlockHooksScope> hooks_;  // this, installed while it lives
 };
 
 }  // namespace remat

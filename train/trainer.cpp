@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 
+#include "autodiff/backend.hpp"
 #include "autodiff/elementwise.hpp"
 #include "autodiff/memory_tracker.hpp"
 #include "autodiff/tape.hpp"
@@ -12,7 +13,6 @@
 #include "step/probe.hpp"
 #include "step/step.hpp"
 #include "strategies/registry.hpp"
-#include "train/param_shards.hpp"
 #include "train/run_file.hpp"
 
 namespace remat {
@@ -81,8 +81,7 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
     const LoadedWeights w = load_weights(config_.init, /*force=*/true, /*skip_adapters=*/true);
     if (w.params->names() != params_->names())
       throw UserError(config_.init + ": holds other parameters than " + config_.setup.model + " at these sizes");
-    for (std::size_t i = 0; i < params_->tensors().size(); ++i)
-      Kokkos::deep_copy(params_->tensors()[i].bytes(), w.params->tensors()[i].bytes());
+    for (std::size_t i = 0; i < params_->tensors().size(); ++i) backend::copy(params_->tensors()[i], w.params->tensors()[i]);
   }
   if (config_.lora.any()) {  // the adapters join the store, the base is frozen
     params_ = with_lora(*params_, config_.lora, config_.seed, z.L);
@@ -90,7 +89,6 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
   }
   apply_freeze(*params_, config_.freeze, z.L);  // before the optimizer sees the parameters
   strategy_ = make_strategy(config_.strategy);
-  if (!config_.shard_params) optimizer_ = make_optimizer(config_.optimizer, params_->tensors());
   schedule_ = config_.schedule;
   schedule_.steps = config_.steps;
   data_ = make_batch_source(config_.data, z.B, z.S, z.V, config_.seed, DataSplit::train);
@@ -109,19 +107,7 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
                       std::to_string(resume->weights.params->names().size()) + ", not " +
                       std::to_string(params_->names().size()) + ")");
     for (std::size_t i = 0; i < params_->tensors().size(); ++i)
-      Kokkos::deep_copy(params_->tensors()[i].bytes(), resume->weights.params->tensors()[i].bytes());
-    optimizer_->set_steps_taken(resume->optimizer_steps);
-    for (const auto& name : optimizer_->state_names()) {
-      auto& buffers = optimizer_->state(name);
-      const auto& saved = resume->optimizer_state.at(name);
-      for (std::size_t i = 0; i < buffers.size(); ++i) {
-        if (!buffers[i].defined()) continue;  // frozen
-        if (saved[i].empty())
-          throw UserError(config_.out + ": missing optimizer state /optimizer/" + name + "/" + params_->names()[i]);
-        const Tensor host = Tensor::from_host(saved[i], buffers[i].shape());
-        Kokkos::deep_copy(buffers[i].bytes(), host.bytes());
-      }
-    }
+      backend::copy(params_->tensors()[i], resume->weights.params->tensors()[i]);
   }
   // A planned strategy is planned once, on these weights and a batch of the
   // run's shape (costs depend on shapes, not on values).
@@ -131,44 +117,17 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
     if (comm::size() > 1) agree_on_timings(costs);
     strategy_->plan(costs);
   }
-  if (config_.shard_params) {  // from here on each rank keeps its shards, and the optimizer steps them
-    shards_ = std::make_unique<ParamShards>(*params_);
-    std::vector<bool> decays;  // as the whole parameters decay, not as their 1-D shards would
-    for (const auto& p : params_->tensors()) decays.push_back(remat::decays(p));
-    optimizer_ = make_optimizer(config_.optimizer, shards_->shards(), decays);
-  }
+  // From here on, under --shard-params, each rank keeps its shards of the
+  // parameters and the optimizer steps them.
+  reduction_ = make_reduction(*params_, config_.accumulate, config_.shard_params);
+  std::vector<bool> decays;  // as the whole parameters decay, not as 1-D shards would
+  for (const auto& p : params_->tensors()) decays.push_back(remat::decays(p));
+  optimizer_ = make_optimizer(config_.optimizer, reduction_->trained(), decays);
+  if (resume) restore_optimizer(*resume);
   data_->seek(state_.data_position);
 }
 
 Trainer::~Trainer() = default;
-
-// Data parallel: micro-batch m of a step of M = ranks x K runs on rank m %
-// ranks. After each round of one micro-batch per rank, every rank gathers
-// the round's gradients and losses and adds them to its running sums in
-// micro-batch order, the very additions one process makes with
-// --accumulate M: N ranks train bitwise as one process does.
-void Trainer::exchange_round(int round, double loss) {
-  const int N = comm::size();
-  const auto& ts = params_->tensors();
-  if (round == 0) dp_sums_.assign(ts.size(), {});
-  gather_losses(loss);
-  for (std::size_t i = 0; i < ts.size(); ++i) {
-    const Tensor g = ts[i].grad();  // undefined for a frozen parameter, on every rank
-    if (!g.defined()) continue;
-    const auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), g.bytes());
-    const auto* mine = reinterpret_cast<const float*>(host.data());
-    const std::int64_t n = g.numel();
-    std::vector<float> all(std::size_t(n) * std::size_t(N));
-    comm::gather_all(mine, n, all.data());
-    auto& sum = dp_sums_[i];
-    for (int r = 0; r < N; ++r) {
-      const float* part = all.data() + std::size_t(r) * std::size_t(n);
-      if (round == 0 && r == 0) sum.assign(part, part + n);
-      else
-        for (std::int64_t j = 0; j < n; ++j) sum[std::size_t(j)] += part[j];
-    }
-  }
-}
 
 namespace {
 
@@ -198,94 +157,61 @@ void sum_parts_over_ranks(StepRecord& r) {
     for (double& v : st.values) v = sum[k++];
 }
 
-}  // namespace
-
-void Trainer::gather_losses(double loss) {
-  std::vector<double> losses(std::size_t(comm::size()), 0.0);
-  comm::gather_all(&loss, 1, losses.data());
-  for (double l : losses) dp_loss_ += l;
+// The bytes sum_parts_over_ranks sends plus receives.
+std::int64_t parts_exchange_bytes(const StepRecord& r, int ranks) {
+  std::int64_t count = std::int64_t(r.loss_parts.size());
+  for (const auto& st : r.stats) count += std::int64_t(st.values.size());
+  return ranks > 1 ? 2 * 8 * count * std::int64_t(ranks - 1) : 0;
 }
 
-std::int64_t data_parallel_bytes(const ParamStore& params, int ranks, int accumulate) {
-  std::int64_t trainable = 0;
-  for (std::size_t i = 0; i < params.tensors().size(); ++i)
-    if (params.trainable(i)) trainable += params.tensors()[i].numel();
-  const std::int64_t part = 4 * trainable + 8;
-  return 2 * part * std::int64_t(ranks - 1) * accumulate;
+}  // namespace
+
+void Trainer::restore_optimizer(const SavedRun& resume) {
+  optimizer_->set_steps_taken(resume.optimizer_steps);
+  for (const auto& name : optimizer_->state_names()) {
+    auto& buffers = optimizer_->state(name);
+    const auto found = resume.optimizer_state.find(name);
+    for (std::size_t i = 0; i < buffers.size(); ++i) {
+      if (!buffers[i].defined()) continue;  // frozen
+      if (found == resume.optimizer_state.end() || found->second[i].empty())
+        throw UserError(config_.out + ": missing optimizer state /optimizer/" + name + "/" + params_->names()[i] +
+                        "; the run file is damaged or not a remat run file, and cannot be resumed");
+      backend::upload(buffers[i], found->second[i]);
+    }
+  }
 }
 
 const StepRecord& Trainer::step() {
   const auto t0 = std::chrono::steady_clock::now();
   const comm::Stats comm0 = comm::stats();
-  const int N = comm::size(), K = config_.accumulate, M = N * K;
-  ParamStore& params = *params_;
+  GradientReduction& reduce = *reduction_;
+  const int N = reduce.ranks(), M = reduce.micro_batches();
   StepRecord r;
-  dp_loss_ = 0;
-  for (int k = 0; k < K; ++k) {
-    const std::uint64_t m = std::uint64_t(k) * N + std::uint64_t(comm::rank());  // this rank's micro-batch
+  for (int k = 0; k < reduce.accumulate(); ++k) {
+    const std::uint64_t m = reduce.micro_batch(k);
     if (N > 1) data_->seek(state_.data_position + m);
-    StepOptions o{strategy_.get(), config_.seed, std::uint64_t(state_.step) * M + m};
+    StepOptions o{strategy_.get(), config_.seed, std::uint64_t(state_.step) * std::uint64_t(M) + m};
     o.attention = config_.attention;
-    o.zero_grad = !shards_;  // sharded: full gradients flow fresh and are scattered block by block
-    if (shards_) shards_->begin_micro_batch(k == 0);
-    auto& tracker = MemoryTracker::instance();
-    const auto gathered_base = tracker.stats(MemoryTracker::kGatheredPool).live;
-    const auto reducing_base = tracker.stats(MemoryTracker::kReducingPool).live;
-    const StepResult s = run_step(*model_, params, data_->next(), o);
+    o.zero_grad = reduce.zero_grad();
+    reduce.begin(k);
+    const StepResult s = run_step(*model_, *params_, data_->next(), o);
     r.activation_peak = std::max(r.activation_peak, s.activation_peak);
     add_parts(r, s);
-    if (shards_) {
-      gathered_peak_ = std::max(gathered_peak_, tracker.stats(MemoryTracker::kGatheredPool).peak - gathered_base);
-      reducing_peak_ = std::max(reducing_peak_, tracker.stats(MemoryTracker::kReducingPool).peak - reducing_base);
-      gather_losses(s.loss);
-      continue;
-    }
-    if (N > 1) {
-      exchange_round(k, s.loss);
-      continue;
-    }
-    r.loss += s.loss;
-    // Each micro-batch's gradient is computed fresh and added to the sum in
-    // micro-batch order: sum = g0; sum += g1; ... the additions, in the
-    // order, of a data-parallel reduction over ranks.
-    if (K > 1) {
-      const auto& ts = params.tensors();
-      for (std::size_t i = 0; i < ts.size(); ++i) {
-        const Tensor g = ts[i].grad();  // undefined for a frozen parameter
-        if (k == 0) sums_.push_back(g.defined() ? clone(g) : Tensor());
-        else if (g.defined()) add_inplace(sums_[i], g);
-      }
-    }
+    reduce.add(k, s.loss);
   }
   state_.data_position += std::uint64_t(M);
-  if (shards_) {
-    r.loss = dp_loss_;
-  } else if (N > 1) {
-    const auto& ts = params.tensors();
-    for (std::size_t i = 0; i < ts.size(); ++i)
-      if (!dp_sums_[i].empty()) {
-        const Tensor host = Tensor::from_host(dp_sums_[i], ts[i].shape());
-        Kokkos::deep_copy(ts[i].grad().bytes(), host.bytes());
-      }
-    dp_sums_.clear();
-    r.loss = dp_loss_;
-  } else if (K > 1) {
-    const auto& ts = params.tensors();
-    for (std::size_t i = 0; i < ts.size(); ++i)
-      if (sums_[i].defined()) Kokkos::deep_copy(ts[i].grad().bytes(), sums_[i].bytes());
-    sums_.clear();
-  }
+  r.loss = reduce.finish();
   if (N > 1) sum_parts_over_ranks(r);
   for (auto& part : r.loss_parts) part.second /= M;
-  const std::vector<Tensor>& trained = shards_ ? shards_->shards() : params.tensors();
+  const std::vector<Tensor>& trained = reduce.trained();
   if (M > 1) {
     scale_gradients(trained, 1.0 / M);
     r.loss /= M;
   }
-  r.grad_norm = shards_ ? shards_->gradient_norm() : gradient_norm(trained);
+  r.grad_norm = reduce.gradient_norm();
   if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
     try {
-      require_finite_result(r.loss, params);
+      require_finite_result(r.loss, *params_);
     } catch (const UserError& e) {
       throw UserError("step " + std::to_string(state_.step + 1) + ": " + e.what() + "; stopped" +
                       (config_.out.empty() ? std::string() : ", " + config_.out + " keeps the last checkpoint"));
@@ -295,65 +221,41 @@ const StepRecord& Trainer::step() {
     scale_gradients(trained, config_.grad_clip / (r.grad_norm + 1e-6));
   r.lr = schedule_.at(state_.step);
   optimizer_->step(r.lr);
-  ExecSpace().fence();
+  backend::fence_compute();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const comm::Stats comm1 = comm::stats();
   r.comm_bytes = comm1.bytes_sent + comm1.bytes_received - comm0.bytes_sent - comm0.bytes_received;
   r.comm_seconds = comm1.seconds - comm0.seconds;
-  if (shards_) {
-    std::map<std::string, int> recomputed;
-    const auto& blocks = shards_->blocks();
-    for (std::size_t b = 0; b < blocks.size(); ++b)
-      recomputed[blocks[b]] = strategy_->reruns({int(b), int(blocks.size()), blocks[b]});
-    r.predicted_comm_bytes = std::int64_t(K) * shards_->predicted_bytes(recomputed) + shards_->norm_bytes();
-  } else if (N > 1) {
-    r.predicted_comm_bytes = data_parallel_bytes(params, N, K);
-  }
+  r.predicted_comm_bytes = reduce.predicted_bytes(*strategy_) + parts_exchange_bytes(r, N);
   state_.history.push_back(r);
   state_.memory = rank_memory();
   const int done = ++state_.step;
   if (held_out_ && (done % config_.eval_every == 0 || done == config_.steps))
-    state_.evals.push_back({done, validation_loss(*eval_model_, params, *held_out_, config_.eval_batches, config_.attention)});
-  if (shards_) shards_->release_everything();  // what validation gathered outside blocks
+    state_.evals.push_back(
+        {done, validation_loss(*eval_model_, *params_, *held_out_, config_.eval_batches, config_.attention)});
+  reduce.release_weights();  // what validation gathered outside blocks
   saved_ = !config_.out.empty() && ((config_.save_every > 0 && done % config_.save_every == 0) || done == config_.steps);
-  if (saved_ && shards_) {  // every rank gathers (collectives), rank 0 writes whole weights and state
-    shards_->gather_everything();
-    OptimizerState whole = optimizer_state(*optimizer_);
-    for (auto& named : whole.buffers)
-      for (std::size_t i = 0; i < named.second.size(); ++i)
-        if (named.second[i].defined()) named.second[i] = shards_->unshard(i, named.second[i]);
-    if (comm::rank() == 0) write_run_file(config_.out, config_, state_, params, whole);
-    shards_->release_everything();
-  } else if (saved_ && comm::rank() == 0) {
-    write_run_file(config_.out, config_, state_, params, optimizer_state(*optimizer_));  // one writer
-  }
+  if (saved_) save();
   return state_.history.back();
 }
 
-RankMemory Trainer::rank_memory() const {
-  RankMemory m;
-  for (const auto& name : optimizer_->state_names())
-    for (const Tensor& t : optimizer_->state(name))
-      if (t.defined()) m.optimizer += std::int64_t(t.nbytes());
-  if (shards_) {
-    m.parameters = shards_->shard_bytes();
-    m.gradients = shards_->gradient_bytes();
-    m.gathered_peak = gathered_peak_;
-    m.reducing_peak = reducing_peak_;
-    return m;
-  }
-  m.parameters = params_->bytes();
-  for (const Tensor& t : params_->tensors())
-    if (t.grad().defined()) m.gradients += std::int64_t(t.grad().nbytes());
-  return m;
+void Trainer::save() {
+  // Every rank gathers (collectives), rank 0 writes whole weights and state.
+  reduction_->gather_weights();
+  OptimizerState whole = optimizer_state(*optimizer_);
+  for (auto& named : whole.buffers)
+    for (std::size_t i = 0; i < named.second.size(); ++i)
+      if (named.second[i].defined()) named.second[i] = reduction_->whole(i, named.second[i]);
+  if (comm::rank() == 0) write_run_file(config_.out, config_, state_, *params_, whole);
+  reduction_->release_weights();
 }
+
+RankMemory Trainer::rank_memory() const { return reduction_->memory(*optimizer_); }
 
 TrainResult Trainer::finish() {
   TrainResult r;
-  if (shards_) {  // the caller gets whole weights
-    shards_->gather_everything();
-    shards_.reset();
-  }
+  reduction_->gather_weights();  // the caller gets whole weights
+  reduction_.reset();
   r.state = state_;
   r.model = std::move(model_);
   r.params = std::move(params_);

@@ -17,6 +17,7 @@
 #include "optim/optimizer.hpp"
 #include "optim/schedule.hpp"
 #include "step/step.hpp"
+#include "train/reduction.hpp"
 
 namespace remat {
 
@@ -54,23 +55,6 @@ struct StepRecord {
   double comm_seconds = 0;      // spent in those exchanges
   std::int64_t predicted_comm_bytes = 0;  // what the schedule says comm_bytes must be
 };
-
-// What one rank holds besides activations, in bytes: whole parameters,
-// gradients and optimizer state, or under --shard-params its shards of them
-// and the most whole parameters gathered at once.
-struct RankMemory {
-  std::int64_t parameters = 0;
-  std::int64_t gradients = 0;
-  std::int64_t optimizer = 0;
-  std::int64_t gathered_peak = 0;
-  std::int64_t reducing_peak = 0;  // whole gradients awaiting their reduce-scatter, at most
-};
-
-// The bytes a rank sends plus those it receives in one data-parallel step:
-// each of the accumulate rounds gathers every trainable gradient (float32)
-// and the loss (float64) from each of the other ranks, and sends its own to
-// each of them. Exact: the recorded comm_bytes equal it.
-std::int64_t data_parallel_bytes(const ParamStore& params, int ranks, int accumulate);
 
 struct EvalRecord {
   int step = 0;  // after this many steps
@@ -131,15 +115,10 @@ class Trainer {
   std::unique_ptr<Strategy> strategy_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<BatchSource> data_, held_out_;
-  std::unique_ptr<class ParamShards> shards_;  // --shard-params
-  std::int64_t gathered_peak_ = 0, reducing_peak_ = 0;
+  std::unique_ptr<GradientReduction> reduction_;  // how micro-batches and ranks combine
   Schedule schedule_;
-  std::vector<Tensor> sums_;  // accumulated micro-batch gradients
-  // Data parallel (several MPI ranks): the step's gradient and loss sums.
-  void exchange_round(int round, double loss);
-  void gather_losses(double loss);  // adds every rank's loss, in rank order, to dp_loss_
-  std::vector<std::vector<float>> dp_sums_;
-  double dp_loss_ = 0;
+  void save();  // the run file (gathered whole first, if sharded)
+  void restore_optimizer(const SavedRun& resume);
   bool saved_ = false;
 };
 

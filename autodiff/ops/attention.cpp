@@ -38,6 +38,22 @@ struct Geometry {
   double scale() const { return 1.0 / std::sqrt(double(hd)); }
 };
 
+// The GEMM operands of head h, over the batch's B sequences: a projection's
+// head (q, k or v, laid out as `x`: S x hd); the probabilities' (S x S); the
+// output's (S x hd in rows of the heads' width).
+template <class T>
+auto head_of(T* base, const Operand& x, std::int64_t h, const Geometry& g) {
+  return mats(base + h * g.hd, g.B, x.batch_stride, g.S, g.hd, x.ld);
+}
+template <class T>
+auto probs_of(T* p, std::int64_t h, const Geometry& g) {
+  return mats(p + h * g.S * g.S, g.B, g.p_batch(), g.S, g.S, g.S);
+}
+template <class T>
+auto output_of(T* y, std::int64_t h, const Geometry& g) {
+  return mats(y + h * g.hd, g.B, g.S * g.width(), g.S, g.hd, g.width());
+}
+
 // Probability dropout: keep with 1-p, scale by 1/(1-p); the mask is a pure
 // function of (seed, step, op id, element), regenerated rather than stored.
 struct Dropout {
@@ -64,10 +80,9 @@ Tensor attention_probs(const Inputs& in, const Geometry& g) {
     T* p = probs.data<T>();
     const std::int64_t S = g.S;
     const bool causal = g.causal;
-    for (std::int64_t h = 0; h < g.H; ++h)  // one GEMM per (sequence, head)
-      gemm::gemm_strided_batched<T>(Op::N, Op::T, S, S, g.hd, T(g.scale()), q + h * g.hd, g.q.ld, g.q.batch_stride,
-                                    k + g.kv_head(h) * g.hd, g.k.ld, g.k.batch_stride, 0, p + h * S * S, S,
-                                    g.p_batch(), g.B);
+    for (std::int64_t h = 0; h < g.H; ++h)  // one GEMM per (sequence, head): P = scale Q K^T
+      gemm::gemm_batched(ExecSpace(), Op::N, Op::T, T(g.scale()), head_of(q, g.q, h, g),
+                         head_of(k, g.k, g.kv_head(h), g), T(0), probs_of(p, h, g));
     if constexpr (kHostMemory)
       for_each("attention_softmax", g.B * g.H * S, KOKKOS_LAMBDA(std::int64_t row) {
         softmax_row(p + row * S, causal ? row % S + 1 : S, S);
@@ -100,17 +115,17 @@ Tensor attention_output(const Tensor& probs, const Inputs& in, const Geometry& g
     if (d.active()) apply_dropout(probs.data<T>(), dropped.data<T>(), probs.numel(), d);
     const T *v = in.v.data<T>() + g.v.offset, *p = dropped.data<T>();
     T* y = out.data<T>();
-    const std::int64_t S = g.S;
-    for (std::int64_t h = 0; h < g.H; ++h)
-      gemm::gemm_strided_batched<T>(Op::N, Op::N, S, g.hd, S, 1, p + h * S * S, S, g.p_batch(),
-                                    v + g.kv_head(h) * g.hd, g.v.ld, g.v.batch_stride, 0, y + h * g.hd, g.width(),
-                                    S * g.width(), g.B);
+    for (std::int64_t h = 0; h < g.H; ++h)  // Y = P V
+      gemm::gemm_batched(ExecSpace(), Op::N, Op::N, T(1), probs_of(p, h, g), head_of(v, g.v, g.kv_head(h), g), T(0),
+                         output_of(y, h, g));
   });
   return out;
 }
 
+// The thread's choice, like its tape: set only by an AttentionKernelScope,
+// so no choice outlives the step (or test) that made it.
 AttentionKernel& kernel_setting() {
-  static AttentionKernel k = AttentionKernel::fused;
+  thread_local AttentionKernel k = AttentionKernel::fused;
   return k;
 }
 
@@ -212,15 +227,15 @@ Tensor record(const Inputs& in, const Geometry& g, double dropout) {
       T* gq = tq ? tq.t.data<T>() + g.q.offset : nullptr;
       T* gk = tk ? tk.t.data<T>() + g.k.offset : nullptr;
       T* gv = tv ? tv.t.data<T>() + g.v.offset : nullptr;
-      const std::int64_t S = g.S, W = g.width();
+      const std::int64_t S = g.S;
       for (std::int64_t h = 0; h < g.H; ++h) {
         const std::int64_t kvh = g.kv_head(h);
         // dv += dropout(probs)^T dy ; d(dropped probs) = dy v^T
         if (gv)
-          gemm::gemm_strided_batched<T>(Op::T, Op::N, S, g.hd, S, 1, pd + h * S * S, S, g.p_batch(), gy + h * g.hd,
-                                        W, S * W, T(1), gv + kvh * g.hd, g.v.ld, g.v.batch_stride, g.B);
-        gemm::gemm_strided_batched<T>(Op::N, Op::T, S, S, g.hd, 1, gy + h * g.hd, W, S * W, v + kvh * g.hd, g.v.ld,
-                                      g.v.batch_stride, 0, dp + h * S * S, S, g.p_batch(), g.B);
+          gemm::gemm_batched(ExecSpace(), Op::T, Op::N, T(1), probs_of(pd, h, g), output_of(gy, h, g), T(1),
+                             head_of(gv, g.v, kvh, g));
+        gemm::gemm_batched(ExecSpace(), Op::N, Op::T, T(1), output_of(gy, h, g), head_of(v, g.v, kvh, g), T(0),
+                           probs_of(dp, h, g));
       }
       if (d.active()) apply_dropout(dp, dp, dprobs.numel(), d);  // through the same mask
       // softmax backward, scaled: dscores = probs * (dprobs - <dprobs, probs>) * scale
@@ -237,16 +252,13 @@ Tensor record(const Inputs& in, const Geometry& g, double dropout) {
         softmax_backward_rows_team("attention_softmax_backward", p, dp, g.B * g.H * S, S, sc);
       for (std::int64_t h = 0; h < g.H; ++h) {
         const std::int64_t kvh = g.kv_head(h);
-        const T* dh = dp + h * S * S;
-        // dq = dscores k ; dk += dscores^T q
+        // dq += dscores k ; dk += dscores^T q
         if (gq)
-          gemm::gemm_strided_batched<T>(Op::N, Op::N, S, g.hd, S, 1, dh, S, g.p_batch(), k + kvh * g.hd, g.k.ld,
-                                        g.k.batch_stride, T(1), gq + h * g.hd, g.q.ld,
-                                        g.q.batch_stride, g.B);
+          gemm::gemm_batched(ExecSpace(), Op::N, Op::N, T(1), probs_of(dp, h, g), head_of(k, g.k, kvh, g), T(1),
+                             head_of(gq, g.q, h, g));
         if (gk)
-          gemm::gemm_strided_batched<T>(Op::T, Op::N, S, g.hd, S, 1, dh, S, g.p_batch(), q + h * g.hd, g.q.ld,
-                                        g.q.batch_stride, T(1), gk + kvh * g.hd, g.k.ld, g.k.batch_stride,
-                                        g.B);
+          gemm::gemm_batched(ExecSpace(), Op::T, Op::N, T(1), probs_of(dp, h, g), head_of(q, g.q, h, g), T(1),
+                             head_of(gk, g.k, kvh, g));
       }
     });
   });

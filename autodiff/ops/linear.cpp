@@ -27,7 +27,8 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias)
       });
       beta = 1;
     }
-    gemm::gemm<T>(Op::N, Op::T, M, out_f, in, 1, x.data<T>(), in, weight.data<T>(), in, beta, y, out_f);
+    gemm::gemm(ExecSpace(), Op::N, Op::T, T(1), mat(x.data<T>(), M, in), mat(weight.data<T>(), out_f, in), beta,
+               mat(y, M, out_f));
   });
   return out;
 }
@@ -60,13 +61,12 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     Tensor dy = ctx.grad_out(), xv = ctx.needs_grad(1) ? sx.unpack() : Tensor();
     REMAT_DISPATCH_FLOAT(dy.dtype(), T, {
       const T* gy = dy.data<T>();
-      if (GradTarget dx = ctx.grad_in(0))
-        gemm::gemm<T>(Op::N, Op::N, M, in, out_f, 1, gy, out_f, weight.data<T>(), in, dx.fresh ? 0 : 1,
-                      dx.t.data<T>(), in);
-      if (GradTarget dw = ctx.grad_in(1)) {
-        gemm::gemm<T>(Op::T, Op::N, out_f, in, M, 1, gy, out_f, xv.data<T>(), in, dw.fresh ? 0 : 1, dw.t.data<T>(),
-                      in);
-      }
+      if (GradTarget dx = ctx.grad_in(0))  // dx = dy W
+        gemm::gemm(ExecSpace(), Op::N, Op::N, T(1), mat(gy, M, out_f), mat(weight.data<T>(), out_f, in),
+                   T(dx.fresh ? 0 : 1), mat(dx.t.data<T>(), M, in));
+      if (GradTarget dw = ctx.grad_in(1))  // dW = dy^T x
+        gemm::gemm(ExecSpace(), Op::T, Op::N, T(1), mat(gy, M, out_f), mat(xv.data<T>(), M, in),
+                   T(dw.fresh ? 0 : 1), mat(dw.t.data<T>(), out_f, in));
       if (GradTarget db = ctx.grad_in(2)) column_sums(gy, M, out_f, db.t.data<T>(), !db.fresh);
     });
   });

@@ -68,8 +68,8 @@ Tensor grouped_forward(const Tensor& x, const std::vector<Tensor>& weights, cons
   REMAT_DISPATCH_FLOAT(x.dtype(), V, {
     for (std::size_t e = 0; e < weights.size(); ++e) {
       const std::int64_t first = offsets[e], rows = offsets[e + 1] - first;
-      gemm::gemm<V>(Op::N, Op::T, rows, out_f, in, 1, x.data<V>() + first * in, in, weights[e].data<V>(), in, 0,
-                    out.data<V>() + first * out_f, out_f);
+      gemm::gemm(ExecSpace(), Op::N, Op::T, V(1), mat(x.data<V>() + first * in, rows, in),
+                 mat(weights[e].data<V>(), out_f, in), V(0), mat(out.data<V>() + first * out_f, rows, out_f));
     }
   });
   return out;
@@ -269,15 +269,15 @@ Tensor grouped_linear(const Tensor& x, const std::vector<Tensor>& weights, const
       for (std::size_t e = 0; e < weights.size(); ++e) {
         const std::int64_t first = offsets[e], rows = offsets[e + 1] - first;
         if (dx)
-          gemm::gemm<V>(Op::N, Op::N, rows, in, out_f, 1, gy + first * out_f, out_f, weights[e].data<V>(), in,
-                        dx.fresh ? 0 : 1, dx.t.data<V>() + first * in, in);
+          gemm::gemm(ExecSpace(), Op::N, Op::N, V(1), mat(gy + first * out_f, rows, out_f),
+                     mat(weights[e].data<V>(), out_f, in), V(dx.fresh ? 0 : 1), mat(dx.t.data<V>() + first * in, rows, in));
         if (GradTarget dw = ctx.grad_in(int(e) + 1)) {
           if (rows == 0) {  // an expert no token chose: no gradient from this batch
             if (dw.fresh) fill(dw.t, 0.0);
             continue;
           }
-          gemm::gemm<V>(Op::T, Op::N, out_f, in, rows, 1, gy + first * out_f, out_f, xv.data<V>() + first * in, in,
-                        dw.fresh ? 0 : 1, dw.t.data<V>(), in);
+          gemm::gemm(ExecSpace(), Op::T, Op::N, V(1), mat(gy + first * out_f, rows, out_f),
+                     mat(xv.data<V>() + first * in, rows, in), V(dw.fresh ? 0 : 1), mat(dw.t.data<V>(), out_f, in));
         }
       }
     });

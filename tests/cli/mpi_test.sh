@@ -87,6 +87,20 @@ assert dp.attrs["train.ranks"] == b"2" or dp.attrs["train.ranks"] == "2"
 PY
 expect_error "was trained with ranks 2" "$remat" "${train[@]}" --out dp.h5 --resume
 
+# mixtral: its loss parts (ce, aux) and tokens per expert are exchanged too,
+# and counted in the prediction; the history's parts are --accumulate 2's.
+moe=(train --model mixtral --preset tiny --steps 2 --strategy per-layer --lr 3e-3)
+"${mpi[@]}" "$remat" "${moe[@]}" --out moe-dp.h5 >/dev/null 2>err.txt || fail "mpirun train mixtral: $(cat err.txt)"
+"$remat" "${moe[@]}" --accumulate 2 --out moe-acc.h5 >/dev/null 2>err.txt || fail "train mixtral --accumulate 2: $(cat err.txt)"
+"$python" - moe-dp.h5 moe-acc.h5 <<'PY' || fail "mixtral on 2 ranks did not train bitwise as --accumulate 2, or communicated other than predicted"
+import sys, h5py
+dp, acc = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+assert dp["history/loss"][:].tobytes() == acc["history/loss"][:].tobytes(), "losses differ"
+for part in acc["history/loss_parts"]:
+    assert dp["history/loss_parts"][part][:].tobytes() == acc["history/loss_parts"][part][:].tobytes(), part
+assert dp["history/comm_bytes"][:].tolist() == dp["history/predicted_comm_bytes"][:].tolist()
+PY
+
 # 4. Sharded parameters (ZeRO-3) train bitwise as unsharded data parallel,
 # under full and per-layer; every step's communication is the prediction,
 # and per-layer's exceeds full's by one gather of every block's parameters.

@@ -1,0 +1,79 @@
+#include "autodiff/backend.hpp"
+
+#include <algorithm>
+#include <chrono>
+
+#include "autodiff/memory_tracker.hpp"
+
+namespace remat::backend {
+namespace {
+
+using HostBytes = Kokkos::View<unsigned char*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+using ConstHostBytes = Kokkos::View<const unsigned char*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged>;
+
+void require_bytes(const Tensor& t, std::size_t bytes, const char* what) {
+  if (t.nbytes() != bytes)
+    throw std::logic_error(std::string(what) + ": " + std::to_string(bytes) + " bytes for a tensor of " +
+                           std::to_string(t.nbytes()));
+}
+
+// -1: the backend's default; 0 or 1: a scope's choice (per thread, as the tape).
+int& copies_override() {
+  thread_local int choice = -1;
+  return choice;
+}
+
+}  // namespace
+
+void copy(const Tensor& dst, const Tensor& src) {
+  require_bytes(dst, src.nbytes(), "copy");
+  Kokkos::deep_copy(dst.bytes(), src.bytes());
+}
+
+void upload(const Tensor& dst, const void* host, std::size_t bytes) {
+  require_bytes(dst, bytes, "upload");
+  Kokkos::deep_copy(dst.bytes(), ConstHostBytes(static_cast<const unsigned char*>(host), bytes));
+}
+
+void download(const Tensor& src, void* host, std::size_t bytes) {
+  require_bytes(src, bytes, "download");
+  Kokkos::deep_copy(HostBytes(static_cast<unsigned char*>(host), bytes), src.bytes());
+}
+
+bool offload_copies() { return copies_override() < 0 ? !kHostMemory : copies_override() == 1; }
+
+OffloadCopiesScope::OffloadCopiesScope(bool copies) : previous_(copies_override()) { copies_override() = copies ? 1 : 0; }
+OffloadCopiesScope::~OffloadCopiesScope() { copies_override() = previous_; }
+
+HostBuffer::HostBuffer(std::size_t bytes, const std::string& label)
+    : view_(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), bytes) {}
+
+void start_copy(const HostBuffer& dst, const Tensor& src) {
+  Kokkos::deep_copy(transfer::copy_space(), dst.view(), src.bytes());
+}
+
+void start_copy(const Tensor& dst, const HostBuffer& src) {
+  Kokkos::deep_copy(transfer::copy_space(), dst.bytes(), src.view());
+}
+
+void fence_copies() { transfer::copy_space().fence(); }
+void fence_compute() { ExecSpace().fence(); }
+
+double offload_seconds_per_byte(std::size_t bytes, int repeats) {
+  if (!offload_copies()) return 0;
+  Kokkos::View<unsigned char*, MemSpace> device("offload probe", bytes);
+  Kokkos::View<unsigned char*, Kokkos::HostSpace> host("offload probe host", bytes);
+  std::vector<double> seconds;
+  for (int i = 0; i < std::max(1, repeats); ++i) {
+    ExecSpace().fence();
+    const auto t0 = std::chrono::steady_clock::now();
+    Kokkos::deep_copy(host, device);
+    Kokkos::deep_copy(device, host);
+    ExecSpace().fence();
+    seconds.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  }
+  std::sort(seconds.begin(), seconds.end());
+  return seconds[seconds.size() / 2] / double(bytes);
+}
+
+}  // namespace remat::backend

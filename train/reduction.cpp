@@ -1,0 +1,183 @@
+#include "train/reduction.hpp"
+
+#include <algorithm>
+#include <map>
+
+#include "autodiff/backend.hpp"
+#include "autodiff/elementwise.hpp"
+#include "autodiff/memory_tracker.hpp"
+#include "comm/comm.hpp"
+#include "optim/optimizer.hpp"
+#include "train/param_shards.hpp"
+
+namespace remat {
+namespace {
+
+// Every rank's losses, added in rank order.
+double sum_over_ranks(double loss) {
+  std::vector<double> losses(std::size_t(comm::size()), 0.0);
+  comm::gather_all(&loss, 1, losses.data());
+  double sum = 0;
+  for (double l : losses) sum += l;
+  return sum;
+}
+
+// One process: each micro-batch's gradient is computed fresh and added to
+// the sum in micro-batch order, sum = g0; sum += g1; ... the additions, in
+// the order, of a data-parallel reduction over ranks.
+class LocalAccumulation final : public GradientReduction {
+ public:
+  using GradientReduction::GradientReduction;
+  void add(int k, double loss) override {
+    loss_ = k == 0 ? loss : loss_ + loss;
+    if (accumulate_ == 1) return;  // the gradients are where they belong already
+    const auto& ts = params_.tensors();
+    for (std::size_t i = 0; i < ts.size(); ++i) {
+      const Tensor g = ts[i].grad();  // undefined for a frozen parameter
+      if (k == 0) sums_.push_back(g.defined() ? clone(g) : Tensor());
+      else if (g.defined()) add_inplace(sums_[i], g);
+    }
+  }
+  double finish() override {
+    const auto& ts = params_.tensors();
+    for (std::size_t i = 0; i < sums_.size(); ++i)
+      if (sums_[i].defined()) backend::copy(ts[i].grad(), sums_[i]);
+    sums_.clear();
+    return loss_;
+  }
+  std::int64_t predicted_bytes(const Strategy&) const override { return 0; }
+
+ private:
+  std::vector<Tensor> sums_;
+  double loss_ = 0;
+};
+
+// Several ranks, whole parameters: micro-batch m of a step runs on rank
+// m % N. After each round of one micro-batch per rank, every rank gathers
+// the round's gradients and losses and adds them to its running sums in
+// micro-batch order, the additions one process makes with --accumulate M.
+class DataParallel final : public GradientReduction {
+ public:
+  using GradientReduction::GradientReduction;
+  void add(int k, double loss) override {
+    const int N = ranks_;
+    const auto& ts = params_.tensors();
+    if (k == 0) sums_.assign(ts.size(), {}), loss_ = 0;
+    loss_ += sum_over_ranks(loss);
+    for (std::size_t i = 0; i < ts.size(); ++i) {
+      const Tensor g = ts[i].grad();  // undefined for a frozen parameter, on every rank
+      if (!g.defined()) continue;
+      const std::vector<float> mine = g.to_host_f32();
+      const std::int64_t n = g.numel();
+      std::vector<float> all(std::size_t(n) * std::size_t(N));
+      comm::gather_all(mine.data(), n, all.data());
+      auto& sum = sums_[i];
+      for (int r = 0; r < N; ++r) {
+        const float* part = all.data() + std::size_t(r) * std::size_t(n);
+        if (k == 0 && r == 0) sum.assign(part, part + n);
+        else
+          for (std::int64_t j = 0; j < n; ++j) sum[std::size_t(j)] += part[j];
+      }
+    }
+  }
+  double finish() override {
+    const auto& ts = params_.tensors();
+    for (std::size_t i = 0; i < ts.size(); ++i)
+      if (!sums_[i].empty()) backend::upload(ts[i].grad(), sums_[i]);
+    sums_.clear();
+    return loss_;
+  }
+  std::int64_t predicted_bytes(const Strategy&) const override {
+    return data_parallel_bytes(params_, ranks_, accumulate_);
+  }
+
+ private:
+  std::vector<std::vector<float>> sums_;
+  double loss_ = 0;
+};
+
+// ZeRO-3: gradients flow whole and fresh through each micro-batch's
+// backward and are reduce-scattered block by block into this rank's
+// gradient shards (train/param_shards.hpp); the optimizer steps the shards.
+class ShardedParameters final : public GradientReduction {
+ public:
+  ShardedParameters(ParamStore& params, int accumulate)
+      : GradientReduction(params, accumulate), shards_(std::make_unique<ParamShards>(params)) {}
+  bool zero_grad() const override { return false; }
+  void begin(int k) override {
+    shards_->begin_micro_batch(k == 0);
+    auto& tracker = MemoryTracker::instance();
+    gathered_base_ = tracker.stats(ParamShards::kGatheredPool).live;
+    reducing_base_ = tracker.stats(ParamShards::kReducingPool).live;
+  }
+  void add(int k, double loss) override {
+    auto& tracker = MemoryTracker::instance();
+    gathered_peak_ = std::max(gathered_peak_, tracker.stats(ParamShards::kGatheredPool).peak - gathered_base_);
+    reducing_peak_ = std::max(reducing_peak_, tracker.stats(ParamShards::kReducingPool).peak - reducing_base_);
+    loss_ = (k == 0 ? 0 : loss_) + sum_over_ranks(loss);
+  }
+  double finish() override { return loss_; }
+  const std::vector<Tensor>& trained() const override { return shards_->shards(); }
+  double gradient_norm() const override { return shards_->gradient_norm(); }
+  std::int64_t predicted_bytes(const Strategy& strategy) const override {
+    std::map<std::string, int> recomputed;
+    const auto& blocks = shards_->blocks();
+    for (std::size_t b = 0; b < blocks.size(); ++b)
+      recomputed[blocks[b]] = strategy.reruns({int(b), int(blocks.size()), blocks[b]});
+    return std::int64_t(accumulate_) * shards_->predicted_bytes(recomputed) + shards_->norm_bytes();
+  }
+  RankMemory memory(const Optimizer& optimizer) const override {
+    RankMemory m = GradientReduction::memory(optimizer);
+    m.parameters = shards_->shard_bytes();
+    m.gradients = shards_->gradient_bytes();
+    m.gathered_peak = gathered_peak_;
+    m.reducing_peak = reducing_peak_;
+    return m;
+  }
+  void gather_weights() override { shards_->gather_everything(); }
+  void release_weights() override { shards_->release_everything(); }
+  Tensor whole(std::size_t i, const Tensor& buffer) const override { return shards_->unshard(i, buffer); }
+
+ private:
+  std::unique_ptr<ParamShards> shards_;
+  std::int64_t gathered_base_ = 0, reducing_base_ = 0, gathered_peak_ = 0, reducing_peak_ = 0;
+  double loss_ = 0;
+};
+
+}  // namespace
+
+GradientReduction::GradientReduction(ParamStore& params, int accumulate)
+    : params_(params), ranks_(comm::size()), accumulate_(accumulate) {}
+
+std::uint64_t GradientReduction::micro_batch(int k) const {
+  return std::uint64_t(k) * std::uint64_t(ranks_) + std::uint64_t(comm::rank());
+}
+
+double GradientReduction::gradient_norm() const { return remat::gradient_norm(trained()); }
+
+RankMemory GradientReduction::memory(const Optimizer& optimizer) const {
+  RankMemory m;
+  for (const auto& name : optimizer.state_names())
+    for (const Tensor& t : optimizer.state(name))
+      if (t.defined()) m.optimizer += std::int64_t(t.nbytes());
+  m.parameters = params_.bytes();
+  for (const Tensor& t : params_.tensors())
+    if (t.grad().defined()) m.gradients += std::int64_t(t.grad().nbytes());
+  return m;
+}
+
+std::unique_ptr<GradientReduction> make_reduction(ParamStore& params, int accumulate, bool shard_params) {
+  if (shard_params) return std::make_unique<ShardedParameters>(params, accumulate);
+  if (comm::size() > 1) return std::make_unique<DataParallel>(params, accumulate);
+  return std::make_unique<LocalAccumulation>(params, accumulate);
+}
+
+std::int64_t data_parallel_bytes(const ParamStore& params, int ranks, int accumulate) {
+  std::int64_t trainable = 0;
+  for (std::size_t i = 0; i < params.tensors().size(); ++i)
+    if (params.trainable(i)) trainable += params.tensors()[i].numel();
+  const std::int64_t part = 4 * trainable + 8;
+  return 2 * part * std::int64_t(ranks - 1) * accumulate;
+}
+
+}  // namespace remat
