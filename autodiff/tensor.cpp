@@ -1,6 +1,8 @@
 #include "autodiff/tensor.hpp"
 
 #include "autodiff/memory_tracker.hpp"
+#include "core/error.hpp"
+#include "core/text.hpp"
 
 #include <cstring>
 #include <mutex>
@@ -16,6 +18,15 @@ const char* intern_tag(const std::string& name) {
   return names.insert(name).first->c_str();
 }
 
+namespace {
+
+[[noreturn]] void throw_allocation_failure(std::size_t bytes, const std::string& label) {
+  throw AllocationFailure("out of memory: " + std::string(MemSpace::name()) + " memory could not give " +
+                          human_bytes(double(bytes)) + " for '" + label + "' (the machine's own limit, not --mem-limit)");
+}
+
+}  // namespace
+
 Tensor Tensor::empty(const Shape& shape, DType dtype, const std::string& label) {
   for (auto d : shape)
     if (d < 0) throw std::invalid_argument("negative dimension in shape " + to_string(shape));
@@ -24,7 +35,16 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, const std::string& label) 
   t.numel_ = remat::numel(shape);
   t.dtype_ = dtype;
   MemoryTracker::instance().check_allocation(std::int64_t(t.nbytes()));
-  t.storage_ = std::make_shared<Bytes>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), t.nbytes());
+  try {
+    t.storage_ = std::make_shared<Bytes>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), t.nbytes());
+  } catch (const std::bad_alloc&) {
+    throw_allocation_failure(t.nbytes(), label);
+  } catch (const std::runtime_error& e) {
+    // Kokkos reports a failed allocation as a runtime_error of several
+    // lines; anything else it throws is not ours to rename.
+    if (std::string(e.what()).find("allocat") == std::string::npos) throw;
+    throw_allocation_failure(t.nbytes(), label);
+  }
   return t;
 }
 

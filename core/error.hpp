@@ -12,8 +12,10 @@
 //   own checks, ...): a bug in remat. "internal error", exit code 3.
 // An op's check of its arguments is a bug check: the harness validates what
 // the user gives before it reaches an op.
+#include <new>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace remat {
 
@@ -35,6 +37,18 @@ class EnvironmentError : public std::runtime_error {
 class OutOfMemory : public UserError {
  public:
   explicit OutOfMemory(const std::string& what) : UserError(what) {}
+};
+
+// The machine (or the device) itself could not give the memory asked for:
+// a std::bad_alloc, so a run measured under a limit counts it as out of
+// memory, with one line saying how much, for what, and where.
+class AllocationFailure : public std::bad_alloc {
+ public:
+  explicit AllocationFailure(std::string what) : what_(std::move(what)) {}
+  const char* what() const noexcept override { return what_.c_str(); }
+
+ private:
+  std::string what_;
 };
 
 // A recomputation that does not reproduce the forward pass (a checkpoint

@@ -1,5 +1,7 @@
 #include "finetune/lora.hpp"
 
+#include <cmath>
+
 #include <fnmatch.h>
 
 #include <algorithm>
@@ -7,6 +9,7 @@
 #include <map>
 #include <set>
 
+#include "autodiff/backend.hpp"
 #include "autodiff/tape.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
@@ -34,7 +37,7 @@ LoraOptions LoraOptions::parse(const std::string& key, const std::string& where)
   } catch (const std::exception&) {
     throw bad();
   }
-  if (o.rank < 1 || !(o.alpha > 0)) throw bad();
+  if (o.rank < 1 || !(o.alpha > 0) || !std::isfinite(o.alpha) || o.alpha > 1e6) throw bad();  // as --lora-alpha
   o.targets = split(key.substr(t + 9));
   if (o.targets == default_lora_targets()) o.targets.clear();  // the defaults: whichever this model has
   return o;
@@ -78,7 +81,7 @@ std::unique_ptr<ParamStore> with_lora(const ParamStore& base, const LoraOptions&
   auto store = std::make_unique<ParamStore>(specs, base.tensors().front().dtype());
   initialize(*store, seed, layers);
   for (std::size_t i = 0; i < base.tensors().size(); ++i) {
-    Kokkos::deep_copy(store->tensors()[i].bytes(), base.tensors()[i].bytes());
+    backend::copy(store->tensors()[i], base.tensors()[i]);
     store->freeze(base.names()[i]);
   }
   for (const auto& name : targets) store->attach_adapter(name, name + ".lora_A", name + ".lora_B", o.scale());

@@ -21,8 +21,13 @@ namespace fs = std::filesystem;
 // writer is still alive (remove_stale_temporaries).
 const char* const kTempInfix = ".partial.";
 
+// The error names what became of the target: a write that fails leaves it
+// exactly as it was (with whatever earlier writes committed), or absent.
 [[noreturn]] void fail(const std::string& path, const std::string& what, int err) {
-  throw UserError(path + ": " + what + " (" + std::strerror(err) + "); the previous file, if any, is unchanged");
+  std::error_code ec;
+  const bool existed = fs::exists(path, ec);
+  throw UserError(path + ": " + what + " (" + std::strerror(err) + "); " +
+                  (existed ? "the file keeps what it held before this write" : "no file was created"));
 }
 
 // Writes all of it, retrying short writes and interruptions. A file-size
@@ -57,6 +62,9 @@ void sync_directory(const fs::path& dir) {
 }  // namespace
 
 AtomicFile::AtomicFile(std::string target) : target_(std::move(target)) {
+  // Temporaries of writers that died (killed mid-write) go now, so none
+  // outlives the next write of the same file.
+  remove_stale_temporaries(target_);
   std::random_device random;
   for (int attempt = 0; fd_ < 0; ++attempt) {
     temp_ = target_ + kTempInfix + std::to_string(::getpid()) + "." + std::to_string(random() % 1000000);

@@ -79,16 +79,13 @@ std::pair<int, int> parse_shard(const std::string& text) {
   const auto slash = text.find('/');
   const auto bad = [&](const std::string& why) { return UserError("--shard " + text + ": " + why); };
   if (slash == std::string::npos) throw bad("expected i/n (this shard's index i from 0, of n shards)");
-  int i = 0, n = 0;
-  try {
-    std::size_t used = 0;
-    i = std::stoi(text.substr(0, slash), &used);
-    if (used != slash) throw std::invalid_argument("");
-    n = std::stoi(text.substr(slash + 1), &used);
-    if (used != text.size() - slash - 1) throw std::invalid_argument("");
-  } catch (const std::exception&) {
-    throw bad("expected i/n with whole numbers");
-  }
+  // Digits only: stoi alone would take ' 0' or '+1'.
+  const auto number = [&](const std::string& s) {
+    if (s.empty() || s.size() > 9 || s.find_first_not_of("0123456789") != std::string::npos)
+      throw bad("expected i/n with whole numbers");
+    return std::stoi(s);
+  };
+  const int i = number(text.substr(0, slash)), n = number(text.substr(slash + 1));
   if (n < 1) throw bad("the number of shards must be at least 1");
   if (i < 0 || i >= n) throw bad("the index must be from 0 to " + std::to_string(n - 1));
   return {i, n};
@@ -197,7 +194,14 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const MatrixProgress& 
           r.losses.push_back(s.loss);
         }
       }
-      const bool appended = collector.put(r);
+      bool appended = false;
+      try {
+        appended = collector.put(r);
+      } catch (const UserError& e) {  // the file is as it was before this run: say what that holds
+        throw UserError(std::string(e.what()) + ": run '" + r.key.name() + "' was not recorded; " + o.out +
+                        " keeps every run recorded before it (" + std::to_string(records.size()) +
+                        " of this matrix): free space and rerun with --resume to do the rest");
+      }
       ++done;
       if (!appended) {
         if (progress.update) progress.update(done, todo.size(), r.key, "already recorded by another process; not appended");

@@ -90,6 +90,9 @@ int main(int argc, char** argv) {
   } catch (const remat::EnvironmentError& e) {
     std::fprintf(stderr, "remat: environment error%s: %s\n", who().c_str(), e.what());
     return fail(remat::kExitEnvironment);
+  } catch (const remat::AllocationFailure& e) {
+    std::fprintf(stderr, "remat: error%s: %s; try smaller sizes or a strategy that keeps less\n", who().c_str(), e.what());
+    return fail(remat::kExitUserError);
   } catch (const std::bad_alloc&) {
     std::fprintf(stderr, "remat: error%s: out of memory (try smaller sizes or a strategy that keeps less)\n", who().c_str());
     return fail(remat::kExitUserError);

@@ -29,6 +29,7 @@ struct Options {
   MatrixOptions matrix;
   std::string models = "gpt2";
   std::string shard;  // "i/n"
+  const CLI::Option* shard_option = nullptr;  // given (even as ''), or not
   std::vector<const CLI::Option*> decided_by_weights;  // --models, --preset, --layers: the weights file's with --weights
 };
 
@@ -81,8 +82,9 @@ void run(Options& o) {
         throw UserError(decided->get_name() + " and --weights: the weights file decides the model and its sizes (" +
                         o.matrix.weights + ")");
   o.matrix.models = o.matrix.weights.empty() ? model_names(o.models) : std::vector<std::string>{};
-  if (!o.shard.empty()) std::tie(o.matrix.shard, o.matrix.shards) = parse_shard(o.shard);
-  if (!o.shard.empty() && comm::size() > 1)
+  const bool sharded = o.shard_option->count() > 0;
+  if (sharded) std::tie(o.matrix.shard, o.matrix.shards) = parse_shard(o.shard);
+  if (sharded && comm::size() > 1)
     throw UserError("--shard i/n and mpirun both share the runs out: give one (under mpirun every rank is a shard)");
   if (comm::size() > 1) {
     o.matrix.shard = comm::rank();
@@ -92,6 +94,9 @@ void run(Options& o) {
   const auto cells = matrix_cells(o.matrix);
   const auto shard_of = deal_cells(cells, o.matrix.shards);
   const auto mine = std::size_t(std::count(shard_of.begin(), shard_of.end(), o.matrix.shard));
+  if (sharded && mine == 0)
+    throw UserError("--shard " + o.shard + ": this shard has none of the matrix's " + std::to_string(cells.size()) +
+                    " runs (they are dealt out by work, consecutively): use fewer shards");
   if (comm::size() > 1 && speaks)
     std::printf("%d MPI ranks share the %zu runs (consecutive runs of about equal work each); rank 0 writes them all\n",
                 comm::size(), cells.size());
@@ -169,9 +174,9 @@ void setup_matrix(CLI::App& app) {
   cmd->add_option("--out", o->matrix.out, "HDF5 results file (appended to)")->capture_default_str();
   cmd->add_option("--mem-limit", o->matrix.mem_limit,
                   "Simulate a device of this many bytes (e.g. 512M, 2G): a run that needs more is recorded as OOM")
-      ->check(byte_size());
+      ->transform(byte_size());
   cmd->add_flag("--resume", o->matrix.resume, "Skip runs already in the results file (those with the same options)");
-  cmd->add_option("--shard", o->shard,
+  o->shard_option = cmd->add_option("--shard", o->shard,
                   "Run only shard i of n (i/n, i from 0): the i-th of n consecutive runs of about equal work, for job arrays; "
                   "join the parts with `remat merge`");
   cmd->add_flag("--force", o->matrix.force, "Run even where the memory estimate says a shape will not fit");

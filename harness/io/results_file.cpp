@@ -86,6 +86,30 @@ void check_results_schema(const h5::File& f, bool for_append) {
   if (h5::exists(f, "/runs") && !h5::is_group(f, "/runs")) throw UserError(f.path() + ": /runs is not a group");
 }
 
+namespace {
+
+// A run merged must be one that `matrix` could have written: its status and,
+// unless it ran out of memory, every series a report reads. A damaged or
+// hand-edited run is refused by name rather than copied on.
+void require_complete_run(const h5::File& src, const std::string& name) {
+  const std::string g = "/runs/" + name;
+  const auto refuse = [&](const std::string& what) {
+    return UserError(src.path() + ": run '" + name + "' lacks " + what +
+                     " (a damaged or edited results file); nothing was merged");
+  };
+  const auto status = h5::read_attr_string(src, "status", g);
+  if (!status || (*status != "ok" && *status != "oom")) throw refuse("a status of ok or oom");
+  if (*status == "oom") return;
+  for (const char* attr : {"step_time_median", "loss"})
+    if (!h5::read_attr_double(src, attr, g)) throw refuse(std::string("the attribute ") + attr);
+  if (!h5::read_attr_int(src, "activation_peak_bytes", g)) throw refuse("the attribute activation_peak_bytes");
+  for (const char* d : {"step_times", "losses", "timeline/seconds", "timeline/bytes", "timeline/phase",
+                        "timeline/phase_names", "grad_error/names", "grad_error/max_abs", "grad_error/max_rel"})
+    if (!h5::exists(src, g + "/" + d)) throw refuse(std::string("/") + d);
+}
+
+}  // namespace
+
 ResultsFile::ResultsFile(std::string path) : path_(std::move(path)) {
   if (!std::filesystem::exists(path_)) return;
   read_keys(h5::File::open(path_));
@@ -109,6 +133,7 @@ std::size_t ResultsFile::append_runs(const std::vector<h5::File>& sources) {
     for (const auto& name : h5::list(src, "/runs")) {
       const auto key = h5::read_attr_string(src, "key", "/runs/" + name);
       if (!key) throw UserError(src.path() + ": run '" + name + "' has no key (written before schema 2)");
+      require_complete_run(src, name);
       entries.push_back({*key, name, [&src, name](const h5::File& f, const std::string& g) { h5::copy(src, "/runs/" + name, f, g); }});
     }
   }
@@ -125,7 +150,6 @@ std::vector<char> ResultsFile::run_image(const RunRecord& r) {
 
 std::size_t ResultsFile::add(const std::vector<Entry>& entries) {
   FileLock lock(path_, [&] { std::fprintf(stderr, "waiting for another remat writing %s\n", path_.c_str()); });
-  remove_stale_temporaries(path_);
   const bool fresh = !std::filesystem::exists(path_);
   h5::File f = fresh ? h5::File::create(path_) : h5::File::edit(path_);
   if (fresh) {
