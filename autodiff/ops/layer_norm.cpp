@@ -9,11 +9,11 @@ using namespace detail;
 
 namespace {
 
-struct Normalized {
+struct LayerNormalized {
   Tensor out, mean, rstd;
 };
 
-Normalized layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+LayerNormalized layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
   stats::count_forward("layer_norm");
   const std::int64_t D = x.dim(-1), M = rows_of(x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), "layer_norm");

@@ -9,11 +9,11 @@ using namespace detail;
 
 namespace {
 
-struct Normalized {
+struct RmsNormalized {
   Tensor out, rstd;
 };
 
-Normalized rms_norm_forward(const Tensor& x, const Tensor& weight, double eps) {
+RmsNormalized rms_norm_forward(const Tensor& x, const Tensor& weight, double eps) {
   stats::count_forward("rms_norm");
   const std::int64_t D = x.dim(-1), M = rows_of(x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), "rms_norm");
