@@ -274,11 +274,22 @@ LoadedWeights load_weights(const std::string& path, bool force, bool skip_adapte
   if (h5::exists(f, "/params") && !h5::is_group(f, "/params")) throw UserError(path + ": /params is not a group");
   std::set<std::string> expected;
   for (const auto& s : specs) expected.insert(s.name);
-  for (const auto& name : h5::list(f, "/params")) {
+  const auto stored = h5::list(f, "/params");
+  for (const auto& name : stored) {
     if (is_adapter_name(name) && expected.count(name.substr(0, name.size() - 7))) {
       if (skip_adapters) continue;
-      throw UserError(path + ": holds LoRA adapters ('" + name + "'), which this command does not apply; fold them " +
-                      "into plain weights first: remat lora-merge --weights " + path + " --adapters " + path +
+      // A --lora run file holds its base weights beside the adapters; an
+      // --adapters-out file holds the adapters alone, and the suggestion
+      // must name weights that exist.
+      const bool has_base = std::all_of(specs.begin(), specs.end(), [&](const auto& s) {
+        return std::find(stored.begin(), stored.end(), s.name) != stored.end();
+      });
+      if (has_base)
+        throw UserError(path + ": holds LoRA adapters ('" + name + "'), which this command does not apply; fold " +
+                        "them into plain weights first: remat lora-merge --weights " + path + " --adapters " + path +
+                        " --out merged.h5");
+      throw UserError(path + ": holds LoRA adapters alone ('" + name + "'), not weights; fold them into the " +
+                      "weights they were trained on: remat lora-merge --weights <those weights> --adapters " + path +
                       " --out merged.h5");
     }
     if (!expected.count(name))

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <stdexcept>
+#include <thread>
 
 #include "core/error.hpp"
 
@@ -21,6 +22,11 @@ struct State {
   bool threads = false;  // MPI may be called from any thread, one at a time
   int rank = 0, size = 1, local = 1;
   Stats stats;
+#ifdef REMAT_HAVE_MPI
+  // A communicator of its own for agreeing on a failure: a rank that failed
+  // may meet the others there while they are amid collectives of the world's.
+  MPI_Comm failures = MPI_COMM_NULL;
+#endif
 };
 State& state() {
   static State s;
@@ -95,6 +101,7 @@ Session::Session(int& argc, char**& argv) {
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, s.rank, MPI_INFO_NULL, &node);
   MPI_Comm_size(node, &s.local);
   MPI_Comm_free(&node);
+  MPI_Comm_dup(MPI_COMM_WORLD, &s.failures);
 #else
   (void)argc;
   (void)argv;
@@ -103,6 +110,7 @@ Session::Session(int& argc, char**& argv) {
 
 Session::~Session() {
 #ifdef REMAT_HAVE_MPI
+  if (state().failures != MPI_COMM_NULL) MPI_Comm_free(&state().failures);
   if (state().started) MPI_Finalize();
 #endif
 }
@@ -193,6 +201,26 @@ void all_to_all(const float* send, std::int64_t n, float* recv) {
   // A rank's own part stays here; each other part crosses once each way.
   s.stats.bytes_sent += std::int64_t(sizeof(float)) * n * (s.size - 1);
   s.stats.bytes_received += std::int64_t(sizeof(float)) * n * (s.size - 1);
+#endif
+}
+
+bool every_rank_failed(double seconds) {
+#ifdef REMAT_HAVE_MPI
+  State& s = state();
+  if (s.size == 1) return true;
+  MPI_Request request;
+  if (MPI_Ibarrier(s.failures, &request) != MPI_SUCCESS) return false;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  for (;;) {
+    int done = 0;
+    if (MPI_Test(&request, &done, MPI_STATUS_IGNORE) != MPI_SUCCESS) return false;
+    if (done) return true;
+    if (std::chrono::steady_clock::now() > until) return false;  // the request dies with MPI_Abort
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+#else
+  (void)seconds;
+  return true;
 #endif
 }
 

@@ -56,6 +56,11 @@ void gather_all(const double* data, std::int64_t n, double* all);
 // exchange: the caller adds the parts in rank order).
 void all_to_all(const float* send, std::int64_t n, float* recv);
 
+// Called by a rank that failed: whether every rank fails too (each calls
+// this within `seconds` of the others), as all do on an error in what was
+// asked, which every rank checks alike. Then the job can end in order, with
+// one message and its exit code; otherwise the others must be stopped.
+bool every_rank_failed(double seconds);
 // Terminates every rank (an error on one must not leave the others waiting).
 [[noreturn]] void abort_all(int code);
 

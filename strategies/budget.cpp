@@ -74,7 +74,7 @@ Budget parse_budget(const std::string& spec, std::string text) {
 
 std::string mb(std::int64_t bytes) {
   char s[32];
-  std::snprintf(s, sizeof s, "%.2f MB", double(bytes) / 1048576.0);
+  std::snprintf(s, sizeof s, "%.2f MiB", double(bytes) / 1048576.0);
   return s;
 }
 

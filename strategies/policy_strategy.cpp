@@ -75,7 +75,7 @@ class PolicyStrategy::Router final : public Storage {
       trace_->saves.push_back(std::string(current_op()) + ": recompute " + t.tag() + " " + to_string(t.shape()) + " " +
                               human_bytes(double(t.nbytes())));
     }
-    return recompute_later(t, "block " + block_->name + ", " + t.tag() + " saved by " + current_op());
+    return recompute_later(t, "block " + block_->name + ", " + t.tag() + " saved by " + current_op(), trace_);
   }
 
   const Policy& policy_;

@@ -12,11 +12,16 @@ namespace {
 
 class RecipePacked final : public Packed {
  public:
-  RecipePacked(std::shared_ptr<const Tensor::Recipe> recipe, const Tensor& t, std::string where)
-      : recipe_(std::move(recipe)), shape_(t.shape()), dtype_(t.dtype()), where_(std::move(where)) {}
+  RecipePacked(std::shared_ptr<const Tensor::Recipe> recipe, const Tensor& t, std::string where, RegionTrace* trace)
+      : recipe_(std::move(recipe)), shape_(t.shape()), dtype_(t.dtype()), where_(std::move(where)), trace_(trace) {}
   Tensor unpack() override {
     if (!value_.defined()) {
+      const auto before = trace_ ? stats::counts().forward : std::map<std::string, std::int64_t>{};
       value_ = run_recipe(*recipe_);
+      // The trace's "recomputed" line counts what the recipe ran, as it
+      // counts a region's re-run.
+      if (trace_)
+        for (const auto& [op, n] : stats::forward_since(before)) trace_->recomputed_ops[op] += n;
       if (value_.shape() != shape_ || value_.dtype() != dtype_)
         throw RecomputeMismatch(where_ + ": recomputed " + to_string(value_.shape()) + " " + dtype_name(value_.dtype()) +
                                 ", forward saved " + to_string(shape_) + " " + dtype_name(dtype_));
@@ -29,6 +34,7 @@ class RecipePacked final : public Packed {
   Shape shape_;
   DType dtype_;
   std::string where_;
+  RegionTrace* trace_;  // null: not traced
   Tensor value_;
 };
 
@@ -50,8 +56,8 @@ Tensor value_of(const Tensor& t) { return t.view_as(t.shape()); }
 
 }  // namespace
 
-std::shared_ptr<Packed> recompute_later(const Tensor& t, std::string where) {
-  return std::make_shared<RecipePacked>(t.recipe(), t, std::move(where));
+std::shared_ptr<Packed> recompute_later(const Tensor& t, std::string where, RegionTrace* trace) {
+  return std::make_shared<RecipePacked>(t.recipe(), t, std::move(where), trace);
 }
 
 // A stretch of the region's blocks recomputed together: the whole region, or
@@ -133,7 +139,7 @@ class CaptureHooks final : public SavedTensorHooks {
     } else if (span_.policy && t.recipe() && span_.policy->decision(info) == Decision::recompute) {
       // The recomputation's own recipes that read it read it lazily too, so
       // nothing holds the dropped tensor.
-      packed = s.later = recompute_later(t, "block " + info_.name + ", " + t.tag() + " saved by " + current_op());
+      packed = s.later = recompute_later(t, "block " + info_.name + ", " + t.tag() + " saved by " + current_op(), region_.trace_);
     } else {
       s.value = t.view_as(t.shape());  // the value: its recipe could hold dropped tensors alive
       packed = keep_.pack(s.value);

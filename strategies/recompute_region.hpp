@@ -35,8 +35,9 @@ namespace remat {
 
 // A saved tensor dropped now and computed again from its recipe (what its
 // producing op saved anyway) the first time backward unpacks it; `where`
-// names it in a mismatch error.
-std::shared_ptr<Packed> recompute_later(const Tensor& t, std::string where);
+// names it in a mismatch error; what the recipe runs is counted in `trace`'s
+// recomputed ops (if not null).
+std::shared_ptr<Packed> recompute_later(const Tensor& t, std::string where, RegionTrace* trace = nullptr);
 
 class RecomputeRegion : public std::enable_shared_from_this<RecomputeRegion> {
  public:

@@ -14,7 +14,7 @@ namespace remat {
 
 struct RegionTrace {
   std::string name;                       // "h.3" or "h.0-h.3"
-  std::vector<std::string> saves;         // "linear: keep [8, 256, 768] 6.3 MB", in save order
+  std::vector<std::string> saves;         // "linear: keep [8, 256, 768] 6.3 MiB", in save order
   std::map<std::string, std::int64_t> forward_ops;     // op -> runs in the forward pass
   std::map<std::string, std::int64_t> recomputed_ops;  // op -> runs in recomputation
   std::int64_t saved = 0, kept = 0, dropped = 0, offloaded = 0;  // bytes

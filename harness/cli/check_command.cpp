@@ -3,6 +3,7 @@
 // memory, recomputed FLOPs. Exit 1 if an exact strategy is not bitwise equal.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <memory>
 
@@ -139,7 +140,7 @@ int run_check_command(const CheckCommandOptions& o) {
   }
 
   std::printf("\n%-28s %12s %10s %10s %7s %10s %10s %6s %9s %8s %7s\n", "strategy", "loss", "max abs", "max rel",
-              "bitwise", "act MB", "pred MB", "ratio", "offl. MB", "recomp.", "time s");
+              "bitwise", "act MiB", "pred MiB", "ratio", "offl. MiB", "recomp.", "time s");
   int failures = 0;
   for (const auto& r : report.rows) {
     const auto& s = r.step;
@@ -153,10 +154,10 @@ int run_check_command(const CheckCommandOptions& o) {
                 s.seconds, ok ? "" : "   <- NOT BITWISE EQUAL TO full");
   }
   std::printf(
-      "\nact MB: device-pool peak during the step minus what was live before it (parameters, gradients, batch);\n"
-      "pred MB: predicted from one probe step (each block's saved bytes and working set) by the strategy's plan;\n"
+      "\nact MiB: device-pool peak during the step minus what was live before it (parameters, gradients, batch);\n"
+      "pred MiB: predicted from one probe step (each block's saved bytes and working set) by the strategy's plan;\n"
       "ratio: act / full's; "
-      "offl. MB: offload-pool peak; recomp.: share of the step's GEMM FLOPs spent recomputing.\n");
+      "offl. MiB: offload-pool peak; recomp.: share of the step's GEMM FLOPs spent recomputing.\n");
   for (const auto& r : report.rows)
     if (r.reconstruction)
       std::printf("%s: reconstruction of block inputs, worst block %s: max abs %.3e, max rel %.3e; gradients vs full: "
@@ -178,6 +179,14 @@ int run_check_command(const CheckCommandOptions& o) {
       std::fprintf(stderr, "remat check: %s drifted from %s: worst parameter %s, relative error %.3e (tolerance %.0e)\n",
                    r.strategy.c_str(), o.golden.c_str(), g.worst.c_str(), g.max_rel, kGoldenGradTolerance);
     }
+  }
+  if (golden) {
+    const auto compared =
+        std::count_if(report.rows.begin(), report.rows.end(), [](const auto& r) { return bool(r.vs_golden); });
+    std::printf("golden %s: %s: %ld of %ld strategies within tolerance (loss: relative %.0e; gradients: max "
+                "relative %.0e)\n",
+                o.golden.c_str(), drifted ? "DRIFT" : "pass", long(compared - drifted), long(compared),
+                kGoldenLossTolerance, kGoldenGradTolerance);
   }
   return failures || drifted ? 1 : 0;
 }

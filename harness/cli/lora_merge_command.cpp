@@ -22,8 +22,9 @@ void run_lora_merge(const LoraMergeOptions& o) {
   const AdapterFile adapters = read_adapters(o.adapters);
   merge_adapters(*w.params, w.setup, adapters, o.adapters);
   write_weights(o.out, w.setup, *w.params, w.batch ? &*w.batch : nullptr);
-  std::printf("merged %zu adapters (%s) into %s: wrote %s (plain weights)\n", adapters.weights().size(),
-              adapters.options.key().c_str(), o.weights.c_str(), o.out.c_str());
+  // --weights is read, never changed: the merge is in --out alone.
+  std::printf("wrote %s: the weights of %s with %zu adapters (%s) of %s folded in (plain weights)\n", o.out.c_str(),
+              o.weights.c_str(), adapters.weights().size(), adapters.options.key().c_str(), o.adapters.c_str());
 }
 
 }  // namespace

@@ -33,6 +33,12 @@ int run(int argc, char** argv) {
     threads = "--kokkos-num-threads=" + std::to_string(std::max(1L, cores / remat::comm::local_size()));
     args.push_back(threads.data());
   }
+  // Kokkos' warnings (oversubscribed cores, say) hold for every rank alike:
+  // rank 0 prints them once.
+  std::string quiet = "--kokkos-disable-warnings";
+  if (remat::comm::rank() > 0 &&
+      std::none_of(args.begin(), args.end(), [](const char* a) { return std::strstr(a, "--kokkos-disable-warnings"); }))
+    args.push_back(quiet.data());
   argc = int(args.size());
   argv = args.data();
   remat::Runtime runtime(argc, argv);
@@ -63,6 +69,8 @@ int run(int argc, char** argv) {
   } catch (const CLI::RuntimeError& e) {  // a command's own failure, already reported
     return e.get_exit_code();
   } catch (const CLI::ParseError& e) {
+    // Every rank parses the same words: rank 0 speaks for all.
+    if (remat::comm::rank() > 0) return e.get_exit_code() == 0 ? 0 : 2;
     if (e.get_exit_code() == 0) return app.exit(e);  // --help
     std::fprintf(stderr, "remat: error: %s (see --help)\n", e.what());
     return 2;
@@ -72,32 +80,40 @@ int run(int argc, char** argv) {
 
 }  // namespace
 
-// Under MPI an error on one rank must not leave the others waiting for it.
-int fail(int code) {
-  if (remat::comm::size() > 1) remat::comm::abort_all(code);
-  return code;
+// One failure, reported once. Under MPI, when every rank failed alike (an
+// error in what was asked: each rank checks the same options and files),
+// rank 0 alone says it and the job ends in order with the exit code; when
+// one rank alone failed, it says so with its rank and stops the others,
+// which would otherwise wait for it forever.
+int fail(int code, const char* kind, const std::string& message) {
+  namespace comm = remat::comm;
+  if (comm::size() == 1) {
+    std::fprintf(stderr, "remat: %s: %s\n", kind, message.c_str());
+    return code;
+  }
+  if (comm::every_rank_failed(10.0)) {
+    if (comm::rank() == 0) std::fprintf(stderr, "remat: %s: %s\n", kind, message.c_str());
+    return code;
+  }
+  std::fprintf(stderr, "remat: %s (rank %d, the others stopped): %s\n", kind, comm::rank(), message.c_str());
+  std::fflush(stderr);
+  comm::abort_all(code);
 }
-
-std::string who() { return remat::comm::size() > 1 ? " (rank " + std::to_string(remat::comm::rank()) + ")" : ""; }
 
 int main(int argc, char** argv) {
   remat::comm::Session comm(argc, argv);  // outlives run(): an error may still have to stop the other ranks
   try {
     return run(argc, argv);
   } catch (const remat::UserError& e) {
-    std::fprintf(stderr, "remat: error%s: %s\n", who().c_str(), e.what());
-    return fail(remat::kExitUserError);
+    return fail(remat::kExitUserError, "error", e.what());
   } catch (const remat::EnvironmentError& e) {
-    std::fprintf(stderr, "remat: environment error%s: %s\n", who().c_str(), e.what());
-    return fail(remat::kExitEnvironment);
+    return fail(remat::kExitEnvironment, "environment error", e.what());
   } catch (const remat::AllocationFailure& e) {
-    std::fprintf(stderr, "remat: error%s: %s; try smaller sizes or a strategy that keeps less\n", who().c_str(), e.what());
-    return fail(remat::kExitUserError);
+    return fail(remat::kExitUserError, "error",
+                std::string(e.what()) + "; try smaller sizes or a strategy that keeps less");
   } catch (const std::bad_alloc&) {
-    std::fprintf(stderr, "remat: error%s: out of memory (try smaller sizes or a strategy that keeps less)\n", who().c_str());
-    return fail(remat::kExitUserError);
+    return fail(remat::kExitUserError, "error", "out of memory (try smaller sizes or a strategy that keeps less)");
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "remat: internal error%s: %s\n", who().c_str(), e.what());
-    return fail(remat::kExitInternalError);
+    return fail(remat::kExitInternalError, "internal error", e.what());
   }
 }

@@ -42,7 +42,7 @@ std::vector<std::string> model_names(const std::string& s) {
 
 void print_summary(const std::vector<RunRecord>& records) {
   std::printf("\n%-8s %-28s %-14s %9s %9s %9s %9s %7s %9s %-14s %8s %7s\n", "model", "strategy", "shape", "step s",
-              "tokens/s", "act MB", "pred MB", "vs full", "offl. MB", "copies hidden", "recomp.", "bitwise");
+              "tokens/s", "act MiB", "pred MiB", "vs full", "offl. MiB", "copies hidden", "recomp.", "bitwise");
   auto shape_of = [](const RunKey& k) {
     RunKey shape = k;
     shape.strategy = "";
@@ -71,7 +71,7 @@ void print_summary(const std::vector<RunRecord>& records) {
                 st.flops > 0 ? 100 * st.recompute_flops / st.flops : 0.0, r.check.vs_full.bitwise ? "yes" : "NO");
   }
   std::printf("vs full: step time relative to full on the same model and shape (time overhead of the strategy).\n"
-              "act MB: the device pool's activation peak; offl. MB: the host offload pool's; copies hidden: the\n"
+              "act MiB: the device pool's activation peak; offl. MiB: the host offload pool's; copies hidden: the\n"
               "offload copies' time and the share of it that ran behind compute (- : none; the host moves, not copies).\n");
 }
 

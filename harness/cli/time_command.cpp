@@ -87,8 +87,8 @@ void run_time(const TimeOptions& o) {
   std::printf("step time: median %.3f s, fastest %.3f s, over %d steps after %d warm-up\n", step_median, fastest,
               o.steps, o.warmup);
   std::printf("activation peak (tracker, exact): %.1f MB%s\n", mib(activation_peak),
-              offload_peak ? (", offload pool " + std::to_string(mib(offload_peak)).substr(0, 6) + " MB").c_str() : "");
-  std::printf("resident set: peak %.1f MB above the %.1f MB held once the model (weights and gradient buffers) and "
+              offload_peak ? (", offload pool " + std::to_string(mib(offload_peak)).substr(0, 6) + " MiB").c_str() : "");
+  std::printf("resident set: peak %.1f MiB above the %.1f MiB held once the model (weights and gradient buffers) and "
               "batch existed%s\n",
               mib(rss_peak), mib(baseline), peak_reset ? "" : " (peak since process start: the system refused a reset)");
 }

@@ -102,6 +102,11 @@ void run_train(TrainOptions& o) {
   TrainProgress progress;
   if (speaks) progress.step = [&](const TrainConfig& cfg, const TrainState& s) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    // Said once the run has passed every check and has begun, so that an
+    // error stays the only line it prints.
+    if (s.step == first + 1 && cfg.out.empty())
+      std::fprintf(stderr, "remat train: no --out: the trained weights will not be kept (give --out FILE to keep "
+                           "them, checkpoint and resume)\n");
     const std::string line = progress_line(cfg, s, elapsed, first);
     if (tty) std::fprintf(stderr, "\r\033[K%s", line.c_str());
     else if (s.step % every == 0 || s.step == cfg.steps) std::fprintf(stderr, "%s\n", line.c_str());
@@ -117,14 +122,14 @@ void run_train(TrainOptions& o) {
   std::printf(", median step %.3f s\n", median(times));
   if (comm::size() > 1) {
     const StepRecord& last = s.history.back();
-    std::printf("communication per step and rank: %.2f MB (predicted %.2f MB), %.3f s\n", mib(last.comm_bytes),
+    std::printf("communication per step and rank: %.2f MiB (predicted %.2f MiB), %.3f s\n", mib(last.comm_bytes),
                 mib(last.predicted_comm_bytes), last.comm_seconds);
   }
   if (c.shard_params) {
     const RankMemory& m = s.memory;
-    std::printf("per rank (rank 0): parameter shards %.2f MB, gradient shards %.2f MB, optimizer state %.2f MB, "
-                "gathered parameters at most %.2f MB, whole gradients awaiting reduction at most %.2f MB, "
-                "activations %.2f MB\n",
+    std::printf("per rank (rank 0): parameter shards %.2f MiB, gradient shards %.2f MiB, optimizer state %.2f MiB, "
+                "gathered parameters at most %.2f MiB, whole gradients awaiting reduction at most %.2f MiB, "
+                "activations %.2f MiB\n",
                 mib(m.parameters), mib(m.gradients), mib(m.optimizer), mib(m.gathered_peak), mib(m.reducing_peak),
                 mib(s.history.back().activation_peak));
   }

@@ -172,7 +172,7 @@ std::string markdown_summary(const Results& results) {
     if (r.model != model) {
       model = r.model;
       o << "\n## " << model << "\n\n"
-        << "| strategy | shape | step s | time vs full | act MB | memory vs full | predicted MB | offload MB | "
+        << "| strategy | shape | step s | time vs full | act MiB | memory vs full | predicted MiB | offload MiB | "
            "copies (hidden) | recompute | bitwise |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
     }
     if (r.oom) {
@@ -206,7 +206,7 @@ std::vector<std::string> write_plots(const std::vector<RunSummary>& runs, const 
   // 1. Step time against activation memory, one panel per model, Pareto front marked.
   std::vector<svg::Chart> tradeoff;
   for (const auto& [model, rs] : groups) {
-    svg::Chart c{model + " " + shape(*rs.front()), "activation memory (MB)", "step time (s)", false, false, {}};
+    svg::Chart c{model + " " + shape(*rs.front()), "activation memory (MiB)", "step time (s)", false, false, {}};
     std::vector<const RunSummary*> sorted, planned;
     for (const RunSummary* r : rs)
       if (!r->oom) {
@@ -242,7 +242,7 @@ std::vector<std::string> write_plots(const std::vector<RunSummary>& runs, const 
 
   // 2. The memory timeline of one step, every strategy on one chart per model.
   for (const auto& [model, rs] : groups) {
-    svg::Chart c{model + " " + shape(*rs.front()), "time in the step (s)", "activation memory (MB)", false, false, {}};
+    svg::Chart c{model + " " + shape(*rs.front()), "time in the step (s)", "activation memory (MiB)", false, false, {}};
     for (const RunSummary* r : rs)
       if (!r->timeline_seconds.empty()) c.series.push_back({r->strategy, r->timeline_seconds, r->timeline_mb});
     if (!c.series.empty())
@@ -256,7 +256,7 @@ std::vector<std::string> write_plots(const std::vector<RunSummary>& runs, const 
   for (const auto& r : runs)
     if (!r.oom) sweep[r.model][r.strategy][r.L] = r.activation;
   for (const auto& [model, strategies] : sweep) {
-    svg::Chart c{model, "blocks L", "activation memory (MB)", true, true, {}};
+    svg::Chart c{model, "blocks L", "activation memory (MiB)", true, true, {}};
     for (const auto& [strategy, points] : strategies) {
       if (points.size() < 2) continue;
       svg::Series s{strategy, {}, {}, true, true};

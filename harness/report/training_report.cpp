@@ -51,7 +51,7 @@ std::string run_label(const std::string& path, const TrainConfig& c) {
 std::string training_summary(const std::vector<std::string>& run_files) {
   std::ostringstream o;
   o << "\n## training runs\n\n| run | model | strategy | steps | final loss | loss parts | best validation | median step s | "
-       "tokens/s | activation MB | ranks | memory/rank MB | comm MB/step (predicted) |\n"
+       "tokens/s | activation MiB | ranks | memory/rank MiB | comm MiB/step (predicted) |\n"
        "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& path : run_files) {
     const SavedRun run = read_run_record(path);
@@ -152,8 +152,8 @@ std::string write_rank_plot(const std::vector<std::string>& run_files, const std
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw UserError(dir + ": cannot create (" + ec.message() + ")");
-  svg::Chart time{"step time", "memory per rank (MB)", "median step time (s)", false, false, {}};
-  svg::Chart comm{"communication", "memory per rank (MB)", "sent + received per step (MB)", false, false, {}};
+  svg::Chart time{"step time", "memory per rank (MiB)", "median step time (s)", false, false, {}};
+  svg::Chart comm{"communication", "memory per rank (MiB)", "sent + received per step (MiB)", false, false, {}};
   for (const auto& path : run_files) {
     const SavedRun run = read_run_record(path);
     const RankFigures f = rank_figures(run);

@@ -88,7 +88,7 @@ void describe_parts(const std::vector<PlanPart>& parts, const SaveProfile& p, in
     const std::string indent(std::size_t(2 * depth), ' ');
     if (part.segment) {
       std::int64_t input = p.blocks[std::size_t(part.first)].input;
-      std::snprintf(line, sizeof line, "%s%-12s segment: keeps its input (%.2f MB), recomputed in backward%s\n",
+      std::snprintf(line, sizeof line, "%s%-12s segment: keeps its input (%.2f MiB), recomputed in backward%s\n",
                     indent.c_str(), block_range(p, part.first, part.last).c_str(), mb(input),
                     part.inner.empty() ? ", keeping all it saves" : ", by:");
       out += line;
@@ -99,12 +99,12 @@ void describe_parts(const std::vector<PlanPart>& parts, const SaveProfile& p, in
       for (const auto& x : b.tensors)
         if (x.recomputable && !x.block_input && std::count(part.drops.begin(), part.drops.end(), x.tag)) dropped += x.bytes;
       if (part.offload)
-        std::snprintf(line, sizeof line, "%s%-12s offload: %.2f MB to the host pool\n", indent.c_str(), b.name.c_str(),
+        std::snprintf(line, sizeof line, "%s%-12s offload: %.2f MiB to the host pool\n", indent.c_str(), b.name.c_str(),
                       mb(b.saved));
       else if (part.drops.empty())
-        std::snprintf(line, sizeof line, "%s%-12s keep: %.2f MB\n", indent.c_str(), b.name.c_str(), mb(b.saved));
+        std::snprintf(line, sizeof line, "%s%-12s keep: %.2f MiB\n", indent.c_str(), b.name.c_str(), mb(b.saved));
       else
-        std::snprintf(line, sizeof line, "%s%-12s keep %.2f MB, drop %s (%.2f MB, recomputed in backward)\n",
+        std::snprintf(line, sizeof line, "%s%-12s keep %.2f MiB, drop %s (%.2f MiB, recomputed in backward)\n",
                       indent.c_str(), b.name.c_str(), mb(b.saved - dropped), join(part.drops).c_str(), mb(dropped));
       out += line;
     }

@@ -73,6 +73,8 @@ expect_error "unknown model 'gpt5'" "$remat" grads --weights model.h5 --out r.h5
 # Golden regression: a drifted gradient fails and names the parameter.
 expect_ok "save golden" "$remat" check --preset tiny --strategies full --save-golden golden.h5
 expect_ok "golden" "$remat" check --golden golden.h5 --strategies full,per-layer
+grep -q "golden golden.h5: pass: 2 of 2 strategies within tolerance (loss: relative" out.txt ||
+  fail "check --golden ends without a verdict naming the tolerance: $(tail -2 out.txt)"
 "${PYTHON:-python3}" -c "
 import h5py
 with h5py.File('golden.h5', 'r+') as f:
@@ -82,6 +84,8 @@ with h5py.File('golden.h5', 'r+') as f:
 rc=$?
 [ $rc -eq 1 ] || fail "a drifted golden file: exit $rc, expected 1"
 grep -q "h.1.mlp.c_fc.weight" err.txt || fail "the drift error does not name the parameter: $(cat err.txt)"
+grep -q "golden golden.h5: DRIFT: 0 of 1 strategies within tolerance" out.txt ||
+  fail "a drifted golden check ends without its verdict: $(tail -2 out.txt)"
 
 # remat time: steps timed in this process, the resident set and the tracker beside it.
 expect_ok "time" "$remat" time --preset tiny --strategy per-layer --steps 2
@@ -196,8 +200,16 @@ expect_error "above the smaller dimension" "$remat" check --preset tiny --lora 1
 expect_ok "train lora" "$remat" train --model llama --steps 4 --lora 2 --lr 1e-2 --out lora-run.h5 --adapters-out adapters.h5
 grep -q "wrote adapters.h5" out.txt || fail "train --adapters-out does not say what it wrote: $(cat out.txt)"
 expect_error "remat lora-merge" "$remat" grads --weights lora-run.h5 --out r.h5
-expect_ok "lora-merge" "$remat" lora-merge --weights lora-run.h5 --adapters adapters.h5 --out merged.h5
-grep -q "merged 4 adapters" out.txt || fail "lora-merge does not say what it merged: $(cat out.txt)"
+# The fix the error suggests is a command that works.
+suggested=$(sed -n 's/.*first: remat \(lora-merge .*\)$/\1/p' err.txt)
+[ -n "$suggested" ] || fail "no lora-merge command in: $(cat err.txt)"
+rm -f merged.h5
+# shellcheck disable=SC2086
+"$remat" $suggested >out.txt 2>&1 && [ -f merged.h5 ] || fail "the suggested '$suggested' fails: $(cat out.txt)"
+expect_error "holds LoRA adapters alone" "$remat" grads --weights adapters.h5 --out r.h5
+expect_ok "lora-merge" "$remat" lora-merge --weights lora-run.h5 --adapters adapters.h5 --out merged.h5 --force
+grep -q "wrote merged.h5: the weights of lora-run.h5 with 4 adapters" out.txt ||
+  fail "lora-merge does not say what it wrote: $(cat out.txt)"
 expect_ok "grads on merged weights" "$remat" grads --weights merged.h5
 expect_ok "export llama" "$remat" export --model llama --preset tiny --out llama.h5
 expect_error "adapters for another model or shape" "$remat" lora-merge --weights w.h5 --adapters adapters.h5 --out r.h5

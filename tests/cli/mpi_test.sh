@@ -173,7 +173,7 @@ PY
 # The report puts them side by side: memory per rank, communication and its prediction, and the plot.
 "$remat" report zero-full.h5 zero-per-layer.h5 dp-full.h5 --svg plots >out.txt 2>err.txt || fail "report of sharded runs: $(cat err.txt)"
 grep -q "| 2 sharded |" out.txt || fail "the report does not say the run was sharded: $(cat out.txt)"
-grep -q "memory/rank MB | comm MB/step (predicted)" out.txt || fail "the report has no memory per rank or communication: $(cat out.txt)"
+grep -q "memory/rank MiB | comm MiB/step (predicted)" out.txt || fail "the report has no memory per rank or communication: $(cat out.txt)"
 [ -s plots/ranks.svg ] && grep -q "zero-per-layer (per-layer, sharded)" plots/ranks.svg || fail "no ranks.svg plotting every run"
 
 # 5. A rank killed mid-matrix loses only its run in progress: what rank 0
@@ -205,6 +205,25 @@ f = h5py.File('killed.h5')
 keys = [f['runs'][r].attrs['key'] for r in f['runs']]
 assert len(keys) == 12 and len(set(keys)) == 12, keys
 " || fail "--resume after a dead rank did not finish every cell exactly once"
+
+# Under mpirun an error every rank meets is one line from rank 0 and exit 2,
+# not an MPI_ABORT banner (mpirun's own notice that a process exited
+# non-zero may follow it); Kokkos' warnings come from rank 0 alone.
+mpi_error() {  # mpi_error "fragment" remat-args...
+  local fragment=$1; shift
+  "${mpi[@]}" "$remat" "$@" >out.txt 2>err.txt
+  local rc=$?
+  [ $rc -eq 2 ] || fail "mpirun remat $*: exit $rc, expected 2 ($(cat err.txt))"
+  [ "$(grep -c "^remat: error: .*$fragment" err.txt)" -eq 1 ] || fail "mpirun remat $*: not one error line: $(cat err.txt)"
+  grep -q "MPI_ABORT\|(rank [0-9]" err.txt && fail "mpirun remat $*: an abort where every rank knew the error: $(cat err.txt)"
+}
+mpi_error "--seq" train --preset tiny --steps 1 --seq 0
+mpi_error "matches no parameter" train --preset tiny --steps 1 --freeze 'nomatch*' --out x.h5
+"${mpi[@]}" --tag-output "$remat" train --preset tiny --steps 1 --kokkos-num-threads=4 >out.txt 2>&1 ||
+  fail "mpirun train without --out: $(cat out.txt)"
+[ "$(grep -c "no --out" out.txt)" -eq 1 ] || fail "train without --out does not warn once: $(cat out.txt)"
+grep -q "^\[1,0\].*WARNING" out.txt || fail "rank 0 does not pass Kokkos' warning on: $(cat out.txt)"
+grep -q "^\[1,1\].*WARNING" out.txt && fail "Kokkos' warnings come once per rank: $(cat out.txt)"
 
 if [ "$failures" -gt 0 ]; then
   echo "$failures failures"
