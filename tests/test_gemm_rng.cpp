@@ -14,7 +14,9 @@ namespace {
 // Host memory, whatever the build's default space: the front door sends it
 // to the host BLAS in a CUDA build too.
 using Host = Kokkos::HostSpace;
-const Kokkos::DefaultHostExecutionSpace host_space;
+// (An instance is made where it is used: one with static storage would be
+// made before Kokkos starts and destroyed after it ends.)
+using HostExec = Kokkos::DefaultHostExecutionSpace;
 
 }  // namespace
 
@@ -28,7 +30,7 @@ TEST_CASE("gemm matches the naive reference for every transpose and beta", "[gem
         const std::int64_t lda = oa == Op::N ? k : m, ldb = ob == Op::N ? n : k;
         const auto [ar, ac] = oa == Op::N ? std::pair{m, k} : std::pair{k, m};
         const auto [br, bc] = ob == Op::N ? std::pair{k, n} : std::pair{n, k};
-        gemm::gemm(host_space, oa, ob, 0.5, gemm::matrix<Host>(a.data(), ar, ac, lda),
+        gemm::gemm(HostExec(), oa, ob, 0.5, gemm::matrix<Host>(a.data(), ar, ac, lda),
                    gemm::matrix<Host>(b.data(), br, bc, ldb), beta, gemm::matrix<Host>(c.data(), m, n, n));
         gemm::gemm_reference<double>(oa, ob, m, n, k, 0.5, a.data(), lda, b.data(), ldb, beta, want.data(), n);
         CHECK(test::max_abs_diff(c, want) < 1e-12);
@@ -41,11 +43,11 @@ TEST_CASE("batched gemm equals one gemm per batch entry, windows of wider rows i
   const std::int64_t m = 4, n = 3, k = 5, count = 6;
   const auto a = test::random_values(count * m * 2 * k, 1), b = test::random_values(count * k * n, 2);
   std::vector<float> fa(a.begin(), a.end()), fb(b.begin(), b.end()), c(count * m * n), want(count * m * n);
-  gemm::gemm_batched(host_space, Op::N, Op::N, 1.0f, gemm::matrices<Host>(fa.data(), count, m * 2 * k, m, k, 2 * k),
+  gemm::gemm_batched(HostExec(), Op::N, Op::N, 1.0f, gemm::matrices<Host>(fa.data(), count, m * 2 * k, m, k, 2 * k),
                      gemm::matrices<Host>(fb.data(), count, k * n, k, n, n), 0.0f,
                      gemm::matrices<Host>(c.data(), count, m * n, m, n, n));
   for (std::int64_t i = 0; i < count; ++i)
-    gemm::gemm(host_space, Op::N, Op::N, 1.0f, gemm::matrix<Host>(fa.data() + i * m * 2 * k, m, k, 2 * k),
+    gemm::gemm(HostExec(), Op::N, Op::N, 1.0f, gemm::matrix<Host>(fa.data() + i * m * 2 * k, m, k, 2 * k),
                gemm::matrix<Host>(fb.data() + i * k * n, k, n, n), 0.0f,
                gemm::matrix<Host>(want.data() + i * m * n, m, n, n));
   CHECK(c == want);
@@ -54,10 +56,10 @@ TEST_CASE("batched gemm equals one gemm per batch entry, windows of wider rows i
 TEST_CASE("gemm refuses operands whose shapes do not multiply", "[gemm][errors]") {
   std::vector<double> a(12), b(12), c(16);
   const auto A = gemm::matrix<Host>(a.data(), 3, 4, 4), B = gemm::matrix<Host>(b.data(), 3, 4, 4);
-  CHECK_THROWS_WITH(gemm::gemm(host_space, Op::N, Op::N, 1.0, A, B, 0.0, gemm::matrix<Host>(c.data(), 3, 4, 4)),
+  CHECK_THROWS_WITH(gemm::gemm(HostExec(), Op::N, Op::N, 1.0, A, B, 0.0, gemm::matrix<Host>(c.data(), 3, 4, 4)),
                     Catch::Contains("operands of 3x4, 3x4 into 3x4"));
-  CHECK_NOTHROW(gemm::gemm(host_space, Op::N, Op::T, 1.0, A, B, 0.0, gemm::matrix<Host>(c.data(), 3, 3, 3)));
-  CHECK_THROWS_WITH(gemm::gemm_batched(host_space, Op::N, Op::N, 1.0, gemm::matrices<Host>(a.data(), 2, 6, 2, 3, 3),
+  CHECK_NOTHROW(gemm::gemm(HostExec(), Op::N, Op::T, 1.0, A, B, 0.0, gemm::matrix<Host>(c.data(), 3, 3, 3)));
+  CHECK_THROWS_WITH(gemm::gemm_batched(HostExec(), Op::N, Op::N, 1.0, gemm::matrices<Host>(a.data(), 2, 6, 2, 3, 3),
                                        gemm::matrices<Host>(b.data(), 1, 6, 3, 2, 2), 0.0,
                                        gemm::matrices<Host>(c.data(), 2, 4, 2, 2, 2)),
                     Catch::Contains("batches of 2, 1 and 2"));
