@@ -1,5 +1,7 @@
 #include "autodiff/gemm.hpp"
 
+#include <chrono>
+
 #include "autodiff/cublas.hpp"
 #include "autodiff/stats.hpp"
 
@@ -16,6 +18,11 @@ CBLAS_TRANSPOSE cblas_op(Op op) { return op == Op::N ? CblasNoTrans : CblasTrans
 }  // namespace
 
 void count_flops(double flops) { stats::count_flops(flops); }
+bool logging() { return stats::gemm_log() != nullptr; }
+double clock_now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
+void log_call(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t count, double started) {
+  if (auto* log = stats::gemm_log()) log->push_back({op_a == Op::T, op_b == Op::T, m, n, k, count, clock_now() - started});
+}
 
 template <class T>
 void host_gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,

@@ -55,6 +55,11 @@ void device_gemm_batched(void* stream, Op op_a, Op op_b, std::int64_t m, std::in
                          std::int64_t stride_b, T beta, T* c, std::int64_t ldc, std::int64_t stride_c,
                          std::int64_t count);
 void count_flops(double flops);
+// While a stats::GemmLogScope is open: a clock before the call, and the
+// call's shape and fenced time after it.
+bool logging();
+double clock_now();
+void log_call(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t count, double started);
 
 template <class Exec>
 void* stream_of(const Exec& space) {
@@ -104,12 +109,14 @@ void gemm(const Exec& space, Op op_a, Op op_b, typename C::non_const_value_type 
   std::int64_t m, n, k;
   detail::dimensions(op_a, op_b, a, b, c, 0, m, n, k);
   detail::count_flops(2.0 * double(m) * double(n) * double(k));
+  const double started = detail::logging() ? (space.fence(), detail::clock_now()) : 0;
   if constexpr (detail::in_host_memory<Exec, C>())
     detail::host_gemm<T>(op_a, op_b, m, n, k, alpha, a.data(), a.stride(0), b.data(), b.stride(0), beta, c.data(),
                          c.stride(0));
   else
     detail::device_gemm<T>(detail::stream_of(space), op_a, op_b, m, n, k, alpha, a.data(), a.stride(0), b.data(),
                            b.stride(0), beta, c.data(), c.stride(0));
+  if (detail::logging()) space.fence(), detail::log_call(op_a, op_b, m, n, k, 1, started);
 }
 
 // The same for each of a batch: rank-3 Views, the first index the product.
@@ -127,6 +134,7 @@ void gemm_batched(const Exec& space, Op op_a, Op op_b, typename C::non_const_val
   std::int64_t m, n, k;
   detail::dimensions(op_a, op_b, a, b, c, 1, m, n, k);
   detail::count_flops(2.0 * double(m) * double(n) * double(k) * double(count));
+  const double started = detail::logging() ? (space.fence(), detail::clock_now()) : 0;
   if constexpr (detail::in_host_memory<Exec, C>())
     detail::host_gemm_batched<T>(op_a, op_b, m, n, k, alpha, a.data(), a.stride(1), a.stride(0), b.data(), b.stride(1),
                                  b.stride(0), beta, c.data(), c.stride(1), c.stride(0), count);
@@ -134,6 +142,7 @@ void gemm_batched(const Exec& space, Op op_a, Op op_b, typename C::non_const_val
     detail::device_gemm_batched<T>(detail::stream_of(space), op_a, op_b, m, n, k, alpha, a.data(), a.stride(1),
                                    a.stride(0), b.data(), b.stride(1), b.stride(0), beta, c.data(), c.stride(1),
                                    c.stride(0), count);
+  if (detail::logging()) space.fence(), detail::log_call(op_a, op_b, m, n, k, count, started);
 }
 
 // One product on the calling thread, for use inside a parallel region over

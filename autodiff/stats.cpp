@@ -37,6 +37,14 @@ void count_flops(double flops) {
   if (flag()) state().recompute_flops += flops;
 }
 
+std::vector<GemmCall>*& log_slot() {
+  thread_local std::vector<GemmCall>* log = nullptr;
+  return log;
+}
+std::vector<GemmCall>* gemm_log() { return log_slot(); }
+GemmLogScope::GemmLogScope(std::vector<GemmCall>& log) : previous_(log_slot()) { log_slot() = &log; }
+GemmLogScope::~GemmLogScope() { log_slot() = previous_; }
+
 bool recomputing() { return flag(); }
 RecomputeScope::RecomputeScope() : previous_(flag()) { flag() = true; }
 RecomputeScope::~RecomputeScope() { flag() = previous_; }

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 namespace remat::stats {
 
@@ -23,6 +24,27 @@ const Counts& counts();
 void count_forward(const char* op);
 void count_flops(double flops);
 bool recomputing();
+
+// Every product through the GEMM front door while a GemmLogScope is open
+// (on this thread): its shape, and the seconds it took, fenced. For the
+// benchmarks' floor (the same products alone through the BLAS) and profile.
+struct GemmCall {
+  bool trans_a = false, trans_b = false;
+  std::int64_t m = 0, n = 0, k = 0, count = 1;
+  double seconds = 0;
+};
+class GemmLogScope {
+ public:
+  explicit GemmLogScope(std::vector<GemmCall>& log);
+  ~GemmLogScope();
+  GemmLogScope(const GemmLogScope&) = delete;
+  GemmLogScope& operator=(const GemmLogScope&) = delete;
+
+ private:
+  std::vector<GemmCall>* previous_;
+};
+// The open log, or null (the front door times and records only then).
+std::vector<GemmCall>* gemm_log();
 
 class RecomputeScope {
  public:

@@ -13,6 +13,8 @@ void SummaryReporter::ReportRuns(const std::vector<Run>& runs) {
     f.seconds = r.GetAdjustedRealTime() / benchmark::GetTimeUnitMultiplier(r.time_unit);
     if (auto it = r.counters.find("FLOP/s"); it != r.counters.end()) f.flops = it->second.value;
     if (auto it = r.counters.find("GEMM FLOP/s"); it != r.counters.end()) f.gemm_flops = it->second.value;
+    for (const auto& [name, c] : r.counters)
+      if (name.size() > 2 && name.compare(name.size() - 2, 2, " %") == 0) f.shares[name.substr(0, name.size() - 2)] = c.value;
     const std::string& args = r.run_name.args;
     figures_[r.run_name.function_name + (args.empty() ? "" : "/" + args)] = f;
   }
@@ -57,6 +59,26 @@ void SummaryReporter::Finalize() {
       std::fprintf(out, "\n    step time / full:");
       for (const auto& [s, f] : rows)
         if (s != "full") std::fprintf(out, " %s %.2f;", s.c_str(), f.seconds / full->seconds);
+      std::fprintf(out, "\n");
+    }
+  }
+  // Each model's full step against its floor: its model FLOPs at the BLAS's
+  // rate on the model's own GEMM shapes (BM_gemm_floor), and where the rest
+  // of the step goes (BM_profile).
+  for (const char* model : {"gpt2", "llama"}) {
+    const auto step = figures_.find(std::string("BM_step/") + model + "/full");
+    const auto floor = figures_.find(std::string("BM_gemm_floor/") + model);
+    if (step != figures_.end() && floor != figures_.end() && floor->second.flops > 0 && step->second.flops > 0) {
+      const double floor_s = step->second.flops * step->second.seconds / floor->second.flops;
+      std::fprintf(out,
+                   "  %s full: %.3f s/step; its GEMMs alone run at %.1f GFLOP/s, so its FLOPs need %.3f s: %.0f%% of "
+                   "that ceiling\n",
+                   model, step->second.seconds, floor->second.flops / 1e9, floor_s,
+                   100.0 * floor_s / step->second.seconds);
+    }
+    if (const auto p = figures_.find(std::string("BM_profile/") + model); p != figures_.end()) {
+      std::fprintf(out, "    where %s's step goes:", model);
+      for (const auto& [what, share] : p->second.shares) std::fprintf(out, " %s %.1f%%;", what.c_str(), share);
       std::fprintf(out, "\n");
     }
   }

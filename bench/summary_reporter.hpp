@@ -21,6 +21,7 @@ class SummaryReporter : public benchmark::ConsoleReporter {
     double seconds = 0;  // per iteration
     double flops = 0;    // the FLOP/s counter, if any
     double gemm_flops = 0;  // the GEMM FLOP/s counter (FLOPs the step ran), if any
+    std::map<std::string, double> shares;  // BM_profile's "<category> %" counters
   };
   std::map<std::string, Figure> figures_;  // by benchmark name (a single run, or the median of repetitions)
 };
