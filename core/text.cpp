@@ -41,6 +41,12 @@ std::int64_t parse_byte_size(const std::string& text) {
   return std::int64_t(std::llround(bytes));
 }
 
+std::string fixed(double v, int decimals) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
+  return buf;
+}
+
 std::string human_bytes(double bytes) {
   const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
   int u = 0;

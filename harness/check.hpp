@@ -67,6 +67,12 @@ struct CheckReport {
 };
 
 
+// Why `strategy` is `full` in all but name on this step, or "" when it is
+// not: it kept full's peak, moved nothing and ran no op again. (Megatron's
+// selective:attn-core under the fused attention, which keeps no scores.)
+std::string same_as_full(const std::string& strategy, const StepResult& step, const StepResult& full,
+                         const std::string& attention);
+
 // Runs `full`, then each strategy, one step each, on the same weights and batch.
 CheckReport run_check(const Model& model, const ParamStore& params, const Batch& batch,
                                 const std::vector<std::string>& strategies, const CheckOptions& options);

@@ -152,6 +152,8 @@ int run_check_command(const CheckCommandOptions& o) {
                 double(s.activation_peak) / double(report.full.activation_peak),
                 mb_text(double(s.offload_peak)).c_str(), s.flops > 0 ? 100.0 * s.recompute_flops / s.flops : 0.0,
                 s.seconds, ok ? "" : "   <- NOT BITWISE EQUAL TO full");
+    const std::string same = same_as_full(r.strategy, s, report.full, o.model.attention);
+    if (!same.empty()) std::printf("  %s %s\n", r.strategy.c_str(), same.c_str());
   }
   std::printf(
       "\nact MiB: device-pool peak during the step minus what was live before it (parameters, gradients, batch);\n"

@@ -49,8 +49,13 @@ void print_summary(const std::vector<RunRecord>& records) {
     return shape.text();
   };
   std::map<std::string, double> full_time;
+  std::map<std::string, const StepResult*> full_step;
   for (const auto& r : records)
-    if (r.key.strategy == "full" && !r.check.oom) full_time[shape_of(r.key)] = median(r.step_times);
+    if (r.key.strategy == "full" && !r.check.oom) {
+      full_time[shape_of(r.key)] = median(r.step_times);
+      full_step[shape_of(r.key)] = &r.check.step;
+    }
+  std::vector<std::string> notes;
   for (const auto& r : records) {
     const RunKey& k = r.key;
     if (r.check.oom) {
@@ -69,7 +74,12 @@ void print_summary(const std::vector<RunRecord>& records) {
                 mib(r.check.predicted.device), vs, mib(st.offload_peak),
                 copy_cost(st.offload_copy_seconds, st.offload_wait_seconds).c_str(),
                 st.flops > 0 ? 100 * st.recompute_flops / st.flops : 0.0, r.check.vs_full.bitwise ? "yes" : "NO");
+    if (const auto f = full_step.find(shape_of(k)); f != full_step.end()) {
+      const std::string same = same_as_full(k.strategy, st, *f->second, k.attention);
+      if (!same.empty()) notes.push_back(k.model + " " + k.strategy + " " + shape + ": " + same);
+    }
   }
+  for (const auto& n : notes) std::printf("%s\n", n.c_str());
   std::printf("vs full: step time relative to full on the same model and shape (time overhead of the strategy).\n"
               "act MiB: the device pool's activation peak; offl. MiB: the host offload pool's; copies hidden: the\n"
               "offload copies' time and the share of it that ran behind compute (- : none; the host moves, not copies).\n");
@@ -149,7 +159,9 @@ void setup_matrix(CLI::App& app) {
   cmd->add_option("--strategies", o->matrix.strategies, "'all' or a comma-separated list (see `remat strategies`)")
       ->capture_default_str();
   o->decided_by_weights.push_back(
-      cmd->add_option("--preset", o->matrix.preset, "Size preset")->check(CLI::IsMember(preset_names()))->capture_default_str());
+      cmd->add_option("--preset", o->matrix.preset,
+                      "Size preset (small here, sizes worth measuring; check, train and export default to "
+                      "tiny, for an answer in seconds)")->check(CLI::IsMember(preset_names()))->capture_default_str());
   o->decided_by_weights.push_back(cmd->add_option("--layers", o->matrix.layers, "Blocks L to sweep (comma-separated)")
                                       ->delimiter(',')
                                       ->check(whole_number(1, 1 << 16)));

@@ -11,7 +11,15 @@ namespace remat::cli {
 void ModelOptions::bind(CLI::App& cmd) {
   decided_by_weights_ = {
       cmd.add_option("--model", model, "Model from the zoo")->check(CLI::IsMember(models().names()))->capture_default_str(),
-      cmd.add_option("--preset", preset, "Size preset")->check(CLI::IsMember(preset_names()))->capture_default_str(),
+      cmd.add_option("--preset", preset,
+                     // The defaults differ by purpose: a check or a first training wants an answer in
+                     // seconds, a measurement wants sizes where time and memory mean something.
+                     preset == "tiny" ? "Size preset (tiny here, for an answer in seconds; time, plan and matrix "
+                                        "measure at small)"
+                                      : "Size preset (small here, sizes worth measuring; check, train and export "
+                                        "default to tiny, for an answer in seconds)")
+          ->check(CLI::IsMember(preset_names()))
+          ->capture_default_str(),
       cmd.add_option("--layers", layers, "Override the preset's number of blocks L")->check(whole_number(1, 1 << 16))};
   cmd.add_option("--seq", seq, "Override the preset's sequence length S")->check(whole_number(1, 1 << 20));
   cmd.add_option("--batch", batch, "Override the preset's batch size B")->check(whole_number(1, 1 << 16));

@@ -11,9 +11,14 @@ void setup_strategies(CLI::App& app) {
   auto* cmd = app.add_subcommand("strategies", "List the activation-memory strategies, the tags, and how they compose");
   cmd->callback([] {
     std::printf("%-20s %-18s %-6s %s\n", "strategy", "applies to", "exact", "what it does");
-    for (const auto& e : strategies().all())
-      std::printf("%-20s %-18s %-6s %s\n", e.usage.c_str(), e.applies_to.c_str(), e.exact ? "yes" : "no",
+    for (const auto& e : strategies().all()) {
+      // A usage too wide for its column gets a line of its own, so the
+      // columns stay aligned.
+      const bool wide = e.usage.size() > 20;
+      if (wide) std::printf("%s\n", e.usage.c_str());
+      std::printf("%-20s %-18s %-6s %s\n", wide ? "" : e.usage.c_str(), e.applies_to.c_str(), e.exact ? "yes" : "no",
                   e.description.c_str());
+    }
     std::printf("\ntags (what produced a saved tensor; the built-in ops'): ");
     for (const auto& t : builtin_tags()) std::printf("%s ", t.c_str());
     std::printf("\ntag groups: ");

@@ -10,6 +10,7 @@
 
 #include "autodiff/runtime.hpp"
 #include "core/error.hpp"
+#include "core/text.hpp"
 #include "harness/check.hpp"
 #include "harness/cli/commands.hpp"
 #include "harness/cli/format.hpp"
@@ -87,7 +88,7 @@ void run_time(const TimeOptions& o) {
   std::printf("step time: median %.3f s, fastest %.3f s, over %d steps after %d warm-up\n", step_median, fastest,
               o.steps, o.warmup);
   std::printf("activation peak (tracker, exact): %.1f MB%s\n", mib(activation_peak),
-              offload_peak ? (", offload pool " + std::to_string(mib(offload_peak)).substr(0, 6) + " MiB").c_str() : "");
+              offload_peak ? (", offload pool " + fixed(mib(offload_peak), 1) + " MiB").c_str() : "");
   std::printf("resident set: peak %.1f MiB above the %.1f MiB held once the model (weights and gradient buffers) and "
               "batch existed%s\n",
               mib(rss_peak), mib(baseline), peak_reset ? "" : " (peak since process start: the system refused a reset)");

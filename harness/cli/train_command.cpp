@@ -8,6 +8,7 @@
 
 #include "autodiff/runtime.hpp"
 #include "comm/comm.hpp"
+#include "core/text.hpp"
 #include "core/error.hpp"
 #include "datasets/batch_source.hpp"
 #include "finetune/adapters_file.hpp"
@@ -39,7 +40,7 @@ std::string progress_line(const TrainConfig& c, const TrainState& s, double sinc
   const double per_step = since_start / std::max(1, done_here);
   char buf[200];
   std::snprintf(buf, sizeof buf, "step %d/%d  loss %.4f%s  lr %.2e  %.0f tok/s  ETA %s", s.step, c.steps, r.loss,
-                s.evals.empty() ? "" : ("  val " + std::to_string(s.evals.back().loss).substr(0, 6)).c_str(), r.lr,
+                s.evals.empty() ? "" : ("  val " + fixed(s.evals.back().loss, 4)).c_str(), r.lr,
                 tokens / r.seconds, duration(per_step * (c.steps - s.step)).c_str());
   return buf;
 }

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/text.hpp"
 #include "h5/atomic_file.hpp"
 #include "harness/report/svg_chart.hpp"
 #include "step/step.hpp"
@@ -73,9 +74,9 @@ std::string training_summary(const std::vector<std::string>& run_files) {
                   "| %s | %s L%d D%d S%d B%d | %s | %d/%d | %s | %s | %s | %.3f | %.0f | %.1f | %d%s | %.1f | %.2f (%.2f) |\n",
                   path.c_str(), c.setup.model.c_str(), c.setup.sizes.L, c.setup.sizes.D, c.setup.sizes.S,
                   c.setup.sizes.B, c.strategy.c_str(), s.step, c.steps,
-                  s.history.empty() ? "-" : std::to_string(s.history.back().loss).substr(0, 6).c_str(),
+                  s.history.empty() ? "-" : fixed(s.history.back().loss, 4).c_str(),
                   parts.empty() ? "-" : parts.c_str(),
-                  s.evals.empty() ? "-" : std::to_string(best).substr(0, 6).c_str(), t,
+                  s.evals.empty() ? "-" : fixed(best, 4).c_str(), t,
                   t > 0 ? double(c.setup.sizes.B) * c.setup.sizes.S * c.accumulate / t : 0.0, f.activation_mb,
                   c.ranks, c.shard_params ? " sharded" : "", f.memory_mb, f.comm_mb, f.predicted_comm_mb);
     o << buf;
