@@ -1,5 +1,7 @@
 #include "harness/matrix.hpp"
 
+#include "zoo/configs.hpp"
+
 #include <algorithm>
 #include <filesystem>
 #include <optional>
@@ -32,13 +34,18 @@ bool same_shape(const RunKey& a, const RunKey& b) {
 
 std::vector<RunKey> matrix_cells(const MatrixOptions& o) {
   // The weights given decide the model and its sizes; else the preset does.
-  const ModelSetup file = o.weights.empty() ? ModelSetup{} : read_weights_setup(o.weights);
-  const Sizes base = o.weights.empty() ? preset_sizes(o.preset) : file.sizes;
-  const std::string preset = o.weights.empty() ? o.preset : file.preset;
+  // A published configuration (--config) is one model at fixed sizes, like a file.
+  const ModelSetup file = !o.weights.empty() ? read_weights_setup(o.weights)
+                          : !o.config.empty()
+                              ? ModelSetup{published_config(o.config).model, o.config, published_config(o.config).sizes}
+                              : ModelSetup{};
+  const bool fixed = !o.weights.empty() || !o.config.empty();  // the sizes' S_max is not ours to move
+  const Sizes base = fixed ? file.sizes : preset_sizes(o.preset);
+  const std::string preset = fixed ? file.preset : o.preset;
   const auto kernel = ops::parse_attention_kernel(o.attention);
   auto or_base = [](const std::vector<int>& v, int b) { return v.empty() ? std::vector<int>{b} : unique_in_order(v); };
   std::vector<RunKey> cells;
-  for (const auto& model : o.weights.empty() ? unique_in_order(o.models) : std::vector<std::string>{file.model}) {
+  for (const auto& model : fixed ? std::vector<std::string>{file.model} : unique_in_order(o.models)) {
     const auto specs = unique_in_order(strategies_for(model, o.strategies, kernel));
     for (int L : or_base(o.layers, base.L))
       for (int S : or_base(o.seq, base.S))
@@ -46,10 +53,10 @@ std::vector<RunKey> matrix_cells(const MatrixOptions& o) {
           Sizes z = base;
           z.L = L;
           z.S = S;
-          if (o.weights.empty()) z.S_max = S;
+          if (!fixed) z.S_max = S;
           else if (S > z.S_max)
-            throw UserError("--seq " + std::to_string(S) + ": " + o.weights + " holds positions for " +
-                            std::to_string(z.S_max));
+            throw UserError("--seq " + std::to_string(S) + ": " + (o.weights.empty() ? o.config : o.weights) +
+                            " holds positions for " + std::to_string(z.S_max));
           z.B = B;
           z.dropout = o.dropout;
           z.router_aux = o.router_aux;

@@ -17,6 +17,7 @@ struct MatrixOptions {
   std::vector<std::string> models{"gpt2"};
   std::string strategies = "all";       // per model: "all" or a list (see strategies_for)
   std::string preset = "small";
+  std::string config;  // a published configuration instead of the preset (its model alone)
   // Run every cell on these weights (a weight file or Hugging Face
   // checkpoint), whose model and sizes they are; --seq and --batch still sweep.
   std::string weights;

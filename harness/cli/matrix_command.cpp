@@ -21,6 +21,7 @@
 #include "step/step.hpp"
 #include "strategies/registry.hpp"
 #include "strategies/trace.hpp"
+#include "zoo/configs.hpp"
 
 namespace remat::cli {
 namespace {
@@ -30,6 +31,7 @@ struct Options {
   std::string models = "gpt2";
   std::string shard;  // "i/n"
   const CLI::Option* shard_option = nullptr;  // given (even as ''), or not
+  const CLI::Option* config_option = nullptr;
   std::vector<const CLI::Option*> decided_by_weights;  // --models, --preset, --layers: the weights file's with --weights
 };
 
@@ -91,6 +93,14 @@ void run(Options& o) {
       if (decided->count() > 0)
         throw UserError(decided->get_name() + " and --weights: the weights file decides the model and its sizes (" +
                         o.matrix.weights + ")");
+  if (o.config_option->count() > 0) {
+    // decided_by_weights: --models, --preset, --config, --layers
+    if (o.decided_by_weights[1]->count() > 0) throw UserError("--config and --preset both name the sizes: give one");
+    const std::string& model = published_config(o.matrix.config).model;
+    if (o.decided_by_weights[0]->count() > 0 && model_names(o.models) != std::vector<std::string>{model})
+      throw UserError("--models " + o.models + " and --config " + o.matrix.config + ": that configuration is a " +
+                      model);
+  }
   o.matrix.models = o.matrix.weights.empty() ? model_names(o.models) : std::vector<std::string>{};
   const bool sharded = o.shard_option->count() > 0;
   if (sharded) std::tie(o.matrix.shard, o.matrix.shards) = parse_shard(o.shard);
@@ -162,6 +172,11 @@ void setup_matrix(CLI::App& app) {
       cmd->add_option("--preset", o->matrix.preset,
                       "Size preset (small here, sizes worth measuring; check, train and export default to "
                       "tiny, for an answer in seconds)")->check(CLI::IsMember(preset_names()))->capture_default_str());
+  o->config_option = cmd->add_option("--config", o->matrix.config,
+                                     "A published configuration instead of a preset, at real size (docs/models.md: "
+                                     "e.g. llama-7b); its model alone, S its S_max and B 1 unless swept")
+                          ->check(CLI::IsMember(config_names()));
+  o->decided_by_weights.push_back(o->config_option);
   o->decided_by_weights.push_back(cmd->add_option("--layers", o->matrix.layers, "Blocks L to sweep (comma-separated)")
                                       ->delimiter(',')
                                       ->check(whole_number(1, 1 << 16)));

@@ -3,6 +3,7 @@
 #include "core/error.hpp"
 #include "datasets/batch_source.hpp"
 #include "harness/cli/validators.hpp"
+#include "zoo/configs.hpp"
 
 #include <cstdio>
 
@@ -20,7 +21,11 @@ void ModelOptions::bind(CLI::App& cmd) {
                                         "default to tiny, for an answer in seconds)")
           ->check(CLI::IsMember(preset_names()))
           ->capture_default_str(),
-      cmd.add_option("--layers", layers, "Override the preset's number of blocks L")->check(whole_number(1, 1 << 16))};
+      cmd.add_option("--layers", layers, "Override the preset's number of blocks L")->check(whole_number(1, 1 << 16)),
+      cmd.add_option("--config", config,
+                     "A published configuration instead of a preset, at real size (docs/models.md: e.g. llama-7b, "
+                     "gpt2-124m, mixtral-8x7b); S is its S_max and B 1 unless --seq and --batch say otherwise")
+          ->check(CLI::IsMember(config_names()))};
   cmd.add_option("--seq", seq, "Override the preset's sequence length S")->check(whole_number(1, 1 << 20));
   cmd.add_option("--batch", batch, "Override the preset's batch size B")->check(whole_number(1, 1 << 16));
   add_seed_option(cmd, seed, "Seed of the initialisation and the batch");
@@ -98,6 +103,19 @@ ModelSetup ModelOptions::resolve() const {
       if (seq > s.sizes.S_max)
         throw UserError("--seq " + std::to_string(seq) + ": " + weights + " holds positions for " +
                         std::to_string(s.sizes.S_max));
+      s.sizes.S = seq;
+    }
+  } else if (!config.empty()) {
+    const PublishedConfig& c = published_config(config);
+    if (decided_by_weights_[1]->count() > 0) throw UserError("--config and --preset both name the sizes: give one");
+    if (decided_by_weights_[0]->count() > 0 && model != c.model)
+      throw UserError("--model " + model + " and --config " + config + ": that configuration is a " + c.model);
+    s = {c.model, c.name, c.sizes};
+    if (layers) s.sizes.L = layers;
+    if (seq) {
+      if (seq > c.sizes.S_max)
+        throw UserError("--seq " + std::to_string(seq) + ": " + config + " was trained for at most " +
+                        std::to_string(c.sizes.S_max) + " positions");
       s.sizes.S = seq;
     }
   } else {

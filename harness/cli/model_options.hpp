@@ -15,6 +15,7 @@ namespace remat::cli {
 struct ModelOptions {
   std::string model = "gpt2";
   std::string preset = "tiny";
+  std::string config;  // a published configuration (zoo/configs.hpp), instead of a preset
   int layers = 0, seq = 0, batch = 0;  // 0: the preset's
   std::uint64_t seed = 1;
   std::string data = "random";  // batch source (datasets/batch_source.hpp)
@@ -38,7 +39,7 @@ struct ModelOptions {
   ops::AttentionKernel kernel() const { return ops::parse_attention_kernel(attention); }
 
  private:
-  std::vector<const CLI::Option*> decided_by_weights_;  // --model, --preset, --layers
+  std::vector<const CLI::Option*> decided_by_weights_;  // --model, --preset, --layers, --config
 };
 
 // --attention fused|plain.

@@ -3,6 +3,7 @@
 
 #include "harness/cli/commands.hpp"
 #include "strategies/registry.hpp"
+#include "zoo/configs.hpp"
 #include "zoo/model.hpp"
 
 namespace remat::cli {
@@ -38,6 +39,13 @@ void run_models() {
     const Sizes& z = p.sizes;
     std::printf("%-10s %3d %5d %3d %3d %5d %5d %6d %2d %2d %d  %s\n", p.name.c_str(), z.L, z.D, z.H, z.Hkv, z.F, z.S,
                 z.V, z.B, z.E, z.K, p.use.c_str());
+  }
+  std::printf("\npublished configurations (--config; L D H Hkv F S_max V; parameters counted from the shapes):\n");
+  for (const auto& c : published_configs()) {
+    const Sizes& z = c.sizes;
+    const long long count = count_params(models().find(c.model).make(z)->params());
+    std::printf("%-13s %-8s %3d %5d %3d %3d %6d %6d %6d  %lld parameters\n", c.name.c_str(), c.model.c_str(), z.L,
+                z.D, z.H, z.Hkv, z.F, z.S_max, z.V, count);
   }
 }
 
