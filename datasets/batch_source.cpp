@@ -61,7 +61,10 @@ class TaskSource final : public BatchSource {
 };
 
 // Consecutive windows of a token stream: tokens = stream[k .. k+BS),
-// targets = stream[k+1 .. k+BS+1); wraps around at the end.
+// targets = stream[k+1 .. k+BS+1). After the last whole batch an epoch
+// ends and the next starts further on (e times a prime stride, wrapping
+// round the stream's end into its start), so that no epoch repeats the
+// windows of the one before.
 class StreamSource final : public BatchSource {
  public:
   StreamSource(std::vector<std::int32_t> stream, std::string what, std::int64_t B, std::int64_t S)
@@ -71,13 +74,20 @@ class StreamSource final : public BatchSource {
                       std::to_string(B) + ", " + std::to_string(S) + "] needs " + std::to_string(B * S + 1));
   }
   Batch next() override {
-    const std::int64_t n = B_ * S_, offset = std::int64_t(batch_ % batches()) * n;
+    const std::int64_t n = B_ * S_, size = std::int64_t(stream_.size());
+    const std::uint64_t epoch = batch_ / batches();
+    const std::int64_t start = std::int64_t((epoch * 7919) % std::uint64_t(size)) +
+                               std::int64_t(batch_ % batches()) * n;
     ++batch_;
-    std::vector<std::int32_t> tokens(stream_.begin() + offset, stream_.begin() + offset + n);
-    std::vector<std::int32_t> targets(stream_.begin() + offset + 1, stream_.begin() + offset + n + 1);
+    std::vector<std::int32_t> tokens(static_cast<std::size_t>(n)), targets(static_cast<std::size_t>(n));
+    for (std::int64_t j = 0; j < n; ++j) {
+      tokens[std::size_t(j)] = stream_[std::size_t((start + j) % size)];
+      targets[std::size_t(j)] = stream_[std::size_t((start + j + 1) % size)];
+    }
     return {Tensor::from_host(tokens, {B_, S_}, "tokens"), Tensor::from_host(targets, {B_, S_}, "targets")};
   }
   std::string describe() const override { return what_; }
+  std::uint64_t epoch_batches() const override { return batches(); }
   std::uint64_t position() const override { return batch_; }
   void seek(std::uint64_t n) override { batch_ = n; }
 

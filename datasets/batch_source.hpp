@@ -26,6 +26,9 @@ class BatchSource {
   // batch the n-th, so a resumed training run reads what it would have.
   virtual std::uint64_t position() const = 0;
   virtual void seek(std::uint64_t batches) = 0;
+  // Batches in one pass over a finite source (text, token files), after
+  // which it wraps round; 0 for a generated source, which never repeats.
+  virtual std::uint64_t epoch_batches() const { return 0; }
 };
 
 // Which part of the data a source reads: training uses all but a held-out

@@ -47,7 +47,8 @@ void setup_report(CLI::App& app) {
       std::printf("%s", training_summary(runs).c_str());
       if (!o->svg.empty()) {
         std::printf("wrote %s\n", write_loss_plot(runs, o->svg).c_str());
-        std::printf("wrote %s\n", write_rank_plot(runs, o->svg).c_str());
+        if (const std::string ranks = write_rank_plot(runs, o->svg); !ranks.empty())
+          std::printf("wrote %s\n", ranks.c_str());
         const std::string experts = write_expert_plot(runs, o->svg);
         if (!experts.empty()) std::printf("wrote %s\n", experts.c_str());
       }

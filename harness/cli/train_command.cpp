@@ -95,6 +95,17 @@ void run_train(TrainOptions& o) {
                 comm::size() > 1 ? (" x " + std::to_string(comm::size()) + " ranks").c_str() : "", c.strategy.c_str(),
                 o.model.attention.c_str(), c.optimizer.kind.c_str(), c.schedule.kind.c_str(), c.schedule.lr, c.steps,
                 Runtime::describe().c_str());
+  if (speaks) {
+    // A finite source read more than once says so: its loss curve dips as
+    // the model meets the same text again.
+    const std::uint64_t epoch =
+        make_batch_source(c.data, z.B, z.S, z.V, c.seed, DataSplit::train)->epoch_batches();
+    const std::uint64_t reads = std::uint64_t(c.steps) * std::uint64_t(c.accumulate) * std::uint64_t(comm::size());
+    if (epoch > 0 && reads > epoch)
+      std::printf("%s: one pass is %llu batches, so this run reads it %.1f times (every pass starts %s)\n",
+                  c.data.c_str(), (unsigned long long)epoch, double(reads) / double(epoch),
+                  "at another position, so its windows differ from the last pass's");
+  }
   std::fflush(stdout);
   const bool tty = isatty(fileno(stderr));
   const auto start = std::chrono::steady_clock::now();

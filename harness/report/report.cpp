@@ -25,16 +25,62 @@ std::string shape(const RunSummary& r) {
   return "L" + std::to_string(r.L) + " S" + std::to_string(r.S) + " B" + std::to_string(r.B);
 }
 
-// The runs of each model at its first-recorded shape (the plots compare
-// strategies at one shape).
-std::map<std::string, std::vector<const RunSummary*>> by_model_first_shape(const std::vector<RunSummary>& runs) {
-  std::map<std::string, std::string> first;
-  std::map<std::string, std::vector<const RunSummary*>> out;
-  for (const auto& r : runs) {
-    first.emplace(r.model, shape(r));
-    if (first[r.model] == shape(r)) out[r.model].push_back(&r);
+// A setting's fields ("model=gpt2;L=2;..." as key=value pairs).
+std::map<std::string, std::string> fields_of(const std::string& setting) {
+  std::map<std::string, std::string> out;
+  std::size_t at = 0;
+  while (at <= setting.size()) {
+    const std::size_t end = std::min(setting.find(';', at), setting.size());
+    const std::string field = setting.substr(at, end - at);
+    if (const auto eq = field.find('='); eq != std::string::npos) out[field.substr(0, eq)] = field.substr(eq + 1);
+    at = end + 1;
   }
   return out;
+}
+
+// The setting without the named fields (a depth sweep's runs share one
+// without L).
+std::string setting_without(const std::string& setting, const std::set<std::string>& names) {
+  std::string out;
+  for (const auto& [k, v] : fields_of(setting))
+    if (!names.count(k)) out += k + "=" + v + ";";
+  return out.empty() ? setting : out;
+}
+
+// The runs compared in one panel: one setting (every option but the
+// strategy), in order of first appearance.
+std::vector<std::pair<std::string, std::vector<const RunSummary*>>> by_setting(const std::vector<RunSummary>& runs) {
+  std::vector<std::pair<std::string, std::vector<const RunSummary*>>> out;
+  for (const auto& r : runs) {
+    auto it = std::find_if(out.begin(), out.end(), [&](const auto& g) { return g.first == r.setting; });
+    if (it == out.end()) it = out.insert(out.end(), {r.setting, {}});
+    it->second.push_back(&r);
+  }
+  return out;
+}
+
+// A panel's title: the model and shape, its fine-tuning (the label its
+// strategies carry), and every option in which this setting differs from
+// another of the same model (data, seed, attention...), so that no two
+// panels read alike.
+std::string panel_title(const RunSummary& r, const std::vector<RunSummary>& runs) {
+  static const std::set<std::string> options = {"preset", "D", "H", "Hkv", "F", "V", "dropout", "attention", "data",
+                                                "seed", "mem_limit", "weights", "theta", "E", "K"};
+  const auto mine = fields_of(r.setting);
+  std::set<std::string> differ;
+  for (const auto& other : runs)
+    if (other.model == r.model && other.setting != r.setting) {
+      const auto theirs = fields_of(other.setting);
+      for (const auto& k : options) {
+        const bool a = mine.count(k), b = theirs.count(k);
+        if (a != b || (a && mine.at(k) != theirs.at(k))) differ.insert(k);
+      }
+    }
+  std::string title = r.model + " " + shape(r);
+  if (const auto open = r.strategy.find(" ("); open != std::string::npos) title += " " + r.strategy.substr(open + 1);
+  for (const auto& k : differ)
+    if (mine.count(k)) title += ", " + k + " " + mine.at(k);
+  return title;
 }
 
 }  // namespace
@@ -213,30 +259,39 @@ std::vector<std::string> write_plots(const std::vector<RunSummary>& runs, const 
   std::filesystem::create_directories(dir, ec);
   if (ec) throw UserError(dir + ": cannot create (" + ec.message() + ")");
   std::vector<std::string> written;
-  const auto groups = by_model_first_shape(runs);
+  const auto groups = by_setting(runs);
+  svg::Palette palette;  // one colour per strategy, in every panel and file
+  for (const auto& r : runs) palette(r.strategy);
 
-  // 1. Step time against activation memory, one panel per model, Pareto front marked.
+  // 1. Step time against activation memory, one panel per setting (model,
+  // shape, data, seed, fine-tuning...), each with its own Pareto front.
   std::vector<svg::Chart> tradeoff;
-  for (const auto& [model, rs] : groups) {
-    svg::Chart c{model + " " + shape(*rs.front()), "activation memory (MiB)", "step time (s)", false, false, {}};
+  for (const auto& [setting, rs] : groups) {
+    svg::Chart c{panel_title(*rs.front(), runs), "activation memory (MiB)", "step time (s)", false, false, {}};
     std::vector<const RunSummary*> sorted, planned;
     for (const RunSummary* r : rs)
       if (!r->oom) {
         // The planner's budgets form one line: its front beside the fixed strategies' points.
         if (r->strategy.rfind("budget:", 0) == 0) planned.push_back(r);
-        else c.series.push_back({r->strategy, {mb(r->activation)}, {r->step_time}, false, true});
+        else c.series.push_back({r->strategy, {mb(r->activation)}, {r->step_time}, false, true, false, false,
+                                 palette(r->strategy)});
         sorted.push_back(r);
       }
     if (!planned.empty()) {
       std::sort(planned.begin(), planned.end(), [](auto* a, auto* b) { return a->activation < b->activation; });
-      svg::Series plan{"planner (budget:...)", {}, {}, true, true};
+      svg::Series plan{"planner (budget:...)", {}, {}, true, true, false, false, palette("planner (budget:...)")};
       for (const RunSummary* r : planned) {
         plan.x.push_back(mb(r->activation));
         plan.y.push_back(r->step_time);
       }
       c.series.push_back(plan);
     }
-    std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) { return a->activation < b->activation; });
+    // Ringed: the points no other point matches or beats in both time and
+    // bytes (by bytes, then time: of two with the same bytes the faster comes
+    // first, and the slower is not on the front).
+    std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) {
+      return a->activation != b->activation ? a->activation < b->activation : a->step_time < b->step_time;
+    });
     svg::Series front{"Pareto front", {}, {}, true, false, true, true};
     double best = std::numeric_limits<double>::max();
     for (const RunSummary* r : sorted)  // lowest time so far, by growing memory
@@ -252,30 +307,79 @@ std::vector<std::string> write_plots(const std::vector<RunSummary>& runs, const 
     write_file(dir + "/tradeoff.svg", svg::render("Step time against activation memory (Pareto front ringed)", tradeoff),
                written);
 
-  // 2. The memory timeline of one step, every strategy on one chart per model.
-  for (const auto& [model, rs] : groups) {
-    svg::Chart c{model + " " + shape(*rs.front()), "time in the step (s)", "activation memory (MiB)", false, false, {}};
-    for (const RunSummary* r : rs)
-      if (!r->timeline_seconds.empty()) c.series.push_back({r->strategy, r->timeline_seconds, r->timeline_mb});
-    if (!c.series.empty())
+  // 2. The memory timeline of one step as small multiples: per model a file,
+  // per setting a row of panels, one per strategy, on one scale, with
+  // full's line faint behind each.
+  std::vector<std::string> model_order;
+  for (const auto& r : runs)
+    if (std::find(model_order.begin(), model_order.end(), r.model) == model_order.end()) model_order.push_back(r.model);
+  for (const auto& model : model_order) {
+    std::vector<svg::Chart> panels;
+    std::size_t columns = 1;
+    for (const auto& [setting, rs] : groups) {
+      if (rs.front()->model != model) continue;
+      double t_max = 0, m_max = 0;
+      const RunSummary* full = nullptr;
+      std::vector<const RunSummary*> drawn;
+      for (const RunSummary* r : rs)
+        if (!r->timeline_seconds.empty()) {
+          drawn.push_back(r);
+          if (r->full) full = r;
+          for (double t : r->timeline_seconds) t_max = std::max(t_max, t);
+          for (double m : r->timeline_mb) m_max = std::max(m_max, m);
+        }
+      columns = std::max(columns, std::min<std::size_t>(drawn.size(), 4));
+      const std::string title = panel_title(*rs.front(), runs);
+      for (const RunSummary* r : drawn) {
+        svg::Chart c{r->strategy + ": " + title, "time in the step (s)", "activation memory (MiB)", false, false, {}};
+        c.x_max = t_max, c.y_max = m_max;
+        if (full && full != r)
+          c.series.push_back({"full (reference)", full->timeline_seconds, full->timeline_mb, true, false, true, false,
+                              8});  // grey
+        c.series.push_back({r->strategy, r->timeline_seconds, r->timeline_mb, true, false, false, false,
+                            palette(r->strategy)});
+        panels.push_back(std::move(c));
+      }
+    }
+    if (!panels.empty())
       write_file(dir + "/timeline-" + model + ".svg",
-                 svg::render("Memory during one training step: " + model, {std::move(c)}), written);
+                 svg::render("Memory during one training step: " + model + " (one scale per row of panels)", panels,
+                             columns),
+                 written);
   }
 
-  // 3. Depth sweep: activation memory against L on log-log axes, fitted slopes.
+  // 3. Depth sweep: activation memory against L on log-log axes, fitted
+  // slopes; one panel per setting but L. A line that coincides with one
+  // drawn before it is dashed, and its legend says so.
   std::vector<svg::Chart> depth;
-  std::map<std::string, std::map<std::string, std::map<int, std::int64_t>>> sweep;  // model -> strategy -> L -> bytes
-  for (const auto& r : runs)
-    if (!r.oom) sweep[r.model][r.strategy][r.L] = r.activation;
-  for (const auto& [model, strategies] : sweep) {
-    svg::Chart c{model, "blocks L", "activation memory (MiB)", true, true, {}};
+  std::vector<std::pair<std::string, std::map<std::string, std::map<int, std::int64_t>>>> sweep;  // strategy -> L -> bytes
+  std::map<std::string, const RunSummary*> first_of;
+  for (const auto& r : runs) {
+    if (r.oom) continue;
+    const std::string key = setting_without(r.setting, {"L"});
+    auto it = std::find_if(sweep.begin(), sweep.end(), [&](const auto& g) { return g.first == key; });
+    if (it == sweep.end()) it = sweep.insert(sweep.end(), {key, {}}), first_of[key] = &r;
+    it->second[r.strategy][r.L] = r.activation;
+  }
+  for (const auto& [key, strategies] : sweep) {
+    std::string title = panel_title(*first_of[key], runs);
+    title = title.substr(0, title.find(' ')) + title.substr(title.find(' ') + shape(*first_of[key]).size() + 1);
+    svg::Chart c{title, "blocks L", "activation memory (MiB)", true, true, {}};
+    std::vector<std::pair<std::string, std::map<int, std::int64_t>>> drawn;
     for (const auto& [strategy, points] : strategies) {
       if (points.size() < 2) continue;
-      svg::Series s{strategy, {}, {}, true, true};
+      svg::Series s{strategy, {}, {}, true, true, false, false, palette(strategy)};
       for (const auto& [L, bytes] : points) s.x.push_back(L), s.y.push_back(std::max(mb(bytes), 1e-3));
-      char label[96];
+      char label[160];
       std::snprintf(label, sizeof label, "%s (slope %.2f)", strategy.c_str(), loglog_slope(s.x, s.y));
       s.name = label;
+      for (const auto& [other, other_points] : drawn)
+        if (other_points == points) {
+          s.dashed = true;
+          s.name += ", = " + other;
+          break;
+        }
+      drawn.push_back({strategy, points});
       c.series.push_back(std::move(s));
     }
     if (!c.series.empty()) depth.push_back(std::move(c));

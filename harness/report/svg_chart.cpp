@@ -71,6 +71,21 @@ struct Axis {
   double frac(double v) const { return log ? std::log(v / lo) / std::log(hi / lo) : (v - lo) / (hi - lo); }
 };
 
+// A legend entry in lines that fit the legend's column, broken at spaces.
+std::vector<std::string> legend_lines(const std::string& name) {
+  constexpr std::size_t kWidth = 36;  // characters of 11 px text in the column
+  std::vector<std::string> lines;
+  std::string rest = name;
+  while (rest.size() > kWidth) {
+    std::size_t cut = rest.rfind(' ', kWidth);
+    if (cut == std::string::npos || cut == 0) cut = kWidth;
+    lines.push_back(rest.substr(0, cut));
+    rest = rest.substr(cut == kWidth && rest[cut] != ' ' ? cut : cut + 1);
+  }
+  lines.push_back(rest);
+  return lines;
+}
+
 // The points of a series a chart can draw: as many as both coordinates
 // have, finite, and positive on a log axis.
 bool drawable(const Chart& c, const Series& s, std::size_t i) {
@@ -87,6 +102,8 @@ void panel(std::ostringstream& o, const Chart& c, double ox, double oy) {
       ymin = std::min(ymin, s.y[i]), ymax = std::max(ymax, s.y[i]);
     }
   if (xmin > xmax) xmin = ymin = c.log_x ? 1 : 0, xmax = ymax = 1;
+  if (c.x_max > 0) xmax = std::max(xmax, c.x_max), xmin = c.log_x ? xmin : std::min(xmin, 0.0);
+  if (c.y_max > 0) ymax = std::max(ymax, c.y_max), ymin = c.log_y ? ymin : std::min(ymin, 0.0);
   const Axis ax(c.log_x, xmin, xmax), ay(c.log_y, ymin, ymax);
   const double pw = kW - kLeft - kRight, ph = kH - kTop - kBottom, x0 = ox + kLeft, y0 = oy + kTop;
   auto px = [&](double v) { return x0 + ax.frac(v) * pw; };
@@ -114,7 +131,10 @@ void panel(std::ostringstream& o, const Chart& c, double ox, double oy) {
   int legend = 0;
   for (std::size_t k = 0; k < c.series.size(); ++k) {
     const Series& s = c.series[k];
-    const std::string color = s.ring ? "#000" : kColors[k % 10];
+    const int index = s.color >= 0 ? s.color : int(k);
+    const std::string color = s.ring ? "#000" : kColors[index % 10];
+    // Past ten names the colours come round again, dashed.
+    const bool dashed = s.dashed || (!s.ring && index >= 10);
     std::string points;
     for (std::size_t i = 0; i < s.x.size(); ++i) {
       if (!drawable(c, s, i)) continue;
@@ -122,29 +142,54 @@ void panel(std::ostringstream& o, const Chart& c, double ox, double oy) {
     }
     if (s.line && !points.empty())
       o << "<polyline fill='none' stroke='" << color << "' stroke-width='" << (s.ring ? 1 : 1.6) << "'"
-        << (s.dashed ? " stroke-dasharray='5,4'" : "") << " points='" << points << "'/>\n";
+        << (dashed ? " stroke-dasharray='5,4'" : "") << " points='" << points << "'/>\n";
     if (s.markers || s.ring)
       for (std::size_t i = 0; i < s.x.size(); ++i)
-        if (drawable(c, s, i)) o << "<circle cx='" << px(s.x[i]) << "' cy='" << py(s.y[i]) << "' r='" << (s.ring ? 7 : 4) << "' fill='"
-          << (s.ring ? "none" : color) << "' stroke='" << color << "'><title>" << esc(s.name) << ": " << num(s.x[i])
-          << ", " << num(s.y[i]) << "</title></circle>\n";
-    const double ly = y0 + 10 + 16 * legend++;
+        if (drawable(c, s, i)) {
+          const std::string tip = "<title>" + esc(s.name) + ": " + num(s.x[i]) + ", " + num(s.y[i]) + "</title>";
+          if (!s.ring && index >= 10)  // the second round of colours: squares
+            o << "<rect x='" << px(s.x[i]) - 4 << "' y='" << py(s.y[i]) - 4 << "' width='8' height='8' fill='" << color
+              << "'>" << tip << "</rect>\n";
+          else
+            o << "<circle cx='" << px(s.x[i]) << "' cy='" << py(s.y[i]) << "' r='" << (s.ring ? 7 : 4) << "' fill='"
+              << (s.ring ? "none" : color) << "' stroke='" << color << "'>" << tip << "</circle>\n";
+        }
+    const double ly = y0 + 10 + 16 * legend;
     o << "<line x1='" << x0 + pw + 10 << "' y1='" << ly << "' x2='" << x0 + pw + 28 << "' y2='" << ly << "' stroke='"
-      << color << "' stroke-width='2'" << (s.dashed ? " stroke-dasharray='5,4'" : "") << "/>"
-      << "<text x='" << x0 + pw + 32 << "' y='" << ly + 4 << "' font-size='11'>"
-      << esc(s.name.size() > 38 ? s.name.substr(0, 36) + "..." : s.name) << "</text>\n";
+      << color << "' stroke-width='2'" << (dashed ? " stroke-dasharray='5,4'" : "") << "/>";
+    for (const auto& line : legend_lines(s.name))  // wrapped, never cut
+      o << "<text x='" << x0 + pw + 32 << "' y='" << y0 + 14 + 16 * legend++ << "' font-size='11'>" << esc(line)
+        << "</text>\n";
   }
 }
 
 }  // namespace
 
-std::string render(const std::string& title, const std::vector<Chart>& panels) {
-  const double width = kW * double(std::max<std::size_t>(panels.size(), 1)), height = kH + 30;
+int Palette::operator()(const std::string& name) {
+  const auto it = std::find(names_.begin(), names_.end(), name);
+  if (it != names_.end()) return int(it - names_.begin());
+  names_.push_back(name);
+  return int(names_.size()) - 1;
+}
+
+std::string render(const std::string& title, const std::vector<Chart>& panels, std::size_t columns) {
+  if (columns == 0) columns = std::min<std::size_t>(std::max<std::size_t>(panels.size(), 1), 3);
+  // Panels grow downward when a legend needs the room: it never runs off.
+  std::size_t rows = 0;
+  for (const auto& c : panels) {
+    std::size_t lines = 0;
+    for (const auto& s : c.series) lines += legend_lines(s.name).size();
+    rows = std::max(rows, lines);
+  }
+  const double cell = std::max(kH, kTop + 20 + 16.0 * double(rows));
+  const std::size_t grid_rows = std::max<std::size_t>((panels.size() + columns - 1) / columns, 1);
+  const double width = kW * double(columns), height = cell * double(grid_rows) + 30;
   std::ostringstream o;
   o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << width << "' height='" << height << "' viewBox='0 0 "
     << width << " " << height << "' font-family='sans-serif'>\n<rect width='100%' height='100%' fill='white'/>\n"
     << "<text x='" << width / 2 << "' y='20' text-anchor='middle' font-size='16'>" << esc(title) << "</text>\n";
-  for (std::size_t i = 0; i < panels.size(); ++i) panel(o, panels[i], kW * double(i), 30);
+  for (std::size_t i = 0; i < panels.size(); ++i)
+    panel(o, panels[i], kW * double(i % columns), 30 + cell * double(i / columns));
   o << "</svg>\n";
   return o.str();
 }

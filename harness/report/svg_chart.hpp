@@ -14,15 +14,29 @@ struct Series {
   bool markers = false;
   bool dashed = false;
   bool ring = false;    // hollow markers (e.g. the Pareto front)
+  int color = -1;       // palette index, the same for one name in every panel (-1: the series' index)
+};
+
+// A palette index per name, in order of first appearance: one strategy keeps
+// one colour across every panel and file of a report.
+class Palette {
+ public:
+  int operator()(const std::string& name);
+
+ private:
+  std::vector<std::string> names_;
 };
 
 struct Chart {
   std::string title, x_label, y_label;
   bool log_x = false, log_y = false;
   std::vector<Series> series;
+  // Extend the axes to these (0: the data's range alone), so that small
+  // multiples share one scale.
+  double x_max = 0, y_max = 0;
 };
 
-// Charts side by side, under one title.
-std::string render(const std::string& title, const std::vector<Chart>& panels);
+// Charts in rows of `columns` (0: up to three), under one title.
+std::string render(const std::string& title, const std::vector<Chart>& panels, std::size_t columns = 0);
 
 }  // namespace remat::svg

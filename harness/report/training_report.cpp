@@ -150,13 +150,19 @@ std::string write_expert_plot(const std::vector<std::string>& run_files, const s
 }
 
 std::string write_rank_plot(const std::vector<std::string>& run_files, const std::string& dir) {
+  // Only runs of several processes have ranks to compare.
+  std::vector<std::pair<std::string, SavedRun>> runs;
+  for (const auto& path : run_files) {
+    SavedRun run = read_run_record(path);
+    if (run.config.ranks > 1) runs.emplace_back(path, std::move(run));
+  }
+  if (runs.empty()) return "";
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw UserError(dir + ": cannot create (" + ec.message() + ")");
   svg::Chart time{"step time", "memory per rank (MiB)", "median step time (s)", false, false, {}};
   svg::Chart comm{"communication", "memory per rank (MiB)", "sent + received per step (MiB)", false, false, {}};
-  for (const auto& path : run_files) {
-    const SavedRun run = read_run_record(path);
+  for (const auto& [path, run] : runs) {
     const RankFigures f = rank_figures(run);
     const std::string name = run_label(path, run.config);
     time.series.push_back({name, {f.memory_mb}, {f.step_seconds}, false, true});

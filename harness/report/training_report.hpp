@@ -13,6 +13,7 @@ std::string write_loss_plot(const std::vector<std::string>& run_files, const std
 // gradients, optimizer state, gathered parameters and activations) against
 // its median step time and against its communication per step; returns the
 // file written.
+// "" (and no file) when no run has more than one rank.
 std::string write_rank_plot(const std::vector<std::string>& run_files, const std::string& dir);
 // Writes experts.svg into `dir` if a run routes tokens to experts (mixtral):
 // for each such run and layer, each expert's share of the routed rows over
