@@ -343,7 +343,7 @@ std::vector<std::string> write_plots(const std::vector<RunSummary>& runs, const 
     }
     if (!panels.empty())
       write_file(dir + "/timeline-" + model + ".svg",
-                 svg::render("Memory during one training step: " + model + " (one scale per row of panels)", panels,
+                 svg::render("Memory during one training step: " + model + " (one scale per setting)", panels,
                              columns),
                  written);
   }
