@@ -60,8 +60,13 @@ void print_summary(const std::vector<RunRecord>& records) {
   std::vector<std::string> notes;
   for (const auto& r : records) {
     const RunKey& k = r.key;
+    // What tells a run apart from its neighbours: its fine-tuning, and data
+    // or a seed other than the defaults.
+    std::string label = k.strategy + (k.finetune_label.empty() ? "" : " (" + k.finetune_label + ")");
+    if (k.data != "random") label += " [" + k.data + "]";
+    if (k.seed != 1) label += " [seed " + std::to_string(k.seed) + "]";
     if (r.check.oom) {
-      std::printf("%-8s %-28s L%d S%d B%d: OUT OF MEMORY (over --mem-limit or the device's memory)\n", k.model.c_str(), k.strategy.c_str(),
+      std::printf("%-8s %-28s L%d S%d B%d: OUT OF MEMORY (over --mem-limit or the device's memory)\n", k.model.c_str(), label.c_str(),
                   k.sizes.L, k.sizes.S, k.sizes.B);
       continue;
     }
@@ -72,7 +77,7 @@ void print_summary(const std::vector<RunRecord>& records) {
     std::snprintf(shape, sizeof shape, "L%d S%d B%d", k.sizes.L, k.sizes.S, k.sizes.B);
     if (ft != full_time.end() && ft->second > 0) std::snprintf(vs, sizeof vs, "%.2fx", t / ft->second);
     std::printf("%-8s %-28s %-14s %9.3f %9.0f %9.1f %9.1f %7s %9.1f %-14s %7.1f%% %7s\n", k.model.c_str(),
-                k.strategy.c_str(), shape, t, double(k.sizes.B) * k.sizes.S / t, mib(st.activation_peak),
+                label.c_str(), shape, t, double(k.sizes.B) * k.sizes.S / t, mib(st.activation_peak),
                 mib(r.check.predicted.device), vs, mib(st.offload_peak),
                 copy_cost(st.offload_copy_seconds, st.offload_wait_seconds).c_str(),
                 st.flops > 0 ? 100 * st.recompute_flops / st.flops : 0.0, r.check.vs_full.bitwise ? "yes" : "NO");

@@ -234,7 +234,12 @@ std::string markdown_summary(const Results& results) {
     // attention, which keeps no scores): said so, not shown as a result.
     const bool same = f && !r.full && r.activation == f->activation && r.offload == 0 && r.recompute_share == 0;
     if (same) any_same = true;
-    const std::string label = r.strategy + (same ? " (= full here)" : "");
+    std::string label = r.strategy;
+    // Runs that differ only in data or seed must not read alike.
+    const auto options = fields_of(r.setting);
+    if (options.count("data") && options.at("data") != "random") label += " [" + options.at("data") + "]";
+    if (options.count("seed") && options.at("seed") != "1") label += " [seed " + options.at("seed") + "]";
+    if (same) label += " (= full here)";
     std::snprintf(buf, sizeof buf, "| %s | %s | %.3f | %s | %.1f | %s | %.1f | %.1f | %s | %.1f%% | %s |\n", label.c_str(),
                   shape(r).c_str(), r.step_time,
                   f && f->step_time > 0 ? (fixed(r.step_time / f->step_time, 2) + "x").c_str() : "-",
