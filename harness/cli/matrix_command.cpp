@@ -133,6 +133,19 @@ void run(Options& o) {
                 comm::size() > 1 ? cells.size() : mine, o.models.c_str(), o.matrix.strategies.c_str(),
                 o.matrix.preset.c_str(), o.matrix.warmup, o.matrix.steps, Runtime::describe().c_str(),
                 o.matrix.out.c_str());
+  if (speaks && o.matrix.strategies.find("all") != std::string::npos) {
+    // What 'all' holds differs by model (reversible is for reversible models).
+    std::vector<std::string> said;
+    for (const auto& c : cells)
+      if (std::find(said.begin(), said.end(), c.model) == said.end()) {
+        said.push_back(c.model);
+        std::string list;
+        for (const auto& d : cells)
+          if (d.model == c.model && d.sizes.L == c.sizes.L && d.sizes.S == c.sizes.S && d.sizes.B == c.sizes.B)
+            list += (list.empty() ? "" : " ") + d.strategy;
+        std::printf("  %s: %s\n", c.model.c_str(), list.c_str());
+      }
+  }
   std::fflush(stdout);
   const bool tty = isatty(fileno(stderr));
   const auto start = std::chrono::steady_clock::now();
