@@ -9,6 +9,7 @@
 
 #include "datasets/batch_source.hpp"
 #include "harness/cli/validators.hpp"
+#include "harness/long_run.hpp"
 #include "harness/io/output_guard.hpp"
 #include "train/trajectory.hpp"
 
@@ -71,6 +72,7 @@ std::string mb_text(double bytes) {
 
 int run_check_command(const CheckCommandOptions& o) {
   ModelSetup setup;
+  std::int64_t memory = 0;  // the estimate the memory check made
   std::unique_ptr<Model> model;
   std::unique_ptr<ParamStore> params;
   Batch batch;
@@ -90,13 +92,15 @@ int run_check_command(const CheckCommandOptions& o) {
     }
     if (o.model.batch) setup.sizes.B = o.model.batch;
     if (o.model.seq || o.model.batch) w.batch.reset();
-    require_step_memory(setup, o.model.kernel(), strategies_for(setup.model, o.strategies, o.model.kernel()), 3, o.force);
+    memory = require_step_memory(setup, o.model.kernel(), strategies_for(setup.model, o.strategies, o.model.kernel()), 3,
+                                 o.force);
     if (!w.batch || o.data_given) w.batch = o.model.make_batch(setup.sizes);
     batch = *w.batch;
     params = std::move(w.params);
   } else {
     setup = o.model.resolve();
-    require_step_memory(setup, o.model.kernel(), strategies_for(setup.model, o.strategies, o.model.kernel()), 3, o.force);
+    memory = require_step_memory(setup, o.model.kernel(), strategies_for(setup.model, o.strategies, o.model.kernel()), 3,
+                                 o.force);
     params = std::make_unique<ParamStore>(models().find(setup.model).make(setup.sizes)->params(), DType::f32);
     initialize(*params, o.model.seed, setup.sizes.L);
     batch = o.model.make_batch(setup.sizes);
@@ -128,6 +132,8 @@ int run_check_command(const CheckCommandOptions& o) {
       std::fprintf(stderr, "\r\033[K[%zu/%zu] %s", i + 1, n, spec.c_str());
       if (i + 1 == n) std::fprintf(stderr, "\r\033[K");
     };
+  // full, then each strategy: a step each (a trace or golden adds none).
+  const LongRunNotice notice(setup, std::int64_t(specs.size()) + 1, memory);
   const CheckReport report = run_check(*model, *params, batch, specs, options);
   if (!o.save_golden.empty()) {  // full's gradients: run it once more, as the table's steps ran strategies
     auto full = make_strategy("full");

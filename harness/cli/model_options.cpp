@@ -137,14 +137,15 @@ std::unique_ptr<ParamStore> ModelOptions::make_params(const ModelSetup& setup, b
   return params;
 }
 
-void require_step_memory(const ModelSetup& setup, ops::AttentionKernel kernel, const std::vector<std::string>& strategies,
-                         int parameter_copies, bool force) {
+std::int64_t require_step_memory(const ModelSetup& setup, ops::AttentionKernel kernel,
+                                 const std::vector<std::string>& strategies, int parameter_copies, bool force) {
   const Sizes& z = setup.sizes;
   const MemoryNeed need = estimate_need(setup.model, z, kernel == ops::AttentionKernel::plain, strategies);
   require_memory(need.total(parameter_copies),
                  setup.model + " (L " + std::to_string(z.L) + ", D " + std::to_string(z.D) + ", S " +
                      std::to_string(z.S) + ", B " + std::to_string(z.B) + ")",
                  0, force);
+  return need.total(parameter_copies);
 }
 
 }  // namespace remat::cli

@@ -62,7 +62,8 @@ void add_seed_option(CLI::App& cmd, std::uint64_t& seed, const std::string& help
 // Refuses (UserError) a step of `setup` under `strategies` that would not
 // fit in memory, holding `parameter_copies` copies of the weights (weights,
 // gradients, reference gradients...), unless `force`.
-void require_step_memory(const ModelSetup& setup, ops::AttentionKernel kernel, const std::vector<std::string>& strategies,
-                         int parameter_copies, bool force);
+// Returns the estimate (bytes).
+std::int64_t require_step_memory(const ModelSetup& setup, ops::AttentionKernel kernel,
+                                 const std::vector<std::string>& strategies, int parameter_copies, bool force);
 
 }  // namespace remat::cli

@@ -13,6 +13,7 @@
 #include "core/text.hpp"
 #include "harness/check.hpp"
 #include "harness/cli/commands.hpp"
+#include "harness/long_run.hpp"
 #include "harness/cli/format.hpp"
 #include "harness/cli/model_options.hpp"
 #include "harness/cli/validators.hpp"
@@ -37,7 +38,7 @@ void run_time(const TimeOptions& o) {
   const auto specs = strategies_for(setup.model, o.strategy, o.model.kernel());
   if (specs.size() != 1) throw UserError("remat time runs one strategy; '" + o.strategy + "' names " +
                                          std::to_string(specs.size()) + " (use `remat matrix` for several)");
-  require_step_memory(setup, o.model.kernel(), specs, 2, o.force);
+  const std::int64_t memory = require_step_memory(setup, o.model.kernel(), specs, 2, o.force);
   const auto model = models().find(setup.model).make(setup.sizes);
   auto store = o.model.make_params(setup, o.force);
   const Batch batch = o.model.make_batch(setup.sizes);
@@ -54,6 +55,7 @@ void run_time(const TimeOptions& o) {
   std::vector<double> seconds;
   std::int64_t activation_peak = 0, offload_peak = 0;
   double loss = 0;
+  const LongRunNotice notice(setup, o.warmup + o.steps, memory, !o.json);
   for (int i = 0; i < o.warmup + o.steps; ++i) {
     StepOptions step{strategy.get(), o.model.seed, 0};
     step.attention = o.model.kernel();

@@ -14,6 +14,7 @@
 #include "finetune/adapters_file.hpp"
 #include "harness/check.hpp"
 #include "harness/cli/commands.hpp"
+#include "harness/long_run.hpp"
 #include "harness/cli/format.hpp"
 #include "harness/cli/model_options.hpp"
 #include "harness/cli/validators.hpp"
@@ -60,7 +61,7 @@ void run_train(TrainOptions& o) {
   c.strategy = specs[0];
   // Weights, gradients, the optimizer's state (two for AdamW), the sum of
   // accumulated micro-batches, and the step's activations.
-  require_step_memory(c.setup, c.attention, specs, 4 + (c.accumulate > 1 ? 1 : 0), o.force);
+  const std::int64_t memory = require_step_memory(c.setup, c.attention, specs, 4 + (c.accumulate > 1 ? 1 : 0), o.force);
 
   if (!o.adapters_out.empty()) {
     if (!c.lora.any()) throw UserError("--adapters-out needs --lora (there are no adapters to write)");
@@ -123,6 +124,7 @@ void run_train(TrainOptions& o) {
     if (tty) std::fprintf(stderr, "\r\033[K%s", line.c_str());
     else if (s.step % every == 0 || s.step == cfg.steps) std::fprintf(stderr, "%s\n", line.c_str());
   };
+  const LongRunNotice notice(c.setup, std::int64_t(c.steps - first) * c.accumulate, memory, speaks);
   const TrainResult result = train(c, progress, resume.get());
   if (!speaks) return;
   if (tty) std::fprintf(stderr, "\n");

@@ -100,6 +100,16 @@ grep -q "h.1.mlp.c_fc.weight" err.txt || fail "the drift error does not name the
 grep -q "golden golden.h5: DRIFT: 0 of 1 strategies within tolerance" out.txt ||
   fail "a drifted golden check ends without its verdict: $(tail -2 out.txt)"
 
+# Long work says so first and shows where each step is (the threshold moved
+# to 0 s so that a tiny run counts as long); short work says nothing of it.
+REMAT_LONG_RUN_SECONDS=0 "$remat" check --preset tiny --strategies per-layer >out.txt 2>err.txt ||
+  fail "a long check: $(cat err.txt)"
+grep -q "this will take about .* step(s) of .* TFLOP at the .* GFLOP/s measured here; memory about" out.txt ||
+  fail "a long check does not give its estimate: $(head -3 out.txt)"
+grep -q "step 1, forward: h.0 (of 2 blocks)" err.txt || fail "a long check shows no progress within the step: $(cat err.txt)"
+expect_ok "a short check" "$remat" check --preset tiny --strategies per-layer
+grep -q "this will take" out.txt && fail "a short check announces itself as long"
+
 # remat time: steps timed in this process, the resident set and the tracker beside it.
 expect_ok "time" "$remat" time --preset tiny --strategy per-layer --steps 2
 grep -q "step time: median" out.txt || fail "time does not print the median step time"
