@@ -292,7 +292,7 @@ SavedRun read_run_record(const std::string& path) {
   setup.model = h5::read_attr_string(f, "model").value_or("?");
   setup.preset = h5::read_attr_string(f, "preset").value_or("?");
   for (auto [name, field] : std::initializer_list<std::pair<const char*, int*>>{{"L", &setup.sizes.L}, {"D", &setup.sizes.D}, {"S", &setup.sizes.S},
-                             {"B", &setup.sizes.B}})
+                             {"B", &setup.sizes.B}, {"V", &setup.sizes.V}})
     *field = int(h5::read_attr_int(f, name).value_or(0));
   run.config = read_config(f, setup);
   run.state = read_state(f, run.config);

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "core/error.hpp"
+#include "datasets/batch_source.hpp"
 #include "core/text.hpp"
 #include "h5/atomic_file.hpp"
 #include "harness/report/svg_chart.hpp"
@@ -98,6 +99,25 @@ std::string write_loss_plot(const std::vector<std::string>& run_files, const std
       train.y.push_back(run.state.history[i].loss);
     }
     chart.series.push_back(train);
+    // Where each new pass over a finite data source began (its file, if it is
+    // still there, says how many batches a pass holds).
+    std::uint64_t pass = 0;
+    try {
+      const Sizes& z = run.config.setup.sizes;
+      pass = make_batch_source(run.config.data, z.B, z.S, z.V, run.config.seed, DataSplit::train)->epoch_batches();
+    } catch (const UserError&) {
+      pass = 0;  // the file is gone or changed: no marks rather than wrong ones
+    }
+    const std::uint64_t per_step = std::uint64_t(run.config.accumulate) * std::uint64_t(run.config.ranks);
+    if (pass > 0 && per_step > 0) {
+      svg::Series marks{name + ": a new pass over " + run.config.data + " begins", {}, {}, false, true};
+      for (std::uint64_t b = pass; b / per_step < run.state.history.size(); b += pass) {
+        const std::size_t step = std::size_t(b / per_step);  // the step that reads batch b
+        marks.x.push_back(double(step + 1));
+        marks.y.push_back(run.state.history[step].loss);
+      }
+      if (!marks.x.empty()) chart.series.push_back(marks);
+    }
     if (!run.state.evals.empty()) {
       svg::Series val{name + " validation", {}, {}, true, true, true};
       for (const auto& e : run.state.evals) {

@@ -110,6 +110,16 @@ grep -q "step 1, forward: h.0 (of 2 blocks)" err.txt || fail "a long check shows
 expect_ok "a short check" "$remat" check --preset tiny --strategies per-layer
 grep -q "this will take" out.txt && fail "a short check announces itself as long"
 
+# A run that reads a file more than once says so, and its loss plot marks
+# where each new pass began.
+head -c 3000 "$(dirname "$0")/../../README.md" > pass.txt
+expect_ok "train on a short text" "$remat" train --preset small --layers 1 --seq 16 --batch 2 --data text:pass.txt \
+  --steps 120 --out pass.h5
+grep -q "text:pass.txt: one pass is 84 batches, so this run reads it 1.4 times" out.txt ||
+  fail "train does not say it reads its data more than once: $(head -3 out.txt)"
+expect_ok "report passes" "$remat" report pass.h5 --svg pass-plots
+grep -q "a new pass over text:pass.txt begins: 85," pass-plots/loss.svg || fail "the loss plot marks no new pass"
+
 # remat time: steps timed in this process, the resident set and the tracker beside it.
 expect_ok "time" "$remat" time --preset tiny --strategy per-layer --steps 2
 grep -q "step time: median" out.txt || fail "time does not print the median step time"
