@@ -41,6 +41,18 @@ std::int64_t parse_byte_size(const std::string& text) {
   return std::int64_t(std::llround(bytes));
 }
 
+std::string xml_escape(const std::string& text) {
+  std::string o;
+  for (char c : text) {
+    if (c == '<') o += "&lt;";
+    else if (c == '>') o += "&gt;";
+    else if (c == '&') o += "&amp;";
+    else if (c == '"') o += "&quot;";
+    else o += c;
+  }
+  return o;
+}
+
 std::string fixed(double v, int decimals) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", decimals, v);

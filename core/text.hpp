@@ -14,6 +14,8 @@ std::vector<std::string> split(const std::string& s, char sep = ',');
 std::int64_t parse_byte_size(const std::string& text);
 
 // Bytes for people: "395.1 MiB", "2.0 KiB", "17 B" (binary units, named so).
+// Text for XML or HTML: & < > " as entities.
+std::string xml_escape(const std::string& text);
 // v with `decimals` digits after the point, rounded (as printf's %.Nf), never
 // truncated: one value printed in two places reads the same in both.
 std::string fixed(double v, int decimals);

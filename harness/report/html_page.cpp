@@ -1,21 +1,11 @@
 #include "harness/report/html_page.hpp"
 
+#include "core/text.hpp"
+
 #include <sstream>
 
 namespace remat {
 namespace {
-
-std::string escape(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '<') o += "&lt;";
-    else if (c == '>') o += "&gt;";
-    else if (c == '&') o += "&amp;";
-    else if (c == '"') o += "&quot;";
-    else o += c;
-  }
-  return o;
-}
 
 // `code` spans as <code>, the rest escaped.
 std::string inline_text(const std::string& s) {
@@ -23,11 +13,11 @@ std::string inline_text(const std::string& s) {
   bool code = false;
   std::size_t from = 0;
   for (std::size_t at = s.find('`'); at != std::string::npos; at = s.find('`', from)) {
-    o += escape(s.substr(from, at - from)) + (code ? "</code>" : "<code>");
+    o += xml_escape(s.substr(from, at - from)) + (code ? "</code>" : "<code>");
     code = !code;
     from = at + 1;
   }
-  o += escape(s.substr(from));
+  o += xml_escape(s.substr(from));
   if (code) o += "</code>";
   return o;
 }
@@ -95,7 +85,7 @@ std::string markdown_to_html(const std::string& markdown) {
 
 std::string render_html(const HtmlPage& page) {
   std::ostringstream o;
-  o << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" << escape(page.title)
+  o << "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" << xml_escape(page.title)
     << "</title>\n<style>\n"
     << "body { font-family: sans-serif; margin: 2em; color: #222; }\n"
     << "table { border-collapse: collapse; margin: 1em 0; font-size: 13px; }\n"
@@ -106,14 +96,14 @@ std::string render_html(const HtmlPage& page) {
     << "figure svg { display: block; max-width: none; }\n"
     << "dl.facts { display: grid; grid-template-columns: max-content auto; gap: 2px 1em; }\n"
     << "dl.facts dt { font-weight: bold; }\n"
-    << "</style>\n</head>\n<body>\n<h1>" << escape(page.title) << "</h1>\n<dl class=\"facts\">\n";
-  for (const auto& [what, value] : page.facts) o << "<dt>" << escape(what) << "</dt><dd>" << escape(value) << "</dd>\n";
+    << "</style>\n</head>\n<body>\n<h1>" << xml_escape(page.title) << "</h1>\n<dl class=\"facts\">\n";
+  for (const auto& [what, value] : page.facts) o << "<dt>" << xml_escape(what) << "</dt><dd>" << xml_escape(value) << "</dd>\n";
   o << "</dl>\n<section class=\"report\">\n" << markdown_to_html(page.markdown) << "</section>\n";
   if (!page.plots.empty()) {
     o << "<h2>Plots</h2>\n";
     for (const auto& [name, svg] : page.plots) {
       // The SVG inline, as written to its file (no XML declaration to strip).
-      o << "<figure class=\"plot\" id=\"" << escape(name) << "\">\n" << svg << "<figcaption>" << escape(name)
+      o << "<figure class=\"plot\" id=\"" << xml_escape(name) << "\">\n" << svg << "<figcaption>" << xml_escape(name)
         << "</figcaption>\n</figure>\n";
     }
   }

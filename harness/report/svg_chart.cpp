@@ -1,5 +1,7 @@
 #include "harness/report/svg_chart.hpp"
 
+#include "core/text.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -12,17 +14,6 @@ namespace {
 constexpr double kW = 600, kH = 380, kLeft = 78, kRight = 250, kTop = 40, kBottom = 56;  // panel geometry
 const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
                          "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
-
-std::string esc(const std::string& s) {
-  std::string o;
-  for (char c : s) {
-    if (c == '<') o += "&lt;";
-    else if (c == '>') o += "&gt;";
-    else if (c == '&') o += "&amp;";
-    else o += c;
-  }
-  return o;
-}
 
 std::string num(double v) {
   char buf[32];
@@ -110,7 +101,7 @@ void panel(std::ostringstream& o, const Chart& c, double ox, double oy) {
   auto py = [&](double v) { return y0 + ph - ay.frac(v) * ph; };
 
   o << "<text x='" << x0 + pw / 2 << "' y='" << oy + 22 << "' text-anchor='middle' font-size='14' font-weight='bold'>"
-    << esc(c.title) << "</text>\n";
+    << xml_escape(c.title) << "</text>\n";
   o << "<rect x='" << x0 << "' y='" << y0 << "' width='" << pw << "' height='" << ph
     << "' fill='none' stroke='#333'/>\n";
   for (double t : ax.ticks) {
@@ -124,9 +115,9 @@ void panel(std::ostringstream& o, const Chart& c, double ox, double oy) {
       << "<text x='" << x0 - 6 << "' y='" << y + 4 << "' text-anchor='end' font-size='11'>" << num(t) << "</text>\n";
   }
   o << "<text x='" << x0 + pw / 2 << "' y='" << y0 + ph + 38 << "' text-anchor='middle' font-size='12'>"
-    << esc(c.x_label) << (c.log_x ? " (log)" : "") << "</text>\n";
+    << xml_escape(c.x_label) << (c.log_x ? " (log)" : "") << "</text>\n";
   o << "<text transform='translate(" << ox + 18 << "," << y0 + ph / 2 << ") rotate(-90)' text-anchor='middle' font-size='12'>"
-    << esc(c.y_label) << (c.log_y ? " (log)" : "") << "</text>\n";
+    << xml_escape(c.y_label) << (c.log_y ? " (log)" : "") << "</text>\n";
 
   int legend = 0;
   for (std::size_t k = 0; k < c.series.size(); ++k) {
@@ -146,7 +137,7 @@ void panel(std::ostringstream& o, const Chart& c, double ox, double oy) {
     if (s.markers || s.ring)
       for (std::size_t i = 0; i < s.x.size(); ++i)
         if (drawable(c, s, i)) {
-          const std::string tip = "<title>" + esc(s.name) + ": " + num(s.x[i]) + ", " + num(s.y[i]) + "</title>";
+          const std::string tip = "<title>" + xml_escape(s.name) + ": " + num(s.x[i]) + ", " + num(s.y[i]) + "</title>";
           if (!s.ring && index >= 10)  // the second round of colours: squares
             o << "<rect x='" << px(s.x[i]) - 4 << "' y='" << py(s.y[i]) - 4 << "' width='8' height='8' fill='" << color
               << "'>" << tip << "</rect>\n";
@@ -158,7 +149,7 @@ void panel(std::ostringstream& o, const Chart& c, double ox, double oy) {
     o << "<line x1='" << x0 + pw + 10 << "' y1='" << ly << "' x2='" << x0 + pw + 28 << "' y2='" << ly << "' stroke='"
       << color << "' stroke-width='2'" << (dashed ? " stroke-dasharray='5,4'" : "") << "/>";
     for (const auto& line : legend_lines(s.name))  // wrapped, never cut
-      o << "<text x='" << x0 + pw + 32 << "' y='" << y0 + 14 + 16 * legend++ << "' font-size='11'>" << esc(line)
+      o << "<text x='" << x0 + pw + 32 << "' y='" << y0 + 14 + 16 * legend++ << "' font-size='11'>" << xml_escape(line)
         << "</text>\n";
   }
 }
@@ -187,7 +178,7 @@ std::string render(const std::string& title, const std::vector<Chart>& panels, s
   std::ostringstream o;
   o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << width << "' height='" << height << "' viewBox='0 0 "
     << width << " " << height << "' font-family='sans-serif'>\n<rect width='100%' height='100%' fill='white'/>\n"
-    << "<text x='" << width / 2 << "' y='20' text-anchor='middle' font-size='16'>" << esc(title) << "</text>\n";
+    << "<text x='" << width / 2 << "' y='20' text-anchor='middle' font-size='16'>" << xml_escape(title) << "</text>\n";
   for (std::size_t i = 0; i < panels.size(); ++i)
     panel(o, panels[i], kW * double(i % columns), 30 + cell * double(i / columns));
   o << "</svg>\n";
