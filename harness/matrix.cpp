@@ -1,7 +1,5 @@
 #include "harness/matrix.hpp"
 
-#include "zoo/configs.hpp"
-
 #include <algorithm>
 #include <filesystem>
 #include <optional>
@@ -12,8 +10,10 @@
 #include "datasets/batch_source.hpp"
 #include "harness/io/output_guard.hpp"
 #include "harness/io/run_collector.hpp"
+#include "harness/long_run.hpp"
 #include "step/memory_estimate.hpp"
 #include "strategies/registry.hpp"
+#include "zoo/configs.hpp"
 
 namespace remat {
 namespace {
@@ -162,6 +162,12 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const MatrixProgress& 
     const ParamStore& params = *store;
     std::vector<std::string> specs;
     for (const auto* c : group) specs.push_back(c->strategy);
+    // A shape whose runs come to more than about ten seconds says so, and
+    // shows where each step is (rank 0 speaks for an MPI matrix).
+    const LongRunNotice notice(
+        ModelSetup{first.model, first.preset, z},
+        std::int64_t(specs.size()) + 1 + std::int64_t(group.size()) * (o.warmup + o.steps),
+        estimate_need(first.model, z, kernel == ops::AttentionKernel::plain, specs).total(3), comm::rank() == 0);
     if (progress.update) progress.update(done, todo.size(), first, "checking against full");
     // Planned strategies share one timed probe per model and shape, so the
     // checked plan and the timed one are the same.
