@@ -5,7 +5,7 @@
 // (autodiff/loops.hpp) and the GEMM front door (autodiff/gemm.hpp) that
 // dispatches by the memory its operands live in. Nothing outside autodiff/
 // calls Kokkos::deep_copy or asks whether memory is the host's
-// (tests/test_backend_seam.cpp enforces it): a new backend is a change here.
+// (tests/test_layering.cpp enforces it): a new backend is a change here.
 #include <Kokkos_Core.hpp>
 #include <cstddef>
 #include <memory>

@@ -262,8 +262,11 @@ TrainResult Trainer::finish() {
   return r;
 }
 
+std::uint64_t Trainer::epoch_batches() const { return data_->epoch_batches(); }
+
 TrainResult train(const TrainConfig& config, const TrainProgress& progress, const SavedRun* resume) {
   Trainer t(config, resume);
+  if (progress.started) progress.started(t.config(), t.epoch_batches());
   while (!t.done()) {
     t.step();
     if (progress.step) progress.step(t.config(), t.state());

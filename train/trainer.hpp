@@ -76,6 +76,9 @@ struct TrainResult {
 };
 
 struct TrainProgress {
+  // Once the trainer is made: batches in one pass over the data (0: a
+  // generated source that never repeats).
+  std::function<void(const TrainConfig&, std::uint64_t epoch_batches)> started;
   std::function<void(const TrainConfig&, const TrainState&)> step;   // after each step
   std::function<void(const TrainConfig&, const TrainState&)> saved;  // after each checkpoint
 };
@@ -103,6 +106,7 @@ class Trainer {
   bool saved() const { return saved_; }
   const TrainConfig& config() const { return config_; }
   const TrainState& state() const { return state_; }
+  std::uint64_t epoch_batches() const;  // of the training data (0: never repeats)
   TrainResult finish();  // hands over the model, the weights and the state (gathered if sharded)
   // What this rank holds besides activations.
   RankMemory rank_memory() const;

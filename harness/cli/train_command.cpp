@@ -8,9 +8,9 @@
 
 #include "autodiff/runtime.hpp"
 #include "comm/comm.hpp"
+#include "datasets/batch_source.hpp"
 #include "core/text.hpp"
 #include "core/error.hpp"
-#include "datasets/batch_source.hpp"
 #include "finetune/adapters_file.hpp"
 #include "harness/check.hpp"
 #include "harness/cli/commands.hpp"
@@ -96,23 +96,22 @@ void run_train(TrainOptions& o) {
                 comm::size() > 1 ? (" x " + std::to_string(comm::size()) + " ranks").c_str() : "", c.strategy.c_str(),
                 o.model.attention.c_str(), c.optimizer.kind.c_str(), c.schedule.kind.c_str(), c.schedule.lr, c.steps,
                 Runtime::describe().c_str());
-  if (speaks) {
-    // A finite source read more than once says so: its loss curve dips as
-    // the model meets the same text again.
-    const std::uint64_t epoch =
-        make_batch_source(c.data, z.B, z.S, z.V, c.seed, DataSplit::train)->epoch_batches();
-    const std::uint64_t reads = std::uint64_t(c.steps) * std::uint64_t(c.accumulate) * std::uint64_t(comm::size());
-    if (epoch > 0 && reads > epoch)
-      std::printf("%s: one pass is %llu batches, so this run reads it %.1f times (every pass starts %s)\n",
-                  c.data.c_str(), (unsigned long long)epoch, double(reads) / double(epoch),
-                  "at another position, so its windows differ from the last pass's");
-  }
   std::fflush(stdout);
   const bool tty = isatty(fileno(stderr));
   const auto start = std::chrono::steady_clock::now();
   const int first = resume ? resume->state.step : 0;
   const int every = std::max(1, c.steps / 20);
   TrainProgress progress;
+  // A finite source read more than once says so: its loss curve dips as the
+  // model meets the same text again (the trainer's own source tells).
+  if (speaks) progress.started = [&](const TrainConfig& cfg, std::uint64_t epoch) {
+    const std::uint64_t reads = std::uint64_t(cfg.steps) * std::uint64_t(cfg.accumulate) * std::uint64_t(comm::size());
+    if (epoch > 0 && reads > epoch)
+      std::printf("%s: one pass is %llu batches, so this run reads it %.1f times (every pass starts at another "
+                  "position, so its windows differ from the last pass's)\n",
+                  cfg.data.c_str(), (unsigned long long)epoch, double(reads) / double(epoch));
+    std::fflush(stdout);
+  };
   if (speaks) progress.step = [&](const TrainConfig& cfg, const TrainState& s) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     // Said once the run has passed every check and has begun, so that an
