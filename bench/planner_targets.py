@@ -54,7 +54,7 @@ def main():
                     runs[s] = (int(g.attrs["activation_peak_bytes"]), float(np.median(g["step_times"][()])),
                                int(g.attrs["predicted_activation_bytes"]))
         full_peak = runs["full"][0]
-        print(f"\n{model} small: full {full_peak / 2**20:.1f} MB, {runs['full'][1]:.3f} s")
+        print(f"\n{model} small: full {full_peak / 2**20:.1f} MiB, {runs['full'][1]:.3f} s")
         print(f"{'budget':>12} {'MB':>8} {'plan MB':>8} {'plan s':>7} {'pred s':>7} {'best fixed (fits)':>22} {'fixed s':>8} "
               f"{'plan/fixed':>10} {'pred/meas t':>11} {'pred/meas MB':>12}")
         for p, spec in zip(SHARES, budgets):
@@ -73,8 +73,8 @@ def main():
         below = int(0.6 * per_layer)
         smallest = json.loads(subprocess.run([args.remat, "plan", "--model", model, "--preset", "small", "--budget",
                                               "min", "--json"], check=True, capture_output=True, text=True).stdout)
-        print(f"60% of per-layer ({per_layer / 2**20:.1f} MB) = {below / 2**20:.1f} MB; smallest feasible budget "
-              f"{smallest['smallest_budget_bytes'] / 2**20:.1f} MB "
+        print(f"60% of per-layer ({per_layer / 2**20:.1f} MiB) = {below / 2**20:.1f} MiB; smallest feasible budget "
+              f"{smallest['smallest_budget_bytes'] / 2**20:.1f} MiB "
               f"({smallest['smallest_budget_bytes'] / per_layer:.0%} of per-layer)")
     return 0 if ok else 1
 

@@ -89,7 +89,7 @@ void run_time(const TimeOptions& o) {
               z.L, z.D, z.S, z.B, specs[0].c_str(), o.model.attention.c_str(), Runtime::describe().c_str());
   std::printf("step time: median %.3f s, fastest %.3f s, over %d steps after %d warm-up\n", step_median, fastest,
               o.steps, o.warmup);
-  std::printf("activation peak (tracker, exact): %.1f MB%s\n", mib(activation_peak),
+  std::printf("activation peak (tracker, exact): %.1f MiB%s\n", mib(activation_peak),
               offload_peak ? (", offload pool " + fixed(mib(offload_peak), 1) + " MiB").c_str() : "");
   std::printf("resident set: peak %.1f MiB above the %.1f MiB held once the model (weights and gradient buffers) and "
               "batch existed%s\n",

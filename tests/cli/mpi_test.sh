@@ -219,6 +219,11 @@ mpi_error() {  # mpi_error "fragment" remat-args...
 }
 mpi_error "--seq" train --preset tiny --steps 1 --seq 0
 mpi_error "matches no parameter" train --preset tiny --steps 1 --freeze 'nomatch*' --out x.h5
+# With mpirun -q (docs/scale-out.md) the error line and the exit code are all there is.
+"${mpi[0]}" -q "${mpi[@]:1}" "$remat" train --preset tiny --steps 1 --seq 0 >out.txt 2>err.txt
+rc=$?
+[ $rc -eq 2 ] && [ "$(grep -c . err.txt)" -eq 1 ] && [ ! -s out.txt ] ||
+  fail "mpirun -q with an error: exit $rc, not one line alone: $(cat out.txt err.txt)"
 "${mpi[@]}" --tag-output "$remat" train --preset tiny --steps 1 --kokkos-num-threads=4 >out.txt 2>&1 ||
   fail "mpirun train without --out: $(cat out.txt)"
 [ "$(grep -c "no --out" out.txt)" -eq 1 ] || fail "train without --out does not warn once: $(cat out.txt)"
