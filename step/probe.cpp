@@ -136,11 +136,15 @@ std::vector<std::string> strategies_for(const std::string& model, const std::str
       if (std::any_of(expanded.begin(), expanded.end(),
                       [&](const std::string& t) { return std::count(produced.begin(), produced.end(), t) > 0; }))
         continue;
-      std::string list_of;
+      std::string list_of, groups;
       for (const auto& t : produced) list_of += (list_of.empty() ? "" : ", ") + t;
+      for (const auto& [group, members] : tag_groups())  // only groups that name something here
+        if (std::any_of(members.begin(), members.end(),
+                        [&](const std::string& t) { return std::count(produced.begin(), produced.end(), t) > 0; }))
+          groups += (groups.empty() ? "" : ", ") + group;
       throw UserError("strategy '" + s + "': " + model + " (" + ops::attention_kernel_name(kernel) +
-                      " attention) produces no tag '" + name + "'; its tags: " + list_of +
-                      "; groups: attn-core, mlp-act, norm, matmul, gelu (see `remat strategies`)");
+                      " attention) produces no tag '" + name + "'; its tags: " + list_of + "; its groups: " + groups +
+                      " (see `remat strategies`)");
     }
   }
   return specs;

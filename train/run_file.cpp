@@ -332,11 +332,11 @@ SavedRun read_run_file(const std::string& path) {
   return run;
 }
 
-void require_same_run(const std::string& path, const TrainConfig& run, const TrainConfig& asked) {
+std::string run_difference(const TrainConfig& run, const TrainConfig& asked) {
   const ModelSetup &a = run.setup, &b = asked.setup;
+  std::string first;  // the first setting that differs, in the order below
   auto differ = [&](const std::string& what, const std::string& was, const std::string& now) {
-    throw UserError(path + ": was trained with " + what + " " + was + ", this run asks for " + now +
-                    "; resume with the same settings, or give another --out");
+    if (first.empty()) first = "was trained with " + what + " " + was + ", this run asks for " + now;
   };
   if (a.model != b.model) differ("model", a.model, b.model);
   const Sizes &x = a.sizes, &y = b.sizes;
@@ -359,6 +359,13 @@ void require_same_run(const std::string& path, const TrainConfig& run, const Tra
     const bool exact = make_strategy(run.strategy)->exact() && make_strategy(asked.strategy)->exact();
     if (!exact) differ("strategy", run.strategy, asked.strategy);
   }
+  return first;
+}
+
+void require_same_run(const std::string& path, const TrainConfig& run, const TrainConfig& asked) {
+  const std::string difference = run_difference(run, asked);
+  if (!difference.empty())
+    throw UserError(path + ": " + difference + "; resume with the same settings, or give another --out");
 }
 
 }  // namespace remat

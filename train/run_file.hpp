@@ -36,6 +36,10 @@ void write_run_file(const std::string& path, const TrainConfig& config, const Tr
 // UserError if `path` is not a run file this remat can read.
 SavedRun read_run_file(const std::string& path);
 
+// The first setting in which `run` differs from `asked` ("was trained with
+// steps 2, this run asks for 4"), or "" where `asked` would continue it.
+std::string run_difference(const TrainConfig& run, const TrainConfig& asked);
+
 // Throws UserError naming the first setting in which `run` (read from
 // `path`) differs from `asked`, which would make the resumed run another.
 void require_same_run(const std::string& path, const TrainConfig& run, const TrainConfig& asked);

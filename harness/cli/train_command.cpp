@@ -80,6 +80,11 @@ void run_train(TrainOptions& o) {
       }
       if (comm::rank() == 0) std::printf("resuming %s at step %d of %d\n", c.out.c_str(), resume->state.step, c.steps);
     } else if (kind == FileKind::training_run && !o.force) {
+      // Suggest --resume only where it would work: the same run's settings.
+      const std::string difference = run_difference(read_run_file(c.out).config, c);
+      if (!difference.empty())
+        throw UserError(c.out + ": holds another training run (it " + difference +
+                        "); pass --force to start over, or give another --out");
       throw UserError(c.out + ": holds a training run already; pass --resume to continue it, --force to start over, "
                       "or give another --out");
     } else {

@@ -9,14 +9,13 @@
 # adapters merge in PEFT's way to what remat lora-merge computes.
 #   checkpoints_test.sh path/to/remat
 set -uo pipefail
+source "$(dirname "$0")/lib.sh"
 remat=$1
 here=$(cd "$(dirname "$0")/../checkpoints" && pwd)
 py=${PYTHON:-python3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 ok() {  # ok "what" cmd...
   local what=$1; shift
   "$@" >out.txt 2>err.txt || fail "$what: exit $? ($(cat err.txt))"

@@ -3,17 +3,11 @@
 # exit code of 2 with a one-line error and no output file for bad input.
 #   cli_test.sh path/to/remat
 set -uo pipefail
+source "$(dirname "$0")/lib.sh"
 remat=$1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-
-expect_ok() {  # expect_ok "description" cmd...
-  local what=$1; shift
-  "$@" >out.txt 2>err.txt || fail "$what: exit $? ($(cat err.txt))"
-}
 expect_error() {  # expect_error "fragment" cmd...: exit 2, one line naming the fragment, no r.h5
   local fragment=$1; shift
   rm -f r.h5
@@ -112,7 +106,7 @@ grep -q "this will take" out.txt && fail "a short check announces itself as long
 
 # A run that reads a file more than once says so, and its loss plot marks
 # where each new pass began.
-head -c 3000 "$(dirname "$0")/../../README.md" > pass.txt
+head -c 3000 "$cli_tests/../../README.md" > pass.txt
 expect_ok "train on a short text" "$remat" train --preset small --layers 1 --seq 16 --batch 2 --data text:pass.txt \
   --steps 120 --out pass.h5
 grep -q "text:pass.txt: one pass is 84 batches, so this run reads it 1.4 times" out.txt ||
@@ -292,4 +286,4 @@ for _ in $(seq 1 100); do [ -e reading ] && break; sleep 0.1; done
 kill $reader 2>/dev/null
 wait $reader 2>/dev/null
 
-if [ $failures -eq 0 ]; then echo "cli: all checks passed"; else echo "cli: $failures check(s) failed"; exit 1; fi
+finish cli

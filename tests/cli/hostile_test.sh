@@ -6,21 +6,12 @@
 # left by a killed save. Each must be refused (or done) in one clear line.
 #   hostile_test.sh path/to/remat
 set -uo pipefail
+source "$(dirname "$0")/lib.sh"
 remat=$1
 python=${PYTHON:-python3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
-expect_error() {  # expect_error "fragment" cmd...: exit 2, one line naming the fragment
-  local fragment=$1; shift
-  "$@" >out.txt 2>err.txt
-  local rc=$?
-  [ $rc -eq 2 ] || fail "$*: exit $rc, expected 2 ($(cat err.txt))"
-  grep -qF -- "$fragment" err.txt || fail "$*: error does not mention '$fragment': $(cat err.txt)"
-  [ "$(grep -c . err.txt)" -le 1 ] || fail "$*: error is more than one line: $(cat err.txt)"
-}
 runs_in() { "$python" -c "import h5py, sys; print(len(h5py.File(sys.argv[1])['runs']))" "$1"; }
 
 cell=(matrix --models gpt2 --preset tiny --layers 1 --strategies full --warmup 0 --steps 1)
@@ -106,10 +97,13 @@ grep -q "was not recorded" err.txt && grep -q "keeps every run recorded before i
 grep -q "no file was created\|unchanged" err.txt && fail "a full disk: the error says the file is new or unchanged: $(cat err.txt)"
 [ "$(runs_in full.h5)" = 1 ] || fail "a full disk: the file does not hold the first run"
 ls full.h5.partial.* >/dev/null 2>&1 && fail "a full disk left temporaries"
+grep -q "free space and rerun with --resume" err.txt || fail "a full disk: no way on is suggested: $(cat err.txt)"
+"$remat" "${two[@]}" --out full.h5 --resume >out.txt 2>err.txt || fail "rerun with --resume, as suggested: $(cat err.txt)"
+[ "$(runs_in full.h5)" = 2 ] || fail "rerun with --resume, as suggested: the file does not hold both runs"
 
 # 8. A temporary left by a killed save goes with the next save.
 touch run2.h5.partial.2147483646.1
 "$remat" train --preset tiny --steps 2 --save-every 1 --out run2.h5 >/dev/null 2>&1 || fail "train --save-every"
 [ ! -e run2.h5.partial.2147483646.1 ] || fail "a killed writer's temporary survived the next save"
 
-if [ $failures -eq 0 ]; then echo "hostile: all checks passed"; else echo "hostile: $failures check(s) failed"; exit 1; fi
+finish hostile

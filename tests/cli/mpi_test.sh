@@ -8,25 +8,16 @@
 # unsharded data parallel and communicates exactly what it predicts.
 #   mpi_test.sh path/to/remat path/to/mpiexec
 set -uo pipefail
+source "$(dirname "$0")/lib.sh"
 remat=$1
 mpiexec=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 python=${PYTHON:-python3}
 # Two ranks on however few cores; as root Open MPI wants to be told.
 mpi=("$mpiexec" --oversubscribe -n 2)
 [ "$(id -u)" -eq 0 ] && mpi=("$mpiexec" --allow-run-as-root --oversubscribe -n 2)
-expect_error() {  # expect_error "fragment" cmd...: exit 2, one line naming the fragment
-  local fragment=$1; shift
-  "$@" >out.txt 2>err.txt
-  local rc=$?
-  [ $rc -eq 2 ] || fail "$*: exit $rc, expected 2 ($(cat err.txt))"
-  grep -qF -- "$fragment" err.txt || fail "$*: error does not mention '$fragment': $(cat err.txt)"
-  [ "$(grep -c . err.txt)" -le 1 ] || fail "$*: error is more than one line: $(cat err.txt)"
-}
 cells=(matrix --preset tiny --models gpt2,llama --strategies full,per-layer,sqrt,selective --steps 1 --warmup 0)
 
 # 1. The MPI matrix: 8 cells, each once, all in rank 0's file.
@@ -230,8 +221,4 @@ rc=$?
 grep -q "^\[1,0\].*WARNING" out.txt || fail "rank 0 does not pass Kokkos' warning on: $(cat out.txt)"
 grep -q "^\[1,1\].*WARNING" out.txt && fail "Kokkos' warnings come once per rank: $(cat out.txt)"
 
-if [ "$failures" -gt 0 ]; then
-  echo "$failures failures"
-  exit 1
-fi
-echo "mpi tests passed"
+finish mpi

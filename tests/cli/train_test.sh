@@ -6,23 +6,14 @@
 # foreign files are refused.
 #   train_test.sh path/to/remat
 set -uo pipefail
+source "$(dirname "$0")/lib.sh"
 remat=$1
 work=$(mktemp -d)
 trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
 cd "$work"
-failures=0
-fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 same() {  # same A B OBJECT...: every object identical in both files
   local a=$1 b=$2; shift 2
   for o in "$@"; do h5diff -q "$a" "$b" "$o" "$o" >/dev/null 2>&1 || fail "$a and $b differ in $o"; done
-}
-expect_error() {  # expect_error "fragment" cmd...: exit 2, one line naming the fragment
-  local fragment=$1; shift
-  "$@" >out.txt 2>err.txt
-  local rc=$?
-  [ $rc -eq 2 ] || fail "$*: exit $rc, expected 2 ($(cat err.txt))"
-  grep -qF -- "$fragment" err.txt || fail "$*: error does not mention '$fragment': $(cat err.txt)"
-  [ "$(grep -c . err.txt)" -le 1 ] || fail "$*: error is more than one line: $(cat err.txt)"
 }
 
 base=(train --preset small --layers 2 --seq 32 --batch 4 --steps 60 --dropout 0.1 --eval-every 10
@@ -80,4 +71,4 @@ echo "short" > short.txt
 expect_error "needs" "$remat" train --preset small --layers 1 --seq 8 --batch 2 --data text:short.txt --steps 2
 expect_error "runs one strategy" "$remat" train --preset tiny --strategy all
 
-if [ $failures -eq 0 ]; then echo "train: all checks passed"; else echo "train: $failures check(s) failed"; exit 1; fi
+finish train

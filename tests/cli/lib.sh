@@ -1,0 +1,22 @@
+# What every tests/cli/*.sh script checks with; sourced, not run.
+#   source "$(dirname "$0")/lib.sh"
+# A check that fails is counted and the script goes on, so one run lists
+# every failure; `finish NAME` ends the script with the verdict.
+failures=0
+cli_tests=$(cd "$(dirname "$0")" && pwd)  # this folder, wherever the script was started from (before its cd)
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+expect_ok() {  # expect_ok "what" cmd...: exit 0
+  local what=$1; shift
+  "$@" >out.txt 2>err.txt || fail "$what: exit $? ($(cat err.txt))"
+}
+expect_error() {  # expect_error "fragment" cmd...: exit 2, one line naming the fragment
+  local fragment=$1; shift
+  "$@" >out.txt 2>err.txt
+  local rc=$?
+  [ $rc -eq 2 ] || fail "$*: exit $rc, expected 2 ($(cat err.txt))"
+  grep -qF -- "$fragment" err.txt || fail "$*: error does not mention '$fragment': $(cat err.txt)"
+  [ "$(grep -c . err.txt)" -le 1 ] || fail "$*: error is more than one line: $(cat err.txt)"
+}
+finish() {  # finish NAME: the verdict and the exit code
+  if [ "$failures" -eq 0 ]; then echo "$1: all checks passed"; else echo "$1: $failures check(s) failed"; exit 1; fi
+}
