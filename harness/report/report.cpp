@@ -97,6 +97,33 @@ double loglog_slope(const std::vector<double>& x, const std::vector<double>& y) 
 
 namespace {
 
+// A strategy that kept full's bytes, moved none and recomputed nothing is
+// full in all but name on this run (selective:attn-core under the fused
+// attention, which keeps no scores): said so, never shown as a result.
+bool full_in_all_but_name(const RunSummary& r, const RunSummary* full) {
+  return full && !r.full && !r.oom && r.activation == full->activation && r.offload == 0 && r.recompute_share == 0;
+}
+
+// Per setting: full's run, and the names of the runs that equal it there.
+struct FullOf {
+  const RunSummary* run = nullptr;
+  std::vector<std::string> same;
+  std::string name() const {  // full's legend: "full (= selective:attn-core here)"
+    std::string n = "full";
+    for (std::size_t i = 0; i < same.size(); ++i) n += (i ? ", " : " (= ") + same[i];
+    return same.empty() ? n : n + " here)";
+  }
+};
+
+std::map<std::string, FullOf> full_of_settings(const std::vector<RunSummary>& runs) {
+  std::map<std::string, FullOf> full;
+  for (const auto& r : runs)
+    if (r.full && !r.oom) full[r.setting].run = &r;
+  for (const auto& r : runs)
+    if (full.count(r.setting) && full_in_all_but_name(r, full[r.setting].run)) full[r.setting].same.push_back(r.strategy);
+  return full;
+}
+
 void write_file(const std::string& path, const std::string& text, std::vector<std::string>& written) {
   write_file_atomically(path, text);
   written.push_back(path);
@@ -229,10 +256,7 @@ std::string markdown_summary(const Results& results) {
     }
     const auto it = full.find(r.setting);
     const RunSummary* f = it == full.end() ? nullptr : it->second;
-    // A strategy that kept full's bytes, moved none and recomputed nothing
-    // is full in all but name here (selective:attn-core under the fused
-    // attention, which keeps no scores): said so, not shown as a result.
-    const bool same = f && !r.full && r.activation == f->activation && r.offload == 0 && r.recompute_share == 0;
+    const bool same = full_in_all_but_name(r, f);
     if (same) any_same = true;
     std::string label = r.strategy;
     // Runs that differ only in data or seed must not read alike.
@@ -270,15 +294,23 @@ std::vector<std::string> write_plots(const std::vector<RunSummary>& runs, const 
 
   // 1. Step time against activation memory, one panel per setting (model,
   // shape, data, seed, fine-tuning...), each with its own Pareto front.
+  // A run that is full in all but name is no point of its own: full's
+  // legend names it instead.
+  const auto full = full_of_settings(runs);
+  const auto same_as_full = [&](const RunSummary& r) {
+    const auto it = full.find(r.setting);
+    return it != full.end() && full_in_all_but_name(r, it->second.run);
+  };
+  const auto legend = [&](const RunSummary& r) { return r.full ? full.at(r.setting).name() : r.strategy; };
   std::vector<svg::Chart> tradeoff;
   for (const auto& [setting, rs] : groups) {
     svg::Chart c{panel_title(*rs.front(), runs), "activation memory (MiB)", "step time (s)", false, false, {}};
     std::vector<const RunSummary*> sorted, planned;
     for (const RunSummary* r : rs)
-      if (!r->oom) {
+      if (!r->oom && !same_as_full(*r)) {
         // The planner's budgets form one line: its front beside the fixed strategies' points.
         if (r->strategy.rfind("budget:", 0) == 0) planned.push_back(r);
-        else c.series.push_back({r->strategy, {mb(r->activation)}, {r->step_time}, false, true, false, false,
+        else c.series.push_back({legend(*r), {mb(r->activation)}, {r->step_time}, false, true, false, false,
                                  palette(r->strategy)});
         sorted.push_back(r);
       }
@@ -327,7 +359,7 @@ std::vector<std::string> write_plots(const std::vector<RunSummary>& runs, const 
       const RunSummary* full = nullptr;
       std::vector<const RunSummary*> drawn;
       for (const RunSummary* r : rs)
-        if (!r->timeline_seconds.empty()) {
+        if (!r->timeline_seconds.empty() && !same_as_full(*r)) {
           drawn.push_back(r);
           if (r->full) full = r;
           for (double t : r->timeline_seconds) t_max = std::max(t_max, t);
@@ -336,7 +368,7 @@ std::vector<std::string> write_plots(const std::vector<RunSummary>& runs, const 
       columns = std::max(columns, std::min<std::size_t>(drawn.size(), 4));
       const std::string title = panel_title(*rs.front(), runs);
       for (const RunSummary* r : drawn) {
-        svg::Chart c{r->strategy + ": " + title, "time in the step (s)", "activation memory (MiB)", false, false, {}};
+        svg::Chart c{legend(*r) + ": " + title, "time in the step (s)", "activation memory (MiB)", false, false, {}};
         c.x_max = t_max, c.y_max = m_max;
         if (full && full != r)
           c.series.push_back({"full (reference)", full->timeline_seconds, full->timeline_mb, true, false, true, false,

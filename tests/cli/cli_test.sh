@@ -194,6 +194,15 @@ grep -q "^budget:min .* yes" out.txt || fail "budget:min is not bitwise full: $(
 expect_ok "matrix budget:auto" "$remat" matrix --preset tiny --layers 4 --models gpt2 --strategies per-layer,budget:auto --steps 1 --out auto.h5
 expect_ok "report budget:auto" "$remat" report auto.h5 --svg auto-plots
 grep -q "planner (budget:...)" auto-plots/tradeoff.svg || fail "the trade-off plot has no planner front"
+# A strategy that is full in all but name is no point or panel of its own: full's legend names it.
+expect_ok "matrix with a no-op" "$remat" matrix --preset tiny --models gpt2 --strategies full,selective:attn-core,per-layer \
+  --steps 1 --warmup 0 --out noop.h5
+expect_ok "report a no-op" "$remat" report noop.h5 --svg noop-plots
+for plot in tradeoff timeline-gpt2; do
+  grep -q "full (= selective:attn-core here)" noop-plots/$plot.svg || fail "$plot.svg does not say full = selective:attn-core"
+  [ "$(grep -c "selective:attn-core" noop-plots/$plot.svg)" = "$(grep -c "full (= selective:attn-core here)" noop-plots/$plot.svg)" ] ||
+    fail "$plot.svg shows selective:attn-core as a result of its own"
+done
 expect_ok "train budget" "$remat" train --preset tiny --strategy budget:range:50% --steps 3
 grep -q "final loss 4.1467" out.txt || fail "training under a budget is not full's trajectory: $(cat out.txt)"
 expect_ok "time budget" "$remat" time --preset tiny --strategy budget:60% --steps 1
