@@ -1,10 +1,12 @@
 #include "autodiff/elementwise.hpp"
 
+#include "autodiff/shape_only.hpp"
+
 namespace remat {
 
 Tensor clone(const Tensor& t) {
   Tensor out = Tensor::empty(t.shape(), t.dtype(), t.label());
-  Kokkos::deep_copy(out.bytes(), t.bytes());
+  if (!shape_only()) Kokkos::deep_copy(out.bytes(), t.bytes());
   out.set_tag(t.tag());
   return out;
 }
@@ -12,6 +14,7 @@ Tensor clone(const Tensor& t) {
 void add_inplace(const Tensor& dst, const Tensor& src) {
   if (dst.shape() != src.shape() || dst.dtype() != src.dtype())
     throw std::invalid_argument("add_inplace: " + to_string(dst.shape()) + " += " + to_string(src.shape()));
+  if (shape_only()) return;
   REMAT_DISPATCH_FLOAT(dst.dtype(), T, {
     T* d = dst.data<T>();
     const T* s = src.data<T>();
@@ -21,6 +24,7 @@ void add_inplace(const Tensor& dst, const Tensor& src) {
 }
 
 void fill(const Tensor& t, double value) {
+  if (shape_only()) return;
   REMAT_DISPATCH_FLOAT(t.dtype(), T, {
     T* d = t.data<T>();
     const T v = T(value);

@@ -11,6 +11,8 @@
 #include <string>
 #include <type_traits>
 
+#include "autodiff/shape_only.hpp"
+
 namespace remat::gemm {
 
 enum class Op { N, T };
@@ -109,6 +111,7 @@ void gemm(const Exec& space, Op op_a, Op op_b, typename C::non_const_value_type 
   std::int64_t m, n, k;
   detail::dimensions(op_a, op_b, a, b, c, 0, m, n, k);
   detail::count_flops(2.0 * double(m) * double(n) * double(k));
+  if (shape_only()) return;  // counted, not run
   const double started = detail::logging() ? (space.fence(), detail::clock_now()) : 0;
   if constexpr (detail::in_host_memory<Exec, C>())
     detail::host_gemm<T>(op_a, op_b, m, n, k, alpha, a.data(), a.stride(0), b.data(), b.stride(0), beta, c.data(),
@@ -134,6 +137,7 @@ void gemm_batched(const Exec& space, Op op_a, Op op_b, typename C::non_const_val
   std::int64_t m, n, k;
   detail::dimensions(op_a, op_b, a, b, c, 1, m, n, k);
   detail::count_flops(2.0 * double(m) * double(n) * double(k) * double(count));
+  if (shape_only()) return;
   const double started = detail::logging() ? (space.fence(), detail::clock_now()) : 0;
   if constexpr (detail::in_host_memory<Exec, C>())
     detail::host_gemm_batched<T>(op_a, op_b, m, n, k, alpha, a.data(), a.stride(1), a.stride(0), b.data(), b.stride(1),

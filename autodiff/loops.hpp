@@ -9,12 +9,14 @@
 #include <string>
 
 #include "autodiff/kmath.hpp"
+#include "autodiff/shape_only.hpp"
 #include "autodiff/tensor.hpp"
 
 namespace remat::backend {
 
 template <class F>
 void for_each(const char* name, std::int64_t n, const F& f) {
+  if (shape_only()) return;
   Kokkos::parallel_for(name, Kokkos::RangePolicy<ExecSpace>(0, n), f);
 }
 
@@ -24,6 +26,7 @@ void for_each(const char* name, std::int64_t n, const F& f) {
 // (unknown trip count, OpenMP calls in its body). On a device it is for_each.
 template <class F>
 void for_each_element(const char* name, std::int64_t n, const F& f) {
+  if (shape_only()) return;
   if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, ExecSpace::memory_space>::accessible) {
     constexpr std::int64_t kBlock = 2048;
     Kokkos::parallel_for(name, Kokkos::RangePolicy<ExecSpace>(0, (n + kBlock - 1) / kBlock), [=](std::int64_t b) {

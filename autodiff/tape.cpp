@@ -3,6 +3,7 @@
 #include "autodiff/elementwise.hpp"
 #include "autodiff/memory_tracker.hpp"
 #include "autodiff/region.hpp"
+#include "autodiff/shape_only.hpp"
 
 namespace remat {
 namespace {
@@ -57,7 +58,7 @@ void BackwardContext::accumulate(int i, const Tensor& g) {
                            " for an input of shape " + to_string(slot->shape));
   if (!slot->grad && slot->grad_label) {  // the slot's own label, so its own pool: a copy, not g's buffer
     slot->grad = std::make_shared<Tensor>(Tensor::empty(slot->shape, slot->dtype, slot->grad_label));
-    Kokkos::deep_copy(slot->grad->bytes(), g.bytes());
+    if (!shape_only()) Kokkos::deep_copy(slot->grad->bytes(), g.bytes());
   } else if (!slot->grad) {
     slot->grad = std::make_shared<Tensor>(g);
   } else {

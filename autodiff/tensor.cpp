@@ -1,6 +1,7 @@
 #include "autodiff/tensor.hpp"
 
 #include "autodiff/memory_tracker.hpp"
+#include "autodiff/shape_only.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
 
@@ -25,6 +26,18 @@ namespace {
                           human_bytes(double(bytes)) + " for '" + label + "' (the machine's own limit, not --mem-limit)");
 }
 
+// A shape-only tensor's storage: no bytes, but the tracker hears of its
+// allocation and, when the last copy goes, its release, under the label and
+// pool a real one would have (autodiff/shape_only.hpp).
+struct ShapeOnlyStorage {
+  std::string label;
+  std::uint64_t bytes;
+  void operator()(Tensor::Bytes* b) const {
+    MemoryTracker::instance().on_deallocate(MemoryTracker::default_pool(), b, bytes, label);
+    delete b;
+  }
+};
+
 }  // namespace
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, const std::string& label) {
@@ -35,6 +48,15 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, const std::string& label) 
   t.numel_ = remat::numel(shape);
   t.dtype_ = dtype;
   MemoryTracker::instance().check_allocation(std::int64_t(t.nbytes()));
+  if (shape_only()) {
+    // Kokkos rounds every View's allocation up to a multiple of 8 bytes, and
+    // reports that size to the tracker: so does a shape-only one.
+    const std::uint64_t padded = (std::uint64_t(t.nbytes()) + 7) & ~std::uint64_t(7);
+    auto* b = new Bytes();
+    t.storage_ = std::shared_ptr<Bytes>(b, ShapeOnlyStorage{label, padded});
+    MemoryTracker::instance().on_allocate(MemoryTracker::default_pool(), b, padded, label);
+    return t;
+  }
   try {
     t.storage_ = std::make_shared<Bytes>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), t.nbytes());
   } catch (const std::bad_alloc&) {
@@ -50,7 +72,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, const std::string& label) 
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, const std::string& label) {
   Tensor t = empty(shape, dtype, label);
-  Kokkos::deep_copy(t.bytes(), static_cast<unsigned char>(0));
+  if (!shape_only()) Kokkos::deep_copy(t.bytes(), static_cast<unsigned char>(0));
   return t;
 }
 
@@ -65,7 +87,10 @@ Tensor Tensor::parameter(const Shape& shape, DType dtype, const std::string& nam
   return t;
 }
 
-std::string Tensor::label() const { return raw() ? storage_->label() : std::string(); }
+std::string Tensor::label() const {
+  if (const auto* meta = std::get_deleter<ShapeOnlyStorage>(storage_)) return meta->label;
+  return raw() ? storage_->label() : std::string();
+}
 
 void Tensor::release() const {
   if (storage_) *storage_ = Bytes();
@@ -104,6 +129,7 @@ void Tensor::check_dtype(DType want) const {
 
 std::vector<double> Tensor::to_host_f64() const {
   std::vector<double> out(numel_);
+  if (shape_only()) return out;  // zeros: no values exist
   auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bytes());
   const unsigned char* p = host.data();
   for (std::int64_t i = 0; i < numel_; ++i) {
@@ -119,6 +145,7 @@ std::vector<double> Tensor::to_host_f64() const {
 std::vector<float> Tensor::to_host_f32() const {
   if (dtype_ == DType::f32) {  // as it is: no detour through float64
     std::vector<float> out(numel_);
+    if (shape_only()) return out;
     auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bytes());
     std::memcpy(out.data(), host.data(), nbytes());
     return out;
@@ -130,6 +157,7 @@ std::vector<float> Tensor::to_host_f32() const {
 std::vector<std::int32_t> Tensor::to_host_i32() const {
   check_dtype(DType::i32);
   std::vector<std::int32_t> out(numel_);
+  if (shape_only()) return out;
   auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bytes());
   std::memcpy(out.data(), host.data(), nbytes());
   return out;
@@ -140,6 +168,7 @@ Tensor Tensor::from_host(const std::vector<T>& v, const Shape& shape, const std:
   if (std::int64_t(v.size()) != remat::numel(shape))
     throw std::invalid_argument("from_host: " + std::to_string(v.size()) + " values for shape " + to_string(shape));
   Tensor t = empty(shape, DTypeOf<T>::value, label);
+  if (shape_only()) return t;
   Kokkos::View<const unsigned char*, Kokkos::HostSpace, Kokkos::MemoryUnmanaged> src(
       reinterpret_cast<const unsigned char*>(v.data()), t.nbytes());
   Kokkos::deep_copy(t.bytes(), src);

@@ -54,7 +54,7 @@ class Tensor {
   // over several backward calls until zero_grad()).
   static Tensor parameter(const Shape& shape, DType dtype, const std::string& name);
 
-  bool defined() const { return raw() != nullptr || !shape_.empty(); }
+  bool defined() const { return storage_ != nullptr || !shape_.empty(); }
   const Shape& shape() const { return shape_; }
   std::int64_t dim(int i) const { return shape_.at(i < 0 ? shape_.size() + i : i); }
   int rank() const { return int(shape_.size()); }
@@ -68,6 +68,9 @@ class Tensor {
     return reinterpret_cast<T*>(raw());
   }
   void* raw() const { return storage_ ? storage_->data() : nullptr; }
+  // Which buffer this is, for telling tensors apart (the same for every copy
+  // and view): its data, or in a shape-only run (no data) its storage.
+  const void* id() const { return raw() ? raw() : static_cast<const void*>(storage_.get()); }
   // The storage (a handle: shares it); an empty View for an undefined
   // tensor, made fresh, as no View may outlive Kokkos::finalize.
   Bytes bytes() const { return storage_ ? *storage_ : Bytes(); }

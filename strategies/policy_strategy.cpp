@@ -26,7 +26,7 @@ class PolicyStrategy::Router final : public Storage {
     inputs_.clear();
     context_.clear();
     const std::size_t carried = inputs.size() - std::size_t(block.context);
-    for (std::size_t i = 0; i < inputs.size(); ++i) (i < carried ? inputs_ : context_).push_back(inputs[i].raw());
+    for (std::size_t i = 0; i < inputs.size(); ++i) (i < carried ? inputs_ : context_).push_back(inputs[i].id());
   }
   void leave() {
     block_ = nullptr;
@@ -36,8 +36,8 @@ class PolicyStrategy::Router final : public Storage {
   std::shared_ptr<Packed> pack(const Tensor& t) override {
     if (!block_) return device_.pack(t);
     // Context is kept, once for every block (BlockInfo::context).
-    if (std::count(context_.begin(), context_.end(), t.raw()) > 0) return device_.pack(t);
-    const bool input = std::count(inputs_.begin(), inputs_.end(), t.raw()) > 0;
+    if (std::count(context_.begin(), context_.end(), t.id()) > 0) return device_.pack(t);
+    const bool input = std::count(inputs_.begin(), inputs_.end(), t.id()) > 0;
     const SavedTensorInfo info{t.tag(), *block_, t.shape(), std::int64_t(t.nbytes()), t.recipe() != nullptr,
                                segment_input_, input};
     switch (policy_.decision(info)) {

@@ -13,12 +13,12 @@ namespace {
 class ReportedKept final : public Packed {
  public:
   ReportedKept(Tensor t, std::string pool) : t_(std::move(t)), pool_(std::move(pool)) {
-    if (handles()[t_.raw()]++ == 0) MemoryTracker::instance().on_allocate(pool_, t_.raw(), t_.nbytes());
+    if (handles()[t_.id()]++ == 0) MemoryTracker::instance().on_allocate(pool_, t_.id(), t_.nbytes());
   }
   ~ReportedKept() override {
-    if (--handles()[t_.raw()] == 0) {
-      handles().erase(t_.raw());
-      MemoryTracker::instance().on_deallocate(pool_, t_.raw(), t_.nbytes());
+    if (--handles()[t_.id()] == 0) {
+      handles().erase(t_.id());
+      MemoryTracker::instance().on_deallocate(pool_, t_.id(), t_.nbytes());
     }
   }
   Tensor unpack() override { return t_; }
@@ -38,15 +38,15 @@ class BlockProbe final : public SavedTensorHooks {
  public:
   BlockProbe(BlockSaves& b, const Tensors& inputs, std::size_t context) : block_(b), pool_(block_pool(b.name)) {
     for (std::size_t i = 0; i < inputs.size(); ++i)
-      (i + context < inputs.size() ? inputs_ : context_).insert(inputs[i].raw());
+      (i + context < inputs.size() ? inputs_ : context_).insert(inputs[i].id());
   }
   std::shared_ptr<Packed> pack(const Tensor& t) override {
     // Context is kept once for every block (SaveProfile's `context`), in a pool of its own.
-    if (context_.count(t.raw())) return std::make_shared<ReportedKept>(t, SaveProfiler::kContextPool);
-    if (seen_.insert(t.raw()).second) {
+    if (context_.count(t.id())) return std::make_shared<ReportedKept>(t, SaveProfiler::kContextPool);
+    if (seen_.insert(t.id()).second) {
       block_.saved += std::int64_t(t.nbytes());
       block_.tensors.push_back(
-          {t.tag(), t.shape(), std::int64_t(t.nbytes()), t.recipe() != nullptr, 0, inputs_.count(t.raw()) > 0});
+          {t.tag(), t.shape(), std::int64_t(t.nbytes()), t.recipe() != nullptr, 0, inputs_.count(t.id()) > 0});
     }
     return std::make_shared<ReportedKept>(t, pool_);
   }
@@ -72,8 +72,8 @@ Tensors SaveProfiler::run(const BlockInfo& info, const Tensors& inputs, const Bl
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const Tensor& x = inputs[i];
     if (i >= carried) {
-      if (std::find(context_.begin(), context_.end(), x.raw()) == context_.end()) {
-        context_.push_back(x.raw());
+      if (std::find(context_.begin(), context_.end(), x.id()) == context_.end()) {
+        context_.push_back(x.id());
         b.context += std::int64_t(x.nbytes());
       }
       held.push_back(std::make_shared<ReportedKept>(x, kContextPool));
@@ -135,7 +135,7 @@ namespace {
 class RecipeCollector final : public SavedTensorHooks {
  public:
   std::shared_ptr<Packed> pack(const Tensor& t) override {
-    if (seen_.insert(t.raw()).second) recipes.push_back(t.recipe());
+    if (seen_.insert(t.id()).second) recipes.push_back(t.recipe());
     return keep_.pack(t);
   }
   std::vector<std::shared_ptr<const Tensor::Recipe>> recipes;

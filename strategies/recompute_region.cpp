@@ -131,7 +131,7 @@ class CaptureHooks final : public SavedTensorHooks {
                               s.op + " " + to_string(s.shape) + " " + dtype_name(s.dtype) + " in forward but " +
                               current_op() + " " + to_string(t.shape()) + " " + dtype_name(t.dtype()) +
                               " when recomputed (is the block deterministic?)");
-    const bool input = std::any_of(inputs_.begin(), inputs_.end(), [&](const Tensor& x) { return x.raw() == t.raw(); });
+    const bool input = std::any_of(inputs_.begin(), inputs_.end(), [&](const Tensor& x) { return x.id() == t.id(); });
     const SavedTensorInfo info{t.tag(), info_, t.shape(), std::int64_t(t.nbytes()), t.recipe() != nullptr, false, input};
     std::shared_ptr<Packed> packed;
     if (s.abandoned) {  // no handle will read it: the recomputation's own graph may, briefly

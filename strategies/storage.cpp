@@ -67,7 +67,7 @@ struct OffloadStorage::Group {
   }
 
   static void move_pool(const Tensor& t, const std::string& from, const std::string& to) {
-    MemoryTracker::instance().transfer(from, to, t.bytes().extent(0));
+    MemoryTracker::instance().transfer(from, to, t.nbytes());
   }
 
   // Waits for this group's copies. After a copy out the device tensors go
@@ -130,7 +130,7 @@ struct OffloadStorage::Group {
     }
     if (!entries.empty() && !entries.front().host) {  // moved, not copied: all or none come back
       std::int64_t bytes = 0;
-      for (auto& e : entries) bytes += std::int64_t(e.device.bytes().extent(0));
+      for (auto& e : entries) bytes += std::int64_t(e.device.nbytes());
       MemoryTracker::instance().check_allocation(bytes);
       for (auto& e : entries) move_pool(e.device, OffloadStorage::kPool, MemoryTracker::default_pool());
       resident = true;
@@ -239,7 +239,7 @@ void OffloadStorage::reset() {
 
 std::shared_ptr<Packed> OffloadStorage::pack(const Tensor& t) {
   if (!current_) return keep_.pack(t);
-  auto [it, fresh] = current_->index.emplace(t.raw(), int(current_->entries.size()));
+  auto [it, fresh] = current_->index.emplace(t.id(), int(current_->entries.size()));
   // The data alone: a tensor's recipe holds its producer's saved handles,
   // which may be in this group, and the group must not own itself.
   if (fresh) current_->entries.push_back({t.view_as(t.shape()), t.shape(), t.dtype(), nullptr, 0, 0});

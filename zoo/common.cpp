@@ -3,6 +3,7 @@
 #include <Kokkos_Core.hpp>
 
 #include "autodiff/ops/ops.hpp"
+#include "autodiff/loops.hpp"
 
 namespace remat {
 
@@ -29,8 +30,7 @@ Tensor positions(const Tensor& tokens) {
   const std::int64_t S = tokens.dim(-1);
   Tensor pos = Tensor::empty({S}, DType::i32, "positions");
   std::int32_t* p = pos.data<std::int32_t>();
-  Kokkos::parallel_for("positions", Kokkos::RangePolicy<ExecSpace>(0, S),
-                       KOKKOS_LAMBDA(std::int64_t i) { p[i] = std::int32_t(i); });
+  backend::for_each("positions", S, KOKKOS_LAMBDA(std::int64_t i) { p[i] = std::int32_t(i); });
   return pos;
 }
 
@@ -39,8 +39,7 @@ Tensor shift_right(const Tensor& ids, std::int32_t start) {
   Tensor out = Tensor::empty(ids.shape(), DType::i32, "positions");
   const std::int32_t* in = ids.data<std::int32_t>();
   std::int32_t* o = out.data<std::int32_t>();
-  Kokkos::parallel_for("shift_right", Kokkos::RangePolicy<ExecSpace>(0, n),
-                       KOKKOS_LAMBDA(std::int64_t i) { o[i] = i % S == 0 ? start : in[i - 1]; });
+  backend::for_each("shift_right", n, KOKKOS_LAMBDA(std::int64_t i) { o[i] = i % S == 0 ? start : in[i - 1]; });
   return out;
 }
 

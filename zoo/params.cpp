@@ -6,6 +6,7 @@
 
 #include "autodiff/elementwise.hpp"
 #include "autodiff/rng.hpp"
+#include "autodiff/loops.hpp"
 
 namespace remat {
 
@@ -92,8 +93,8 @@ void initialize(const ParamStore& params, std::uint64_t seed, int layers) {
     const std::uint64_t stream = rng::stream_of(spec.name);
     REMAT_DISPATCH_FLOAT(t.dtype(), T, {
       T* p = t.data<T>();
-      Kokkos::parallel_for(
-          "initialize", Kokkos::RangePolicy<ExecSpace>(0, t.numel()),
+      backend::for_each(
+          "initialize", t.numel(),
           KOKKOS_LAMBDA(std::int64_t k) { p[k] = T(std * rng::normal(seed, stream, std::uint64_t(k))); });
     });
   }

@@ -66,8 +66,8 @@ struct Dropout {
 // k and v one tensor for cross-attention's packed keys and values).
 struct Inputs {
   Tensor q, k, v;
-  bool packed() const { return q.raw() == k.raw(); }
-  bool kv_packed() const { return k.raw() == v.raw(); }
+  bool packed() const { return q.id() == k.id(); }
+  bool kv_packed() const { return k.id() == v.id(); }
 };
 
 // softmax(q k^T * scale, mask) -> probs[B, H, S, S]
@@ -136,7 +136,7 @@ void zero_fresh(std::initializer_list<GradTarget*> targets) {
     if (*t && t->fresh) {
       fill(t->t, 0.0);
       for (GradTarget* u : targets)
-        if (u->t.raw() == t->t.raw()) u->fresh = false;
+        if (u->t.id() == t->t.id()) u->fresh = false;
     }
 }
 
@@ -231,7 +231,7 @@ Tensor record(const Inputs& in, const Geometry& g, double dropout) {
       for (std::int64_t h = 0; h < g.H; ++h) {
         const std::int64_t kvh = g.kv_head(h);
         // dv += dropout(probs)^T dy ; d(dropped probs) = dy v^T
-        if (gv)
+        if (tv)  // the target, not the pointer: a shape-only run has no data
           gemm::gemm_batched(ExecSpace(), Op::T, Op::N, T(1), probs_of(pd, h, g), output_of(gy, h, g), T(1),
                              head_of(gv, g.v, kvh, g));
         gemm::gemm_batched(ExecSpace(), Op::N, Op::T, T(1), output_of(gy, h, g), head_of(v, g.v, kvh, g), T(0),
@@ -253,10 +253,10 @@ Tensor record(const Inputs& in, const Geometry& g, double dropout) {
       for (std::int64_t h = 0; h < g.H; ++h) {
         const std::int64_t kvh = g.kv_head(h);
         // dq += dscores k ; dk += dscores^T q
-        if (gq)
+        if (tq)
           gemm::gemm_batched(ExecSpace(), Op::N, Op::N, T(1), probs_of(dp, h, g), head_of(k, g.k, kvh, g), T(1),
                              head_of(gq, g.q, h, g));
-        if (gk)
+        if (tk)
           gemm::gemm_batched(ExecSpace(), Op::T, Op::N, T(1), probs_of(dp, h, g), head_of(q, g.q, h, g), T(1),
                              head_of(gk, g.k, kvh, g));
       }

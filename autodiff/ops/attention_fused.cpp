@@ -35,6 +35,7 @@ void for_each_task(const char* name, std::int64_t tasks, std::int64_t workspace_
   Kokkos::View<T*, Kokkos::HostSpace> workspace(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(name)),
                                                 std::size_t(workers * workspace_per_worker));
   T* base = workspace.data();
+  if (shape_only()) return;  // the workspace counted, no tile run
   Kokkos::parallel_for(name, Kokkos::RangePolicy<Host>(0, workers), [=](std::int64_t w) {
     for (std::int64_t t = tasks * w / workers; t < tasks * (w + 1) / workers; ++t)
       task(t, base + w * workspace_per_worker);

@@ -16,6 +16,7 @@
 #include "autodiff/fast_math.hpp"
 #include "autodiff/kmath.hpp"
 #include "autodiff/ops/attention_fused.hpp"
+#include "autodiff/shape_only.hpp"
 #include "autodiff/tensor.hpp"
 
 namespace remat::ops::fused {
@@ -253,6 +254,7 @@ struct QueryGradKernel {
 // Functors rather than lambdas: each kernel's inputs are named in one place.
 template <class T>
 void team_forward(const Problem& p, const T* q, const T* k, const T* v, T* out, T* lse) {
+  if (shape_only()) return;
   const std::int64_t tiles = (p.S + kRows - 1) / kRows, hd = p.hd;
   int level = 0;
   const Policy policy =
@@ -263,6 +265,7 @@ void team_forward(const Problem& p, const T* q, const T* k, const T* v, T* out, 
 template <class T>
 void team_backward(const Problem& p, const T* q, const T* k, const T* v, const T* out, const T* lse, const T* dout,
                    T* dq, T* dk, T* dv) {
+  if (shape_only()) return;
   const std::int64_t hd = p.hd;
   int level = 0;
   if (dk || dv) {

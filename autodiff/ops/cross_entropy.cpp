@@ -37,6 +37,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
       row.once([&] { pl[r] = m + kmath::log(s); });
     });
     double total = 0;
+    if (!shape_only())
     Kokkos::parallel_reduce(
         "cross_entropy_mean", Kokkos::RangePolicy<ExecSpace>(0, M),
         KOKKOS_LAMBDA(std::int64_t r, double& acc) { acc += double(pl[r]) - double(z[r * V + t[r]]); }, total);

@@ -36,6 +36,7 @@ void embedding_grad_by_token(const std::int32_t* id, const T* gy, std::int64_t N
   Kokkos::View<std::int64_t*, MemSpace> keys(Kokkos::view_alloc(Kokkos::WithoutInitializing, "embedding_backward_keys"),
                                              std::size_t(N));
   std::int64_t *ps = start.data(), *pk = keys.data();
+  if (shape_only()) return;  // the workspaces counted, nothing sorted
   // Counts are integers: atomics give the same counts in any order.
   for_each("embedding_backward_keys", N, KOKKOS_LAMBDA(std::int64_t n) {
     pk[n] = std::int64_t(id[n]) * N + n;

@@ -43,6 +43,7 @@ KOKKOS_INLINE_FUNCTION T softmax_row(T* row, std::int64_t valid, std::int64_t le
 // apart. Runs on any backend; the tests run it on the host.
 template <class T, class Valid>
 void softmax_rows_team(const char* name, T* p, std::int64_t rows, std::int64_t len, const Valid& valid) {
+  if (shape_only()) return;
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   Kokkos::parallel_for(name, Policy(int(rows), Kokkos::AUTO), KOKKOS_LAMBDA(const Policy::member_type& team) {
     T* row = p + std::int64_t(team.league_rank()) * len;
@@ -67,6 +68,7 @@ void softmax_rows_team(const char* name, T* p, std::int64_t rows, std::int64_t l
 // team per row (see softmax_rows_team).
 template <class T>
 void softmax_backward_rows_team(const char* name, const T* p, T* d, std::int64_t rows, std::int64_t len, T scale) {
+  if (shape_only()) return;
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   Kokkos::parallel_for(name, Policy(int(rows), Kokkos::AUTO), KOKKOS_LAMBDA(const Policy::member_type& team) {
     const std::int64_t at = std::int64_t(team.league_rank()) * len;

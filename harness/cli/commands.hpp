@@ -18,5 +18,6 @@ void setup_lora_merge(CLI::App& app);
 void setup_merge(CLI::App& app);
 void setup_import(CLI::App& app);
 void setup_export_hf(CLI::App& app);
+void setup_estimate(CLI::App& app);
 
 }  // namespace remat::cli

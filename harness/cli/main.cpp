@@ -64,6 +64,7 @@ int run(int argc, char** argv) {
   remat::cli::setup_merge(app);
   remat::cli::setup_import(app);
   remat::cli::setup_export_hf(app);
+  remat::cli::setup_estimate(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {  // a command's own failure, already reported

@@ -1,0 +1,47 @@
+#include "estimate/devices.hpp"
+
+#include "core/error.hpp"
+#include "core/text.hpp"
+
+namespace remat {
+namespace {
+
+constexpr std::int64_t kMiB = std::int64_t(1) << 20;
+constexpr double kT = 1e12, kG = 1e9;
+// A training process holds memory no tensor accounts for: the CUDA context
+// (about 500 MiB on Ampere and Hopper with the kernels of cuBLAS loaded), the
+// cuBLAS workspace, and what a caching allocator keeps in reserve. One
+// documented figure for every named device; mem:<size> has none.
+constexpr std::int64_t kOverhead = 1024 * kMiB;
+
+}  // namespace
+
+const std::vector<Device>& named_devices() {
+  static const std::vector<Device> devices = {
+      {"h100-80gb", 81559 * kMiB, kOverhead, 67 * kT, 989 * kT, 3350 * kG, 64 * kG, "NVIDIA H100 SXM5 datasheet"},
+      {"h200-141gb", 143771 * kMiB, kOverhead, 67 * kT, 989 * kT, 4800 * kG, 64 * kG, "NVIDIA H200 SXM datasheet"},
+      {"a100-40gb", 40960 * kMiB, kOverhead, 19.5 * kT, 312 * kT, 1555 * kG, 32 * kG, "NVIDIA A100 SXM4 datasheet"},
+      {"a100-80gb", 81920 * kMiB, kOverhead, 19.5 * kT, 312 * kT, 2039 * kG, 32 * kG, "NVIDIA A100 SXM4 datasheet"},
+      {"l4-24gb", 23034 * kMiB, kOverhead, 30.3 * kT, 121 * kT, 300 * kG, 32 * kG, "NVIDIA L4 datasheet"},
+      {"rtx4090-24gb", 24564 * kMiB, kOverhead, 82.6 * kT, 165 * kT, 1008 * kG, 32 * kG,
+       "NVIDIA Ada GPU architecture whitepaper (GeForce RTX 4090)"},
+  };
+  return devices;
+}
+
+Device find_device(const std::string& name) {
+  for (const auto& d : named_devices())
+    if (d.name == name) return d;
+  if (name.rfind("mem:", 0) == 0) {
+    Device d;
+    d.name = name;
+    d.memory_bytes = parse_byte_size(name.substr(4));
+    d.source = "given";
+    return d;
+  }
+  std::string names;
+  for (const auto& d : named_devices()) names += (names.empty() ? "" : ", ") + d.name;
+  throw UserError("--device '" + name + "': not a device remat knows (" + names + ", or mem:<size> such as mem:80G)");
+}
+
+}  // namespace remat

@@ -1,0 +1,56 @@
+#include "estimate/shape_only_step.hpp"
+
+#include "autodiff/memory_tracker.hpp"
+#include "autodiff/shape_only.hpp"
+#include "core/error.hpp"
+#include "datasets/batch.hpp"
+#include "optim/optimizer.hpp"
+#include "step/step.hpp"
+#include "strategies/registry.hpp"
+#include "zoo/params.hpp"
+
+namespace remat {
+
+ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::string>& strategies,
+                            ops::AttentionKernel kernel, const std::string& optimizer) {
+  ShapeOnlyScope shape_only;
+  auto& tracker = MemoryTracker::instance();
+  const std::string pool = MemoryTracker::default_pool();
+  const auto live = [&] { return tracker.stats(pool).live; };
+
+  ShapeOnlyRun run;
+  const std::int64_t before = live();
+  const auto model = models().find(setup.model).make(setup.sizes);
+  const ParamStore params(model->params(), DType::f32);
+  run.state.parameter_count = params.count();
+  run.state.parameter_bytes = live() - before;
+  params.zero_grad();
+  run.state.gradient_bytes = live() - before - run.state.parameter_bytes;
+  std::vector<Tensor> trainable;
+  for (std::size_t i = 0; i < params.tensors().size(); ++i)
+    if (params.trainable(i)) trainable.push_back(params.tensors()[i]);
+  {
+    const std::int64_t at = live();
+    OptimizerConfig config;
+    config.kind = optimizer;
+    const auto state = make_optimizer(config, trainable);
+    run.state.optimizer_bytes = live() - at;
+  }  // the state goes: a step's activations are measured beside weights and gradients, as in check
+
+  const Sizes& z = setup.sizes;
+  Batch batch{Tensor::empty({z.B, z.S}, DType::i32, "tokens"), Tensor::empty({z.B, z.S}, DType::i32, "targets")};
+  // A warm-up step, as run_check makes: one-time allocations are no strategy's.
+  auto full = make_strategy("full");
+  forward_backward(*model, params, batch, {full.get(), 1, 0, false, kernel});
+  for (const auto& spec : strategies) {
+    auto strategy = make_strategy(spec);
+    if (strategy->needs_costs())
+      throw UserError("strategy '" + spec + "': a budget is planned from a timed probe step, which a shape-only run "
+                      "cannot time; give fixed strategies");
+    const StepResult r = run_step(*model, params, batch, {strategy.get(), 1, 0, false, kernel});
+    run.steps.push_back({spec, r.activation_peak, r.offload_peak, r.flops, r.recompute_flops});
+  }
+  return run;
+}
+
+}  // namespace remat

@@ -1,0 +1,43 @@
+#pragma once
+// A training step of any size run shape-only (autodiff/shape_only.hpp): the
+// model's own code, the strategy's own decisions, the tracker's own counts,
+// no data and no kernel. Its activation peak is the one a measured step of
+// the same setup would show, to the byte (tests/test_shape_only.cpp checks it
+// on every size that runs here), and its FLOPs are the GEMMs the step would
+// run, recomputation included.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "autodiff/ops/ops.hpp"
+#include "zoo/model.hpp"
+
+namespace remat {
+
+struct ShapeOnlyStep {
+  std::string strategy;
+  std::int64_t activation_peak = 0;  // device pool: the step's peak minus what was live before it
+  std::int64_t offload_peak = 0;     // the offload pool (host)
+  double flops = 0, recompute_flops = 0;  // GEMM FLOPs of the step, and of them those recomputing
+};
+
+// What does not depend on the strategy: the model's state.
+struct ShapeOnlyState {
+  std::int64_t parameter_count = 0;
+  std::int64_t parameter_bytes = 0;  // the weights (fp32 master copy)
+  std::int64_t gradient_bytes = 0;   // one gradient buffer per trainable parameter
+  std::int64_t optimizer_bytes = 0;  // the optimizer's state (AdamW: m and v)
+};
+
+struct ShapeOnlyRun {
+  ShapeOnlyState state;
+  std::vector<ShapeOnlyStep> steps;  // one per strategy, in the order asked
+};
+
+// Every strategy in `strategies` on one model instance, shape-only. A
+// strategy that plans from a timed probe (budget:...) is refused: with no
+// kernel there is nothing to time.
+ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::string>& strategies,
+                            ops::AttentionKernel kernel, const std::string& optimizer = "adamw");
+
+}  // namespace remat

@@ -1,0 +1,211 @@
+// remat estimate: what a training step of any size would hold and compute,
+// per strategy, from a shape-only run of the real model code
+// (estimate/shape_only_step.hpp), and whether it fits a named device.
+#include <CLI/CLI.hpp>
+#include <cmath>
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "core/error.hpp"
+#include "core/text.hpp"
+#include "estimate/devices.hpp"
+#include "estimate/shape_only_step.hpp"
+#include "harness/cli/commands.hpp"
+#include "harness/cli/model_options.hpp"
+#include "harness/cli/validators.hpp"
+#include "step/probe.hpp"
+#include "strategies/registry.hpp"
+#include "zoo/configs.hpp"
+
+namespace remat::cli {
+namespace {
+
+struct EstimateOptions {
+  std::string model = "gpt2", preset = "small", config, strategies = "all", attention = "fused", device, optimizer = "adamw";
+  int layers = 0, ranks = 1;
+  std::vector<int> seq, batch;
+  bool json = false, shard_params = false, allow_longer = false;
+};
+
+double gib(std::int64_t bytes) { return double(bytes) / double(std::int64_t(1) << 30); }
+
+// Per rank: under --shard-params each rank keeps 1/n of every parameter (a
+// flat shard rounded up to whole chunks of 1024 values, as train/param_shards
+// does), and so 1/n of the gradients and optimizer state; plain data
+// parallelism keeps all of them on every rank.
+std::int64_t per_rank(std::int64_t bytes, std::int64_t values, int ranks, bool sharded) {
+  if (!sharded || ranks <= 1 || values == 0) return bytes;
+  const std::int64_t chunks = (values + 1023) / 1024, per = (chunks + ranks - 1) / ranks * 1024;
+  return bytes / values * per;
+}
+
+// Refuses sizes whose largest per-step tensors would overflow 64-bit byte
+// counts (or come near it): one line, before any tensor is made.
+void require_countable(const Sizes& z) {
+  const long double tokens = (long double)z.B * z.S;
+  const long double widest = std::max<long double>({(long double)z.V, (long double)z.F * std::max(1, z.E),
+                                                    (long double)z.D * 4, (long double)z.H * z.S});
+  const long double bytes = tokens * widest * 4.0L * (z.L + 2);
+  if (bytes > 4e18L)
+    throw UserError("sizes B " + std::to_string(z.B) + ", S " + std::to_string(z.S) + ", L " + std::to_string(z.L) +
+                    " overflow 64-bit byte counts (about " + fixed(double(bytes / 1e18L), 1) + "e18 bytes a step)");
+}
+
+void run(const EstimateOptions& o) {
+  ModelSetup base;
+  if (!o.config.empty()) {
+    const PublishedConfig& c = published_config(o.config);
+    base = {c.model, o.config, c.sizes};
+  } else {
+    base = {o.model, o.preset, preset_sizes(o.preset)};
+  }
+  if (o.layers) base.sizes.L = o.layers;
+  if (o.ranks < 1) throw UserError("--ranks: at least 1");
+  if (o.shard_params && o.ranks < 2) throw UserError("--shard-params shards across ranks: give --ranks 2 or more");
+  const Device device = o.device.empty() ? Device{} : find_device(o.device);
+  const auto kernel = ops::parse_attention_kernel(o.attention);
+  const auto specs = strategies_for(base.model, o.strategies, kernel);
+  const std::vector<int> seqs = o.seq.empty() ? std::vector<int>{base.sizes.S} : o.seq;
+  const std::vector<int> batches = o.batch.empty() ? std::vector<int>{base.sizes.B} : o.batch;
+  for (int s : seqs)
+    if (s > base.sizes.S_max && !o.allow_longer)
+      throw UserError("--seq " + std::to_string(s) + ": beyond " + base.preset + "'s " + std::to_string(base.sizes.S_max) +
+                      " positions (S_max); --allow-longer estimates it anyway, as if the model had that many");
+
+  // Every refusal before any output: the grid's sizes, then the strategies.
+  std::vector<ModelSetup> grid;
+  for (int b : batches)
+    for (int s : seqs) {
+      ModelSetup setup = base;
+      setup.sizes.S = s;
+      setup.sizes.B = b;
+      if (s > setup.sizes.S_max) setup.sizes.S_max = s;  // --allow-longer
+      validate(setup.sizes);
+      require_countable(setup.sizes);
+      grid.push_back(setup);
+    }
+  for (const auto& spec : specs)
+    if (make_strategy(spec)->needs_costs())
+      throw UserError("strategy '" + spec + "': a budget is planned from a timed probe step, which a shape-only run "
+                      "cannot time; give fixed strategies");
+
+  nlohmann::json rows = nlohmann::json::array();
+  if (!o.json) {
+    const Sizes& z = base.sizes;
+    std::printf("remat estimate: %s %s (L %d, D %d, H %d, Hkv %d, F %d, V %d), %s attention, fp32, %s%s, shape-only\n",
+                base.model.c_str(), base.preset.c_str(), z.L, z.D, z.H, z.Hkv, z.F, z.V, o.attention.c_str(),
+                o.optimizer.c_str(),
+                o.ranks > 1 ? (", " + std::to_string(o.ranks) + " ranks" + (o.shard_params ? " (parameters sharded)" : "")).c_str()
+                            : "");
+    if (!device.name.empty())
+      std::printf("device %s: %.1f GiB, of which %.1f GiB fixed overhead (CUDA context, cuBLAS workspace, allocator "
+                  "reserve; docs/estimates.md): %.1f GiB usable\n",
+                  device.name.c_str(), gib(device.memory_bytes), gib(device.overhead_bytes), gib(device.usable()));
+  }
+  for (const ModelSetup& setup : grid) {
+      const int s = setup.sizes.S, b = setup.sizes.B;
+      const ShapeOnlyRun run = shape_only_run(setup, specs, kernel, o.optimizer);
+      const ShapeOnlyState& st = run.state;
+      const std::int64_t params = per_rank(st.parameter_bytes, st.parameter_count, o.ranks, o.shard_params),
+                         grads = per_rank(st.gradient_bytes, st.parameter_count, o.ranks, o.shard_params),
+                         optimizer = per_rank(st.optimizer_bytes, st.parameter_count, o.ranks, o.shard_params);
+      // GiB where a table reaches one, MiB below (small presets), named so.
+      std::int64_t largest = params + grads + optimizer;
+      for (const auto& step : run.steps) largest = std::max(largest, largest + step.activation_peak);
+      const bool in_gib = largest >= (std::int64_t(1) << 30);
+      const char* unit = in_gib ? "GiB" : "MiB";
+      const auto size = [&](std::int64_t bytes) { return double(bytes) / double(std::int64_t(1) << (in_gib ? 30 : 20)); };
+      if (!o.json) {
+        std::printf("\nS %d, B %d%s: parameters %.2f %s, gradients %.2f %s, optimizer state %.2f %s%s (%lld "
+                    "parameters)\n",
+                    s, b, o.ranks > 1 ? " per rank" : "", size(params), unit, size(grads), unit, size(optimizer), unit,
+                    o.ranks > 1 ? " per rank" : "", (long long)st.parameter_count);
+        std::printf("%-26s %12s %12s %12s %12s %10s%s\n", "strategy", (std::string("act ") + unit).c_str(),
+                    (std::string("offload ") + unit).c_str(), (std::string("total ") + unit).c_str(), in_gib ? "TFLOP/step" : "MFLOP/step",
+                    "recompute", device.name.empty() ? "" : "  fits (headroom)");
+      }
+      for (const auto& step : run.steps) {
+        const std::int64_t total = params + grads + optimizer + step.activation_peak;
+        const std::int64_t headroom = device.name.empty() ? 0 : device.usable() - total;
+        if (o.json) {
+          nlohmann::json j = {{"model", setup.model},
+                              {"preset", setup.preset},
+                              {"strategy", step.strategy},
+                              {"seq", s},
+                              {"batch", b},
+                              {"layers", setup.sizes.L},
+                              {"attention", o.attention},
+                              {"precision", "fp32"},
+                              {"ranks", o.ranks},
+                              {"shard_params", o.shard_params},
+                              {"parameter_count", st.parameter_count},
+                              {"parameter_bytes", params},
+                              {"gradient_bytes", grads},
+                              {"optimizer_bytes", optimizer},
+                              {"activation_peak_bytes", step.activation_peak},
+                              {"offload_peak_bytes", step.offload_peak},
+                              {"total_bytes", total},
+                              {"flops", step.flops},
+                              {"recompute_flops", step.recompute_flops}};
+          if (!device.name.empty()) {
+            j["device"] = device.name;
+            j["device_usable_bytes"] = device.usable();
+            j["fits"] = headroom >= 0;
+            j["headroom_bytes"] = headroom;
+          }
+          rows.push_back(j);
+          continue;
+        }
+        std::string fits;
+        if (!device.name.empty())
+          fits = headroom >= 0 ? "  yes (" + fixed(gib(headroom), 1) + " GiB free)"
+                               : "  no (" + fixed(gib(-headroom), 1) + " GiB over)";
+        std::printf("%-26s %12.2f %12.2f %12.2f %12.1f %9.1f%%%s\n", step.strategy.c_str(), size(step.activation_peak),
+                    size(step.offload_peak), size(total), step.flops / (in_gib ? 1e12 : 1e6),
+                    step.flops > 0 ? 100 * step.recompute_flops / step.flops : 0.0, fits.c_str());
+      }
+    }
+  if (o.json) {
+    std::printf("%s\n", rows.dump(1).c_str());
+    return;
+  }
+  std::printf("\nact: the activation peak of one training step, exact (the tracker's count of a shape-only run of the "
+              "model's own code);\ntotal: parameters + gradients + optimizer state + act, per rank; T/MFLOP/step: GEMM "
+              "FLOPs of forward and backward, recomputation included.\n");
+}
+
+}  // namespace
+
+void setup_estimate(CLI::App& app) {
+  auto o = std::make_shared<EstimateOptions>();
+  auto* cmd = app.add_subcommand(
+      "estimate", "Memory and FLOPs of a training step at any size, per strategy, from a shape-only run (no data, no "
+                  "kernels): will it fit, and what does each strategy cost?");
+  cmd->add_option("--model", o->model, "Model from the zoo")->check(CLI::IsMember(models().names()))->capture_default_str();
+  cmd->add_option("--preset", o->preset, "Size preset")->check(CLI::IsMember(preset_names()))->capture_default_str();
+  cmd->add_option("--config", o->config,
+                  "A published configuration (docs/models.md: e.g. llama-7b, llama-70b, gpt2-1.5b); its model and "
+                  "sizes, S its S_max and B 1 unless --seq and --batch say otherwise")
+      ->check(CLI::IsMember(config_names()));
+  cmd->add_option("--layers", o->layers, "Override the number of blocks L")->check(whole_number(1, 1 << 16));
+  cmd->add_option("--seq", o->seq, "Sequence lengths S (comma-separated: a grid with --batch)")
+      ->delimiter(',')
+      ->check(whole_number(1, 1 << 24));
+  cmd->add_option("--batch", o->batch, "Batch sizes B, per rank (comma-separated)")->delimiter(',')->check(whole_number(1, 1 << 20));
+  cmd->add_option("--strategies", o->strategies, "'all' or a comma-separated list (see `remat strategies`)")
+      ->capture_default_str();
+  add_attention_option(*cmd, o->attention);
+  cmd->add_option("--optimizer", o->optimizer, "Whose state to count: adamw (m and v) or sgd")
+      ->check(CLI::IsMember({"adamw", "sgd"}))
+      ->capture_default_str();
+  cmd->add_option("--device", o->device,
+                  "Say whether it fits: h100-80gb, h200-141gb, a100-40gb, a100-80gb, l4-24gb, rtx4090-24gb, or "
+                  "mem:<size> (e.g. mem:80G)");
+  cmd->add_option("--ranks", o->ranks, "Data-parallel ranks: memory is per rank")->check(whole_number(1, 1 << 20));
+  cmd->add_flag("--shard-params", o->shard_params, "ZeRO-3: each rank keeps 1/ranks of parameters, gradients and optimizer state");
+  cmd->add_flag("--allow-longer", o->allow_longer, "Estimate sequences beyond the model's S_max, as if it had those positions");
+  cmd->add_flag("--json", o->json, "One JSON object per (strategy, seq, batch), fields as docs/results-schema.md says");
+  cmd->callback([o] { run(*o); });
+}
+
+}  // namespace remat::cli

@@ -1,0 +1,110 @@
+// A shape-only step (autodiff/shape_only.hpp) holds what a measured step
+// holds, to the byte, and counts the FLOPs it runs: every model, every
+// fixed strategy, at several depths and lengths.
+#include <catch2/catch.hpp>
+
+#include "autodiff/memory_tracker.hpp"
+#include "autodiff/shape_only.hpp"
+#include "datasets/batch.hpp"
+#include "estimate/shape_only_step.hpp"
+#include "optim/optimizer.hpp"
+#include "step/probe.hpp"
+#include "step/step.hpp"
+#include "strategies/registry.hpp"
+#include "zoo/params.hpp"
+
+using namespace remat;
+
+namespace {
+
+// The measured side, as `remat check` measures: a warm-up step, then a step
+// per strategy on initialised weights and a random batch.
+std::vector<StepResult> measured(const ModelSetup& setup, const std::vector<std::string>& specs,
+                                 ops::AttentionKernel kernel) {
+  const auto model = models().find(setup.model).make(setup.sizes);
+  ParamStore params(model->params(), DType::f32);
+  initialize(params, 1, setup.sizes.L);
+  const Batch batch = random_batch(setup.sizes.B, setup.sizes.S, setup.sizes.V, 1);
+  auto full = make_strategy("full");
+  forward_backward(*model, params, batch, {full.get(), 1, 0, false, kernel});
+  std::vector<StepResult> out;
+  for (const auto& spec : specs) {
+    auto strategy = make_strategy(spec);
+    out.push_back(run_step(*model, params, batch, {strategy.get(), 1, 0, false, kernel}));
+  }
+  return out;
+}
+
+void require_same(const ModelSetup& setup, ops::AttentionKernel kernel = ops::AttentionKernel::fused) {
+  const auto specs = strategies_for(setup.model, "all", kernel);
+  const auto real = measured(setup, specs, kernel);
+  const ShapeOnlyRun shape = shape_only_run(setup, specs, kernel);
+  REQUIRE(shape.steps.size() == specs.size());
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    INFO(setup.model << " L" << setup.sizes.L << " S" << setup.sizes.S << " B" << setup.sizes.B << " "
+                     << specs[i] << " " << ops::attention_kernel_name(kernel));
+    CHECK(shape.steps[i].activation_peak == real[i].activation_peak);
+    CHECK(shape.steps[i].offload_peak == real[i].offload_peak);
+    CHECK(shape.steps[i].flops == real[i].flops);
+    CHECK(shape.steps[i].recompute_flops == real[i].recompute_flops);
+  }
+}
+
+ModelSetup sized(const std::string& model, const std::string& preset, int L = 0, int S = 0, int B = 0) {
+  ModelSetup s{model, preset, preset_sizes(preset)};
+  if (L) s.sizes.L = L;
+  if (S) s.sizes.S = s.sizes.S_max = S;
+  if (B) s.sizes.B = B;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("shape-only: every model and strategy holds the measured bytes on tiny", "[shape_only]") {
+  for (const auto& model : models().names()) {
+    require_same(sized(model, "tiny"));
+    require_same(sized(model, "tiny"), ops::AttentionKernel::plain);
+  }
+}
+
+TEST_CASE("shape-only: the same at several depths and lengths", "[shape_only]") {
+  for (const std::string model : {"gpt2", "llama", "revformer", "encdec"})
+    for (int L : {4, 6})
+      for (int S : {8, 24}) require_same(sized(model, "tiny", L, S, 3));
+}
+
+TEST_CASE("shape-only: the same on small", "[shape_only]") {
+  for (const std::string model : {"gpt2", "llama"}) require_same(sized(model, "small", 4, 64, 2));
+}
+
+TEST_CASE("shape-only: parameters, gradients and optimizer state as allocated for real", "[shape_only]") {
+  for (const auto& model : models().names()) {
+    const ModelSetup setup = sized(model, "tiny");
+    const ShapeOnlyRun shape = shape_only_run(setup, {"full"}, ops::AttentionKernel::fused);
+    auto& tracker = MemoryTracker::instance();
+    const std::string pool = MemoryTracker::default_pool();
+    const auto before = tracker.stats(pool).live;
+    ParamStore params(models().find(model).make(setup.sizes)->params(), DType::f32);
+    CHECK(shape.state.parameter_count == params.count());
+    CHECK(shape.state.parameter_bytes == tracker.stats(pool).live - before);
+    CHECK(shape.state.parameter_bytes == params.bytes());
+    params.zero_grad();
+    CHECK(shape.state.gradient_bytes == tracker.stats(pool).live - before - shape.state.parameter_bytes);
+    const auto at = tracker.stats(pool).live;
+    const auto optimizer = make_optimizer(OptimizerConfig{}, params.tensors());
+    CHECK(shape.state.optimizer_bytes == tracker.stats(pool).live - at);
+  }
+}
+
+TEST_CASE("shape-only: no storage, and the scope ends", "[shape_only]") {
+  {
+    ShapeOnlyScope scope;
+    const Tensor t = Tensor::empty({1 << 20, 1 << 20}, DType::f32, "huge");  // 4 TiB, never allocated
+    CHECK(t.raw() == nullptr);
+    CHECK(t.nbytes() == (std::size_t(1) << 42));
+    CHECK(t.label() == "huge");
+  }
+  CHECK_FALSE(shape_only());
+  const Tensor t = Tensor::empty({4}, DType::f32);
+  CHECK(t.raw() != nullptr);
+}
