@@ -114,6 +114,20 @@ grep -q "text:pass.txt: one pass is 84 batches, so this run reads it 1.4 times" 
 expect_ok "report passes" "$remat" report pass.h5 --svg pass-plots
 grep -q "a new pass over text:pass.txt begins: 85," pass-plots/loss.svg || fail "the loss plot marks no new pass"
 
+# remat estimate: real sizes, shape-only, in a moment; bad input in one line.
+expect_ok "estimate llama-70b" "$remat" estimate --config llama-70b --seq 32768 --allow-longer --ranks 8 --shard-params --device h200-141gb
+grep -q "68976648192 parameters" out.txt || fail "estimate does not count llama-70b's parameters: $(cat out.txt)"
+grep -q "^offload-checkpoint .* no (" out.txt || fail "estimate does not say what fits: $(cat out.txt)"
+grep -q "1.0 GiB fixed overhead" out.txt || fail "estimate does not show the device's overhead: $(cat out.txt)"
+expect_ok "estimate json" "$remat" estimate --preset tiny --seq 8,16 --batch 1,2 --strategies full,sqrt --json
+[ "$(grep -c '"strategy"' out.txt)" = 8 ] || fail "estimate --json does not give one object per (strategy, seq, batch)"
+expect_error "not a device remat knows" "$remat" estimate --device h100
+expect_error "not in" "$remat" estimate --config llama-8b
+expect_error "--allow-longer" "$remat" estimate --config llama-7b --seq 8192
+expect_error "overflow 64-bit byte counts" "$remat" estimate --config llama-70b --seq 1000000 --allow-longer --batch 65536
+expect_error "cannot time" "$remat" estimate --preset tiny --strategies budget:min
+expect_error "--ranks 2 or more" "$remat" estimate --preset tiny --shard-params
+
 # remat time: steps timed in this process, the resident set and the tracker beside it.
 expect_ok "time" "$remat" time --preset tiny --strategy per-layer --steps 2
 grep -q "step time: median" out.txt || fail "time does not print the median step time"
