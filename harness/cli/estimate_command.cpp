@@ -2,8 +2,11 @@
 // per strategy, from a shape-only run of the real model code
 // (estimate/shape_only_step.hpp), and whether it fits a named device.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
@@ -12,7 +15,9 @@
 #include "estimate/shape_only_step.hpp"
 #include "harness/cli/commands.hpp"
 #include "harness/cli/model_options.hpp"
+#include "h5/atomic_file.hpp"
 #include "harness/cli/validators.hpp"
+#include "harness/report/svg_chart.hpp"
 #include "step/probe.hpp"
 #include "strategies/registry.hpp"
 #include "zoo/configs.hpp"
@@ -21,7 +26,8 @@ namespace remat::cli {
 namespace {
 
 struct EstimateOptions {
-  std::string model = "gpt2", preset = "small", config, strategies = "all", attention = "fused", device, optimizer = "adamw";
+  std::string model = "gpt2", preset = "small", config, strategies = "all", attention = "fused", device, optimizer = "adamw",
+              svg;
   int layers = 0, ranks = 1;
   std::vector<int> seq, batch;
   bool json = false, shard_params = false, allow_longer = false;
@@ -49,6 +55,39 @@ void require_countable(const Sizes& z) {
   if (bytes > 4e18L)
     throw UserError("sizes B " + std::to_string(z.B) + ", S " + std::to_string(z.S) + ", L " + std::to_string(z.L) +
                     " overflow 64-bit byte counts (about " + fixed(double(bytes / 1e18L), 1) + "e18 bytes a step)");
+}
+
+// (batch) -> strategy -> (seq, total bytes per rank), in the order met.
+using Curves = std::map<int, std::vector<std::pair<std::string, std::vector<std::pair<int, std::int64_t>>>>>;
+
+// DIR/estimate.svg: memory per rank against S, a line per strategy, a panel
+// per batch size, the device's usable memory as a dashed line.
+void write_svg(const std::string& dir, const std::string& what, const Curves& curves, const Device& device, bool json) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw UserError(dir + ": cannot create (" + ec.message() + ")");
+  std::vector<svg::Chart> panels;
+  svg::Palette palette;
+  for (const auto& [batch, strategies] : curves) {
+    svg::Chart c{what + ", B " + std::to_string(batch), "sequence length S", "memory per rank (GiB)", true, true, {}};
+    int lo = 0, hi = 0;
+    for (const auto& [strategy, points] : strategies) {
+      svg::Series line{strategy, {}, {}, true, true, false, false, palette(strategy)};
+      for (const auto& [seq, bytes] : points) {
+        line.x.push_back(seq);
+        line.y.push_back(std::max(gib(bytes), 1e-6));
+        lo = lo ? std::min(lo, seq) : seq, hi = std::max(hi, seq);
+      }
+      c.series.push_back(std::move(line));
+    }
+    if (!device.name.empty())
+      c.series.push_back({device.name + " usable (" + human_bytes(double(device.usable())) + ")", {double(lo), double(hi)},
+                          {gib(device.usable()), gib(device.usable())}, true, false, true, false, 8});
+    panels.push_back(std::move(c));
+  }
+  write_file_atomically(dir + "/estimate.svg",
+                        svg::render("Memory of one training step against sequence length (shape-only, exact)", panels));
+  std::fprintf(json ? stderr : stdout, "wrote %s/estimate.svg\n", dir.c_str());  // stdout stays JSON
 }
 
 void run(const EstimateOptions& o) {
@@ -90,6 +129,7 @@ void run(const EstimateOptions& o) {
                       "cannot time; give fixed strategies");
 
   nlohmann::json rows = nlohmann::json::array();
+  Curves curves;
   if (!o.json) {
     const Sizes& z = base.sizes;
     std::printf("remat estimate: %s %s (L %d, D %d, H %d, Hkv %d, F %d, V %d), %s attention, fp32, %s%s, shape-only\n",
@@ -126,6 +166,10 @@ void run(const EstimateOptions& o) {
       }
       for (const auto& step : run.steps) {
         const std::int64_t total = params + grads + optimizer + step.activation_peak;
+        auto& per_batch = curves[b];
+        auto it = std::find_if(per_batch.begin(), per_batch.end(), [&](const auto& c) { return c.first == step.strategy; });
+        if (it == per_batch.end()) it = per_batch.insert(per_batch.end(), {step.strategy, {}});
+        it->second.push_back({s, total});
         const std::int64_t headroom = device.name.empty() ? 0 : device.usable() - total;
         if (o.json) {
           nlohmann::json j = {{"model", setup.model},
@@ -165,6 +209,8 @@ void run(const EstimateOptions& o) {
                     step.flops > 0 ? 100 * step.recompute_flops / step.flops : 0.0, fits.c_str());
       }
     }
+  if (!o.svg.empty())
+    write_svg(o.svg, base.model + " " + base.preset, curves, device, o.json);
   if (o.json) {
     std::printf("%s\n", rows.dump(1).c_str());
     return;
@@ -204,6 +250,8 @@ void setup_estimate(CLI::App& app) {
   cmd->add_option("--ranks", o->ranks, "Data-parallel ranks: memory is per rank")->check(whole_number(1, 1 << 20));
   cmd->add_flag("--shard-params", o->shard_params, "ZeRO-3: each rank keeps 1/ranks of parameters, gradients and optimizer state");
   cmd->add_flag("--allow-longer", o->allow_longer, "Estimate sequences beyond the model's S_max, as if it had those positions");
+  cmd->add_option("--svg", o->svg, "Also draw DIR/estimate.svg: memory per rank against S, a panel per batch size, "
+                                   "the device's usable memory as a line");
   cmd->add_flag("--json", o->json, "One JSON object per (strategy, seq, batch), fields as docs/results-schema.md says");
   cmd->callback([o] { run(*o); });
 }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <vector>
 
 #include "autodiff/runtime.hpp"
@@ -74,14 +75,23 @@ void run_time(const TimeOptions& o) {
   const std::int64_t rss_peak = peak_resident_bytes() - baseline;
   const double step_median = median(seconds), fastest = *std::min_element(seconds.begin(), seconds.end());
   if (o.json) {
-    std::printf("{\"model\": \"%s\", \"preset\": \"%s\", \"strategy\": \"%s\", \"attention\": \"%s\", "
-                "\"backend\": \"%s\", \"steps\": %d, \"median_s\": %.6f, \"min_s\": %.6f, \"loss\": %.9g, "
-                "\"activation_peak_bytes\": %lld, \"offload_peak_bytes\": %lld, \"rss_peak_above_baseline_bytes\": "
-                "%lld, \"rss_baseline_bytes\": %lld, \"rss_peak_since_start\": %s, \"parameters\": %lld}\n",
-                setup.model.c_str(), setup.preset.c_str(), specs[0].c_str(), o.model.attention.c_str(),
-                Runtime::describe().c_str(), o.steps, step_median, fastest, loss, (long long)activation_peak,
-                (long long)offload_peak, (long long)rss_peak, (long long)baseline, peak_reset ? "false" : "true",
-                (long long)params.count());
+    const nlohmann::json j = {{"model", setup.model},
+                              {"preset", setup.preset},
+                              {"strategy", specs[0]},
+                              {"attention", o.model.attention},
+                              {"backend", Runtime::describe()},
+                              {"steps", o.steps},
+                              {"median_s", step_median},
+                              {"min_s", fastest},
+                              {"loss", loss},
+                              {"activation_peak_bytes", activation_peak},
+                              {"offload_peak_bytes", offload_peak},
+                              {"rss_peak_above_baseline_bytes", rss_peak},
+                              {"rss_baseline_bytes", baseline},
+                              {"rss_peak_since_start", !peak_reset},
+                              {"parameters", params.count()},  // kept for readers of earlier output
+                              {"parameter_count", params.count()}};  // the name remat estimate --json uses
+    std::printf("%s\n", j.dump().c_str());
     return;
   }
   const Sizes& z = setup.sizes;

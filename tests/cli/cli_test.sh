@@ -121,6 +121,9 @@ grep -q "^offload-checkpoint .* no (" out.txt || fail "estimate does not say wha
 grep -q "1.0 GiB fixed overhead" out.txt || fail "estimate does not show the device's overhead: $(cat out.txt)"
 expect_ok "estimate json" "$remat" estimate --preset tiny --seq 8,16 --batch 1,2 --strategies full,sqrt --json
 [ "$(grep -c '"strategy"' out.txt)" = 8 ] || fail "estimate --json does not give one object per (strategy, seq, batch)"
+expect_ok "estimate svg" "$remat" estimate --preset tiny --seq 8,16 --batch 1,2 --strategies full,per-layer --device mem:1M --svg est
+grep -q "mem:1M usable" est/estimate.svg && [ "$(grep -c "B [12]</text>" est/estimate.svg)" = 2 ] ||
+  fail "estimate --svg: no panel per batch or no capacity line"
 expect_error "not a device remat knows" "$remat" estimate --device h100
 expect_error "not in" "$remat" estimate --config llama-8b
 expect_error "--allow-longer" "$remat" estimate --config llama-7b --seq 8192
