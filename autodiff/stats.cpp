@@ -7,6 +7,10 @@ Counts& state() {
   thread_local Counts c;
   return c;
 }
+Work& work_done() {
+  thread_local Work w;
+  return w;
+}
 bool& flag() {
   thread_local bool recomputing = false;
   return recomputing;
@@ -26,6 +30,8 @@ std::map<std::string, std::int64_t> forward_since(const std::map<std::string, st
   return delta;
 }
 const Counts& counts() { return state(); }
+const Work& work() { return work_done(); }
+void count_bytes(double bytes) { work_done().bytes += bytes; }
 
 void count_forward(const char* op) {
   ++state().forward[op];
@@ -34,6 +40,7 @@ void count_forward(const char* op) {
 
 void count_flops(double flops) {
   state().flops += flops;
+  work_done().flops += flops;
   if (flag()) state().recompute_flops += flops;
 }
 

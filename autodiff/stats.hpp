@@ -18,6 +18,16 @@ struct Counts {
 };
 
 void reset();
+
+// Work counted since the process started, never reset (on this thread): the
+// GEMM FLOPs and the bytes of the tensors made. What a device model prices
+// to cost a shape-only run (estimate/device_model.hpp).
+struct Work {
+  double flops = 0;
+  double bytes = 0;
+};
+const Work& work();
+void count_bytes(double bytes);
 // Forward runs per op since `before` (a copy of counts().forward).
 std::map<std::string, std::int64_t> forward_since(const std::map<std::string, std::int64_t>& before);
 const Counts& counts();

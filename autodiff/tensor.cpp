@@ -2,6 +2,7 @@
 
 #include "autodiff/memory_tracker.hpp"
 #include "autodiff/shape_only.hpp"
+#include "autodiff/stats.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
 
@@ -48,6 +49,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, const std::string& label) 
   t.numel_ = remat::numel(shape);
   t.dtype_ = dtype;
   MemoryTracker::instance().check_allocation(std::int64_t(t.nbytes()));
+  stats::count_bytes(double(t.nbytes()));
   if (shape_only()) {
     // Kokkos rounds every View's allocation up to a multiple of 8 bytes, and
     // reports that size to the tracker: so does a shape-only one.

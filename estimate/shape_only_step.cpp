@@ -1,8 +1,11 @@
 #include "estimate/shape_only_step.hpp"
 
+#include <optional>
+
 #include "autodiff/memory_tracker.hpp"
 #include "autodiff/shape_only.hpp"
 #include "core/error.hpp"
+#include "estimate/device_model.hpp"
 #include "datasets/batch.hpp"
 #include "optim/optimizer.hpp"
 #include "step/step.hpp"
@@ -12,7 +15,7 @@
 namespace remat {
 
 ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::string>& strategies,
-                            ops::AttentionKernel kernel, const std::string& optimizer) {
+                            ops::AttentionKernel kernel, const std::string& optimizer, const DeviceModel* device) {
   ShapeOnlyScope shape_only;
   auto& tracker = MemoryTracker::instance();
   const std::string pool = MemoryTracker::default_pool();
@@ -42,13 +45,20 @@ ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::stri
   // A warm-up step, as run_check makes: one-time allocations are no strategy's.
   auto full = make_strategy("full");
   forward_backward(*model, params, batch, {full.get(), 1, 0, false, kernel});
+  std::optional<SaveProfile> costs;  // the device model's, once, for every planned strategy
   for (const auto& spec : strategies) {
     auto strategy = make_strategy(spec);
-    if (strategy->needs_costs())
-      throw UserError("strategy '" + spec + "': a budget is planned from a timed probe step, which a shape-only run "
-                      "cannot time; give fixed strategies");
+    if (strategy->needs_costs()) {
+      if (!device)
+        throw UserError("strategy '" + spec + "': a budget is planned from costs, and a shape-only run has no kernel "
+                        "to time: name a --device to cost it with (docs/estimates.md)");
+      if (!costs) costs = modelled_costs(setup, kernel, *device);
+      strategy->plan(*costs);
+    }
+    const double t0 = device ? device->seconds_now() : 0;
     const StepResult r = run_step(*model, params, batch, {strategy.get(), 1, 0, false, kernel});
-    run.steps.push_back({spec, r.activation_peak, r.offload_peak, r.flops, r.recompute_flops});
+    const double seconds = device ? device->seconds_now() - t0 : 0;
+    run.steps.push_back({spec, r.activation_peak, r.offload_peak, r.flops, r.recompute_flops, seconds});
   }
   return run;
 }

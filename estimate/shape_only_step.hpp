@@ -19,6 +19,7 @@ struct ShapeOnlyStep {
   std::int64_t activation_peak = 0;  // device pool: the step's peak minus what was live before it
   std::int64_t offload_peak = 0;     // the offload pool (host)
   double flops = 0, recompute_flops = 0;  // GEMM FLOPs of the step, and of them those recomputing
+  double modelled_seconds = 0;            // the device model's price of the step (0: no device given)
 };
 
 // What does not depend on the strategy: the model's state.
@@ -34,10 +35,13 @@ struct ShapeOnlyRun {
   std::vector<ShapeOnlyStep> steps;  // one per strategy, in the order asked
 };
 
+struct DeviceModel;
+
 // Every strategy in `strategies` on one model instance, shape-only. A
-// strategy that plans from a timed probe (budget:...) is refused: with no
-// kernel there is nothing to time.
+// strategy that plans from costs (budget:...) is planned from the device
+// model's (with no kernel there is nothing to time), and refused without one.
 ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::string>& strategies,
-                            ops::AttentionKernel kernel, const std::string& optimizer = "adamw");
+                            ops::AttentionKernel kernel, const std::string& optimizer = "adamw",
+                            const DeviceModel* device = nullptr);
 
 }  // namespace remat

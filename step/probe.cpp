@@ -40,22 +40,23 @@ SaveProfile profile_saves(const Model& model, const ParamStore& params, const Ba
 }
 
 SaveProfile measure_costs(const Model& model, const ParamStore& params, const Batch& batch,
-                          ops::AttentionKernel attention, std::uint64_t seed, int repeats) {
+                          ops::AttentionKernel attention, std::uint64_t seed, int repeats, const CostClock* clock) {
   SaveProfile p = profile_saves(model, params, batch, attention);
   auto full = make_strategy("full");
   StepOptions step{full.get(), seed, 0};
   step.attention = attention;
   std::vector<double> steps;
   for (int i = 0; i < repeats; ++i) {
+    const double t0 = clock ? clock->now() : 0;
     const StepResult r = run_step(model, params, batch, step);
-    steps.push_back(r.seconds);
+    steps.push_back(clock ? clock->now() - t0 : r.seconds);
     p.measured_peak = std::max(p.measured_peak, r.activation_peak);
   }
   p.step_seconds = median(steps);
   std::vector<std::vector<double>> forward(p.blocks.size());
   std::vector<std::vector<std::vector<double>>> recipes(p.blocks.size());
   for (int i = 0; i < repeats; ++i) {
-    CostTimer timer;
+    CostTimer timer(clock ? clock->now : std::function<double()>());
     {
       ops::AttentionKernelScope kernel(attention);
       random_ops::begin_step(seed, 0);
@@ -78,7 +79,8 @@ SaveProfile measure_costs(const Model& model, const ParamStore& params, const Ba
       p.blocks[b].tensors[k].recompute_seconds = median(recipes[b][k]);
   }
   // The offload pool's copies: out and back, 16 MB, median of `repeats` (0 where nothing is copied).
-  p.offload_seconds_per_byte = backend::offload_seconds_per_byte(std::size_t(16) << 20, repeats);
+  p.offload_seconds_per_byte =
+      clock ? clock->offload_seconds_per_byte : backend::offload_seconds_per_byte(std::size_t(16) << 20, repeats);
   p.timed = true;
   return p;
 }

@@ -4,6 +4,7 @@
 // and what a model can run under (the tags it produces, the strategies that
 // apply). What checking, the matrix and training share.
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -20,12 +21,21 @@ namespace remat {
 SaveProfile profile_saves(const Model& model, const ParamStore& params, const Batch& batch,
                           ops::AttentionKernel attention = ops::AttentionKernel::fused);
 
+// Where costs come from when not from the wall clock: a device model's
+// clock over a shape-only run (estimate/device_model.hpp), and its price of
+// moving a byte to the offload pool and back.
+struct CostClock {
+  std::function<double()> now;
+  double offload_seconds_per_byte = 0;
+};
+
 // A timed profile for planned strategies (budget:<size>): profile_saves, a
 // step under `full` timed `repeats` times (its median time and measured
 // activation peak), and each block's forward and each recipe timed as many
-// times (medians).
+// times (medians). With a `clock`, times are read from it.
 SaveProfile measure_costs(const Model& model, const ParamStore& params, const Batch& batch,
-                          ops::AttentionKernel attention, std::uint64_t seed, int repeats = 3);
+                          ops::AttentionKernel attention, std::uint64_t seed, int repeats = 3,
+                          const CostClock* clock = nullptr);
 
 // Plans `strategy` if it needs costs, measuring them unless `costs` (a timed
 // profile of the same model, weights and batch) is given.

@@ -2,6 +2,7 @@
 // What a model saves, block by block, as measured by one probe forward pass
 // (strategies/profile.cpp): the input to each strategy's memory prediction.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <vector>
 
@@ -86,6 +87,9 @@ class SaveProfiler final : public BlockRunner, public SavedTensorHooks {
 // saved tensor's recipe seconds (0 without a recipe).
 class CostTimer final : public BlockRunner {
  public:
+  // `clock`: seconds from any origin; none: the wall clock, after a fence
+  // (a device model's clock prices a shape-only run instead).
+  explicit CostTimer(std::function<double()> clock = {}) : clock_(std::move(clock)) {}
   struct BlockTimes {
     double forward = 0;
     std::vector<double> recipes;
@@ -94,6 +98,8 @@ class CostTimer final : public BlockRunner {
   const std::vector<BlockTimes>& times() const { return times_; }
 
  private:
+  double now() const;
+  std::function<double()> clock_;
   std::vector<BlockTimes> times_;
 };
 

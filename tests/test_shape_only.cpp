@@ -6,6 +6,7 @@
 #include "autodiff/memory_tracker.hpp"
 #include "autodiff/shape_only.hpp"
 #include "datasets/batch.hpp"
+#include "estimate/device_model.hpp"
 #include "estimate/shape_only_step.hpp"
 #include "optim/optimizer.hpp"
 #include "step/probe.hpp"
@@ -107,4 +108,38 @@ TEST_CASE("shape-only: no storage, and the scope ends", "[shape_only]") {
   CHECK_FALSE(shape_only());
   const Tensor t = Tensor::empty({4}, DType::f32);
   CHECK(t.raw() != nullptr);
+}
+
+TEST_CASE("shape-only: a plan costed by a device model keeps its budget, measured, and is bitwise full",
+          "[shape_only]") {
+  DeviceModel device;
+  device.device = find_device("a100-40gb");
+  for (const std::string name : {"gpt2", "llama"}) {
+    const ModelSetup setup = sized(name, "tiny", 6);
+    const SaveProfile costs = modelled_costs(setup, ops::AttentionKernel::fused, device);
+    CHECK(costs.timed);
+    CHECK(costs.step_seconds > 0);
+    const auto model = models().find(name).make(setup.sizes);
+    ParamStore params(model->params(), DType::f32);
+    initialize(params, 1, setup.sizes.L);
+    const Batch batch = random_batch(setup.sizes.B, setup.sizes.S, setup.sizes.V, 1);
+    auto full = make_strategy("full");
+    forward_backward(*model, params, batch, {full.get(), 1, 0});
+    const StepResult reference = run_step(*model, params, batch, {full.get(), 1, 0});
+    std::vector<std::vector<double>> want;
+    for (const auto& t : params.tensors()) want.push_back(t.grad().to_host_f64());
+    for (const std::string spec : {"budget:min", "budget:range:50%"}) {
+      INFO(name << " " << spec);
+      auto planned = make_strategy(spec);
+      planned->plan(costs);
+      const StepResult r = run_step(*model, params, batch, {planned.get(), 1, 0});  // throws over the budget
+      CHECK(r.activation_peak <= planned->activation_budget());
+      CHECK(r.activation_peak < reference.activation_peak);
+      CHECK(r.loss == reference.loss);
+      for (std::size_t i = 0; i < want.size(); ++i) CHECK(params.tensors()[i].grad().to_host_f64() == want[i]);
+      const ShapeOnlyRun shape = shape_only_run(setup, {spec}, ops::AttentionKernel::fused, "adamw", &device);
+      CHECK(shape.steps[0].activation_peak == r.activation_peak);
+      CHECK(shape.steps[0].modelled_seconds > 0);
+    }
+  }
 }

@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "core/text.hpp"
+#include "estimate/device_model.hpp"
 #include "estimate/devices.hpp"
 #include "estimate/shape_only_step.hpp"
 #include "harness/cli/commands.hpp"
@@ -123,10 +124,14 @@ void run(const EstimateOptions& o) {
       require_countable(setup.sizes);
       grid.push_back(setup);
     }
+  const bool rates = device.fp32_flops > 0;
   for (const auto& spec : specs)
-    if (make_strategy(spec)->needs_costs())
-      throw UserError("strategy '" + spec + "': a budget is planned from a timed probe step, which a shape-only run "
-                      "cannot time; give fixed strategies");
+    if (make_strategy(spec)->needs_costs() && !rates)
+      throw UserError("strategy '" + spec + "': a budget is planned from costs, and a shape-only run has no kernel to "
+                      "time: name a --device to cost it with (" + (device.name.empty() ? "none given" : device.name + " has no rates") +
+                      "; docs/estimates.md)");
+  DeviceModel device_model;
+  device_model.device = device;
 
   nlohmann::json rows = nlohmann::json::array();
   Curves curves;
@@ -144,7 +149,7 @@ void run(const EstimateOptions& o) {
   }
   for (const ModelSetup& setup : grid) {
       const int s = setup.sizes.S, b = setup.sizes.B;
-      const ShapeOnlyRun run = shape_only_run(setup, specs, kernel, o.optimizer);
+      const ShapeOnlyRun run = shape_only_run(setup, specs, kernel, o.optimizer, rates ? &device_model : nullptr);
       const ShapeOnlyState& st = run.state;
       const std::int64_t params = per_rank(st.parameter_bytes, st.parameter_count, o.ranks, o.shard_params),
                          grads = per_rank(st.gradient_bytes, st.parameter_count, o.ranks, o.shard_params),
@@ -160,9 +165,9 @@ void run(const EstimateOptions& o) {
                     "parameters)\n",
                     s, b, o.ranks > 1 ? " per rank" : "", size(params), unit, size(grads), unit, size(optimizer), unit,
                     o.ranks > 1 ? " per rank" : "", (long long)st.parameter_count);
-        std::printf("%-26s %12s %12s %12s %12s %10s%s\n", "strategy", (std::string("act ") + unit).c_str(),
+        std::printf("%-26s %12s %12s %12s %12s %10s%s%s\n", "strategy", (std::string("act ") + unit).c_str(),
                     (std::string("offload ") + unit).c_str(), (std::string("total ") + unit).c_str(), in_gib ? "TFLOP/step" : "MFLOP/step",
-                    "recompute", device.name.empty() ? "" : "  fits (headroom)");
+                    "recompute", rates ? "  model s" : "", device.name.empty() ? "" : "  fits (headroom)");
       }
       for (const auto& step : run.steps) {
         const std::int64_t total = params + grads + optimizer + step.activation_peak;
@@ -196,6 +201,7 @@ void run(const EstimateOptions& o) {
             j["device_usable_bytes"] = device.usable();
             j["fits"] = headroom >= 0;
             j["headroom_bytes"] = headroom;
+            if (rates) j["modelled_step_s"] = step.modelled_seconds;
           }
           rows.push_back(j);
           continue;
@@ -204,9 +210,10 @@ void run(const EstimateOptions& o) {
         if (!device.name.empty())
           fits = headroom >= 0 ? "  yes (" + fixed(gib(headroom), 1) + " GiB free)"
                                : "  no (" + fixed(gib(-headroom), 1) + " GiB over)";
-        std::printf("%-26s %12.2f %12.2f %12.2f %12.1f %9.1f%%%s\n", step.strategy.c_str(), size(step.activation_peak),
+        const std::string modelled = rates ? "  " + fixed(step.modelled_seconds, step.modelled_seconds < 0.01 ? 6 : 3) : "";
+        std::printf("%-26s %12.2f %12.2f %12.2f %12.1f %9.1f%%%s%s\n", step.strategy.c_str(), size(step.activation_peak),
                     size(step.offload_peak), size(total), step.flops / (in_gib ? 1e12 : 1e6),
-                    step.flops > 0 ? 100 * step.recompute_flops / step.flops : 0.0, fits.c_str());
+                    step.flops > 0 ? 100 * step.recompute_flops / step.flops : 0.0, modelled.c_str(), fits.c_str());
       }
     }
   if (!o.svg.empty())

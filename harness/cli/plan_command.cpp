@@ -1,11 +1,16 @@
 // remat plan: the schedule `budget:<size>` would run for a model and shape,
 // block by block, with its predicted activation peak and step time, from one
 // timed probe (nothing else runs; `remat check --strategies budget:...`
-// measures it).
+// measures it). With --device, at any size: costed by the device model over
+// a shape-only run (estimate/device_model.hpp), no probe timed, and the
+// budget by default what the device leaves beside the model's state.
 #include <cstdio>
 #include <memory>
 
 #include "core/error.hpp"
+#include "core/text.hpp"
+#include "estimate/device_model.hpp"
+#include "estimate/shape_only_step.hpp"
 #include "harness/check.hpp"
 #include "harness/cli/commands.hpp"
 #include "harness/cli/format.hpp"
@@ -18,14 +23,38 @@ namespace {
 
 struct PlanOptions {
   ModelOptions model;
-  std::string budget;
+  std::string budget, device;
   bool json = false, force = false, allow_offload = false;
 };
 
-void run_plan(const PlanOptions& o) {
-  const ModelSetup setup = o.model.resolve();
-  const std::string spec = "budget:" + o.budget + (o.allow_offload ? ":offload" : "");
-  const auto specs = strategies_for(setup.model, spec, o.model.kernel());
+// The costs and the budget spec: from a timed probe, or (--device) from the
+// device model over a shape-only run, the budget defaulting to the memory the
+// device leaves beside weights, gradients and optimizer state.
+SaveProfile plan_costs(const PlanOptions& o, const ModelSetup& setup, std::string& budget) {
+  budget = o.budget;
+  if (!o.device.empty()) {
+    DeviceModel device;
+    device.device = find_device(o.device);
+    require_rates(device.device);
+    if (budget.empty()) {
+      const ShapeOnlyState state = shape_only_run(setup, {}, o.model.kernel()).state;
+      const std::int64_t held = state.parameter_bytes + state.gradient_bytes + state.optimizer_bytes;
+      const std::int64_t left = device.device.usable() - held;
+      if (left <= 0)
+        throw UserError(o.device + ": weights, gradients and optimizer state alone take " + human_bytes(double(held)) +
+                        " of its " + human_bytes(double(device.device.usable())) +
+                        " usable: no schedule fits (remat estimate --ranks N --shard-params divides them)");
+      budget = std::to_string(left);
+      if (!o.json)
+        std::printf("%s: %s usable, %s for weights, gradients and optimizer state: a budget of %s for activations\n",
+                    o.device.c_str(), human_bytes(double(device.device.usable())).c_str(),
+                    human_bytes(double(held)).c_str(), human_bytes(double(left)).c_str());
+    }
+    if (!o.json) std::printf("costing %s %s on the %s model (shape-only, no probe timed)...\n", setup.model.c_str(),
+                             setup.preset.c_str(), o.device.c_str());
+    return modelled_costs(setup, o.model.kernel(), device);
+  }
+  if (budget.empty()) throw UserError("--budget: required without --device (a size, a percentage of full's, or min)");
   require_step_memory(setup, o.model.kernel(), {"full"}, 2, o.force);
   const auto model = models().find(setup.model).make(setup.sizes);
   ParamStore params(model->params(), DType::f32);
@@ -35,7 +64,17 @@ void run_plan(const PlanOptions& o) {
     std::printf("probing %s %s (timed full steps and blocks)...\n", setup.model.c_str(), setup.preset.c_str());
     std::fflush(stdout);
   }
-  const SaveProfile costs = measure_costs(*model, params, batch, o.model.kernel(), o.model.seed);
+  return measure_costs(*model, params, batch, o.model.kernel(), o.model.seed);
+}
+
+void run_plan(const PlanOptions& o) {
+  const ModelSetup setup = o.model.resolve();
+  if (!o.budget.empty())  // a bad spec is refused before any probe
+    strategies_for(setup.model, "budget:" + o.budget + (o.allow_offload ? ":offload" : ""), o.model.kernel());
+  std::string budget;
+  const SaveProfile costs = plan_costs(o, setup, budget);
+  const std::string spec = "budget:" + budget + (o.allow_offload ? ":offload" : "");
+  const auto specs = strategies_for(setup.model, spec, o.model.kernel());
   auto strategy = make_strategy(specs[0]);
   strategy->plan(costs);  // UserError naming the smallest feasible budget if none fits
   const planner::ChainCosts chain = planner::chain_costs(costs, o.allow_offload);
@@ -72,11 +111,15 @@ void setup_plan(CLI::App& app) {
   o->model.preset = "small";
   o->model.bind(*cmd);
   cmd->add_option("--budget", o->budget,
-                  "Activation-memory budget: a size (150MB, 1.5G), a percentage of full's measured peak (40%), or min")
-      ->required();
+                  "Activation-memory budget: a size (150MB, 1.5G), a percentage of full's measured peak (40%), or min "
+                  "(required without --device)");
   cmd->add_flag("--allow-offload", o->allow_offload,
                  "Let plain blocks move what they save to the host offload pool (what --strategies "
                  "budget:<size>:offload runs); left out by default: on the host backend it costs nothing");
+  cmd->add_option("--device", o->device,
+                  "Plan at any size for this device (h100-80gb, a100-40gb, ...: docs/estimates.md), costed by its device "
+                  "model over a shape-only run instead of a timed probe; --budget defaults to what it leaves beside "
+                  "weights, gradients and optimizer state");
   cmd->add_flag("--json", o->json, "Print one JSON object (the plan as a tree) instead of the table");
   cmd->add_flag("--force", o->force, "Run even where the memory estimate says it will not fit");
   cmd->callback([o] { run_plan(*o); });

@@ -1,0 +1,38 @@
+#include "estimate/device_model.hpp"
+
+#include "autodiff/shape_only.hpp"
+#include "autodiff/stats.hpp"
+#include "core/error.hpp"
+#include "datasets/batch.hpp"
+#include "step/probe.hpp"
+#include "zoo/params.hpp"
+
+namespace remat {
+
+double DeviceModel::seconds_now() const {
+  const stats::Work& w = stats::work();
+  return w.flops / (device.fp32_flops * gemm_efficiency) +
+         w.bytes * bytes_touched_per_byte_made / (device.memory_bandwidth * memory_efficiency);
+}
+
+double DeviceModel::offload_seconds_per_byte() const { return 2.0 / device.host_link; }
+
+void require_rates(const Device& device) {
+  if (device.fp32_flops <= 0)
+    throw UserError("--device " + device.name + ": a device given by its memory alone has no rates to cost a plan "
+                    "with; name one (docs/estimates.md lists them)");
+}
+
+SaveProfile modelled_costs(const ModelSetup& setup, ops::AttentionKernel kernel, const DeviceModel& device) {
+  require_rates(device.device);
+  ShapeOnlyScope shape_only;
+  const auto model = models().find(setup.model).make(setup.sizes);
+  const ParamStore params(model->params(), DType::f32);
+  const Sizes& z = setup.sizes;
+  const Batch batch{Tensor::empty({z.B, z.S}, DType::i32, "tokens"), Tensor::empty({z.B, z.S}, DType::i32, "targets")};
+  // One repeat: a shape-only run does the same work every time.
+  const CostClock clock{[&device] { return device.seconds_now(); }, device.offload_seconds_per_byte()};
+  return measure_costs(*model, params, batch, kernel, 1, 1, &clock);
+}
+
+}  // namespace remat

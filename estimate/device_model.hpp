@@ -1,0 +1,40 @@
+#pragma once
+// Step time at real size without a probe: a shape-only run (no kernel to
+// time) priced by a device model. The GEMM FLOPs it would run over the
+// device's peak rate, and the bytes of the tensors it would make over its
+// memory bandwidth, each at one efficiency factor per op class (documented in
+// docs/estimates.md): the costs a planner needs (SaveProfile), the same
+// object a timed probe produces, so `budget:...` plans at any size.
+#include <functional>
+
+#include "estimate/devices.hpp"
+#include "strategies/profile.hpp"
+#include "zoo/model.hpp"
+
+namespace remat {
+
+struct DeviceModel {
+  Device device;
+  // Share of the peak rate a training step's GEMMs reach (large, well-shaped
+  // products on tensor cores reach 60-80% of the datasheet's dense rate).
+  double gemm_efficiency = 0.7;
+  // Share of the memory bandwidth elementwise kernels, norms and softmax
+  // reach; each made byte is written once and read about twice.
+  double memory_efficiency = 0.8;
+  double bytes_touched_per_byte_made = 3;
+
+  // Modelled seconds for the work counted since the process started
+  // (autodiff/stats.hpp's work()).
+  double seconds_now() const;
+  // Moving one byte to the host offload pool and back.
+  double offload_seconds_per_byte() const;
+};
+
+// UserError for a device without rates (mem:<size>).
+void require_rates(const Device& device);
+
+// The planner's costs for `setup` on `device`, from shape-only runs priced by
+// the device model (fp32 GEMMs at the fp32 peak until mixed precision lands).
+SaveProfile modelled_costs(const ModelSetup& setup, ops::AttentionKernel kernel, const DeviceModel& device);
+
+}  // namespace remat
