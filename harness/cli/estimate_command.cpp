@@ -253,7 +253,8 @@ void setup_estimate(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--device", o->device,
                   "Say whether it fits: h100-80gb, h200-141gb, a100-40gb, a100-80gb, l4-24gb, rtx4090-24gb, or "
-                  "mem:<size> (e.g. mem:80G)");
+                  "mem:<size> (e.g. mem:80G); a named device also prices each step on its device model and lets "
+                  "budget:... strategies plan (docs/estimates.md)");
   cmd->add_option("--ranks", o->ranks, "Data-parallel ranks: memory is per rank")->check(whole_number(1, 1 << 20));
   cmd->add_flag("--shard-params", o->shard_params, "ZeRO-3: each rank keeps 1/ranks of parameters, gradients and optimizer state");
   cmd->add_flag("--allow-longer", o->allow_longer, "Estimate sequences beyond the model's S_max, as if it had those positions");
