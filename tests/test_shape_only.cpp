@@ -36,8 +36,9 @@ std::vector<StepResult> measured(const ModelSetup& setup, const std::vector<std:
   return out;
 }
 
-void require_same(const ModelSetup& setup, ops::AttentionKernel kernel = ops::AttentionKernel::fused) {
-  const auto specs = strategies_for(setup.model, "all", kernel);
+void require_same(const ModelSetup& setup, ops::AttentionKernel kernel = ops::AttentionKernel::fused,
+                  const std::string& strategies = "all") {
+  const auto specs = strategies_for(setup.model, strategies, kernel);
   const auto real = measured(setup, specs, kernel);
   const ShapeOnlyRun shape = shape_only_run(setup, specs, kernel);
   REQUIRE(shape.steps.size() == specs.size());
@@ -74,7 +75,16 @@ TEST_CASE("shape-only: the same at several depths and lengths", "[shape_only]") 
       for (int S : {8, 24}) require_same(sized(model, "tiny", L, S, 3));
 }
 
-TEST_CASE("shape-only: the same on small", "[shape_only]") {
+TEST_CASE("shape-only: the same on deep at several depths and long at several lengths", "[shape_only][small]") {
+  // Fewer strategies at these sizes (each a real step): one of each kind of machinery.
+  const std::string some = "full,sqrt,selective,offload-checkpoint";
+  for (const std::string model : {"gpt2", "llama"}) {
+    for (int L : {4, 16}) require_same(sized(model, "deep", L), ops::AttentionKernel::fused, some);
+    for (int S : {128, 768}) require_same(sized(model, "long", 0, S), ops::AttentionKernel::fused, some);
+  }
+}
+
+TEST_CASE("shape-only: the same on small", "[shape_only][small]") {
   for (const std::string model : {"gpt2", "llama"}) require_same(sized(model, "small", 4, 64, 2));
 }
 

@@ -107,8 +107,9 @@ void run(const EstimateOptions& o) {
   const auto specs = strategies_for(base.model, o.strategies, kernel);
   const std::vector<int> seqs = o.seq.empty() ? std::vector<int>{base.sizes.S} : o.seq;
   const std::vector<int> batches = o.batch.empty() ? std::vector<int>{base.sizes.B} : o.batch;
+  const bool published = !o.config.empty();  // a preset's S_max moves with --seq, as in every command
   for (int s : seqs)
-    if (s > base.sizes.S_max && !o.allow_longer)
+    if (published && s > base.sizes.S_max && !o.allow_longer)
       throw UserError("--seq " + std::to_string(s) + ": beyond " + base.preset + "'s " + std::to_string(base.sizes.S_max) +
                       " positions (S_max); --allow-longer estimates it anyway, as if the model had that many");
 
@@ -119,7 +120,7 @@ void run(const EstimateOptions& o) {
       ModelSetup setup = base;
       setup.sizes.S = s;
       setup.sizes.B = b;
-      if (s > setup.sizes.S_max) setup.sizes.S_max = s;  // --allow-longer
+      if (!published || s > setup.sizes.S_max) setup.sizes.S_max = s;  // a preset's, or --allow-longer
       validate(setup.sizes);
       require_countable(setup.sizes);
       grid.push_back(setup);
