@@ -10,9 +10,9 @@
 // could never run here (`remat estimate`).
 //
 // What cannot be known without data is fixed: values read back to the host
-// are zeros (a loss of 0; mixtral routes every token to its lowest-numbered
-// experts, which moves no byte: its expert buffers hold T K rows however they
-// are spread).
+// are zeros (a loss of 0), and mixtral routes round robin (each token's K
+// experts distinct, every expert the same load), which moves no byte: its
+// expert buffers hold T K rows however they are spread.
 namespace remat {
 
 bool shape_only();

@@ -3,9 +3,8 @@
 #include "autodiff/shape_only.hpp"
 #include "autodiff/stats.hpp"
 #include "core/error.hpp"
-#include "datasets/batch.hpp"
+#include "estimate/shape_only_step.hpp"
 #include "step/probe.hpp"
-#include "zoo/params.hpp"
 
 namespace remat {
 
@@ -23,16 +22,21 @@ void require_rates(const Device& device) {
                     "with; name one (docs/estimates.md lists them)");
 }
 
+SaveProfile modelled_costs(const Model& model, const ParamStore& params, const Batch& batch,
+                           ops::AttentionKernel kernel, const DeviceModel& device) {
+  require_rates(device.device);
+  ShapeOnlyScope shape_only;
+  // One repeat: a shape-only run does the same work every time.
+  const CostClock clock{[&device] { return device.seconds_now(); }, device.offload_seconds_per_byte()};
+  return measure_costs(model, params, batch, kernel, 1, 1, &clock);
+}
+
 SaveProfile modelled_costs(const ModelSetup& setup, ops::AttentionKernel kernel, const DeviceModel& device) {
   require_rates(device.device);
   ShapeOnlyScope shape_only;
   const auto model = models().find(setup.model).make(setup.sizes);
   const ParamStore params(model->params(), DType::f32);
-  const Sizes& z = setup.sizes;
-  const Batch batch{Tensor::empty({z.B, z.S}, DType::i32, "tokens"), Tensor::empty({z.B, z.S}, DType::i32, "targets")};
-  // One repeat: a shape-only run does the same work every time.
-  const CostClock clock{[&device] { return device.seconds_now(); }, device.offload_seconds_per_byte()};
-  return measure_costs(*model, params, batch, kernel, 1, 1, &clock);
+  return modelled_costs(*model, params, shape_only_batch(setup.sizes), kernel, device);
 }
 
 }  // namespace remat

@@ -9,7 +9,9 @@
 
 #include "estimate/devices.hpp"
 #include "strategies/profile.hpp"
+#include "datasets/batch.hpp"
 #include "zoo/model.hpp"
+#include "zoo/params.hpp"
 
 namespace remat {
 
@@ -36,5 +38,8 @@ void require_rates(const Device& device);
 // The planner's costs for `setup` on `device`, from shape-only runs priced by
 // the device model (fp32 GEMMs at the fp32 peak until mixed precision lands).
 SaveProfile modelled_costs(const ModelSetup& setup, ops::AttentionKernel kernel, const DeviceModel& device);
+// The same on a model, weights and batch made inside a ShapeOnlyScope.
+SaveProfile modelled_costs(const Model& model, const ParamStore& params, const Batch& batch,
+                           ops::AttentionKernel kernel, const DeviceModel& device);
 
 }  // namespace remat

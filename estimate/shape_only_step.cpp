@@ -14,6 +14,10 @@
 
 namespace remat {
 
+Batch shape_only_batch(const Sizes& z) {
+  return {Tensor::empty({z.B, z.S}, DType::i32, "tokens"), Tensor::empty({z.B, z.S}, DType::i32, "targets")};
+}
+
 ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::string>& strategies,
                             ops::AttentionKernel kernel, const std::string& optimizer, const DeviceModel* device) {
   ShapeOnlyScope shape_only;
@@ -40,8 +44,7 @@ ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::stri
     run.state.optimizer_bytes = live() - at;
   }  // the state goes: a step's activations are measured beside weights and gradients, as in check
 
-  const Sizes& z = setup.sizes;
-  Batch batch{Tensor::empty({z.B, z.S}, DType::i32, "tokens"), Tensor::empty({z.B, z.S}, DType::i32, "targets")};
+  const Batch batch = shape_only_batch(setup.sizes);
   // A warm-up step, as run_check makes: one-time allocations are no strategy's.
   auto full = make_strategy("full");
   forward_backward(*model, params, batch, {full.get(), 1, 0, false, kernel});
@@ -52,7 +55,7 @@ ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::stri
       if (!device)
         throw UserError("strategy '" + spec + "': a budget is planned from costs, and a shape-only run has no kernel "
                         "to time: name a --device to cost it with (docs/estimates.md)");
-      if (!costs) costs = modelled_costs(setup, kernel, *device);
+      if (!costs) costs = modelled_costs(*model, params, batch, kernel, *device);
       strategy->plan(*costs);
     }
     const double t0 = device ? device->seconds_now() : 0;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "autodiff/ops/ops.hpp"
+#include "datasets/batch.hpp"
 #include "zoo/model.hpp"
 
 namespace remat {
@@ -36,6 +37,9 @@ struct ShapeOnlyRun {
 };
 
 struct DeviceModel;
+
+// A batch of B x S token ids with no values (inside a ShapeOnlyScope).
+Batch shape_only_batch(const Sizes& sizes);
 
 // Every strategy in `strategies` on one model instance, shape-only. A
 // strategy that plans from costs (budget:...) is planned from the device

@@ -38,9 +38,9 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
     });
     double total = 0;
     if (!shape_only())
-    Kokkos::parallel_reduce(
-        "cross_entropy_mean", Kokkos::RangePolicy<ExecSpace>(0, M),
-        KOKKOS_LAMBDA(std::int64_t r, double& acc) { acc += double(pl[r]) - double(z[r * V + t[r]]); }, total);
+      Kokkos::parallel_reduce(
+          "cross_entropy_mean", Kokkos::RangePolicy<ExecSpace>(0, M),
+          KOKKOS_LAMBDA(std::int64_t r, double& acc) { acc += double(pl[r]) - double(z[r * V + t[r]]); }, total);
     T* out = loss.data<T>();
     const T mean = T(total / double(M));
     for_each("cross_entropy_store", 1, KOKKOS_LAMBDA(std::int64_t) { out[0] = mean; });

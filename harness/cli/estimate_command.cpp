@@ -32,6 +32,7 @@ struct EstimateOptions {
   int layers = 0, ranks = 1;
   std::vector<int> seq, batch;
   bool json = false, shard_params = false, allow_longer = false;
+  bool model_given = false, preset_given = false;  // beside --config: refused, as everywhere
 };
 
 double gib(std::int64_t bytes) { return double(bytes) / double(std::int64_t(1) << 30); }
@@ -95,6 +96,9 @@ void run(const EstimateOptions& o) {
   ModelSetup base;
   if (!o.config.empty()) {
     const PublishedConfig& c = published_config(o.config);
+    if (o.preset_given) throw UserError("--config and --preset both name the sizes: give one");
+    if (o.model_given && o.model != c.model)
+      throw UserError("--model " + o.model + " and --config " + o.config + ": that configuration is a " + c.model);
     base = {c.model, o.config, c.sizes};
   } else {
     base = {o.model, o.preset, preset_sizes(o.preset)};
@@ -235,8 +239,10 @@ void setup_estimate(CLI::App& app) {
   auto* cmd = app.add_subcommand(
       "estimate", "Memory and FLOPs of a training step at any size, per strategy, from a shape-only run (no data, no "
                   "kernels): will it fit, and what does each strategy cost?");
-  cmd->add_option("--model", o->model, "Model from the zoo")->check(CLI::IsMember(models().names()))->capture_default_str();
-  cmd->add_option("--preset", o->preset, "Size preset")->check(CLI::IsMember(preset_names()))->capture_default_str();
+  auto* model = cmd->add_option("--model", o->model, "Model from the zoo")
+                    ->check(CLI::IsMember(models().names()))
+                    ->capture_default_str();
+  auto* preset = cmd->add_option("--preset", o->preset, "Size preset")->check(CLI::IsMember(preset_names()))->capture_default_str();
   cmd->add_option("--config", o->config,
                   "A published configuration (docs/models.md: e.g. llama-7b, llama-70b, gpt2-1.5b); its model and "
                   "sizes, S its S_max and B 1 unless --seq and --batch say otherwise")
@@ -262,7 +268,11 @@ void setup_estimate(CLI::App& app) {
   cmd->add_option("--svg", o->svg, "Also draw DIR/estimate.svg: memory per rank against S, a panel per batch size, "
                                    "the device's usable memory as a line");
   cmd->add_flag("--json", o->json, "One JSON object per (strategy, seq, batch), fields as docs/results-schema.md says");
-  cmd->callback([o] { run(*o); });
+  cmd->callback([o, model, preset] {
+    o->model_given = model->count() > 0;
+    o->preset_given = preset->count() > 0;
+    run(*o);
+  });
 }
 
 }  // namespace remat::cli

@@ -95,8 +95,9 @@ void run_plan(const PlanOptions& o) {
   std::printf("%s %s (L %d, D %d, S %d, B %d), %s attention, %s: a budget of %.2f MiB\n", setup.model.c_str(),
               setup.preset.c_str(), z.L, z.D, z.S, z.B, o.model.attention.c_str(), spec.c_str(), mib(plan->budget));
   std::printf("%s", planner::describe(*plan, costs).c_str());
-  std::printf("predicted activation peak: %.2f MiB (full measured %.2f MiB; smallest feasible budget %.2f MiB)\n",
-              mib(plan->predicted_peak), mib(costs.measured_peak), mib(smallest));
+  std::printf("predicted activation peak: %.2f MiB (full %s %.2f MiB; smallest feasible budget %.2f MiB)\n",
+              mib(plan->predicted_peak), o.device.empty() ? "measured" : "shape-only, exact,", mib(costs.measured_peak),
+              mib(smallest));
   std::printf("predicted step: %.3f s = full's %.3f s + %.3f s recomputing\n", plan->predicted_seconds,
               costs.step_seconds, plan->recompute_seconds);
 }

@@ -126,6 +126,7 @@ grep -q "mem:1M usable" est/estimate.svg && [ "$(grep -c "B [12]</text>" est/est
   fail "estimate --svg: no panel per batch or no capacity line"
 expect_error "not a device remat knows" "$remat" estimate --device h100
 expect_error "not in" "$remat" estimate --config llama-8b
+expect_error "that configuration is a llama" "$remat" estimate --model gpt2 --config llama-7b
 expect_error "--allow-longer" "$remat" estimate --config llama-7b --seq 8192
 expect_error "overflow 64-bit byte counts" "$remat" estimate --config llama-70b --seq 1000000 --allow-longer --batch 65536
 expect_error "name a --device" "$remat" estimate --preset tiny --strategies budget:min
