@@ -39,6 +39,17 @@ struct Library {
   decltype(&cublasSgemmStridedBatched) sgemm_batched = nullptr;
   decltype(&cublasDgemmStridedBatched) dgemm_batched = nullptr;
   decltype(&cublasSetStream_v2) set_stream = nullptr;
+  // bfloat16 products (mixed precision): 16-bit inputs, float compute.
+  // Declared by hand: CUDA 11's header overloads cublasGemmEx in C++.
+  using GemmEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int, const void*,
+                                    const void*, cudaDataType, int, const void*, cudaDataType, int, const void*, void*,
+                                    cudaDataType, int, cublasComputeType_t, cublasGemmAlgo_t);
+  using GemmStridedBatchedEx = cublasStatus_t (*)(cublasHandle_t, cublasOperation_t, cublasOperation_t, int, int, int,
+                                                  const void*, const void*, cudaDataType, int, long long, const void*,
+                                                  cudaDataType, int, long long, const void*, void*, cudaDataType, int,
+                                                  long long, int, cublasComputeType_t, cublasGemmAlgo_t);
+  GemmEx gemm_ex = nullptr;
+  GemmStridedBatchedEx gemm_batched_ex = nullptr;
   void* stream = nullptr;  // the handle's stream now
 };
 
@@ -80,6 +91,8 @@ Library load() {
   l.dgemm = symbol<decltype(l.dgemm)>(lib, {"cublasDgemm_v2", "cublasDgemm"});
   l.sgemm_batched = symbol<decltype(l.sgemm_batched)>(lib, {"cublasSgemmStridedBatched"});
   l.dgemm_batched = symbol<decltype(l.dgemm_batched)>(lib, {"cublasDgemmStridedBatched"});
+  l.gemm_ex = symbol<Library::GemmEx>(lib, {"cublasGemmEx"});
+  l.gemm_batched_ex = symbol<Library::GemmStridedBatchedEx>(lib, {"cublasGemmStridedBatchedEx"});
   check(create(&l.handle), "cublasCreate");
   // Kokkos' kernels run in order on the default instance's stream: GEMMs
   // given no other join that stream, so no fence is needed between a kernel
@@ -137,36 +150,60 @@ std::string describe() {
                                : "");
 }
 
-// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the same
-// buffers with the operands swapped, m and n swapped.
 template <class T>
-void gemm(void* stream, gemm::Op op_a, gemm::Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
-          const T* a, std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
-  if (m == 0 || n == 0) return;
-  Library& l = on_stream(stream);
-  const auto f = [&] {
-    if constexpr (std::is_same_v<T, float>) return l.sgemm;
-    else return l.dgemm;
-  }();
-  check(f(l.handle, op(op_b), op(op_a), narrow(n, "n"), narrow(m, "m"), narrow(k, "k"), &alpha, b, narrow(ldb, "ldb"),
-          a, narrow(lda, "lda"), &beta, c, narrow(ldc, "ldc")),
-        "gemm");
+constexpr cudaDataType data_type() {
+  if constexpr (std::is_same_v<T, bf16>) return CUDA_R_16BF;
+  else if constexpr (std::is_same_v<T, float>) return CUDA_R_32F;
+  else return CUDA_R_64F;
 }
 
-template <class T>
+// Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: the same
+// buffers with the operands swapped, m and n swapped.
+template <class T, class C>
+void gemm(void* stream, gemm::Op op_a, gemm::Op op_b, std::int64_t m, std::int64_t n, std::int64_t k,
+          compute_t<T> alpha, const T* a, std::int64_t lda, const T* b, std::int64_t ldb, compute_t<T> beta, C* c,
+          std::int64_t ldc) {
+  if (m == 0 || n == 0) return;
+  Library& l = on_stream(stream);
+  if constexpr (std::is_same_v<T, bf16>) {
+    check(l.gemm_ex(l.handle, op(op_b), op(op_a), narrow(n, "n"), narrow(m, "m"), narrow(k, "k"), &alpha, b,
+                    data_type<T>(), narrow(ldb, "ldb"), a, data_type<T>(), narrow(lda, "lda"), &beta, c,
+                    data_type<C>(), narrow(ldc, "ldc"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          "gemm (bfloat16)");
+  } else {
+    const auto f = [&] {
+      if constexpr (std::is_same_v<T, float>) return l.sgemm;
+      else return l.dgemm;
+    }();
+    check(f(l.handle, op(op_b), op(op_a), narrow(n, "n"), narrow(m, "m"), narrow(k, "k"), &alpha, b,
+            narrow(ldb, "ldb"), a, narrow(lda, "lda"), &beta, c, narrow(ldc, "ldc")),
+          "gemm");
+  }
+}
+
+template <class T, class C>
 void gemm_strided_batched(void* stream, gemm::Op op_a, gemm::Op op_b, std::int64_t m, std::int64_t n, std::int64_t k,
-                          T alpha, const T* a, std::int64_t lda, std::int64_t stride_a, const T* b, std::int64_t ldb,
-                          std::int64_t stride_b, T beta, T* c, std::int64_t ldc, std::int64_t stride_c,
-                          std::int64_t count) {
+                          compute_t<T> alpha, const T* a, std::int64_t lda, std::int64_t stride_a, const T* b,
+                          std::int64_t ldb, std::int64_t stride_b, compute_t<T> beta, C* c, std::int64_t ldc,
+                          std::int64_t stride_c, std::int64_t count) {
   if (m == 0 || n == 0 || count == 0) return;
   Library& l = on_stream(stream);
-  const auto f = [&] {
-    if constexpr (std::is_same_v<T, float>) return l.sgemm_batched;
-    else return l.dgemm_batched;
-  }();
-  check(f(l.handle, op(op_b), op(op_a), narrow(n, "n"), narrow(m, "m"), narrow(k, "k"), &alpha, b, narrow(ldb, "ldb"),
-          stride_b, a, narrow(lda, "lda"), stride_a, &beta, c, narrow(ldc, "ldc"), stride_c, narrow(count, "count")),
-        "strided batched gemm");
+  if constexpr (std::is_same_v<T, bf16>) {
+    check(l.gemm_batched_ex(l.handle, op(op_b), op(op_a), narrow(n, "n"), narrow(m, "m"), narrow(k, "k"), &alpha, b,
+                            data_type<T>(), narrow(ldb, "ldb"), stride_b, a, data_type<T>(), narrow(lda, "lda"),
+                            stride_a, &beta, c, data_type<C>(), narrow(ldc, "ldc"), stride_c, narrow(count, "count"),
+                            CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+          "strided batched gemm (bfloat16)");
+  } else {
+    const auto f = [&] {
+      if constexpr (std::is_same_v<T, float>) return l.sgemm_batched;
+      else return l.dgemm_batched;
+    }();
+    check(f(l.handle, op(op_b), op(op_a), narrow(n, "n"), narrow(m, "m"), narrow(k, "k"), &alpha, b,
+            narrow(ldb, "ldb"), stride_b, a, narrow(lda, "lda"), stride_a, &beta, c, narrow(ldc, "ldc"), stride_c,
+            narrow(count, "count")),
+          "strided batched gemm");
+  }
 }
 
 #else  // a build without CUDA: no device, no cuBLAS
@@ -178,28 +215,30 @@ namespace {
 void require() {}
 std::string describe() { return ""; }
 
-template <class T>
-void gemm(void*, gemm::Op, gemm::Op, std::int64_t, std::int64_t, std::int64_t, T, const T*, std::int64_t, const T*,
-          std::int64_t, T, T*, std::int64_t) {
+template <class T, class C>
+void gemm(void*, gemm::Op, gemm::Op, std::int64_t, std::int64_t, std::int64_t, compute_t<T>, const T*, std::int64_t,
+          const T*, std::int64_t, compute_t<T>, C*, std::int64_t) {
   no_device();
 }
 
-template <class T>
-void gemm_strided_batched(void*, gemm::Op, gemm::Op, std::int64_t, std::int64_t, std::int64_t, T, const T*, std::int64_t,
-                          std::int64_t, const T*, std::int64_t, std::int64_t, T, T*, std::int64_t, std::int64_t,
-                          std::int64_t) {
+template <class T, class C>
+void gemm_strided_batched(void*, gemm::Op, gemm::Op, std::int64_t, std::int64_t, std::int64_t, compute_t<T>, const T*,
+                          std::int64_t, std::int64_t, const T*, std::int64_t, std::int64_t, compute_t<T>, C*,
+                          std::int64_t, std::int64_t, std::int64_t) {
   no_device();
 }
 
 #endif
 
-#define REMAT_CUBLAS_INSTANTIATE(T)                                                                               \
-  template void gemm<T>(void*, gemm::Op, gemm::Op, std::int64_t, std::int64_t, std::int64_t, T, const T*, std::int64_t,  \
-                        const T*, std::int64_t, T, T*, std::int64_t);                                             \
-  template void gemm_strided_batched<T>(void*, gemm::Op, gemm::Op, std::int64_t, std::int64_t, std::int64_t, T, const T*, \
-                                        std::int64_t, std::int64_t, const T*, std::int64_t, std::int64_t, T, T*,  \
-                                        std::int64_t, std::int64_t, std::int64_t);
-REMAT_CUBLAS_INSTANTIATE(float)
-REMAT_CUBLAS_INSTANTIATE(double)
+#define REMAT_CUBLAS_INSTANTIATE(T, C)                                                                             \
+  template void gemm<T, C>(void*, gemm::Op, gemm::Op, std::int64_t, std::int64_t, std::int64_t, compute_t<T>, const T*, \
+                           std::int64_t, const T*, std::int64_t, compute_t<T>, C*, std::int64_t);                     \
+  template void gemm_strided_batched<T, C>(void*, gemm::Op, gemm::Op, std::int64_t, std::int64_t, std::int64_t,       \
+                                           compute_t<T>, const T*, std::int64_t, std::int64_t, const T*, std::int64_t, \
+                                           std::int64_t, compute_t<T>, C*, std::int64_t, std::int64_t, std::int64_t);
+REMAT_CUBLAS_INSTANTIATE(float, float)
+REMAT_CUBLAS_INSTANTIATE(double, double)
+REMAT_CUBLAS_INSTANTIATE(bf16, bf16)
+REMAT_CUBLAS_INSTANTIATE(bf16, float)
 
 }  // namespace remat::cublas

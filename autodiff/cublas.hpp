@@ -19,15 +19,18 @@ void require();
 // "libcublas.so.13 (cuBLAS 13.0.2)", or "" before require().
 std::string describe();
 
-// On `stream` (a cudaStream_t; null: the default instance's).
-template <class T>
-void gemm(void* stream, gemm::Op op_a, gemm::Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
-          std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc);
+// On `stream` (a cudaStream_t; null: the default instance's). Inputs T,
+// product C (T, or float for bfloat16 inputs: cublasGemmEx with float
+// compute).
+template <class T, class C>
+void gemm(void* stream, gemm::Op op_a, gemm::Op op_b, std::int64_t m, std::int64_t n, std::int64_t k,
+          compute_t<T> alpha, const T* a, std::int64_t lda, const T* b, std::int64_t ldb, compute_t<T> beta, C* c,
+          std::int64_t ldc);
 
-template <class T>
-void gemm_strided_batched(void* stream, gemm::Op op_a, gemm::Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
-                          const T* a, std::int64_t lda, std::int64_t stride_a, const T* b, std::int64_t ldb,
-                          std::int64_t stride_b, T beta, T* c, std::int64_t ldc, std::int64_t stride_c,
-                          std::int64_t count);
+template <class T, class C>
+void gemm_strided_batched(void* stream, gemm::Op op_a, gemm::Op op_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                          compute_t<T> alpha, const T* a, std::int64_t lda, std::int64_t stride_a, const T* b,
+                          std::int64_t ldb, std::int64_t stride_b, compute_t<T> beta, C* c, std::int64_t ldc,
+                          std::int64_t stride_c, std::int64_t count);
 
 }  // namespace remat::cublas

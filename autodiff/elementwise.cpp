@@ -11,23 +11,57 @@ Tensor clone(const Tensor& t) {
   return out;
 }
 
-void add_inplace(const Tensor& dst, const Tensor& src) {
-  if (dst.shape() != src.shape() || dst.dtype() != src.dtype())
-    throw std::invalid_argument("add_inplace: " + to_string(dst.shape()) + " += " + to_string(src.shape()));
+namespace {
+
+// f(d, s) over dst's and src's elements, each as its own type.
+template <class F>
+void over_pairs(const char* name, const Tensor& dst, const Tensor& src, const F& f) {
+  if (dst.shape() != src.shape())
+    throw std::invalid_argument(std::string(name) + ": " + to_string(dst.shape()) + " and " + to_string(src.shape()));
   if (shape_only()) return;
-  REMAT_DISPATCH_FLOAT(dst.dtype(), T, {
-    T* d = dst.data<T>();
-    const T* s = src.data<T>();
-    Kokkos::parallel_for("add_inplace", Kokkos::RangePolicy<ExecSpace>(0, dst.numel()),
-                         KOKKOS_LAMBDA(std::int64_t i) { d[i] += s[i]; });
+  REMAT_DISPATCH_COMPUTE(dst.dtype(), D, {
+    D* d = dst.data<D>();
+    REMAT_DISPATCH_COMPUTE(src.dtype(), S, {
+      const S* s = src.data<S>();
+      Kokkos::parallel_for(name, Kokkos::RangePolicy<ExecSpace>(0, dst.numel()),
+                           KOKKOS_LAMBDA(std::int64_t i) { f(d[i], s[i]); });
+    });
   });
+}
+
+struct AddTo {
+  template <class D, class S>
+  KOKKOS_INLINE_FUNCTION void operator()(D& d, const S& s) const {
+    using A = compute_t<D>;
+    d = A(A(d) + A(s));
+  }
+};
+struct CopyTo {
+  template <class D, class S>
+  KOKKOS_INLINE_FUNCTION void operator()(D& d, const S& s) const {
+    // Through double: float64 into float32 rounds once, as weight files do.
+    d = D(compute_t<D>(double(s)));
+  }
+};
+
+}  // namespace
+
+void add_inplace(const Tensor& dst, const Tensor& src) { over_pairs("add_inplace", dst, src, AddTo{}); }
+
+void convert_into(const Tensor& dst, const Tensor& src) { over_pairs("convert", dst, src, CopyTo{}); }
+
+Tensor converted(const Tensor& t, DType to, const std::string& label) {
+  Tensor out = Tensor::empty(t.shape(), to, label);
+  convert_into(out, t);
+  out.set_tag(t.tag());
+  return out;
 }
 
 void fill(const Tensor& t, double value) {
   if (shape_only()) return;
-  REMAT_DISPATCH_FLOAT(t.dtype(), T, {
+  REMAT_DISPATCH_COMPUTE(t.dtype(), T, {
     T* d = t.data<T>();
-    const T v = T(value);
+    const T v = T(A(value));
     Kokkos::parallel_for("fill", Kokkos::RangePolicy<ExecSpace>(0, t.numel()),
                          KOKKOS_LAMBDA(std::int64_t i) { d[i] = v; });
   });

@@ -5,7 +5,14 @@
 namespace remat {
 
 Tensor clone(const Tensor& t);
-void add_inplace(const Tensor& dst, const Tensor& src);  // dst += src
+// dst += src; src may be of another float type (a bfloat16 gradient into a
+// float32 one), converted element by element.
+void add_inplace(const Tensor& dst, const Tensor& src);
+// A copy of t as element type `to` (rounded to nearest even into bfloat16).
+// Not recorded on the tape.
+Tensor converted(const Tensor& t, DType to, const std::string& label);
+// dst = src converted to dst's element type (shapes equal).
+void convert_into(const Tensor& dst, const Tensor& src);
 void fill(const Tensor& t, double value);
 
 }  // namespace remat

@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "autodiff/cublas.hpp"
+#include "autodiff/memory_tracker.hpp"
 #include "autodiff/stats.hpp"
 
 #include <Kokkos_Core.hpp>
@@ -15,6 +16,74 @@ namespace {
 
 CBLAS_TRANSPOSE cblas_op(Op op) { return op == Op::N ? CblasNoTrans : CblasTrans; }
 
+// Elements a strided batch of matrices spans: `count` of them `stride`
+// apart, each `rows` rows `ld` apart, the last `cols` long.
+std::int64_t span(std::int64_t count, std::int64_t stride, std::int64_t rows, std::int64_t cols, std::int64_t ld) {
+  return (count - 1) * stride + (rows - 1) * ld + cols;
+}
+
+// Where the float copies of bfloat16 operands live for one call: the
+// tracker's pool of their own (not activations: nothing outlives the call).
+constexpr const char* kWorkspaceLabel = "gemm_bf16_workspace";
+constexpr const char* kWorkspacePool = "gemm workspace";
+
+// The float copy of n elements of p (exact), or p's values into it.
+template <class S, class D>
+void convert(const S* src, D* dst, std::int64_t n) {
+  Kokkos::parallel_for(
+      "gemm_bf16_convert", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, n),
+      [=](std::int64_t i) { dst[i] = D(compute_t<S>(src[i])); });
+  Kokkos::DefaultHostExecutionSpace().fence();
+}
+
+// A product of bfloat16 inputs on a CPU with no bfloat16 GEMM in its BLAS
+// (Debian's OpenBLAS 0.3.21 declares cblas_sbgemm but is built without it):
+// the inputs are widened to float (exactly), multiplied by sgemm (float
+// accumulation, as a bfloat16 GEMM with float accumulation does), and a
+// bfloat16 product is rounded once at the end. Correct to the policy of
+// docs/precision.md; its speed is float32's plus the conversions.
+template <class C>
+void host_gemm_bf16(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const bf16* a,
+                    std::int64_t lda, const bf16* b, std::int64_t ldb, float beta, C* c, std::int64_t ldc,
+                    std::int64_t count, std::int64_t stride_a, std::int64_t stride_b, std::int64_t stride_c) {
+  MemoryTracker::instance().pool_for_label(kWorkspaceLabel, kWorkspacePool);
+  const auto [a_rows, a_cols] = shape_of(op_a, m, k);
+  const auto [b_rows, b_cols] = shape_of(op_b, k, n);
+  (void)a_cols, (void)b_cols;
+  const std::int64_t na = span(count, stride_a, a_rows, op_a == Op::N ? k : m, lda);
+  const std::int64_t nb = span(count, stride_b, b_rows, op_b == Op::N ? n : k, ldb);
+  const std::int64_t nc = span(count, stride_c, m, n, ldc);
+  constexpr bool wide_c = std::is_same_v<C, float>;  // a float product is written in place
+  Kokkos::View<float*, Kokkos::HostSpace> work(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(kWorkspaceLabel)),
+                                               std::size_t(na + nb + (wide_c ? 0 : nc)));
+  float *fa = work.data(), *fb = fa + na, *fc = wide_c ? reinterpret_cast<float*>(c) : fb + nb;
+  convert(a, fa, na);
+  convert(b, fb, nb);
+  if constexpr (!wide_c) {
+    if (beta != 0.0f) convert(c, fc, nc);
+  }
+  if (count == 1) {
+    cblas_sgemm(CblasRowMajor, cblas_op(op_a), cblas_op(op_b), m, n, k, alpha, fa, lda, fb, ldb, beta, fc, ldc);
+  } else {
+    Kokkos::parallel_for(
+        "gemm_batched", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, count), [=](std::int64_t i) {
+          cblas_sgemm(CblasRowMajor, cblas_op(op_a), cblas_op(op_b), m, n, k, alpha, fa + i * stride_a, lda,
+                      fb + i * stride_b, ldb, beta, fc + i * stride_c, ldc);
+        });
+    Kokkos::DefaultHostExecutionSpace().fence();
+  }
+  if constexpr (!wide_c) {
+    // Only the product's own elements: rows may be padded (ldc > n) with
+    // what others own.
+    Kokkos::parallel_for(
+        "gemm_bf16_round", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, count * m), [=](std::int64_t r) {
+          const std::int64_t i = r / m, row = r % m, at = i * stride_c + row * ldc;
+          for (std::int64_t j = 0; j < n; ++j) c[at + j] = bf16(fc[at + j]);
+        });
+    Kokkos::DefaultHostExecutionSpace().fence();
+  }
+}
+
 }  // namespace
 
 void count_flops(double flops) { stats::count_flops(flops); }
@@ -24,58 +93,70 @@ void log_call(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, 
   if (auto* log = stats::gemm_log()) log->push_back({op_a == Op::T, op_b == Op::T, m, n, k, count, clock_now() - started});
 }
 
-template <class T>
-void host_gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
-               std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
+template <class T, class C>
+void host_gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, compute_t<T> alpha, const T* a,
+               std::int64_t lda, const T* b, std::int64_t ldb, compute_t<T> beta, C* c, std::int64_t ldc) {
   if (m == 0 || n == 0) return;
-  if constexpr (std::is_same_v<T, float>)
+  if constexpr (std::is_same_v<T, bf16>)
+    host_gemm_bf16(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 1, 0, 0, 0);
+  else if constexpr (std::is_same_v<T, float>)
     cblas_sgemm(CblasRowMajor, cblas_op(op_a), cblas_op(op_b), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   else
     cblas_dgemm(CblasRowMajor, cblas_op(op_a), cblas_op(op_b), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-template <class T>
-void host_gemm_batched(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
-                       std::int64_t lda, std::int64_t stride_a, const T* b, std::int64_t ldb, std::int64_t stride_b,
-                       T beta, T* c, std::int64_t ldc, std::int64_t stride_c, std::int64_t count) {
-  // Inside a parallel region OpenBLAS (OpenMP flavour) runs each call on the
-  // calling thread, so the batch is spread over the cores without nesting.
-  Kokkos::parallel_for(
-      "gemm_batched", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, count), [=](std::int64_t i) {
-        host_gemm(op_a, op_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta, c + i * stride_c,
-                  ldc);
-      });
-  Kokkos::DefaultHostExecutionSpace().fence();
+template <class T, class C>
+void host_gemm_batched(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, compute_t<T> alpha,
+                       const T* a, std::int64_t lda, std::int64_t stride_a, const T* b, std::int64_t ldb,
+                       std::int64_t stride_b, compute_t<T> beta, C* c, std::int64_t ldc, std::int64_t stride_c,
+                       std::int64_t count) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (m > 0 && n > 0 && count > 0)
+      host_gemm_bf16(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, count, stride_a, stride_b, stride_c);
+  } else {
+    // Inside a parallel region OpenBLAS (OpenMP flavour) runs each call on the
+    // calling thread, so the batch is spread over the cores without nesting.
+    Kokkos::parallel_for(
+        "gemm_batched", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, count), [=](std::int64_t i) {
+          host_gemm<T, C>(op_a, op_b, m, n, k, alpha, a + i * stride_a, lda, b + i * stride_b, ldb, beta,
+                          c + i * stride_c, ldc);
+        });
+    Kokkos::DefaultHostExecutionSpace().fence();
+  }
 }
 
-template <class T>
-void device_gemm(void* stream, Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
-                 std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {
-  cublas::gemm(stream, op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
+template <class T, class C>
+void device_gemm(void* stream, Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, compute_t<T> alpha,
+                 const T* a, std::int64_t lda, const T* b, std::int64_t ldb, compute_t<T> beta, C* c,
+                 std::int64_t ldc) {
+  cublas::gemm<T, C>(stream, op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
-template <class T>
-void device_gemm_batched(void* stream, Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
-                         const T* a, std::int64_t lda, std::int64_t stride_a, const T* b, std::int64_t ldb,
-                         std::int64_t stride_b, T beta, T* c, std::int64_t ldc, std::int64_t stride_c,
-                         std::int64_t count) {
-  cublas::gemm_strided_batched(stream, op_a, op_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc,
-                               stride_c, count);
+template <class T, class C>
+void device_gemm_batched(void* stream, Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                         compute_t<T> alpha, const T* a, std::int64_t lda, std::int64_t stride_a, const T* b,
+                         std::int64_t ldb, std::int64_t stride_b, compute_t<T> beta, C* c, std::int64_t ldc,
+                         std::int64_t stride_c, std::int64_t count) {
+  cublas::gemm_strided_batched<T, C>(stream, op_a, op_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c,
+                                     ldc, stride_c, count);
 }
 
-#define REMAT_GEMM_DETAIL(T)                                                                                        \
-  template void host_gemm<T>(Op, Op, std::int64_t, std::int64_t, std::int64_t, T, const T*, std::int64_t, const T*, \
-                             std::int64_t, T, T*, std::int64_t);                                                    \
-  template void host_gemm_batched<T>(Op, Op, std::int64_t, std::int64_t, std::int64_t, T, const T*, std::int64_t,   \
-                                     std::int64_t, const T*, std::int64_t, std::int64_t, T, T*, std::int64_t,      \
-                                     std::int64_t, std::int64_t);                                                  \
-  template void device_gemm<T>(void*, Op, Op, std::int64_t, std::int64_t, std::int64_t, T, const T*, std::int64_t, \
-                               const T*, std::int64_t, T, T*, std::int64_t);                                       \
-  template void device_gemm_batched<T>(void*, Op, Op, std::int64_t, std::int64_t, std::int64_t, T, const T*,       \
-                                       std::int64_t, std::int64_t, const T*, std::int64_t, std::int64_t, T, T*,    \
-                                       std::int64_t, std::int64_t, std::int64_t);
-REMAT_GEMM_DETAIL(float)
-REMAT_GEMM_DETAIL(double)
+#define REMAT_GEMM_DETAIL(T, C)                                                                                     \
+  template void host_gemm<T, C>(Op, Op, std::int64_t, std::int64_t, std::int64_t, compute_t<T>, const T*,         \
+                                std::int64_t, const T*, std::int64_t, compute_t<T>, C*, std::int64_t);            \
+  template void host_gemm_batched<T, C>(Op, Op, std::int64_t, std::int64_t, std::int64_t, compute_t<T>, const T*, \
+                                        std::int64_t, std::int64_t, const T*, std::int64_t, std::int64_t,         \
+                                        compute_t<T>, C*, std::int64_t, std::int64_t, std::int64_t);              \
+  template void device_gemm<T, C>(void*, Op, Op, std::int64_t, std::int64_t, std::int64_t, compute_t<T>, const T*, \
+                                  std::int64_t, const T*, std::int64_t, compute_t<T>, C*, std::int64_t);          \
+  template void device_gemm_batched<T, C>(void*, Op, Op, std::int64_t, std::int64_t, std::int64_t, compute_t<T>,  \
+                                          const T*, std::int64_t, std::int64_t, const T*, std::int64_t,           \
+                                          std::int64_t, compute_t<T>, C*, std::int64_t, std::int64_t,             \
+                                          std::int64_t);
+REMAT_GEMM_DETAIL(float, float)
+REMAT_GEMM_DETAIL(double, double)
+REMAT_GEMM_DETAIL(bf16, bf16)
+REMAT_GEMM_DETAIL(bf16, float)
 
 }  // namespace detail
 

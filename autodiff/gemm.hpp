@@ -11,6 +11,7 @@
 #include <string>
 #include <type_traits>
 
+#include "autodiff/bfloat16.hpp"
 #include "autodiff/shape_only.hpp"
 
 namespace remat::gemm {
@@ -38,24 +39,29 @@ Matrices<T, M> matrices(T* data, std::int64_t count, std::int64_t stride, std::i
 
 namespace detail {
 
-// The calls behind the front door, on raw operands (m, n, k as BLAS has them).
-template <class T>
-void host_gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
-               std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc);
+// The calls behind the front door, on raw operands (m, n, k as BLAS has them):
+// inputs of type T, the product C of type T or compute_t<T> (a bfloat16
+// product accumulates in float and is stored in either), alpha and beta of
+// type compute_t<T>.
+template <class T, class C>
+void host_gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, compute_t<T> alpha, const T* a,
+               std::int64_t lda, const T* b, std::int64_t ldb, compute_t<T> beta, C* c, std::int64_t ldc);
 // The batch spread over the host space's threads, one product each.
-template <class T>
-void host_gemm_batched(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
-                       std::int64_t lda, std::int64_t stride_a, const T* b, std::int64_t ldb, std::int64_t stride_b,
-                       T beta, T* c, std::int64_t ldc, std::int64_t stride_c, std::int64_t count);
+template <class T, class C>
+void host_gemm_batched(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, compute_t<T> alpha,
+                       const T* a, std::int64_t lda, std::int64_t stride_a, const T* b, std::int64_t ldb,
+                       std::int64_t stride_b, compute_t<T> beta, C* c, std::int64_t ldc, std::int64_t stride_c,
+                       std::int64_t count);
 // cuBLAS on `stream` (a cudaStream_t); a build without CUDA throws.
-template <class T>
-void device_gemm(void* stream, Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
-                 std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc);
-template <class T>
-void device_gemm_batched(void* stream, Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha,
-                         const T* a, std::int64_t lda, std::int64_t stride_a, const T* b, std::int64_t ldb,
-                         std::int64_t stride_b, T beta, T* c, std::int64_t ldc, std::int64_t stride_c,
-                         std::int64_t count);
+template <class T, class C>
+void device_gemm(void* stream, Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, compute_t<T> alpha,
+                 const T* a, std::int64_t lda, const T* b, std::int64_t ldb, compute_t<T> beta, C* c,
+                 std::int64_t ldc);
+template <class T, class C>
+void device_gemm_batched(void* stream, Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k,
+                         compute_t<T> alpha, const T* a, std::int64_t lda, std::int64_t stride_a, const T* b,
+                         std::int64_t ldb, std::int64_t stride_b, compute_t<T> beta, C* c, std::int64_t ldc,
+                         std::int64_t stride_c, std::int64_t count);
 void count_flops(double flops);
 // While a stats::GemmLogScope is open: a clock before the call, and the
 // call's shape and fenced time after it.
@@ -99,14 +105,20 @@ constexpr bool in_host_memory() {
 
 }  // namespace detail
 
-// C = alpha op(A) op(B) + beta C on `space`; A, B, C rank-2 Views of one
-// value type in one memory space.
+// Whether a product of T inputs may be stored as C: as T, or (16-bit
+// inputs) as the float it accumulated in (a weight's float32 gradient).
+template <class T, class C>
+constexpr bool product_type_ok = std::is_same_v<C, T> || std::is_same_v<C, compute_t<T>>;
+
+// C = alpha op(A) op(B) + beta C on `space`; A, B, C rank-2 Views in one
+// memory space, A and B of one value type T, C of T or compute_t<T>.
 template <class Exec, class A, class B, class C>
-void gemm(const Exec& space, Op op_a, Op op_b, typename C::non_const_value_type alpha, const A& a, const B& b,
-          typename C::non_const_value_type beta, const C& c) {
-  using T = typename C::non_const_value_type;
-  static_assert(std::is_same_v<typename A::non_const_value_type, T> && std::is_same_v<typename B::non_const_value_type, T>,
-                "gemm: operands of one value type");
+void gemm(const Exec& space, Op op_a, Op op_b, compute_t<typename A::non_const_value_type> alpha, const A& a,
+          const B& b, compute_t<typename A::non_const_value_type> beta, const C& c) {
+  using T = typename A::non_const_value_type;
+  using Out = typename C::non_const_value_type;
+  static_assert(std::is_same_v<typename B::non_const_value_type, T> && product_type_ok<T, Out>,
+                "gemm: A and B of one value type, C of it or of its compute type");
   static_assert(A::rank == 2 && B::rank == 2 && C::rank == 2, "gemm: matrices (a batch is gemm_batched)");
   std::int64_t m, n, k;
   detail::dimensions(op_a, op_b, a, b, c, 0, m, n, k);
@@ -114,21 +126,22 @@ void gemm(const Exec& space, Op op_a, Op op_b, typename C::non_const_value_type 
   if (shape_only()) return;  // counted, not run
   const double started = detail::logging() ? (space.fence(), detail::clock_now()) : 0;
   if constexpr (detail::in_host_memory<Exec, C>())
-    detail::host_gemm<T>(op_a, op_b, m, n, k, alpha, a.data(), a.stride(0), b.data(), b.stride(0), beta, c.data(),
-                         c.stride(0));
+    detail::host_gemm<T, Out>(op_a, op_b, m, n, k, alpha, a.data(), a.stride(0), b.data(), b.stride(0), beta,
+                              c.data(), c.stride(0));
   else
-    detail::device_gemm<T>(detail::stream_of(space), op_a, op_b, m, n, k, alpha, a.data(), a.stride(0), b.data(),
+    detail::device_gemm<T, Out>(detail::stream_of(space), op_a, op_b, m, n, k, alpha, a.data(), a.stride(0), b.data(),
                            b.stride(0), beta, c.data(), c.stride(0));
   if (detail::logging()) space.fence(), detail::log_call(op_a, op_b, m, n, k, 1, started);
 }
 
 // The same for each of a batch: rank-3 Views, the first index the product.
 template <class Exec, class A, class B, class C>
-void gemm_batched(const Exec& space, Op op_a, Op op_b, typename C::non_const_value_type alpha, const A& a, const B& b,
-                  typename C::non_const_value_type beta, const C& c) {
-  using T = typename C::non_const_value_type;
-  static_assert(std::is_same_v<typename A::non_const_value_type, T> && std::is_same_v<typename B::non_const_value_type, T>,
-                "gemm_batched: operands of one value type");
+void gemm_batched(const Exec& space, Op op_a, Op op_b, compute_t<typename A::non_const_value_type> alpha, const A& a,
+                  const B& b, compute_t<typename A::non_const_value_type> beta, const C& c) {
+  using T = typename A::non_const_value_type;
+  using Out = typename C::non_const_value_type;
+  static_assert(std::is_same_v<typename B::non_const_value_type, T> && product_type_ok<T, Out>,
+                "gemm_batched: A and B of one value type, C of it or of its compute type");
   static_assert(A::rank == 3 && B::rank == 3 && C::rank == 3, "gemm_batched: batches of matrices");
   const std::int64_t count = std::int64_t(c.extent(0));
   if (std::int64_t(a.extent(0)) != count || std::int64_t(b.extent(0)) != count)
@@ -140,10 +153,10 @@ void gemm_batched(const Exec& space, Op op_a, Op op_b, typename C::non_const_val
   if (shape_only()) return;
   const double started = detail::logging() ? (space.fence(), detail::clock_now()) : 0;
   if constexpr (detail::in_host_memory<Exec, C>())
-    detail::host_gemm_batched<T>(op_a, op_b, m, n, k, alpha, a.data(), a.stride(1), a.stride(0), b.data(), b.stride(1),
+    detail::host_gemm_batched<T, Out>(op_a, op_b, m, n, k, alpha, a.data(), a.stride(1), a.stride(0), b.data(), b.stride(1),
                                  b.stride(0), beta, c.data(), c.stride(1), c.stride(0), count);
   else
-    detail::device_gemm_batched<T>(detail::stream_of(space), op_a, op_b, m, n, k, alpha, a.data(), a.stride(1),
+    detail::device_gemm_batched<T, Out>(detail::stream_of(space), op_a, op_b, m, n, k, alpha, a.data(), a.stride(1),
                                    a.stride(0), b.data(), b.stride(1), b.stride(0), beta, c.data(), c.stride(1),
                                    c.stride(0), count);
   if (detail::logging()) space.fence(), detail::log_call(op_a, op_b, m, n, k, count, started);

@@ -7,6 +7,7 @@
 // by any module (the optimizers' updates, the ops' kernels).
 #include <Kokkos_Core.hpp>
 #include <string>
+#include <type_traits>
 
 #include "autodiff/kmath.hpp"
 #include "autodiff/shape_only.hpp"
@@ -41,12 +42,14 @@ void for_each_element(const char* name, std::int64_t n, const F& f) {
 
 // g[i] = value(i) into a fresh gradient buffer, g[i] += value(i) otherwise:
 // two loops, so neither carries a per-element branch and both vectorise.
+// value(i) is of the compute type; a 16-bit g is rounded once per write.
 template <class T, class V>
 void write_gradient(const char* name, std::int64_t n, T* g, bool fresh, const V& value) {
+  using A = compute_t<T>;
   if (fresh)
-    for_each_element(name, n, KOKKOS_LAMBDA(std::int64_t i) { g[i] = value(i); });
+    for_each_element(name, n, KOKKOS_LAMBDA(std::int64_t i) { g[i] = T(A(value(i))); });
   else
-    for_each_element(name, n, KOKKOS_LAMBDA(std::int64_t i) { g[i] = g[i] + value(i); });
+    for_each_element(name, n, KOKKOS_LAMBDA(std::int64_t i) { g[i] = T(A(g[i]) + A(value(i))); });
 }
 
 // sum of term(j) for j in [0, n), in eight interleaved lanes combined in a
@@ -69,10 +72,12 @@ KOKKOS_INLINE_FUNCTION T lane_sum(std::int64_t n, const Term& term) {
 // A gradient write: the first contribution to a fresh buffer overwrites it
 // (whatever it held), later ones add. Written as an unconditional load and a
 // select, not a branch, so the loops around it vectorise.
+// v is of dst's compute type (a 16-bit dst is rounded once).
 template <class T>
-KOKKOS_INLINE_FUNCTION void accumulate(T& dst, T v, bool fresh) {
-  const T old = dst;
-  dst = v + (fresh ? T(0) : old);
+KOKKOS_INLINE_FUNCTION void accumulate(T& dst, compute_t<T> v, bool fresh) {
+  using A = compute_t<T>;
+  const A old = A(dst);
+  dst = T(v + (fresh ? A(0) : old));
 }
 
 // column_sums for a device: a thread per column has too little parallelism
@@ -85,17 +90,18 @@ KOKKOS_INLINE_FUNCTION void accumulate(T& dst, T v, bool fresh) {
 template <class T, class Term>
 void column_sums_chunked(const char* name, std::int64_t M, std::int64_t D, T* out, bool fresh, const Term& term) {
   constexpr std::int64_t kChunks = 64;
-  Kokkos::View<T*, MemSpace> partial(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(name) + "_partial"),
+  using A = compute_t<T>;
+  Kokkos::View<A*, MemSpace> partial(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(name) + "_partial"),
                                      std::size_t(kChunks * D));
-  T* pp = partial.data();
+  A* pp = partial.data();
   for_each(name, kChunks * D, KOKKOS_LAMBDA(std::int64_t x) {
     const std::int64_t c = x / D, j = x % D, hi = M * (c + 1) / kChunks;
-    T acc = 0;
+    A acc = 0;
     for (std::int64_t r = M * c / kChunks; r < hi; ++r) acc += term(r, j);
     pp[x] = acc;
   });
   for_each(name, D, KOKKOS_LAMBDA(std::int64_t j) {
-    T acc = 0;
+    A acc = 0;
     for (std::int64_t c = 0; c < kChunks; ++c) acc += pp[c * D + j];
     accumulate(out[j], acc, fresh);
   });
@@ -115,7 +121,7 @@ void column_sums(const char* name, std::int64_t M, std::int64_t D, T* out, bool 
   constexpr std::int64_t kBlock = 32;
   for_each(name, (D + kBlock - 1) / kBlock, KOKKOS_LAMBDA(std::int64_t blk) {
     const std::int64_t j0 = blk * kBlock, n = D - j0 < kBlock ? D - j0 : kBlock;
-    T acc[kBlock] = {};
+    compute_t<T> acc[kBlock] = {};
     for (std::int64_t r = 0; r < M; ++r)
       for (std::int64_t j = 0; j < n; ++j) acc[j] += term(r, j0 + j);
     for (std::int64_t j = 0; j < n; ++j) accumulate(out[j0 + j], acc[j], fresh);
@@ -123,12 +129,15 @@ void column_sums(const char* name, std::int64_t M, std::int64_t D, T* out, bool 
 }
 
 // dst[j] (+)= sum over rows of src[r, j], rows summed in order, so the result
-// does not depend on the thread count.
-template <class T>
-void column_sums(const T* src, std::int64_t rows, std::int64_t cols, T* dst, bool accumulate) {
+// does not depend on the thread count. Summed in src's compute type; dst is
+// of it (a bias's float32 gradient from a bfloat16 dy) or of src's type.
+template <class S, class D>
+void column_sums(const S* src, std::int64_t rows, std::int64_t cols, D* dst, bool accumulate) {
+  using A = compute_t<S>;
+  static_assert(std::is_same_v<D, A> || std::is_same_v<D, S>, "column_sums: into src's type or its compute type");
   if constexpr (!Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible) {
-    column_sums_chunked<T>("column_sums", rows, cols, dst, !accumulate,
-                           KOKKOS_LAMBDA(std::int64_t r, std::int64_t j) { return src[r * cols + j]; });
+    column_sums_chunked<D>("column_sums", rows, cols, dst, !accumulate,
+                           KOKKOS_LAMBDA(std::int64_t r, std::int64_t j) { return A(src[r * cols + j]); });
     return;
   }
   constexpr std::int64_t block = 32;
@@ -136,11 +145,11 @@ void column_sums(const T* src, std::int64_t rows, std::int64_t cols, T* dst, boo
   for_each("column_sums", blocks, KOKKOS_LAMBDA(std::int64_t b) {
     const std::int64_t j0 = b * block;
     const std::int64_t n = (cols - j0) < block ? (cols - j0) : block;
-    T acc[block];
-    for (std::int64_t j = 0; j < n; ++j) acc[j] = accumulate ? dst[j0 + j] : T(0);
+    A acc[block];
+    for (std::int64_t j = 0; j < n; ++j) acc[j] = accumulate ? A(dst[j0 + j]) : A(0);
     for (std::int64_t r = 0; r < rows; ++r)
-      for (std::int64_t j = 0; j < n; ++j) acc[j] += src[r * cols + j0 + j];
-    for (std::int64_t j = 0; j < n; ++j) dst[j0 + j] = acc[j];
+      for (std::int64_t j = 0; j < n; ++j) acc[j] += A(src[r * cols + j0 + j]);
+    for (std::int64_t j = 0; j < n; ++j) dst[j0 + j] = D(acc[j]);
   });
 }
 

@@ -56,9 +56,16 @@ void BackwardContext::accumulate(int i, const Tensor& g) {
   if (g.shape() != slot->shape)
     throw std::logic_error(std::string(node_.op) + ": gradient of shape " + to_string(g.shape()) +
                            " for an input of shape " + to_string(slot->shape));
-  if (!slot->grad && slot->grad_label) {  // the slot's own label, so its own pool: a copy, not g's buffer
-    slot->grad = std::make_shared<Tensor>(Tensor::empty(slot->shape, slot->dtype, slot->grad_label));
-    if (!shape_only()) Kokkos::deep_copy(slot->grad->bytes(), g.bytes());
+  if (!slot->grad && (slot->grad_label || g.dtype() != slot->dtype)) {
+    // The slot's own label (its own pool) or its own type (a 16-bit copy of
+    // a parameter: the float32 master gradient): a copy, not g's buffer.
+    slot->grad = std::make_shared<Tensor>(
+        Tensor::empty(slot->shape, slot->dtype, slot->grad_label ? slot->grad_label : "grad"));
+    if (g.dtype() == slot->dtype) {
+      if (!shape_only()) Kokkos::deep_copy(slot->grad->bytes(), g.bytes());
+    } else {
+      convert_into(*slot->grad, g);
+    }
   } else if (!slot->grad) {
     slot->grad = std::make_shared<Tensor>(g);
   } else {

@@ -10,7 +10,8 @@ namespace remat {
 
 double DeviceModel::seconds_now() const {
   const stats::Work& w = stats::work();
-  return w.flops / (device.fp32_flops * gemm_efficiency) +
+  const double peak = precision == Precision::bf16 ? device.half_flops : device.fp32_flops;
+  return w.flops / (peak * gemm_efficiency) +
          w.bytes * bytes_touched_per_byte_made / (device.memory_bandwidth * memory_efficiency);
 }
 
@@ -26,6 +27,7 @@ SaveProfile modelled_costs(const Model& model, const ParamStore& params, const B
                            ops::AttentionKernel kernel, const DeviceModel& device) {
   require_rates(device.device);
   ShapeOnlyScope shape_only;
+  PrecisionScope precision(params, device.precision);
   // One repeat: a shape-only run does the same work every time.
   const CostClock clock{[&device] { return device.seconds_now(); }, device.offload_seconds_per_byte()};
   return measure_costs(model, params, batch, kernel, 1, 1, &clock);

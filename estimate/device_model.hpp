@@ -24,6 +24,9 @@ struct DeviceModel {
   // reach; each made byte is written once and read about twice.
   double memory_efficiency = 0.8;
   double bytes_touched_per_byte_made = 3;
+  // bf16: GEMMs at the device's 16-bit (tensor-core) peak, and the step
+  // shape-only at bf16 (its bytes are 16-bit); fp32: at the fp32 peak.
+  Precision precision = Precision::fp32;
 
   // Modelled seconds for the work counted since the process started
   // (autodiff/stats.hpp's work()).
@@ -35,8 +38,8 @@ struct DeviceModel {
 // UserError for a device without rates (mem:<size>).
 void require_rates(const Device& device);
 
-// The planner's costs for `setup` on `device`, from shape-only runs priced by
-// the device model (fp32 GEMMs at the fp32 peak until mixed precision lands).
+// The planner's costs for `setup` on `device`, from shape-only runs at the
+// device model's precision, priced by it.
 SaveProfile modelled_costs(const ModelSetup& setup, ops::AttentionKernel kernel, const DeviceModel& device);
 // The same on a model, weights and batch made inside a ShapeOnlyScope.
 SaveProfile modelled_costs(const Model& model, const ParamStore& params, const Batch& batch,

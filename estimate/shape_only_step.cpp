@@ -19,7 +19,8 @@ Batch shape_only_batch(const Sizes& z) {
 }
 
 ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::string>& strategies,
-                            ops::AttentionKernel kernel, const std::string& optimizer, const DeviceModel* device) {
+                            ops::AttentionKernel kernel, const std::string& optimizer, const DeviceModel* device,
+                            Precision precision) {
   ShapeOnlyScope shape_only;
   auto& tracker = MemoryTracker::instance();
   const std::string pool = MemoryTracker::default_pool();
@@ -47,7 +48,9 @@ ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::stri
   const Batch batch = shape_only_batch(setup.sizes);
   // A warm-up step, as run_check makes: one-time allocations are no strategy's.
   auto full = make_strategy("full");
-  forward_backward(*model, params, batch, {full.get(), 1, 0, false, kernel});
+  StepOptions warm{full.get(), 1, 0, false, kernel};
+  warm.precision = precision;
+  run.state.weight_copy_bytes = run_step(*model, params, batch, warm).weight_copy_bytes;
   std::optional<SaveProfile> costs;  // the device model's, once, for every planned strategy
   for (const auto& spec : strategies) {
     auto strategy = make_strategy(spec);
@@ -55,11 +58,17 @@ ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::stri
       if (!device)
         throw UserError("strategy '" + spec + "': a budget is planned from costs, and a shape-only run has no kernel "
                         "to time: name a --device to cost it with (docs/estimates.md)");
-      if (!costs) costs = modelled_costs(*model, params, batch, kernel, *device);
+      if (!costs) {
+        DeviceModel priced = *device;
+        priced.precision = precision;
+        costs = modelled_costs(*model, params, batch, kernel, priced);
+      }
       strategy->plan(*costs);
     }
     const double t0 = device ? device->seconds_now() : 0;
-    const StepResult r = run_step(*model, params, batch, {strategy.get(), 1, 0, false, kernel});
+    StepOptions o{strategy.get(), 1, 0, false, kernel};
+    o.precision = precision;
+    const StepResult r = run_step(*model, params, batch, o);
     const double seconds = device ? device->seconds_now() - t0 : 0;
     run.steps.push_back({spec, r.activation_peak, r.offload_peak, r.flops, r.recompute_flops, seconds});
   }

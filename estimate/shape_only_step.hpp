@@ -29,6 +29,7 @@ struct ShapeOnlyState {
   std::int64_t parameter_bytes = 0;  // the weights (fp32 master copy)
   std::int64_t gradient_bytes = 0;   // one gradient buffer per trainable parameter
   std::int64_t optimizer_bytes = 0;  // the optimizer's state (AdamW: m and v)
+  std::int64_t weight_copy_bytes = 0;  // the per-step 16-bit copy of the weights (0 at fp32)
 };
 
 struct ShapeOnlyRun {
@@ -46,6 +47,6 @@ Batch shape_only_batch(const Sizes& sizes);
 // model's (with no kernel there is nothing to time), and refused without one.
 ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::string>& strategies,
                             ops::AttentionKernel kernel, const std::string& optimizer = "adamw",
-                            const DeviceModel* device = nullptr);
+                            const DeviceModel* device = nullptr, Precision precision = Precision::fp32);
 
 }  // namespace remat

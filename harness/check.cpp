@@ -69,9 +69,13 @@ CheckReport run_check(const Model& model, const ParamStore& params, const Batch&
                                 const std::vector<std::string>& strategies, const CheckOptions& options) {
   // A warm-up step: one-time allocations (gradients, runtime scratch) must
   // not be counted against the first strategy measured.
+  // One set of 16-bit weight copies for every step (and the profiles): the
+  // weights do not change between them.
+  PrecisionScope precision(params, options.precision);
   auto full = make_strategy("full");
   StepOptions step{full.get(), options.seed, 0};
   step.attention = options.attention;
+  step.precision = options.precision;
   forward_backward(model, params, batch, step);
   const SaveProfile profile = profile_saves(model, params, batch, options.attention);
 
@@ -94,8 +98,9 @@ CheckReport run_check(const Model& model, const ParamStore& params, const Batch&
     row.strategy = spec;
     row.exact = strategy->exact();
     if (!within_limit(options.mem_limit, [&] {
-          row.step = run_step(model, params, batch,
-                              {strategy.get(), options.seed, 0, options.timeline, options.attention});
+          StepOptions o{strategy.get(), options.seed, 0, options.timeline, options.attention};
+          o.precision = options.precision;
+          row.step = run_step(model, params, batch, o);
         })) {
       row.oom = true;
       report.rows.push_back(std::move(row));
@@ -112,7 +117,9 @@ CheckReport run_check(const Model& model, const ParamStore& params, const Batch&
     }  // the measured step's, before any other
     if (!row.exact) {  // a second, unmeasured step that keeps the true inputs to compare
       strategy->set_verify(true);
-      forward_backward(model, params, batch, {strategy.get(), options.seed, 0, false, options.attention});
+      StepOptions o{strategy.get(), options.seed, 0, false, options.attention};
+      o.precision = options.precision;
+      forward_backward(model, params, batch, o);
       row.reconstruction = strategy->reconstruction();
       strategy->set_verify(false);
     }

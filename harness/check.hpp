@@ -42,6 +42,7 @@ struct CheckOptions {
   double golden_loss = 0;
   std::int64_t mem_limit = 0;  // cap on the device pool during each strategy's steps (0: none)
   ops::AttentionKernel attention = ops::AttentionKernel::fused;
+  Precision precision = Precision::fp32;
   const SaveProfile* costs = nullptr;  // a timed profile for planned strategies (measured if needed and null)
   // Called before each strategy's step (index, count, spec).
   std::function<void(std::size_t, std::size_t, const std::string&)> progress;

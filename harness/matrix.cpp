@@ -27,7 +27,8 @@ std::vector<T> unique_in_order(const std::vector<T>& v) {
 }
 
 bool same_shape(const RunKey& a, const RunKey& b) {
-  return a.model == b.model && a.sizes.L == b.sizes.L && a.sizes.S == b.sizes.S && a.sizes.B == b.sizes.B;
+  return a.model == b.model && a.sizes.L == b.sizes.L && a.sizes.S == b.sizes.S && a.sizes.B == b.sizes.B &&
+         a.precision == b.precision;
 }
 
 }  // namespace
@@ -70,10 +71,13 @@ std::vector<RunKey> matrix_cells(const MatrixOptions& o) {
           require_memory(need.total(3),
                          model + " L" + std::to_string(L) + " S" + std::to_string(S) + " B" + std::to_string(B),
                          o.mem_limit, o.force);
-          for (const auto& s : specs) {
-            RunKey k{model, preset, s, o.data, ops::attention_kernel_name(kernel), z, o.seed, o.mem_limit,
-                     o.finetune.key(), o.finetune.label(), o.weights};
-            cells.push_back(k);
+          for (const auto& precision : unique_in_order(o.precisions)) {
+            parse_precision(precision);  // UserError if unknown
+            for (const auto& s : specs) {
+              RunKey k{model, preset, s, o.data, ops::attention_kernel_name(kernel), precision, z, o.seed,
+                       o.mem_limit, o.finetune.key(), o.finetune.label(), o.weights};
+              cells.push_back(k);
+            }
           }
         }
   }
@@ -171,10 +175,12 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const MatrixProgress& 
     if (progress.update) progress.update(done, todo.size(), first, "checking against full");
     // Planned strategies share one timed probe per model and shape, so the
     // checked plan and the timed one are the same.
+    const Precision precision = parse_precision(first.precision);
     std::optional<SaveProfile> costs;
     for (const auto& spec : specs)
       if (!costs && make_strategy(spec)->needs_costs()) {
         if (progress.update) progress.update(done, todo.size(), first, "probing costs for the planner");
+        PrecisionScope copies(params, precision);
         costs = measure_costs(*model, params, batch, kernel, o.seed);
       }
     CheckOptions check;
@@ -183,6 +189,7 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const MatrixProgress& 
     check.timeline = true;
     check.mem_limit = o.mem_limit;
     check.attention = kernel;
+    check.precision = precision;
     const CheckReport report = run_check(*model, params, batch, specs, check);
 
     for (std::size_t k = 0; k < group.size(); ++k) {
@@ -193,6 +200,7 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const MatrixProgress& 
       if (strategy->needs_costs() && !r.check.oom) strategy->plan(*costs);
       StepOptions step{strategy.get(), o.seed, 0};
       step.attention = kernel;
+      step.precision = precision;
       for (int w = 0; w < o.warmup + o.steps && !r.check.oom; ++w) {
         if (progress.update)
           progress.update(done, todo.size(), r.key,

@@ -26,6 +26,7 @@ struct MatrixOptions {
   std::uint64_t seed = 1;
   std::string data = "random";  // batch source
   std::string attention = "fused";
+  std::vector<std::string> precisions{"fp32"};  // an axis: each cell at each
   double dropout = 0;
   double router_aux = 0.01;  // mixtral's load-balancing loss weight
   std::string out = "results.h5";

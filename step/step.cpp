@@ -23,6 +23,7 @@ void run_forward_backward(const Model& model, const ParamStore& params, const Ba
                           StepResult& r) {
   random_ops::begin_step(o.seed, o.step);
   ops::AttentionKernelScope kernel(o.attention);  // forward and backward (recomputation included)
+  PrecisionScope precision(params, o.precision);  // the 16-bit weights live until backward ends
   LossTerms terms;
   {
     MemoryPhase phase("forward");
@@ -110,6 +111,7 @@ StepResult run_step(const Model& model, const ParamStore& params, const Batch& b
   }
   r.activation_peak = tracker.stats(pool).peak - base;
   r.offload_peak = offload_pool_bytes().peak - base_offload;
+  r.weight_copy_bytes = tracker.stats(ParamStore::kCopyPool).peak;
   r.offload_copy_seconds = transfer::copy_times().copy_seconds;
   r.offload_wait_seconds = transfer::copy_times().wait_seconds;
   // A budget is a promise: a plan that broke it is a bug, never a quiet number.

@@ -21,6 +21,7 @@ struct StepOptions {
   bool timeline = false;  // record the memory timeline of the step
   ops::AttentionKernel attention = ops::AttentionKernel::fused;  // the kernel the step's attention ops use
   bool zero_grad = true;  // false: add to the gradients already there (accumulating micro-batches)
+  Precision precision = Precision::fp32;  // what the step computes in (docs/precision.md)
 };
 
 struct TimelinePoint {
@@ -46,6 +47,7 @@ struct StepResult {
   std::int64_t offload_peak = 0;     // offload pool: the same
   double offload_copy_seconds = 0;   // the offload copies' own time (on the copy stream on a device)
   double offload_wait_seconds = 0;   // the step's time spent issuing and waiting for them
+  std::int64_t weight_copy_bytes = 0;  // the 16-bit copies of the weights (0 at fp32)
   double flops = 0, recompute_flops = 0;            // GEMM FLOPs
   std::map<std::string, std::int64_t> forward_ops;  // op -> forward runs
   std::vector<TimelinePoint> timeline;               // if asked

@@ -41,6 +41,7 @@ std::vector<std::pair<std::string, std::string>> settings(const TrainConfig& c) 
   if (!c.init.empty()) model_settings.push_back({"init", c.init});
   std::vector<std::pair<std::string, std::string>> all = {{"strategy", c.strategy},
           {"attention", ops::attention_kernel_name(c.attention)},
+          {"precision", precision_name(c.precision)},
           {"data", c.data},
           {"seed", std::to_string(c.seed)},
           {"dropout", num(c.setup.sizes.dropout)},
@@ -106,6 +107,8 @@ TrainConfig read_config(const h5::File& f, const ModelSetup& setup) {
   c.setup = setup;
   c.strategy = text_attr(f, "strategy");
   c.attention = ops::parse_attention_kernel(text_attr(f, "attention"));
+  // Run files from before mixed precision ran at fp32.
+  if (const auto precision = h5::read_attr_string(f, "train.precision")) c.precision = parse_precision(*precision);
   c.data = text_attr(f, "data");
   const std::string seed = text_attr(f, "seed");
   char* end = nullptr;

@@ -44,9 +44,10 @@ void validate(const TrainConfig& c) {
 // The mean held-out loss over `batches` batches (the same ones each time),
 // by `model` built without dropout: forward only, nothing recorded or saved.
 double validation_loss(const Model& model, const ParamStore& params, BatchSource& source, int batches,
-                       ops::AttentionKernel kernel) {
+                       ops::AttentionKernel kernel, Precision precision) {
   NoGradScope no_grad;
   ops::AttentionKernelScope scope(kernel);
+  PrecisionScope copies(params, precision);
   source.seek(0);
   double sum = 0;
   for (int b = 0; b < batches; ++b) sum += model.loss(params, source.next()).item();
@@ -112,6 +113,7 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
   // A planned strategy is planned once, on these weights and a batch of the
   // run's shape (costs depend on shapes, not on values).
   if (strategy_->needs_costs()) {
+    PrecisionScope precision(*params_, config_.precision);
     SaveProfile costs = measure_costs(*model_, *params_, random_batch(z.B, z.S, z.V, config_.seed), config_.attention,
                                       config_.seed);
     if (comm::size() > 1) agree_on_timings(costs);
@@ -192,6 +194,7 @@ const StepRecord& Trainer::step() {
     if (N > 1) data_->seek(state_.data_position + m);
     StepOptions o{strategy_.get(), config_.seed, std::uint64_t(state_.step) * std::uint64_t(M) + m};
     o.attention = config_.attention;
+    o.precision = config_.precision;
     o.zero_grad = reduce.zero_grad();
     reduce.begin(k);
     const StepResult s = run_step(*model_, *params_, data_->next(), o);
@@ -232,7 +235,8 @@ const StepRecord& Trainer::step() {
   const int done = ++state_.step;
   if (held_out_ && (done % config_.eval_every == 0 || done == config_.steps))
     state_.evals.push_back(
-        {done, validation_loss(*eval_model_, *params_, *held_out_, config_.eval_batches, config_.attention)});
+        {done, validation_loss(*eval_model_, *params_, *held_out_, config_.eval_batches, config_.attention,
+                                config_.precision)});
   reduce.release_weights();  // what validation gathered outside blocks
   saved_ = !config_.out.empty() && ((config_.save_every > 0 && done % config_.save_every == 0) || done == config_.steps);
   if (saved_) save();

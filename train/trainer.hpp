@@ -25,6 +25,7 @@ struct TrainConfig {
   ModelSetup setup;  // model, preset, sizes (dropout included)
   std::string strategy = "full";
   ops::AttentionKernel attention = ops::AttentionKernel::fused;
+  Precision precision = Precision::fp32;
   std::string data = "random";
   std::uint64_t seed = 1;
   std::string init;  // start from these weights (a weight file or checkpoint; "": initialised from the seed)

@@ -61,7 +61,9 @@ class Mixtral final : public Model {
 
   // {logits, the router probabilities' sums [E], tokens per expert per layer [L, E]}.
   Tensors forward(const ParamStore& p, const Batch& batch) const {
-    const DType dt = p["tok_embeddings.weight"].dtype();
+    // The router's statistics are reductions: kept in the compute type
+    // (float32 when the step runs in bfloat16).
+    const DType dt = compute_dtype(p["tok_embeddings.weight"].dtype());
     Tensors x = {ops::dropout(ops::embedding(p["tok_embeddings.weight"], batch.tokens), sizes_.dropout),
                  Tensor::zeros({sizes_.E}, dt, "router_sums"), Tensor::zeros({sizes_.L, sizes_.E}, dt, "expert_load")};
     for (int i = 0; i < sizes_.L; ++i)

@@ -5,6 +5,8 @@
 #include <utility>
 
 #include "autodiff/elementwise.hpp"
+#include "autodiff/memory_tracker.hpp"
+#include "core/error.hpp"
 #include "autodiff/rng.hpp"
 #include "autodiff/loops.hpp"
 
@@ -19,11 +21,56 @@ ParamStore::ParamStore(const std::vector<ParamSpec>& specs, DType dtype) : specs
   }
 }
 
+const char* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" : "fp32"; }
+
+Precision parse_precision(const std::string& name) {
+  if (name == "fp32") return Precision::fp32;
+  if (name == "bf16") return Precision::bf16;
+  throw UserError("unknown precision '" + name + "' (fp32, bf16)");
+}
+
+DType compute_dtype(Precision p, DType params) { return p == Precision::bf16 ? DType::bf16 : params; }
+
+namespace {
+constexpr const char* kCopyLabel = "weights_16bit";
+}
+
 const Tensor& ParamStore::operator[](const std::string& name) const {
   auto it = index_.find(name);
   if (it == index_.end()) throw std::logic_error("no parameter named '" + name + "'");
   if (on_access_) on_access_(it->second);
-  return tensors_[it->second];
+  if (!copying_) return tensors_[it->second];
+  Tensor& copy = copies_[it->second];
+  if (!copy.defined()) {
+    const Tensor& master = tensors_[it->second];
+    copy = converted(master, compute_dtype_, kCopyLabel);
+    copy.attach_slot(master.slot());  // null for a frozen parameter
+  }
+  return copy;
+}
+
+PrecisionScope::PrecisionScope(const ParamStore& params, Precision p) : params_(const_cast<ParamStore&>(params)) {
+  const DType dt = compute_dtype(p, params_.tensors().empty() ? DType::f32 : params_.tensors().front().dtype());
+  if (params_.tensors().empty() || dt == params_.tensors().front().dtype()) return;
+  if (params_.copying_) {  // an enclosing scope's copies serve (a check's steps share them: no update between)
+    if (params_.compute_dtype_ != dt) throw std::logic_error("PrecisionScope: the store is open at another precision");
+    return;
+  }
+  if (params_.tensors().front().dtype() != DType::f32)
+    throw std::logic_error(std::string("PrecisionScope: 16-bit copies of ") + dtype_name(params_.tensors().front().dtype()) +
+                           " parameters (the master weights are float32)");
+  MemoryTracker::instance().pool_for_label(kCopyLabel, ParamStore::kCopyPool);
+  params_.compute_dtype_ = dt;
+  params_.copying_ = true;
+  params_.copies_.assign(params_.tensors().size(), Tensor());
+  active_ = true;
+}
+
+PrecisionScope::~PrecisionScope() {
+  if (!active_) return;
+  params_.copies_.clear();
+  params_.copying_ = false;
+  params_.compute_dtype_ = DType::f32;
 }
 
 void ParamStore::freeze(const std::string& name) {

@@ -21,6 +21,16 @@ enum class Init {
   ones,
 };
 
+// The precision a step computes in (docs/precision.md). fp32: the
+// parameters' own element type (float32; float64 in the finite-difference
+// tests). bf16: activations and a per-step bfloat16 copy of the weights,
+// with float32 master weights, gradients and optimizer state.
+enum class Precision { fp32, bf16 };
+const char* precision_name(Precision p);
+Precision parse_precision(const std::string& name);  // UserError naming the choices if unknown
+// The element type a step at precision p computes in, for parameters of type `params`.
+DType compute_dtype(Precision p, DType params);
+
 struct ParamSpec {
   std::string name;
   Shape shape;
@@ -64,6 +74,13 @@ class ParamStore {
   // operator[] (sharded parameters are gathered on first use); none by default.
   void set_access_hook(std::function<void(std::size_t)> hook) { on_access_ = std::move(hook); }
 
+  // While a PrecisionScope of a 16-bit precision is open, operator[] returns
+  // the parameter's 16-bit copy: made on the first read of the step (so a
+  // recomputation reads the same bits), counted in the tracker's pool
+  // kCopyPool, sharing the parameter's gradient slot (gradients flow into
+  // the float32 master's), and freed when the scope closes.
+  static constexpr const char* kCopyPool = "16-bit weights";
+
  private:
   std::vector<ParamSpec> specs_;
   std::vector<std::string> names_;
@@ -72,6 +89,26 @@ class ParamStore {
   std::vector<std::pair<std::string, Adapter>> adapters_;
   mutable std::set<std::string> adapter_uses_;
   std::function<void(std::size_t)> on_access_;
+  friend class PrecisionScope;
+  DType compute_dtype_ = DType::f32;
+  bool copying_ = false;
+  mutable std::vector<Tensor> copies_;  // per parameter, while copying_
+};
+
+// A step's precision over a store (see ParamStore::operator[]). fp32
+// changes nothing. A scope inside an open one at the same precision uses
+// its copies (the steps of a check, where the weights do not change); a
+// trainer opens one per step, after which the optimizer updates the masters.
+class PrecisionScope {
+ public:
+  PrecisionScope(const ParamStore& params, Precision p);
+  ~PrecisionScope();
+  PrecisionScope(const PrecisionScope&) = delete;
+  PrecisionScope& operator=(const PrecisionScope&) = delete;
+
+ private:
+  ParamStore& params_;
+  bool active_ = false;
 };
 
 // docs/models.md initialisation: a pure function of (seed, parameter name, index).

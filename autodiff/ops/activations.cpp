@@ -59,10 +59,10 @@ Tensor unary_forward(const Tensor& x) {
   stats::count_forward(F::name);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), F::name);
   out.set_tag(F::name);
-  REMAT_DISPATCH_FLOAT(x.dtype(), T, {
+  REMAT_DISPATCH_COMPUTE(x.dtype(), T, {
     const T* px = x.data<T>();
     T* y = out.data<T>();
-    for_each_element(F::name, x.numel(), KOKKOS_LAMBDA(std::int64_t i) { y[i] = F::value(px[i]); });
+    for_each_element(F::name, x.numel(), KOKKOS_LAMBDA(std::int64_t i) { y[i] = T(F::value(A(px[i]))); });
   });
   return out;
 }
@@ -78,11 +78,11 @@ Tensor unary(const Tensor& x) {
   rec.finish({&out}, [sx](BackwardContext& ctx) {
     Tensor dy = ctx.grad_out(), xv = sx.unpack();  // before the gradient is allocated
     GradTarget dx = ctx.grad_in(0);
-    REMAT_DISPATCH_FLOAT(dy.dtype(), T, {
+    REMAT_DISPATCH_COMPUTE(dy.dtype(), T, {
       const T *gy = dy.data<T>(), *px = xv.data<T>();
       T* gx = dx.t.data<T>();
       write_gradient("unary_backward", xv.numel(), gx, dx.fresh,
-                     KOKKOS_LAMBDA(std::int64_t i) { return gy[i] * F::derivative(px[i]); });
+                     KOKKOS_LAMBDA(std::int64_t i) { return A(gy[i]) * F::derivative(A(px[i])); });
     });
   });
   return out;
@@ -92,10 +92,11 @@ Tensor swiglu_forward(const Tensor& gate, const Tensor& up) {
   stats::count_forward("swiglu");
   Tensor out = Tensor::empty(gate.shape(), gate.dtype(), "swiglu");
   out.set_tag("swiglu");
-  REMAT_DISPATCH_FLOAT(gate.dtype(), T, {
+  REMAT_DISPATCH_COMPUTE(gate.dtype(), T, {
     const T *a = gate.data<T>(), *b = up.data<T>();
     T* y = out.data<T>();
-    for_each_element("swiglu", gate.numel(), KOKKOS_LAMBDA(std::int64_t i) { y[i] = Silu::value(a[i]) * b[i]; });
+    for_each_element("swiglu", gate.numel(),
+                     KOKKOS_LAMBDA(std::int64_t i) { y[i] = T(Silu::value(A(a[i])) * A(b[i])); });
   });
   return out;
 }
@@ -118,16 +119,17 @@ Tensor swiglu(const Tensor& gate, const Tensor& up) {
   rec.finish({&out}, [sa, sb](BackwardContext& ctx) {
     Tensor dy = ctx.grad_out(), a = sa.unpack(), b = sb.unpack();
     GradTarget da = ctx.grad_in(0), db = ctx.grad_in(1);
-    REMAT_DISPATCH_FLOAT(dy.dtype(), T, {
+    REMAT_DISPATCH_COMPUTE(dy.dtype(), T, {
       const T *gy = dy.data<T>(), *pa = a.data<T>(), *pb = b.data<T>();
       T* ga = da ? da.t.data<T>() : nullptr;
       T* gb = db ? db.t.data<T>() : nullptr;
       if (ga)
-        write_gradient("swiglu_backward_gate", a.numel(), ga, da.fresh,
-                       KOKKOS_LAMBDA(std::int64_t i) { return gy[i] * pb[i] * Silu::derivative(pa[i]); });
+        write_gradient("swiglu_backward_gate", a.numel(), ga, da.fresh, KOKKOS_LAMBDA(std::int64_t i) {
+          return A(gy[i]) * A(pb[i]) * Silu::derivative(A(pa[i]));
+        });
       if (gb)
         write_gradient("swiglu_backward_up", a.numel(), gb, db.fresh,
-                       KOKKOS_LAMBDA(std::int64_t i) { return gy[i] * Silu::value(pa[i]); });
+                       KOKKOS_LAMBDA(std::int64_t i) { return A(gy[i]) * Silu::value(A(pa[i])); });
     });
   });
   return out;

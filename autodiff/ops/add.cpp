@@ -21,15 +21,15 @@ Tensor add(const Tensor& a, const Tensor& b) {
   stats::count_forward("add");
   Tensor out = Tensor::empty(a.shape(), a.dtype(), "add");
   out.set_tag("add");
-  REMAT_DISPATCH_FLOAT(a.dtype(), T, {
+  REMAT_DISPATCH_COMPUTE(a.dtype(), T, {
     const T* x = a.data<T>();
     const T* y = b.data<T>();
     T* z = out.data<T>();
     if (n == nb)
-      for_each_element("add_forward", n, KOKKOS_LAMBDA(std::int64_t i) { z[i] = x[i] + y[i]; });
+      for_each_element("add_forward", n, KOKKOS_LAMBDA(std::int64_t i) { z[i] = T(A(x[i]) + A(y[i])); });
     else  // b repeats over rows of a
       for_each("add_broadcast_forward", n / nb, KOKKOS_LAMBDA(std::int64_t r) {
-        for (std::int64_t j = 0; j < nb; ++j) z[r * nb + j] = x[r * nb + j] + y[j];
+        for (std::int64_t j = 0; j < nb; ++j) z[r * nb + j] = T(A(x[r * nb + j]) + A(y[j]));
       });
   });
 
@@ -41,8 +41,13 @@ Tensor add(const Tensor& a, const Tensor& b) {
       if (!ctx.needs_grad(1)) return;
       if (same) return ctx.accumulate(1, dy);
       GradTarget db = ctx.grad_in(1);
-      REMAT_DISPATCH_FLOAT(dy.dtype(), T, {
-        column_sums(dy.data<T>(), n / nb, nb, db.t.data<T>(), !db.fresh);
+      // b's gradient is of b's type, or float32 where b is a 16-bit copy of
+      // a parameter (docs/precision.md).
+      REMAT_DISPATCH_COMPUTE(dy.dtype(), T, {
+        if (db.t.dtype() == dy.dtype())
+          column_sums(dy.data<T>(), n / nb, nb, db.t.data<T>(), !db.fresh);
+        else
+          column_sums(dy.data<T>(), n / nb, nb, db.t.data<A>(), !db.fresh);
       });
     });
   return out;

@@ -75,14 +75,16 @@ Tensor attention_probs(const Inputs& in, const Geometry& g) {
   stats::count_forward("attention_probs");
   Tensor probs = Tensor::empty({g.B, g.H, g.S, g.S}, in.q.dtype(), "attention_probs");
   probs.set_tag("softmax");
-  REMAT_DISPATCH_FLOAT(in.q.dtype(), T, {
+  REMAT_DISPATCH_COMPUTE(in.q.dtype(), T, {
     const T *q = in.q.data<T>() + g.q.offset, *k = in.k.data<T>() + g.k.offset;
     T* p = probs.data<T>();
     const std::int64_t S = g.S;
     const bool causal = g.causal;
-    for (std::int64_t h = 0; h < g.H; ++h)  // one GEMM per (sequence, head): P = scale Q K^T
-      gemm::gemm_batched(ExecSpace(), Op::N, Op::T, T(g.scale()), head_of(q, g.q, h, g),
-                         head_of(k, g.k, g.kv_head(h), g), T(0), probs_of(p, h, g));
+    // One GEMM per (sequence, head): P = scale Q K^T (16-bit scores are
+    // rounded once, then the softmax reads them in float).
+    for (std::int64_t h = 0; h < g.H; ++h)
+      gemm::gemm_batched(ExecSpace(), Op::N, Op::T, A(g.scale()), head_of(q, g.q, h, g),
+                         head_of(k, g.k, g.kv_head(h), g), A(0), probs_of(p, h, g));
     if constexpr (kHostMemory)
       for_each("attention_softmax", g.B * g.H * S, KOKKOS_LAMBDA(std::int64_t row) {
         softmax_row(p + row * S, causal ? row % S + 1 : S, S);
@@ -97,11 +99,12 @@ Tensor attention_probs(const Inputs& in, const Geometry& g) {
 // dst = src * mask / (1 - p), elementwise over probs-shaped tensors.
 template <class T>
 void apply_dropout(const T* src, T* dst, std::int64_t n, const Dropout& d) {
+  using A = compute_t<T>;
   const double p = d.p;
   const std::uint64_t seed = d.seed, stream = d.stream;
-  const T keep_scale = T(1.0 / (1.0 - p));
+  const A keep_scale = A(1.0 / (1.0 - p));
   for_each("attention_dropout", n, KOKKOS_LAMBDA(std::int64_t i) {
-    dst[i] = rng::uniform(seed, stream, std::uint64_t(i)) > p ? src[i] * keep_scale : T(0);
+    dst[i] = T(rng::uniform(seed, stream, std::uint64_t(i)) > p ? A(src[i]) * keep_scale : A(0));
   });
 }
 
@@ -111,12 +114,12 @@ Tensor attention_output(const Tensor& probs, const Inputs& in, const Geometry& g
   Tensor out = Tensor::empty({g.B, g.S, g.width()}, probs.dtype(), "attention");
   out.set_tag("attention");
   Tensor dropped = d.active() ? Tensor::empty(probs.shape(), probs.dtype(), "attention_dropped") : probs;
-  REMAT_DISPATCH_FLOAT(probs.dtype(), T, {
+  REMAT_DISPATCH_COMPUTE(probs.dtype(), T, {
     if (d.active()) apply_dropout(probs.data<T>(), dropped.data<T>(), probs.numel(), d);
     const T *v = in.v.data<T>() + g.v.offset, *p = dropped.data<T>();
     T* y = out.data<T>();
     for (std::int64_t h = 0; h < g.H; ++h)  // Y = P V
-      gemm::gemm_batched(ExecSpace(), Op::N, Op::N, T(1), probs_of(p, h, g), head_of(v, g.v, g.kv_head(h), g), T(0),
+      gemm::gemm_batched(ExecSpace(), Op::N, Op::N, A(1), probs_of(p, h, g), head_of(v, g.v, g.kv_head(h), g), A(0),
                          output_of(y, h, g));
   });
   return out;
@@ -157,11 +160,11 @@ std::pair<Tensor, Tensor> fused_forward(const Inputs& in, const Geometry& g, con
   stats::count_flops(attention_flops(g) * (g.causal ? 0.5 : 1.0));
   Tensor out = Tensor::empty({g.B, g.S, g.width()}, in.q.dtype(), "attention");
   out.set_tag("attention");
-  Tensor lse = Tensor::empty({g.B, g.H, g.S}, in.q.dtype(), "attention_lse");
+  Tensor lse = Tensor::empty({g.B, g.H, g.S}, compute_dtype(in.q.dtype()), "attention_lse");
   lse.set_tag("attention_lse");
-  REMAT_DISPATCH_FLOAT(in.q.dtype(), T, {
+  REMAT_DISPATCH_COMPUTE(in.q.dtype(), T, {
     const auto run = team ? fused::team_forward<T> : fused::forward<T>;
-    run(fused_problem(g, d), in.q.data<T>(), in.k.data<T>(), in.v.data<T>(), out.data<T>(), lse.data<T>());
+    run(fused_problem(g, d), in.q.data<T>(), in.k.data<T>(), in.v.data<T>(), out.data<T>(), lse.data<A>());
   });
   return {out, lse};
 }
@@ -182,13 +185,13 @@ Tensor record_fused(const Inputs& in, const Geometry& g, const Dropout& d, bool 
     GradTarget tq = ctx.grad_in(0), tk = packed ? tq : ctx.grad_in(1), tv = packed ? tq : ctx.grad_in(2);
     zero_fresh({&tq, &tk, &tv});  // the kernel adds
     stats::count_flops(attention_flops(g) * 1.5 * (g.causal ? 0.5 : 1.0));  // recomputed scores + four products
-    REMAT_DISPATCH_FLOAT(dy.dtype(), T, {
+    REMAT_DISPATCH_COMPUTE(dy.dtype(), T, {
       T *dq = tq ? tq.t.data<T>() : nullptr, *dk = tk ? tk.t.data<T>() : nullptr, *dv = tv ? tv.t.data<T>() : nullptr;
       if (team)
         fused::team_backward<T>(fused_problem(g, d), x.q.data<T>(), x.k.data<T>(), x.v.data<T>(), o.data<T>(),
-                                l.data<T>(), dy.data<T>(), dq, dk, dv);
+                                l.data<A>(), dy.data<T>(), dq, dk, dv);
       else
-        fused::backward<T>(fused_problem(g, d), x.q.data<T>(), x.k.data<T>(), x.v.data<T>(), l.data<T>(),
+        fused::backward<T>(fused_problem(g, d), x.q.data<T>(), x.k.data<T>(), x.v.data<T>(), l.data<A>(),
                            dy.data<T>(), dq, dk, dv);
     });
   });
@@ -219,7 +222,7 @@ Tensor record(const Inputs& in, const Geometry& g, double dropout) {
     zero_fresh({&tq, &tk, &tv});
     Tensor dprobs = Tensor::empty(pr.shape(), pr.dtype(), "attention_dprobs");
     Tensor dropped = d.active() ? Tensor::empty(pr.shape(), pr.dtype(), "attention_dropped") : pr;
-    REMAT_DISPATCH_FLOAT(dy.dtype(), T, {
+    REMAT_DISPATCH_COMPUTE(dy.dtype(), T, {
       if (d.active()) apply_dropout(pr.data<T>(), dropped.data<T>(), pr.numel(), d);
       const T *gy = dy.data<T>(), *p = pr.data<T>(), *pd = dropped.data<T>();
       const T *q = x.q.data<T>() + g.q.offset, *k = x.k.data<T>() + g.k.offset, *v = x.v.data<T>() + g.v.offset;
@@ -232,21 +235,21 @@ Tensor record(const Inputs& in, const Geometry& g, double dropout) {
         const std::int64_t kvh = g.kv_head(h);
         // dv += dropout(probs)^T dy ; d(dropped probs) = dy v^T
         if (tv)  // the target, not the pointer: a shape-only run has no data
-          gemm::gemm_batched(ExecSpace(), Op::T, Op::N, T(1), probs_of(pd, h, g), output_of(gy, h, g), T(1),
+          gemm::gemm_batched(ExecSpace(), Op::T, Op::N, A(1), probs_of(pd, h, g), output_of(gy, h, g), A(1),
                              head_of(gv, g.v, kvh, g));
-        gemm::gemm_batched(ExecSpace(), Op::N, Op::T, T(1), output_of(gy, h, g), head_of(v, g.v, kvh, g), T(0),
+        gemm::gemm_batched(ExecSpace(), Op::N, Op::T, A(1), output_of(gy, h, g), head_of(v, g.v, kvh, g), A(0),
                            probs_of(dp, h, g));
       }
       if (d.active()) apply_dropout(dp, dp, dprobs.numel(), d);  // through the same mask
       // softmax backward, scaled: dscores = probs * (dprobs - <dprobs, probs>) * scale
-      const T sc = T(g.scale());
+      const A sc = A(g.scale());
       if constexpr (kHostMemory)
         for_each("attention_softmax_backward", g.B * g.H * S, KOKKOS_LAMBDA(std::int64_t row) {
           const T* pr_row = p + row * S;
           T* r = dp + row * S;
-          T dot = 0;
-          for (std::int64_t j = 0; j < S; ++j) dot += r[j] * pr_row[j];
-          for (std::int64_t j = 0; j < S; ++j) r[j] = pr_row[j] * (r[j] - dot) * sc;
+          A dot = 0;
+          for (std::int64_t j = 0; j < S; ++j) dot += A(r[j]) * A(pr_row[j]);
+          for (std::int64_t j = 0; j < S; ++j) r[j] = T(A(pr_row[j]) * (A(r[j]) - dot) * sc);
         });
       else
         softmax_backward_rows_team("attention_softmax_backward", p, dp, g.B * g.H * S, S, sc);
@@ -254,10 +257,10 @@ Tensor record(const Inputs& in, const Geometry& g, double dropout) {
         const std::int64_t kvh = g.kv_head(h);
         // dq += dscores k ; dk += dscores^T q
         if (tq)
-          gemm::gemm_batched(ExecSpace(), Op::N, Op::N, T(1), probs_of(dp, h, g), head_of(k, g.k, kvh, g), T(1),
+          gemm::gemm_batched(ExecSpace(), Op::N, Op::N, A(1), probs_of(dp, h, g), head_of(k, g.k, kvh, g), A(1),
                              head_of(gq, g.q, h, g));
         if (tk)
-          gemm::gemm_batched(ExecSpace(), Op::T, Op::N, T(1), probs_of(dp, h, g), head_of(q, g.q, h, g), T(1),
+          gemm::gemm_batched(ExecSpace(), Op::T, Op::N, A(1), probs_of(dp, h, g), head_of(q, g.q, h, g), A(1),
                              head_of(gk, g.k, kvh, g));
       }
     });

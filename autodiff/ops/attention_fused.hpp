@@ -10,6 +10,7 @@
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 
+#include "autodiff/bfloat16.hpp"
 #include "autodiff/rng.hpp"
 
 namespace remat::ops::fused {
@@ -37,9 +38,10 @@ KOKKOS_INLINE_FUNCTION T keep(const Problem& p, std::int64_t b, std::int64_t h, 
   return rng::uniform(p.seed, p.stream, idx) > p.dropout ? T(1.0 / (1.0 - p.dropout)) : T(0);
 }
 
-// out[B, S, H hd] and lse[B, H, S].
+// out[B, S, H hd] and lse[B, H, S]. Inputs and output of type T, computed
+// in compute_t<T> (the log-sum-exp too: float32 for bfloat16 inputs).
 template <class T>
-void forward(const Problem& p, const T* q, const T* k, const T* v, T* out, T* lse);
+void forward(const Problem& p, const T* q, const T* k, const T* v, T* out, compute_t<T>* lse);
 
 // Adds into dq, dk, dv (any of them may be null); zero them first if fresh.
 // It needs no output: with whole rows of probabilities at hand it takes each
@@ -47,16 +49,16 @@ void forward(const Problem& p, const T* q, const T* k, const T* v, T* out, T* ls
 // the op saves the output only when something else needs it (an output
 // projection whose weight trains).
 template <class T>
-void backward(const Problem& p, const T* q, const T* k, const T* v, const T* lse, const T* dout, T* dq, T* dk,
-              T* dv);
+void backward(const Problem& p, const T* q, const T* k, const T* v, const compute_t<T>* lse, const T* dout, T* dq,
+              T* dk, T* dv);
 
 // The same on the default execution space as team kernels (device memory
 // on a GPU build). Backward adds into dq, dk, dv like the host version; it
 // works on key tiles, so it reads <dO, O> from the output.
 template <class T>
-void team_forward(const Problem& p, const T* q, const T* k, const T* v, T* out, T* lse);
+void team_forward(const Problem& p, const T* q, const T* k, const T* v, T* out, compute_t<T>* lse);
 template <class T>
-void team_backward(const Problem& p, const T* q, const T* k, const T* v, const T* out, const T* lse, const T* dout,
-                   T* dq, T* dk, T* dv);
+void team_backward(const Problem& p, const T* q, const T* k, const T* v, const T* out, const compute_t<T>* lse,
+                   const T* dout, T* dq, T* dk, T* dv);
 
 }  // namespace remat::ops::fused

@@ -50,11 +50,12 @@ Policy team_policy(std::int64_t teams, std::initializer_list<std::int64_t> array
 
 // Copies rows [r0, r0 + n) of one head of q, k, v or dout (row stride ld)
 // into dst[n, hd].
+// into dst[n, hd] of the compute type (16-bit rows are widened once here).
 template <class T>
 KOKKOS_INLINE_FUNCTION void stage(const Member& team, const T* src, std::int64_t ld, std::int64_t n, std::int64_t hd,
-                                  const Scratch<T>& dst) {
+                                  const Scratch<compute_t<T>>& dst) {
   Kokkos::parallel_for(Kokkos::TeamThreadRange(team, n * hd), [&](std::int64_t x) {
-    dst(x) = src[(x / hd) * ld + x % hd];
+    dst(x) = compute_t<T>(src[(x / hd) * ld + x % hd]);
   });
 }
 
@@ -67,17 +68,22 @@ KOKKOS_INLINE_FUNCTION T dot(const T* a, const T* b, std::int64_t n) {
 
 // <dO_i, O_i> of query row i of head h: the softmax backward's correction.
 template <class T>
-KOKKOS_INLINE_FUNCTION T row_dot(const Problem& p, const T* dout, const T* out, std::int64_t b, std::int64_t h,
-                                 std::int64_t i) {
+KOKKOS_INLINE_FUNCTION compute_t<T> row_dot(const Problem& p, const T* dout, const T* out, std::int64_t b,
+                                            std::int64_t h, std::int64_t i) {
+  using A = compute_t<T>;
   const std::int64_t at = (b * p.S + i) * p.H * p.hd + h * p.hd;
-  return dot(dout + at, out + at, p.hd);
+  A s = 0;
+  for (std::int64_t e = 0; e < p.hd; ++e) s += A(dout[at + e]) * A(out[at + e]);
+  return s;
 }
 
 template <class T>
 struct ForwardKernel {
+  using A = compute_t<T>;
   Problem p;
   const T *q, *k, *v;
-  T *out, *lse;
+  T* out;
+  A* lse;
   std::int64_t tiles;
   int level;
 
@@ -87,12 +93,12 @@ struct ForwardKernel {
     const std::int64_t b = t / (p.H * tiles), h = t / tiles % p.H, i0 = t % tiles * kRows;
     const std::int64_t rows = p.S - i0 < kRows ? p.S - i0 : kRows, keys = p.causal ? i0 + rows : p.S;
     const std::int64_t kvh = h / (p.H / p.Hkv);
-    Scratch<T> sq(team.team_scratch(level), kRows * hd), acc(team.team_scratch(level), kRows * hd),
+    Scratch<A> sq(team.team_scratch(level), kRows * hd), acc(team.team_scratch(level), kRows * hd),
         sk(team.team_scratch(level), kKeys * hd), sv(team.team_scratch(level), kKeys * hd),
         m(team.team_scratch(level), kRows), l(team.team_scratch(level), kRows);
     stage(team, q + p.q.offset + b * p.q.batch_stride + i0 * p.q.ld + h * hd, p.q.ld, rows, hd, sq);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](std::int64_t r) {
-      m(r) = T(-1e30);
+      m(r) = A(-1e30);
       l(r) = 0;
       for (std::int64_t e = 0; e < hd; ++e) acc(r * hd + e) = 0;
     });
@@ -106,17 +112,17 @@ struct ForwardKernel {
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](std::int64_t r) {
         const std::int64_t i = i0 + r, visible = p.causal ? (i + 1 - j0 < nk ? i + 1 - j0 : nk) : nk;
-        T mr = m(r), lr = l(r);
-        T* a = &acc(r * hd);
+        A mr = m(r), lr = l(r);
+        A* a = &acc(r * hd);
         for (std::int64_t j = 0; j < visible; ++j) {
-          const T s = dot(&sq(r * hd), &sk(j * hd), hd) * T(p.scale);
+          const A s = dot(&sq(r * hd), &sk(j * hd), hd) * A(p.scale);
           if (s > mr) {  // a new maximum: rescale what is summed so far
-            const T c = fast_exp(mr - s);
+            const A c = fast_exp(mr - s);
             lr *= c;
             for (std::int64_t e = 0; e < hd; ++e) a[e] *= c;
             mr = s;
           }
-          const T e_s = fast_exp(s - mr), w = e_s * keep<T>(p, b, h, i, j0 + j);
+          const A e_s = fast_exp(s - mr), w = e_s * keep<A>(p, b, h, i, j0 + j);
           lr += e_s;
           for (std::int64_t e = 0; e < hd; ++e) a[e] += w * sv(j * hd + e);
         }
@@ -125,9 +131,9 @@ struct ForwardKernel {
       });
     }
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](std::int64_t r) {
-      const T inv = T(1) / l(r);
+      const A inv = A(1) / l(r);
       T* o = out + (b * p.S + i0 + r) * W + h * hd;
-      for (std::int64_t e = 0; e < hd; ++e) o[e] = acc(r * hd + e) * inv;
+      for (std::int64_t e = 0; e < hd; ++e) o[e] = T(acc(r * hd + e) * inv);
       lse[(b * p.H + h) * p.S + i0 + r] = m(r) + kmath::log(l(r));
     });
   }
@@ -136,19 +142,22 @@ struct ForwardKernel {
 // dk and dv: a team per key tile, over every query that sees it.
 template <class T>
 struct KeyValueGradKernel {
+  using A = compute_t<T>;
   Problem p;
-  const T *q, *k, *v, *out, *lse, *dout;
+  const T *q, *k, *v, *out;
+  const A* lse;
+  const T* dout;
   T *dk, *dv;
   std::int64_t tiles;
   int level;
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const std::int64_t hd = p.hd, W = p.H * hd, group = p.H / p.Hkv;
-    const T scale = T(p.scale);
+    const A scale = A(p.scale);
     const std::int64_t t = team.league_rank();
     const std::int64_t b = t / (p.Hkv * tiles), kvh = t / tiles % p.Hkv, j0 = t % tiles * kKeys;
     const std::int64_t nk = p.S - j0 < kKeys ? p.S - j0 : kKeys;
-    Scratch<T> sk(team.team_scratch(level), kKeys * hd), sv(team.team_scratch(level), kKeys * hd),
+    Scratch<A> sk(team.team_scratch(level), kKeys * hd), sv(team.team_scratch(level), kKeys * hd),
         gk(team.team_scratch(level), kKeys * hd), gv(team.team_scratch(level), kKeys * hd),
         sq(team.team_scratch(level), kStageRows * hd), sdo(team.team_scratch(level), kStageRows * hd),
         sl(team.team_scratch(level), kStageRows), sd(team.team_scratch(level), kStageRows);
@@ -172,14 +181,14 @@ struct KeyValueGradKernel {
         team.team_barrier();
         Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nk), [&](std::int64_t j) {
           const std::int64_t key = j0 + j;
-          T *a = &gk(j * hd), *c = &gv(j * hd);
+          A *a = &gk(j * hd), *c = &gv(j * hd);
           for (std::int64_t r = 0; r < rows; ++r) {
             const std::int64_t i = i0 + r;
             if (p.causal && i < key) continue;
-            const T pr = fast_exp(dot(&sq(r * hd), &sk(j * hd), hd) * scale - sl(r));
-            const T kp = keep<T>(p, b, h, i, key);
-            const T dp = dot(&sdo(r * hd), &sv(j * hd), hd) * kp;
-            const T ds = pr * (dp - sd(r)) * scale, pv = pr * kp;
+            const A pr = fast_exp(dot(&sq(r * hd), &sk(j * hd), hd) * scale - sl(r));
+            const A kp = keep<A>(p, b, h, i, key);
+            const A dp = dot(&sdo(r * hd), &sv(j * hd), hd) * kp;
+            const A ds = pr * (dp - sd(r)) * scale, pv = pr * kp;
             for (std::int64_t e = 0; e < hd; ++e) {
               c[e] += pv * sdo(r * hd + e);
               a[e] += ds * sq(r * hd + e);
@@ -190,8 +199,10 @@ struct KeyValueGradKernel {
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, nk * hd), [&](std::int64_t x) {
       const std::int64_t j = x / hd, e = x % hd;
-      if (dk) dk[p.k.offset + b * p.k.batch_stride + (j0 + j) * p.k.ld + kvh * hd + e] += gk(x);
-      if (dv) dv[p.v.offset + b * p.v.batch_stride + (j0 + j) * p.v.ld + kvh * hd + e] += gv(x);
+      const std::int64_t at_k = p.k.offset + b * p.k.batch_stride + (j0 + j) * p.k.ld + kvh * hd + e;
+      const std::int64_t at_v = p.v.offset + b * p.v.batch_stride + (j0 + j) * p.v.ld + kvh * hd + e;
+      if (dk) dk[at_k] = T(A(dk[at_k]) + gk(x));
+      if (dv) dv[at_v] = T(A(dv[at_v]) + gv(x));
     });
   }
 };
@@ -199,20 +210,23 @@ struct KeyValueGradKernel {
 // dq: a team per query tile, over the keys it sees.
 template <class T>
 struct QueryGradKernel {
+  using A = compute_t<T>;
   Problem p;
-  const T *q, *k, *v, *out, *lse, *dout;
+  const T *q, *k, *v, *out;
+  const A* lse;
+  const T* dout;
   T* dq;
   std::int64_t tiles;
   int level;
 
   KOKKOS_INLINE_FUNCTION void operator()(const Member& team) const {
     const std::int64_t hd = p.hd, group = p.H / p.Hkv;
-    const T scale = T(p.scale);
+    const A scale = A(p.scale);
     const std::int64_t t = team.league_rank();
     const std::int64_t b = t / (p.H * tiles), h = t / tiles % p.H, i0 = t % tiles * kRows;
     const std::int64_t rows = p.S - i0 < kRows ? p.S - i0 : kRows, keys = p.causal ? i0 + rows : p.S;
     const std::int64_t kvh = h / group;
-    Scratch<T> sq(team.team_scratch(level), kRows * hd), sdo(team.team_scratch(level), kRows * hd),
+    Scratch<A> sq(team.team_scratch(level), kRows * hd), sdo(team.team_scratch(level), kRows * hd),
         gq(team.team_scratch(level), kRows * hd), sk(team.team_scratch(level), kKeys * hd),
         sv(team.team_scratch(level), kKeys * hd), sl(team.team_scratch(level), kRows),
         sd(team.team_scratch(level), kRows);
@@ -233,18 +247,19 @@ struct QueryGradKernel {
       team.team_barrier();
       Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows), [&](std::int64_t r) {
         const std::int64_t i = i0 + r, visible = p.causal ? (i + 1 - j0 < nk ? i + 1 - j0 : nk) : nk;
-        T* a = &gq(r * hd);
+        A* a = &gq(r * hd);
         for (std::int64_t j = 0; j < visible; ++j) {
-          const T pr = fast_exp(dot(&sq(r * hd), &sk(j * hd), hd) * scale - sl(r));
-          const T dp = dot(&sdo(r * hd), &sv(j * hd), hd) * keep<T>(p, b, h, i, j0 + j);
-          const T ds = pr * (dp - sd(r)) * scale;
+          const A pr = fast_exp(dot(&sq(r * hd), &sk(j * hd), hd) * scale - sl(r));
+          const A dp = dot(&sdo(r * hd), &sv(j * hd), hd) * keep<A>(p, b, h, i, j0 + j);
+          const A ds = pr * (dp - sd(r)) * scale;
           for (std::int64_t e = 0; e < hd; ++e) a[e] += ds * sk(j * hd + e);
         }
       });
     }
     team.team_barrier();
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, rows * hd), [&](std::int64_t x) {
-      dq[p.q.offset + b * p.q.batch_stride + (i0 + x / hd) * p.q.ld + h * hd + x % hd] += gq(x);
+      const std::int64_t at = p.q.offset + b * p.q.batch_stride + (i0 + x / hd) * p.q.ld + h * hd + x % hd;
+      dq[at] = T(A(dq[at]) + gq(x));
     });
   }
 };
@@ -253,24 +268,24 @@ struct QueryGradKernel {
 
 // Functors rather than lambdas: each kernel's inputs are named in one place.
 template <class T>
-void team_forward(const Problem& p, const T* q, const T* k, const T* v, T* out, T* lse) {
+void team_forward(const Problem& p, const T* q, const T* k, const T* v, T* out, compute_t<T>* lse) {
   if (shape_only()) return;
   const std::int64_t tiles = (p.S + kRows - 1) / kRows, hd = p.hd;
   int level = 0;
   const Policy policy =
-      team_policy<T>(p.B * p.H * tiles, {kRows * hd, kRows * hd, kKeys * hd, kKeys * hd, kRows, kRows}, level);
+      team_policy<compute_t<T>>(p.B * p.H * tiles, {kRows * hd, kRows * hd, kKeys * hd, kKeys * hd, kRows, kRows}, level);
   Kokkos::parallel_for("attention_fused_team_forward", policy, ForwardKernel<T>{p, q, k, v, out, lse, tiles, level});
 }
 
 template <class T>
-void team_backward(const Problem& p, const T* q, const T* k, const T* v, const T* out, const T* lse, const T* dout,
-                   T* dq, T* dk, T* dv) {
+void team_backward(const Problem& p, const T* q, const T* k, const T* v, const T* out, const compute_t<T>* lse,
+                   const T* dout, T* dq, T* dk, T* dv) {
   if (shape_only()) return;
   const std::int64_t hd = p.hd;
   int level = 0;
   if (dk || dv) {
     const std::int64_t tiles = (p.S + kKeys - 1) / kKeys;
-    const Policy policy = team_policy<T>(
+    const Policy policy = team_policy<compute_t<T>>(
         p.B * p.Hkv * tiles,
         {kKeys * hd, kKeys * hd, kKeys * hd, kKeys * hd, kStageRows * hd, kStageRows * hd, kStageRows, kStageRows},
         level);
@@ -279,18 +294,19 @@ void team_backward(const Problem& p, const T* q, const T* k, const T* v, const T
   }
   if (dq) {
     const std::int64_t tiles = (p.S + kRows - 1) / kRows;
-    const Policy policy = team_policy<T>(
+    const Policy policy = team_policy<compute_t<T>>(
         p.B * p.H * tiles, {kRows * hd, kRows * hd, kRows * hd, kKeys * hd, kKeys * hd, kRows, kRows}, level);
     Kokkos::parallel_for("attention_fused_team_dq", policy,
                          QueryGradKernel<T>{p, q, k, v, out, lse, dout, dq, tiles, level});
   }
 }
 
-#define REMAT_FUSED_TEAM_INSTANTIATE(T)                                                                         \
-  template void team_forward<T>(const Problem&, const T*, const T*, const T*, T*, T*);                           \
-  template void team_backward<T>(const Problem&, const T*, const T*, const T*, const T*, const T*, const T*, T*, \
-                                 T*, T*);
+#define REMAT_FUSED_TEAM_INSTANTIATE(T)                                                                     \
+  template void team_forward<T>(const Problem&, const T*, const T*, const T*, T*, compute_t<T>*);            \
+  template void team_backward<T>(const Problem&, const T*, const T*, const T*, const T*, const compute_t<T>*, \
+                                 const T*, T*, T*, T*);
 REMAT_FUSED_TEAM_INSTANTIATE(float)
 REMAT_FUSED_TEAM_INSTANTIATE(double)
+REMAT_FUSED_TEAM_INSTANTIATE(bf16)
 
 }  // namespace remat::ops::fused

@@ -21,28 +21,29 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
                                 std::to_string(V) + ")");
 
   stats::count_forward("cross_entropy");
-  Tensor lse = Tensor::empty({M}, logits.dtype(), "cross_entropy_lse");
+  // The log-sum-exp and the loss in the compute type (float32 for bfloat16 logits).
+  Tensor lse = Tensor::empty({M}, compute_dtype(logits.dtype()), "cross_entropy_lse");
   lse.set_tag("cross_entropy");
-  Tensor loss = Tensor::empty({}, logits.dtype(), "loss");
+  Tensor loss = Tensor::empty({}, compute_dtype(logits.dtype()), "loss");
   loss.set_tag("cross_entropy");
-  REMAT_DISPATCH_FLOAT(logits.dtype(), T, {
+  REMAT_DISPATCH_COMPUTE(logits.dtype(), T, {
     const T* z = logits.data<T>();
     const std::int32_t* t = targets.data<std::int32_t>();
-    T* pl = lse.data<T>();
+    A* pl = lse.data<A>();
     // Per-row log-sum-exp with max subtraction, then the mean summed in double.
     for_each_row("cross_entropy_forward", M, V, KOKKOS_LAMBDA(std::int64_t r, const Row& row) {
       const T* zr = z + r * V;
-      const T m = row.max<T>([&](std::int64_t j) { return zr[j]; });
-      const T s = row.sum<T>([&](std::int64_t j) { return fast_exp(zr[j] - m); });
+      const A m = row.max<A>([&](std::int64_t j) { return A(zr[j]); });
+      const A s = row.sum<A>([&](std::int64_t j) { return fast_exp(A(zr[j]) - m); });
       row.once([&] { pl[r] = m + kmath::log(s); });
     });
     double total = 0;
     if (!shape_only())
       Kokkos::parallel_reduce(
           "cross_entropy_mean", Kokkos::RangePolicy<ExecSpace>(0, M),
-          KOKKOS_LAMBDA(std::int64_t r, double& acc) { acc += double(pl[r]) - double(z[r * V + t[r]]); }, total);
-    T* out = loss.data<T>();
-    const T mean = T(total / double(M));
+          KOKKOS_LAMBDA(std::int64_t r, double& acc) { acc += double(pl[r]) - double(A(z[r * V + t[r]])); }, total);
+    A* out = loss.data<A>();
+    const A mean = A(total / double(M));
     for_each("cross_entropy_store", 1, KOKKOS_LAMBDA(std::int64_t) { out[0] = mean; });
   });
 
@@ -51,14 +52,15 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
     rec.finish({&loss}, [sz = save(logits), sl = save(lse), targets, M, V](BackwardContext& ctx) {
       Tensor dy = ctx.grad_out(), zv = sz.unpack(), lv = sl.unpack();
       GradTarget dz = ctx.grad_in(0);
-      REMAT_DISPATCH_FLOAT(dy.dtype(), T, {
-        const T *z = zv.data<T>(), *pl = lv.data<T>(), *gy = dy.data<T>();
+      REMAT_DISPATCH_COMPUTE(zv.dtype(), T, {
+        const T* z = zv.data<T>();
+        const A *pl = lv.data<A>(), *gy = dy.data<A>();
         const std::int32_t* t = targets.data<std::int32_t>();
         T* gz = dz.t.data<T>();
-        const T inv_m = T(1) / T(M);
+        const A inv_m = A(1) / A(M);
         write_gradient("cross_entropy_backward", M * V, gz, dz.fresh, KOKKOS_LAMBDA(std::int64_t i) {
           const std::int64_t r = i / V, j = i % V;
-          return (fast_exp(z[i] - pl[r]) - (j == t[r] ? T(1) : T(0))) * gy[0] * inv_m;
+          return (fast_exp(A(z[i]) - pl[r]) - (j == t[r] ? A(1) : A(0))) * gy[0] * inv_m;
         });
       });
     });

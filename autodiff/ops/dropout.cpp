@@ -14,12 +14,12 @@ namespace {
 Tensor masked_scale(const Tensor& x, double p, std::uint64_t seed, std::uint64_t stream) {
   Tensor out = Tensor::empty(x.shape(), x.dtype(), "dropout");
   out.set_tag("dropout");
-  REMAT_DISPATCH_FLOAT(x.dtype(), T, {
+  REMAT_DISPATCH_COMPUTE(x.dtype(), T, {
     const T* px = x.data<T>();
     T* y = out.data<T>();
-    const T keep_scale = T(1.0 / (1.0 - p));
+    const A keep_scale = A(1.0 / (1.0 - p));
     for_each_element("dropout", x.numel(), KOKKOS_LAMBDA(std::int64_t i) {
-      y[i] = rng::uniform(seed, stream, std::uint64_t(i)) > p ? px[i] * keep_scale : T(0);
+      y[i] = T(rng::uniform(seed, stream, std::uint64_t(i)) > p ? A(px[i]) * keep_scale : A(0));
     });
   });
   return out;

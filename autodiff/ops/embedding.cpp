@@ -17,7 +17,7 @@ Tensor embedding_forward(const Tensor& weight, const Tensor& ids) {
   shape.push_back(D);
   Tensor out = Tensor::empty(shape, weight.dtype(), "embedding");
   out.set_tag("embedding");
-  REMAT_DISPATCH_FLOAT(weight.dtype(), T, {
+  REMAT_DISPATCH_COMPUTE(weight.dtype(), T, {
     const T* w = weight.data<T>();
     const std::int32_t* id = ids.data<std::int32_t>();
     T* y = out.data<T>();
@@ -45,8 +45,8 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
   rec.finish({&out}, [ids, V, D, N](BackwardContext& ctx) {
     GradTarget dw = ctx.grad_in(0);
     Tensor dy = ctx.grad_out();
-    REMAT_DISPATCH_FLOAT(dy.dtype(), T, {
-      T* g = dw.t.data<T>();
+    REMAT_DISPATCH_COMPUTE(dy.dtype(), T, {
+      A* g = weight_grad<T>(dw, "embedding");
       const T* gy = dy.data<T>();
       const std::int32_t* id = ids.data<std::int32_t>();
       if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible)

@@ -13,13 +13,15 @@ namespace remat::ops::detail {
 
 // A thread per column, every position in order: what the host runs (D
 // columns are plenty for its cores, and each thread streams through gy).
+// The table's gradient g is of gy's compute type (float32 for bfloat16).
 template <class T>
 void embedding_grad_by_column(const std::int32_t* id, const T* gy, std::int64_t N, std::int64_t V, std::int64_t D,
-                              T* g, bool fresh) {
+                              compute_t<T>* g, bool fresh) {
+  using A = compute_t<T>;
   for_each("embedding_backward", D, KOKKOS_LAMBDA(std::int64_t d) {
     if (fresh)
-      for (std::int64_t v = 0; v < V; ++v) g[v * D + d] = T(0);
-    for (std::int64_t n = 0; n < N; ++n) g[std::int64_t(id[n]) * D + d] += gy[n * D + d];
+      for (std::int64_t v = 0; v < V; ++v) g[v * D + d] = A(0);
+    for (std::int64_t n = 0; n < N; ++n) g[std::int64_t(id[n]) * D + d] += A(gy[n * D + d]);
   });
 }
 
@@ -31,7 +33,8 @@ void embedding_grad_by_column(const std::int32_t* id, const T* gy, std::int64_t 
 // columns of a row consecutive (coalesced). Runs on any backend.
 template <class T>
 void embedding_grad_by_token(const std::int32_t* id, const T* gy, std::int64_t N, std::int64_t V, std::int64_t D,
-                             T* g, bool fresh) {
+                             compute_t<T>* g, bool fresh) {
+  using A = compute_t<T>;
   Kokkos::View<std::int64_t*, MemSpace> start("embedding_backward_start", std::size_t(V + 1));
   Kokkos::View<std::int64_t*, MemSpace> keys(Kokkos::view_alloc(Kokkos::WithoutInitializing, "embedding_backward_keys"),
                                              std::size_t(N));
@@ -51,8 +54,8 @@ void embedding_grad_by_token(const std::int32_t* id, const T* gy, std::int64_t N
   Kokkos::sort(keys);
   for_each("embedding_backward", V * D, KOKKOS_LAMBDA(std::int64_t i) {
     const std::int64_t v = i / D, d = i % D;
-    T acc = fresh ? T(0) : g[i];
-    for (std::int64_t k = ps[v]; k < ps[v + 1]; ++k) acc += gy[(pk[k] - v * N) * D + d];
+    A acc = fresh ? A(0) : g[i];
+    for (std::int64_t k = ps[v]; k < ps[v + 1]; ++k) acc += A(gy[(pk[k] - v * N) * D + d]);
     g[i] = acc;
   });
 }

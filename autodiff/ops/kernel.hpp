@@ -7,11 +7,22 @@
 
 #include "autodiff/gemm.hpp"
 #include "autodiff/loops.hpp"
+#include "autodiff/tape.hpp"
 #include "autodiff/tensor.hpp"
 
 namespace remat::ops::detail {
 
 using namespace remat::backend;
+
+// Where a weight's gradient goes: into compute_t<T> (a 16-bit copy of a
+// parameter shares its float32 master's gradient slot, docs/precision.md).
+template <class T>
+compute_t<T>* weight_grad(const GradTarget& g, const char* op) {
+  if (g.t.dtype() != DTypeOf<compute_t<T>>::value)
+    throw std::logic_error(std::string(op) + ": the weight's gradient is " + dtype_name(g.t.dtype()) +
+                           ", not the compute type: a 16-bit weight must be a parameter's per-step copy");
+  return g.t.data<compute_t<T>>();
+}
 
 // Rows of a tensor seen as a matrix [rows, last dim].
 inline std::int64_t rows_of(const Tensor& t) { return t.rank() == 0 ? 1 : t.numel() / t.dim(-1); }

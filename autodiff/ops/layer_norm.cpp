@@ -17,19 +17,20 @@ LayerNormalized layer_norm_forward(const Tensor& x, const Tensor& weight, const 
   stats::count_forward("layer_norm");
   const std::int64_t D = x.dim(-1), M = rows_of(x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), "layer_norm");
-  Tensor mean = Tensor::empty({M}, x.dtype(), "layer_norm_mean");
-  Tensor rstd = Tensor::empty({M}, x.dtype(), "layer_norm_rstd");
+  Tensor mean = Tensor::empty({M}, compute_dtype(x.dtype()), "layer_norm_mean");
+  Tensor rstd = Tensor::empty({M}, compute_dtype(x.dtype()), "layer_norm_rstd");
   for (Tensor* t : {&out, &mean, &rstd}) t->set_tag("layer_norm");
-  REMAT_DISPATCH_FLOAT(x.dtype(), T, {
+  REMAT_DISPATCH_COMPUTE(x.dtype(), T, {
     const T *px = x.data<T>(), *w = weight.data<T>(), *b = bias.data<T>();
-    T *y = out.data<T>(), *pm = mean.data<T>(), *pr = rstd.data<T>();
-    const T e = T(eps);
+    T* y = out.data<T>();
+    A *pm = mean.data<A>(), *pr = rstd.data<A>();
+    const A e = A(eps);
     for_each_row("layer_norm_forward", M, D, KOKKOS_LAMBDA(std::int64_t r, const Row& row) {
       const T* xr = px + r * D;
-      const T m = row.sum<T>([&](std::int64_t j) { return xr[j]; }) / T(D);
-      const T v = row.sum<T>([&](std::int64_t j) { return (xr[j] - m) * (xr[j] - m); });
-      const T s = T(1) / kmath::sqrt(v / T(D) + e);
-      row.each([&](std::int64_t j) { y[r * D + j] = (xr[j] - m) * s * w[j] + b[j]; });
+      const A m = row.sum<A>([&](std::int64_t j) { return A(xr[j]); }) / A(D);
+      const A v = row.sum<A>([&](std::int64_t j) { return (A(xr[j]) - m) * (A(xr[j]) - m); });
+      const A s = A(1) / kmath::sqrt(v / A(D) + e);
+      row.each([&](std::int64_t j) { y[r * D + j] = T((A(xr[j]) - m) * s * A(w[j]) + A(b[j])); });
       row.once([&] {
         pm[r] = m;
         pr[r] = s;
@@ -56,34 +57,35 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   out.set_recipe([sx, weight, bias, eps] { return layer_norm_forward(sx.unpack(), weight, bias, eps).out; });
   rec.finish({&out}, [sx, sm = save(mean), sr = save(rstd), weight, M, D](BackwardContext& ctx) {
       Tensor dy = ctx.grad_out(), xv = sx.unpack(), mv = sm.unpack(), rv = sr.unpack();
-      REMAT_DISPATCH_FLOAT(dy.dtype(), T, {
-        const T *gy = dy.data<T>(), *px = xv.data<T>(), *pm = mv.data<T>(), *pr = rv.data<T>();
+      REMAT_DISPATCH_COMPUTE(dy.dtype(), T, {
+        const T *gy = dy.data<T>(), *px = xv.data<T>();
+        const A *pm = mv.data<A>(), *pr = rv.data<A>();
         const T* w = weight.data<T>();
         if (GradTarget dx = ctx.grad_in(0)) {
           T* gx = dx.t.data<T>();
           const bool fresh = dx.fresh;
           for_each_row("layer_norm_backward_x", M, D, KOKKOS_LAMBDA(std::int64_t r, const Row& row) {
-            const T m = pm[r], s = pr[r];
+            const A m = pm[r], s = pr[r];
             // means of dxhat and dxhat * xhat
-            const T sum_g = row.sum<T>([&](std::int64_t j) { return gy[r * D + j] * w[j]; }) / T(D);
-            const T sum_gx = row.sum<T>([&](std::int64_t j) {
-                               return gy[r * D + j] * w[j] * (px[r * D + j] - m) * s;
-                             }) / T(D);
+            const A sum_g = row.sum<A>([&](std::int64_t j) { return A(gy[r * D + j]) * A(w[j]); }) / A(D);
+            const A sum_gx = row.sum<A>([&](std::int64_t j) {
+                               return A(gy[r * D + j]) * A(w[j]) * (A(px[r * D + j]) - m) * s;
+                             }) / A(D);
             row.each([&](std::int64_t j) {
-              const T xhat = (px[r * D + j] - m) * s;
-              const T v = s * (gy[r * D + j] * w[j] - sum_g - xhat * sum_gx);
+              const A xhat = (A(px[r * D + j]) - m) * s;
+              const A v = s * (A(gy[r * D + j]) * A(w[j]) - sum_g - xhat * sum_gx);
               accumulate(gx[r * D + j], v, fresh);
             });
           });
         }
         if (GradTarget dw = ctx.grad_in(1))
-          column_sums<T>("layer_norm_backward_w", M, D, dw.t.data<T>(), dw.fresh,
+          column_sums<A>("layer_norm_backward_w", M, D, weight_grad<T>(dw, "layer_norm"), dw.fresh,
                          KOKKOS_LAMBDA(std::int64_t r, std::int64_t j) {
-                           return gy[r * D + j] * (px[r * D + j] - pm[r]) * pr[r];
+                           return A(gy[r * D + j]) * (A(px[r * D + j]) - pm[r]) * pr[r];
                          });
         if (GradTarget db = ctx.grad_in(2))
-          column_sums<T>("layer_norm_backward_b", M, D, db.t.data<T>(), db.fresh,
-                         KOKKOS_LAMBDA(std::int64_t r, std::int64_t j) { return gy[r * D + j]; });
+          column_sums<A>("layer_norm_backward_b", M, D, weight_grad<T>(db, "layer_norm"), db.fresh,
+                         KOKKOS_LAMBDA(std::int64_t r, std::int64_t j) { return A(gy[r * D + j]); });
       });
     });
   return out;

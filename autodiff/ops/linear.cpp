@@ -17,9 +17,9 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias)
   shape.back() = out_f;
   Tensor out = Tensor::empty(shape, x.dtype(), "linear");
   out.set_tag("linear");
-  REMAT_DISPATCH_FLOAT(x.dtype(), T, {
+  REMAT_DISPATCH_COMPUTE(x.dtype(), T, {
     T* y = out.data<T>();
-    T beta = 0;
+    A beta = 0;
     if (bias.defined()) {  // y = bias, then y += x W^T inside the GEMM
       const T* b = bias.data<T>();
       for_each("linear_bias", M, KOKKOS_LAMBDA(std::int64_t r) {
@@ -27,7 +27,7 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias)
       });
       beta = 1;
     }
-    gemm::gemm(ExecSpace(), Op::N, Op::T, T(1), mat(x.data<T>(), M, in), mat(weight.data<T>(), out_f, in), beta,
+    gemm::gemm(ExecSpace(), Op::N, Op::T, A(1), mat(x.data<T>(), M, in), mat(weight.data<T>(), out_f, in), beta,
                mat(y, M, out_f));
   });
   return out;
@@ -59,15 +59,18 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     // Unpack before allocating gradients: a recomputation it may trigger
     // then runs with less live.
     Tensor dy = ctx.grad_out(), xv = ctx.needs_grad(1) ? sx.unpack() : Tensor();
-    REMAT_DISPATCH_FLOAT(dy.dtype(), T, {
+    REMAT_DISPATCH_COMPUTE(dy.dtype(), T, {
       const T* gy = dy.data<T>();
       if (GradTarget dx = ctx.grad_in(0))  // dx = dy W
-        gemm::gemm(ExecSpace(), Op::N, Op::N, T(1), mat(gy, M, out_f), mat(weight.data<T>(), out_f, in),
-                   T(dx.fresh ? 0 : 1), mat(dx.t.data<T>(), M, in));
-      if (GradTarget dw = ctx.grad_in(1))  // dW = dy^T x
-        gemm::gemm(ExecSpace(), Op::T, Op::N, T(1), mat(gy, M, out_f), mat(xv.data<T>(), M, in),
-                   T(dw.fresh ? 0 : 1), mat(dw.t.data<T>(), out_f, in));
-      if (GradTarget db = ctx.grad_in(2)) column_sums(gy, M, out_f, db.t.data<T>(), !db.fresh);
+        gemm::gemm(ExecSpace(), Op::N, Op::N, A(1), mat(gy, M, out_f), mat(weight.data<T>(), out_f, in),
+                   A(dx.fresh ? 0 : 1), mat(dx.t.data<T>(), M, in));
+      // dW = dy^T x, accumulated in the compute type: a 16-bit product goes
+      // straight into the float32 master gradient (Megatron's gradient-
+      // accumulation fusion), never through a 16-bit gradient.
+      if (GradTarget dw = ctx.grad_in(1))
+        gemm::gemm(ExecSpace(), Op::T, Op::N, A(1), mat(gy, M, out_f), mat(xv.data<T>(), M, in),
+                   A(dw.fresh ? 0 : 1), mat(weight_grad<T>(dw, "linear"), out_f, in));
+      if (GradTarget db = ctx.grad_in(2)) column_sums(gy, M, out_f, weight_grad<T>(db, "linear"), !db.fresh);
     });
   });
   return out;

@@ -48,7 +48,7 @@ Tensor dispatch_forward(const Tensor& x, const Tensor& slots, std::int64_t k) {
   const std::int64_t T = rows_of(x), D = x.dim(-1);
   Tensor out = Tensor::empty({T * k, D}, x.dtype(), "dispatch");
   out.set_tag("dispatch");
-  REMAT_DISPATCH_FLOAT(x.dtype(), V, {
+  REMAT_DISPATCH_COMPUTE(x.dtype(), V, {
     const V* px = x.data<V>();
     const std::int32_t* s = slots.data<std::int32_t>();
     V* y = out.data<V>();
@@ -66,11 +66,11 @@ Tensor grouped_forward(const Tensor& x, const std::vector<Tensor>& weights, cons
   const std::int64_t N = rows_of(x), in = x.dim(-1), out_f = weights.front().dim(0);
   Tensor out = Tensor::empty({N, out_f}, x.dtype(), "grouped_linear");
   out.set_tag("grouped_linear");
-  REMAT_DISPATCH_FLOAT(x.dtype(), V, {
+  REMAT_DISPATCH_COMPUTE(x.dtype(), V, {
     for (std::size_t e = 0; e < weights.size(); ++e) {
       const std::int64_t first = offsets[e], rows = offsets[e + 1] - first;
-      gemm::gemm(ExecSpace(), Op::N, Op::T, V(1), mat(x.data<V>() + first * in, rows, in),
-                 mat(weights[e].data<V>(), out_f, in), V(0), mat(out.data<V>() + first * out_f, rows, out_f));
+      gemm::gemm(ExecSpace(), Op::N, Op::T, A(1), mat(x.data<V>() + first * in, rows, in),
+                 mat(weights[e].data<V>(), out_f, in), A(0), mat(out.data<V>() + first * out_f, rows, out_f));
     }
   });
   return out;
@@ -81,19 +81,18 @@ Tensor combine_forward(const Tensor& y, const Tensor& w, const Tensor& slots, co
   const std::int64_t k = w.dim(-1), T = rows_of(w), D = y.dim(-1);
   Tensor out = Tensor::empty(shape, y.dtype(), "combine");
   out.set_tag("combine");
-  REMAT_DISPATCH_FLOAT(y.dtype(), V, {
+  REMAT_DISPATCH_COMPUTE(y.dtype(), V, {
     const V *py = y.data<V>(), *pw = w.data<V>();
     const std::int32_t* s = slots.data<std::int32_t>();
     V* o = out.data<V>();
     for_each("combine_forward", T, KOKKOS_LAMBDA(std::int64_t t) {
       V* dst = o + t * D;
-      const V* first = py + std::int64_t(s[t * k]) * D;
-      const V w0 = pw[t * k];
-      for (std::int64_t d = 0; d < D; ++d) dst[d] = w0 * first[d];
-      for (std::int64_t j = 1; j < k; ++j) {  // in choice order: the sum is the same on every run
-        const V* src = py + std::int64_t(s[t * k + j]) * D;
-        const V wj = pw[t * k + j];
-        for (std::int64_t d = 0; d < D; ++d) dst[d] += wj * src[d];
+      // In choice order (the sum is the same on every run), in the compute
+      // type, rounded once.
+      for (std::int64_t d = 0; d < D; ++d) {
+        A acc = A(pw[t * k]) * A(py[std::int64_t(s[t * k]) * D + d]);
+        for (std::int64_t j = 1; j < k; ++j) acc += A(pw[t * k + j]) * A(py[std::int64_t(s[t * k + j]) * D + d]);
+        dst[d] = V(acc);
       }
     });
   });
@@ -105,14 +104,14 @@ Tensor routing_weights_forward(const Tensor& probs, const Tensor& selected) {
   const std::int64_t T = rows_of(probs), E = probs.dim(-1), k = selected.dim(-1);
   Tensor out = Tensor::empty({T, k}, probs.dtype(), "routing_weights");
   out.set_tag("routing_weights");
-  REMAT_DISPATCH_FLOAT(probs.dtype(), V, {
+  REMAT_DISPATCH_COMPUTE(probs.dtype(), V, {
     const V* p = probs.data<V>();
     const std::int32_t* sel = selected.data<std::int32_t>();
     V* w = out.data<V>();
     for_each("routing_weights", T, KOKKOS_LAMBDA(std::int64_t t) {
-      V s = 0;
-      for (std::int64_t j = 0; j < k; ++j) s += p[t * E + sel[t * k + j]];
-      for (std::int64_t j = 0; j < k; ++j) w[t * k + j] = p[t * E + sel[t * k + j]] / s;
+      A s = 0;
+      for (std::int64_t j = 0; j < k; ++j) s += A(p[t * E + sel[t * k + j]]);
+      for (std::int64_t j = 0; j < k; ++j) w[t * k + j] = V(A(p[t * E + sel[t * k + j]]) / s);
     });
   });
   return out;
@@ -132,7 +131,7 @@ Routing route_top_k(const Tensor& probs, int k) {
   r.tokens = T;
   r.selected = Tensor::empty({T, k}, DType::i32, "routing");
   r.selected.set_tag("routing");
-  REMAT_DISPATCH_FLOAT(probs.dtype(), V, {
+  REMAT_DISPATCH_COMPUTE(probs.dtype(), V, {
     const V* p = probs.data<V>();
     std::int32_t* sel = r.selected.data<std::int32_t>();
     for_each("route_top_k", T, KOKKOS_LAMBDA(std::int64_t t) {
@@ -143,7 +142,7 @@ Routing route_top_k(const Tensor& probs, int k) {
           bool taken = false;
           for (std::int64_t i = 0; i < j; ++i) taken = taken || sel[t * k + i] == e;
           // Strictly greater: among equal probabilities the lower index wins.
-          if (!taken && (best < 0 || row[e] > row[best])) best = e;
+          if (!taken && (best < 0 || A(row[e]) > A(row[best]))) best = e;
         }
         sel[t * k + j] = std::int32_t(best);
       }
@@ -164,8 +163,9 @@ Routing route_top_k(const Tensor& probs, int k) {
   r.slots = Tensor::from_host(slots, {T, k}, "routing");
   r.slots.set_tag("routing");
   r.fingerprint = fingerprint(slots);
+  // Counts in the compute type (a 16-bit count would be inexact past 256).
   std::vector<double> load(count.begin(), count.end());
-  REMAT_DISPATCH_FLOAT(probs.dtype(), V, {
+  REMAT_DISPATCH_FLOAT(compute_dtype(probs.dtype()), V, {
     r.counts = Tensor::from_host(std::vector<V>(load.begin(), load.end()), {E}, "routing");
   });
   r.counts.set_tag("routing");
@@ -186,20 +186,20 @@ Tensor routing_weights(const Tensor& probs, const Routing& r) {
   rec.finish({&out}, [sp, ss, T, E, k](BackwardContext& ctx) {
     Tensor dw = ctx.grad_out(), p = sp.unpack(), selected = ss.unpack();
     GradTarget dp = ctx.grad_in(0);
-    REMAT_DISPATCH_FLOAT(dw.dtype(), V, {
+    REMAT_DISPATCH_COMPUTE(dw.dtype(), V, {
       const V *pp = p.data<V>(), *g = dw.data<V>();
       const std::int32_t* sel = selected.data<std::int32_t>();
       V* gp = dp.t.data<V>();
       const bool fresh = dp.fresh;
       // w_j = p_j / s: dp_j = (dw_j - sum_i dw_i w_i) / s on the selected, 0 elsewhere.
       for_each("routing_weights_backward", T, KOKKOS_LAMBDA(std::int64_t t) {
-        V s = 0, dot = 0;
-        for (std::int64_t j = 0; j < k; ++j) s += pp[t * E + sel[t * k + j]];
-        for (std::int64_t j = 0; j < k; ++j) dot += g[t * k + j] * (pp[t * E + sel[t * k + j]] / s);
+        A s = 0, dot = 0;
+        for (std::int64_t j = 0; j < k; ++j) s += A(pp[t * E + sel[t * k + j]]);
+        for (std::int64_t j = 0; j < k; ++j) dot += A(g[t * k + j]) * (A(pp[t * E + sel[t * k + j]]) / s);
         for (std::int64_t e = 0; e < E; ++e) {
-          V v = 0;
+          A v = 0;
           for (std::int64_t j = 0; j < k; ++j)
-            if (sel[t * k + j] == e) v = (g[t * k + j] - dot) / s;
+            if (sel[t * k + j] == e) v = (A(g[t * k + j]) - dot) / s;
           accumulate(gp[t * E + e], v, fresh);
         }
       });
@@ -222,7 +222,7 @@ Tensor dispatch(const Tensor& x, const Routing& r) {
     Tensor dy = ctx.grad_out(), slots = ss.unpack();
     check_routing(print, slots, "dispatch");
     GradTarget dx = ctx.grad_in(0);
-    REMAT_DISPATCH_FLOAT(dy.dtype(), V, {
+    REMAT_DISPATCH_COMPUTE(dy.dtype(), V, {
       const V* g = dy.data<V>();
       const std::int32_t* s = slots.data<std::int32_t>();
       V* gx = dx.t.data<V>();
@@ -230,8 +230,8 @@ Tensor dispatch(const Tensor& x, const Routing& r) {
       for_each("dispatch_backward", T, KOKKOS_LAMBDA(std::int64_t t) {
         V* dst = gx + t * D;
         for (std::int64_t d = 0; d < D; ++d) {
-          V acc = 0;
-          for (std::int64_t j = 0; j < k; ++j) acc += g[std::int64_t(s[t * k + j]) * D + d];
+          A acc = 0;
+          for (std::int64_t j = 0; j < k; ++j) acc += A(g[std::int64_t(s[t * k + j]) * D + d]);
           accumulate(dst[d], acc, fresh);
         }
       });
@@ -267,20 +267,21 @@ Tensor grouped_linear(const Tensor& x, const std::vector<Tensor>& weights, const
     for (std::size_t e = 0; e < weights.size() && !xv.defined(); ++e)
       if (ctx.needs_grad(int(e) + 1)) xv = sx.unpack();
     GradTarget dx = ctx.grad_in(0);
-    REMAT_DISPATCH_FLOAT(dy.dtype(), V, {
+    REMAT_DISPATCH_COMPUTE(dy.dtype(), V, {
       const V* gy = dy.data<V>();
       for (std::size_t e = 0; e < weights.size(); ++e) {
         const std::int64_t first = offsets[e], rows = offsets[e + 1] - first;
         if (dx)
-          gemm::gemm(ExecSpace(), Op::N, Op::N, V(1), mat(gy + first * out_f, rows, out_f),
-                     mat(weights[e].data<V>(), out_f, in), V(dx.fresh ? 0 : 1), mat(dx.t.data<V>() + first * in, rows, in));
+          gemm::gemm(ExecSpace(), Op::N, Op::N, A(1), mat(gy + first * out_f, rows, out_f),
+                     mat(weights[e].data<V>(), out_f, in), A(dx.fresh ? 0 : 1), mat(dx.t.data<V>() + first * in, rows, in));
         if (GradTarget dw = ctx.grad_in(int(e) + 1)) {
           if (rows == 0) {  // an expert no token chose: no gradient from this batch
             if (dw.fresh) fill(dw.t, 0.0);
             continue;
           }
-          gemm::gemm(ExecSpace(), Op::T, Op::N, V(1), mat(gy + first * out_f, rows, out_f),
-                     mat(xv.data<V>() + first * in, rows, in), V(dw.fresh ? 0 : 1), mat(dw.t.data<V>(), out_f, in));
+          gemm::gemm(ExecSpace(), Op::T, Op::N, A(1), mat(gy + first * out_f, rows, out_f),
+                     mat(xv.data<V>() + first * in, rows, in), A(dw.fresh ? 0 : 1),
+                     mat(weight_grad<V>(dw, "grouped_linear"), out_f, in));
         }
       }
     });
@@ -306,7 +307,7 @@ Tensor combine(const Tensor& y, const Tensor& weights, const Routing& r, const S
     check_routing(print, slots, "combine");
     Tensor yv = ctx.needs_grad(1) ? sy.unpack() : Tensor(), wv = ctx.needs_grad(0) ? sw.unpack() : Tensor();
     GradTarget dy = ctx.grad_in(0), dw = ctx.grad_in(1);
-    REMAT_DISPATCH_FLOAT(dout.dtype(), V, {
+    REMAT_DISPATCH_COMPUTE(dout.dtype(), V, {
       const V* g = dout.data<V>();
       const std::int32_t* s = slots.data<std::int32_t>();
       if (dy) {  // every dispatched row is one (token, choice): written once
@@ -316,8 +317,8 @@ Tensor combine(const Tensor& y, const Tensor& weights, const Routing& r, const S
         for_each("combine_backward_y", T * k, KOKKOS_LAMBDA(std::int64_t i) {
           const V* src = g + (i / k) * D;
           V* dst = gy + std::int64_t(s[i]) * D;
-          const V wi = pw[i];
-          for (std::int64_t d = 0; d < D; ++d) accumulate(dst[d], wi * src[d], fresh);
+          const A wi = A(pw[i]);
+          for (std::int64_t d = 0; d < D; ++d) accumulate(dst[d], wi * A(src[d]), fresh);
         });
       }
       if (dw) {
@@ -326,7 +327,7 @@ Tensor combine(const Tensor& y, const Tensor& weights, const Routing& r, const S
         const bool fresh = dw.fresh;
         for_each("combine_backward_weights", T * k, KOKKOS_LAMBDA(std::int64_t i) {
           const V *a = g + (i / k) * D, *b = py + std::int64_t(s[i]) * D;
-          accumulate(gw[i], lane_sum<V>(D, [&](std::int64_t d) { return a[d] * b[d]; }), fresh);
+          accumulate(gw[i], lane_sum<A>(D, [&](std::int64_t d) { return A(a[d]) * A(b[d]); }), fresh);
         });
       }
     });
@@ -357,16 +358,17 @@ Tensor sum_rows(const Tensor& x) {
   require_float("sum_rows", x, "x");
   stats::count_forward("sum_rows");
   const std::int64_t N = rows_of(x), E = x.dim(-1);
-  Tensor out = Tensor::empty({E}, x.dtype(), "sum_rows");
+  // A reduction: summed, and kept, in the compute type.
+  Tensor out = Tensor::empty({E}, compute_dtype(x.dtype()), "sum_rows");
   out.set_tag("sum_rows");
-  REMAT_DISPATCH_FLOAT(x.dtype(), V, { column_sums(x.data<V>(), N, E, out.data<V>(), false); });
+  REMAT_DISPATCH_COMPUTE(x.dtype(), V, { column_sums(x.data<V>(), N, E, out.data<A>(), false); });
   OpRecorder rec("sum_rows", {&x});
   if (rec)
     rec.finish({&out}, [N, E](BackwardContext& ctx) {
       Tensor dy = ctx.grad_out();
       GradTarget dx = ctx.grad_in(0);
-      REMAT_DISPATCH_FLOAT(dy.dtype(), V, {
-        const V* g = dy.data<V>();
+      REMAT_DISPATCH_COMPUTE(dx.t.dtype(), V, {
+        const A* g = dy.data<A>();
         write_gradient("sum_rows_backward", N * E, dx.t.data<V>(), dx.fresh,
                        KOKKOS_LAMBDA(std::int64_t i) { return g[i % E]; });
       });

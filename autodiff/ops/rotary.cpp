@@ -17,28 +17,28 @@ Tensor rotate(const Tensor& x, int head_dim, double theta, double sign) {
   const std::int64_t S = x.dim(1), W = x.dim(2), half = head_dim / 2, rows = rows_of(x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), "rotary");
   out.set_tag("rotary");
-  REMAT_DISPATCH_FLOAT(x.dtype(), T, {
+  REMAT_DISPATCH_COMPUTE(x.dtype(), T, {
     const T* px = x.data<T>();
     T* y = out.data<T>();
     const double log_theta = std::log(theta);
     // cos and sin of each (position, frequency), once per call: the
     // transcendental calls, in double, are worth hoisting out of the rows.
-    Kokkos::View<T* [2], MemSpace> table(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("rotary_table")),
+    Kokkos::View<A* [2], MemSpace> table(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("rotary_table")),
                                          std::size_t(S * half));
     for_each("rotary_table", S * half, KOKKOS_LAMBDA(std::int64_t i) {
       const double pos = double(i / half), j = double(i % half);
       const double angle = pos * kmath::exp(-2.0 * j / double(head_dim) * log_theta);
-      table(i, 0) = T(kmath::cos(angle));
-      table(i, 1) = T(sign * kmath::sin(angle));
+      table(i, 0) = A(kmath::cos(angle));
+      table(i, 1) = A(sign * kmath::sin(angle));
     });
     for_each("rotary", rows, KOKKOS_LAMBDA(std::int64_t r) {
-      const T* row_table = &table((r % S) * half, 0);
+      const A* row_table = &table((r % S) * half, 0);
       for (std::int64_t a = r * W; a < (r + 1) * W; a += head_dim)  // each head
         for (std::int64_t j = 0; j < half; ++j) {
-          const T c = row_table[2 * j], s = row_table[2 * j + 1];
-          const T xa = px[a + j], xb = px[a + j + half];
-          y[a + j] = xa * c - xb * s;
-          y[a + j + half] = xb * c + xa * s;
+          const A c = row_table[2 * j], s = row_table[2 * j + 1];
+          const A xa = A(px[a + j]), xb = A(px[a + j + half]);
+          y[a + j] = T(xa * c - xb * s);
+          y[a + j + half] = T(xb * c + xa * s);
         }
     });
   });

@@ -11,11 +11,11 @@ namespace {
 Tensor scaled(const Tensor& x, double s) {
   Tensor out = Tensor::empty(x.shape(), x.dtype(), "scale");
   out.set_tag("scale");
-  REMAT_DISPATCH_FLOAT(x.dtype(), T, {
+  REMAT_DISPATCH_COMPUTE(x.dtype(), T, {
     const T* px = x.data<T>();
     T* y = out.data<T>();
-    const T f = T(s);
-    for_each_element("scale", x.numel(), KOKKOS_LAMBDA(std::int64_t i) { y[i] = px[i] * f; });
+    const A f = A(s);
+    for_each_element("scale", x.numel(), KOKKOS_LAMBDA(std::int64_t i) { y[i] = T(A(px[i]) * f); });
   });
   return out;
 }

@@ -18,16 +18,16 @@ Tensor softmax(const Tensor& x) {
   const std::int64_t N = x.dim(-1), M = rows_of(x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), "softmax");
   out.set_tag("softmax");
-  REMAT_DISPATCH_FLOAT(x.dtype(), T, {
+  REMAT_DISPATCH_COMPUTE(x.dtype(), T, {
     const T* px = x.data<T>();
     T* y = out.data<T>();
     for_each_row("softmax_forward", M, N, KOKKOS_LAMBDA(std::int64_t r, const Row& row) {
       const T* xr = px + r * N;
       T* yr = y + r * N;
-      const T m = row.max<T>([&](std::int64_t j) { return xr[j]; });
-      const T s = row.sum<T>([&](std::int64_t j) { return fast_exp(xr[j] - m); });
-      const T inv = T(1) / s;
-      row.each([&](std::int64_t j) { yr[j] = fast_exp(xr[j] - m) * inv; });
+      const A m = row.max<A>([&](std::int64_t j) { return A(xr[j]); });
+      const A s = row.sum<A>([&](std::int64_t j) { return fast_exp(A(xr[j]) - m); });
+      const A inv = A(1) / s;
+      row.each([&](std::int64_t j) { yr[j] = T(fast_exp(A(xr[j]) - m) * inv); });
     });
   });
   OpRecorder rec("softmax", {&x});
@@ -35,15 +35,15 @@ Tensor softmax(const Tensor& x) {
     rec.finish({&out}, [sy = save(out), M, N](BackwardContext& ctx) {
       Tensor dy = ctx.grad_out(), yv = sy.unpack();
       GradTarget dx = ctx.grad_in(0);
-      REMAT_DISPATCH_FLOAT(dy.dtype(), T, {
+      REMAT_DISPATCH_COMPUTE(dy.dtype(), T, {
         const T *g = dy.data<T>(), *y = yv.data<T>();
         T* gx = dx.t.data<T>();
         const bool fresh = dx.fresh;
         for_each_row("softmax_backward", M, N, KOKKOS_LAMBDA(std::int64_t r, const Row& row) {
           const T *gr = g + r * N, *yr = y + r * N;
           T* out_r = gx + r * N;
-          const T dot = row.sum<T>([&](std::int64_t j) { return gr[j] * yr[j]; });
-          row.each([&](std::int64_t j) { accumulate(out_r[j], yr[j] * (gr[j] - dot), fresh); });
+          const A dot = row.sum<A>([&](std::int64_t j) { return A(gr[j]) * A(yr[j]); });
+          row.each([&](std::int64_t j) { accumulate(out_r[j], A(yr[j]) * (A(gr[j]) - dot), fresh); });
         });
       });
     });

@@ -5,6 +5,7 @@
 // the thread count.
 #include <Kokkos_Core.hpp>
 #include <cstdint>
+#include <type_traits>
 
 #include "autodiff/fast_math.hpp"
 #include "autodiff/kmath.hpp"
@@ -13,24 +14,35 @@
 namespace remat::ops::detail {
 
 // softmax of row[0, valid) in place, zeros in row[valid, len); returns the
-// row's log-sum-exp. valid >= 1.
+// row's log-sum-exp. valid >= 1. Computed in compute_t<T>: a 16-bit row is
+// read as float, its exponentials recomputed rather than stored rounded,
+// and each probability rounded once.
 template <class T>
-KOKKOS_INLINE_FUNCTION T softmax_row(T* row, std::int64_t valid, std::int64_t len) {
+KOKKOS_INLINE_FUNCTION compute_t<T> softmax_row(T* row, std::int64_t valid, std::int64_t len) {
+  using A = compute_t<T>;
   constexpr int kLanes = 8;
-  T lane[kLanes];
-  for (int l = 0; l < kLanes; ++l) lane[l] = row[0];
+  A lane[kLanes];
+  for (int l = 0; l < kLanes; ++l) lane[l] = A(row[0]);
   std::int64_t j = 0;
   for (; j + kLanes <= valid; j += kLanes)
-    for (int l = 0; l < kLanes; ++l) lane[l] = row[j + l] > lane[l] ? row[j + l] : lane[l];
-  for (; j < valid; ++j) lane[0] = row[j] > lane[0] ? row[j] : lane[0];
-  T m = lane[0];
+    for (int l = 0; l < kLanes; ++l) lane[l] = A(row[j + l]) > lane[l] ? A(row[j + l]) : lane[l];
+  for (; j < valid; ++j) lane[0] = A(row[j]) > lane[0] ? A(row[j]) : lane[0];
+  A m = lane[0];
   for (int l = 1; l < kLanes; ++l) m = lane[l] > m ? lane[l] : m;
 
-  for (j = 0; j < valid; ++j) row[j] = fast_exp(row[j] - m);
-  const T sum = lane_sum<T>(valid, [&](std::int64_t i) { return row[i]; });
-
-  const T inv = T(1) / sum;
-  for (j = 0; j < valid; ++j) row[j] *= inv;
+  A sum;
+  if constexpr (std::is_same_v<T, A>) {
+    for (j = 0; j < valid; ++j) row[j] = fast_exp(row[j] - m);
+    sum = lane_sum<A>(valid, [&](std::int64_t i) { return row[i]; });
+  } else {
+    sum = lane_sum<A>(valid, [&](std::int64_t i) { return fast_exp(A(row[i]) - m); });
+  }
+  const A inv = A(1) / sum;
+  if constexpr (std::is_same_v<T, A>) {
+    for (j = 0; j < valid; ++j) row[j] *= inv;
+  } else {
+    for (j = 0; j < valid; ++j) row[j] = T(fast_exp(A(row[j]) - m) * inv);
+  }
   for (j = valid; j < len; ++j) row[j] = T(0);
   return m + kmath::log(sum);
 }
@@ -44,39 +56,41 @@ KOKKOS_INLINE_FUNCTION T softmax_row(T* row, std::int64_t valid, std::int64_t le
 template <class T, class Valid>
 void softmax_rows_team(const char* name, T* p, std::int64_t rows, std::int64_t len, const Valid& valid) {
   if (shape_only()) return;
+  using A = compute_t<T>;
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   Kokkos::parallel_for(name, Policy(int(rows), Kokkos::AUTO), KOKKOS_LAMBDA(const Policy::member_type& team) {
     T* row = p + std::int64_t(team.league_rank()) * len;
     const std::int64_t n = valid(std::int64_t(team.league_rank()));
-    T m = row[0], sum = 0;
+    A m = A(row[0]), sum = 0;
     Kokkos::parallel_reduce(
-        Kokkos::TeamThreadRange(team, n), [&](std::int64_t j, T& mx) { mx = row[j] > mx ? row[j] : mx; },
-        Kokkos::Max<T>(m));
+        Kokkos::TeamThreadRange(team, n), [&](std::int64_t j, A& mx) { mx = A(row[j]) > mx ? A(row[j]) : mx; },
+        Kokkos::Max<A>(m));
+    // The exponentials are recomputed in the last pass rather than stored
+    // (a 16-bit row would round them before the sum).
     Kokkos::parallel_reduce(
-        Kokkos::TeamThreadRange(team, n),
-        [&](std::int64_t j, T& acc) {
-          row[j] = fast_exp(row[j] - m);
-          acc += row[j];
-        },
-        sum);
-    const T inv = T(1) / sum;
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len), [&](std::int64_t j) { row[j] = j < n ? row[j] * inv : T(0); });
+        Kokkos::TeamThreadRange(team, n), [&](std::int64_t j, A& acc) { acc += fast_exp(A(row[j]) - m); }, sum);
+    const A inv = A(1) / sum;
+    team.team_barrier();  // every thread has read the row before any writes it
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len),
+                         [&](std::int64_t j) { row[j] = T(j < n ? fast_exp(A(row[j]) - m) * inv : A(0)); });
   });
 }
 
 // Softmax backward of rows in place: d[j] = p[j] (d[j] - <d, p>) scale, a
 // team per row (see softmax_rows_team).
 template <class T>
-void softmax_backward_rows_team(const char* name, const T* p, T* d, std::int64_t rows, std::int64_t len, T scale) {
+void softmax_backward_rows_team(const char* name, const T* p, T* d, std::int64_t rows, std::int64_t len,
+                                compute_t<T> scale) {
   if (shape_only()) return;
+  using A = compute_t<T>;
   using Policy = Kokkos::TeamPolicy<ExecSpace>;
   Kokkos::parallel_for(name, Policy(int(rows), Kokkos::AUTO), KOKKOS_LAMBDA(const Policy::member_type& team) {
     const std::int64_t at = std::int64_t(team.league_rank()) * len;
-    T dot = 0;
+    A dot = 0;
     Kokkos::parallel_reduce(
-        Kokkos::TeamThreadRange(team, len), [&](std::int64_t j, T& acc) { acc += d[at + j] * p[at + j]; }, dot);
+        Kokkos::TeamThreadRange(team, len), [&](std::int64_t j, A& acc) { acc += A(d[at + j]) * A(p[at + j]); }, dot);
     Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len),
-                         [&](std::int64_t j) { d[at + j] = p[at + j] * (d[at + j] - dot) * scale; });
+                         [&](std::int64_t j) { d[at + j] = T(A(p[at + j]) * (A(d[at + j]) - dot) * scale); });
   });
 }
 

@@ -44,6 +44,7 @@ int check_trajectories(const CheckCommandOptions& o, const ModelSetup& setup, co
   TrainConfig c;
   c.setup = setup;
   c.attention = o.model.kernel();
+  c.precision = o.model.compute_precision();
   c.data = o.model.data;
   c.seed = o.model.seed;
   c.steps = o.train_steps;
@@ -116,9 +117,9 @@ int run_check_command(const CheckCommandOptions& o) {
   if (o.train_steps > 0) return check_trajectories(o, setup, specs);
 
   const Sizes& z = setup.sizes;
-  std::printf("remat check: %s %s (L %d, D %d, H %d, S %d, B %d), dropout %g, %s attention, %s\n",
+  std::printf("remat check: %s %s (L %d, D %d, H %d, S %d, B %d), dropout %g, %s attention, %s, %s\n",
               setup.model.c_str(), setup.preset.c_str(), z.L, z.D, z.H, z.S, z.B, z.dropout,
-              o.model.attention.c_str(), Runtime::describe().c_str());
+              o.model.attention.c_str(), o.model.precision.c_str(), Runtime::describe().c_str());
   remat::CheckOptions options;
   options.seed = o.model.seed;
   options.trace = o.trace;
@@ -127,6 +128,7 @@ int run_check_command(const CheckCommandOptions& o) {
     options.golden_loss = golden->loss;
   }
   options.attention = o.model.kernel();
+  options.precision = o.model.compute_precision();
   if (isatty(fileno(stderr)))
     options.progress = [](std::size_t i, std::size_t n, const std::string& spec) {
       std::fprintf(stderr, "\r\033[K[%zu/%zu] %s", i + 1, n, spec.c_str());
@@ -139,6 +141,7 @@ int run_check_command(const CheckCommandOptions& o) {
     auto full = make_strategy("full");
     StepOptions step{full.get(), o.model.seed, 0};
     step.attention = o.model.kernel();
+    step.precision = o.model.compute_precision();
     const double loss = forward_backward(*model, *params, batch, step);
     require_finite_result(loss, *params);
     write_golden(o.save_golden, setup, *params, batch, loss);

@@ -28,7 +28,7 @@ namespace {
 
 struct EstimateOptions {
   std::string model = "gpt2", preset = "small", config, strategies = "all", attention = "fused", device, optimizer = "adamw",
-              svg;
+              svg, precision = "fp32";
   int layers = 0, ranks = 1;
   std::vector<int> seq, batch;
   bool json = false, shard_params = false, allow_longer = false;
@@ -135,16 +135,18 @@ void run(const EstimateOptions& o) {
       throw UserError("strategy '" + spec + "': a budget is planned from costs, and a shape-only run has no kernel to "
                       "time: name a --device to cost it with (" + (device.name.empty() ? "none given" : device.name + " has no rates") +
                       "; docs/estimates.md)");
+  const Precision precision = parse_precision(o.precision);
   DeviceModel device_model;
   device_model.device = device;
+  device_model.precision = precision;
 
   nlohmann::json rows = nlohmann::json::array();
   Curves curves;
   if (!o.json) {
     const Sizes& z = base.sizes;
-    std::printf("remat estimate: %s %s (L %d, D %d, H %d, Hkv %d, F %d, V %d), %s attention, fp32, %s%s, shape-only\n",
+    std::printf("remat estimate: %s %s (L %d, D %d, H %d, Hkv %d, F %d, V %d), %s attention, %s, %s%s, shape-only\n",
                 base.model.c_str(), base.preset.c_str(), z.L, z.D, z.H, z.Hkv, z.F, z.V, o.attention.c_str(),
-                o.optimizer.c_str(),
+                o.precision.c_str(), o.optimizer.c_str(),
                 o.ranks > 1 ? (", " + std::to_string(o.ranks) + " ranks" + (o.shard_params ? " (parameters sharded)" : "")).c_str()
                             : "");
     if (!device.name.empty())
@@ -154,28 +156,32 @@ void run(const EstimateOptions& o) {
   }
   for (const ModelSetup& setup : grid) {
       const int s = setup.sizes.S, b = setup.sizes.B;
-      const ShapeOnlyRun run = shape_only_run(setup, specs, kernel, o.optimizer, rates ? &device_model : nullptr);
+      const ShapeOnlyRun run =
+          shape_only_run(setup, specs, kernel, o.optimizer, rates ? &device_model : nullptr, precision);
       const ShapeOnlyState& st = run.state;
       const std::int64_t params = per_rank(st.parameter_bytes, st.parameter_count, o.ranks, o.shard_params),
                          grads = per_rank(st.gradient_bytes, st.parameter_count, o.ranks, o.shard_params),
                          optimizer = per_rank(st.optimizer_bytes, st.parameter_count, o.ranks, o.shard_params);
+      // The 16-bit copy is whole on every rank (sharded steps at bf16 are refused by train).
+      const std::int64_t copies = st.weight_copy_bytes;
       // GiB where a table reaches one, MiB below (small presets), named so.
-      std::int64_t largest = params + grads + optimizer;
+      std::int64_t largest = params + grads + optimizer + copies;
       for (const auto& step : run.steps) largest = std::max(largest, largest + step.activation_peak);
       const bool in_gib = largest >= (std::int64_t(1) << 30);
       const char* unit = in_gib ? "GiB" : "MiB";
       const auto size = [&](std::int64_t bytes) { return double(bytes) / double(std::int64_t(1) << (in_gib ? 30 : 20)); };
       if (!o.json) {
-        std::printf("\nS %d, B %d%s: parameters %.2f %s, gradients %.2f %s, optimizer state %.2f %s%s (%lld "
+        std::printf("\nS %d, B %d%s: parameters %.2f %s, gradients %.2f %s, optimizer state %.2f %s%s%s (%lld "
                     "parameters)\n",
                     s, b, o.ranks > 1 ? " per rank" : "", size(params), unit, size(grads), unit, size(optimizer), unit,
+                    copies ? (", 16-bit weight copy " + fixed(size(copies), 2) + " " + unit).c_str() : "",
                     o.ranks > 1 ? " per rank" : "", (long long)st.parameter_count);
         std::printf("%-26s %12s %12s %12s %12s %10s%s%s\n", "strategy", (std::string("act ") + unit).c_str(),
                     (std::string("offload ") + unit).c_str(), (std::string("total ") + unit).c_str(), in_gib ? "TFLOP/step" : "MFLOP/step",
                     "recompute", rates ? "  model s" : "", device.name.empty() ? "" : "  fits (headroom)");
       }
       for (const auto& step : run.steps) {
-        const std::int64_t total = params + grads + optimizer + step.activation_peak;
+        const std::int64_t total = params + grads + optimizer + copies + step.activation_peak;
         auto& per_batch = curves[b];
         auto it = std::find_if(per_batch.begin(), per_batch.end(), [&](const auto& c) { return c.first == step.strategy; });
         if (it == per_batch.end()) it = per_batch.insert(per_batch.end(), {step.strategy, {}});
@@ -189,13 +195,14 @@ void run(const EstimateOptions& o) {
                               {"batch", b},
                               {"layers", setup.sizes.L},
                               {"attention", o.attention},
-                              {"precision", "fp32"},
+                              {"precision", o.precision},
                               {"ranks", o.ranks},
                               {"shard_params", o.shard_params},
                               {"parameter_count", st.parameter_count},
                               {"parameter_bytes", params},
                               {"gradient_bytes", grads},
                               {"optimizer_bytes", optimizer},
+                              {"weight_copy_bytes", copies},
                               {"activation_peak_bytes", step.activation_peak},
                               {"offload_peak_bytes", step.offload_peak},
                               {"total_bytes", total},
@@ -228,7 +235,7 @@ void run(const EstimateOptions& o) {
     return;
   }
   std::printf("\nact: the activation peak of one training step, exact (the tracker's count of a shape-only run of the "
-              "model's own code);\ntotal: parameters + gradients + optimizer state + act, per rank; T/MFLOP/step: GEMM "
+              "model's own code);\ntotal: parameters + gradients + optimizer state (+ the 16-bit weight copy) + act, per rank; T/MFLOP/step: GEMM "
               "FLOPs of forward and backward, recomputation included.\n");
 }
 
@@ -255,6 +262,7 @@ void setup_estimate(CLI::App& app) {
   cmd->add_option("--strategies", o->strategies, "'all' or a comma-separated list (see `remat strategies`)")
       ->capture_default_str();
   add_attention_option(*cmd, o->attention);
+  add_precision_option(*cmd, o->precision);
   cmd->add_option("--optimizer", o->optimizer, "Whose state to count: adamw (m and v) or sgd")
       ->check(CLI::IsMember({"adamw", "sgd"}))
       ->capture_default_str();

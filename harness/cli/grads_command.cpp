@@ -22,6 +22,7 @@ struct GradsOptions {
   std::string strategy = "full";
   std::string data;  // overrides the file's batch
   std::string attention = "fused";
+  std::string precision = "fp32";
   double router_aux = 0.01;
   bool force = false;
 };
@@ -44,9 +45,12 @@ void run_grads(const GradsOptions& o) {
     w.batch = random_batch(z.B, z.S, z.V, o.seed);
   }
   auto strategy = make_strategy(specs[0]);
+  // At bf16 the gradients written are the float32 masters' (docs/precision.md).
+  PrecisionScope precision(*w.params, parse_precision(o.precision));
   prepare_strategy(*strategy, *w.model, *w.params, *w.batch, kernel, o.seed);
   StepOptions step{strategy.get(), o.seed, 0};
   step.attention = kernel;
+  step.precision = parse_precision(o.precision);
   const double loss = forward_backward(*w.model, *w.params, *w.batch, step);
   require_finite_result(loss, *w.params);
   if (!o.out.empty()) write_gradients(o.out, w.setup, *w.params, loss);
@@ -63,6 +67,7 @@ void setup_grads(CLI::App& app) {
   cmd->add_option("--out", o->out, "Output HDF5 file for /loss and /grads/<name>");
   add_seed_option(*cmd, o->seed, "Seed of the batch (when the file carries none) and of dropout");
   add_attention_option(*cmd, o->attention);
+  add_precision_option(*cmd, o->precision);
   add_router_aux_option(*cmd, o->router_aux);
   cmd->add_option("--data", o->data, "Batch source instead of the file's batch (see `remat check --help`)");
   cmd->add_option("--strategy", o->strategy, "Activation-memory strategy (see `remat strategies`)")

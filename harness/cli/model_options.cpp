@@ -32,7 +32,16 @@ void ModelOptions::bind(CLI::App& cmd) {
   cmd.add_option("--data", data, "Batch source: random, copy, reverse, text:PATH, h5:PATH[:DATASET]")
       ->capture_default_str();
   add_attention_option(cmd, attention);
+  add_precision_option(cmd, precision);
   add_router_aux_option(cmd, router_aux);
+}
+
+void add_precision_option(CLI::App& cmd, std::string& precision) {
+  cmd.add_option("--precision", precision,
+                 "What a step computes in: fp32, or bf16 (activations and a per-step copy of the weights in "
+                 "bfloat16; float32 master weights, gradients, optimizer state and statistics: docs/precision.md)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
 }
 
 void add_router_aux_option(CLI::App& cmd, double& weight) {

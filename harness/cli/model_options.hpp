@@ -20,6 +20,7 @@ struct ModelOptions {
   std::uint64_t seed = 1;
   std::string data = "random";  // batch source (datasets/batch_source.hpp)
   std::string attention = "fused";  // attention kernel (ops::AttentionKernel)
+  std::string precision = "fp32";   // what steps compute in (docs/precision.md)
   double router_aux = 0.01;  // mixtral's load-balancing loss weight
   // --weights (where a command takes it): the model, its sizes and its
   // weights from a file, a remat HDF5 file or a Hugging Face checkpoint;
@@ -37,6 +38,7 @@ struct ModelOptions {
   // The weights: the file's with --weights, else initialised from --seed.
   std::unique_ptr<ParamStore> make_params(const ModelSetup& setup, bool force) const;
   ops::AttentionKernel kernel() const { return ops::parse_attention_kernel(attention); }
+  Precision compute_precision() const { return parse_precision(precision); }
 
  private:
   std::vector<const CLI::Option*> decided_by_weights_;  // --model, --preset, --layers, --config
@@ -44,6 +46,8 @@ struct ModelOptions {
 
 // --attention fused|plain.
 void add_attention_option(CLI::App& cmd, std::string& kernel);
+// --precision fp32|bf16.
+void add_precision_option(CLI::App& cmd, std::string& precision);
 // --router-aux A: the weight of a mixture of experts' load-balancing loss.
 void add_router_aux_option(CLI::App& cmd, double& weight);
 // --freeze PATTERN[,PATTERN...] and --freeze-below N.

@@ -41,12 +41,12 @@ SaveProfile plan_costs(const PlanOptions& o, const ModelSetup& setup, std::strin
       const std::int64_t held = state.parameter_bytes + state.gradient_bytes + state.optimizer_bytes;
       const std::int64_t left = device.device.usable() - held;
       if (left <= 0)
-        throw UserError(o.device + ": weights, gradients and optimizer state alone take " + human_bytes(double(held)) +
+        throw UserError(o.device + ": weights, gradients and optimizer state (and a 16-bit weight copy) alone take " + human_bytes(double(held)) +
                         " of its " + human_bytes(double(device.device.usable())) +
                         " usable: no schedule fits (remat estimate --ranks N --shard-params divides them)");
       budget = std::to_string(left);
       if (!o.json)
-        std::printf("%s: %s usable, %s for weights, gradients and optimizer state: a budget of %s for activations\n",
+        std::printf("%s: %s usable, %s for weights, gradients and optimizer state (and any 16-bit copy): a budget of %s for activations\n",
                     o.device.c_str(), human_bytes(double(device.device.usable())).c_str(),
                     human_bytes(double(held)).c_str(), human_bytes(double(left)).c_str());
     }
@@ -92,8 +92,9 @@ void run_plan(const PlanOptions& o) {
     return;
   }
   const Sizes& z = setup.sizes;
-  std::printf("%s %s (L %d, D %d, S %d, B %d), %s attention, %s: a budget of %.2f MiB\n", setup.model.c_str(),
-              setup.preset.c_str(), z.L, z.D, z.S, z.B, o.model.attention.c_str(), spec.c_str(), mib(plan->budget));
+  std::printf("%s %s (L %d, D %d, S %d, B %d), %s attention, %s, %s: a budget of %.2f MiB\n", setup.model.c_str(),
+              setup.preset.c_str(), z.L, z.D, z.S, z.B, o.model.attention.c_str(), o.model.precision.c_str(),
+              spec.c_str(), mib(plan->budget));
   std::printf("%s", planner::describe(*plan, costs).c_str());
   std::printf("predicted activation peak: %.2f MiB (full %s %.2f MiB; smallest feasible budget %.2f MiB)\n",
               mib(plan->predicted_peak), o.device.empty() ? "measured" : "shape-only, exact,", mib(costs.measured_peak),

@@ -46,7 +46,10 @@ void run_time(const TimeOptions& o) {
   fine_tune(store, *model, batch, o.freeze, o.lora, o.model.seed, setup.sizes.L, o.json);
   ParamStore& params = *store;
   auto strategy = make_strategy(specs[0]);
-  prepare_strategy(*strategy, *model, params, batch, o.model.kernel(), o.model.seed);
+  {  // a plan is made at the precision it will run at
+    PrecisionScope precision(params, o.model.compute_precision());
+    prepare_strategy(*strategy, *model, params, batch, o.model.kernel(), o.model.seed);
+  }
   // Gradient buffers are allocated once and kept: part of the model, like
   // its weights, and in the baseline (side_by_side.py does the same in PyTorch).
   params.zero_grad();
@@ -60,6 +63,7 @@ void run_time(const TimeOptions& o) {
   for (int i = 0; i < o.warmup + o.steps; ++i) {
     StepOptions step{strategy.get(), o.model.seed, 0};
     step.attention = o.model.kernel();
+    step.precision = o.model.compute_precision();  // the 16-bit copies made in every step, as in training
     const StepResult r = run_step(*model, params, batch, step);
     const bool timed = i >= o.warmup;
     if (timed) {
@@ -79,6 +83,7 @@ void run_time(const TimeOptions& o) {
                               {"preset", setup.preset},
                               {"strategy", specs[0]},
                               {"attention", o.model.attention},
+                              {"precision", o.model.precision},
                               {"backend", Runtime::describe()},
                               {"steps", o.steps},
                               {"median_s", step_median},
@@ -95,8 +100,9 @@ void run_time(const TimeOptions& o) {
     return;
   }
   const Sizes& z = setup.sizes;
-  std::printf("%s %s (L %d, D %d, S %d, B %d), %s, %s attention, %s\n", setup.model.c_str(), setup.preset.c_str(),
-              z.L, z.D, z.S, z.B, specs[0].c_str(), o.model.attention.c_str(), Runtime::describe().c_str());
+  std::printf("%s %s (L %d, D %d, S %d, B %d), %s, %s attention, %s, %s\n", setup.model.c_str(),
+              setup.preset.c_str(), z.L, z.D, z.S, z.B, specs[0].c_str(), o.model.attention.c_str(),
+              o.model.precision.c_str(), Runtime::describe().c_str());
   std::printf("step time: median %.3f s, fastest %.3f s, over %d steps after %d warm-up\n", step_median, fastest,
               o.steps, o.warmup);
   std::printf("activation peak (tracker, exact): %.1f MiB%s\n", mib(activation_peak),

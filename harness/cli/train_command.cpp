@@ -52,6 +52,10 @@ void run_train(TrainOptions& o) {
   c.setup.sizes.dropout = o.dropout;
   validate(c.setup.sizes);
   c.attention = o.model.kernel();
+  c.precision = o.model.compute_precision();
+  if (c.shard_params && c.precision != Precision::fp32)
+    throw UserError("--precision " + o.model.precision + " with --shard-params: not supported yet (each rank would "
+                    "hold the whole 16-bit copy of the weights, undoing the sharding); train unsharded, or at fp32");
   c.data = o.model.data;
   c.seed = o.model.seed;
   c.init = o.model.weights;
@@ -96,10 +100,10 @@ void run_train(TrainOptions& o) {
   const Sizes& z = c.setup.sizes;
   const bool speaks = comm::rank() == 0;  // under mpirun, rank 0 reports and writes for all
   if (speaks)
-    std::printf("remat train: %s %s (L %d, D %d, S %d, B %d x %d%s), %s, %s attention, %s %s lr %g, %d steps, %s\n",
+    std::printf("remat train: %s %s (L %d, D %d, S %d, B %d x %d%s), %s, %s attention, %s, %s %s lr %g, %d steps, %s\n",
                 c.setup.model.c_str(), c.setup.preset.c_str(), z.L, z.D, z.S, z.B, c.accumulate,
                 comm::size() > 1 ? (" x " + std::to_string(comm::size()) + " ranks").c_str() : "", c.strategy.c_str(),
-                o.model.attention.c_str(), c.optimizer.kind.c_str(), c.schedule.kind.c_str(), c.schedule.lr, c.steps,
+                o.model.attention.c_str(), o.model.precision.c_str(), c.optimizer.kind.c_str(), c.schedule.kind.c_str(), c.schedule.lr, c.steps,
                 Runtime::describe().c_str());
   std::fflush(stdout);
   const bool tty = isatty(fileno(stderr));

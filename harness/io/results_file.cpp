@@ -66,12 +66,12 @@ std::string RunKey::text() const {
          ";V=" + std::to_string(z.V) + ";B=" + std::to_string(z.B) + ";dropout=" + dropout + ";attention=" + attention +
          ";data=" + data + ";seed=" + std::to_string(seed) + ";mem_limit=" + std::to_string(mem_limit) +
          (finetune.empty() ? "" : ";finetune=" + finetune) + model_attributes(model, z) +
-         (weights.empty() ? "" : ";weights=" + weights);
+         (weights.empty() ? "" : ";weights=" + weights) + (precision == "fp32" ? "" : ";precision=" + precision);
 }
 
 std::string RunKey::name() const {
   return model + " " + strategy + (finetune_label.empty() ? "" : " (" + finetune_label + ")") + " L" + std::to_string(sizes.L) + " S" + std::to_string(sizes.S) + " B" +
-         std::to_string(sizes.B);
+         std::to_string(sizes.B) + (precision == "fp32" ? "" : " " + precision);
 }
 
 void check_results_schema(const h5::File& f, bool for_append) {
@@ -200,6 +200,7 @@ void write_run(const h5::File& file_, const std::string& g, const RunRecord& r) 
     if (a == "theta") attr_d("theta", z.theta);
   }
   attr_s("attention", k.attention);
+  attr_s("precision", k.precision);
   if (!k.finetune.empty()) {
     attr_s("finetune", k.finetune);
     attr_s("finetune_label", k.finetune_label);

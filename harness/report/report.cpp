@@ -64,7 +64,7 @@ std::vector<std::pair<std::string, std::vector<const RunSummary*>>> by_setting(c
 // another of the same model (data, seed, attention...), so that no two
 // panels read alike.
 std::string panel_title(const RunSummary& r, const std::vector<RunSummary>& runs) {
-  static const std::set<std::string> options = {"preset", "D", "H", "Hkv", "F", "V", "dropout", "attention", "data",
+  static const std::set<std::string> options = {"preset", "D", "H", "Hkv", "F", "V", "dropout", "attention", "precision", "data",
                                                 "seed", "mem_limit", "weights", "theta", "E", "K"};
   const auto mine = fields_of(r.setting);
   std::set<std::string> differ;
