@@ -1,6 +1,6 @@
 // A shape-only step (autodiff/shape_only.hpp) holds what a measured step
 // holds, to the byte, and counts the FLOPs it runs: every model, every
-// fixed strategy, at several depths and lengths.
+// fixed strategy, at several depths and lengths, at fp32 and bf16.
 #include <catch2/catch.hpp>
 
 #include "autodiff/memory_tracker.hpp"
@@ -21,30 +21,36 @@ namespace {
 // The measured side, as `remat check` measures: a warm-up step, then a step
 // per strategy on initialised weights and a random batch.
 std::vector<StepResult> measured(const ModelSetup& setup, const std::vector<std::string>& specs,
-                                 ops::AttentionKernel kernel) {
+                                 ops::AttentionKernel kernel, Precision precision) {
   const auto model = models().find(setup.model).make(setup.sizes);
   ParamStore params(model->params(), DType::f32);
   initialize(params, 1, setup.sizes.L);
   const Batch batch = random_batch(setup.sizes.B, setup.sizes.S, setup.sizes.V, 1);
   auto full = make_strategy("full");
-  forward_backward(*model, params, batch, {full.get(), 1, 0, false, kernel});
+  StepOptions warm{full.get(), 1, 0, false, kernel};
+  warm.precision = precision;
+  forward_backward(*model, params, batch, warm);
   std::vector<StepResult> out;
   for (const auto& spec : specs) {
     auto strategy = make_strategy(spec);
-    out.push_back(run_step(*model, params, batch, {strategy.get(), 1, 0, false, kernel}));
+    StepOptions o{strategy.get(), 1, 0, false, kernel};
+    o.precision = precision;
+    out.push_back(run_step(*model, params, batch, o));
   }
   return out;
 }
 
 void require_same(const ModelSetup& setup, ops::AttentionKernel kernel = ops::AttentionKernel::fused,
-                  const std::string& strategies = "all") {
+                  const std::string& strategies = "all", Precision precision = Precision::fp32) {
   const auto specs = strategies_for(setup.model, strategies, kernel);
-  const auto real = measured(setup, specs, kernel);
-  const ShapeOnlyRun shape = shape_only_run(setup, specs, kernel);
+  const auto real = measured(setup, specs, kernel, precision);
+  const ShapeOnlyRun shape = shape_only_run(setup, specs, kernel, "adamw", nullptr, precision);
   REQUIRE(shape.steps.size() == specs.size());
+  CHECK(shape.state.weight_copy_bytes == real.front().weight_copy_bytes);
+  CHECK((shape.state.weight_copy_bytes > 0) == (precision == Precision::bf16));
   for (std::size_t i = 0; i < specs.size(); ++i) {
     INFO(setup.model << " L" << setup.sizes.L << " S" << setup.sizes.S << " B" << setup.sizes.B << " "
-                     << specs[i] << " " << ops::attention_kernel_name(kernel));
+                     << specs[i] << " " << ops::attention_kernel_name(kernel) << " " << precision_name(precision));
     CHECK(shape.steps[i].activation_peak == real[i].activation_peak);
     CHECK(shape.steps[i].offload_peak == real[i].offload_peak);
     CHECK(shape.steps[i].flops == real[i].flops);
@@ -63,16 +69,20 @@ ModelSetup sized(const std::string& model, const std::string& preset, int L = 0,
 }  // namespace
 
 TEST_CASE("shape-only: every model and strategy holds the measured bytes on tiny", "[shape_only]") {
-  for (const auto& model : models().names()) {
-    require_same(sized(model, "tiny"));
-    require_same(sized(model, "tiny"), ops::AttentionKernel::plain);
-  }
+  for (const auto precision : {Precision::fp32, Precision::bf16})
+    for (const auto& model : models().names()) {
+      require_same(sized(model, "tiny"), ops::AttentionKernel::fused, "all", precision);
+      require_same(sized(model, "tiny"), ops::AttentionKernel::plain, "all", precision);
+    }
 }
 
 TEST_CASE("shape-only: the same at several depths and lengths", "[shape_only]") {
   for (const std::string model : {"gpt2", "llama", "revformer", "encdec"})
     for (int L : {4, 6})
-      for (int S : {8, 24}) require_same(sized(model, "tiny", L, S, 3));
+      for (int S : {8, 24}) {
+        require_same(sized(model, "tiny", L, S, 3));
+        require_same(sized(model, "tiny", L, S, 3), ops::AttentionKernel::fused, "all", Precision::bf16);
+      }
 }
 
 TEST_CASE("shape-only: the same on deep at several depths and long at several lengths", "[shape_only][small]") {
@@ -85,7 +95,10 @@ TEST_CASE("shape-only: the same on deep at several depths and long at several le
 }
 
 TEST_CASE("shape-only: the same on small", "[shape_only][small]") {
-  for (const std::string model : {"gpt2", "llama"}) require_same(sized(model, "small", 4, 64, 2));
+  for (const std::string model : {"gpt2", "llama"}) {
+    require_same(sized(model, "small", 4, 64, 2));
+    require_same(sized(model, "small", 4, 64, 2), ops::AttentionKernel::fused, "all", Precision::bf16);
+  }
 }
 
 TEST_CASE("shape-only: parameters, gradients and optimizer state as allocated for real", "[shape_only]") {

@@ -171,6 +171,7 @@ RunSummary read_run(const h5::File& f, const std::string& name) {
   const std::string status = text("status");
   if (status != "ok" && status != "oom") throw UserError("status '" + status + "' is neither ok nor oom");
   r.oom = status == "oom";
+  if (const auto precision = h5::read_attr_string(f, "precision", g)) r.precision = *precision;
   r.L = int(count("L", 1, INT32_MAX));
   r.S = int(count("S", 1, INT32_MAX));
   r.B = int(count("B", 1, INT32_MAX));
@@ -248,10 +249,10 @@ std::string markdown_summary(const Results& results) {
       model = r.model;
       o << "\n## " << model << "\n\n"
         << "| strategy | shape | step s | time vs full | act MiB | memory vs full | predicted MiB | offload MiB | "
-           "copies (hidden) | recompute | bitwise |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+           "copies (hidden) | recompute | bitwise | precision |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n";
     }
     if (r.oom) {
-      o << "| " << r.strategy << " | " << shape(r) << " | out of memory | | | | | | | | |\n";
+      o << "| " << r.strategy << " | " << shape(r) << " | out of memory | | | | | | | | | " << r.precision << " |\n";
       continue;
     }
     const auto it = full.find(r.setting);
@@ -264,12 +265,13 @@ std::string markdown_summary(const Results& results) {
     if (options.count("data") && options.at("data") != "random") label += " [" + options.at("data") + "]";
     if (options.count("seed") && options.at("seed") != "1") label += " [seed " + options.at("seed") + "]";
     if (same) label += " (= full here)";
-    std::snprintf(buf, sizeof buf, "| %s | %s | %.3f | %s | %.1f | %s | %.1f | %.1f | %s | %.1f%% | %s |\n", label.c_str(),
+    std::snprintf(buf, sizeof buf, "| %s | %s | %.3f | %s | %.1f | %s | %.1f | %.1f | %s | %.1f%% | %s | %s |\n", label.c_str(),
                   shape(r).c_str(), r.step_time,
                   f && f->step_time > 0 ? (fixed(r.step_time / f->step_time, 2) + "x").c_str() : "-",
                   mb(r.activation),
                   f && f->activation > 0 ? (fixed(double(r.activation) / f->activation, 3) + "x").c_str() : "-",
-                  mb(r.predicted), mb(r.offload), copy_cost(r.copy_seconds, r.wait_seconds).c_str(), 100 * r.recompute_share, r.bitwise ? "yes" : "no");
+                  mb(r.predicted), mb(r.offload), copy_cost(r.copy_seconds, r.wait_seconds).c_str(), 100 * r.recompute_share, r.bitwise ? "yes" : "no",
+                  r.precision.c_str());
     o << buf;
   }
   if (any_same)

@@ -18,6 +18,7 @@ struct RunSummary {
   std::int64_t activation = 0, predicted = 0, offload = 0;
   double copy_seconds = 0, wait_seconds = 0;  // the offload copies (0 in files from before they were timed)
   bool bitwise = false;
+  std::string precision = "fp32";  // files from before mixed precision ran at fp32
   bool oom = false;  // recorded as out of memory under --mem-limit
   std::vector<double> timeline_seconds;
   std::vector<double> timeline_mb;

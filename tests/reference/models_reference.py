@@ -73,8 +73,11 @@ def rotary(x, H, theta=10000.0):
     B, S, W = x.shape
     hd = W // H
     x = x.view(B, S, H, hd)
-    j = torch.arange(hd // 2, dtype=torch.float64)
-    angle = torch.arange(S, dtype=torch.float64)[:, None] * theta ** (-2 * j / hd)  # [S, hd/2]
+    # The table in float64 for the float64 reference, in float32 otherwise
+    # (precision_reference.py runs the same code under autocast).
+    dt = torch.float64 if x.dtype == torch.float64 else torch.float32
+    j = torch.arange(hd // 2, dtype=dt)
+    angle = torch.arange(S, dtype=dt)[:, None] * theta ** (-2 * j / hd)  # [S, hd/2]
     cos, sin = torch.cos(angle)[None, :, None, :], torch.sin(angle)[None, :, None, :]
     a, b = x[..., : hd // 2], x[..., hd // 2 :]
     return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1).view(B, S, W)
@@ -197,7 +200,7 @@ def mixtral(p, tokens, z, targets, router_aux=0.01):
                     continue
                 xe = f"{l}block_sparse_moe.experts.{e}."
                 h = torch.nn.functional.silu(m[rows] @ p[xe + "w1.weight"].T) * (m[rows] @ p[xe + "w3.weight"].T)
-                y = y.index_add(0, rows, w[rows, j:j + 1] * (h @ p[xe + "w2.weight"].T))
+                y = y.index_add(0, rows, (w[rows, j:j + 1] * (h @ p[xe + "w2.weight"].T)).to(y.dtype))
         x = x + y.reshape(B, S, D)
         counts = counts + torch.nn.functional.one_hot(sel, E).sum(dim=(0, 1)).double()
         prob_sums = prob_sums + probs.sum(dim=0)
