@@ -3,7 +3,7 @@
 
     /usr/bin/python3 bench/side_by_side.py [--remat build/remat] [--preset small] [--threads 2]
                           [--models gpt2,llama,bert,revformer] [--strategies ...]
-                          [--steps 5] [--out FILE.md]
+                          [--steps 5] [--precision fp32|bf16] [--out FILE.md]
 
 Each (implementation, model, strategy) runs in a fresh process: the model (its
 weights and zeroed gradient buffers) and a random batch are made, the resident
@@ -25,7 +25,9 @@ checkpoint cannot do without recomputing the GEMMs that consume them);
 offload-checkpoint (per-layer, block inputs through save_on_cpu, which on a
 CPU-only machine keeps a CPU tensor as it is, as remat's host backend does);
 reversible (revformer: a RevNet autograd function that rebuilds block inputs
-in backward).
+in backward). --precision bf16 runs remat at `--precision bf16` and wraps
+PyTorch's forward and loss in torch.autocast("cpu", dtype=torch.bfloat16), as a
+PyTorch user's bf16 training does (docs/precision.md).
 """
 import argparse
 import json
@@ -42,7 +44,7 @@ STRATEGIES = ["full", "per-layer", "sqrt", "selective", "selective:attn-core", "
 # ----------------------------------------------------------------------------
 # The PyTorch worker (imported lazily: the driver needs no torch).
 
-def torch_worker(model_name, strategy, z, steps, threads):
+def torch_worker(model_name, strategy, z, steps, threads, precision="fp32"):
     import torch
     import torch.nn.functional as F
     from torch.utils.checkpoint import checkpoint
@@ -251,8 +253,9 @@ def torch_worker(model_name, strategy, z, steps, threads):
     def step():
         for p in params:
             p.grad.zero_()
-        logits = forward(tokens)
-        loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+            logits = forward(tokens)
+            loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
         loss.backward()
         return loss.item()
 
@@ -304,7 +307,7 @@ def run(cmd, env):
     return json.loads(done.stdout)
 
 
-def run_torch(model, strategy, preset, steps, threads):
+def run_torch(model, strategy, preset, steps, threads, precision):
     """Times with the default allocator; measures memory in a second run whose
     glibc maps every block above 64 kB and unmaps it on free, so that the
     resident set follows the live tensors. With the default, glibc's adaptive
@@ -312,7 +315,7 @@ def run_torch(model, strategy, preset, steps, threads):
     the allocator (gpt2 small per-layer: 687 MiB against about 100 live).
     The mapped run is slower (page faults), so it is not the one timed."""
     cmd = [sys.executable, __file__, "--worker", model, strategy, preset, str(steps), str(threads),
-           os.environ["REMAT_SIZES"]]
+           os.environ["REMAT_SIZES"], precision]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     timed = run(cmd, env)
     cmd[6] = "1"
@@ -321,9 +324,9 @@ def run_torch(model, strategy, preset, steps, threads):
     return timed
 
 
-def run_remat(remat, model, strategy, preset, steps, threads):
+def run_remat(remat, model, strategy, preset, steps, threads, precision):
     cmd = [remat, "time", "--model", model, "--strategy", strategy, "--preset", preset, "--steps", str(steps),
-           "--json", f"--kokkos-num-threads={threads}"]
+           "--precision", precision, "--json", f"--kokkos-num-threads={threads}"]
     return run(cmd, dict(os.environ, OMP_NUM_THREADS=str(threads)))
 
 
@@ -336,6 +339,8 @@ def main():
     ap.add_argument("--models", default="gpt2,llama,bert,revformer")
     ap.add_argument("--strategies", default=",".join(STRATEGIES),
                     help="for revformer, 'full' and 'reversible' are run whatever is asked")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
+                    help="bf16: remat --precision bf16 beside PyTorch under autocast(bf16)")
     ap.add_argument("--out", help="also write the table to this Markdown file")
     a = ap.parse_args()
     try:
@@ -351,14 +356,15 @@ def main():
             pairs.append((m, s))
     rows = ["| model | strategy | remat s | PyTorch s | time ratio | remat RSS MiB | remat tracker MiB "
             "| PyTorch RSS MiB | memory ratio (RSS) |", "|---|---|---|---|---|---|---|---|---|"]
-    print(f"{a.preset} preset {z}, {a.threads} threads, median of {a.steps} steps after one warm-up", flush=True)
+    print(f"{a.preset} preset {z}, {a.threads} threads, {a.precision}, median of {a.steps} steps after one warm-up",
+          flush=True)
     for i, (m, s) in enumerate(pairs):
         if i % 2 == 0:
-            t = run_torch(m, s, a.preset, a.steps, a.threads)
-            r = run_remat(a.remat, m, s, a.preset, a.steps, a.threads)
+            t = run_torch(m, s, a.preset, a.steps, a.threads, a.precision)
+            r = run_remat(a.remat, m, s, a.preset, a.steps, a.threads, a.precision)
         else:
-            r = run_remat(a.remat, m, s, a.preset, a.steps, a.threads)
-            t = run_torch(m, s, a.preset, a.steps, a.threads)
+            r = run_remat(a.remat, m, s, a.preset, a.steps, a.threads, a.precision)
+            t = run_torch(m, s, a.preset, a.steps, a.threads, a.precision)
         mib = 1 << 20
         rr, tr = r["rss_peak_above_baseline_bytes"] / mib, t["rss_peak_above_baseline_bytes"] / mib
         row = (f"| {m} | {s} | {r['median_s']:.3f} | {t['median_s']:.3f} | {r['median_s'] / t['median_s']:.2f} "
@@ -372,7 +378,7 @@ def main():
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        _, _, model, strategy, preset, steps, threads, sizes = sys.argv
-        print(json.dumps(torch_worker(model, strategy, json.loads(sizes), int(steps), int(threads))))
+        _, _, model, strategy, preset, steps, threads, sizes, precision = sys.argv
+        print(json.dumps(torch_worker(model, strategy, json.loads(sizes), int(steps), int(threads), precision)))
     else:
         main()
