@@ -243,7 +243,8 @@ MODELS = {"gpt2": gpt2, "llama": llama, "bert": bert, "revformer": revformer, "p
           "mixtral": mixtral, "encdec": encdec}
 
 
-def main(weights_path, result_path):
+def read_weights(weights_path):
+    """The model's name, its sizes, its parameters (arrays, by name) and the batch's tokens and targets."""
     with h5py.File(weights_path, "r") as f:
         z = {k: int(f.attrs[k]) for k in ("L", "D", "H", "S", "V") if k in f.attrs}
         for k in ("Hkv", "F", "E", "K"):
@@ -253,9 +254,15 @@ def main(weights_path, result_path):
             z["theta"] = float(f.attrs["theta"])
         model = f.attrs["model"]
         model = model.decode() if isinstance(model, bytes) else str(model)
-        p = {n: torch.tensor(f["params"][n][()], dtype=torch.float64, requires_grad=True) for n in f["params"]}
+        values = {n: f["params"][n][()] for n in f["params"]}
         tokens = torch.tensor(f["batch/tokens"][()], dtype=torch.long)
         targets = torch.tensor(f["batch/targets"][()], dtype=torch.long)
+    return model, z, values, tokens, targets
+
+
+def main(weights_path, result_path):
+    model, z, values, tokens, targets = read_weights(weights_path)
+    p = {n: torch.tensor(v, dtype=torch.float64, requires_grad=True) for n, v in values.items()}
     out = MODELS[model](p, tokens, z, targets)
     logits, extra = out if isinstance(out, tuple) else (out, 0.0)  # extra: an auxiliary loss term (mixtral)
     loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1)) + extra

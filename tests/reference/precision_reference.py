@@ -21,22 +21,6 @@ import torch
 import models_reference as ref
 
 
-def read(weights_path):
-    with h5py.File(weights_path, "r") as f:
-        z = {k: int(f.attrs[k]) for k in ("L", "D", "H", "S", "V") if k in f.attrs}
-        for k in ("Hkv", "F", "E", "K"):
-            if k in f.attrs:
-                z[k] = int(f.attrs[k])
-        if "theta" in f.attrs:
-            z["theta"] = float(f.attrs["theta"])
-        model = f.attrs["model"]
-        model = model.decode() if isinstance(model, bytes) else str(model)
-        params = {n: f["params"][n][()] for n in f["params"]}
-        tokens = torch.tensor(f["batch/tokens"][()], dtype=torch.long)
-        targets = torch.tensor(f["batch/targets"][()], dtype=torch.long)
-    return model, z, params, tokens, targets
-
-
 def run(model, z, values, tokens, targets, dtype, autocast):
     torch.set_default_dtype(dtype)
     p = {n: torch.tensor(v, dtype=dtype, requires_grad=True) for n, v in values.items()}
@@ -60,7 +44,7 @@ def error(loss, grads, ref_loss, ref_grads):
 
 
 def main(weights_path, result_path):
-    model, z, values, tokens, targets = read(weights_path)
+    model, z, values, tokens, targets = ref.read_weights(weights_path)
     ref_loss, ref_grads = run(model, z, values, tokens, targets, torch.float64, False)
     torch_loss, torch_grads = run(model, z, values, tokens, targets, torch.float32, True)
     with h5py.File(result_path, "r") as r:
