@@ -49,7 +49,7 @@ const Tensor& ParamStore::operator[](const std::string& name) const {
   return copy;
 }
 
-PrecisionScope::PrecisionScope(const ParamStore& params, Precision p) : params_(const_cast<ParamStore&>(params)) {
+PrecisionScope::PrecisionScope(const ParamStore& params, Precision p) : params_(params) {
   const DType dt = compute_dtype(p, params_.tensors().empty() ? DType::f32 : params_.tensors().front().dtype());
   if (params_.tensors().empty() || dt == params_.tensors().front().dtype()) return;
   if (params_.copying_) {  // an enclosing scope's copies serve (a check's steps share them: no update between)

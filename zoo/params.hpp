@@ -89,9 +89,11 @@ class ParamStore {
   std::vector<std::pair<std::string, Adapter>> adapters_;
   mutable std::set<std::string> adapter_uses_;
   std::function<void(std::size_t)> on_access_;
+  // A step's precision, not the store's contents: set by a PrecisionScope
+  // over a const store, as steps take the store.
   friend class PrecisionScope;
-  DType compute_dtype_ = DType::f32;
-  bool copying_ = false;
+  mutable DType compute_dtype_ = DType::f32;
+  mutable bool copying_ = false;
   mutable std::vector<Tensor> copies_;  // per parameter, while copying_
 };
 
@@ -107,7 +109,7 @@ class PrecisionScope {
   PrecisionScope& operator=(const PrecisionScope&) = delete;
 
  private:
-  ParamStore& params_;
+  const ParamStore& params_;
   bool active_ = false;
 };
 

@@ -65,14 +65,23 @@ void softmax_rows_team(const char* name, T* p, std::int64_t rows, std::int64_t l
     Kokkos::parallel_reduce(
         Kokkos::TeamThreadRange(team, n), [&](std::int64_t j, A& mx) { mx = A(row[j]) > mx ? A(row[j]) : mx; },
         Kokkos::Max<A>(m));
-    // The exponentials are recomputed in the last pass rather than stored
-    // (a 16-bit row would round them before the sum).
+    // A full-precision row keeps its exponentials for the last pass; a 16-bit
+    // one recomputes them there (stored, they would round before the sum).
     Kokkos::parallel_reduce(
-        Kokkos::TeamThreadRange(team, n), [&](std::int64_t j, A& acc) { acc += fast_exp(A(row[j]) - m); }, sum);
+        Kokkos::TeamThreadRange(team, n),
+        [&](std::int64_t j, A& acc) {
+          const A e = fast_exp(A(row[j]) - m);
+          if constexpr (std::is_same_v<T, A>) row[j] = e;
+          acc += e;
+        },
+        sum);
     const A inv = A(1) / sum;
-    team.team_barrier();  // every thread has read the row before any writes it
-    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len),
-                         [&](std::int64_t j) { row[j] = T(j < n ? fast_exp(A(row[j]) - m) * inv : A(0)); });
+    Kokkos::parallel_for(Kokkos::TeamThreadRange(team, len), [&](std::int64_t j) {
+      if constexpr (std::is_same_v<T, A>)
+        row[j] = j < n ? row[j] * inv : T(0);
+      else
+        row[j] = T(j < n ? fast_exp(A(row[j]) - m) * inv : A(0));
+    });
   });
 }
 
