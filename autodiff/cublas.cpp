@@ -153,6 +153,7 @@ std::string describe() {
 template <class T>
 constexpr cudaDataType data_type() {
   if constexpr (std::is_same_v<T, bf16>) return CUDA_R_16BF;
+  else if constexpr (std::is_same_v<T, f16>) return CUDA_R_16F;
   else if constexpr (std::is_same_v<T, float>) return CUDA_R_32F;
   else return CUDA_R_64F;
 }
@@ -165,11 +166,11 @@ void gemm(void* stream, gemm::Op op_a, gemm::Op op_b, std::int64_t m, std::int64
           std::int64_t ldc) {
   if (m == 0 || n == 0) return;
   Library& l = on_stream(stream);
-  if constexpr (std::is_same_v<T, bf16>) {
+  if constexpr (is_16bit<T>) {
     check(l.gemm_ex(l.handle, op(op_b), op(op_a), narrow(n, "n"), narrow(m, "m"), narrow(k, "k"), &alpha, b,
                     data_type<T>(), narrow(ldb, "ldb"), a, data_type<T>(), narrow(lda, "lda"), &beta, c,
                     data_type<C>(), narrow(ldc, "ldc"), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-          "gemm (bfloat16)");
+          "gemm (16-bit)");
   } else {
     const auto f = [&] {
       if constexpr (std::is_same_v<T, float>) return l.sgemm;
@@ -188,12 +189,12 @@ void gemm_strided_batched(void* stream, gemm::Op op_a, gemm::Op op_b, std::int64
                           std::int64_t stride_c, std::int64_t count) {
   if (m == 0 || n == 0 || count == 0) return;
   Library& l = on_stream(stream);
-  if constexpr (std::is_same_v<T, bf16>) {
+  if constexpr (is_16bit<T>) {
     check(l.gemm_batched_ex(l.handle, op(op_b), op(op_a), narrow(n, "n"), narrow(m, "m"), narrow(k, "k"), &alpha, b,
                             data_type<T>(), narrow(ldb, "ldb"), stride_b, a, data_type<T>(), narrow(lda, "lda"),
                             stride_a, &beta, c, data_type<C>(), narrow(ldc, "ldc"), stride_c, narrow(count, "count"),
                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-          "strided batched gemm (bfloat16)");
+          "strided batched gemm (16-bit)");
   } else {
     const auto f = [&] {
       if constexpr (std::is_same_v<T, float>) return l.sgemm_batched;
@@ -240,5 +241,7 @@ REMAT_CUBLAS_INSTANTIATE(float, float)
 REMAT_CUBLAS_INSTANTIATE(double, double)
 REMAT_CUBLAS_INSTANTIATE(bf16, bf16)
 REMAT_CUBLAS_INSTANTIATE(bf16, float)
+REMAT_CUBLAS_INSTANTIATE(f16, f16)
+REMAT_CUBLAS_INSTANTIATE(f16, float)
 
 }  // namespace remat::cublas

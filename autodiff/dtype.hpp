@@ -2,21 +2,22 @@
 // Element types a Tensor can hold, and dispatchers from the runtime tag to a
 // compile-time type, so that one kernel serves every float type:
 // REMAT_DISPATCH_FLOAT (float32, float64: what optimizers, initialisers and
-// I/O handle) and REMAT_DISPATCH_COMPUTE (those and bfloat16: what the ops'
-// kernels handle, computing in compute_t<T>).
+// I/O handle) and REMAT_DISPATCH_COMPUTE (those, bfloat16 and float16: what
+// the ops' kernels handle, computing in compute_t<T>).
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
 #include <string>
 
 #include "autodiff/bfloat16.hpp"
+#include "autodiff/float16.hpp"
 
 namespace remat {
 
-// bf16 is a compute precision (docs/precision.md): activations and the
-// per-step copy of the weights; parameters, gradients and optimizer state
-// stay float32.
-enum class DType { f32, f64, i32, bf16 };
+// bf16 and f16 are compute precisions (docs/precision.md): activations and
+// the per-step copy of the weights; parameters, gradients and optimizer
+// state stay float32.
+enum class DType { f32, f64, i32, bf16, f16 };
 
 inline std::size_t dtype_size(DType t) {
   switch (t) {
@@ -24,6 +25,7 @@ inline std::size_t dtype_size(DType t) {
     case DType::f64: return 8;
     case DType::i32: return 4;
     case DType::bf16: return 2;
+    case DType::f16: return 2;
   }
   return 0;
 }
@@ -34,6 +36,7 @@ inline const char* dtype_name(DType t) {
     case DType::f64: return "float64";
     case DType::i32: return "int32";
     case DType::bf16: return "bfloat16";
+    case DType::f16: return "float16";
   }
   return "?";
 }
@@ -43,11 +46,12 @@ template <> struct DTypeOf<float> { static constexpr DType value = DType::f32; }
 template <> struct DTypeOf<double> { static constexpr DType value = DType::f64; };
 template <> struct DTypeOf<std::int32_t> { static constexpr DType value = DType::i32; };
 template <> struct DTypeOf<bf16> { static constexpr DType value = DType::bf16; };
+template <> struct DTypeOf<f16> { static constexpr DType value = DType::f16; };
 
 // The element type a kernel computes and keeps statistics in for tensors of
-// type t (float32 for bfloat16; t itself otherwise): a norm's mean and rstd,
+// type t (float32 for the 16-bit types; t itself otherwise): a norm's mean and rstd,
 // a softmax's log-sum-exp, a loss, every parameter's gradient.
-inline DType compute_dtype(DType t) { return t == DType::bf16 ? DType::f32 : t; }
+inline DType compute_dtype(DType t) { return t == DType::bf16 || t == DType::f16 ? DType::f32 : t; }
 
 // Throws std::invalid_argument unless `t` is a floating type (integer
 // tensors are not differentiable and have no float kernels).
@@ -80,7 +84,7 @@ inline DType require_compute_dtype(DType t) {
     } break;                                                  \
   }
 
-// REMAT_DISPATCH_FLOAT and bfloat16, with `A` the type to compute in
+// REMAT_DISPATCH_FLOAT and the 16-bit types, with `A` the type to compute in
 // (compute_t<T>): pointers to elements are T*, values and sums are A.
 #define REMAT_DISPATCH_COMPUTE(dtype, T, ...)                 \
   switch (::remat::require_compute_dtype(dtype)) {            \
@@ -91,6 +95,11 @@ inline DType require_compute_dtype(DType t) {
     } break;                                                  \
     case ::remat::DType::bf16: {                              \
       using T = ::remat::bf16;                                \
+      using A = float;                                        \
+      __VA_ARGS__                                             \
+    } break;                                                  \
+    case ::remat::DType::f16: {                               \
+      using T = ::remat::f16;                                 \
       using A = float;                                        \
       __VA_ARGS__                                             \
     } break;                                                  \

@@ -1,5 +1,6 @@
 #include "autodiff/elementwise.hpp"
 
+#include "autodiff/loops.hpp"
 #include "autodiff/shape_only.hpp"
 
 namespace remat {
@@ -64,6 +65,14 @@ void fill(const Tensor& t, double value) {
     const T v = T(A(value));
     Kokkos::parallel_for("fill", Kokkos::RangePolicy<ExecSpace>(0, t.numel()),
                          KOKKOS_LAMBDA(std::int64_t i) { d[i] = v; });
+  });
+}
+
+void scale_inplace(const Tensor& t, double factor) {
+  REMAT_DISPATCH_FLOAT(t.dtype(), T, {
+    T* x = t.data<T>();
+    const T f = T(factor);
+    backend::for_each_element("scale_inplace", t.numel(), KOKKOS_LAMBDA(std::int64_t i) { x[i] *= f; });
   });
 }
 

@@ -14,5 +14,8 @@ Tensor converted(const Tensor& t, DType to, const std::string& label);
 // dst = src converted to dst's element type (shapes equal).
 void convert_into(const Tensor& dst, const Tensor& src);
 void fill(const Tensor& t, double value);
+// t *= factor, for a float32 or float64 t (gradients: averaging, clipping,
+// unscaling fp16's loss scale).
+void scale_inplace(const Tensor& t, double factor);
 
 }  // namespace remat

@@ -22,29 +22,30 @@ std::int64_t span(std::int64_t count, std::int64_t stride, std::int64_t rows, st
   return (count - 1) * stride + (rows - 1) * ld + cols;
 }
 
-// Where the float copies of bfloat16 operands live for one call: the
+// Where the float copies of 16-bit operands live for one call: the
 // tracker's pool of their own (not activations: nothing outlives the call).
-constexpr const char* kWorkspaceLabel = "gemm_bf16_workspace";
+constexpr const char* kWorkspaceLabel = "gemm_16bit_workspace";
 constexpr const char* kWorkspacePool = "gemm workspace";
 
 // The float copy of n elements of p (exact), or p's values into it.
 template <class S, class D>
 void convert(const S* src, D* dst, std::int64_t n) {
   Kokkos::parallel_for(
-      "gemm_bf16_convert", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, n),
+      "gemm_16bit_convert", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, n),
       [=](std::int64_t i) { dst[i] = D(compute_t<S>(src[i])); });
   Kokkos::DefaultHostExecutionSpace().fence();
 }
 
-// A product of bfloat16 inputs on a CPU with no bfloat16 GEMM in its BLAS
-// (Debian's OpenBLAS 0.3.21 declares cblas_sbgemm but is built without it):
-// the inputs are widened to float (exactly), multiplied by sgemm (float
-// accumulation, as a bfloat16 GEMM with float accumulation does), and a
-// bfloat16 product is rounded once at the end. Correct to the policy of
+// A product of 16-bit inputs (bfloat16 or float16) on a CPU with no 16-bit
+// GEMM in its BLAS (Debian's OpenBLAS 0.3.21 declares cblas_sbgemm but is
+// built without it, and has no half-precision GEMM): the inputs are widened
+// to float (exactly), multiplied by sgemm (float accumulation, as a 16-bit
+// GEMM with float accumulation does), and a 16-bit product is rounded once at
+// the end. Correct to the policy of
 // docs/precision.md; its speed is float32's plus the conversions.
-template <class C>
-void host_gemm_bf16(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const bf16* a,
-                    std::int64_t lda, const bf16* b, std::int64_t ldb, float beta, C* c, std::int64_t ldc,
+template <class H, class C>
+void host_gemm_16bit(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const H* a,
+                     std::int64_t lda, const H* b, std::int64_t ldb, float beta, C* c, std::int64_t ldc,
                     std::int64_t count, std::int64_t stride_a, std::int64_t stride_b, std::int64_t stride_c) {
   MemoryTracker::instance().pool_for_label(kWorkspaceLabel, kWorkspacePool);
   const auto [a_rows, a_cols] = shape_of(op_a, m, k);
@@ -76,9 +77,9 @@ void host_gemm_bf16(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64
     // Only the product's own elements: rows may be padded (ldc > n) with
     // what others own.
     Kokkos::parallel_for(
-        "gemm_bf16_round", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, count * m), [=](std::int64_t r) {
+        "gemm_16bit_round", Kokkos::RangePolicy<Kokkos::DefaultHostExecutionSpace>(0, count * m), [=](std::int64_t r) {
           const std::int64_t i = r / m, row = r % m, at = i * stride_c + row * ldc;
-          for (std::int64_t j = 0; j < n; ++j) c[at + j] = bf16(fc[at + j]);
+          for (std::int64_t j = 0; j < n; ++j) c[at + j] = C(fc[at + j]);
         });
     Kokkos::DefaultHostExecutionSpace().fence();
   }
@@ -97,8 +98,8 @@ template <class T, class C>
 void host_gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, compute_t<T> alpha, const T* a,
                std::int64_t lda, const T* b, std::int64_t ldb, compute_t<T> beta, C* c, std::int64_t ldc) {
   if (m == 0 || n == 0) return;
-  if constexpr (std::is_same_v<T, bf16>)
-    host_gemm_bf16(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 1, 0, 0, 0);
+  if constexpr (is_16bit<T>)
+    host_gemm_16bit(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 1, 0, 0, 0);
   else if constexpr (std::is_same_v<T, float>)
     cblas_sgemm(CblasRowMajor, cblas_op(op_a), cblas_op(op_b), m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
   else
@@ -110,9 +111,9 @@ void host_gemm_batched(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::in
                        const T* a, std::int64_t lda, std::int64_t stride_a, const T* b, std::int64_t ldb,
                        std::int64_t stride_b, compute_t<T> beta, C* c, std::int64_t ldc, std::int64_t stride_c,
                        std::int64_t count) {
-  if constexpr (std::is_same_v<T, bf16>) {
+  if constexpr (is_16bit<T>) {
     if (m > 0 && n > 0 && count > 0)
-      host_gemm_bf16(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, count, stride_a, stride_b, stride_c);
+      host_gemm_16bit(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, count, stride_a, stride_b, stride_c);
   } else {
     // Inside a parallel region OpenBLAS (OpenMP flavour) runs each call on the
     // calling thread, so the batch is spread over the cores without nesting.
@@ -157,6 +158,8 @@ REMAT_GEMM_DETAIL(float, float)
 REMAT_GEMM_DETAIL(double, double)
 REMAT_GEMM_DETAIL(bf16, bf16)
 REMAT_GEMM_DETAIL(bf16, float)
+REMAT_GEMM_DETAIL(f16, f16)
+REMAT_GEMM_DETAIL(f16, float)
 
 }  // namespace detail
 

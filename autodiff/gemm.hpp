@@ -12,6 +12,7 @@
 #include <type_traits>
 
 #include "autodiff/bfloat16.hpp"
+#include "autodiff/float16.hpp"
 #include "autodiff/shape_only.hpp"
 
 namespace remat::gemm {

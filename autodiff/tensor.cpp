@@ -140,6 +140,7 @@ std::vector<double> Tensor::to_host_f64() const {
       case DType::f64: out[i] = reinterpret_cast<const double*>(p)[i]; break;
       case DType::i32: out[i] = reinterpret_cast<const std::int32_t*>(p)[i]; break;
       case DType::bf16: out[i] = double(reinterpret_cast<const bf16*>(p)[i]); break;
+      case DType::f16: out[i] = double(reinterpret_cast<const f16*>(p)[i]); break;
     }
   }
   return out;
@@ -181,6 +182,7 @@ template Tensor Tensor::from_host(const std::vector<float>&, const Shape&, const
 template Tensor Tensor::from_host(const std::vector<double>&, const Shape&, const std::string&);
 template Tensor Tensor::from_host(const std::vector<std::int32_t>&, const Shape&, const std::string&);
 template Tensor Tensor::from_host(const std::vector<bf16>&, const Shape&, const std::string&);
+template Tensor Tensor::from_host(const std::vector<f16>&, const Shape&, const std::string&);
 
 double Tensor::item() const {
   if (numel_ != 1) throw std::invalid_argument("item() on a tensor of shape " + to_string(shape_));

@@ -13,6 +13,7 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "autodiff/dtype.hpp"
 #include "core/error.hpp"
 #include "h5/atomic_file.hpp"
 
@@ -33,12 +34,6 @@ std::uint32_t bits_of(float v) {
   return b;
 }
 
-float float_of(std::uint32_t b) {
-  float v;
-  std::memcpy(&v, &b, 4);
-  return v;
-}
-
 // The element count of `shape`, or nothing if it overflows 64 bits.
 bool checked_numel(const Shape& shape, std::uint64_t& n) {
   n = 1;
@@ -52,45 +47,15 @@ bool checked_numel(const Shape& shape, std::uint64_t& n) {
 
 }  // namespace
 
-float bf16_to_f32(std::uint16_t v) { return float_of(std::uint32_t(v) << 16); }
-
-float f16_to_f32(std::uint16_t h) {
-  const std::uint32_t sign = std::uint32_t(h & 0x8000) << 16;
-  std::uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
-  if (exp == 0) {
-    if (mant == 0) return float_of(sign);
-    exp = 113;  // a subnormal: normalise it
-    while (!(mant & 0x400)) mant <<= 1, --exp;
-    return float_of(sign | exp << 23 | (mant & 0x3ff) << 13);
-  }
-  if (exp == 31) return float_of(sign | 0x7f800000 | mant << 13);
-  return float_of(sign | (exp + 112) << 23 | mant << 13);
+// The conversions are the compute types' own (autodiff/bfloat16.hpp, float16.hpp).
+float bf16_to_f32(std::uint16_t v) {
+  bf16 b;
+  b.bits = v;
+  return float(b);
 }
-
-std::uint16_t f32_to_bf16(float v) {
-  std::uint32_t b = bits_of(v);
-  if ((b & 0x7fffffff) > 0x7f800000) return std::uint16_t((b >> 16) | 0x40);  // NaN stays a (quiet) NaN
-  b += 0x7fff + ((b >> 16) & 1);
-  return std::uint16_t(b >> 16);
-}
-
-std::uint16_t f32_to_f16(float v) {
-  const std::uint32_t b = bits_of(v), sign = (b >> 16) & 0x8000, ax = b & 0x7fffffff;
-  if (ax >= 0x7f800000) return std::uint16_t(sign | (ax > 0x7f800000 ? 0x7e00 : 0x7c00));
-  if (ax >= 0x477ff000) return std::uint16_t(sign | 0x7c00);  // 65520 and above round to infinity
-  if (ax < 0x38800000) {                                      // below 2^-14: a half subnormal
-    if (ax < 0x33000000) return std::uint16_t(sign);          // below 2^-25: zero
-    const std::uint32_t e = ax >> 23, m = (ax & 0x7fffff) | 0x800000, shift = 126 - e;
-    std::uint32_t r = m >> shift;
-    const std::uint32_t rest = m & ((1u << shift) - 1), half = 1u << (shift - 1);
-    if (rest > half || (rest == half && (r & 1))) ++r;
-    return std::uint16_t(sign | r);
-  }
-  std::uint32_t h = (ax >> 13) - (112u << 10);
-  const std::uint32_t rest = ax & 0x1fff;
-  if (rest > 0x1000 || (rest == 0x1000 && (h & 1))) ++h;
-  return std::uint16_t(sign | h);
-}
+float f16_to_f32(std::uint16_t v) { return f16::widen(v); }
+std::uint16_t f32_to_bf16(float v) { return bf16::round(v); }
+std::uint16_t f32_to_f16(float v) { return f16::round(v); }
 
 std::size_t dtype_bytes(const std::string& dtype) {
   if (dtype == "F32") return 4;

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "autodiff/backend.hpp"
+#include "autodiff/elementwise.hpp"
 #include "autodiff/loops.hpp"
 #include "optim/optimizer.hpp"
 
@@ -22,11 +23,6 @@ std::vector<double> chunk_sums(const T* x, std::int64_t n) {
     sums[c] = backend::lane_sum<double>(hi - lo, [&](std::int64_t i) { return double(x[lo + i]) * double(x[lo + i]); });
   });
   return partial.to_host_f64();
-}
-
-template <class T>
-void scale(T* x, std::int64_t n, T factor) {
-  backend::for_each_element("scale_gradients", n, KOKKOS_LAMBDA(std::int64_t i) { x[i] *= factor; });
 }
 
 }  // namespace
@@ -52,8 +48,7 @@ void scale_gradients(const std::vector<Tensor>& params, double factor) {
   for (const auto& p : params) {
     const Tensor g = p.grad();
     if (!g.defined()) continue;
-    if (g.dtype() == DType::f32) scale(g.data<float>(), g.numel(), float(factor));
-    else scale(g.data<double>(), g.numel(), factor);
+    scale_inplace(g, factor);
   }
 }
 

@@ -205,5 +205,6 @@ void backward(const Problem& p, const T* q, const T* k, const T* v, const comput
 REMAT_FUSED_INSTANTIATE(float)
 REMAT_FUSED_INSTANTIATE(double)
 REMAT_FUSED_INSTANTIATE(bf16)
+REMAT_FUSED_INSTANTIATE(f16)
 
 }  // namespace remat::ops::fused

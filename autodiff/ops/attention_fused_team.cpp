@@ -308,5 +308,6 @@ void team_backward(const Problem& p, const T* q, const T* k, const T* v, const T
 REMAT_FUSED_TEAM_INSTANTIATE(float)
 REMAT_FUSED_TEAM_INSTANTIATE(double)
 REMAT_FUSED_TEAM_INSTANTIATE(bf16)
+REMAT_FUSED_TEAM_INSTANTIATE(f16)
 
 }  // namespace remat::ops::fused

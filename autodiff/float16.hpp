@@ -1,0 +1,75 @@
+#pragma once
+// float16 (IEEE 754 binary16: sign, 5 exponent bits, 10 mantissa bits;
+// subnormals down to 2^-24, largest finite 65504, infinities and NaN): the
+// 16-bit type of fp16 training. A storage type like bf16 (bfloat16.hpp):
+// kernels widen it to float (exact), compute in float and store the result
+// rounded to nearest even; a value beyond 65504 rounds to infinity, which is
+// what dynamic loss scaling (train/loss_scaler.hpp) watches for. The
+// conversion to float is explicit so that no kernel computes in 16 bits by
+// accident.
+#include <Kokkos_Core.hpp>
+#include <cstdint>
+#include <cstring>
+
+#include "autodiff/bfloat16.hpp"
+
+namespace remat {
+
+struct f16 {
+  std::uint16_t bits = 0;
+
+  f16() = default;
+  KOKKOS_INLINE_FUNCTION f16(float f) : bits(round(f)) {}  // NOLINT: stores from float are implicit
+  KOKKOS_INLINE_FUNCTION explicit operator float() const { return widen(bits); }
+  KOKKOS_INLINE_FUNCTION explicit operator double() const { return double(widen(bits)); }
+
+  KOKKOS_INLINE_FUNCTION static float widen(std::uint16_t h) {
+    const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
+    std::uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
+    if (exp == 0) {
+      if (mant == 0) return from_bits(sign);
+      exp = 113;  // a subnormal: normalise it
+      while (!(mant & 0x400u)) mant <<= 1, --exp;
+      return from_bits(sign | exp << 23 | (mant & 0x3ffu) << 13);
+    }
+    if (exp == 31) return from_bits(sign | 0x7f800000u | mant << 13);
+    return from_bits(sign | (exp + 112) << 23 | mant << 13);
+  }
+
+  // Round to nearest, ties to even; 65520 and beyond become infinity, NaN a
+  // quiet NaN, values below 2^-25 zero.
+  KOKKOS_INLINE_FUNCTION static std::uint16_t round(float f) {
+    std::uint32_t b;
+    std::memcpy(&b, &f, sizeof b);
+    const std::uint32_t sign = (b >> 16) & 0x8000u, ax = b & 0x7fffffffu;
+    if (ax >= 0x7f800000u) return std::uint16_t(sign | (ax > 0x7f800000u ? 0x7e00u : 0x7c00u));
+    if (ax >= 0x477ff000u) return std::uint16_t(sign | 0x7c00u);
+    if (ax < 0x38800000u) {  // below 2^-14: a subnormal
+      if (ax < 0x33000000u) return std::uint16_t(sign);
+      const std::uint32_t e = ax >> 23, m = (ax & 0x7fffffu) | 0x800000u, shift = 126 - e;
+      std::uint32_t r = m >> shift;
+      const std::uint32_t rest = m & ((1u << shift) - 1), half = 1u << (shift - 1);
+      if (rest > half || (rest == half && (r & 1u))) ++r;
+      return std::uint16_t(sign | r);
+    }
+    std::uint32_t h = (ax >> 13) - (112u << 10);
+    const std::uint32_t rest = ax & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1u))) ++h;
+    return std::uint16_t(sign | h);
+  }
+
+ private:
+  KOKKOS_INLINE_FUNCTION static float from_bits(std::uint32_t u) {
+    float f;
+    std::memcpy(&f, &u, sizeof f);
+    return f;
+  }
+};
+static_assert(sizeof(f16) == 2, "f16 is two bytes");
+
+template <> struct ComputeType<f16> { using type = float; };
+
+// Whether T is one of the 16-bit storage types (bf16, f16).
+template <class T> inline constexpr bool is_16bit = std::is_same_v<T, bf16> || std::is_same_v<T, f16>;
+
+}  // namespace remat
