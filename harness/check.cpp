@@ -121,6 +121,7 @@ CheckReport run_check(const Model& model, const ParamStore& params, const Batch&
       o.precision = options.precision;
       forward_backward(model, params, batch, o);
       row.reconstruction = strategy->reconstruction();
+      row.reconstruction_by_block = strategy->reconstruction_by_block();
       strategy->set_verify(false);
     }
     report.rows.push_back(std::move(row));

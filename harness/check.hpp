@@ -28,7 +28,8 @@ struct CheckRow {
   GradientComparison vs_full;
   std::optional<GradientComparison> vs_golden;
   MemoryPrediction predicted;  // activation bytes at the peak, device and offload pool
-  std::optional<ReconstructionError> reconstruction;  // reversible: rebuilt vs true block inputs
+  std::optional<ReconstructionError> reconstruction;  // reversible: rebuilt vs true block inputs, worst block
+  std::vector<ReconstructionError> reconstruction_by_block;  // and each block's, in forward order
   std::string trace;           // per-region trace, if asked
   bool oom = false;            // the step passed --mem-limit: nothing else in the row holds
 };

@@ -9,11 +9,13 @@ namespace remat {
 void Strategy::begin_step() {
   trace_.clear();
   reconstruction_.reset();
+  by_block_.clear();
   reset();
 }
 
 void Strategy::report_reconstruction(const ReconstructionError& e) {
   if (!reconstruction_ || e.max_rel > reconstruction_->max_rel) reconstruction_ = e;
+  by_block_.push_back(e);
 }
 
 namespace {

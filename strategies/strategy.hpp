@@ -9,6 +9,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "autodiff/region.hpp"
 #include "strategies/profile.hpp"
@@ -61,14 +62,18 @@ class Strategy : public BlockRunner {
   // The trace of the last step, when enabled (`remat check --trace`).
   Trace& trace() { return trace_; }
   // With verify on, a strategy that reconstructs tensors keeps the true ones
-  // too (costs memory: off when measuring) and reports the worst error.
+  // too (costs memory: off when measuring) and reports each block's error:
+  // the worst, and every block's in forward order.
   void set_verify(bool on) { verify_ = on; }
   const std::optional<ReconstructionError>& reconstruction() const { return reconstruction_; }
+  std::vector<ReconstructionError> reconstruction_by_block() const {
+    return {by_block_.rbegin(), by_block_.rend()};  // reported in backward's order
+  }
 
  protected:
   virtual void reset() {}
   bool verifying() const { return verify_; }
-  void report_reconstruction(const ReconstructionError& e);  // keeps the worst
+  void report_reconstruction(const ReconstructionError& e);  // one block's, in backward order
   // Runs `fn`, adding the ops it ran forward to `trace` (if tracing).
   Tensors run_traced(RegionTrace* trace, const std::function<Tensors()>& fn);
   RegionTrace* trace_region(const std::string& name) { return trace_.enabled ? &trace_.region(name) : nullptr; }
@@ -80,6 +85,7 @@ class Strategy : public BlockRunner {
   Trace trace_;
   bool verify_ = false;
   std::optional<ReconstructionError> reconstruction_;
+  std::vector<ReconstructionError> by_block_;
 };
 
 // The offload pool's live and peak bytes as the memory tracker counts them

@@ -169,12 +169,15 @@ int run_check_command(const CheckCommandOptions& o) {
       "pred MiB: predicted from one probe step (each block's saved bytes and working set) by the strategy's plan;\n"
       "ratio: act / full's; "
       "offl. MiB: offload-pool peak; recomp.: share of the step's GEMM FLOPs spent recomputing.\n");
-  for (const auto& r : report.rows)
-    if (r.reconstruction)
-      std::printf("%s: reconstruction of block inputs, worst block %s: max abs %.3e, max rel %.3e; gradients vs full: "
-                  "max rel %.3e (%s)\n",
-                  r.strategy.c_str(), r.reconstruction->block.c_str(), r.reconstruction->max_abs,
-                  r.reconstruction->max_rel, r.vs_full.max_rel, r.vs_full.worst.c_str());
+  for (const auto& r : report.rows) {
+    if (!r.reconstruction) continue;
+    std::printf("%s: reconstruction of block inputs, worst block %s: max abs %.3e, max rel %.3e; gradients vs full: "
+                "max rel %.3e (%s)\n",
+                r.strategy.c_str(), r.reconstruction->block.c_str(), r.reconstruction->max_abs,
+                r.reconstruction->max_rel, r.vs_full.max_rel, r.vs_full.worst.c_str());
+    for (const auto& b : r.reconstruction_by_block)  // each block's (rounding grows as backward goes down the stack)
+      std::printf("  block %-8s max abs %.3e, max rel %.3e\n", b.block.c_str(), b.max_abs, b.max_rel);
+  }
   for (const auto& r : report.rows)
     if (!r.trace.empty()) std::printf("\n== trace: %s ==\n%s", r.strategy.c_str(), r.trace.c_str());
   if (failures) std::fprintf(stderr, "remat check: %d exact strategies are not bitwise equal to full\n", failures);
