@@ -10,7 +10,7 @@ namespace remat {
 
 double DeviceModel::seconds_now() const {
   const stats::Work& w = stats::work();
-  const double peak = precision == Precision::bf16 ? device.half_flops : device.fp32_flops;
+  const double peak = precision != Precision::fp32 ? device.half_flops : device.fp32_flops;
   return w.flops / (peak * gemm_efficiency) +
          w.bytes * bytes_touched_per_byte_made / (device.memory_bandwidth * memory_efficiency);
 }

@@ -12,6 +12,7 @@
 #include "autodiff/stats.hpp"
 #include "autodiff/tape.hpp"
 #include "autodiff/transfer.hpp"
+#include "autodiff/elementwise.hpp"
 
 namespace remat {
 
@@ -41,9 +42,19 @@ void run_forward_backward(const Model& model, const ParamStore& params, const Ba
   // Backward needs only the total: the parts and statistics go now, not at its end.
   const Tensor loss = terms.total;
   terms = LossTerms{};
+  r.loss_scale = o.loss_scale > 0 ? o.loss_scale : default_loss_scale(o.precision);
   {
     MemoryPhase phase("backward");
-    backward(loss);
+    Tensor seed = Tensor::empty(loss.shape(), loss.dtype(), "grad_loss");
+    fill(seed, r.loss_scale);
+    backward(loss, seed);
+  }
+  if (r.loss_scale != 1 && !o.keep_scaled) {
+    // Unscaling an accumulated sum here would divide the earlier
+    // micro-batches' share again: a caller accumulating keeps it scaled.
+    if (!o.zero_grad) throw std::logic_error("run_step: unscaling gradients added to others (set keep_scaled)");
+    for (const auto& p : params.tensors())
+      if (const Tensor g = p.grad(); g.defined()) scale_inplace(g, 1.0 / r.loss_scale);
   }
 }
 

@@ -22,6 +22,13 @@ struct StepOptions {
   ops::AttentionKernel attention = ops::AttentionKernel::fused;  // the kernel the step's attention ops use
   bool zero_grad = true;  // false: add to the gradients already there (accumulating micro-batches)
   Precision precision = Precision::fp32;  // what the step computes in (docs/precision.md)
+  // Backward starts from d(loss)/d(loss) = loss_scale (0: the precision's
+  // default_loss_scale, 2^16 at fp16), so that 16-bit gradients do not
+  // underflow. The gradients are divided by it again at the end of the step
+  // unless keep_scaled (a trainer unscales its accumulated sum once, and
+  // checks it for overflow first).
+  double loss_scale = 0;
+  bool keep_scaled = false;
 };
 
 struct TimelinePoint {
@@ -48,6 +55,7 @@ struct StepResult {
   double offload_copy_seconds = 0;   // the offload copies' own time (on the copy stream on a device)
   double offload_wait_seconds = 0;   // the step's time spent issuing and waiting for them
   std::int64_t weight_copy_bytes = 0;  // the 16-bit copies of the weights (0 at fp32)
+  double loss_scale = 1;               // what backward was seeded with
   double flops = 0, recompute_flops = 0;            // GEMM FLOPs
   std::map<std::string, std::int64_t> forward_ops;  // op -> forward runs
   std::vector<TimelinePoint> timeline;               // if asked

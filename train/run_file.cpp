@@ -42,6 +42,7 @@ std::vector<std::pair<std::string, std::string>> settings(const TrainConfig& c) 
   std::vector<std::pair<std::string, std::string>> all = {{"strategy", c.strategy},
           {"attention", ops::attention_kernel_name(c.attention)},
           {"precision", precision_name(c.precision)},
+          {"loss_scale_init", num(c.loss_scale)},
           {"data", c.data},
           {"seed", std::to_string(c.seed)},
           {"dropout", num(c.setup.sizes.dropout)},
@@ -109,6 +110,7 @@ TrainConfig read_config(const h5::File& f, const ModelSetup& setup) {
   c.attention = ops::parse_attention_kernel(text_attr(f, "attention"));
   // Run files from before mixed precision ran at fp32.
   if (const auto precision = h5::read_attr_string(f, "train.precision")) c.precision = parse_precision(*precision);
+  if (h5::read_attr_string(f, "train.loss_scale_init")) c.loss_scale = number(f, "loss_scale_init");
   c.data = text_attr(f, "data");
   const std::string seed = text_attr(f, "seed");
   char* end = nullptr;
@@ -180,11 +182,24 @@ TrainState read_state(const h5::File& f, const TrainConfig& c) {
   const auto predicted = h5::exists(f, "/history/predicted_comm_bytes")
                              ? history<std::int64_t>(f, "predicted_comm_bytes", n)
                              : std::vector<std::int64_t>(n, 0);
+  // Files before fp16 ran unscaled and skipped nothing.
+  const auto loss_scale = h5::exists(f, "/history/loss_scale") ? history<double>(f, "loss_scale", n)
+                                                               : std::vector<double>(n, 1.0);
+  const auto skipped = h5::exists(f, "/history/skipped") ? history<std::int64_t>(f, "skipped", n)
+                                                         : std::vector<std::int64_t>(n, 0);
   for (std::size_t i = 0; i < n; ++i) {
     StepRecord r;
     r.loss = loss[i], r.lr = lr[i], r.grad_norm = norm[i], r.seconds = seconds[i], r.activation_peak = peak[i];
     r.comm_bytes = comm_bytes[i], r.comm_seconds = comm_seconds[i], r.predicted_comm_bytes = predicted[i];
+    r.loss_scale = loss_scale[i], r.skipped = skipped[i] != 0;
     s.history.push_back(std::move(r));
+  }
+  if (h5::read_attr_string(f, "train.loss_scale")) {
+    s.scaler.scale = number(f, "loss_scale");
+    s.scaler.good_steps = whole(f, "loss_scale_good_steps");
+    if (!(s.scaler.scale > 0) || s.scaler.good_steps >= LossScaler::kGrowthInterval)
+      throw UserError(f.path() + ": 'train.loss_scale' = " + text_attr(f, "loss_scale") + " after " +
+                      text_attr(f, "loss_scale_good_steps") + " good steps is not a loss scaler's state");
   }
   // The model's loss parts (/history/loss_parts/<name> [n]) and statistics
   // (/history/stats/<name> [n, ...]), where it has them.
@@ -233,6 +248,12 @@ void write_run_file(const std::string& path, const TrainConfig& config, const Tr
   h5::write_attr(f, "train.done", std::to_string(state.step));
   h5::write_attr(f, "train.data_position", std::to_string(state.data_position));
   h5::write_attr(f, "train.optimizer_steps", std::to_string(optimizer.steps));
+  // fp16's loss scaler, for the next step (written at every precision: the
+  // file says what a resumed run starts from).
+  char scale[40];
+  std::snprintf(scale, sizeof scale, "%.17g", state.scaler.scale);
+  h5::write_attr(f, "train.loss_scale", std::string(scale));
+  h5::write_attr(f, "train.loss_scale_good_steps", std::to_string(state.scaler.good_steps));
   for (const auto& [name, bytes] : memory_fields(state.memory)) h5::write_attr(f, "rank_memory." + name, *bytes);
   write_params(f, params);  // with --lora, the adapters too: the run is also an adapter file
   if (config.lora.any()) write_lora_setting(f, config.lora);
@@ -241,8 +262,8 @@ void write_run_file(const std::string& path, const TrainConfig& config, const Tr
       if (buffers[i].defined())
         h5::write(f, "/optimizer/" + name + "/" + params.names()[i], buffers[i].to_host_f32(), buffers[i].shape());
   }
-  std::vector<double> loss, lr, norm, seconds, comm_seconds;
-  std::vector<std::int64_t> peak, eval_step, comm_bytes, predicted_comm;
+  std::vector<double> loss, lr, norm, seconds, comm_seconds, loss_scale;
+  std::vector<std::int64_t> peak, eval_step, comm_bytes, predicted_comm, skipped;
   std::vector<double> eval_loss;
   for (const auto& r : state.history) {
     loss.push_back(r.loss);
@@ -253,6 +274,8 @@ void write_run_file(const std::string& path, const TrainConfig& config, const Tr
     comm_bytes.push_back(r.comm_bytes);
     comm_seconds.push_back(r.comm_seconds);
     predicted_comm.push_back(r.predicted_comm_bytes);
+    loss_scale.push_back(r.loss_scale);
+    skipped.push_back(r.skipped ? 1 : 0);
   }
   for (const auto& e : state.evals) {
     eval_step.push_back(e.step);
@@ -267,6 +290,8 @@ void write_run_file(const std::string& path, const TrainConfig& config, const Tr
   h5::write(f, "/history/comm_bytes", comm_bytes, n);
   h5::write(f, "/history/comm_seconds", comm_seconds, n);
   h5::write(f, "/history/predicted_comm_bytes", predicted_comm, n);
+  h5::write(f, "/history/loss_scale", loss_scale, n);
+  h5::write(f, "/history/skipped", skipped, n);
   h5::write(f, "/history/eval_step", eval_step, m);
   h5::write(f, "/history/eval_loss", eval_loss, m);
   if (!state.history.empty()) {

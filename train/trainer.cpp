@@ -27,6 +27,12 @@ void validate(const TrainConfig& c) {
   if (!(c.grad_clip >= 0) || !std::isfinite(c.grad_clip)) throw UserError("--grad-clip must be 0 (none) or positive");
   if (c.eval_every < 0 || c.eval_batches < 1) throw UserError("--eval-every must be >= 0 and --eval-batches >= 1");
   if (c.save_every < 0) throw UserError("--save-every must be >= 0");
+  int exponent = 0;
+  if (!(c.loss_scale > 0) || !std::isfinite(c.loss_scale) || std::frexp(c.loss_scale, &exponent) != 0.5)
+    throw UserError("--loss-scale must be a power of two (scaling by it is then exact), such as 65536");
+  if (c.loss_scale != kInitialLossScale && c.precision != Precision::fp16)
+    throw UserError("--loss-scale scales fp16's loss; at " + std::string(precision_name(c.precision)) +
+                    " gradients do not underflow and nothing is scaled");
   if (c.save_every > 0 && c.out.empty()) throw UserError("--save-every needs --out, the run file to save to");
   if (c.shard_params) {
     if (comm::size() < 2)
@@ -78,6 +84,7 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
   model_ = models().find(config_.setup.model).make(z);
   params_ = std::make_unique<ParamStore>(model_->params(), DType::f32);
   if (!resume) initialize(*params_, config_.seed, z.L);
+  if (!resume) state_.scaler.scale = config_.loss_scale;
   if (!resume && !config_.init.empty()) {  // the checkpoint's weights (its model and sizes are this run's)
     const LoadedWeights w = load_weights(config_.init, /*force=*/true, /*skip_adapters=*/true);
     if (w.params->names() != params_->names())
@@ -189,12 +196,17 @@ const StepRecord& Trainer::step() {
   GradientReduction& reduce = *reduction_;
   const int N = reduce.ranks(), M = reduce.micro_batches();
   StepRecord r;
+  const bool scaling = config_.precision == Precision::fp16;
+  const double loss_scale = scaling ? state_.scaler.scale : 1.0;
+  r.loss_scale = loss_scale;
   for (int k = 0; k < reduce.accumulate(); ++k) {
     const std::uint64_t m = reduce.micro_batch(k);
     if (N > 1) data_->seek(state_.data_position + m);
     StepOptions o{strategy_.get(), config_.seed, std::uint64_t(state_.step) * std::uint64_t(M) + m};
     o.attention = config_.attention;
     o.precision = config_.precision;
+    o.loss_scale = loss_scale;
+    o.keep_scaled = true;  // unscaled once, summed over micro-batches and ranks, below
     o.zero_grad = reduce.zero_grad();
     reduce.begin(k);
     const StepResult s = run_step(*model_, *params_, data_->next(), o);
@@ -207,12 +219,12 @@ const StepRecord& Trainer::step() {
   if (N > 1) sum_parts_over_ranks(r);
   for (auto& part : r.loss_parts) part.second /= M;
   const std::vector<Tensor>& trained = reduce.trained();
-  if (M > 1) {
-    scale_gradients(trained, 1.0 / M);
-    r.loss /= M;
-  }
-  r.grad_norm = reduce.gradient_norm();
-  if (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm)) {
+  if (M > 1 || loss_scale != 1) scale_gradients(trained, 1.0 / (M * loss_scale));  // the mean, unscaled
+  r.loss /= M;
+  r.grad_norm = reduce.gradient_norm();  // the same on every rank: an overflow anywhere skips everywhere
+  r.skipped = scaling && std::isfinite(r.loss) && !std::isfinite(r.grad_norm);
+  if (scaling) state_.scaler.update(r.skipped);
+  if (!r.skipped && (!std::isfinite(r.loss) || !std::isfinite(r.grad_norm))) {
     try {
       require_finite_result(r.loss, *params_);
     } catch (const UserError& e) {
@@ -220,10 +232,10 @@ const StepRecord& Trainer::step() {
                       (config_.out.empty() ? std::string() : ", " + config_.out + " keeps the last checkpoint"));
     }
   }
-  if (config_.grad_clip > 0 && r.grad_norm > config_.grad_clip)
+  if (config_.grad_clip > 0 && r.grad_norm > config_.grad_clip && !r.skipped)
     scale_gradients(trained, config_.grad_clip / (r.grad_norm + 1e-6));
   r.lr = schedule_.at(state_.step);
-  optimizer_->step(r.lr);
+  if (!r.skipped) optimizer_->step(r.lr);  // skipped: weights and optimizer state (its step count too) stay
   backend::fence_compute();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   const comm::Stats comm1 = comm::stats();

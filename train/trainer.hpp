@@ -17,6 +17,7 @@
 #include "optim/optimizer.hpp"
 #include "optim/schedule.hpp"
 #include "step/step.hpp"
+#include "train/loss_scaler.hpp"
 #include "train/reduction.hpp"
 
 namespace remat {
@@ -26,6 +27,7 @@ struct TrainConfig {
   std::string strategy = "full";
   ops::AttentionKernel attention = ops::AttentionKernel::fused;
   Precision precision = Precision::fp32;
+  double loss_scale = kInitialLossScale;  // fp16: the dynamic loss scale's first value (a power of two)
   std::string data = "random";
   std::uint64_t seed = 1;
   std::string init;  // start from these weights (a weight file or checkpoint; "": initialised from the seed)
@@ -55,6 +57,8 @@ struct StepRecord {
   std::int64_t comm_bytes = 0;  // sent + received by this rank (data parallel)
   double comm_seconds = 0;      // spent in those exchanges
   std::int64_t predicted_comm_bytes = 0;  // what the schedule says comm_bytes must be
+  double loss_scale = 1;  // the step's loss scale (fp16: the scaler's; 1 otherwise)
+  bool skipped = false;   // fp16: the gradients overflowed, so the update was not applied
 };
 
 struct EvalRecord {
@@ -68,6 +72,7 @@ struct TrainState {
   std::vector<EvalRecord> evals;
   std::uint64_t data_position = 0;  // training batches read
   RankMemory memory;  // at the last step
+  LossScaler scaler;  // fp16's dynamic loss scale, for the next step
 };
 
 struct TrainResult {
@@ -102,6 +107,8 @@ class Trainer {
   // validation loss and checkpoint when they are due. UserError for a
   // non-finite loss or gradient (naming the step and the first non-finite
   // gradient; the last checkpoint stays as it was), or a write that fails.
+  // At fp16 a non-finite gradient under a finite loss is an overflow of the
+  // loss scale instead: the update is skipped and the scale halved.
   const StepRecord& step();
   // Whether the last step wrote a checkpoint.
   bool saved() const { return saved_; }

@@ -21,15 +21,30 @@ ParamStore::ParamStore(const std::vector<ParamSpec>& specs, DType dtype) : specs
   }
 }
 
-const char* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" : "fp32"; }
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::bf16: return "bf16";
+    case Precision::fp16: return "fp16";
+    default: return "fp32";
+  }
+}
 
 Precision parse_precision(const std::string& name) {
   if (name == "fp32") return Precision::fp32;
   if (name == "bf16") return Precision::bf16;
-  throw UserError("unknown precision '" + name + "' (fp32, bf16)");
+  if (name == "fp16") return Precision::fp16;
+  throw UserError("unknown precision '" + name + "' (fp32, bf16, fp16)");
 }
 
-DType compute_dtype(Precision p, DType params) { return p == Precision::bf16 ? DType::bf16 : params; }
+DType compute_dtype(Precision p, DType params) {
+  switch (p) {
+    case Precision::bf16: return DType::bf16;
+    case Precision::fp16: return DType::f16;
+    default: return params;
+  }
+}
+
+double default_loss_scale(Precision p) { return p == Precision::fp16 ? kInitialLossScale : 1.0; }
 
 namespace {
 constexpr const char* kCopyLabel = "weights_16bit";

@@ -23,13 +23,20 @@ enum class Init {
 
 // The precision a step computes in (docs/precision.md). fp32: the
 // parameters' own element type (float32; float64 in the finite-difference
-// tests). bf16: activations and a per-step bfloat16 copy of the weights,
-// with float32 master weights, gradients and optimizer state.
-enum class Precision { fp32, bf16 };
+// tests). bf16, fp16: activations and a per-step 16-bit copy of the weights,
+// with float32 master weights, gradients and optimizer state; fp16's narrow
+// range needs the loss scaled (its gradients would underflow).
+enum class Precision { fp32, bf16, fp16 };
 const char* precision_name(Precision p);
 Precision parse_precision(const std::string& name);  // UserError naming the choices if unknown
 // The element type a step at precision p computes in, for parameters of type `params`.
 DType compute_dtype(Precision p, DType params);
+// The loss scale a step at precision p seeds backward with when nothing else
+// says (a check, a timing, a plan's probe): PyTorch GradScaler's initial
+// 2^16 at fp16, so its gradients do not underflow; 1 otherwise. Training
+// adjusts it step by step (train/loss_scaler.hpp).
+inline constexpr double kInitialLossScale = 65536.0;
+double default_loss_scale(Precision p);
 
 struct ParamSpec {
   std::string name;

@@ -45,7 +45,8 @@ void run_grads(const GradsOptions& o) {
     w.batch = random_batch(z.B, z.S, z.V, o.seed);
   }
   auto strategy = make_strategy(specs[0]);
-  // At bf16 the gradients written are the float32 masters' (docs/precision.md).
+  // At 16 bits the gradients written are the float32 masters' (docs/precision.md),
+  // unscaled at fp16.
   PrecisionScope precision(*w.params, parse_precision(o.precision));
   prepare_strategy(*strategy, *w.model, *w.params, *w.batch, kernel, o.seed);
   StepOptions step{strategy.get(), o.seed, 0};

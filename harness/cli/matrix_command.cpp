@@ -217,10 +217,10 @@ void setup_matrix(CLI::App& app) {
       ->capture_default_str();
   add_attention_option(*cmd, o->matrix.attention);
   cmd->add_option("--precisions", o->matrix.precisions,
-                  "Precisions to run each cell at, compared each with full at the same precision: fp32, bf16 "
-                  "(comma-separated: an axis of the matrix; docs/precision.md)")
+                  "Precisions to run each cell at, compared each with full at the same precision: fp32, bf16, "
+                  "fp16 (comma-separated: an axis of the matrix; docs/precision.md)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
   add_seed_option(*cmd, o->matrix.seed, "Seed of weights, batch and dropout");
   cmd->add_option("--out", o->matrix.out, "HDF5 results file (appended to)")->capture_default_str();

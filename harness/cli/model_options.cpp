@@ -38,9 +38,10 @@ void ModelOptions::bind(CLI::App& cmd) {
 
 void add_precision_option(CLI::App& cmd, std::string& precision) {
   cmd.add_option("--precision", precision,
-                 "What a step computes in: fp32, or bf16 (activations and a per-step copy of the weights in "
-                 "bfloat16; float32 master weights, gradients, optimizer state and statistics: docs/precision.md)")
-      ->check(CLI::IsMember({"fp32", "bf16"}))
+                 "What a step computes in: fp32, bf16 or fp16 (activations and a per-step copy of the weights in "
+                 "16 bits; float32 master weights, gradients, optimizer state and statistics; fp16 scales the "
+                 "loss: docs/precision.md)")
+      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
 }
 

@@ -46,7 +46,7 @@ struct ModelOptions {
 
 // --attention fused|plain.
 void add_attention_option(CLI::App& cmd, std::string& kernel);
-// --precision fp32|bf16.
+// --precision fp32|bf16|fp16.
 void add_precision_option(CLI::App& cmd, std::string& precision);
 // --router-aux A: the weight of a mixture of experts' load-balancing loss.
 void add_router_aux_option(CLI::App& cmd, double& weight);

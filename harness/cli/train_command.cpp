@@ -34,6 +34,7 @@ struct TrainOptions {
 };
 
 // "step 120/300  loss 2.3456  val 2.4012  lr 8.1e-04  5210 tok/s  ETA 1m10s"
+// (fp16 adds "  scale 65536", and "  skipped (overflow)" on a skipped step)
 std::string progress_line(const TrainConfig& c, const TrainState& s, double since_start, int first_step) {
   const StepRecord& r = s.history.back();
   const double tokens = double(c.setup.sizes.B) * c.setup.sizes.S * c.accumulate * comm::size();
@@ -43,7 +44,12 @@ std::string progress_line(const TrainConfig& c, const TrainState& s, double sinc
   std::snprintf(buf, sizeof buf, "step %d/%d  loss %.4f%s  lr %.2e  %.0f tok/s  ETA %s", s.step, c.steps, r.loss,
                 s.evals.empty() ? "" : ("  val " + fixed(s.evals.back().loss, 4)).c_str(), r.lr,
                 tokens / r.seconds, duration(per_step * (c.steps - s.step)).c_str());
-  return buf;
+  std::string line = buf;
+  if (c.precision == Precision::fp16) {
+    std::snprintf(buf, sizeof buf, "  scale %g%s", r.loss_scale, r.skipped ? "  skipped (overflow)" : "");
+    line += buf;
+  }
+  return line;
 }
 
 void run_train(TrainOptions& o) {
@@ -142,6 +148,11 @@ void run_train(TrainOptions& o) {
   std::printf("done: %d steps, final loss %.4f", s.step, s.history.back().loss);
   if (!s.evals.empty()) std::printf(", validation loss %.4f", s.evals.back().loss);
   std::printf(", median step %.3f s\n", median(times));
+  if (c.precision == Precision::fp16) {
+    int skipped = 0;
+    for (const auto& r : s.history) skipped += r.skipped ? 1 : 0;
+    std::printf("fp16 loss scale: %g now, %d of %d steps skipped on overflow\n", s.scaler.scale, skipped, s.step);
+  }
   if (comm::size() > 1) {
     const StepRecord& last = s.history.back();
     std::printf("communication per step and rank: %.2f MiB (predicted %.2f MiB), %.3f s\n", mib(last.comm_bytes),
@@ -188,6 +199,10 @@ void setup_train(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--momentum", c.optimizer.momentum, "SGD momentum")->capture_default_str();
   cmd->add_option("--grad-clip", c.grad_clip, "Clip the global gradient norm to this (0: no clipping)")->capture_default_str();
+  cmd->add_option("--loss-scale", c.loss_scale,
+                  "fp16: the dynamic loss scale's first value, a power of two (halved and the step skipped on an "
+                  "overflow, doubled after 2000 steps without one)")
+      ->capture_default_str();
   cmd->add_option("--accumulate", c.accumulate, "Micro-batches of B per step (gradient accumulation)")
       ->check(whole_number(1, 65536))
       ->capture_default_str();

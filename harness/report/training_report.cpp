@@ -53,8 +53,8 @@ std::string run_label(const std::string& path, const TrainConfig& c) {
 std::string training_summary(const std::vector<std::string>& run_files) {
   std::ostringstream o;
   o << "\n## training runs\n\n| run | model | strategy | steps | final loss | loss parts | best validation | median step s | "
-       "tokens/s | activation MiB | ranks | memory/rank MiB | comm MiB/step (predicted) |\n"
-       "|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
+       "tokens/s | activation MiB | ranks | memory/rank MiB | comm MiB/step (predicted) | precision |\n"
+       "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|\n";
   for (const auto& path : run_files) {
     const SavedRun run = read_run_record(path);
     const TrainConfig& c = run.config;
@@ -70,16 +70,22 @@ std::string training_summary(const std::vector<std::string>& run_files) {
         std::snprintf(part, sizeof part, "%s%s %.4f", parts.empty() ? "" : ", ", name.c_str(), value);
         parts += part;
       }
+    std::string precision = precision_name(c.precision);  // fp16: and the steps its loss scale skipped
+    if (c.precision == Precision::fp16) {
+      int skipped = 0;
+      for (const auto& r : s.history) skipped += r.skipped ? 1 : 0;
+      precision += " (" + std::to_string(skipped) + " skipped)";
+    }
     char buf[768];
     std::snprintf(buf, sizeof buf,
-                  "| %s | %s L%d D%d S%d B%d | %s | %d/%d | %s | %s | %s | %.3f | %.0f | %.1f | %d%s | %.1f | %.2f (%.2f) |\n",
+                  "| %s | %s L%d D%d S%d B%d | %s | %d/%d | %s | %s | %s | %.3f | %.0f | %.1f | %d%s | %.1f | %.2f (%.2f) | %s |\n",
                   path.c_str(), c.setup.model.c_str(), c.setup.sizes.L, c.setup.sizes.D, c.setup.sizes.S,
                   c.setup.sizes.B, c.strategy.c_str(), s.step, c.steps,
                   s.history.empty() ? "-" : fixed(s.history.back().loss, 4).c_str(),
                   parts.empty() ? "-" : parts.c_str(),
                   s.evals.empty() ? "-" : fixed(best, 4).c_str(), t,
                   t > 0 ? double(c.setup.sizes.B) * c.setup.sizes.S * c.accumulate / t : 0.0, f.activation_mb,
-                  c.ranks, c.shard_params ? " sharded" : "", f.memory_mb, f.comm_mb, f.predicted_comm_mb);
+                  c.ranks, c.shard_params ? " sharded" : "", f.memory_mb, f.comm_mb, f.predicted_comm_mb, precision.c_str());
     o << buf;
   }
   return o.str();

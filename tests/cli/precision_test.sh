@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
-# --precision as a user meets it: a bf16 training on real text ends near the
-# fp32 one; every model's strategies are bitwise full at bf16; a matrix
-# records both precisions and the report reads them; a run file resumes only
+# --precision as a user meets it: bf16 and fp16 trainings on real text end
+# near the fp32 one; fp16's dynamic loss scale backs off and skips the step
+# on an overflow, and a run killed mid-way resumes bitwise, scale included;
+# every model's strategies are bitwise full at bf16 and fp16; a matrix
+# records the precisions and the report reads them; a run file resumes only
 # at its own precision; bad precisions are refused in one line.
 #   precision_test.sh path/to/remat
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 remat=$1
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+trap 'kill -9 $(jobs -p) 2>/dev/null; rm -rf "$work"' EXIT
 cd "$work"
 
 # Real text: Debian's copy of the GPL (base-files).
@@ -24,12 +26,61 @@ a=$(last_eval fp32.h5) b=$(last_eval bf16.h5)
 echo "eval loss after 300 steps: fp32 $a, bf16 $b"
 "${PYTHON:-python3}" -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(b - a) > 0.02 * a)" "$a" "$b" ||
   fail "bf16's eval loss $b is more than 2% from fp32's $a"
+"$remat" "${run[@]}" --precision fp16 --save-every 50 --out fp16.h5 >fp16.txt 2>&1 ||
+  fail "the fp16 run failed: $(tail -3 fp16.txt)"
+c=$(last_eval fp16.h5)
+echo "eval loss after 300 steps: fp16 $c"
+"${PYTHON:-python3}" -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(b - a) > 0.02 * a)" "$a" "$c" ||
+  fail "fp16's eval loss $c is more than 2% from fp32's $a"
+grep -q "^fp16 loss scale: [0-9]* now, [0-9]* of 300 steps skipped on overflow$" fp16.txt ||
+  fail "the fp16 run does not report its loss scale: $(tail -3 fp16.txt)"
 h5dump -a /train.precision bf16.h5 | grep -q '"bf16"' || fail "the run file does not record its precision"
+
+# fp16 killed (kill -9) once it has a checkpoint, and resumed: bitwise the
+# uninterrupted run, its loss scale and skipped steps included.
+"$remat" "${run[@]}" --precision fp16 --save-every 50 --out cut.h5 >cut.txt 2>&1 &
+pid=$!
+for _ in $(seq 600); do  # up to 60 s for the first checkpoint
+  [ -e cut.h5 ] && break
+  sleep 0.1
+done
+kill -9 $pid 2>/dev/null && echo "killed the fp16 run after its first checkpoint" ||
+  fail "the fp16 run finished before it could be interrupted"
+wait $pid 2>/dev/null
+expect_ok "resume the killed fp16 run" "$remat" "${run[@]}" --precision fp16 --save-every 50 --out cut.h5 --resume
+for o in /history/loss /history/loss_scale /history/skipped /history/grad_norm /history/eval_loss /params /optimizer; do
+  h5diff -q fp16.h5 cut.h5 "$o" "$o" >/dev/null 2>&1 || fail "the resumed fp16 run differs in $o"
+done
+for a in train.loss_scale train.loss_scale_good_steps; do
+  [ "$(h5dump -a "/$a" fp16.h5 | grep '(0)')" = "$(h5dump -a "/$a" cut.h5 | grep '(0)')" ] ||
+    fail "the resumed fp16 run ends with another $a"
+done
+
+# An overflowing scale: each overflow skips the step (weights and optimizer
+# untouched) and halves the scale, until the gradients fit.
+expect_ok "fp16 from a scale of 2^40" "$remat" train --preset tiny --precision fp16 --loss-scale 1099511627776 \
+  --steps 30 --out over.h5
+"${PYTHON:-python3}" - <<'PY' || fail "the fp16 scaler did not back off as GradScaler does"
+import h5py, sys
+f = h5py.File("over.h5", "r")
+scale, skipped = list(f["/history/loss_scale"]), list(f["/history/skipped"])
+ok = scale[0] == 2.0 ** 40 and skipped[0] == 1 and 0 < sum(skipped) < 30
+for i in range(29):  # the next step's scale: halved after an overflow, else the same (2000 steps to grow)
+    ok = ok and scale[i + 1] == scale[i] * (0.5 if skipped[i] else 1.0)
+ok = ok and int(f.attrs["train.optimizer_steps"]) == 30 - sum(skipped)  # skipped steps left AdamW alone
+print("scales", scale[0], "->", scale[-1], "skipped", sum(skipped))
+sys.exit(0 if ok else 1)
+PY
+"$remat" report over.h5 fp16.h5 bf16.h5 >report.md 2>err.txt || fail "report of the fp16 runs: $(cat err.txt)"
+grep -q "^| over.h5 | .* | fp16 ([1-9][0-9]* skipped) |$" report.md && grep -q "^| bf16.h5 | .* | bf16 |$" report.md ||
+  fail "the report does not show each run's precision and skipped steps: $(cat report.md)"
 expect_error "was trained with precision bf16, this run asks for fp32" "$remat" "${run[@]}" --out bf16.h5 --resume
 
-# Every strategy bitwise full at bf16, on every model (check exits 1 otherwise).
+# Every strategy bitwise full at bf16 and fp16, on every model (check exits 1 otherwise).
 for model in gpt2 llama bert revformer parallel mixtral encdec; do
-  expect_ok "check $model at bf16" "$remat" check --model "$model" --precision bf16
+  for precision in bf16 fp16; do
+    expect_ok "check $model at $precision" "$remat" check --model "$model" --precision $precision
+  done
 done
 
 # A matrix over both precisions: four runs, each named by its precision, read by the report.
@@ -45,6 +96,8 @@ grep -q "^| full | L2 S16 B2 | [0-9.]* | 1.00x | .* | fp32 |$" report.md || fail
 grep -q "^| full | L2 S16 B2 | [0-9.]* | 1.00x | .* | bf16 |$" report.md || fail "bf16's full is not its own reference: $(cat report.md)"
 
 # Bad input: one line, exit 2.
-expect_error "--precision: fp8 not in {fp32,bf16}" "$remat" check --precision fp8
-expect_error "fp8 not in {fp32,bf16}" "$remat" matrix --precisions fp32,fp8 --out x.h5
+expect_error "--precision: fp8 not in {fp32,bf16,fp16}" "$remat" check --precision fp8
+expect_error "fp8 not in {fp32,bf16,fp16}" "$remat" matrix --precisions fp32,fp8 --out x.h5
+expect_error "--loss-scale must be a power of two" "$remat" train --preset tiny --precision fp16 --loss-scale 1000
+expect_error "at bf16 gradients do not underflow" "$remat" train --preset tiny --precision bf16 --loss-scale 1024
 finish precision
