@@ -78,6 +78,23 @@ assert dp.attrs["train.ranks"] == b"2" or dp.attrs["train.ranks"] == "2"
 PY
 expect_error "was trained with ranks 2" "$remat" "${train[@]}" --out dp.h5 --resume
 
+# fp16 on 2 ranks: the scaled gradients are summed over ranks and unscaled
+# once, so it is bitwise --accumulate 2 too; an overflow on either rank skips
+# the step on both (from 2^40 the first steps overflow), and the scale
+# follows the same sequence.
+fp16=("${train[@]}" --precision fp16 --loss-scale 1099511627776)
+"${mpi[@]}" "$remat" "${fp16[@]}" --out dp16.h5 >out.txt 2>err.txt || fail "mpirun train at fp16: $(cat err.txt)"
+"$remat" "${fp16[@]}" --accumulate 2 --out acc16.h5 >/dev/null 2>err.txt || fail "train at fp16 --accumulate 2: $(cat err.txt)"
+"$python" - dp16.h5 acc16.h5 <<'PY' || fail "2 ranks at fp16 did not train bitwise as --accumulate 2"
+import sys, h5py
+dp, acc = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+for h in ("loss", "loss_scale", "skipped"):
+    assert dp["history/" + h][:].tobytes() == acc["history/" + h][:].tobytes(), h
+assert dp["history/skipped"][0] == 1, "2^40 did not overflow"
+for name in acc["params"]:
+    assert dp["params"][name][:].tobytes() == acc["params"][name][:].tobytes(), name
+PY
+
 # mixtral: its loss parts (ce, aux) and tokens per expert are exchanged too,
 # and counted in the prediction; the history's parts are --accumulate 2's.
 moe=(train --model mixtral --preset tiny --steps 2 --strategy per-layer --lr 3e-3)
