@@ -1,6 +1,7 @@
 // A shape-only step (autodiff/shape_only.hpp) holds what a measured step
 // holds, to the byte, and counts the FLOPs it runs: every model, every
-// fixed strategy, at several depths and lengths, at fp32 and bf16.
+// fixed strategy, every precision, on tiny, small, deep at several depths
+// and long at several lengths.
 #include <catch2/catch.hpp>
 
 #include "autodiff/memory_tracker.hpp"
@@ -47,7 +48,7 @@ void require_same(const ModelSetup& setup, ops::AttentionKernel kernel = ops::At
   const ShapeOnlyRun shape = shape_only_run(setup, specs, kernel, "adamw", nullptr, precision);
   REQUIRE(shape.steps.size() == specs.size());
   CHECK(shape.state.weight_copy_bytes == real.front().weight_copy_bytes);
-  CHECK((shape.state.weight_copy_bytes > 0) == (precision == Precision::bf16));
+  CHECK((shape.state.weight_copy_bytes > 0) == (precision != Precision::fp32));
   for (std::size_t i = 0; i < specs.size(); ++i) {
     INFO(setup.model << " L" << setup.sizes.L << " S" << setup.sizes.S << " B" << setup.sizes.B << " "
                      << specs[i] << " " << ops::attention_kernel_name(kernel) << " " << precision_name(precision));
@@ -68,8 +69,14 @@ ModelSetup sized(const std::string& model, const std::string& preset, int L = 0,
 
 }  // namespace
 
+namespace {
+
+const Precision kPrecisions[] = {Precision::fp32, Precision::bf16, Precision::fp16};
+
+}  // namespace
+
 TEST_CASE("shape-only: every model and strategy holds the measured bytes on tiny", "[shape_only]") {
-  for (const auto precision : {Precision::fp32, Precision::bf16})
+  for (const auto precision : kPrecisions)
     for (const auto& model : models().names()) {
       require_same(sized(model, "tiny"), ops::AttentionKernel::fused, "all", precision);
       require_same(sized(model, "tiny"), ops::AttentionKernel::plain, "all", precision);
@@ -77,28 +84,25 @@ TEST_CASE("shape-only: every model and strategy holds the measured bytes on tiny
 }
 
 TEST_CASE("shape-only: the same at several depths and lengths", "[shape_only]") {
-  for (const std::string model : {"gpt2", "llama", "revformer", "encdec"})
+  for (const auto& model : models().names())
     for (int L : {4, 6})
-      for (int S : {8, 24}) {
-        require_same(sized(model, "tiny", L, S, 3));
-        require_same(sized(model, "tiny", L, S, 3), ops::AttentionKernel::fused, "all", Precision::bf16);
-      }
+      for (int S : {8, 24})
+        for (const auto precision : kPrecisions)
+          require_same(sized(model, "tiny", L, S, 3), ops::AttentionKernel::fused, "all", precision);
 }
 
+// At the presets' own widths: every model x every strategy x every
+// precision, each a real step.
 TEST_CASE("shape-only: the same on deep at several depths and long at several lengths", "[shape_only][small]") {
-  // Fewer strategies at these sizes (each a real step): one of each kind of machinery.
-  const std::string some = "full,sqrt,selective,offload-checkpoint";
-  for (const std::string model : {"gpt2", "llama"}) {
-    for (int L : {4, 16}) require_same(sized(model, "deep", L), ops::AttentionKernel::fused, some);
-    for (int S : {128, 768}) require_same(sized(model, "long", 0, S), ops::AttentionKernel::fused, some);
-  }
+  const std::string model = GENERATE(from_range(models().names()));
+  const auto precision = GENERATE(from_range(std::begin(kPrecisions), std::end(kPrecisions)));
+  for (int L : {2, 6}) require_same(sized(model, "deep", L), ops::AttentionKernel::fused, "all", precision);
+  for (int S : {128, 384}) require_same(sized(model, "long", 2, S), ops::AttentionKernel::fused, "all", precision);
 }
 
 TEST_CASE("shape-only: the same on small", "[shape_only][small]") {
-  for (const std::string model : {"gpt2", "llama"}) {
-    require_same(sized(model, "small", 4, 64, 2));
-    require_same(sized(model, "small", 4, 64, 2), ops::AttentionKernel::fused, "all", Precision::bf16);
-  }
+  const std::string model = GENERATE(from_range(models().names()));
+  for (const auto precision : kPrecisions) require_same(sized(model, "small", 4, 64, 2), ops::AttentionKernel::fused, "all", precision);
 }
 
 TEST_CASE("shape-only: parameters, gradients and optimizer state as allocated for real", "[shape_only]") {
