@@ -52,8 +52,18 @@ bool offload_copies() { return copies_override() < 0 ? !kHostMemory : copies_ove
 OffloadCopiesScope::OffloadCopiesScope(bool copies) : previous_(copies_override()) { copies_override() = copies ? 1 : 0; }
 OffloadCopiesScope::~OffloadCopiesScope() { copies_override() = previous_; }
 
-HostBuffer::HostBuffer(std::size_t bytes, const std::string& label)
-    : view_(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), bytes) {}
+HostBuffer::HostBuffer(std::size_t bytes, const std::string& label) : bytes_(bytes), label_(label) {
+  if (shape_only()) {  // rounded up to 8 bytes, as Kokkos reports a View's allocation
+    counted_ = (std::uint64_t(bytes) + 7) & ~std::uint64_t(7);
+    MemoryTracker::instance().on_allocate(MemoryTracker::default_pool(), this, counted_, label_);
+    return;
+  }
+  view_ = View(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), bytes);
+}
+
+HostBuffer::~HostBuffer() {
+  if (counted_) MemoryTracker::instance().on_deallocate(MemoryTracker::default_pool(), this, counted_, label_);
+}
 
 void start_copy(const HostBuffer& dst, const Tensor& src) {
   if (shape_only()) return;

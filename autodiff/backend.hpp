@@ -51,16 +51,24 @@ class OffloadCopiesScope {
 };
 
 // A buffer of the offload pool in host memory (pinned on a device), its
-// allocations labelled `label` (the tracker's pool for them).
+// allocations labelled `label` (the tracker's pool for them). Made in a
+// shape-only run it has no storage (a shape-only step may offload more than
+// any host holds): the tracker hears of its bytes as of a real one's.
 class HostBuffer {
  public:
   HostBuffer(std::size_t bytes, const std::string& label);
-  std::size_t bytes() const { return view_.extent(0); }
+  ~HostBuffer();
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  std::size_t bytes() const { return bytes_; }
   using View = Kokkos::View<unsigned char*, transfer::PinnedHostSpace>;
   const View& view() const { return view_; }
 
  private:
   View view_;
+  std::size_t bytes_;
+  std::string label_;
+  std::uint64_t counted_ = 0;  // shape-only: the bytes told to the tracker
 };
 // Copies started on the copy instance (transfer::copy_space()); wait with
 // fence_copies(). Wait for the default instance first (fence_compute()) when

@@ -4,6 +4,7 @@
 // and long at several lengths.
 #include <catch2/catch.hpp>
 
+#include "autodiff/backend.hpp"
 #include "autodiff/memory_tracker.hpp"
 #include "autodiff/shape_only.hpp"
 #include "datasets/batch.hpp"
@@ -13,6 +14,7 @@
 #include "step/probe.hpp"
 #include "step/step.hpp"
 #include "strategies/registry.hpp"
+#include "strategies/storage.hpp"
 #include "zoo/params.hpp"
 
 using namespace remat;
@@ -122,6 +124,26 @@ TEST_CASE("shape-only: parameters, gradients and optimizer state as allocated fo
     const auto optimizer = make_optimizer(OptimizerConfig{}, params.tensors());
     CHECK(shape.state.optimizer_bytes == tracker.stats(pool).live - at);
   }
+}
+
+TEST_CASE("shape-only: offloading with copies (a GPU build's path) holds the measured bytes, and no host memory",
+          "[shape_only][offload]") {
+  backend::OffloadCopiesScope copies(true);
+  for (const std::string model : {"gpt2", "llama", "encdec"})
+    for (const auto precision : kPrecisions)
+      require_same(sized(model, "tiny", 4), ops::AttentionKernel::fused,
+                   "offload,offload-checkpoint,sqrt+offload,selective+offload", precision);
+  auto& tracker = MemoryTracker::instance();
+  MemoryTracker::instance().pool_for_label(OffloadStorage::kLabel, OffloadStorage::kPool);
+  const auto before = tracker.stats(OffloadStorage::kPool).live;
+  {
+    ShapeOnlyScope scope;
+    const backend::HostBuffer huge(std::size_t(1) << 42, OffloadStorage::kLabel);  // 4 TiB, never allocated
+    CHECK(huge.view().data() == nullptr);
+    CHECK(huge.bytes() == (std::size_t(1) << 42));
+    CHECK(tracker.stats(OffloadStorage::kPool).live - before == (std::int64_t(1) << 42));
+  }
+  CHECK(tracker.stats(OffloadStorage::kPool).live == before);
 }
 
 TEST_CASE("shape-only: no storage, and the scope ends", "[shape_only]") {
