@@ -20,7 +20,7 @@ Batch shape_only_batch(const Sizes& z) {
 
 ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::string>& strategies,
                             ops::AttentionKernel kernel, const std::string& optimizer, const DeviceModel* device,
-                            Precision precision) {
+                            Precision precision, const ShapeOnlyExtras& extras) {
   ShapeOnlyScope shape_only;
   auto& tracker = MemoryTracker::instance();
   const std::string pool = MemoryTracker::default_pool();
@@ -29,7 +29,7 @@ ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::stri
   ShapeOnlyRun run;
   const std::int64_t before = live();
   const auto model = models().find(setup.model).make(setup.sizes);
-  const ParamStore params(model->params(), DType::f32);
+  ParamStore params(model->params(), DType::f32);
   run.state.parameter_count = params.count();
   run.state.parameter_bytes = live() - before;
   params.zero_grad();
@@ -45,11 +45,14 @@ ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::stri
     run.state.optimizer_bytes = live() - at;
   }  // the state goes: a step's activations are measured beside weights and gradients, as in check
 
+  const std::shared_ptr<void> installed = extras.install ? extras.install(params) : nullptr;
+  const bool zero_grad = !installed;
   const Batch batch = shape_only_batch(setup.sizes);
   // A warm-up step, as run_check makes: one-time allocations are no strategy's.
   auto full = make_strategy("full");
   StepOptions warm{full.get(), 1, 0, false, kernel};
   warm.precision = precision;
+  warm.zero_grad = zero_grad;
   run.state.weight_copy_bytes = run_step(*model, params, batch, warm).weight_copy_bytes;
   std::optional<SaveProfile> costs;  // the device model's, once, for every planned strategy
   for (const auto& spec : strategies) {
@@ -68,9 +71,13 @@ ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::stri
     const double t0 = device ? device->seconds_now() : 0;
     StepOptions o{strategy.get(), 1, 0, false, kernel};
     o.precision = precision;
-    const StepResult r = run_step(*model, params, batch, o);
+    o.zero_grad = zero_grad;
+    std::map<std::string, std::int64_t> base;
+    for (const auto& pool : extras.pools) base[pool] = tracker.stats(pool).live;
+    const StepResult r = run_step(*model, params, batch, o);  // (it resets the tracker's peaks first)
     const double seconds = device ? device->seconds_now() - t0 : 0;
-    run.steps.push_back({spec, r.activation_peak, r.offload_peak, r.flops, r.recompute_flops, seconds});
+    run.steps.push_back({spec, r.activation_peak, r.offload_peak, r.flops, r.recompute_flops, seconds, {}});
+    for (const auto& pool : extras.pools) run.steps.back().pool_peaks[pool] = tracker.stats(pool).peak - base[pool];
   }
   return run;
 }

@@ -6,6 +6,9 @@
 // on every size that runs here), and its FLOPs are the GEMMs the step would
 // run, recomputation included.
 #include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -21,6 +24,7 @@ struct ShapeOnlyStep {
   std::int64_t offload_peak = 0;     // the offload pool (host)
   double flops = 0, recompute_flops = 0;  // GEMM FLOPs of the step, and of them those recomputing
   double modelled_seconds = 0;            // the device model's price of the step (0: no device given)
+  std::map<std::string, std::int64_t> pool_peaks;  // ShapeOnlyExtras::pools: each one's peak minus its live before
 };
 
 // What does not depend on the strategy: the model's state.
@@ -39,6 +43,15 @@ struct ShapeOnlyRun {
 
 struct DeviceModel;
 
+// What a caller adds around the steps: hooks installed on the model's store
+// after the state is counted and before the warm-up step (data-parallel
+// sharding: train/param_shards.hpp), which then own the gradients (the
+// steps do not zero them), and the tracker pools to report a peak of.
+struct ShapeOnlyExtras {
+  std::function<std::shared_ptr<void>(ParamStore&)> install;  // null: nothing installed
+  std::vector<std::string> pools;
+};
+
 // A batch of B x S token ids with no values (inside a ShapeOnlyScope).
 Batch shape_only_batch(const Sizes& sizes);
 
@@ -47,6 +60,7 @@ Batch shape_only_batch(const Sizes& sizes);
 // model's (with no kernel there is nothing to time), and refused without one.
 ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::string>& strategies,
                             ops::AttentionKernel kernel, const std::string& optimizer = "adamw",
-                            const DeviceModel* device = nullptr, Precision precision = Precision::fp32);
+                            const DeviceModel* device = nullptr, Precision precision = Precision::fp32,
+                            const ShapeOnlyExtras& extras = {});
 
 }  // namespace remat

@@ -7,6 +7,7 @@
 #include "autodiff/backend.hpp"
 #include "autodiff/elementwise.hpp"
 #include "autodiff/memory_tracker.hpp"
+#include "autodiff/shape_only.hpp"
 #include "comm/comm.hpp"
 #include "core/error.hpp"
 #include "optim/optimizer.hpp"
@@ -18,23 +19,26 @@ void upload(const std::vector<float>& v, const Tensor& t) { backend::upload(t, v
 
 }  // namespace
 
-ParamShards::ParamShards(ParamStore& full) : full_(full) {
+ParamShards::ParamShards(ParamStore& full, int ranks) : full_(full) {
   MemoryTracker::instance().pool_for_label(kGatheredLabel, kGatheredPool);
   MemoryTracker::instance().pool_for_label(kReducingLabel, kReducingPool);
-  const int N = comm::size(), r = comm::rank();
+  const int N = ranks > 0 ? ranks : comm::size(), r = ranks > 0 ? 0 : comm::rank();
   const auto& ts = full.tensors();
+  shape_only_gathered_.resize(ts.size());
   for (std::size_t i = 0; i < ts.size(); ++i) {
     if (ts[i].dtype() != DType::f32) throw UserError("--shard-params: parameters must be float32");
     // 1/N of the values, rounded up to whole chunks of the gradient norm's
     // summation (so the sharded norm adds what the unsharded one adds).
     const std::int64_t n = ts[i].numel(), s = (n + N * kNormChunk - 1) / (N * kNormChunk) * kNormChunk;
     shard_size_.push_back(s);
-    const std::vector<float> all = ts[i].to_host_f32();
-    std::vector<float> mine(std::size_t(s), 0.0f);
-    for (std::int64_t j = 0; j < s && r * s + j < n; ++j) mine[std::size_t(j)] = all[std::size_t(r * s + j)];
     Tensor shard = full.trainable(i) ? Tensor::parameter({s}, DType::f32, full.names()[i])
                                      : Tensor::zeros({s}, DType::f32, full.names()[i]);
-    upload(mine, shard);
+    if (!shape_only()) {  // (no values to read in a shape-only run, and no host to hold a real model's)
+      const std::vector<float> all = ts[i].to_host_f32();
+      std::vector<float> mine(std::size_t(s), 0.0f);
+      for (std::int64_t j = 0; j < s && r * s + j < n; ++j) mine[std::size_t(j)] = all[std::size_t(r * s + j)];
+      upload(mine, shard);
+    }
     // Gradient shards are allocated once and kept, as ParamStore::zero_grad
     // keeps whole gradients: memory from before a step, not the step's.
     if (full.trainable(i))
@@ -87,6 +91,10 @@ void ParamShards::accessed(std::size_t i) {
 // runs the same schedule on each), so the collectives match.
 void ParamShards::gather(std::size_t i) {
   const Tensor& t = full_.tensors()[i];
+  if (shape_only()) {  // the bytes of the whole values, in the gathered pool, and no exchange
+    if (!shape_only_gathered_[i].defined()) shape_only_gathered_[i] = Tensor::empty(t.shape(), t.dtype(), kGatheredLabel);
+    return;
+  }
   if (t.resident()) return;
   const std::int64_t s = shard_size_[i];
   const std::vector<float> mine = shards_[i].to_host_f32();
@@ -99,12 +107,19 @@ void ParamShards::gather(std::size_t i) {
   upload(all, t);
 }
 
-void ParamShards::release(std::size_t i) { full_.tensors()[i].release(); }
+void ParamShards::release(std::size_t i) {
+  if (shape_only()) shape_only_gathered_[i] = Tensor();
+  else full_.tensors()[i].release();
+}
 
 void ParamShards::reduce_scatter(std::size_t i) {
   const Tensor& t = full_.tensors()[i];
   const Tensor g = t.grad();
   if (!g.defined()) return;  // frozen, or already reduced
+  if (shape_only()) {  // the whole gradient goes; the shard's sum has no values to add
+    t.slot()->grad.reset();
+    return;
+  }
   const int N = comm::size();
   const std::int64_t s = shard_size_[i];
   std::vector<float> parts = g.to_host_f32(), received(std::size_t(s) * std::size_t(N));

@@ -40,7 +40,12 @@ class ParamShards final : public BlockHooks {
 
   // Takes `full`'s values (the same on every rank) and keeps this rank's
   // shards; from now on `full` is gathered on use. Installs the hooks.
-  explicit ParamShards(ParamStore& full);
+  // Made in a shape-only run (remat estimate --shard-params), it shards for
+  // `ranks` ranks (0: comm::size()) and exchanges nothing: gathered values
+  // and whole gradients are allocated and freed exactly when a real run
+  // would, so the tracker's pools kGatheredPool and kReducingPool count what
+  // a rank of such a run holds.
+  explicit ParamShards(ParamStore& full, int ranks = 0);
   ~ParamShards() override;
   ParamShards(const ParamShards&) = delete;
   ParamShards& operator=(const ParamShards&) = delete;
@@ -91,6 +96,7 @@ class ParamShards final : public BlockHooks {
   std::vector<std::string> owner_;        // the block that uses it ("" outside blocks or in several)
   std::vector<bool> seen_;
   std::vector<std::string> block_order_;
+  std::vector<Tensor> shape_only_gathered_;  // shape-only: each gathered parameter's stand-in (undefined: released)
   std::map<std::string, std::vector<std::size_t>> members_;  // cache of owner_ by block
   bool first_micro_batch_ = true;
   bool in_backward_ = false;

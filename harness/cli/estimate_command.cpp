@@ -9,6 +9,8 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
+#include "autodiff/memory_tracker.hpp"
+#include "autodiff/shape_only.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "estimate/device_model.hpp"
@@ -19,8 +21,10 @@
 #include "h5/atomic_file.hpp"
 #include "harness/cli/validators.hpp"
 #include "harness/report/svg_chart.hpp"
+#include "optim/optimizer.hpp"
 #include "step/probe.hpp"
 #include "strategies/registry.hpp"
+#include "train/param_shards.hpp"
 #include "zoo/configs.hpp"
 
 namespace remat::cli {
@@ -37,14 +41,32 @@ struct EstimateOptions {
 
 double gib(std::int64_t bytes) { return double(bytes) / double(std::int64_t(1) << 30); }
 
-// Per rank: under --shard-params each rank keeps 1/n of every parameter (a
-// flat shard rounded up to whole chunks of 1024 values, as train/param_shards
-// does), and so 1/n of the gradients and optimizer state; plain data
-// parallelism keeps all of them on every rank.
-std::int64_t per_rank(std::int64_t bytes, std::int64_t values, int ranks, bool sharded) {
-  if (!sharded || ranks <= 1 || values == 0) return bytes;
-  const std::int64_t chunks = (values + 1023) / 1024, per = (chunks + ranks - 1) / ranks * 1024;
-  return bytes / values * per;
+// A right-aligned table cell, 13 wide and a space before it.
+std::string cell(const std::string& text) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, " %13s", text.c_str());
+  return buf;
+}
+
+// What one rank keeps under --shard-params, as training shards
+// (train/param_shards.hpp): 1/ranks of each parameter rounded up to whole
+// chunks of 1024 values, their gradients, and the optimizer's state over
+// them, counted by the tracker in a shape-only run. (Plain data parallelism
+// keeps all of them on every rank.)
+struct RankState {
+  std::int64_t parameters = 0, gradients = 0, optimizer = 0;
+};
+RankState sharded_state(const ModelSetup& setup, int ranks, const std::string& optimizer) {
+  ShapeOnlyScope shape_only;
+  const auto model = models().find(setup.model).make(setup.sizes);
+  ParamStore params(model->params(), DType::f32);
+  const ParamShards shards(params, ranks);
+  auto& tracker = MemoryTracker::instance();
+  const std::int64_t before = tracker.stats(MemoryTracker::default_pool()).live;
+  OptimizerConfig config;
+  config.kind = optimizer;
+  const auto state = make_optimizer(config, shards.shards());
+  return {shards.shard_bytes(), shards.gradient_bytes(), tracker.stats(MemoryTracker::default_pool()).live - before};
 }
 
 // Refuses sizes whose largest per-step tensors would overflow 64-bit byte
@@ -139,6 +161,24 @@ void run(const EstimateOptions& o) {
   DeviceModel device_model;
   device_model.device = device;
   device_model.precision = precision;
+  // Under --shard-params the shape-only run shards as training does
+  // (train/param_shards.hpp): what a rank gathers whole while a block runs,
+  // and the whole gradients awaiting their reduce-scatter, are counted by the
+  // tracker in pools of their own, at their peaks.
+  ShapeOnlyExtras extras;
+  if (o.shard_params) {
+    if (models().find(base.model).reversible)
+      throw UserError("--shard-params: " + base.model + "'s reversible blocks rebuild their inputs in backward, which "
+                      "sharded parameters do not support yet");
+    const int ranks = o.ranks;
+    extras.install = [ranks](ParamStore& p) { return std::shared_ptr<void>(std::make_shared<ParamShards>(p, ranks)); };
+    extras.pools = {ParamShards::kGatheredPool, ParamShards::kReducingPool};
+  }
+  const RankState rank_state = o.shard_params ? sharded_state(base, o.ranks, o.optimizer) : RankState{};
+  const auto pool_peak = [](const ShapeOnlyStep& step, const char* pool) {
+    const auto it = step.pool_peaks.find(pool);
+    return it == step.pool_peaks.end() ? std::int64_t(0) : it->second;
+  };
 
   nlohmann::json rows = nlohmann::json::array();
   Curves curves;
@@ -157,16 +197,18 @@ void run(const EstimateOptions& o) {
   for (const ModelSetup& setup : grid) {
       const int s = setup.sizes.S, b = setup.sizes.B;
       const ShapeOnlyRun run =
-          shape_only_run(setup, specs, kernel, o.optimizer, rates ? &device_model : nullptr, precision);
+          shape_only_run(setup, specs, kernel, o.optimizer, rates ? &device_model : nullptr, precision, extras);
       const ShapeOnlyState& st = run.state;
-      const std::int64_t params = per_rank(st.parameter_bytes, st.parameter_count, o.ranks, o.shard_params),
-                         grads = per_rank(st.gradient_bytes, st.parameter_count, o.ranks, o.shard_params),
-                         optimizer = per_rank(st.optimizer_bytes, st.parameter_count, o.ranks, o.shard_params);
+      const std::int64_t params = o.shard_params ? rank_state.parameters : st.parameter_bytes,
+                         grads = o.shard_params ? rank_state.gradients : st.gradient_bytes,
+                         optimizer = o.shard_params ? rank_state.optimizer : st.optimizer_bytes;
       // The 16-bit copy is whole on every rank (sharded steps at bf16 are refused by train).
       const std::int64_t copies = st.weight_copy_bytes;
       // GiB where a table reaches one, MiB below (small presets), named so.
       std::int64_t largest = params + grads + optimizer + copies;
-      for (const auto& step : run.steps) largest = std::max(largest, largest + step.activation_peak);
+      for (const auto& step : run.steps)
+        largest = std::max(largest, largest + step.activation_peak + pool_peak(step, ParamShards::kGatheredPool) +
+                                        pool_peak(step, ParamShards::kReducingPool));
       const bool in_gib = largest >= (std::int64_t(1) << 30);
       const char* unit = in_gib ? "GiB" : "MiB";
       const auto size = [&](std::int64_t bytes) { return double(bytes) / double(std::int64_t(1) << (in_gib ? 30 : 20)); };
@@ -176,12 +218,17 @@ void run(const EstimateOptions& o) {
                     s, b, o.ranks > 1 ? " per rank" : "", size(params), unit, size(grads), unit, size(optimizer), unit,
                     copies ? (", 16-bit weight copy " + fixed(size(copies), 2) + " " + unit).c_str() : "",
                     o.ranks > 1 ? " per rank" : "", (long long)st.parameter_count);
-        std::printf("%-26s %12s %12s %12s %12s %10s%s%s\n", "strategy", (std::string("act ") + unit).c_str(),
-                    (std::string("offload ") + unit).c_str(), (std::string("total ") + unit).c_str(), in_gib ? "TFLOP/step" : "MFLOP/step",
+        std::printf("%-26s %12s %12s%s %12s %12s %10s%s%s\n", "strategy", (std::string("act ") + unit).c_str(),
+                    (std::string("offload ") + unit).c_str(),
+                    o.shard_params ? (cell(std::string("gathered ") + unit) + cell(std::string("reducing ") + unit)).c_str()
+                                   : "",
+                    (std::string("total ") + unit).c_str(), in_gib ? "TFLOP/step" : "MFLOP/step",
                     "recompute", rates ? "  model s" : "", device.name.empty() ? "" : "  fits (headroom)");
       }
       for (const auto& step : run.steps) {
-        const std::int64_t total = params + grads + optimizer + copies + step.activation_peak;
+        const std::int64_t gathered = pool_peak(step, ParamShards::kGatheredPool),
+                           reducing = pool_peak(step, ParamShards::kReducingPool);
+        const std::int64_t total = params + grads + optimizer + copies + step.activation_peak + gathered + reducing;
         auto& per_batch = curves[b];
         auto it = std::find_if(per_batch.begin(), per_batch.end(), [&](const auto& c) { return c.first == step.strategy; });
         if (it == per_batch.end()) it = per_batch.insert(per_batch.end(), {step.strategy, {}});
@@ -205,6 +252,8 @@ void run(const EstimateOptions& o) {
                               {"weight_copy_bytes", copies},
                               {"activation_peak_bytes", step.activation_peak},
                               {"offload_peak_bytes", step.offload_peak},
+                              {"gathered_peak_bytes", gathered},
+                              {"reducing_peak_bytes", reducing},
                               {"total_bytes", total},
                               {"flops", step.flops},
                               {"recompute_flops", step.recompute_flops}};
@@ -223,8 +272,10 @@ void run(const EstimateOptions& o) {
           fits = headroom >= 0 ? "  yes (" + fixed(gib(headroom), 1) + " GiB free)"
                                : "  no (" + fixed(gib(-headroom), 1) + " GiB over)";
         const std::string modelled = rates ? "  " + fixed(step.modelled_seconds, step.modelled_seconds < 0.01 ? 6 : 3) : "";
-        std::printf("%-26s %12.2f %12.2f %12.2f %12.1f %9.1f%%%s%s\n", step.strategy.c_str(), size(step.activation_peak),
-                    size(step.offload_peak), size(total), step.flops / (in_gib ? 1e12 : 1e6),
+        std::string sharded;  // what --shard-params adds: gathered values, whole gradients awaiting their reduce-scatter
+        if (o.shard_params) sharded = cell(fixed(size(gathered), 2)) + cell(fixed(size(reducing), 2));
+        std::printf("%-26s %12.2f %12.2f%s %12.2f %12.1f %9.1f%%%s%s\n", step.strategy.c_str(), size(step.activation_peak),
+                    size(step.offload_peak), sharded.c_str(), size(total), step.flops / (in_gib ? 1e12 : 1e6),
                     step.flops > 0 ? 100 * step.recompute_flops / step.flops : 0.0, modelled.c_str(), fits.c_str());
       }
     }
@@ -235,8 +286,13 @@ void run(const EstimateOptions& o) {
     return;
   }
   std::printf("\nact: the activation peak of one training step, exact (the tracker's count of a shape-only run of the "
-              "model's own code);\ntotal: parameters + gradients + optimizer state (+ the 16-bit weight copy) + act, per rank; T/MFLOP/step: GEMM "
-              "FLOPs of forward and backward, recomputation included.\n");
+              "model's own code);\n");
+  if (o.shard_params)
+    std::printf("gathered: the most whole parameters a rank holds at once (those of the block running, and those used "
+                "outside blocks for the whole step); reducing: the most whole gradients awaiting their reduce-scatter;\n");
+  std::printf("total: parameters + gradients + optimizer state (+ the 16-bit weight copy)%s + act, per rank; T/MFLOP/step: "
+              "GEMM FLOPs of forward and backward, recomputation included.\n",
+              o.shard_params ? " + gathered + reducing" : "");
 }
 
 }  // namespace

@@ -143,6 +143,26 @@ block_values = sum(-(-params[n].size // 2048) * 1024 for n in params if n.starts
 # Each of the 2 micro-batches gathers those blocks once more: 4 bytes a value, sent and received.
 assert per_layer - full == 2 * 2 * 4 * block_values, (per_layer - full, block_values)
 PY
+# What a rank holds under --shard-params, as `remat estimate` predicts it
+# from a shape-only run: shards, their gradients and optimizer state, the
+# most parameters gathered whole at once and the most whole gradients
+# awaiting their reduce-scatter, and the activations, to the byte.
+"${mpi[@]}" "$remat" "${zero[@]}" --strategy sqrt --shard-params --out zero-sqrt.h5 >/dev/null 2>err.txt ||
+  fail "mpirun train --shard-params sqrt: $(cat err.txt)"
+"$remat" estimate --model gpt2 --preset tiny --layers 3 --ranks 2 --shard-params --strategies full,per-layer,sqrt \
+  --json >estimate.json 2>err.txt || fail "estimate --shard-params: $(cat err.txt)"
+"$python" - <<'PY' || fail "remat estimate --shard-params does not predict what a sharded rank held"
+import h5py, json
+for row in json.load(open("estimate.json")):
+    f = h5py.File(f"zero-{row['strategy']}.h5")
+    held = {k: int(f.attrs["rank_memory." + k]) for k in ("parameters", "gradients", "optimizer", "gathered_peak", "reducing_peak")}
+    got = {"parameters": row["parameter_bytes"], "gradients": row["gradient_bytes"], "optimizer": row["optimizer_bytes"],
+           "gathered_peak": row["gathered_peak_bytes"], "reducing_peak": row["reducing_peak_bytes"]}
+    assert got == held, (row["strategy"], got, held)
+    assert int(f["history/activation_peak"][-1]) == row["activation_peak_bytes"], row["strategy"]
+    print(row["strategy"], "held as estimated:", held)
+PY
+
 # LoRA adapters shard like every parameter (the store finds an adapter by
 # its weight's name, gathered or not): bitwise the unsharded LoRA run.
 lora=(train --model llama --preset tiny --steps 3 --lora 4 --lr 3e-3 --strategy per-layer)
