@@ -163,6 +163,14 @@ REMAT_GEMM_DETAIL(f16, float)
 
 }  // namespace detail
 
+const char* sixteen_bit_path() {
+  if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Kokkos::DefaultExecutionSpace::memory_space>::accessible)
+    return "16-bit GEMMs widened to float32 for the host BLAS's sgemm (it has no 16-bit GEMM): half the activation "
+           "bytes, not faster than fp32";
+  else
+    return "16-bit GEMMs by cublasGemmEx (16-bit inputs, float32 accumulation)";
+}
+
 template <class T>
 void gemm_serial(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, T alpha, const T* a,
                  std::int64_t lda, const T* b, std::int64_t ldb, T beta, T* c, std::int64_t ldc) {

@@ -19,6 +19,12 @@ namespace remat::gemm {
 
 enum class Op { N, T };
 
+// Where a 16-bit product runs in this build, in words, for commands to say
+// at bf16 and fp16 (docs/precision.md): on the host, widened to float for
+// sgemm (correct, not faster: the BLAS has no 16-bit GEMM); on a GPU,
+// cublasGemmEx.
+const char* sixteen_bit_path();
+
 // A row-major matrix: rows x cols, each row `ld` elements after the last,
 // in memory space M; and `count` of them `stride` elements apart. Unmanaged:
 // a window on a tensor's storage, made per call at no cost.

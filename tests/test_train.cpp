@@ -258,18 +258,30 @@ TEST_CASE("the fp16 loss scaler follows GradScaler: x0.5 on an overflow, x2 afte
   CHECK(s.good_steps == 0);
 }
 
-TEST_CASE("fp16 training: every strategy follows full bitwise, the loss scale is recorded and resumed",
-          "[train][precision][resume]") {
+TEST_CASE("16-bit training: every strategy follows full bitwise on every model; fp16's loss scale is recorded and "
+          "resumed", "[train][precision][resume]") {
   // (Overflowing scales, whose NaNs the trapping test main would turn into a
   // signal, are tested through the CLI: tests/cli/precision_test.sh.)
-  for (const char* model : {"gpt2", "llama"}) {
-    TrainConfig c = tiny(model, 0.1);
-    c.precision = Precision::fp16;
-    for (const auto& r : compare_trajectories(c, {"per-layer", "sqrt", "selective", "offload"})) {
-      INFO(model << " " << r.strategy << ": first divergence at step " << r.first_divergence);
-      CHECK(r.bitwise);
+  for (const auto precision : {Precision::bf16, Precision::fp16})
+    for (const auto& m : models().all()) {
+      TrainConfig c = tiny(m.name, 0.1);
+      c.precision = precision;
+      for (const auto& r : compare_trajectories(c, all_strategies(ModelTraits{m.reversible}))) {
+        INFO(m.name << " " << precision_name(precision) << " " << r.strategy << ": first divergence at step "
+                    << r.first_divergence << ", weights rel " << r.weights_max_rel);
+        if (r.exact) {
+          CHECK(r.bitwise);
+        } else {
+          // reversible: its reconstruction rounds to 16 bits, and the loss
+          // stays close. (Its weights are not held close parameter by
+          // parameter: AdamW moves a weight whose gradient is near zero by
+          // about lr a step whatever the gradient's size, so the 16-bit
+          // noise in such a gradient's sign moves, e.g., a bias as far as
+          // training has.)
+          CHECK(r.max_loss_diff < 1e-2);
+        }
+      }
     }
-  }
   test::TempDir dir("remat-train");
   TrainConfig c = tiny("gpt2", 0.1);
   c.precision = Precision::fp16;

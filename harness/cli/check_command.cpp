@@ -120,6 +120,7 @@ int run_check_command(const CheckCommandOptions& o) {
   std::printf("remat check: %s %s (L %d, D %d, H %d, S %d, B %d), dropout %g, %s attention, %s, %s\n",
               setup.model.c_str(), setup.preset.c_str(), z.L, z.D, z.H, z.S, z.B, z.dropout,
               o.model.attention.c_str(), o.model.precision.c_str(), Runtime::describe().c_str());
+  print_precision_path(o.model.precision);
   remat::CheckOptions options;
   options.seed = o.model.seed;
   options.trace = o.trace;

@@ -1,5 +1,6 @@
 #include "harness/cli/model_options.hpp"
 
+#include "autodiff/gemm.hpp"
 #include "core/error.hpp"
 #include "datasets/batch_source.hpp"
 #include "harness/cli/validators.hpp"
@@ -43,6 +44,10 @@ void add_precision_option(CLI::App& cmd, std::string& precision) {
                  "loss: docs/precision.md)")
       ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
       ->capture_default_str();
+}
+
+void print_precision_path(const std::string& precision) {
+  if (precision != "fp32") std::printf("%s: %s (docs/precision.md)\n", precision.c_str(), gemm::sixteen_bit_path());
 }
 
 void add_router_aux_option(CLI::App& cmd, double& weight) {

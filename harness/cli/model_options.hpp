@@ -48,6 +48,9 @@ struct ModelOptions {
 void add_attention_option(CLI::App& cmd, std::string& kernel);
 // --precision fp32|bf16|fp16.
 void add_precision_option(CLI::App& cmd, std::string& precision);
+// At bf16 and fp16, one line on where this build's 16-bit GEMMs run (on a
+// CPU without 16-bit arithmetic: correct, not faster); nothing at fp32.
+void print_precision_path(const std::string& precision);
 // --router-aux A: the weight of a mixture of experts' load-balancing loss.
 void add_router_aux_option(CLI::App& cmd, double& weight);
 // --freeze PATTERN[,PATTERN...] and --freeze-below N.

@@ -103,6 +103,7 @@ void run_time(const TimeOptions& o) {
   std::printf("%s %s (L %d, D %d, S %d, B %d), %s, %s attention, %s, %s\n", setup.model.c_str(),
               setup.preset.c_str(), z.L, z.D, z.S, z.B, specs[0].c_str(), o.model.attention.c_str(),
               o.model.precision.c_str(), Runtime::describe().c_str());
+  print_precision_path(o.model.precision);
   std::printf("step time: median %.3f s, fastest %.3f s, over %d steps after %d warm-up\n", step_median, fastest,
               o.steps, o.warmup);
   std::printf("activation peak (tracker, exact): %.1f MiB%s\n", mib(activation_peak),

@@ -111,6 +111,7 @@ void run_train(TrainOptions& o) {
                 comm::size() > 1 ? (" x " + std::to_string(comm::size()) + " ranks").c_str() : "", c.strategy.c_str(),
                 o.model.attention.c_str(), o.model.precision.c_str(), c.optimizer.kind.c_str(), c.schedule.kind.c_str(), c.schedule.lr, c.steps,
                 Runtime::describe().c_str());
+  if (speaks) print_precision_path(o.model.precision);
   std::fflush(stdout);
   const bool tty = isatty(fileno(stderr));
   const auto start = std::chrono::steady_clock::now();
