@@ -7,17 +7,9 @@
 #include <fstream>
 
 #include "core/error.hpp"
+#include "core/text.hpp"
 
 namespace remat {
-namespace {
-
-std::string gigabytes(std::int64_t bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.1f GB", double(bytes) / 1e9);
-  return buf;
-}
-
-}  // namespace
 
 std::int64_t available_memory() {
   std::ifstream in("/proc/meminfo");
@@ -35,7 +27,8 @@ void require_memory(std::int64_t bytes, const std::string& what, std::int64_t li
   const std::int64_t available = available_memory();
   if (limit > 0 && limit <= available) return;  // the tracker enforces the user's own limit
   if (bytes > available)
-    throw UserError(what + " needs about " + gigabytes(bytes) + " of memory, and " + gigabytes(available) +
+    // In binary units, as every other byte count remat prints.
+    throw UserError(what + " needs about " + human_bytes(double(bytes)) + " of memory, and " + human_bytes(double(available)) +
                     " is available; use smaller sizes, a strategy that keeps less, --mem-limit, or --force to try anyway");
 }
 
