@@ -124,13 +124,9 @@ void MemoryTracker::reset_peaks() {
 
 void MemoryTracker::set_phase(const std::string& phase) {
   std::lock_guard<std::mutex> lock(mutex_);
-  for (std::size_t i = 0; i < phases_.size(); ++i)
-    if (phases_[i] == phase) {
-      phase_ = int(i);
-      return;
-    }
-  phases_.push_back(phase);
-  phase_ = int(phases_.size()) - 1;
+  const auto [it, fresh] = phase_index_.emplace(phase, int(phases_.size()));
+  if (fresh) phases_.push_back(phase);
+  phase_ = it->second;
 }
 
 std::string MemoryTracker::phase() const {

@@ -7,6 +7,7 @@
 #include <map>
 #include <mutex>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace remat {
@@ -87,7 +88,8 @@ class MemoryTracker {
   std::int64_t limit_ = 0;
   std::map<std::string, PoolStats> pools_;
   std::map<std::string, std::string> label_pools_;
-  std::vector<std::string> phases_{"idle"};
+  std::vector<std::string> phases_{"idle"};  // append-only: the timeline holds indices into it
+  std::unordered_map<std::string, int> phase_index_{{"idle", 0}};  // a step of L blocks names ~5L phases
   int phase_ = 0;
   bool recording_ = false;
   double t0_ = 0;

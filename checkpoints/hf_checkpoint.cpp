@@ -7,10 +7,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <set>
 #include <sstream>
 
 #include "core/error.hpp"
+#include "core/files.hpp"
 #include "h5/atomic_file.hpp"
 
 namespace remat::checkpoints {
@@ -22,12 +24,12 @@ using Json = nlohmann::json;
 constexpr const char* kSingle = "model.safetensors";
 constexpr const char* kIndex = "model.safetensors.index.json";
 
+// A config or an index is small (Llama 3 405B's index: about 100 KiB); a
+// file far larger is not one, and is not read.
+constexpr std::uint64_t kMaxJsonBytes = 64 << 20;
+
 Json read_json(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw UserError(path + ": cannot read " + what);
-  std::stringstream text;
-  text << in.rdbuf();
-  const Json j = Json::parse(text.str(), nullptr, /*allow_exceptions=*/false);
+  const Json j = Json::parse(read_regular_file(path, kMaxJsonBytes, what), nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw UserError(path + ": not JSON (" + what + ")");
   return j;
 }
@@ -62,7 +64,24 @@ std::string torch_dtype(const std::string& dtype) {
   return dtype == "BF16" ? "bfloat16" : dtype == "F16" ? "float16" : "float32";
 }
 
-void write_json(const std::string& path, const nlohmann::ordered_json& j) { write_file_atomically(path, j.dump(2) + "\n"); }
+// Into a folder being written whole (AtomicFolder): nothing of dead writers
+// to sweep there, and thousands of shards stay linear.
+void write_json(const std::string& path, const nlohmann::ordered_json& j) {
+  const std::string text = j.dump(2) + "\n";
+  AtomicFile file(path, /*sweep=*/false);
+  file.write(text.data(), text.size());
+  file.commit();
+}
+
+// The metadata key of an export's id, in every shard and in the index.
+constexpr const char* kExportId = "remat_export";
+
+std::string new_export_id() {
+  std::mt19937_64 random{std::random_device{}()};
+  char id[17];
+  std::snprintf(id, sizeof id, "%016llx", static_cast<unsigned long long>(random()));
+  return id;
+}
 
 }  // namespace
 
@@ -112,6 +131,8 @@ HfCheckpoint::HfCheckpoint(const std::string& path, const std::string& config) {
     throw UserError(path + ": not a Hugging Face checkpoint (a folder with config.json, or a .safetensors file)");
   }
 
+  config_path_ = config_path;
+  index_path_ = index_path;
   const Json cfg = read_json(config_path, "the model's configuration");
   family_ = &family_of_config(cfg, config_path);
   setup_ = {family_->model(), "hf", family_->sizes(cfg, config_path)};
@@ -143,6 +164,19 @@ HfCheckpoint::HfCheckpoint(const std::string& path, const std::string& config) {
     }
     for (const auto& [tensor, where] : all)
       if (!map.contains(tensor)) throw UserError(where.first->path() + ": tensor '" + tensor + "' is not in " + index_path);
+    // An index that names its export: every shard is of that export.
+    const Json& meta = index.contains("metadata") ? index["metadata"] : Json();
+    if (meta.is_object() && meta.contains(kExportId)) {
+      if (!meta[kExportId].is_string()) throw UserError(index_path + ": metadata '" + kExportId + "' is not a string");
+      const std::string id = meta[kExportId].get<std::string>();
+      for (const auto& f : files_) {
+        const auto it = f->metadata().find(kExportId);
+        if (it == f->metadata().end() || it->second != id)
+          throw UserError(f->path() + ": is not of the export " + index_path + " lists (export " +
+                          (it == f->metadata().end() ? std::string("unnamed") : it->second) + ", the index's " + id +
+                          "): the folder mixes two exports; export it again");
+      }
+    }
   }
 
   // The model's parameters, each where the family puts it, of its shape.
@@ -185,6 +219,13 @@ HfCheckpoint::HfCheckpoint(const std::string& path, const std::string& config) {
 }
 
 HfCheckpoint::~HfCheckpoint() = default;
+
+std::vector<std::string> HfCheckpoint::inputs() const {
+  std::vector<std::string> all = file_names_;
+  all.push_back(config_path_);
+  if (!index_path_.empty()) all.push_back(index_path_);
+  return all;
+}
 
 std::uint64_t HfCheckpoint::bytes() const {
   std::uint64_t n = 0;
@@ -251,24 +292,31 @@ std::vector<std::string> export_checkpoint(const ModelSetup& setup, const std::v
     throw UserError(dir + ": " + std::to_string(total) + " bytes of weights to write, " + std::to_string(free) +
                     " free on its file system; nothing written");
   std::vector<std::string> written;
-  const std::map<std::string, std::string> metadata = {{"format", "pt"}};
+  // Every file of one export carries its id, so that a folder mixed from two
+  // exports is refused on import (HfCheckpoint), not read as one model.
+  const std::map<std::string, std::string> metadata = {{"format", "pt"}, {kExportId, new_export_id()}};
+  std::size_t done = 0;
   if (shards.size() == 1) {
     const std::string file = (fs::path(dir) / kSingle).string();
     write_safetensors(file, shards[0], options.dtype, metadata);
     written.push_back(file);
     fs::remove(fs::path(dir) / kIndex, ec);  // a single file now: an older index would point elsewhere
   } else {
-    nlohmann::ordered_json index;
-    index["metadata"] = {{"total_size", total}};
-    index["weight_map"] = nlohmann::ordered_json::object();
+    // A std::map, not an ordered one: thousands of shards stay linear.
+    Json weight_map = Json::object();
     for (std::size_t k = 0; k < shards.size(); ++k) {
       char name[64];
       std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
       const std::string file = (fs::path(dir) / name).string();
       write_safetensors(file, shards[k], options.dtype, metadata);
       written.push_back(file);
-      for (const auto& t : shards[k]) index["weight_map"][t.name] = name;
+      for (const auto& t : shards[k]) weight_map[t.name] = name;
+      done += shards[k].size();
+      if (options.progress) options.progress(done, tensors.size());
     }
+    nlohmann::ordered_json index;
+    index["metadata"] = {{"total_size", total}, {kExportId, metadata.at(kExportId)}};
+    index["weight_map"] = std::move(weight_map);
     const std::string file = (fs::path(dir) / kIndex).string();
     write_json(file, index);
     written.push_back(file);

@@ -34,7 +34,10 @@ class HfCheckpoint {
 
   const ModelSetup& setup() const { return setup_; }
   const HfFamily& family() const { return *family_; }
-  const std::vector<std::string>& files() const { return file_names_; }
+  const std::vector<std::string>& files() const { return file_names_; }  // the safetensors files
+  // Every file read: config.json, the index (if sharded) and the shards; an
+  // output must be none of them.
+  std::vector<std::string> inputs() const;
   std::uint64_t bytes() const;  // of the safetensors files
   // The model's parameters in its order, with their shapes.
   const std::vector<ParamSpec>& params() const { return specs_; }
@@ -54,6 +57,7 @@ class HfCheckpoint {
   const HfFamily* family_ = nullptr;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;
   std::vector<std::string> file_names_;
+  std::string config_path_, index_path_;
   std::vector<ParamSpec> specs_;
   std::vector<Source> sources_;  // by parameter
   std::size_t buffers_ = 0;
@@ -69,11 +73,16 @@ struct ExportTensor {
 struct ExportOptions {
   std::string dtype = "F32";  // F32, BF16 or F16
   std::int64_t max_shard_bytes = 5'000'000'000;  // above: model-0000k-of-0000n.safetensors and an index
+  // Called after each shard with the tensors written so far and their count.
+  std::function<void(std::size_t done, std::size_t total)> progress;
 };
 
 // Writes config.json and the weights in the family's layout into `dir`
 // (created if needed); returns the files written. Each file is replaced
-// atomically.
+// atomically; a folder is replaced as one unit by writing into an
+// AtomicFolder's staging folder (h5/atomic_folder.hpp). Every file carries
+// one id of this export in its metadata ("remat_export"), which import
+// checks across the shards and the index.
 std::vector<std::string> export_checkpoint(const ModelSetup& setup, const std::vector<ExportTensor>& tensors,
                                            const std::string& dir, const ExportOptions& options);
 

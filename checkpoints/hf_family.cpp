@@ -51,7 +51,8 @@ class ConfigReader {
     if (v != want) refuse(key, "= " + std::string(v ? "true" : "false") + ": remat's " + family_ + " implements " + what);
   }
   void require_string(const std::string& key, const std::vector<std::string>& accepted, const std::string& what) const {
-    const std::string v = has(key) && c_[key].is_string() ? c_[key].get<std::string>() : "";
+    if (has(key) && !c_[key].is_string()) refuse(key, "= " + c_[key].dump() + " is not a string");
+    const std::string v = has(key) ? c_[key].get<std::string>() : "";
     for (const auto& a : accepted)
       if (v == a) return;
     refuse(key, "= " + (has(key) ? c_[key].dump() : std::string("(missing)")) + ": remat's " + family_ +
@@ -254,8 +255,10 @@ std::string HfFamily::module(const std::string& weight) const {
 
 const HfFamily& family_of_config(const Json& config, const std::string& file) {
   if (!config.is_object()) throw UserError(file + ": not a JSON object");
-  if (!config.contains("model_type") || !config["model_type"].is_string())
-    throw UserError(file + ": 'model_type' is missing; remat reads " + known_families());
+  if (!config.contains("model_type")) throw UserError(file + ": 'model_type' is missing; remat reads " + known_families());
+  if (!config["model_type"].is_string())
+    throw UserError(file + ": 'model_type' = " + config["model_type"].dump() + " is not a string; remat reads " +
+                    known_families());
   const std::string type = config["model_type"].get<std::string>();
   for (const HfFamily* f : families()) {
     if (f->model_type() != type) continue;

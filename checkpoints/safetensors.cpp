@@ -15,6 +15,7 @@
 
 #include "autodiff/dtype.hpp"
 #include "core/error.hpp"
+#include "core/files.hpp"
 #include "h5/atomic_file.hpp"
 
 namespace remat::checkpoints {
@@ -65,14 +66,9 @@ std::size_t dtype_bytes(const std::string& dtype) {
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   auto fail = [&](const std::string& what) { throw UserError(path_ + ": " + what); };
-  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd_ < 0) fail(std::string("cannot open (") + std::strerror(errno) + ")");
+  fd_ = open_regular_file(path, "a safetensors file");  // a FIFO or device refused, never waited on
   struct stat st {};
-  if (::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd_);
-    fd_ = -1;
-    fail("not a regular file");
-  }
+  ::fstat(fd_, &st);
   size_ = std::uint64_t(st.st_size);
   try {
     if (size_ < 8) fail("too short for a safetensors file (" + std::to_string(size_) + " bytes)");
@@ -230,7 +226,7 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   text.append((8 - text.size() % 8) % 8, ' ');  // the data starts 8-byte aligned
   unsigned char length[8];
   for (int i = 0; i < 8; ++i) length[i] = static_cast<unsigned char>(std::uint64_t(text.size()) >> (8 * i));
-  AtomicFile file(path);
+  AtomicFile file(path, /*sweep=*/false);  // into a folder written whole (AtomicFolder)
   file.write(length, 8);
   file.write(text.data(), text.size());
   std::vector<float> values;

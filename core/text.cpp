@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "core/error.hpp"
 
@@ -20,14 +21,24 @@ std::vector<std::string> split(const std::string& s, char sep) {
   return out;
 }
 
+std::vector<std::string> split_list(const std::string& s, const std::string& what, char sep) {
+  std::vector<std::string> items = split(s, sep);
+  for (std::size_t i = 0; i < items.size(); ++i)
+    if (items[i].empty())
+      throw UserError(what + ": item " + std::to_string(i + 1) + " of '" + s + "' is empty" +
+                      (items.size() > 1 ? std::string(" (a stray '") + sep + "'?)" : std::string()));
+  return items;
+}
+
 std::int64_t parse_byte_size(const std::string& text) {
+  // A decimal number (1e12 too), then a unit: no sign, no hex, no inf/nan.
+  double value = -1;
   std::size_t end = 0;
-  while (end < text.size() && (std::isdigit(static_cast<unsigned char>(text[end])) || text[end] == '.')) ++end;
-  double value = 0;
-  try {
-    value = end ? std::stod(text.substr(0, end)) : -1;
-  } catch (const std::exception&) {
-    value = -1;
+  if (!text.empty() && (std::isdigit(static_cast<unsigned char>(text[0])) || text[0] == '.')) {
+    char* after = nullptr;
+    value = std::strtod(text.c_str(), &after);
+    end = std::size_t(after - text.c_str());
+    if (end == 0 || !std::isfinite(value)) value = std::isinf(value) ? 1e300 : -1;  // too large, said below
   }
   std::string unit = text.substr(end);
   for (auto& c : unit) c = char(std::tolower(static_cast<unsigned char>(c)));
@@ -36,8 +47,9 @@ std::int64_t parse_byte_size(const std::string& text) {
   const double scale = unit.empty() ? 1 : unit == "k" ? 1024.0 : unit == "m" ? 1048576.0 : unit == "g" ? 1073741824.0
                                         : unit == "t" ? 1099511627776.0 : -1;
   const double bytes = value * scale;
-  if (value < 0 || scale < 0 || !(bytes >= 1) || bytes > 9e18)
+  if (value < 0 || scale < 0 || !(bytes >= 1))
     throw UserError("'" + text + "' is not a positive size (e.g. 512M, 1.5G, 150MB, 350k, or a byte count)");
+  if (bytes > 9e18) throw UserError("'" + text + "' is too large a size (at most 8 EiB)");
   return std::int64_t(std::llround(bytes));
 }
 

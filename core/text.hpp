@@ -9,6 +9,10 @@ namespace remat {
 // "a,b,,c" -> {"a", "b", "", "c"} (empty parts kept, for callers to refuse).
 std::vector<std::string> split(const std::string& s, char sep = ',');
 
+// A list a user gave: "a,b,c" -> {"a", "b", "c"}; UserError naming `what`
+// and the position of an empty item ("1,,2", "1,", ",1", "").
+std::vector<std::string> split_list(const std::string& s, const std::string& what, char sep = ',');
+
 // "512M", "1.5G", "150MB", "350k", "4096" (binary units: M = 2^20 bytes);
 // UserError if `text` is not a positive size.
 std::int64_t parse_byte_size(const std::string& text);

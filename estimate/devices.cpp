@@ -35,7 +35,11 @@ Device find_device(const std::string& name) {
   if (name.rfind("mem:", 0) == 0) {
     Device d;
     d.name = name;
-    d.memory_bytes = parse_byte_size(name.substr(4));
+    try {
+      d.memory_bytes = parse_byte_size(name.substr(4));
+    } catch (const UserError& e) {
+      throw UserError("--device '" + name + "': " + e.what());
+    }
     d.source = "given";
     return d;
   }

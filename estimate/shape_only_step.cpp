@@ -49,13 +49,19 @@ ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::stri
   const bool zero_grad = !installed;
   const Batch batch = shape_only_batch(setup.sizes);
   // A warm-up step, as run_check makes: one-time allocations are no strategy's.
+  const auto say = [&](const std::string& stage) {
+    if (extras.progress) extras.progress(stage);
+  };
+  say("warm-up step");
   auto full = make_strategy("full");
   StepOptions warm{full.get(), 1, 0, false, kernel};
   warm.precision = precision;
   warm.zero_grad = zero_grad;
   run.state.weight_copy_bytes = run_step(*model, params, batch, warm).weight_copy_bytes;
   std::optional<SaveProfile> costs;  // the device model's, once, for every planned strategy
-  for (const auto& spec : strategies) {
+  for (std::size_t i = 0; i < strategies.size(); ++i) {
+    const std::string& spec = strategies[i];
+    say("strategy " + spec + " (" + std::to_string(i + 1) + " of " + std::to_string(strategies.size()) + ")");
     auto strategy = make_strategy(spec);
     if (strategy->needs_costs()) {
       if (!device)

@@ -50,6 +50,7 @@ struct DeviceModel;
 struct ShapeOnlyExtras {
   std::function<std::shared_ptr<void>(ParamStore&)> install;  // null: nothing installed
   std::vector<std::string> pools;
+  std::function<void(const std::string& stage)> progress;  // told the stage: "warm-up step", "strategy sqrt (3 of 9)"
 };
 
 // A batch of B x S token ids with no values (inside a ShapeOnlyScope).

@@ -59,29 +59,63 @@ void sync_directory(const fs::path& dir) {
   ::close(fd);
 }
 
+// A name for a temporary beside `target` that no file has yet.
+std::string fresh_temporary_name(const std::string& target, std::mt19937_64& random) {
+  return target + kTempInfix + std::to_string(::getpid()) + "." + std::to_string(random() % 1000000);
+}
+
 }  // namespace
 
-AtomicFile::AtomicFile(std::string target) : target_(std::move(target)) {
-  // Temporaries of writers that died (killed mid-write) go now, so none
-  // outlives the next write of the same file.
-  remove_stale_temporaries(target_);
-  std::random_device random;
-  for (int attempt = 0; fd_ < 0; ++attempt) {
-    temp_ = target_ + kTempInfix + std::to_string(::getpid()) + "." + std::to_string(random() % 1000000);
-    // O_EXCL refuses an existing name, a symlink included: nothing planted
-    // there is ever written through.
-    fd_ = ::open(temp_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd_ < 0 && (errno != EEXIST || attempt > 100)) fail(target_, "cannot create a temporary file beside it", errno);
-  }
-  // A replaced file keeps its permissions.
+AtomicFile::AtomicFile(std::string target, bool sweep) : target_(std::move(target)) {
+  // A device, a FIFO or a folder in the target's place is never replaced by
+  // a file (root could rename over /dev/null).
+  if (target_.empty()) throw UserError("an empty path was given for an output file");
+  std::error_code ec;
+  const fs::file_status there = fs::status(target_, ec);
+  if (fs::exists(there) && !fs::is_regular_file(there))
+    throw UserError(target_ + ": exists and is not a regular file; refusing to replace it");
+  // Temporaries of writers that died (killed while theirs had a name) go
+  // now, so none outlives the next write.
+  if (sweep) remove_stale_temporaries(target_);
+  const fs::path dir = fs::path(target_).parent_path().empty() ? fs::path(".") : fs::path(target_).parent_path();
+#ifdef O_TMPFILE
+  fd_ = ::open(dir.c_str(), O_TMPFILE | O_RDWR | O_CLOEXEC, 0666);
+  if (fd_ >= 0) temp_ = "/proc/self/fd/" + std::to_string(fd_);
+#endif
+  if (fd_ < 0) name_temporary();  // a file system without unnamed files
+  // A replaced file keeps its permissions (a new one has the umask's).
   struct stat old {};
   if (::stat(target_.c_str(), &old) == 0) ::fchmod(fd_, old.st_mode & 07777);
 }
 
 AtomicFile::~AtomicFile() {
   if (committed_) return;
-  if (fd_ >= 0) ::close(fd_);
-  ::unlink(temp_.c_str());
+  if (fd_ >= 0) ::close(fd_);  // an unnamed temporary vanishes with it
+  if (named_) ::unlink(temp_.c_str());
+}
+
+void AtomicFile::name_temporary() {
+  std::mt19937_64 random{std::random_device{}()};
+  for (int attempt = 0;; ++attempt) {
+    const std::string name = fresh_temporary_name(target_, random);
+    int err = 0;
+    if (fd_ >= 0) {
+      // The unnamed temporary gets the name (linkat cannot replace a file:
+      // the rename in commit() does that).
+      if (::linkat(AT_FDCWD, temp_.c_str(), AT_FDCWD, name.c_str(), AT_SYMLINK_FOLLOW) != 0) err = errno;
+    } else {
+      // O_EXCL refuses an existing name, a symlink included: nothing planted
+      // there is ever written through.
+      fd_ = ::open(name.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+      if (fd_ < 0) err = errno;
+    }
+    if (!err) {
+      temp_ = name;
+      named_ = true;
+      return;
+    }
+    if (err != EEXIST || attempt > 100) fail(target_, "cannot create a temporary file beside it", err);
+  }
 }
 
 void AtomicFile::write(const void* data, std::size_t size) {
@@ -92,6 +126,7 @@ void AtomicFile::commit() {
   // Whatever wrote the temporary by its path (a library) has closed it: its
   // data is synced through our descriptor of the same file.
   int err = ::fsync(fd_) != 0 ? errno : 0;
+  if (!err && !named_) name_temporary();  // named only now: a kill before leaves nothing
   if (::close(fd_) != 0 && !err) err = errno;
   fd_ = -1;
   if (!err && ::rename(temp_.c_str(), target_.c_str()) != 0) err = errno;
@@ -125,7 +160,7 @@ void remove_stale_temporaries(const std::string& path) {
     char* after = nullptr;
     const long pid = std::strtol(rest.c_str(), &after, 10);
     if (pid <= 0 || *after != '.') continue;
-    if (::kill(pid_t(pid), 0) != 0 && errno == ESRCH) fs::remove(it->path(), ec);
+    if (::kill(pid_t(pid), 0) != 0 && errno == ESRCH) fs::remove_all(it->path(), ec);  // a staging folder too
   }
 }
 

@@ -1,12 +1,17 @@
 #pragma once
 // Replacing a user's file without ever leaving a broken one: the new content
-// goes to a temporary beside the target (created exclusively, so a planted
-// symlink or a concurrent writer's temporary is never followed or reused),
-// every write and the close are checked, the data is synced to disk, and
-// only then is the temporary renamed over the target (and the directory
-// synced). On any failure the target is untouched, the temporary removed,
-// and a UserError names the file and the system's reason ("No space left on
-// device").
+// goes to a temporary beside the target, every write and the close are
+// checked, the data is synced to disk, and only then is the temporary renamed
+// over the target (and the directory synced). On any failure the target is
+// untouched, the temporary removed, and a UserError names the file and the
+// system's reason ("No space left on device").
+// The temporary has no name while it is written (O_TMPFILE, where the file
+// system has it), so even a writer killed with SIGKILL leaves nothing; it is
+// named "<target>.partial.<pid>.<n>" only for the instant between linking it
+// in and the rename. Where the file system has no unnamed files it is named
+// from the start, created exclusively (a planted symlink or a concurrent
+// writer's temporary is never followed or reused), and removed by the next
+// write of the same target once its writer is dead.
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -22,18 +27,25 @@ void write_file_atomically(const std::string& path, const void* data, std::size_
 // an exception), it removes the temporary and the target stays as it was.
 class AtomicFile {
  public:
-  explicit AtomicFile(std::string target);
+  // `sweep`: first remove the temporaries dead writers left beside the target
+  // (one look at its folder); a writer filling a folder of its own skips it.
+  explicit AtomicFile(std::string target, bool sweep = true);
   ~AtomicFile();
   AtomicFile(const AtomicFile&) = delete;
   AtomicFile& operator=(const AtomicFile&) = delete;
-  const std::string& path() const { return temp_; }  // the temporary
+  // The temporary's path, for a library that writes it by path: for an
+  // unnamed one "/proc/self/fd/N", a link that the library must open as it
+  // is, not resolve (h5::File::create_on_disk opens it through stdio).
+  const std::string& path() const { return temp_; }
   const std::string& target() const { return target_; }
   void write(const void* data, std::size_t size);  // UserError naming the target and the system's reason
   void commit();
 
  private:
+  void name_temporary();
   std::string target_, temp_;
   int fd_ = -1;
+  bool named_ = false;  // temp_ is a name beside the target, not /proc/self/fd/N
   bool committed_ = false;
 };
 

@@ -114,7 +114,14 @@ File File::from_image(const std::vector<char>& image, const std::string& label) 
 
 File File::create_on_disk(const std::string& path, const std::string& label) {
   silence();
+  // Through stdio: HDF5's default (sec2) driver resolves a symbolic link to
+  // the file's "real" name, and an unnamed temporary (AtomicFile) is reached
+  // only through the link /proc/self/fd/N.
   const Handle fapl = unlocked_access();
+  if (H5Pset_fapl_stdio(fapl.id()) < 0) throw EnvironmentError("HDF5: cannot select the stdio driver");
+#if H5_VERSION_GE(1, 10, 7)
+  if (H5Pset_file_locking(fapl.id(), false, true) < 0) throw EnvironmentError("HDF5: cannot turn file locking off");
+#endif
   const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.id());
   if (id < 0) throw UserError(label + ": cannot create an HDF5 file at " + path);
   return File(Handle(id, H5Fclose), label, false);

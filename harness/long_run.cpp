@@ -46,7 +46,15 @@ double threshold_seconds() {
 // place on a terminal, a line every few seconds otherwise.
 class LongRunNotice::Progress final : public BlockHooks {
  public:
-  explicit Progress(int blocks) : blocks_(blocks), tty_(isatty(fileno(stderr))), previous_(block_hooks()) {}
+  // Silent for the first `quiet_for` seconds.
+  explicit Progress(int blocks, double quiet_for = 0)
+      : blocks_(blocks), tty_(isatty(fileno(stderr))), previous_(block_hooks()), start_(now()), quiet_for_(quiet_for) {}
+  // What the work is doing between steps, and the step it is in.
+  void stage(const std::string& what) {
+    stage_ = what;
+    last_ = 0;  // a new stage is said at once (once past the quiet time)
+    say("");
+  }
   ~Progress() override {
     if (tty_ && said_) std::fprintf(stderr, "\r\033[K");
   }
@@ -69,17 +77,21 @@ class LongRunNotice::Progress final : public BlockHooks {
  private:
   void say(const std::string& where) {
     const double t = now();
-    if (t - last_ < (tty_ ? 0.2 : 5.0)) return;
+    if (t - last_ < (tty_ ? 0.2 : 5.0) || t - start_ < quiet_for_) return;
     last_ = t;
     said_ = true;
-    const std::string line = "  step " + std::to_string(steps_ + 1) + ", " + where + " (of " +
-                             std::to_string(blocks_) + " blocks)";
+    std::string line = "  ";
+    if (!stage_.empty()) line += "[" + std::to_string(int(t - start_)) + " s] " + stage_ + (where.empty() ? "" : ", ");
+    if (!where.empty())
+      line += "step " + std::to_string(steps_ + 1) + ", " + where + " (of " + std::to_string(blocks_) + " blocks)";
     if (tty_) std::fprintf(stderr, "\r\033[K%s", line.c_str());
     else std::fprintf(stderr, "%s\n", line.c_str());
   }
   int blocks_;
   bool tty_;
   BlockHooks* previous_;
+  double start_, quiet_for_;
+  std::string stage_;
   double last_ = 0;
   bool said_ = false;
   int steps_ = 0;
@@ -110,5 +122,16 @@ LongRunNotice::~LongRunNotice() {
   scope_.reset();  // before the hooks it installed go
   progress_.reset();
 }
+
+ProgressAfterAWhile::ProgressAfterAWhile(int blocks)
+    : progress_(std::make_unique<LongRunNotice::Progress>(blocks, threshold_seconds())),
+      scope_(std::make_unique<BlockHooksScope>(progress_.get())) {}
+
+ProgressAfterAWhile::~ProgressAfterAWhile() {
+  scope_.reset();
+  progress_.reset();
+}
+
+void ProgressAfterAWhile::stage(const std::string& what) { progress_->stage(what); }
 
 }  // namespace remat

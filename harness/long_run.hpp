@@ -30,9 +30,27 @@ class LongRunNotice {
   double seconds_expected() const { return seconds_; }
 
  private:
+  friend class ProgressAfterAWhile;
   class Progress;
   double flops_ = 0, seconds_ = 0;
   std::unique_ptr<Progress> progress_;
+  std::unique_ptr<BlockHooksScope> scope_;
+};
+
+// For work whose time no FLOP count predicts (a shape-only estimate runs no
+// kernels; a stack of thousands of tiny blocks is all overhead): silent for
+// its first ten seconds (REMAT_LONG_RUN_SECONDS), then on stderr, every few
+// seconds, the stage the caller names and, within a step, the block.
+class ProgressAfterAWhile {
+ public:
+  explicit ProgressAfterAWhile(int blocks);
+  ~ProgressAfterAWhile();
+  ProgressAfterAWhile(const ProgressAfterAWhile&) = delete;
+  ProgressAfterAWhile& operator=(const ProgressAfterAWhile&) = delete;
+  void stage(const std::string& what);  // "S 32768 B 4: strategy sqrt (3 of 9)"
+
+ private:
+  std::unique_ptr<LongRunNotice::Progress> progress_;
   std::unique_ptr<BlockHooksScope> scope_;
 };
 

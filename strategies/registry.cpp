@@ -106,7 +106,7 @@ std::vector<std::string> all_strategies(const ModelTraits& model) {
 std::vector<std::string> parse_strategy_list(const std::string& list, const ModelTraits& model) {
   if (list == "all") return all_strategies(model);
   std::vector<std::string> specs;
-  for (const std::string& item : split(list, ',')) {
+  for (const std::string& item : split_list(list, "--strategies")) {
     // An item that names no strategy continues the tags of a selective spec
     // before it: "selective:softmax,norm+offload".
     const std::string head = item.substr(0, std::min(item.find(':'), item.find('+')));

@@ -1,7 +1,9 @@
 #include "train/trainer.hpp"
 
 #include <chrono>
+#include <cstdio>
 #include <cmath>
+#include <filesystem>
 
 #include "autodiff/backend.hpp"
 #include "autodiff/elementwise.hpp"
@@ -30,6 +32,15 @@ void validate(const TrainConfig& c) {
   int exponent = 0;
   if (!(c.loss_scale > 0) || !std::isfinite(c.loss_scale) || std::frexp(c.loss_scale, &exponent) != 0.5)
     throw UserError("--loss-scale must be a power of two (scaling by it is then exact), such as 65536");
+  // Below float16's smallest normal the scaled gradients lose their bits, and
+  // below float's every step "overflows" (1/scale is infinite): none trains.
+  // Above 2^100 the scaled loss nears float's range.
+  if (c.loss_scale < std::ldexp(1.0, -24) || c.loss_scale > std::ldexp(1.0, 100)) {
+    char given[32];
+    std::snprintf(given, sizeof given, "%g", c.loss_scale);
+    throw UserError("--loss-scale " + std::string(given) + " is outside 2^-24 to 2^100; fp16 trains with scales such as "
+                    "65536 (the default)");
+  }
   if (c.loss_scale != kInitialLossScale && c.precision != Precision::fp16)
     throw UserError("--loss-scale scales fp16's loss; at " + std::string(precision_name(c.precision)) +
                     " gradients do not underflow and nothing is scaled");
@@ -228,8 +239,7 @@ const StepRecord& Trainer::step() {
     try {
       require_finite_result(r.loss, *params_);
     } catch (const UserError& e) {
-      throw UserError("step " + std::to_string(state_.step + 1) + ": " + e.what() + "; stopped" +
-                      (config_.out.empty() ? std::string() : ", " + config_.out + " keeps the last checkpoint"));
+      throw UserError("step " + std::to_string(state_.step + 1) + ": " + e.what() + "; stopped" + run_file_kept());
     }
   }
   if (config_.grad_clip > 0 && r.grad_norm > config_.grad_clip && !r.skipped)
@@ -243,6 +253,7 @@ const StepRecord& Trainer::step() {
   r.comm_seconds = comm1.seconds - comm0.seconds;
   r.predicted_comm_bytes = reduce.predicted_bytes(*strategy_) + parts_exchange_bytes(r, N);
   state_.history.push_back(r);
+  stop_if_every_step_overflows();
   state_.memory = rank_memory();
   const int done = ++state_.step;
   if (held_out_ && (done % config_.eval_every == 0 || done == config_.steps))
@@ -253,6 +264,26 @@ const StepRecord& Trainer::step() {
   saved_ = !config_.out.empty() && ((config_.save_every > 0 && done % config_.save_every == 0) || done == config_.steps);
   if (saved_) save();
   return state_.history.back();
+}
+
+void Trainer::stop_if_every_step_overflows() const {
+  const auto& h = state_.history;
+  int in_a_row = 0;
+  for (auto it = h.rbegin(); it != h.rend() && it->skipped && in_a_row < kMaxSkippedInARow; ++it) ++in_a_row;
+  if (in_a_row < kMaxSkippedInARow) return;
+  char scale[32];
+  std::snprintf(scale, sizeof scale, "%g", state_.scaler.scale);
+  throw UserError("step " + std::to_string(state_.step + 1) + ": " + std::to_string(kMaxSkippedInARow) +
+                  " steps in a row skipped on an fp16 overflow (the loss scale is now " + scale +
+                  "): the gradients are not finite at any scale; stopped" + run_file_kept() +
+                  "; try --precision bf16, a lower --lr or --grad-clip");
+}
+
+std::string Trainer::run_file_kept() const {
+  if (config_.out.empty()) return "";
+  std::error_code ec;
+  return std::filesystem::exists(config_.out, ec) ? ", " + config_.out + " keeps the last checkpoint"
+                                                  : ", " + config_.out + " was not written (no checkpoint was due)";
 }
 
 void Trainer::save() {

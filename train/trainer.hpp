@@ -108,8 +108,10 @@ class Trainer {
   // non-finite loss or gradient (naming the step and the first non-finite
   // gradient; the last checkpoint stays as it was), or a write that fails.
   // At fp16 a non-finite gradient under a finite loss is an overflow of the
-  // loss scale instead: the update is skipped and the scale halved.
+  // loss scale instead: the update is skipped and the scale halved; after
+  // kMaxSkippedInARow such steps in a row the run stops (UserError).
   const StepRecord& step();
+  static constexpr int kMaxSkippedInARow = 50;
   // Whether the last step wrote a checkpoint.
   bool saved() const { return saved_; }
   const TrainConfig& config() const { return config_; }
@@ -131,6 +133,8 @@ class Trainer {
   Schedule schedule_;
   void save();  // the run file (gathered whole first, if sharded)
   void restore_optimizer(const SavedRun& resume);
+  void stop_if_every_step_overflows() const;
+  std::string run_file_kept() const;  // ", out.h5 keeps the last checkpoint", for a message that stops the run
   bool saved_ = false;
 };
 

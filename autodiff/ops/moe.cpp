@@ -148,11 +148,25 @@ Routing route_top_k(const Tensor& probs, int k) {
       }
     });
   });
+  if (shape_only()) {
+    // No router values: a balanced routing, each token's k experts distinct
+    // (choice i goes to expert i % E), in closed form, so that the host's
+    // work and memory do not grow with the tokens modelled. The same tensors
+    // are made as below, of the same sizes.
+    const std::int64_t n = T * k;
+    r.offsets.assign(std::size_t(E) + 1, 0);
+    for (std::int64_t e = 0; e < E; ++e)
+      r.offsets[std::size_t(e) + 1] = r.offsets[std::size_t(e)] + n / E + (e < n % E ? 1 : 0);
+    r.slots = Tensor::empty({T, k}, DType::i32, "routing");
+    r.slots.set_tag("routing");
+    r.counts = Tensor::empty({E}, compute_dtype(probs.dtype()), "routing");
+    r.counts.set_tag("routing");
+    return r;  // fingerprint 0: never compared in a shape-only run
+  }
+  require(T * k <= INT32_MAX, "route_top_k: " + std::to_string(T * k) + " routed rows overflow the int32 slots");
   // The dispatch plan, on the host (a few thousand ids): expert e's rows
   // are [offsets[e], offsets[e+1]), its tokens in order within them.
   std::vector<std::int32_t> sel = r.selected.to_host_i32();
-  if (shape_only())  // no router values: a balanced routing, each token's k experts distinct (round robin)
-    for (std::size_t i = 0; i < sel.size(); ++i) sel[i] = std::int32_t(i % std::size_t(E));
   std::vector<std::int64_t> count(std::size_t(E), 0);
   for (std::int32_t e : sel) ++count[std::size_t(e)];
   r.offsets.assign(std::size_t(E) + 1, 0);

@@ -20,6 +20,7 @@
 #include "harness/cli/model_options.hpp"
 #include "h5/atomic_file.hpp"
 #include "harness/cli/validators.hpp"
+#include "harness/long_run.hpp"
 #include "harness/report/svg_chart.hpp"
 #include "optim/optimizer.hpp"
 #include "step/probe.hpp"
@@ -194,8 +195,14 @@ void run(const EstimateOptions& o) {
                   "reserve; docs/estimates.md): %.1f GiB usable\n",
                   device.name.c_str(), gib(device.memory_bytes), gib(device.overhead_bytes), gib(device.usable()));
   }
+  std::fflush(stdout);
+  // Past ten seconds (a deep or a wide grid), what it is doing, on stderr.
+  ProgressAfterAWhile progress(base.sizes.L);
+  std::string point;
+  extras.progress = [&](const std::string& stage) { progress.stage(point + stage); };
   for (const ModelSetup& setup : grid) {
       const int s = setup.sizes.S, b = setup.sizes.B;
+      point = "S " + std::to_string(s) + " B " + std::to_string(b) + ": ";
       const ShapeOnlyRun run =
           shape_only_run(setup, specs, kernel, o.optimizer, rates ? &device_model : nullptr, precision, extras);
       const ShapeOnlyState& st = run.state;
@@ -278,6 +285,7 @@ void run(const EstimateOptions& o) {
                     size(step.offload_peak), sharded.c_str(), size(total), step.flops / (in_gib ? 1e12 : 1e6),
                     step.flops > 0 ? 100 * step.recompute_flops / step.flops : 0.0, modelled.c_str(), fits.c_str());
       }
+      std::fflush(stdout);  // each grid point's table as it is done, piped or not
     }
   if (!o.svg.empty())
     write_svg(o.svg, base.model + " " + base.preset, curves, device, o.json);

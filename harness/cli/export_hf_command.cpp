@@ -1,5 +1,6 @@
 // remat export-hf: a weight file (and LoRA adapters) in Hugging Face's
 // layout, for PyTorch: config.json and safetensors, PEFT's files for adapters.
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -8,6 +9,7 @@
 #include "checkpoints/weights_file.hpp"
 #include "core/error.hpp"
 #include "finetune/adapters_file.hpp"
+#include "h5/atomic_folder.hpp"
 #include "harness/cli/commands.hpp"
 
 namespace remat::cli {
@@ -27,23 +29,60 @@ std::string stored_dtype(const std::string& name) {
   throw UserError("--dtype '" + name + "': f32, bf16 or fp16");
 }
 
-// A folder that already holds a checkpoint is replaced only with --force.
-void check_folder(const std::string& dir, bool force) {
+// A folder that already holds a checkpoint is replaced only with --force,
+// and never while it is what is being exported.
+void check_folder(const ExportHfOptions& o) {
   std::error_code ec;
-  if (!fs::exists(dir, ec)) return;
-  if (!fs::is_directory(dir, ec)) throw UserError(dir + ": exists and is not a folder");
-  if (force) return;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+  for (const std::string& in : {o.weights, o.adapters}) {
+    if (in.empty() || !fs::exists(in, ec)) continue;
+    const fs::path folder = fs::weakly_canonical(o.out, ec), input = fs::weakly_canonical(in, ec);
+    for (fs::path p = input; !p.empty(); p = p.parent_path()) {
+      if (p == folder) throw UserError(o.out + ": holds an input of this export (" + in + "); give another --out");
+      if (p == p.parent_path()) break;
+    }
+  }
+  if (!fs::exists(o.out, ec)) return;
+  if (!fs::is_directory(o.out, ec)) throw UserError(o.out + ": exists and is not a folder");
+  if (o.force) return;
+  for (const auto& entry : fs::directory_iterator(o.out, ec)) {
     const std::string name = entry.path().filename().string();
     if (name == "config.json" || name.rfind("model", 0) == 0 || name.rfind("adapter_", 0) == 0)
-      throw UserError(dir + ": already holds a checkpoint (" + name + "); give another --out, or --force to replace it");
+      throw UserError(o.out + ": already holds a checkpoint (" + name + "); give another --out, or --force to replace it");
   }
 }
+
+// What a replaced folder keeps: everything this export does not write (a
+// tokenizer, a README), except the weight files of an older export when
+// weights are written (its shards would be read beside the new ones).
+bool kept_from_old_folder(const std::string& name, bool writing_weights) {
+  const bool weight_file = name == "config.json" || name == "model.safetensors.index.json" ||
+                           (name.rfind("model", 0) == 0 && name.size() > 12 &&
+                            name.compare(name.size() - 12, 12, ".safetensors") == 0);
+  return !(writing_weights && weight_file);
+}
+
+// A line every few seconds while shards are written.
+class ExportProgress {
+ public:
+  void operator()(std::size_t done, std::size_t total) {
+    const auto now = std::chrono::steady_clock::now();
+    if (std::chrono::duration<double>(now - last_).count() < 5) return;
+    std::printf("  %zu of %zu tensors written (%.0f%%)\n", done, total, 100.0 * double(done) / double(total));
+    std::fflush(stdout);
+    last_ = now;
+  }
+
+ private:
+  std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
+};
 
 checkpoints::ExportTensor tensor_of(const std::string& name, const Shape& shape, std::vector<float> values) {
   auto data = std::make_shared<std::vector<float>>(std::move(values));
   return {name, shape, [data](float* out) { std::copy(data->begin(), data->end(), out); }};
 }
+
+void write_export(const ExportHfOptions& o, const checkpoints::ExportOptions& options, const std::string& dtype,
+                  AtomicFolder& folder);
 
 void run_export_hf(const ExportHfOptions& o) {
   if (o.weights.empty() && o.adapters.empty()) throw UserError("give --weights, --adapters, or both");
@@ -51,7 +90,24 @@ void run_export_hf(const ExportHfOptions& o) {
   checkpoints::ExportOptions options;
   options.dtype = dtype;
   options.max_shard_bytes = checkpoints::parse_shard_size(o.max_shard_size);
-  check_folder(o.out, o.force);
+  options.progress = ExportProgress();
+  check_folder(o);
+  // Written beside the target and swapped in whole: a refusal, a full disk
+  // or a kill leaves the old folder as it was (or none).
+  AtomicFolder folder(o.out);
+  try {
+    write_export(o, options, dtype, folder);
+  } catch (const UserError& e) {  // said of the folder the user named, and what became of it
+    std::string what = e.what();
+    for (std::size_t at; (at = what.find(folder.path())) != std::string::npos;)
+      what.replace(at, folder.path().size(), folder.target());
+    std::error_code ec;
+    throw UserError(what + (fs::exists(folder.target(), ec) ? "; " + folder.target() + " is as it was" : "; nothing written"));
+  }
+}
+
+void write_export(const ExportHfOptions& o, const checkpoints::ExportOptions& options, const std::string& dtype,
+                  AtomicFolder& folder) {
   std::vector<std::string> written;
   if (!o.weights.empty()) {
     const LoadedWeights w = load_weights(o.weights, o.force, /*skip_adapters=*/true);
@@ -64,7 +120,7 @@ void run_export_hf(const ExportHfOptions& o) {
                            std::copy(v.begin(), v.end(), out);
                          }});
     }
-    for (const auto& f : checkpoints::export_checkpoint(w.setup, tensors, o.out, options)) written.push_back(f);
+    for (const auto& f : checkpoints::export_checkpoint(w.setup, tensors, folder.path(), options)) written.push_back(f);
   }
   if (!o.adapters.empty()) {
     const AdapterFile a = read_adapters(o.adapters);
@@ -77,10 +133,13 @@ void run_export_hf(const ExportHfOptions& o) {
                           tensor_of(weight + ".lora_B", B.shape, B.data)});
     }
     const double alpha = a.options.alpha > 0 ? a.options.alpha : a.options.rank;
-    for (const auto& f : checkpoints::export_adapters(a.setup, adapters, a.options.rank, alpha, o.out, dtype))
+    for (const auto& f : checkpoints::export_adapters(a.setup, adapters, a.options.rank, alpha, folder.path(), dtype))
       written.push_back(f);
   }
-  for (const auto& f : written) std::printf("wrote %s\n", f.c_str());
+  const bool weights = !o.weights.empty();
+  folder.commit([weights](const std::string& name) { return kept_from_old_folder(name, weights); });
+  for (const auto& f : written)
+    std::printf("wrote %s\n", (fs::path(folder.target()) / fs::path(f).filename()).string().c_str());
 }
 
 }  // namespace

@@ -19,9 +19,7 @@ struct ImportOptions {
 
 void run_import(const ImportOptions& o) {
   const checkpoints::HfCheckpoint c(o.path, o.config);  // every check that needs no weight value, now
-  std::vector<std::string> inputs = c.files();
-  if (!o.config.empty()) inputs.push_back(o.config);
-  check_output(o.out, FileKind::weights, inputs, o.force);
+  check_output(o.out, FileKind::weights, c.inputs(), o.force);
   const ModelSetup& setup = c.setup();
   const Sizes& z = setup.sizes;
   std::printf("%s: %s (%s), L %d, D %d, H %d, Hkv %d, F %d, V %d, S_max %d%s, from %zu file%s\n", o.path.c_str(),

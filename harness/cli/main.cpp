@@ -14,6 +14,7 @@
 #include "comm/comm.hpp"
 #include "core/error.hpp"
 #include "harness/cli/commands.hpp"
+#include "harness/cli/validators.hpp"
 
 namespace {
 
@@ -65,7 +66,9 @@ int run(int argc, char** argv) {
   remat::cli::setup_import(app);
   remat::cli::setup_export_hf(app);
   remat::cli::setup_estimate(app);
+  remat::cli::check_every_option(app);
   try {
+    remat::cli::refuse_empty_list_items(app, std::vector<std::string>(argv + 1, argv + argc));
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {  // a command's own failure, already reported
     return e.get_exit_code();

@@ -36,10 +36,7 @@ struct Options {
 };
 
 std::vector<std::string> model_names(const std::string& s) {
-  auto names = split(s);
-  for (const auto& n : names)
-    if (n.empty()) throw UserError("--models: empty name in '" + s + "'");
-  return names;
+  return split_list(s, "--models");
 }
 
 void print_summary(const std::vector<RunRecord>& records) {
@@ -230,7 +227,8 @@ void setup_matrix(CLI::App& app) {
   cmd->add_flag("--resume", o->matrix.resume, "Skip runs already in the results file (those with the same options)");
   o->shard_option = cmd->add_option("--shard", o->shard,
                   "Run only shard i of n (i/n, i from 0): the i-th of n consecutive runs of about equal work, for job arrays; "
-                  "join the parts with `remat merge`");
+                  "join the parts with `remat merge`")
+                          ->type_name("I/N");  // checked by the matrix itself, "" included
   cmd->add_flag("--force", o->matrix.force, "Run even where the memory estimate says a shape will not fit");
   cmd->callback([o] { run(*o); });
 }

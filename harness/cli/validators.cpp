@@ -1,6 +1,8 @@
 #include "harness/cli/validators.hpp"
 
+#include <algorithm>
 #include <cctype>
+#include <cstdlib>
 #include <cmath>
 
 #include "autodiff/memory_tracker.hpp"
@@ -47,6 +49,50 @@ CLI::Validator byte_size() {
         }
       },
       "SIZE");
+}
+
+namespace {
+
+template <class F>
+void for_every_option(const CLI::App& app, const F& f) {
+  for (const CLI::Option* opt : app.get_options()) f(const_cast<CLI::Option*>(opt));
+  for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) for_every_option(*sub, f);
+}
+
+}  // namespace
+
+void check_every_option(CLI::App& app) {
+  const CLI::Validator finite(
+      [](std::string& s) -> std::string {
+        char* end = nullptr;
+        const double v = std::strtod(s.c_str(), &end);
+        return end != s.c_str() && !std::isfinite(v) ? "must be a finite number, got '" + s + "'" : "";
+      },
+      "");
+  const CLI::Validator not_empty([](std::string& s) -> std::string { return s.empty() ? "must not be empty" : ""; }, "");
+  for_every_option(app, [&](CLI::Option* opt) {
+    if (opt->get_type_size() == 0) return;  // a flag
+    const std::string type = opt->get_type_name();
+    if (type.rfind("FLOAT", 0) == 0) opt->check(finite);
+    if (type == "TEXT" || type.rfind("TEXT ", 0) == 0) opt->check(not_empty);  // after the option's own checks
+  });
+}
+
+void refuse_empty_list_items(const CLI::App& app, const std::vector<std::string>& words) {
+  std::vector<std::string> lists;  // "--seq", ...
+  for_every_option(app, [&](CLI::Option* opt) {
+    if (opt->get_delimiter() == ',')
+      for (const auto& name : opt->get_lnames()) lists.push_back("--" + name);
+  });
+  auto is_list = [&](const std::string& name) { return std::find(lists.begin(), lists.end(), name) != lists.end(); };
+  for (std::size_t i = 0; i < words.size(); ++i) {
+    const std::string& w = words[i];
+    const auto eq = w.find('=');
+    if (w.rfind("--", 0) == 0 && eq != std::string::npos && is_list(w.substr(0, eq)))
+      split_list(w.substr(eq + 1), w.substr(0, eq));
+    else if (is_list(w) && i + 1 < words.size() && words[i + 1].rfind("--", 0) != 0)
+      split_list(words[i + 1], w);
+  }
 }
 
 }  // namespace remat::cli

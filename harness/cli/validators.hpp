@@ -6,6 +6,7 @@
 #include <CLI/CLI.hpp>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace remat::cli {
 
@@ -15,5 +16,15 @@ CLI::Validator whole_number(std::int64_t lo, std::int64_t hi = INT32_MAX);
 CLI::Validator seed_number();
 // A positive byte count with an optional k/M/G suffix (binary), e.g. 150MB.
 CLI::Validator byte_size();
+
+// Rules that hold for every option of every command, installed once on the
+// whole tree after the commands are set up: a number is finite (nan, inf
+// and 1e999 refused wherever given, used or not); a value with no checks
+// of its own is not empty (--svg '', --device '').
+void check_every_option(CLI::App& app);
+// Comma lists (options with a ',' delimiter) with an empty item ("1,,2",
+// "1,") are refused with the item's position; CLI11 itself would drop the
+// empty items silently. Run on the words before they are parsed.
+void refuse_empty_list_items(const CLI::App& app, const std::vector<std::string>& words);
 
 }  // namespace remat::cli

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <filesystem>
+#include <fstream>
 
 #include "core/error.hpp"
 #include "h5/h5.hpp"
@@ -10,10 +11,24 @@
 namespace remat {
 namespace fs = std::filesystem;
 
+namespace {
+
+// A page `remat report --html` wrote (render_html's first lines).
+bool is_html_report(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char head[256] = {};
+  in.read(head, sizeof head - 1);
+  const std::string text(head);
+  return text.rfind("<!DOCTYPE html>", 0) == 0 && text.find("<title>remat report") != std::string::npos;
+}
+
+}  // namespace
+
 FileKind file_kind(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(fs::symlink_status(path, ec))) return FileKind::absent;
-  if (!fs::is_regular_file(path, ec) || H5Fis_hdf5(path.c_str()) <= 0) return FileKind::not_hdf5;
+  if (!fs::is_regular_file(path, ec)) return FileKind::not_hdf5;
+  if (H5Fis_hdf5(path.c_str()) <= 0) return is_html_report(path) ? FileKind::html_report : FileKind::not_hdf5;
   try {
     const h5::File f = h5::File::open(path);
     if (H5Aexists(f.id(), "remat_results") > 0) return FileKind::results;
@@ -40,17 +55,27 @@ const char* file_kind_name(FileKind k) {
     case FileKind::training_run: return "a training run";
     case FileKind::adapters: return "a LoRA adapter file";
     case FileKind::other_hdf5: return "an HDF5 file remat did not write";
+    case FileKind::html_report: return "a report page";
   }
   return "?";
 }
 
+void check_output_path(const std::string& out) {
+  if (out.empty()) throw UserError("an empty path was given for an output file; name the file to write");
+  std::error_code ec;
+  const fs::file_status st = fs::status(out, ec);  // what a symlink points to
+  if (fs::is_directory(st)) throw UserError(out + ": is a directory, not a file");
+  if (fs::exists(st) && !fs::is_regular_file(st))
+    throw UserError(out + ": exists and is not a regular file (a device, FIFO or socket); refusing to replace it");
+}
+
 void check_output(const std::string& out, FileKind writing, const std::vector<std::string>& inputs, bool force) {
   std::error_code ec;
+  check_output_path(out);
   for (const auto& in : inputs)
     if (!in.empty() && fs::equivalent(in, out, ec))
       throw UserError(out + ": is also an input of this command (" + in + "); refusing to overwrite it, give another output");
   const FileKind existing = file_kind(out);
-  if (fs::is_directory(out, ec)) throw UserError(out + ": is a directory, not a file");
   if (existing != FileKind::absent && existing != writing && !force)
     throw UserError(out + ": exists and is " + file_kind_name(existing) + ", not " + file_kind_name(writing) +
                     "; refusing to replace it (pass --force to replace it, or give another output)");
