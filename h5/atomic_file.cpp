@@ -52,12 +52,6 @@ int write_all(int fd, const char* p, std::size_t n) {
   return err;
 }
 
-void sync_directory(const fs::path& dir) {
-  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;  // best effort: the rename itself has happened
-  ::fsync(fd);
-  ::close(fd);
-}
 
 // A name for a temporary beside `target` that no file has yet.
 std::string fresh_temporary_name(const std::string& target, std::mt19937_64& random) {
@@ -132,13 +126,20 @@ void AtomicFile::commit() {
   if (!err && ::rename(temp_.c_str(), target_.c_str()) != 0) err = errno;
   if (err) fail(target_, "cannot write", err);
   committed_ = true;
-  sync_directory(fs::path(target_).parent_path());
+  sync_directory(fs::path(target_).parent_path().string());
 }
 
 void write_file_atomically(const std::string& path, const void* data, std::size_t size) {
   AtomicFile file(path);
   file.write(data, size);
   file.commit();
+}
+
+void sync_directory(const std::string& dir) {
+  const int fd = ::open(dir.empty() ? "." : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;  // best effort: the rename itself has happened
+  ::fsync(fd);
+  ::close(fd);
 }
 
 std::int64_t free_bytes(const std::string& path) {

@@ -49,6 +49,9 @@ class AtomicFile {
   bool committed_ = false;
 };
 
+// Makes a rename or a new entry in folder `dir` ("" is ".") durable; best effort.
+void sync_directory(const std::string& dir);
+
 // Bytes free for a file at `path` (its folder's file system); -1 if unknown.
 std::int64_t free_bytes(const std::string& path);
 inline void write_file_atomically(const std::string& path, const std::string& text) {

@@ -17,13 +17,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-void sync_path(const fs::path& p) {
-  const int fd = ::open(p.empty() ? "." : p.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;  // best effort
-  ::fsync(fd);
-  ::close(fd);
-}
-
 // Every file under the staging folder reaches the disk before the folder
 // takes the target's place.
 void sync_tree(const fs::path& dir) {
@@ -34,7 +27,7 @@ void sync_tree(const fs::path& dir) {
     ::fsync(fd);
     ::close(fd);
   }
-  sync_path(dir);
+  sync_directory(dir.string());
 }
 
 }  // namespace
@@ -103,7 +96,7 @@ void AtomicFolder::commit(const std::function<bool(const std::string& name)>& ke
   }
   if (err) throw UserError(target_ + ": cannot put the new folder in place (" + std::strerror(err) + "); the folder is unchanged");
   committed_ = true;
-  sync_path(fs::path(target_).parent_path());
+  sync_directory(fs::path(target_).parent_path().string());
   if (replacing) fs::remove_all(staging_, ec);  // the old folder, now under the staging name
 }
 

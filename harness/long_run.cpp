@@ -50,9 +50,10 @@ class LongRunNotice::Progress final : public BlockHooks {
   explicit Progress(int blocks, double quiet_for = 0)
       : blocks_(blocks), tty_(isatty(fileno(stderr))), previous_(block_hooks()), start_(now()), quiet_for_(quiet_for) {}
   // What the work is doing between steps, and the step it is in.
-  void stage(const std::string& what) {
+  // `at_once`: said now (past the quiet time), not after the last line's pause.
+  void stage(const std::string& what, bool at_once) {
     stage_ = what;
-    last_ = 0;  // a new stage is said at once (once past the quiet time)
+    if (at_once) last_ = 0;
     say("");
   }
   ~Progress() override {
@@ -132,6 +133,8 @@ ProgressAfterAWhile::~ProgressAfterAWhile() {
   progress_.reset();
 }
 
-void ProgressAfterAWhile::stage(const std::string& what) { progress_->stage(what); }
+void ProgressAfterAWhile::stage(const std::string& what) { progress_->stage(what, true); }
+
+void ProgressAfterAWhile::item(const std::string& what) { progress_->stage(what, false); }
 
 }  // namespace remat

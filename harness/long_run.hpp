@@ -47,7 +47,8 @@ class ProgressAfterAWhile {
   ~ProgressAfterAWhile();
   ProgressAfterAWhile(const ProgressAfterAWhile&) = delete;
   ProgressAfterAWhile& operator=(const ProgressAfterAWhile&) = delete;
-  void stage(const std::string& what);  // "S 32768 B 4: strategy sqrt (3 of 9)"
+  void stage(const std::string& what);  // "S 32768 B 4: strategy sqrt (3 of 9)", said at once
+  void item(const std::string& what);   // "tensor 257 of 3604": said every few seconds at most
 
  private:
   std::unique_ptr<LongRunNotice::Progress> progress_;

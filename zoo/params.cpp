@@ -143,8 +143,10 @@ std::int64_t count_params(const std::vector<ParamSpec>& specs) {
   return n;
 }
 
-void initialize(const ParamStore& params, std::uint64_t seed, int layers) {
+void initialize(const ParamStore& params, std::uint64_t seed, int layers,
+                const std::function<void(std::size_t done, std::size_t total)>& progress) {
   for (std::size_t i = 0; i < params.specs().size(); ++i) {
+    if (progress) progress(i, params.specs().size());
     const ParamSpec& spec = params.specs()[i];
     const Tensor& t = params.tensors()[i];
     if (spec.init == Init::zeros || spec.init == Init::ones) {

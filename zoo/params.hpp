@@ -121,7 +121,10 @@ class PrecisionScope {
 };
 
 // docs/models.md initialisation: a pure function of (seed, parameter name, index).
-void initialize(const ParamStore& params, std::uint64_t seed, int layers);
+// `progress`, if given, is told after each tensor (i + 1 of n): a deep stack
+// has hundreds of thousands of them.
+void initialize(const ParamStore& params, std::uint64_t seed, int layers,
+                const std::function<void(std::size_t done, std::size_t total)>& progress = {});
 
 std::int64_t count_params(const std::vector<ParamSpec>& specs);
 

@@ -100,10 +100,15 @@ int run_check_command(const CheckCommandOptions& o) {
     params = std::move(w.params);
   } else {
     setup = o.model.resolve();
+    // A deep stack takes a while before its first step: said past ten seconds.
+    ProgressAfterAWhile progress(setup.sizes.L);
+    progress.stage("estimating the memory a step needs");
     memory = require_step_memory(setup, o.model.kernel(), strategies_for(setup.model, o.strategies, o.model.kernel()), 3,
                                  o.force);
     params = std::make_unique<ParamStore>(models().find(setup.model).make(setup.sizes)->params(), DType::f32);
-    initialize(*params, o.model.seed, setup.sizes.L);
+    initialize(*params, o.model.seed, setup.sizes.L, [&](std::size_t i, std::size_t n) {
+      if (i % 256 == 0) progress.item("initialising the weights: tensor " + std::to_string(i + 1) + " of " + std::to_string(n));
+    });
     batch = o.model.make_batch(setup.sizes);
   }
   setup.sizes.dropout = o.dropout;
