@@ -52,7 +52,6 @@ int write_all(int fd, const char* p, std::size_t n) {
   return err;
 }
 
-
 // A name for a temporary beside `target` that no file has yet.
 std::string fresh_temporary_name(const std::string& target, std::mt19937_64& random) {
   return target + kTempInfix + std::to_string(::getpid()) + "." + std::to_string(random() % 1000000);
