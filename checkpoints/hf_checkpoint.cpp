@@ -6,10 +6,8 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <random>
 #include <set>
-#include <sstream>
 
 #include "core/error.hpp"
 #include "core/files.hpp"

@@ -52,12 +52,12 @@ int write_all(int fd, const char* p, std::size_t n) {
   return err;
 }
 
-// A name for a temporary beside `target` that no file has yet.
-std::string fresh_temporary_name(const std::string& target, std::mt19937_64& random) {
+}  // namespace
+
+std::string fresh_temporary_name(const std::string& target) {
+  thread_local std::mt19937_64 random{std::random_device{}()};
   return target + kTempInfix + std::to_string(::getpid()) + "." + std::to_string(random() % 1000000);
 }
-
-}  // namespace
 
 AtomicFile::AtomicFile(std::string target, bool sweep) : target_(std::move(target)) {
   // A device, a FIFO or a folder in the target's place is never replaced by
@@ -88,9 +88,8 @@ AtomicFile::~AtomicFile() {
 }
 
 void AtomicFile::name_temporary() {
-  std::mt19937_64 random{std::random_device{}()};
   for (int attempt = 0;; ++attempt) {
-    const std::string name = fresh_temporary_name(target_, random);
+    const std::string name = fresh_temporary_name(target_);
     int err = 0;
     if (fd_ >= 0) {
       // The unnamed temporary gets the name (linkat cannot replace a file:

@@ -49,6 +49,11 @@ class AtomicFile {
   bool committed_ = false;
 };
 
+// "<target>.partial.<pid>.<n>": a name for a temporary beside `target` (a
+// file, or AtomicFolder's staging folder) whose writer a later run can tell
+// dead or alive (remove_stale_temporaries).
+std::string fresh_temporary_name(const std::string& target);
+
 // Makes a rename or a new entry in folder `dir` ("" is ".") durable; best effort.
 void sync_directory(const std::string& dir);
 

@@ -7,7 +7,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <random>
 
 #include "core/error.hpp"
 #include "h5/atomic_file.hpp"
@@ -48,9 +47,8 @@ AtomicFolder::AtomicFolder(const std::string& target) {
     if (ec) throw UserError(target_ + ": cannot create the folder it goes in (" + ec.message() + ")");
   }
   remove_stale_temporaries(target_);  // staging folders of exports that were killed
-  std::mt19937_64 random{std::random_device{}()};
   for (int attempt = 0;; ++attempt) {
-    staging_ = target_ + ".partial." + std::to_string(::getpid()) + "." + std::to_string(random() % 1000000);
+    staging_ = fresh_temporary_name(target_);
     if (fs::create_directory(staging_, ec)) break;
     if (ec || attempt > 100)
       throw UserError(target_ + ": cannot create a folder beside it to write into (" +
@@ -72,8 +70,12 @@ void AtomicFolder::commit(const std::function<bool(const std::string& name)>& ke
       const fs::path to = fs::path(staging_) / name;
       if (fs::exists(fs::symlink_status(to, ec)) || !keep(name)) continue;
       std::error_code copied;
-      fs::copy(entry.path(), to, fs::copy_options::recursive | fs::copy_options::create_hard_links | fs::copy_options::copy_symlinks, copied);
-      if (copied) throw UserError(target_ + ": cannot carry " + name + " over into the new folder (" + copied.message() + "); the folder is unchanged");
+      fs::copy(entry.path(), to,
+               fs::copy_options::recursive | fs::copy_options::create_hard_links | fs::copy_options::copy_symlinks,
+               copied);
+      if (copied)
+        throw UserError(target_ + ": cannot carry " + name + " over into the new folder (" + copied.message() +
+                        "); the folder is unchanged");
     }
   sync_tree(staging_);
   int err = 0;
@@ -94,7 +96,9 @@ void AtomicFolder::commit(const std::function<bool(const std::string& name)>& ke
       if (!err) fs::rename(aside, staging_, ec);  // removed below, as after an exchange
     }
   }
-  if (err) throw UserError(target_ + ": cannot put the new folder in place (" + std::strerror(err) + "); the folder is unchanged");
+  if (err)
+    throw UserError(target_ + ": cannot put the new folder in place (" + std::strerror(err) +
+                    "); the folder is unchanged");
   committed_ = true;
   sync_directory(fs::path(target_).parent_path().string());
   if (replacing) fs::remove_all(staging_, ec);  // the old folder, now under the staging name

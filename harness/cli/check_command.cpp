@@ -107,7 +107,8 @@ int run_check_command(const CheckCommandOptions& o) {
                                  o.force);
     params = std::make_unique<ParamStore>(models().find(setup.model).make(setup.sizes)->params(), DType::f32);
     initialize(*params, o.model.seed, setup.sizes.L, [&](std::size_t i, std::size_t n) {
-      if (i % 256 == 0) progress.item("initialising the weights: tensor " + std::to_string(i + 1) + " of " + std::to_string(n));
+      if (i % 256 == 0)
+        progress.item("initialising the weights: tensor " + std::to_string(i + 1) + " of " + std::to_string(n));
     });
     batch = o.model.make_batch(setup.sizes);
   }

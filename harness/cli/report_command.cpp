@@ -62,9 +62,8 @@ std::string utc_now() {
   return buf;
 }
 
-void run_report(const ReportOptions& o, bool html_given, bool svg_given) {
-  if (html_given) check_output(o.html, FileKind::html_report, o.files, o.force);
-  if (svg_given && o.svg.empty()) throw UserError("--svg: an empty folder name; name the folder for the plots");
+void run_report(const ReportOptions& o) {
+  if (!o.html.empty()) check_output(o.html, FileKind::html_report, o.files, o.force);  // ('' is refused as it is parsed)
   std::unique_ptr<ScratchFolder> scratch;
   if (!o.html.empty() && o.svg.empty()) scratch = std::make_unique<ScratchFolder>();
   const std::string plot_dir = scratch ? scratch->path() : o.svg;
@@ -129,15 +128,15 @@ void setup_report(CLI::App& app) {
   auto o = std::make_shared<ReportOptions>();
   auto* cmd = app.add_subcommand("report", "Summarise results files or training runs as Markdown, and plot them as SVG");
   cmd->add_option("files", o->files, "HDF5 results files (remat matrix) or training runs (remat train)")->required();
-  auto* svg = cmd->add_option("--svg", o->svg,
+  cmd->add_option("--svg", o->svg,
                   "Write plots into this folder: tradeoff.svg, timeline-<model>.svg, depth.svg for results; "
                   "loss.svg, ranks.svg (memory per rank against step time and communication) and, for a mixture of "
                   "experts, experts.svg (each expert's share of the routed tokens per layer) for training runs");
-  auto* html = cmd->add_option("--html", o->html,
+  cmd->add_option("--html", o->html,
                   "Also write the whole report as one self-contained HTML page: the tables, every plot inline, what "
                   "was read and by what (nothing fetched from the network; open it in any browser)");
   cmd->add_flag("--force", o->force, "Write the --html page over a file that is not a report page");
-  cmd->callback([o, html, svg] { run_report(*o, html->count() > 0, svg->count() > 0); });
+  cmd->callback([o] { run_report(*o); });
 }
 
 }  // namespace remat::cli

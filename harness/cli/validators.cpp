@@ -74,7 +74,7 @@ void check_every_option(CLI::App& app) {
     if (opt->get_type_size() == 0) return;  // a flag
     const std::string type = opt->get_type_name();
     if (type.rfind("FLOAT", 0) == 0) opt->check(finite);
-    if (type == "TEXT" || type.rfind("TEXT ", 0) == 0) opt->check(not_empty);  // after the option's own checks
+    if (type == "TEXT") opt->check(not_empty);  // after the option's own checks (those add to the type name)
   });
 }
 
