@@ -40,6 +40,15 @@ void for_each_element(const char* name, std::int64_t n, const F& f) {
   }
 }
 
+// Internal linkage (an unnamed namespace) for each function here that holds
+// a KOKKOS_LAMBDA: nvcc keeps a device lambda's host-side copy helpers in a
+// per-file unnamed namespace, set where the lambda is made. An inline or
+// template function with external linkage compiled in two files lets the
+// linker keep one file's kernel launch and another file's lambda, whose
+// helpers in the first file were never set: the launch jumps to address 0
+// (seen on an H100). With internal linkage each file keeps its own pair.
+namespace {
+
 // g[i] = value(i) into a fresh gradient buffer, g[i] += value(i) otherwise:
 // two loops, so neither carries a per-element branch and both vectorise.
 // value(i) is of the compute type; a 16-bit g is rounded once per write.
@@ -152,5 +161,7 @@ void column_sums(const S* src, std::int64_t rows, std::int64_t cols, D* dst, boo
     for (std::int64_t j = 0; j < n; ++j) dst[j0 + j] = D(acc[j]);
   });
 }
+
+}  // namespace
 
 }  // namespace remat::backend

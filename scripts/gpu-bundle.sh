@@ -24,6 +24,16 @@ say() { printf '[gpu-bundle] %s\n' "$*"; }
 # `small` weights would be hundreds of MB).
 [ -x "$root/build-cuda/remat" ] && [ -x "$root/build-cuda/tests/remat_tests" ] || "$root/scripts/setup.sh" --cuda
 cmake --build "$root/build-cuda" --target remat remat_tests >/dev/null
+# Every unit must carry code for every GPU the build is for: an object left
+# from a build without one has kernels that GPU cannot start (a crash at
+# their first launch, not an error).
+for b in remat tests/remat_tests; do
+  counts=$(cuobjdump --list-elf "$root/build-cuda/$b" | sed -n 's/.*\.\(sm_[0-9]*\)\.cubin$/\1/p' | sort | uniq -c)
+  if [ "$(echo "$counts" | awk '{print $1}' | sort -u | wc -l)" -ne 1 ]; then
+    say "build-cuda/$b lacks some GPUs' code in some units (cubins per GPU below): rerun scripts/setup.sh --cuda"
+    echo "$counts"; exit 1
+  fi
+done
 host_build="$root/build-bundle-host"
 say "portable host build in $host_build"
 mkdir -p "$host_build"
@@ -51,11 +61,11 @@ done
 cat > "$stage/run.sh" <<'RUN'
 #!/bin/sh
 # remat's GPU checks, on a machine with an NVIDIA GPU:
-#  1. the unit suite (Catch2) on the device;
-#  2. every model's `small` check with every strategy: the device's
+#  1. every model's `small` check with every strategy: the device's
 #     gradients against the host build's (same weights and batch, within
 #     1e-4 relative), checkpoint strategies bitwise equal to `full` on the
 #     device;
+#  2. the unit suite (Catch2) on the device;
 #  3. the strategy matrix on gpu-medium for gpt2 and llama into
 #     $OUT/results.h5 (OUT defaults to ./out; a rerun finishes what is
 #     missing), and its table.
@@ -65,6 +75,8 @@ here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-$PWD/out}
 mkdir -p "$out"
 export LD_LIBRARY_PATH="$here/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# Kernels load when first launched, not all at start-up.
+export CUDA_MODULE_LOADING=LAZY
 # cuBLAS is the machine's: the usual CUDA library folders, after ours.
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/lib/x86_64-linux-gnu; do
   [ -d "$d" ] && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"
@@ -75,14 +87,14 @@ run() { "$@" || { echo "FAILED ($?): $*"; status=1; }; }
 step "versions"
 run "$here/bin/remat" --version
 nvidia-smi -L 2>/dev/null
-step "unit suite on the device"
-run "$here/bin/remat_tests" "~[design]"
 step "checks: device against host gradients, strategies against full"
-for m in gpt2 llama bert revformer parallel; do
+for m in gpt2 llama bert revformer parallel mixtral encdec; do
   run "$here/bin/remat-host" check --model "$m" --preset small --strategies full --save-golden "$out/host-$m.h5" \
     --force >/dev/null
   run "$here/bin/remat" check --golden "$out/host-$m.h5" --strategies all
 done
+step "unit suite on the device"
+run "$here/bin/remat_tests" "~[design]"
 step "strategy matrix, gpu-medium"
 run "$here/bin/remat" matrix --preset gpu-medium --models gpt2,llama --strategies all --out "$out/results.h5" --resume
 exit $status

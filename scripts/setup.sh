@@ -9,6 +9,9 @@
 #   BUILD_DIR=dir       build directory (default: build, or build-cuda)
 #   BUILD_TYPE=type     CMake build type (default: Release)
 #   CUDA_ARCH=NAME      Kokkos architecture of the GPU build (default: AMPERE80)
+#   CUDA_EXTRA_SM="90"  further GPUs to compile code for, by compute capability
+#                       (default 90: H100/H200; '' for none). Ours only: a
+#                       Kokkos_ROOT builds for the architecture it was built for
 # Idempotent: a second run reuses the packages, the Kokkos prefix and the build.
 set -euo pipefail
 
@@ -87,6 +90,22 @@ kokkos_prefix="$deps/kokkos"
 [ "$cuda" -eq 1 ] && kokkos_prefix="$deps/kokkos-cuda"
 kokkos_config() { ls "$1"/lib*/cmake/Kokkos/KokkosConfig.cmake 2>/dev/null | head -n 1; }
 
+# Kokkos 3.4 names no GPU newer than Ampere, and refuses to start where its
+# kernels were compiled for another major version than the device's (sm_80
+# code on an H100 stops at Kokkos::initialize). nvcc 11.8 compiles for Hopper
+# all the same: every compile, Kokkos' own too, adds sm_90 machine code beside
+# the architecture's, and the driver picks the device's. The flags go through
+# nvcc's NVCC_APPEND_FLAGS: nvcc_wrapper refuses a second architecture flag.
+extra_sm=${CUDA_EXTRA_SM-90}
+cuda_flags=""
+if [ "$cuda" -eq 1 ]; then
+  for sm in $extra_sm; do cuda_flags+=" -gencode=arch=compute_${sm},code=sm_${sm}"; done
+  cuda_flags=${cuda_flags# }
+fi
+# What our Kokkos was built for, kept in its prefix: another request rebuilds it.
+kokkos_stamp="arch=${CUDA_ARCH:-AMPERE80} extra=${cuda_flags}"
+[ "$cuda" -eq 0 ] && kokkos_stamp="openmp"
+
 build_kokkos() {
   # Debian ships Kokkos 3.4 only as a Serial build, but its trilinos source
   # package carries the full Kokkos source.
@@ -103,21 +122,30 @@ build_kokkos() {
   if [ "$cuda" -eq 1 ]; then
     backend+=(-DCMAKE_CXX_COMPILER="$src/bin/nvcc_wrapper" -DKokkos_ENABLE_CUDA=ON -DKokkos_ENABLE_CUDA_LAMBDA=ON
               "-DKokkos_ARCH_${CUDA_ARCH:-AMPERE80}=ON")
-    say "building Kokkos with CUDA (${CUDA_ARCH:-AMPERE80}) and OpenMP from $src"
+    say "building Kokkos with CUDA (${CUDA_ARCH:-AMPERE80}${extra_sm:+, and sm $extra_sm}) and OpenMP from $src"
   else
     say "building Kokkos with OpenMP from $src"
   fi
-  cmake -S "$src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-    -DCMAKE_INSTALL_PREFIX="$kokkos_prefix" -DCMAKE_CXX_STANDARD=17 "${backend[@]}" >"$work/configure.log"
-  cmake --build "$work/build" -j "$jobs" >"$work/build.log"
-  cmake --install "$work/build" >"$work/install.log"
+  # Called as a condition, where `set -e` does not hold: each step says why it failed.
+  local log
+  for log in configure build; do
+    case $log in
+      configure) cmake -S "$src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+                   -DCMAKE_INSTALL_PREFIX="$kokkos_prefix" -DCMAKE_CXX_STANDARD=17 "${backend[@]}" ;;
+      build) NVCC_APPEND_FLAGS="$cuda_flags" cmake --build "$work/build" -j "$jobs" ;;
+    esac >"$work/$log.log" 2>&1 || { tail -n 30 "$work/$log.log"; say "Kokkos' $log failed ($work/$log.log)"; return 1; }
+  done
+  rm -rf "$kokkos_prefix"
+  cmake --install "$work/build" >"$work/install.log" 2>&1 || { tail -n 30 "$work/install.log"; return 1; }
+  echo "$kokkos_stamp" >"$kokkos_prefix/remat-kokkos-build"
   rm -rf "$work"
 }
 
 if [ -n "${Kokkos_ROOT:-}" ]; then
   say "using Kokkos from Kokkos_ROOT=$Kokkos_ROOT"
   kokkos_root="$Kokkos_ROOT"
-elif [ -n "$(kokkos_config "$kokkos_prefix")" ]; then
+elif [ -n "$(kokkos_config "$kokkos_prefix")" ] &&
+     [ "$(cat "$kokkos_prefix/remat-kokkos-build" 2>/dev/null)" = "$kokkos_stamp" ]; then
   say "reusing Kokkos in $kokkos_prefix"
   kokkos_root="$kokkos_prefix"
 elif build_kokkos; then
@@ -142,8 +170,8 @@ if [ "$cuda" -eq 1 ]; then
   cxx="$kokkos_root/bin/nvcc_wrapper"
   if [ "$kokkos_root" = "$kokkos_prefix" ]; then
     cxx="$kokkos_prefix/bin/remat-cxx"
-    printf '#!/bin/sh\n# nvcc_wrapper on Debian'"'"'s CUDA 11.8 and g++-11, whatever PATH says (written by setup.sh)\nexport CUDA_ROOT=/usr NVCC_WRAPPER_DEFAULT_COMPILER=g++-11 PATH="/usr/bin:$PATH"\nexec "%s/bin/nvcc_wrapper" "$@"\n' \
-      "$kokkos_prefix" > "$cxx"
+    printf '#!/bin/sh\n# nvcc_wrapper on Debian'"'"'s CUDA 11.8 and g++-11, whatever PATH says, with the\n# further GPUs'"'"' code (written by setup.sh)\nexport CUDA_ROOT=/usr NVCC_WRAPPER_DEFAULT_COMPILER=g++-11 PATH="/usr/bin:$PATH" NVCC_APPEND_FLAGS="%s"\nexec "%s/bin/nvcc_wrapper" "$@"\n' \
+      "$cuda_flags" "$kokkos_prefix" > "$cxx"
     chmod +x "$cxx"
   fi
   # nvcc spends most of a file's time on Kokkos' headers (host and device
@@ -159,6 +187,17 @@ if [ ${#compiler[@]} -gt 0 ] && [ -f "$build_dir/CMakeCache.txt" ] &&
 fi
 cmake -S "$root" -B "$build_dir" -G Ninja -DCMAKE_BUILD_TYPE="${BUILD_TYPE:-Release}" \
   -DKokkos_ROOT="$kokkos_root" "${compiler[@]}" >"$build_dir/configure.log" 2>&1 || { cat "$build_dir/configure.log"; exit 1; }
+# nvcc's added flags (NVCC_APPEND_FLAGS, in remat-cxx) are invisible to the
+# build's dependency tracking, and installed Kokkos headers keep their old
+# times: a build made for other GPUs starts afresh, or objects without the
+# new GPUs' code stay and their kernels are missing on those GPUs.
+if [ "$cuda" -eq 1 ]; then
+  applied=""; [ "$kokkos_root" = "$kokkos_prefix" ] && applied="$kokkos_stamp"
+  if [ "$(cat "$build_dir/remat-gpu-code" 2>/dev/null)" != "$applied" ]; then
+    cmake --build "$build_dir" --target clean >/dev/null 2>&1 || true
+    echo "$applied" >"$build_dir/remat-gpu-code"
+  fi
+fi
 say "building remat ($jobs jobs)"
 cmake --build "$build_dir" -j "$jobs"
 say "done: $build_dir/remat --help"

@@ -11,6 +11,15 @@
 
 namespace remat::ops::detail {
 
+// Internal linkage (an unnamed namespace) for each function here that holds
+// a KOKKOS_LAMBDA: nvcc keeps a device lambda's host-side copy helpers in a
+// per-file unnamed namespace, set where the lambda is made. An inline or
+// template function with external linkage compiled in two files lets the
+// linker keep one file's kernel launch and another file's lambda, whose
+// helpers in the first file were never set: the launch jumps to address 0
+// (seen on an H100). With internal linkage each file keeps its own pair.
+namespace {
+
 // A thread per column, every position in order: what the host runs (D
 // columns are plenty for its cores, and each thread streams through gy).
 // The table's gradient g is of gy's compute type (float32 for bfloat16).
@@ -59,5 +68,7 @@ void embedding_grad_by_token(const std::int32_t* id, const T* gy, std::int64_t N
     g[i] = acc;
   });
 }
+
+}  // namespace
 
 }  // namespace remat::ops::detail

@@ -52,6 +52,15 @@ gemm::Matrices<T, MemSpace> mats(T* p, std::int64_t count, std::int64_t stride, 
   return gemm::matrices<MemSpace>(p, count, stride, rows, cols, ld);
 }
 
+// Internal linkage (an unnamed namespace) for each function here that holds
+// a KOKKOS_LAMBDA: nvcc keeps a device lambda's host-side copy helpers in a
+// per-file unnamed namespace, set where the lambda is made. An inline or
+// template function with external linkage compiled in two files lets the
+// linker keep one file's kernel launch and another file's lambda, whose
+// helpers in the first file were never set: the launch jumps to address 0
+// (seen on an H100). With internal linkage each file keeps its own pair.
+namespace {
+
 // Number of ids outside [0, limit).
 inline std::int64_t count_out_of_range(const Tensor& ids, std::int64_t limit) {
   const std::int32_t* p = ids.data<std::int32_t>();
@@ -62,5 +71,7 @@ inline std::int64_t count_out_of_range(const Tensor& ids, std::int64_t limit) {
       KOKKOS_LAMBDA(std::int64_t i, std::int64_t & acc) { acc += (p[i] < 0 || p[i] >= limit) ? 1 : 0; }, bad);
   return bad;
 }
+
+}  // namespace
 
 }  // namespace remat::ops::detail

@@ -23,16 +23,20 @@ Tensor rotate(const Tensor& x, int head_dim, double theta, double sign) {
     const double log_theta = std::log(theta);
     // cos and sin of each (position, frequency), once per call: the
     // transcendental calls, in double, are worth hoisting out of the rows.
-    Kokkos::View<A* [2], MemSpace> table(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("rotary_table")),
-                                         std::size_t(S * half));
+    // Interleaved in a flat array (cos, sin, cos, sin...): a View<A*[2]>
+    // would be laid out column-major on a GPU (Kokkos' LayoutLeft there),
+    // and the rows read it through a pointer.
+    Kokkos::View<A*, MemSpace> table(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("rotary_table")),
+                                     std::size_t(2 * S * half));
+    A* pt = table.data();
     for_each("rotary_table", S * half, KOKKOS_LAMBDA(std::int64_t i) {
       const double pos = double(i / half), j = double(i % half);
       const double angle = pos * kmath::exp(-2.0 * j / double(head_dim) * log_theta);
-      table(i, 0) = A(kmath::cos(angle));
-      table(i, 1) = A(sign * kmath::sin(angle));
+      pt[2 * i] = A(kmath::cos(angle));
+      pt[2 * i + 1] = A(sign * kmath::sin(angle));
     });
     for_each("rotary", rows, KOKKOS_LAMBDA(std::int64_t r) {
-      const A* row_table = &table((r % S) * half, 0);
+      const A* row_table = pt + 2 * (r % S) * half;
       for (std::int64_t a = r * W; a < (r + 1) * W; a += head_dim)  // each head
         for (std::int64_t j = 0; j < half; ++j) {
           const A c = row_table[2 * j], s = row_table[2 * j + 1];

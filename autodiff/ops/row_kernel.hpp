@@ -79,6 +79,15 @@ constexpr bool kHostRows = Kokkos::SpaceAccessibility<Kokkos::HostSpace, ExecSpa
 // The Row a body takes in this build.
 using Row = std::conditional_t<kHostRows, SerialRow, TeamRow>;
 
+// Internal linkage (an unnamed namespace) for each function here that holds
+// a KOKKOS_LAMBDA: nvcc keeps a device lambda's host-side copy helpers in a
+// per-file unnamed namespace, set where the lambda is made. An inline or
+// template function with external linkage compiled in two files lets the
+// linker keep one file's kernel launch and another file's lambda, whose
+// helpers in the first file were never set: the launch jumps to address 0
+// (seen on an H100). With internal linkage each file keeps its own pair.
+namespace {
+
 // body(r, row) for every row r in [0, rows), each row `len` long.
 template <class Body>
 void for_each_row(const char* name, std::int64_t rows, std::int64_t len, const Body& body) {
@@ -92,5 +101,7 @@ void for_each_row(const char* name, std::int64_t rows, std::int64_t len, const B
     });
   }
 }
+
+}  // namespace
 
 }  // namespace remat::ops::detail

@@ -47,6 +47,15 @@ KOKKOS_INLINE_FUNCTION compute_t<T> softmax_row(T* row, std::int64_t valid, std:
   return m + kmath::log(sum);
 }
 
+// Internal linkage (an unnamed namespace) for each function here that holds
+// a KOKKOS_LAMBDA: nvcc keeps a device lambda's host-side copy helpers in a
+// per-file unnamed namespace, set where the lambda is made. An inline or
+// template function with external linkage compiled in two files lets the
+// linker keep one file's kernel launch and another file's lambda, whose
+// helpers in the first file were never set: the launch jumps to address 0
+// (seen on an H100). With internal linkage each file keeps its own pair.
+namespace {
+
 // Masked softmax of `rows` rows of length `len` in place (row r keeps
 // valid(r) >= 1 entries), a team per row: the maximum, the sum and the
 // scaling spread over the team's threads (the reductions run in the team's
@@ -102,5 +111,7 @@ void softmax_backward_rows_team(const char* name, const T* p, T* d, std::int64_t
                          [&](std::int64_t j) { d[at + j] = T(A(p[at + j]) * (A(d[at + j]) - dot) * scale); });
   });
 }
+
+}  // namespace
 
 }  // namespace remat::ops::detail
