@@ -1,5 +1,7 @@
 #include "autodiff/memory_tracker.hpp"
 
+#include <algorithm>
+
 #include <Kokkos_Core.hpp>
 #include <cctype>
 #include <chrono>
@@ -114,11 +116,28 @@ std::map<std::string, MemoryTracker::LabelStats> MemoryTracker::census() const {
   return census_;
 }
 
-void MemoryTracker::reset_peaks() {
+std::map<std::string, MemoryTracker::PoolStats> MemoryTracker::all_stats() const {
   std::lock_guard<std::mutex> lock(mutex_);
+  return pools_;
+}
+
+std::map<std::string, MemoryTracker::PoolStats> MemoryTracker::begin_peaks() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::map<std::string, PoolStats> enclosing = pools_;
   for (auto& [name, s] : pools_) {
     s.peak = s.live;
     s.allocations = 0;
+  }
+  return enclosing;
+}
+
+void MemoryTracker::end_peaks(const std::map<std::string, PoolStats>& enclosing) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (auto& [name, s] : pools_) {
+    const auto it = enclosing.find(name);
+    if (it == enclosing.end()) continue;  // a pool the window made: its figures stand
+    s.peak = std::max(s.peak, it->second.peak);
+    s.allocations += it->second.allocations;
   }
 }
 

@@ -56,8 +56,15 @@ class MemoryTracker {
   std::int64_t limit() const { return limit_; }
   void check_allocation(std::int64_t bytes) const;
 
-  // Peak := live, allocation counters to 0, in every pool.
-  void reset_peaks();
+  // Peaks are counted in windows that nest (a step's: step/step_scope.hpp).
+  // begin_peaks() starts every pool's peak (:= live) and allocation count
+  // afresh and returns the enclosing window's; end_peaks(those) closes the
+  // window, the enclosing peaks taking the window's in (memory live inside
+  // it was live inside them too). Nothing resets them otherwise.
+  std::map<std::string, PoolStats> begin_peaks();
+  void end_peaks(const std::map<std::string, PoolStats>& enclosing);
+  // Every pool's figures now.
+  std::map<std::string, PoolStats> all_stats() const;
 
   void set_phase(const std::string& phase);
   std::string phase() const;

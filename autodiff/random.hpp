@@ -10,6 +10,13 @@
 namespace remat::random_ops {
 
 void begin_step(std::uint64_t seed, std::uint64_t step);  // cursor to 0
+// The whole state (seed, step, cursor), to give back when a step's scope
+// closes (step/step_scope.hpp).
+struct State {
+  std::uint64_t seed = 0, step = 0, cursor = 0;
+};
+State state();
+void restore(const State& s);
 std::uint64_t next_op();     // the id of the next random op
 std::uint64_t cursor();
 void set_cursor(std::uint64_t c);

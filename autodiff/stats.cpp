@@ -1,5 +1,7 @@
 #include "autodiff/stats.hpp"
 
+#include <utility>
+
 namespace remat::stats {
 namespace {
 
@@ -19,6 +21,10 @@ bool& flag() {
 }  // namespace
 
 void reset() { state() = Counts{}; }
+Counts exchange(Counts fresh) {
+  std::swap(state(), fresh);
+  return fresh;
+}
 
 std::map<std::string, std::int64_t> forward_since(const std::map<std::string, std::int64_t>& before) {
   std::map<std::string, std::int64_t> delta;

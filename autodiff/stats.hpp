@@ -18,6 +18,9 @@ struct Counts {
 };
 
 void reset();
+// Puts `fresh` in place of this thread's counts and returns them (a step's
+// scope, step/step_scope.hpp, opens and closes its own counts with it).
+Counts exchange(Counts fresh);
 
 // Work counted since the process started, never reset (on this thread): the
 // GEMM FLOPs and the bytes of the tensors made. What a device model prices

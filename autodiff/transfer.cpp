@@ -1,4 +1,6 @@
 #include "autodiff/transfer.hpp"
+
+#include <utility>
 #include "core/error.hpp"
 
 #include <optional>
@@ -50,6 +52,10 @@ void release() { instance().reset(); }
 
 CopyTimes copy_times() { return times(); }
 void reset_copy_times() { times() = {}; }
+CopyTimes exchange_copy_times(CopyTimes fresh) {
+  std::swap(times(), fresh);
+  return fresh;
+}
 
 // On a device, events on the copy stream time the copies themselves (they
 // run while the host does other things); on the host the copies are done

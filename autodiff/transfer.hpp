@@ -33,6 +33,8 @@ struct CopyTimes {
 };
 CopyTimes copy_times();
 void reset_copy_times();
+// Puts `fresh` in place of the copy times and returns them (step/step_scope.hpp).
+CopyTimes exchange_copy_times(CopyTimes fresh);
 
 // Times one batch of copies on the copy instance: made before the first is
 // issued, `issued()` after the last, `finished()` once the copy instance has

@@ -83,7 +83,10 @@ ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::stri
     const StepResult r = run_step(*model, params, batch, o);  // (it resets the tracker's peaks first)
     const double seconds = device ? device->seconds_now() - t0 : 0;
     run.steps.push_back({spec, r.activation_peak, r.offload_peak, r.flops, r.recompute_flops, seconds, {}});
-    for (const auto& pool : extras.pools) run.steps.back().pool_peaks[pool] = tracker.stats(pool).peak - base[pool];
+    for (const auto& pool : extras.pools) {
+      const auto peak = r.pool_peaks.find(pool);
+      run.steps.back().pool_peaks[pool] = (peak == r.pool_peaks.end() ? base[pool] : peak->second) - base[pool];
+    }
   }
   return run;
 }

@@ -98,7 +98,8 @@ class LongRunNotice::Progress final : public BlockHooks {
   int steps_ = 0;
 };
 
-LongRunNotice::LongRunNotice(const ModelSetup& setup, std::int64_t steps, std::int64_t memory_bytes, bool speaks) {
+LongRunNotice::LongRunNotice(const ModelSetup& setup, std::int64_t steps,
+                             const std::function<std::int64_t()>& memory_bytes, bool speaks) {
   const Sizes& z = setup.sizes;
   const double params = double(count_params(models().find(setup.model).make(z)->params()));
   const double tokens = double(z.B) * z.S;
@@ -112,7 +113,7 @@ LongRunNotice::LongRunNotice(const ModelSetup& setup, std::int64_t steps, std::i
   if (speaks)
     std::printf("this will take about %.0f s: %d step(s) of %.3g TFLOP at the %.0f GFLOP/s measured here; memory about "
                 "%s; progress within each step on stderr\n",
-                seconds_, int(steps), flops_ / 1e12, rate / 1e9, human_bytes(double(memory_bytes)).c_str());
+                seconds_, int(steps), flops_ / 1e12, rate / 1e9, human_bytes(double(memory_bytes())).c_str());
   std::fflush(stdout);
   if (!speaks) return;
   progress_ = std::make_unique<Progress>(z.L);

@@ -7,6 +7,7 @@
 // the progress of each step: forward block i of L, recomputation, backward.
 // (REMAT_LONG_RUN_SECONDS moves the threshold, for tests.)
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -18,9 +19,12 @@ namespace remat {
 
 class LongRunNotice {
  public:
-  // `steps`: the training steps the command will run; `activation_bytes`:
-  // its memory estimate, printed beside the time.
-  LongRunNotice(const ModelSetup& setup, std::int64_t steps, std::int64_t memory_bytes, bool speaks = true);
+  // `steps`: the training steps the command will run; `memory_bytes`: what
+  // it will hold, printed beside the time (asked only when the run is long).
+  LongRunNotice(const ModelSetup& setup, std::int64_t steps, const std::function<std::int64_t()>& memory_bytes,
+                bool speaks = true);
+  LongRunNotice(const ModelSetup& setup, std::int64_t steps, std::int64_t memory_bytes, bool speaks = true)
+      : LongRunNotice(setup, steps, [memory_bytes] { return memory_bytes; }, speaks) {}
   ~LongRunNotice();
   LongRunNotice(const LongRunNotice&) = delete;
   LongRunNotice& operator=(const LongRunNotice&) = delete;

@@ -8,10 +8,10 @@
 #include "comm/comm.hpp"
 #include "core/error.hpp"
 #include "datasets/batch_source.hpp"
+#include "estimate/step_need.hpp"
 #include "harness/io/output_guard.hpp"
 #include "harness/io/run_collector.hpp"
 #include "harness/long_run.hpp"
-#include "step/memory_estimate.hpp"
 #include "strategies/registry.hpp"
 #include "zoo/configs.hpp"
 
@@ -67,10 +67,9 @@ std::vector<RunKey> matrix_cells(const MatrixOptions& o) {
           // activations of the hungriest strategy (full always runs).
           std::vector<std::string> with_full = specs;
           with_full.push_back("full");
-          const MemoryNeed need = estimate_need(model, z, kernel == ops::AttentionKernel::plain, with_full);
-          require_memory(need.total(3),
-                         model + " L" + std::to_string(L) + " S" + std::to_string(S) + " B" + std::to_string(B),
-                         o.mem_limit, o.force);
+          require_step_fits({model, preset, z}, kernel, with_full, 3,
+                            model + " L" + std::to_string(L) + " S" + std::to_string(S) + " B" + std::to_string(B),
+                            o.mem_limit, o.force);
           for (const auto& precision : unique_in_order(o.precisions)) {
             parse_precision(precision);  // UserError if unknown
             for (const auto& s : specs) {
@@ -171,7 +170,8 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const MatrixProgress& 
     const LongRunNotice notice(
         ModelSetup{first.model, first.preset, z},
         std::int64_t(specs.size()) + 1 + std::int64_t(group.size()) * (o.warmup + o.steps),
-        estimate_need(first.model, z, kernel == ops::AttentionKernel::plain, specs).total(3), comm::rank() == 0);
+        [&] { return step_need({first.model, first.preset, z}, kernel, specs, parse_precision(first.precision)).total(3); },
+        comm::rank() == 0);
     if (progress.update) progress.update(done, todo.size(), first, "checking against full");
     // Planned strategies share one timed probe per model and shape, so the
     // checked plan and the timed one are the same.

@@ -3,14 +3,15 @@
 #include <algorithm>
 #include <chrono>
 #include <map>
+#include <mutex>
 #include <set>
 
 #include "autodiff/backend.hpp"
 #include "autodiff/memory_tracker.hpp"
-#include "autodiff/random.hpp"
 #include "autodiff/tape.hpp"
 #include "core/error.hpp"
 #include "step/step.hpp"
+#include "step/step_scope.hpp"
 #include "strategies/registry.hpp"
 
 namespace remat {
@@ -24,7 +25,7 @@ SaveProfile profile_saves(const Model& model, const ParamStore& params, const Ba
   ExecSpace().fence();
   const std::int64_t base = tracker.stats(pool).live;
   SaveProfiler profiler;
-  random_ops::begin_step(0, 0);
+  const StepScope scope(0, 0);
   tracker.start_timeline();
   {
     Tensor loss;
@@ -59,7 +60,7 @@ SaveProfile measure_costs(const Model& model, const ParamStore& params, const Ba
     CostTimer timer(clock ? clock->now : std::function<double()>());
     {
       ops::AttentionKernelScope kernel(attention);
-      random_ops::begin_step(seed, 0);
+      const StepScope scope(seed, 0);
       BlockRunnerScope runner(timer);
       model.loss(params, batch);
     }
@@ -93,9 +94,16 @@ void prepare_strategy(Strategy& strategy, const Model& model, const ParamStore& 
 }
 
 std::vector<std::string> tags_produced(const std::string& model, ops::AttentionKernel kernel) {
+  // A pure function of (model, kernel), asked for every strategy list a
+  // command parses: answered once per process. Guarded, since any thread
+  // may ask; the answer is made outside the lock (it runs a step).
+  static std::mutex mutex;
   static std::map<std::pair<std::string, ops::AttentionKernel>, std::vector<std::string>> cache;
-  auto& tags = cache[{model, kernel}];
-  if (!tags.empty()) return tags;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (const auto it = cache.find({model, kernel}); it != cache.end()) return it->second;
+  }
+  std::vector<std::string> tags;
   struct Collect final : SavedTensorHooks {
     std::set<std::string> tags;
     std::shared_ptr<Packed> pack(const Tensor& t) override {
@@ -111,13 +119,14 @@ std::vector<std::string> tags_produced(const std::string& model, ops::AttentionK
   initialize(params, 1, z.L);
   {
     ops::AttentionKernelScope scope(kernel);
-    random_ops::begin_step(1, 0);
+    const StepScope step(1, 0);
     SavedTensorHooksScope hooks(collect);
     m->loss(params, random_batch(z.B, z.S, z.V, 1));
   }
   current_tape().clear();
   tags.assign(collect.tags.begin(), collect.tags.end());
-  return tags;
+  const std::lock_guard<std::mutex> lock(mutex);
+  return cache.emplace(std::make_pair(model, kernel), tags).first->second;
 }
 
 std::vector<std::string> strategies_for(const std::string& model, const std::string& list, ops::AttentionKernel kernel) {

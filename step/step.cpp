@@ -8,11 +8,11 @@
 #include "core/error.hpp"
 
 #include "autodiff/memory_tracker.hpp"
-#include "autodiff/random.hpp"
 #include "autodiff/stats.hpp"
 #include "autodiff/tape.hpp"
 #include "autodiff/transfer.hpp"
 #include "autodiff/elementwise.hpp"
+#include "step/step_scope.hpp"
 
 namespace remat {
 
@@ -22,7 +22,6 @@ namespace {
 // zeroed the gradients.
 void run_forward_backward(const Model& model, const ParamStore& params, const Batch& batch, const StepOptions& o,
                           StepResult& r) {
-  random_ops::begin_step(o.seed, o.step);
   ops::AttentionKernelScope kernel(o.attention);  // forward and backward (recomputation included)
   PrecisionScope precision(params, o.precision);  // the 16-bit weights live until backward ends
   LossTerms terms;
@@ -64,6 +63,7 @@ StepResult forward_backward_result(const Model& model, const ParamStore& params,
                                    const StepOptions& o) {
   if (o.zero_grad) params.zero_grad();
   StepResult r;
+  const StepScope scope(o.seed, o.step);
   run_forward_backward(model, params, batch, o, r);
   return r;
 }
@@ -105,34 +105,36 @@ StepResult run_step(const Model& model, const ParamStore& params, const Batch& b
   ExecSpace().fence();
   const auto base = tracker.stats(pool).live;
   const auto base_offload = offload_pool_bytes().live;
-  tracker.reset_peaks();
-  stats::reset();
-  transfer::reset_copy_times();
   StepResult r;
-  if (o.timeline) tracker.start_timeline();
-  const auto t0 = std::chrono::steady_clock::now();
-  run_forward_backward(model, params, batch, o, r);
-  ExecSpace().fence();
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (o.timeline) {
-    tracker.stop_timeline();
-    const auto phases = tracker.phases();
-    for (const auto& e : tracker.timeline())
-      if (e.pool == pool) r.timeline.push_back({e.seconds, e.live - base, phases[std::size_t(e.phase)]});
+  {
+    const StepScope scope(o.seed, o.step);  // this step's peaks, counts, copy times and dropout stream
+    if (o.timeline) tracker.start_timeline();
+    const auto t0 = std::chrono::steady_clock::now();
+    run_forward_backward(model, params, batch, o, r);
+    ExecSpace().fence();
+    r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (o.timeline) {
+      tracker.stop_timeline();
+      const auto phases = tracker.phases();
+      for (const auto& e : tracker.timeline())
+        if (e.pool == pool) r.timeline.push_back({e.seconds, e.live - base, phases[std::size_t(e.phase)]});
+    }
+    r.activation_peak = tracker.stats(pool).peak - base;
+    r.offload_peak = offload_pool_bytes().peak - base_offload;
+    r.weight_copy_bytes = tracker.stats(ParamStore::kCopyPool).peak;
+    r.offload_copy_seconds = transfer::copy_times().copy_seconds;
+    r.offload_wait_seconds = transfer::copy_times().wait_seconds;
+    r.flops = stats::counts().flops;
+    r.recompute_flops = stats::counts().recompute_flops;
+    r.forward_ops = stats::counts().forward;
+    r.recomputed_ops = stats::counts().recomputed;
+    for (const auto& [name, figures] : tracker.all_stats()) r.pool_peaks[name] = figures.peak;
   }
-  r.activation_peak = tracker.stats(pool).peak - base;
-  r.offload_peak = offload_pool_bytes().peak - base_offload;
-  r.weight_copy_bytes = tracker.stats(ParamStore::kCopyPool).peak;
-  r.offload_copy_seconds = transfer::copy_times().copy_seconds;
-  r.offload_wait_seconds = transfer::copy_times().wait_seconds;
   // A budget is a promise: a plan that broke it is a bug, never a quiet number.
   if (o.strategy && o.strategy->activation_budget() > 0 && r.activation_peak > o.strategy->activation_budget())
     throw std::logic_error("strategy '" + o.strategy->spec() + "' measured an activation peak of " +
                            std::to_string(r.activation_peak) + " bytes, over its budget of " +
                            std::to_string(o.strategy->activation_budget()));
-  r.flops = stats::counts().flops;
-  r.recompute_flops = stats::counts().recompute_flops;
-  r.forward_ops = stats::counts().forward;
   return r;
 }
 

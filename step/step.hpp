@@ -58,6 +58,8 @@ struct StepResult {
   double loss_scale = 1;               // what backward was seeded with
   double flops = 0, recompute_flops = 0;            // GEMM FLOPs
   std::map<std::string, std::int64_t> forward_ops;  // op -> forward runs
+  std::map<std::string, std::int64_t> recomputed_ops;  // of those, run again inside recomputation
+  std::map<std::string, std::int64_t> pool_peaks;      // every tracker pool's peak during the step (live bytes)
   std::vector<TimelinePoint> timeline;               // if asked
 };
 

@@ -24,8 +24,10 @@ class ReportedKept final : public Packed {
   Tensor unpack() override { return t_; }
 
  private:
+  // Handles to each tensor kept, per thread: a profile runs on the thread
+  // whose tape it records, as every step does.
   static std::map<const void*, int>& handles() {
-    static std::map<const void*, int> h;
+    thread_local std::map<const void*, int> h;
     return h;
   }
   Tensor t_;

@@ -10,7 +10,7 @@ TEST_CASE("live and peak bytes follow allocations exactly", "[memory]") {
   auto& tracker = MemoryTracker::instance();
   REQUIRE(tracker.installed());
   const std::string pool = MemoryTracker::default_pool();
-  tracker.reset_peaks();
+  const auto enclosing = tracker.begin_peaks();
   const auto before = tracker.stats(pool).live;
   {
     Tensor a = Tensor::empty({1000}, DType::f32);
@@ -24,8 +24,31 @@ TEST_CASE("live and peak bytes follow allocations exactly", "[memory]") {
     CHECK(tracker.stats(pool).allocations == 2);
   }
   CHECK(tracker.stats(pool).live == before);
-  tracker.reset_peaks();
-  CHECK(tracker.stats(pool).peak == before);
+  tracker.end_peaks(enclosing);
+  CHECK(tracker.stats(pool).peak >= before + 8000);  // the enclosing window saw it too
+  const auto again = tracker.begin_peaks();
+  CHECK(tracker.stats(pool).peak == before);  // a new window starts at what is live
+  tracker.end_peaks(again);
+}
+
+TEST_CASE("peak windows nest: an inner window neither adds to nor wipes the outer's count", "[memory]") {
+  auto& tracker = MemoryTracker::instance();
+  const std::string pool = MemoryTracker::default_pool();
+  const auto outside = tracker.begin_peaks();
+  const auto before = tracker.stats(pool).live;
+  {
+    Tensor big = Tensor::empty({2000}, DType::f32);  // 8000 bytes, in the outer window only
+  }
+  const auto outer = tracker.begin_peaks();
+  {
+    Tensor small = Tensor::empty({500}, DType::f32);  // 2000 bytes
+    CHECK(tracker.stats(pool).peak == before + 2000);
+    CHECK(tracker.stats(pool).allocations == 1);
+  }
+  tracker.end_peaks(outer);
+  CHECK(tracker.stats(pool).peak == before + 8000);
+  CHECK(tracker.stats(pool).allocations == 2);
+  tracker.end_peaks(outside);
 }
 
 TEST_CASE("copies of a tensor share its bytes", "[memory]") {

@@ -22,10 +22,9 @@ test::TinyModel gpt2(const std::string& preset, int layers, double dropout) {
   return test::tiny_model("gpt2", layers, 1, dropout, preset);
 }
 
-std::int64_t recomputed(const StepResult&, const std::string& op) {
-  const auto& r = stats::counts().recomputed;
-  const auto it = r.find(op);
-  return it == r.end() ? 0 : it->second;
+std::int64_t recomputed(const StepResult& step, const std::string& op) {
+  const auto it = step.recomputed_ops.find(op);
+  return it == step.recomputed_ops.end() ? 0 : it->second;
 }
 
 }  // namespace
@@ -52,7 +51,7 @@ TEST_CASE("each strategy runs forward exactly the ops it promises", "[strategies
   };
   const StepResult full = run("full");
   CHECK(full.forward_ops.at("linear") == 4 * 4 + 1);  // four per block and the head
-  CHECK(stats::counts().recomputed.empty());
+  CHECK(full.recomputed_ops.empty());
 
   SECTION("per-layer recomputes blocks 0-2 once each, stopping after each block's last save") {
     const StepResult r = run("per-layer");
@@ -76,16 +75,15 @@ TEST_CASE("each strategy runs forward exactly the ops it promises", "[strategies
   }
   SECTION("selective:attn-core recomputes only the attention probabilities, once per kept block") {
     const StepResult r = run("selective:attn-core");
-    CHECK(stats::counts().recomputed == std::map<std::string, std::int64_t>{{"attention_probs", 3}});
+    CHECK(r.recomputed_ops == std::map<std::string, std::int64_t>{{"attention_probs", 3}});
   }
   SECTION("selective:attn-core,mlp-act also recomputes the GELU") {
     const StepResult r = run("selective:attn-core,mlp-act");
-    CHECK(stats::counts().recomputed ==
-          std::map<std::string, std::int64_t>{{"attention_probs", 3}, {"gelu_tanh", 3}});
+    CHECK(r.recomputed_ops == std::map<std::string, std::int64_t>{{"attention_probs", 3}, {"gelu_tanh", 3}});
   }
   SECTION("bare selective recomputes every op that is not a GEMM, and no GEMM") {
     const StepResult r = run("selective");
-    CHECK(stats::counts().recomputed ==
+    CHECK(r.recomputed_ops ==
           std::map<std::string, std::int64_t>{{"attention_probs", 3}, {"gelu_tanh", 3}, {"layer_norm", 3 * 2}});
   }
   SECTION("with the fused kernel, per-layer recomputes the fused attention once per recomputed block") {
@@ -95,7 +93,7 @@ TEST_CASE("each strategy runs forward exactly the ops it promises", "[strategies
   }
   SECTION("offload recomputes nothing") {
     const StepResult r = run("offload");
-    CHECK(stats::counts().recomputed.empty());
+    CHECK(r.recomputed_ops.empty());
     CHECK(r.forward_ops == full.forward_ops);
   }
 }

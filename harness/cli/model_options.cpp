@@ -3,6 +3,7 @@
 #include "autodiff/gemm.hpp"
 #include "core/error.hpp"
 #include "datasets/batch_source.hpp"
+#include "estimate/step_need.hpp"
 #include "harness/cli/validators.hpp"
 #include "zoo/configs.hpp"
 
@@ -155,12 +156,10 @@ std::unique_ptr<ParamStore> ModelOptions::make_params(const ModelSetup& setup, b
 std::int64_t require_step_memory(const ModelSetup& setup, ops::AttentionKernel kernel,
                                  const std::vector<std::string>& strategies, int parameter_copies, bool force) {
   const Sizes& z = setup.sizes;
-  const MemoryNeed need = estimate_need(setup.model, z, kernel == ops::AttentionKernel::plain, strategies);
-  require_memory(need.total(parameter_copies),
-                 setup.model + " (L " + std::to_string(z.L) + ", D " + std::to_string(z.D) + ", S " +
-                     std::to_string(z.S) + ", B " + std::to_string(z.B) + ")",
-                 0, force);
-  return need.total(parameter_copies);
+  return require_step_fits(setup, kernel, strategies, parameter_copies,
+                           setup.model + " (L " + std::to_string(z.L) + ", D " + std::to_string(z.D) + ", S " +
+                               std::to_string(z.S) + ", B " + std::to_string(z.B) + ")",
+                           0, force);
 }
 
 }  // namespace remat::cli

@@ -8,7 +8,6 @@
 #include "checkpoints/weights_file.hpp"
 #include "finetune/fine_tuning.hpp"
 #include "finetune/freeze.hpp"
-#include "step/memory_estimate.hpp"
 
 namespace remat::cli {
 
