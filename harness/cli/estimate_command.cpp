@@ -288,7 +288,12 @@ void run(const EstimateOptions& o) {
       std::fflush(stdout);  // each grid point's table as it is done, piped or not
     }
   if (!o.svg.empty())
-    write_svg(o.svg, base.model + " " + base.preset, curves, device, o.json);
+    // The title says what decides the figures: precision, ranks and sharding too.
+    write_svg(o.svg,
+              base.model + " " + base.preset + ", " + o.precision +
+                  (o.ranks > 1 ? ", " + std::to_string(o.ranks) + " ranks" : "") +
+                  (o.shard_params ? " (parameters sharded)" : ""),
+              curves, device, o.json);
   if (o.json) {
     std::printf("%s\n", rows.dump(1).c_str());
     return;

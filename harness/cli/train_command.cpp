@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <memory>
@@ -112,6 +113,14 @@ void run_train(TrainOptions& o) {
                 o.model.attention.c_str(), o.model.precision.c_str(), c.optimizer.kind.c_str(), c.schedule.kind.c_str(), c.schedule.lr, c.steps,
                 Runtime::describe().c_str());
   if (speaks) print_precision_path(o.model.precision);
+  // The default batch source has nothing in it to learn: a flat loss curve is
+  // then the right answer, and the header says so before anyone waits for it.
+  if (speaks && c.data == "random")
+    std::printf("data: random tokens, uniform over the vocabulary: nothing to learn, the loss stays near ln V = %.2f "
+                "(--data copy, reverse or text:FILE can be learned)\n",
+                std::log(double(z.V)));
+  else if (speaks)
+    std::printf("data: %s\n", c.data.c_str());
   std::fflush(stdout);
   const bool tty = isatty(fileno(stderr));
   const auto start = std::chrono::steady_clock::now();

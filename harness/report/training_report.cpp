@@ -1,6 +1,7 @@
 #include "harness/report/training_report.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <sstream>
@@ -96,6 +97,9 @@ std::string write_loss_plot(const std::vector<std::string>& run_files, const std
   std::filesystem::create_directories(dir, ec);
   if (ec) throw UserError(dir + ": cannot create (" + ec.message() + ")");
   svg::Chart chart{"loss per step", "step", "loss (nats)", false, false, {}};
+  bool validated = false;
+  std::vector<std::int64_t> vocabularies;  // one ln V line per vocabulary size
+  double last_step = 1;
   for (const auto& path : run_files) {
     const SavedRun run = read_run_record(path);
     const std::string name = run_label(path, run.config);
@@ -105,6 +109,9 @@ std::string write_loss_plot(const std::vector<std::string>& run_files, const std
       train.y.push_back(run.state.history[i].loss);
     }
     chart.series.push_back(train);
+    last_step = std::max(last_step, double(run.state.history.size()));
+    const std::int64_t V = run.config.setup.sizes.V;
+    if (std::find(vocabularies.begin(), vocabularies.end(), V) == vocabularies.end()) vocabularies.push_back(V);
     // Where each new pass over a finite data source began (its file, if it is
     // still there, says how many batches a pass holds).
     std::uint64_t pass = 0;
@@ -125,6 +132,7 @@ std::string write_loss_plot(const std::vector<std::string>& run_files, const std
       if (!marks.x.empty()) chart.series.push_back(marks);
     }
     if (!run.state.evals.empty()) {
+      validated = true;
       svg::Series val{name + " validation", {}, {}, true, true, true};
       for (const auto& e : run.state.evals) {
         val.x.push_back(e.step);
@@ -133,8 +141,14 @@ std::string write_loss_plot(const std::vector<std::string>& run_files, const std
       chart.series.push_back(val);
     }
   }
+  // The loss of guessing uniformly: a curve that stays on it learned nothing.
+  for (const std::int64_t V : vocabularies) {
+    char label[64];  // short enough for one legend line
+    std::snprintf(label, sizeof label, "ln V = %.2f (uniform guess)", std::log(double(V)));
+    chart.series.push_back({label, {1, last_step}, {std::log(double(V)), std::log(double(V))}, true, false, true});
+  }
   const std::string out = dir + "/loss.svg";
-  write_file_atomically(out, svg::render("Training and validation loss", {chart}));
+  write_file_atomically(out, svg::render(validated ? "Training and validation loss" : "Training loss", {chart}));
   return out;
 }
 

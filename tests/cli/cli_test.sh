@@ -111,8 +111,17 @@ expect_ok "train on a short text" "$remat" train --preset small --layers 1 --seq
   --steps 120 --out pass.h5
 grep -q "text:pass.txt: one pass is 84 batches, so this run reads it 1.4 times" out.txt ||
   fail "train does not say it reads its data more than once: $(head -3 out.txt)"
+grep -q "^data: text:pass.txt$" out.txt || fail "train does not name its data: $(head -3 out.txt)"
 expect_ok "report passes" "$remat" report pass.h5 --svg pass-plots
 grep -q "a new pass over text:pass.txt begins: 85," pass-plots/loss.svg || fail "the loss plot marks no new pass"
+# No validation run: the plot says training loss, with ln V (a uniform guess) to read it against.
+grep -q ">Training loss<" pass-plots/loss.svg ||
+  fail "the loss plot of a run without validation is not titled Training loss"
+grep -q "Training and validation" pass-plots/loss.svg && fail "the loss plot names a validation run that is not there"
+grep -q "ln V = 5.55 (uniform guess)" pass-plots/loss.svg || fail "the loss plot has no ln V line"
+expect_ok "train on random tokens" "$remat" train --preset tiny --steps 1
+grep -q "data: random tokens, uniform over the vocabulary: nothing to learn, the loss stays near ln V = 4.16" out.txt ||
+  fail "train on random tokens does not say they cannot be learned: $(head -4 out.txt)"
 
 # remat estimate: real sizes, shape-only, in a moment; bad input in one line.
 expect_ok "estimate llama-70b" "$remat" estimate --config llama-70b --seq 32768 --allow-longer --ranks 8 --shard-params --device h200-141gb
@@ -124,6 +133,10 @@ expect_ok "estimate json" "$remat" estimate --preset tiny --seq 8,16 --batch 1,2
 expect_ok "estimate svg" "$remat" estimate --preset tiny --seq 8,16 --batch 1,2 --strategies full,per-layer --device mem:1M --svg est
 grep -q "mem:1M usable" est/estimate.svg && [ "$(grep -c "B [12]</text>" est/estimate.svg)" = 2 ] ||
   fail "estimate --svg: no panel per batch or no capacity line"
+expect_ok "estimate svg, bf16 over ranks" "$remat" estimate --preset tiny --seq 8,16 --precision bf16 --ranks 2 \
+  --shard-params --svg est2
+grep -q ">gpt2 tiny, bf16, 2 ranks (parameters sharded), B 2<" est2/estimate.svg ||
+  fail "estimate --svg: the panel title omits precision, ranks or sharding"
 expect_error "not a device remat knows" "$remat" estimate --device h100
 expect_error "not in" "$remat" estimate --config llama-8b
 expect_error "that configuration is a llama" "$remat" estimate --model gpt2 --config llama-7b
