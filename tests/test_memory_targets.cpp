@@ -35,7 +35,7 @@ const CheckRow& row(const CheckReport& r, const std::string& spec) {
 
 TEST_CASE("gpt2 small: per-layer under a third of full, selective below full with little recompute, "
           "every prediction within 5%",
-          "[memory][small]") {
+          "[memory][small][slow]") {
   // With the plain kernel, which keeps the attention probabilities that
   // Megatron-style selective recomputation drops (the fused kernel never
   // keeps them; see the next test).
@@ -52,7 +52,7 @@ TEST_CASE("gpt2 small: per-layer under a third of full, selective below full wit
   }
 }
 
-TEST_CASE("the fused attention kernel keeps no probabilities: full+fused below selective+plain", "[memory][small]") {
+TEST_CASE("the fused attention kernel keeps no probabilities: full+fused below selective+plain", "[memory][small][slow]") {
   const CheckReport fused = check("small", 0, {"per-layer", "selective"});
   // Bare selective, which keeps only GEMM outputs, recomputes no GEMM and
   // keeps two thirds of full (gpt2: qkv, attention output, residual, fc1
@@ -66,7 +66,7 @@ TEST_CASE("the fused attention kernel keeps no probabilities: full+fused below s
   for (const auto& x : fused.rows) CHECK(std::abs(double(x.step.activation_peak - x.predicted.device)) <= 0.05 * double(x.step.activation_peak));
 }
 
-TEST_CASE("depth sweep: full grows like L, sqrt like sqrt(L)", "[memory][depth]") {
+TEST_CASE("depth sweep: full grows like L, sqrt like sqrt(L)", "[memory][depth][slow]") {
   std::vector<double> layers, full, sqrt;
   for (int L : {4, 8, 16, 32}) {
     const CheckReport r = check("deep", L, {"sqrt"});

@@ -153,7 +153,7 @@ TEST_CASE("encdec keeps the encoder's output once for all decoder blocks, whatev
   }
 }
 
-TEST_CASE("mixtral and encdec: every strategy's peak is predicted to the byte", "[zoo][moe][encdec][memory]") {
+TEST_CASE("mixtral and encdec: every strategy's peak is predicted to the byte", "[zoo][moe][encdec][memory][slow]") {
   for (const char* name : {"mixtral", "encdec"}) {
     test::TinyModel m = test::tiny_model(name, 4, 1, std::nullopt, "small");
     Sizes z = m.setup.sizes;  // small's widths, a shorter batch

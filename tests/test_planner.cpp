@@ -183,7 +183,7 @@ TEST_CASE("a planned schedule stays within its budget, is predicted within 5% an
   }
 }
 
-TEST_CASE("on the small preset a plan's predicted peak is within 5% of the measured one", "[planner][small]") {
+TEST_CASE("on the small preset a plan's predicted peak is within 5% of the measured one", "[planner][small][slow]") {
   for (const char* name : {"gpt2", "llama"}) {
     Sizes z = preset_sizes("small");
     z.L = 6;  // half the depth: the same blocks, half the time

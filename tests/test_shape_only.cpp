@@ -85,7 +85,7 @@ TEST_CASE("shape-only: every model and strategy holds the measured bytes on tiny
     }
 }
 
-TEST_CASE("shape-only: the same at several depths and lengths", "[shape_only]") {
+TEST_CASE("shape-only: the same at several depths and lengths", "[shape_only][slow]") {
   for (const auto& model : models().names())
     for (int L : {4, 6})
       for (int S : {8, 24})
@@ -95,14 +95,14 @@ TEST_CASE("shape-only: the same at several depths and lengths", "[shape_only]") 
 
 // At the presets' own widths: every model x every strategy x every
 // precision, each a real step.
-TEST_CASE("shape-only: the same on deep at several depths and long at several lengths", "[shape_only][small]") {
+TEST_CASE("shape-only: the same on deep at several depths and long at several lengths", "[shape_only][small][slow]") {
   const std::string model = GENERATE(from_range(models().names()));
   const auto precision = GENERATE(from_range(std::begin(kPrecisions), std::end(kPrecisions)));
   for (int L : {2, 6}) require_same(sized(model, "deep", L), ops::AttentionKernel::fused, "all", precision);
   for (int S : {128, 384}) require_same(sized(model, "long", 2, S), ops::AttentionKernel::fused, "all", precision);
 }
 
-TEST_CASE("shape-only: the same on small", "[shape_only][small]") {
+TEST_CASE("shape-only: the same on small", "[shape_only][small][slow]") {
   const std::string model = GENERATE(from_range(models().names()));
   for (const auto precision : kPrecisions) require_same(sized(model, "small", 4, 64, 2), ops::AttentionKernel::fused, "all", precision);
 }

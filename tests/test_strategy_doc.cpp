@@ -14,7 +14,7 @@ void register_even_attn_core(StrategyRegistry& r);  // the page's example
 
 using namespace remat;
 
-TEST_CASE("the strategy in docs/adding-a-strategy.md is exact and predicted within 5%", "[strategies][docs]") {
+TEST_CASE("the strategy in docs/adding-a-strategy.md is exact and predicted within 5%", "[strategies][docs][slow]") {
   StrategyRegistry registry = strategies();
   register_even_attn_core(registry);
   const StrategyEntry& entry = registry.find("even-attn-core");

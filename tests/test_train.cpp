@@ -148,7 +148,7 @@ TEST_CASE("gradient accumulation over K micro-batches trains as one K-times larg
 }
 
 TEST_CASE("50 steps with dropout under every strategy: the loss at every step and the final weights equal full's",
-          "[train][trajectory]") {
+          "[train][trajectory][slow]") {
   for (const auto& m : models().all()) {
     TrainConfig c = tiny(m.name, 0.1);
     c.steps = 50;
@@ -210,7 +210,7 @@ TEST_CASE("a run interrupted after a checkpoint and resumed is bitwise the unint
   CHECK_NOTHROW(require_same_run(c.out, saved.config, other));
 }
 
-TEST_CASE("byte-level gpt2, llama, mixtral and encdec learn a text well below its unigram entropy", "[train][learning]") {
+TEST_CASE("byte-level gpt2, llama, mixtral and encdec learn a text well below its unigram entropy", "[train][learning][slow]") {
   const std::string text = "/usr/share/common-licenses/GPL-3";
   std::ifstream in(text, std::ios::binary);
   REQUIRE(in);

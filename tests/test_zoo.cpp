@@ -96,7 +96,7 @@ TEST_CASE("every model with every strategy: bitwise equal to full, reversible wi
   }
 }
 
-TEST_CASE("reversible strategy only for reversible models, and its memory is flat in depth", "[zoo][reversible]") {
+TEST_CASE("reversible strategy only for reversible models, and its memory is flat in depth", "[zoo][reversible][slow]") {
   CHECK_THROWS_WITH(strategies_for("gpt2", "reversible"), test::Contains("only to reversible models (revformer)"));
   CHECK(strategies_for("revformer", "all").back() == "reversible");
   CHECK(strategies_for("gpt2", "all") == all_strategies());
