@@ -92,8 +92,11 @@ std::string render_html(const HtmlPage& page) {
     << "th, td { border: 1px solid #ccc; padding: 3px 8px; text-align: right; }\n"
     << "th:first-child, td:first-child { text-align: left; }\n"
     << "th { background: #f2f2f2; }\n"
-    << "figure { margin: 1.5em 0; overflow-x: auto; }\n"
-    << "figure svg { display: block; max-width: none; }\n"
+    // Nothing wider than the window: plots scale down to its width (their
+    // viewBox keeps them sharp), a wide table scrolls inside itself.
+    << "figure { margin: 1.5em 0; }\n"
+    << "figure svg { display: block; max-width: 100%; height: auto; }\n"
+    << "table { display: block; max-width: 100%; overflow-x: auto; }\n"
     << "dl.facts { display: grid; grid-template-columns: max-content auto; gap: 2px 1em; }\n"
     << "dl.facts dt { font-weight: bold; }\n"
     << "</style>\n</head>\n<body>\n<h1>" << xml_escape(page.title) << "</h1>\n<dl class=\"facts\">\n";

@@ -131,6 +131,14 @@ void write_file(const std::string& path, const std::string& text, std::vector<st
 
 }  // namespace
 
+// Seconds as a person reads them off an axis: milliseconds where the whole
+// axis stays under a second (0.0004 s reads 0.4 ms).
+struct TimeUnit {
+  double scale;
+  const char* name;
+};
+TimeUnit time_unit(double max_seconds) { return max_seconds < 1 ? TimeUnit{1e3, "ms"} : TimeUnit{1, "s"}; }
+
 std::string copy_cost(double copy_seconds, double wait_seconds) {
   if (copy_seconds <= 0) return "-";
   const double hidden = std::max(0.0, 1 - wait_seconds / copy_seconds);
@@ -306,14 +314,18 @@ std::vector<std::string> write_plots(const std::vector<RunSummary>& runs, const 
   const auto legend = [&](const RunSummary& r) { return r.full ? full.at(r.setting).name() : r.strategy; };
   std::vector<svg::Chart> tradeoff;
   for (const auto& [setting, rs] : groups) {
-    svg::Chart c{panel_title(*rs.front(), runs), "activation memory (MiB)", "step time (s)", false, false, {}};
+    double slowest = 0;
+    for (const RunSummary* r : rs) slowest = std::max(slowest, r->oom ? 0.0 : r->step_time);
+    const TimeUnit unit = time_unit(slowest);
+    svg::Chart c{panel_title(*rs.front(), runs), "activation memory (MiB)", std::string("step time (") + unit.name + ")",
+                 false, false, {}};
     std::vector<const RunSummary*> sorted, planned;
     for (const RunSummary* r : rs)
       if (!r->oom && !same_as_full(*r)) {
         // The planner's budgets form one line: its front beside the fixed strategies' points.
         if (r->strategy.rfind("budget:", 0) == 0) planned.push_back(r);
-        else c.series.push_back({legend(*r), {mb(r->activation)}, {r->step_time}, false, true, false, false,
-                                 palette(r->strategy)});
+        else c.series.push_back({legend(*r), {mb(r->activation)}, {r->step_time * unit.scale}, false, true, false,
+                                 false, palette(r->strategy)});
         sorted.push_back(r);
       }
     if (!planned.empty()) {
@@ -321,7 +333,7 @@ std::vector<std::string> write_plots(const std::vector<RunSummary>& runs, const 
       svg::Series plan{"planner (budget:...)", {}, {}, true, true, false, false, palette("planner (budget:...)")};
       for (const RunSummary* r : planned) {
         plan.x.push_back(mb(r->activation));
-        plan.y.push_back(r->step_time);
+        plan.y.push_back(r->step_time * unit.scale);
       }
       c.series.push_back(plan);
     }
@@ -337,7 +349,7 @@ std::vector<std::string> write_plots(const std::vector<RunSummary>& runs, const 
       if (r->step_time < best) {
         best = r->step_time;
         front.x.push_back(mb(r->activation));
-        front.y.push_back(r->step_time);
+        front.y.push_back(r->step_time * unit.scale);
       }
     c.series.push_back(front);
     tradeoff.push_back(std::move(c));
@@ -369,13 +381,19 @@ std::vector<std::string> write_plots(const std::vector<RunSummary>& runs, const 
         }
       columns = std::max(columns, std::min<std::size_t>(drawn.size(), 4));
       const std::string title = panel_title(*rs.front(), runs);
+      const TimeUnit unit = time_unit(t_max);
+      const auto in_unit = [&](std::vector<double> seconds) {
+        for (double& t : seconds) t *= unit.scale;
+        return seconds;
+      };
       for (const RunSummary* r : drawn) {
-        svg::Chart c{legend(*r) + ": " + title, "time in the step (s)", "activation memory (MiB)", false, false, {}};
-        c.x_max = t_max, c.y_max = m_max;
+        svg::Chart c{legend(*r) + ": " + title, std::string("time in the step (") + unit.name + ")",
+                     "activation memory (MiB)", false, false, {}};
+        c.x_max = t_max * unit.scale, c.y_max = m_max;
         if (full && full != r)
-          c.series.push_back({"full (reference)", full->timeline_seconds, full->timeline_mb, true, false, true, false,
-                              8});  // grey
-        c.series.push_back({r->strategy, r->timeline_seconds, r->timeline_mb, true, false, false, false,
+          c.series.push_back({"full (reference)", in_unit(full->timeline_seconds), full->timeline_mb, true, false, true,
+                              false, 8});  // grey
+        c.series.push_back({r->strategy, in_unit(r->timeline_seconds), r->timeline_mb, true, false, false, false,
                             palette(r->strategy)});
         panels.push_back(std::move(c));
       }

@@ -12,6 +12,7 @@ namespace remat::svg {
 namespace {
 
 constexpr double kW = 600, kH = 380, kLeft = 78, kRight = 250, kTop = 40, kBottom = 56;  // panel geometry
+constexpr double kTitleLine = 16;  // each further line of a panel's title
 const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
                          "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
 
@@ -22,6 +23,27 @@ std::string num(double v) {
   if (a >= 1e5 || a < 1e-3) std::snprintf(buf, sizeof buf, "%.0e", v);
   else std::snprintf(buf, sizeof buf, "%g", v);
   return buf;
+}
+
+// Tick labels with as many digits as it takes for neighbours to differ
+// (0.00045 and 0.0005 read "4.5e-04" and "5.0e-04", never "5e-04" twice).
+std::vector<std::string> tick_labels(const std::vector<double>& ticks) {
+  std::vector<std::string> labels;
+  for (int digits = 0; digits <= 6; ++digits) {
+    labels.clear();
+    for (double v : ticks) {
+      char buf[32];
+      const double a = std::abs(v);
+      if (v == 0) std::snprintf(buf, sizeof buf, "0");
+      else if (a >= 1e5 || a < 1e-3) std::snprintf(buf, sizeof buf, "%.*e", digits, v);
+      else std::snprintf(buf, sizeof buf, "%.*g", 6 + digits, v);
+      labels.push_back(buf);
+    }
+    bool distinct = true;
+    for (std::size_t i = 1; i < labels.size(); ++i) distinct = distinct && labels[i] != labels[i - 1];
+    if (distinct) break;
+  }
+  return labels;
 }
 
 struct Axis {
@@ -62,20 +84,26 @@ struct Axis {
   double frac(double v) const { return log ? std::log(v / lo) / std::log(hi / lo) : (v - lo) / (hi - lo); }
 };
 
-// A legend entry in lines that fit the legend's column, broken at spaces.
-std::vector<std::string> legend_lines(const std::string& name) {
-  constexpr std::size_t kWidth = 36;  // characters of 11 px text in the column
+// `text` in lines of at most `width` characters, broken at spaces (a word
+// longer than a line is broken where it must): wrapped, never cut.
+std::vector<std::string> wrapped(const std::string& text, std::size_t width) {
   std::vector<std::string> lines;
-  std::string rest = name;
-  while (rest.size() > kWidth) {
-    std::size_t cut = rest.rfind(' ', kWidth);
-    if (cut == std::string::npos || cut == 0) cut = kWidth;
+  std::string rest = text;
+  while (rest.size() > width) {
+    std::size_t cut = rest.rfind(' ', width);
+    if (cut == std::string::npos || cut == 0) cut = width;
     lines.push_back(rest.substr(0, cut));
-    rest = rest.substr(cut == kWidth && rest[cut] != ' ' ? cut : cut + 1);
+    rest = rest.substr(cut == width && rest[cut] != ' ' ? cut : cut + 1);
   }
   lines.push_back(rest);
   return lines;
 }
+
+// A legend entry: 11 px text in the legend's column.
+std::vector<std::string> legend_lines(const std::string& name) { return wrapped(name, 36); }
+
+// A panel's title: 13 px bold across the panel.
+std::vector<std::string> title_lines(const std::string& title) { return wrapped(title, 70); }
 
 // The points of a series a chart can draw: as many as both coordinates
 // have, finite, and positive on a log axis.
@@ -84,7 +112,9 @@ bool drawable(const Chart& c, const Series& s, std::size_t i) {
          !(c.log_y && s.y[i] <= 0);
 }
 
-void panel(std::ostringstream& o, const Chart& c, double ox, double oy) {
+// `title_rows`: the most lines any panel's title takes in this figure, so
+// that every panel's plot starts at the same height.
+void panel(std::ostringstream& o, const Chart& c, double ox, double oy, std::size_t title_rows) {
   double xmin = std::numeric_limits<double>::max(), xmax = -xmin, ymin = xmin, ymax = -xmin;
   for (const auto& s : c.series)
     for (std::size_t i = 0; i < s.x.size(); ++i) {
@@ -96,23 +126,32 @@ void panel(std::ostringstream& o, const Chart& c, double ox, double oy) {
   if (c.x_max > 0) xmax = std::max(xmax, c.x_max), xmin = c.log_x ? xmin : std::min(xmin, 0.0);
   if (c.y_max > 0) ymax = std::max(ymax, c.y_max), ymin = c.log_y ? ymin : std::min(ymin, 0.0);
   const Axis ax(c.log_x, xmin, xmax), ay(c.log_y, ymin, ymax);
-  const double pw = kW - kLeft - kRight, ph = kH - kTop - kBottom, x0 = ox + kLeft, y0 = oy + kTop;
+  const double pw = kW - kLeft - kRight, ph = kH - kTop - kBottom, x0 = ox + kLeft,
+               y0 = oy + kTop + kTitleLine * double(title_rows - 1);
   auto px = [&](double v) { return x0 + ax.frac(v) * pw; };
   auto py = [&](double v) { return y0 + ph - ay.frac(v) * ph; };
 
-  o << "<text x='" << x0 + pw / 2 << "' y='" << oy + 22 << "' text-anchor='middle' font-size='14' font-weight='bold'>"
-    << xml_escape(c.title) << "</text>\n";
+  // Centred on the panel, not its plot: a long title has the panel's width.
+  double ty = oy + 22;
+  for (const auto& line : title_lines(c.title)) {
+    o << "<text x='" << ox + kW / 2 << "' y='" << ty << "' text-anchor='middle' font-size='13' font-weight='bold'>"
+      << xml_escape(line) << "</text>\n";
+    ty += kTitleLine;
+  }
   o << "<rect x='" << x0 << "' y='" << y0 << "' width='" << pw << "' height='" << ph
     << "' fill='none' stroke='#333'/>\n";
-  for (double t : ax.ticks) {
-    const double x = px(t);
+  const auto x_labels = tick_labels(ax.ticks), y_labels = tick_labels(ay.ticks);
+  for (std::size_t i = 0; i < ax.ticks.size(); ++i) {
+    const double x = px(ax.ticks[i]);
     o << "<line x1='" << x << "' y1='" << y0 << "' x2='" << x << "' y2='" << y0 + ph << "' stroke='#e4e4e4'/>"
-      << "<text x='" << x << "' y='" << y0 + ph + 16 << "' text-anchor='middle' font-size='11'>" << num(t) << "</text>\n";
+      << "<text x='" << x << "' y='" << y0 + ph + 16 << "' text-anchor='middle' font-size='11'>" << x_labels[i]
+      << "</text>\n";
   }
-  for (double t : ay.ticks) {
-    const double y = py(t);
+  for (std::size_t i = 0; i < ay.ticks.size(); ++i) {
+    const double y = py(ay.ticks[i]);
     o << "<line x1='" << x0 << "' y1='" << y << "' x2='" << x0 + pw << "' y2='" << y << "' stroke='#e4e4e4'/>"
-      << "<text x='" << x0 - 6 << "' y='" << y + 4 << "' text-anchor='end' font-size='11'>" << num(t) << "</text>\n";
+      << "<text x='" << x0 - 6 << "' y='" << y + 4 << "' text-anchor='end' font-size='11'>" << y_labels[i]
+      << "</text>\n";
   }
   o << "<text x='" << x0 + pw / 2 << "' y='" << y0 + ph + 38 << "' text-anchor='middle' font-size='12'>"
     << xml_escape(c.x_label) << (c.log_x ? " (log)" : "") << "</text>\n";
@@ -172,7 +211,9 @@ std::string render(const std::string& title, const std::vector<Chart>& panels, s
     for (const auto& s : c.series) lines += legend_lines(s.name).size();
     rows = std::max(rows, lines);
   }
-  const double cell = std::max(kH, kTop + 20 + 16.0 * double(rows));
+  std::size_t title_rows = 1;
+  for (const auto& c : panels) title_rows = std::max(title_rows, title_lines(c.title).size());
+  const double cell = std::max(kH, kTop + 20 + 16.0 * double(rows)) + kTitleLine * double(title_rows - 1);
   const std::size_t grid_rows = std::max<std::size_t>((panels.size() + columns - 1) / columns, 1);
   const double width = kW * double(columns), height = cell * double(grid_rows) + 30;
   std::ostringstream o;
@@ -180,7 +221,7 @@ std::string render(const std::string& title, const std::vector<Chart>& panels, s
     << width << " " << height << "' font-family='sans-serif'>\n<rect width='100%' height='100%' fill='white'/>\n"
     << "<text x='" << width / 2 << "' y='20' text-anchor='middle' font-size='16'>" << xml_escape(title) << "</text>\n";
   for (std::size_t i = 0; i < panels.size(); ++i)
-    panel(o, panels[i], kW * double(i % columns), 30 + cell * double(i / columns));
+    panel(o, panels[i], kW * double(i % columns), 30 + cell * double(i / columns), title_rows);
   o << "</svg>\n";
   return o.str();
 }

@@ -69,7 +69,7 @@ try:
     os.chdir(work)
     if not chromium:
         sys.exit("no chromium: scripts/setup.sh installs Debian's chromium for this test")
-    run("matrix", "--preset", "tiny", "--layers", "2,3", "--strategies", "full,per-layer,selective:attn-core",
+    run("matrix", "--preset", "tiny", "--layers", "2,3", "--strategies", "all",
         "--steps", "1", "--warmup", "0", "--out", "results.h5")
     run("train", "--preset", "tiny", "--steps", "3", "--out", "run.h5")
     markdown = run("report", "results.h5", "run.h5")
@@ -93,10 +93,17 @@ try:
     probe = page.replace("</body>", """<pre id="layout"></pre><script>
 const plots = [...document.querySelectorAll('figure.plot svg')].map(s => {
   const r = s.getBoundingClientRect();
-  return {x: r.left + scrollX, y: r.top + scrollY, w: r.width, h: r.height};
+  const k = s.viewBox.baseVal.width / r.width;  // page pixels to the figure's own units
+  const texts = [...s.querySelectorAll('text')].map(t => {
+    const b = t.getBoundingClientRect();  // after any rotation
+    return {text: t.textContent, anchor: t.getAttribute('text-anchor') || 'start', size: t.getAttribute('font-size'),
+            bold: t.getAttribute('font-weight') === 'bold', ax: +t.getAttribute('x'), ay: +t.getAttribute('y'),
+            left: (b.left - r.left) * k, right: (b.right - r.left) * k};
+  });
+  return {x: r.left + scrollX, y: r.top + scrollY, w: r.width, h: r.height, width: s.viewBox.baseVal.width, texts};
 });
-document.getElementById('layout').textContent =
-  JSON.stringify({plots, height: document.documentElement.scrollHeight});
+document.getElementById('layout').textContent = JSON.stringify({plots, height: document.documentElement.scrollHeight,
+  page_width: document.documentElement.scrollWidth, window_width: innerWidth});
 </script></body>""")
     open("probe.html", "w", encoding="utf-8").write(probe)
     dumped = browser("--window-size=1300,1000", "--dump-dom", "file://" + os.path.abspath("probe.html"))
@@ -109,6 +116,35 @@ document.getElementById('layout').textContent =
     layout = json.loads(html.unescape(dumped.stdout[start + len('<pre id="layout">'):dumped.stdout.find("</pre>", start)]))
     if len(layout["plots"]) != 4:
         fail(f"{len(layout['plots'])} plots on the page, expected 4 (tradeoff, timeline, depth, loss)")
+
+    # 2b. Nothing wider than the window, no text outside its panel (600 px
+    # cells; a title centred on its panel stays in it), no axis that repeats a
+    # tick label (0.0005 and 0.00045 both read "5e-04" once).
+    if layout["page_width"] > layout["window_width"]:
+        fail(f"the page is {layout['page_width']} px wide in a {layout['window_width']} px window")
+    for i, p in enumerate(layout["plots"]):
+        for t in p["texts"]:
+            if t["left"] < -0.5 or t["right"] > p["width"] + 0.5:
+                fail(f"plot {i}: '{t['text']}' runs outside the figure ({t['left']:.0f}..{t['right']:.0f} of {p['width']})")
+            if t["bold"]:  # a panel's title: within its panel
+                cell = int(t["ax"] // 600)
+                if t["left"] < cell * 600 - 0.5 or t["right"] > (cell + 1) * 600 + 0.5:
+                    fail(f"plot {i}: the title '{t['text']}' runs outside its panel")
+        # An axis's tick labels come one after another: an x axis's share a
+        # height (centred), a y axis's a right edge (end-anchored).
+        axes, last = [], None
+        for t in p["texts"]:
+            key = None
+            if t["size"] == "11" and t["anchor"] in ("middle", "end"):
+                key = ("x", t["ay"]) if t["anchor"] == "middle" else ("y", t["ax"])
+            if key is not None and key == last:
+                axes[-1].append(t["text"])
+            elif key is not None:
+                axes.append([t["text"]])
+            last = key
+        for labels in axes:
+            if len(set(labels)) != len(labels):
+                fail(f"plot {i}: an axis repeats a tick label: {labels}")
 
     # 3. Every plot visible: the screenshot of the page itself, at the same
     # width, is not blank (near-white) where each plot sits.
