@@ -19,7 +19,7 @@ StepNeed step_need(const ModelSetup& setup, ops::AttentionKernel kernel, const s
   }
   std::vector<std::string> specs;
   for (const auto& spec : strategies) {
-    const std::string counted = make_strategy(spec)->needs_costs() ? "full" : spec;
+    const std::string counted = parse_strategy(spec).planned ? "full" : spec;
     if (std::find(specs.begin(), specs.end(), counted) == specs.end()) specs.push_back(counted);
   }
   const ShapeOnlyRun run = shape_only_run(setup, specs, kernel, "adamw", nullptr, precision);

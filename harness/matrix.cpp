@@ -178,7 +178,7 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const MatrixProgress& 
     const Precision precision = parse_precision(first.precision);
     std::optional<SaveProfile> costs;
     for (const auto& spec : specs)
-      if (!costs && make_strategy(spec)->needs_costs()) {
+      if (!costs && parse_strategy(spec).planned) {
         if (progress.update) progress.update(done, todo.size(), first, "probing costs for the planner");
         PrecisionScope copies(params, precision);
         costs = measure_costs(*model, params, batch, kernel, o.seed);

@@ -142,7 +142,7 @@ std::vector<std::string> strategies_for(const std::string& model, const std::str
       throw UserError(why + " (" + reversible + "), not " + model);
     }
     const auto produced = tags_produced(model, kernel);
-    for (const auto& name : tags_named_by(s)) {
+    for (const auto& name : parse_strategy(s).tags) {
       const auto expanded = expand_tag(name);
       if (std::any_of(expanded.begin(), expanded.end(),
                       [&](const std::string& t) { return std::count(produced.begin(), produced.end(), t) > 0; }))

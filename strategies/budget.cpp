@@ -141,6 +141,7 @@ void register_budget(StrategyRegistry& r) {
       "smallest feasible), planned from a timed probe: per block keep, drop tags, or checkpoint segments, "
       "nested, and with :offload moving blocks' saves to the host pool (see `remat plan`); composes with nothing. In a list, budget:auto sweeps min and range:25%, 50%, "
       "75% (of the way from min to full's peak)";
+  e.planned = true;
   e.runner = [](const std::string& argument) -> std::unique_ptr<Strategy> {
     const std::string spec = "budget:" + argument;
     return std::make_unique<BudgetStrategy>(spec, parse_budget(spec, argument));

@@ -71,6 +71,21 @@ const StrategyRegistry& strategies() {
   return registry;
 }
 
+StrategySpec parse_strategy(const std::string& text) {
+  const auto parts = parse(text, strategies());
+  StrategySpec spec;
+  spec.text = text;
+  for (const auto& p : parts) {
+    spec.parts.push_back(p.text);
+    spec.exact = spec.exact && p.entry->exact;
+    spec.planned = spec.planned || p.entry->planned;
+    spec.own_mechanism = spec.own_mechanism || bool(p.entry->runner);
+  }
+  if (!spec.own_mechanism) spec.tags = policy_of(parts, text).named_tags;
+  return spec;
+}
+
+std::unique_ptr<Strategy> make_strategy(const StrategySpec& spec) { return make_strategy(spec.text, strategies()); }
 std::unique_ptr<Strategy> make_strategy(const std::string& spec) { return make_strategy(spec, strategies()); }
 
 std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategyRegistry& registry) {
@@ -88,12 +103,6 @@ bool strategy_applies(const std::string& spec, const ModelTraits& model, std::st
       return false;
     }
   return true;
-}
-
-std::vector<std::string> tags_named_by(const std::string& spec) {
-  const auto parts = parse(spec, strategies());
-  if (parts.front().entry->runner) return {};
-  return policy_of(parts, spec).named_tags;
 }
 
 std::vector<std::string> all_strategies(const ModelTraits& model) {
@@ -129,7 +138,7 @@ std::vector<std::string> parse_strategy_list(const std::string& list, const Mode
     if (item.empty()) throw UserError("empty strategy in list '" + list + "'");
     specs.push_back(item);
   }
-  for (const auto& s : specs) make_strategy(s);  // validate now, not halfway through a run
+  for (const auto& s : specs) parse_strategy(s);  // validate now, not halfway through a run
   return specs;
 }
 

@@ -28,6 +28,7 @@ struct StrategyEntry {
   std::string usage;        // as written in a spec: "every:K", "selective[:tags]"
   std::string description;  // one line, for `remat strategies`
   bool exact = true;        // bitwise equal to full (the same arithmetic)
+  bool planned = false;     // plans its schedule from costs (a timed probe or a device model) before a step
   std::function<bool(const ModelTraits&)> applies = every_model;
   std::string applies_to = "every model";  // the predicate in words, for `remat strategies`
   // A policy strategy: the policy for the spec's argument (the text after
@@ -50,7 +51,22 @@ class StrategyRegistry : public Registry<StrategyEntry> {
 // Every built-in strategy (the list in strategies/strategy_list.hpp).
 const StrategyRegistry& strategies();
 
-// Throws UserError saying what is wrong and what is accepted.
+// A spec parsed once: what callers ask of a strategy (exact? planned from
+// costs? which tags?) answered without building it. parse_strategy throws
+// UserError saying what is wrong and what is accepted.
+struct StrategySpec {
+  std::string text;                // as written: "every:2+offload"
+  std::vector<std::string> parts;  // its parts as written: "every:2", "offload"
+  bool exact = true;               // bitwise equal to full: every part is
+  bool planned = false;            // plans from costs first (budget:...)
+  bool own_mechanism = false;      // a block runner of its own (reversible, budget): composes with nothing
+  std::vector<std::string> tags;   // the tags and tag groups its policies name
+};
+StrategySpec parse_strategy(const std::string& spec);
+
+// The strategy a step runs, made where a step runs. Throws UserError as
+// parse_strategy does.
+std::unique_ptr<Strategy> make_strategy(const StrategySpec& spec);
 std::unique_ptr<Strategy> make_strategy(const std::string& spec);
 std::unique_ptr<Strategy> make_strategy(const std::string& spec, const StrategyRegistry& registry);
 
@@ -64,8 +80,5 @@ std::vector<std::string> parse_strategy_list(const std::string& list, const Mode
 std::vector<std::string> all_strategies(const ModelTraits& model = {});
 
 
-// The tags and tag groups a spec's policies name, to check against the tags
-// a model produces.
-std::vector<std::string> tags_named_by(const std::string& spec);
 
 }  // namespace remat

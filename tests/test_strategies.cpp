@@ -299,3 +299,23 @@ TEST_CASE("the trace shows what each region kept, dropped and recomputed", "[str
   }
   CHECK(strategy->trace().to_string().find("attention: recompute softmax") != std::string::npos);
 }
+
+TEST_CASE("a strategy spec parses once into what callers ask, with no strategy built", "[strategies][parse]") {
+  const StrategySpec composed = parse_strategy("selective:attn-core+offload");
+  CHECK(composed.parts == std::vector<std::string>{"selective:attn-core", "offload"});
+  CHECK(composed.exact);
+  CHECK_FALSE(composed.planned);
+  CHECK_FALSE(composed.own_mechanism);
+  CHECK(composed.tags == std::vector<std::string>{"attn-core"});
+  const StrategySpec budget = parse_strategy("budget:30%");
+  CHECK(budget.planned);
+  CHECK(budget.own_mechanism);
+  CHECK(budget.exact);
+  CHECK(budget.tags.empty());
+  CHECK_FALSE(parse_strategy("reversible").exact);
+  CHECK(parse_strategy("every:2").tags.empty());
+  CHECK_THROWS_WITH(parse_strategy("every:"), Catch::Contains("needs an argument"));
+  CHECK_THROWS_WITH(parse_strategy("reversible+offload"), Catch::Contains("composes with no other strategy"));
+  // The strategy a step runs is made from the parsed spec.
+  CHECK(make_strategy(composed)->spec() == "selective:attn-core+offload");
+}

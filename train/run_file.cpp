@@ -384,7 +384,7 @@ std::string run_difference(const TrainConfig& run, const TrainConfig& asked) {
   // Exact strategies give bitwise the same run: one may resume under another
   // (to fit the memory of another machine, say). A non-exact one may not.
   if (run.strategy != asked.strategy) {
-    const bool exact = make_strategy(run.strategy)->exact() && make_strategy(asked.strategy)->exact();
+    const bool exact = parse_strategy(run.strategy).exact && parse_strategy(asked.strategy).exact;
     if (!exact) differ("strategy", run.strategy, asked.strategy);
   }
   return first;

@@ -23,7 +23,7 @@ std::vector<TrajectoryComparison> compare_trajectories(const TrainConfig& base,
     const TrainResult r = train(config);
     TrajectoryComparison c;
     c.strategy = spec;
-    c.exact = make_strategy(spec)->exact();
+    c.exact = parse_strategy(spec).exact;
     for (std::size_t s = 0; s < r.state.history.size(); ++s) {
       const double a = r.state.history[s].loss, b = full.state.history[s].loss;
       const bool same = std::memcmp(&a, &b, sizeof a) == 0;

@@ -154,7 +154,7 @@ void run(const EstimateOptions& o) {
     }
   const bool rates = device.fp32_flops > 0;
   for (const auto& spec : specs)
-    if (make_strategy(spec)->needs_costs() && !rates)
+    if (parse_strategy(spec).planned && !rates)
       throw UserError("strategy '" + spec + "': a budget is planned from costs, and a shape-only run has no kernel to "
                       "time: name a --device to cost it with (" + (device.name.empty() ? "none given" : device.name + " has no rates") +
                       "; docs/estimates.md)");
