@@ -1,11 +1,11 @@
 #include "autodiff/transfer.hpp"
 
-#include <utility>
 #include "core/error.hpp"
 
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 namespace remat::transfer {
 namespace {

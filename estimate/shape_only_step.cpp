@@ -80,7 +80,7 @@ ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::stri
     o.zero_grad = zero_grad;
     std::map<std::string, std::int64_t> base;
     for (const auto& pool : extras.pools) base[pool] = tracker.stats(pool).live;
-    const StepResult r = run_step(*model, params, batch, o);  // (it resets the tracker's peaks first)
+    const StepResult r = run_step(*model, params, batch, o);  // (its peaks counted afresh, in its own scope)
     const double seconds = device ? device->seconds_now() - t0 : 0;
     run.steps.push_back({spec, r.activation_peak, r.offload_peak, r.flops, r.recompute_flops, seconds, {}});
     for (const auto& pool : extras.pools) {

@@ -67,9 +67,10 @@ std::vector<RunKey> matrix_cells(const MatrixOptions& o) {
           // activations of the hungriest strategy (full always runs).
           std::vector<std::string> with_full = specs;
           with_full.push_back("full");
-          require_step_fits({model, preset, z}, kernel, with_full, 3,
-                            model + " L" + std::to_string(L) + " S" + std::to_string(S) + " B" + std::to_string(B),
-                            o.mem_limit, o.force);
+          if (!o.force)  // (forced, the figure is of no use: no shape-only step)
+            require_step_fits({model, preset, z}, kernel, with_full, 3,
+                              model + " L" + std::to_string(L) + " S" + std::to_string(S) + " B" + std::to_string(B),
+                              o.mem_limit, false);
           for (const auto& precision : unique_in_order(o.precisions)) {
             parse_precision(precision);  // UserError if unknown
             for (const auto& s : specs) {
@@ -128,7 +129,11 @@ std::vector<int> deal_cells(const std::vector<RunKey>& cells, int shards) {
 }
 
 std::vector<RunRecord> run_matrix(const MatrixOptions& o, const MatrixProgress& progress) {
-  const auto cells = matrix_cells(o);
+  return run_matrix(o, matrix_cells(o), progress);
+}
+
+std::vector<RunRecord> run_matrix(const MatrixOptions& o, const std::vector<RunKey>& cells,
+                                  const MatrixProgress& progress) {
   const ResultsFile file(o.out);
   RunCollector collector(o.out);
   // Under mpirun every rank is a shard; rank 0 writes (RunCollector).

@@ -62,6 +62,10 @@ struct MatrixProgress {
 
 // Runs the cells not yet in the results file (all of them without --resume,
 // which is then an error if any is recorded). Returns the records made.
+// `cells`: matrix_cells(o), where the caller has them already (each shape's
+// memory check is a shape-only step: not worth running twice).
+std::vector<RunRecord> run_matrix(const MatrixOptions& o, const std::vector<RunKey>& cells,
+                                  const MatrixProgress& progress);
 std::vector<RunRecord> run_matrix(const MatrixOptions& o, const MatrixProgress& progress);
 
 }  // namespace remat

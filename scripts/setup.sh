@@ -127,16 +127,15 @@ build_kokkos() {
     say "building Kokkos with OpenMP from $src"
   fi
   # Called as a condition, where `set -e` does not hold: each step says why it failed.
-  local log
-  for log in configure build; do
-    case $log in
-      configure) cmake -S "$src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
-                   -DCMAKE_INSTALL_PREFIX="$kokkos_prefix" -DCMAKE_CXX_STANDARD=17 "${backend[@]}" ;;
-      build) NVCC_APPEND_FLAGS="$cuda_flags" cmake --build "$work/build" -j "$jobs" ;;
-    esac >"$work/$log.log" 2>&1 || { tail -n 30 "$work/$log.log"; say "Kokkos' $log failed ($work/$log.log)"; return 1; }
-  done
+  logged() {  # logged STEP command...: its output in $work/STEP.log, shown if it fails
+    local step=$1; shift
+    "$@" >"$work/$step.log" 2>&1 || { tail -n 30 "$work/$step.log"; say "Kokkos' $step failed ($work/$step.log)"; return 1; }
+  }
+  logged configure cmake -S "$src" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DCMAKE_INSTALL_PREFIX="$kokkos_prefix" -DCMAKE_CXX_STANDARD=17 "${backend[@]}" || return 1
+  logged build env NVCC_APPEND_FLAGS="$cuda_flags" cmake --build "$work/build" -j "$jobs" || return 1
   rm -rf "$kokkos_prefix"
-  cmake --install "$work/build" >"$work/install.log" 2>&1 || { tail -n 30 "$work/install.log"; return 1; }
+  logged install cmake --install "$work/build" || return 1
   echo "$kokkos_stamp" >"$kokkos_prefix/remat-kokkos-build"
   rm -rf "$work"
 }

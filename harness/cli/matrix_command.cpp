@@ -159,7 +159,7 @@ void run(Options& o) {
       std::fprintf(stderr, "[%zu/%zu] %s: %s (ETA %s)\n", done + 1, total, cell.name().c_str(), what.c_str(), eta.c_str());
     }
   };
-  const auto records = run_matrix(o.matrix, progress);
+  const auto records = run_matrix(o.matrix, cells, progress);
   if (!speaks) return;
   if (tty) std::fprintf(stderr, "\r\033[K");
   if (comm::size() > 1) {  // the runs of every rank are in the file, not all in `records`

@@ -53,6 +53,18 @@ std::string progress_line(const TrainConfig& c, const TrainState& s, double sinc
   return line;
 }
 
+// The header's data line. The default batch source has nothing in it to
+// learn: a flat loss curve is then the right answer, and it says so before
+// anyone waits for one.
+void say_data_source(const std::string& data, std::int64_t vocabulary) {
+  if (data == "random")
+    std::printf("data: random tokens, uniform over the vocabulary: nothing to learn, the loss stays near ln V = %.2f "
+                "(--data copy, reverse or text:FILE can be learned)\n",
+                std::log(double(vocabulary)));
+  else
+    std::printf("data: %s\n", data.c_str());
+}
+
 void run_train(TrainOptions& o) {
   TrainConfig& c = o.config;
   c.setup = o.model.resolve();
@@ -113,14 +125,7 @@ void run_train(TrainOptions& o) {
                 o.model.attention.c_str(), o.model.precision.c_str(), c.optimizer.kind.c_str(), c.schedule.kind.c_str(), c.schedule.lr, c.steps,
                 Runtime::describe().c_str());
   if (speaks) print_precision_path(o.model.precision);
-  // The default batch source has nothing in it to learn: a flat loss curve is
-  // then the right answer, and the header says so before anyone waits for it.
-  if (speaks && c.data == "random")
-    std::printf("data: random tokens, uniform over the vocabulary: nothing to learn, the loss stays near ln V = %.2f "
-                "(--data copy, reverse or text:FILE can be learned)\n",
-                std::log(double(z.V)));
-  else if (speaks)
-    std::printf("data: %s\n", c.data.c_str());
+  if (speaks) say_data_source(c.data, z.V);
   std::fflush(stdout);
   const bool tty = isatty(fileno(stderr));
   const auto start = std::chrono::steady_clock::now();

@@ -16,12 +16,14 @@ constexpr double kTitleLine = 16;  // each further line of a panel's title
 const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
                          "#e377c2", "#17becf", "#7f7f7f", "#bcbd22"};
 
-std::string num(double v) {
+// `extra`: digits beyond the fewest (one significant digit in exponent
+// form, six otherwise).
+std::string num(double v, int extra = 0) {
   char buf[32];
   const double a = std::abs(v);
   if (v == 0) return "0";
-  if (a >= 1e5 || a < 1e-3) std::snprintf(buf, sizeof buf, "%.0e", v);
-  else std::snprintf(buf, sizeof buf, "%g", v);
+  if (a >= 1e5 || a < 1e-3) std::snprintf(buf, sizeof buf, "%.*e", extra, v);
+  else std::snprintf(buf, sizeof buf, "%.*g", 6 + extra, v);
   return buf;
 }
 
@@ -29,16 +31,9 @@ std::string num(double v) {
 // (0.00045 and 0.0005 read "4.5e-04" and "5.0e-04", never "5e-04" twice).
 std::vector<std::string> tick_labels(const std::vector<double>& ticks) {
   std::vector<std::string> labels;
-  for (int digits = 0; digits <= 6; ++digits) {
+  for (int extra = 0; extra <= 6; ++extra) {
     labels.clear();
-    for (double v : ticks) {
-      char buf[32];
-      const double a = std::abs(v);
-      if (v == 0) std::snprintf(buf, sizeof buf, "0");
-      else if (a >= 1e5 || a < 1e-3) std::snprintf(buf, sizeof buf, "%.*e", digits, v);
-      else std::snprintf(buf, sizeof buf, "%.*g", 6 + digits, v);
-      labels.push_back(buf);
-    }
+    for (double v : ticks) labels.push_back(num(v, extra));
     bool distinct = true;
     for (std::size_t i = 1; i < labels.size(); ++i) distinct = distinct && labels[i] != labels[i - 1];
     if (distinct) break;
@@ -112,6 +107,36 @@ bool drawable(const Chart& c, const Series& s, std::size_t i) {
          !(c.log_y && s.y[i] <= 0);
 }
 
+// A panel's title, centred on the panel (not its plot: a long title has the
+// panel's width), a line under another.
+void draw_title(std::ostringstream& o, const std::string& title, double ox, double oy) {
+  double ty = oy + 22;
+  for (const auto& line : title_lines(title)) {
+    o << "<text x='" << ox + kW / 2 << "' y='" << ty << "' text-anchor='middle' font-size='13' font-weight='bold'>"
+      << xml_escape(line) << "</text>\n";
+    ty += kTitleLine;
+  }
+}
+
+// The plot's frame, grid lines and tick labels.
+void draw_grid(std::ostringstream& o, const Axis& ax, const Axis& ay, double x0, double y0, double pw, double ph) {
+  o << "<rect x='" << x0 << "' y='" << y0 << "' width='" << pw << "' height='" << ph
+    << "' fill='none' stroke='#333'/>\n";
+  const auto x_labels = tick_labels(ax.ticks), y_labels = tick_labels(ay.ticks);
+  for (std::size_t i = 0; i < ax.ticks.size(); ++i) {
+    const double x = x0 + ax.frac(ax.ticks[i]) * pw;
+    o << "<line x1='" << x << "' y1='" << y0 << "' x2='" << x << "' y2='" << y0 + ph << "' stroke='#e4e4e4'/>"
+      << "<text x='" << x << "' y='" << y0 + ph + 16 << "' text-anchor='middle' font-size='11'>" << x_labels[i]
+      << "</text>\n";
+  }
+  for (std::size_t i = 0; i < ay.ticks.size(); ++i) {
+    const double y = y0 + ph - ay.frac(ay.ticks[i]) * ph;
+    o << "<line x1='" << x0 << "' y1='" << y << "' x2='" << x0 + pw << "' y2='" << y << "' stroke='#e4e4e4'/>"
+      << "<text x='" << x0 - 6 << "' y='" << y + 4 << "' text-anchor='end' font-size='11'>" << y_labels[i]
+      << "</text>\n";
+  }
+}
+
 // `title_rows`: the most lines any panel's title takes in this figure, so
 // that every panel's plot starts at the same height.
 void panel(std::ostringstream& o, const Chart& c, double ox, double oy, std::size_t title_rows) {
@@ -131,28 +156,8 @@ void panel(std::ostringstream& o, const Chart& c, double ox, double oy, std::siz
   auto px = [&](double v) { return x0 + ax.frac(v) * pw; };
   auto py = [&](double v) { return y0 + ph - ay.frac(v) * ph; };
 
-  // Centred on the panel, not its plot: a long title has the panel's width.
-  double ty = oy + 22;
-  for (const auto& line : title_lines(c.title)) {
-    o << "<text x='" << ox + kW / 2 << "' y='" << ty << "' text-anchor='middle' font-size='13' font-weight='bold'>"
-      << xml_escape(line) << "</text>\n";
-    ty += kTitleLine;
-  }
-  o << "<rect x='" << x0 << "' y='" << y0 << "' width='" << pw << "' height='" << ph
-    << "' fill='none' stroke='#333'/>\n";
-  const auto x_labels = tick_labels(ax.ticks), y_labels = tick_labels(ay.ticks);
-  for (std::size_t i = 0; i < ax.ticks.size(); ++i) {
-    const double x = px(ax.ticks[i]);
-    o << "<line x1='" << x << "' y1='" << y0 << "' x2='" << x << "' y2='" << y0 + ph << "' stroke='#e4e4e4'/>"
-      << "<text x='" << x << "' y='" << y0 + ph + 16 << "' text-anchor='middle' font-size='11'>" << x_labels[i]
-      << "</text>\n";
-  }
-  for (std::size_t i = 0; i < ay.ticks.size(); ++i) {
-    const double y = py(ay.ticks[i]);
-    o << "<line x1='" << x0 << "' y1='" << y << "' x2='" << x0 + pw << "' y2='" << y << "' stroke='#e4e4e4'/>"
-      << "<text x='" << x0 - 6 << "' y='" << y + 4 << "' text-anchor='end' font-size='11'>" << y_labels[i]
-      << "</text>\n";
-  }
+  draw_title(o, c.title, ox, oy);
+  draw_grid(o, ax, ay, x0, y0, pw, ph);
   o << "<text x='" << x0 + pw / 2 << "' y='" << y0 + ph + 38 << "' text-anchor='middle' font-size='12'>"
     << xml_escape(c.x_label) << (c.log_x ? " (log)" : "") << "</text>\n";
   o << "<text transform='translate(" << ox + 18 << "," << y0 + ph / 2 << ") rotate(-90)' text-anchor='middle' font-size='12'>"
