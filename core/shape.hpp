@@ -1,5 +1,5 @@
 #pragma once
-// The shape of an array, row-major: what tensors, files and checkpoints
+// The shape of an array, row-major: what tensors and files
 // share without anything else of the autodiff.
 #include <cstdint>
 #include <string>

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "checkpoints/weights_file.hpp"
+#include "weights/weights_file.hpp"
 #include "finetune/lora.hpp"
 #include "h5/h5.hpp"
 

@@ -20,7 +20,7 @@ namespace remat {
 
 void write_file_atomically(const std::string& path, const void* data, std::size_t size);
 
-// The same, for content written piece by piece (a checkpoint of several
+// The same, for content written piece by piece (weights of several
 // gigabytes is never held whole in memory): the temporary is created at
 // once; write() appends to it, or a library writes it by path(); commit()
 // syncs it and renames it over the target. Destroyed uncommitted (an error,

@@ -1,5 +1,5 @@
 #pragma once
-// Replacing a folder of files (a Hugging Face checkpoint: config.json, an
+// Replacing a folder of files (a Hugging Face model folder: config.json, an
 // index and its shards) as one unit, so that no reader ever sees part of one
 // export and part of another. The new files are written into a staging
 // folder beside the target, "<target>.partial.<pid>.<n>"; commit() carries

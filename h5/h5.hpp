@@ -59,7 +59,7 @@ class File {
   static File from_image(const std::vector<char>& image, const std::string& label);
   // A new file written straight to disk at `path` (an AtomicFile's
   // temporary), for files too big to build in memory (an imported
-  // checkpoint); close() finishes it. Check the free space first: HDF5 1.10
+  // model); close() finishes it. Check the free space first: HDF5 1.10
   // does not survive a failed close.
   static File create_on_disk(const std::string& path, const std::string& label);
   void close();  // UserError if HDF5 cannot finish the file

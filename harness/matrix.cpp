@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <optional>
 
-#include "checkpoints/weights_file.hpp"
+#include "weights/weights_file.hpp"
 #include "comm/comm.hpp"
 #include "core/error.hpp"
 #include "datasets/batch_source.hpp"

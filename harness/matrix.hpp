@@ -18,8 +18,8 @@ struct MatrixOptions {
   std::string strategies = "all";       // per model: "all" or a list (see strategies_for)
   std::string preset = "small";
   std::string config;  // a published configuration instead of the preset (its model alone)
-  // Run every cell on these weights (a weight file or Hugging Face
-  // checkpoint), whose model and sizes they are; --seq and --batch still sweep.
+  // Run every cell on these weights (a weight file or a Hugging Face
+  // model folder), whose model and sizes they are; --seq and --batch still sweep.
   std::string weights;
   std::vector<int> layers, seq, batch;  // empty: the preset's
   int steps = 3, warmup = 1;

@@ -1,6 +1,6 @@
 #pragma once
 // Optimizers: they update parameters from the gradients backward left in
-// them. An optimizer owns its state (AdamW's moments), which a checkpoint
+// them. An optimizer owns its state (AdamW's moments), which a run file
 // saves and restores by name, so that a resumed run continues bitwise.
 // Every update is elementwise, in Kokkos kernels, and deterministic.
 #include <cstdint>
@@ -24,7 +24,7 @@ class Optimizer {
   virtual ~Optimizer() = default;
   // One update of every parameter with learning rate `lr`.
   virtual void step(double lr) = 0;
-  // The state a checkpoint holds, per parameter: names of the buffers
+  // The state a run file holds, per parameter: names of the buffers
   // ("m", "v" for AdamW) and the buffers themselves, in parameter order;
   // a frozen parameter (no gradient slot when the optimizer is made) has
   // none: its buffers are undefined tensors.

@@ -5,7 +5,7 @@
 #include <optional>
 #include <string>
 
-#include "checkpoints/weights_file.hpp"
+#include "weights/weights_file.hpp"
 #include "datasets/batch.hpp"
 #include "zoo/model.hpp"
 

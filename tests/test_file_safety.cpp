@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "catch.hpp"
-#include "checkpoints/weights_file.hpp"
+#include "weights/weights_file.hpp"
 #include "core/error.hpp"
 #include "fixtures.hpp"
 #include "h5/atomic_file.hpp"

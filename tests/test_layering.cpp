@@ -29,13 +29,13 @@ const std::map<std::string, std::set<std::string>>& allowed() {
       {"optim", {"core", "autodiff"}},
       {"zoo", {"core", "autodiff", "datasets"}},
       {"strategies", {"core", "autodiff"}},
-      {"checkpoints", {"core", "autodiff", "h5", "datasets", "zoo"}},
+      {"weights", {"core", "autodiff", "h5", "datasets", "zoo"}},
       {"step", {"core", "autodiff", "datasets", "zoo", "strategies"}},
-      {"finetune", {"core", "autodiff", "h5", "datasets", "zoo", "checkpoints"}},
-      {"train", {"core", "autodiff", "h5", "comm", "datasets", "optim", "zoo", "strategies", "checkpoints", "step",
+      {"finetune", {"core", "autodiff", "h5", "datasets", "zoo", "weights"}},
+      {"train", {"core", "autodiff", "h5", "comm", "datasets", "optim", "zoo", "strategies", "weights", "step",
                  "finetune"}},
       {"estimate", {"core", "autodiff", "datasets", "optim", "zoo", "strategies", "step"}},
-      {"harness", {"core", "autodiff", "h5", "comm", "datasets", "optim", "zoo", "strategies", "checkpoints", "step",
+      {"harness", {"core", "autodiff", "h5", "comm", "datasets", "optim", "zoo", "strategies", "weights", "step",
                    "finetune", "train", "estimate"}},
   };
   return rules;

@@ -166,7 +166,7 @@ TEST_CASE("50 steps with dropout under every strategy: the loss at every step an
   }
 }
 
-TEST_CASE("a run interrupted after a checkpoint and resumed is bitwise the uninterrupted run", "[train][resume]") {
+TEST_CASE("a run interrupted after a save and resumed is bitwise the uninterrupted run", "[train][resume]") {
   test::TempDir dir("remat-train");
   TrainConfig c = tiny("llama", 0.1);
   c.steps = 20;
@@ -179,7 +179,7 @@ TEST_CASE("a run interrupted after a checkpoint and resumed is bitwise the unint
   c.save_every = 7;
   TrainProgress stop;
   stop.step = [](const TrainConfig&, const TrainState& s) {
-    if (s.step == 16) throw Interrupted{};  // after the checkpoint at 14, before the one at 20
+    if (s.step == 16) throw Interrupted{};  // after the save at 14, before the save at 20
   };
   CHECK_THROWS_AS(train(c, stop), Interrupted);
   const SavedRun saved = read_run_file(c.out);
@@ -377,7 +377,7 @@ TEST_CASE("training with frozen layers: frozen weights stay, every strategy foll
     INFO(spec);
     CHECK(losses(train(s).state) == losses(whole.state));
   }
-  // A run cut after a checkpoint resumes bitwise, and keeps its freezing.
+  // A run cut after a save resumes bitwise, and keeps its freezing.
   struct Interrupted {};
   c.out = dir.file("cut.h5");
   c.save_every = 3;

@@ -6,7 +6,7 @@
 #include <unistd.h>
 
 #include "catch.hpp"
-#include "checkpoints/weights_file.hpp"
+#include "weights/weights_file.hpp"
 #include "core/error.hpp"
 #include "fixtures.hpp"
 #include "h5/h5.hpp"

@@ -60,7 +60,7 @@ class ParamShards final : public BlockHooks {
   void gather_everything();
   void release_everything();
   // Parameter i's whole tensor (its shape) from every rank's `shard` of it
-  // (an optimizer buffer): a collective, for checkpoints.
+  // (an optimizer buffer): a collective, for saves.
   Tensor unshard(std::size_t i, const Tensor& shard) const;
 
   // Bytes this rank sends plus receives for one micro-batch whose blocks

@@ -58,7 +58,7 @@ class GradientReduction {
   virtual std::int64_t predicted_bytes(const Strategy& strategy) const = 0;
   virtual RankMemory memory(const Optimizer& optimizer) const;
 
-  // Checkpoints and the end of a run want whole weights: gather them (a
+  // Saves and the end of a run want whole weights: gather them (a
   // collective) and let them go again; an optimizer buffer of parameter i
   // as the whole parameter's shape.
   virtual void gather_weights() {}

@@ -1,11 +1,11 @@
 #pragma once
 // The training run file (docs/training.md): one HDF5 file that is the run's
 // record (configuration, per-step loss, learning rate, gradient norm, step
-// time, activation peak, validation losses) and its latest checkpoint
+// time, activation peak, validation losses) and its latest state
 // (weights in the docs/models.md layout, so `remat grads --weights` and
 // PyTorch read it, optimizer state, step, data position). Written whole and
-// replaced atomically at each checkpoint: a kill or a full disk leaves the
-// previous checkpoint.
+// replaced atomically at each save: a kill or a full disk leaves the
+// previous save.
 #include <map>
 #include <string>
 

@@ -96,7 +96,7 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
   params_ = std::make_unique<ParamStore>(model_->params(), DType::f32);
   if (!resume) initialize(*params_, config_.seed, z.L);
   if (!resume) state_.scaler.scale = config_.loss_scale;
-  if (!resume && !config_.init.empty()) {  // the checkpoint's weights (its model and sizes are this run's)
+  if (!resume && !config_.init.empty()) {  // the initial weights (its model and sizes are this run's)
     const LoadedWeights w = load_weights(config_.init, /*force=*/true, /*skip_adapters=*/true);
     if (w.params->names() != params_->names())
       throw UserError(config_.init + ": holds other parameters than " + config_.setup.model + " at these sizes");
@@ -282,8 +282,8 @@ void Trainer::stop_if_every_step_overflows() const {
 std::string Trainer::run_file_kept() const {
   if (config_.out.empty()) return "";
   std::error_code ec;
-  return std::filesystem::exists(config_.out, ec) ? ", " + config_.out + " keeps the last checkpoint"
-                                                  : ", " + config_.out + " was not written (no checkpoint was due)";
+  return std::filesystem::exists(config_.out, ec) ? ", " + config_.out + " keeps the last save"
+                                                  : ", " + config_.out + " was not written (no save was due)";
 }
 
 void Trainer::save() {

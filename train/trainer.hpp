@@ -1,7 +1,7 @@
 #pragma once
 // Training: the measured step (step/step.hpp) in a loop with an
 // optimizer, a learning-rate schedule, gradient clipping and accumulation,
-// validation on held-out data, and checkpoints from which a run resumes
+// validation on held-out data, and saves from which a run resumes
 // bitwise. Every random draw is a function of (seed, micro-step) and every
 // reduction has a fixed order, so the loss sequence and the final weights
 // are the same under every exact strategy and across interruptions.
@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "autodiff/ops/ops.hpp"
-#include "checkpoints/weights_file.hpp"
+#include "weights/weights_file.hpp"
 #include "finetune/freeze.hpp"
 #include "finetune/lora.hpp"
 #include "optim/optimizer.hpp"
@@ -30,7 +30,7 @@ struct TrainConfig {
   double loss_scale = kInitialLossScale;  // fp16: the dynamic loss scale's first value (a power of two)
   std::string data = "random";
   std::uint64_t seed = 1;
-  std::string init;  // start from these weights (a weight file or checkpoint; "": initialised from the seed)
+  std::string init;  // start from these weights (a weight file, run file or Hugging Face model folder; "": initialised from the seed)
   int steps = 100;
   OptimizerConfig optimizer;
   Schedule schedule;  // its `steps` is this config's
@@ -38,7 +38,7 @@ struct TrainConfig {
   int accumulate = 1;    // micro-batches of B per step
   int eval_every = 0;    // steps between validation losses; 0: none
   int eval_batches = 4;  // held-out batches per validation loss
-  int save_every = 0;    // steps between checkpoints (and one at the end); needs `out`
+  int save_every = 0;    // steps between saves (and one at the end); needs `out`
   std::string out;       // the run file; "" for none
   FreezeOptions freeze;  // fine-tuning: parameters that do not train
   LoraOptions lora;      // fine-tuning: low-rank adapters on a frozen base
@@ -86,7 +86,7 @@ struct TrainProgress {
   // generated source that never repeats).
   std::function<void(const TrainConfig&, std::uint64_t epoch_batches)> started;
   std::function<void(const TrainConfig&, const TrainState&)> step;   // after each step
-  std::function<void(const TrainConfig&, const TrainState&)> saved;  // after each checkpoint
+  std::function<void(const TrainConfig&, const TrainState&)> saved;  // after each save
 };
 
 // A run file read back: its configuration, state, weights and optimizer.
@@ -104,15 +104,15 @@ class Trainer {
   ~Trainer();
   bool done() const { return state_.step >= config_.steps; }
   // One optimizer step: the micro-batches, clipping, the update, and the
-  // validation loss and checkpoint when they are due. UserError for a
+  // validation loss and save when they are due. UserError for a
   // non-finite loss or gradient (naming the step and the first non-finite
-  // gradient; the last checkpoint stays as it was), or a write that fails.
+  // gradient; the last save stays as it was), or a write that fails.
   // At fp16 a non-finite gradient under a finite loss is an overflow of the
   // loss scale instead: the update is skipped and the scale halved; after
   // kMaxSkippedInARow such steps in a row the run stops (UserError).
   const StepRecord& step();
   static constexpr int kMaxSkippedInARow = 50;
-  // Whether the last step wrote a checkpoint.
+  // Whether the last step saved the run.
   bool saved() const { return saved_; }
   const TrainConfig& config() const { return config_; }
   const TrainState& state() const { return state_; }
@@ -134,7 +134,7 @@ class Trainer {
   void save();  // the run file (gathered whole first, if sharded)
   void restore_optimizer(const SavedRun& resume);
   void stop_if_every_step_overflows() const;
-  std::string run_file_kept() const;  // ", out.h5 keeps the last checkpoint", for a message that stops the run
+  std::string run_file_kept() const;  // ", out.h5 keeps the last save", for a message that stops the run
   bool saved_ = false;
 };
 

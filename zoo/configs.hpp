@@ -1,5 +1,5 @@
 #pragma once
-// The published configurations of well-known checkpoints (docs/models.md,
+// The published configurations of well-known models (docs/models.md,
 // "Published configurations"): real sizes, for estimates at real scale and
 // for loading their weights. Each row names its model and the exact
 // parameter count a model built from it has (a test holds every row to it).

@@ -47,7 +47,7 @@ class Model {
 // A model of the zoo at given sizes: what a weight file's attributes say.
 struct ModelSetup {
   std::string model;
-  std::string preset;  // a preset's name, "custom", or "hf" (a Hugging Face checkpoint)
+  std::string preset;  // a preset's name, "custom", or "hf" (a Hugging Face model folder)
   Sizes sizes;
 };
 

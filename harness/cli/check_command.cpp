@@ -85,7 +85,7 @@ int run_check_command(const CheckCommandOptions& o) {
   if (!o.weights.empty() || golden) {
     LoadedWeights w = golden ? std::move(golden->weights) : load_weights(o.weights, o.force);
     setup = w.setup;
-    if (o.model.seq) {  // a checkpoint's own length is a default; its positions are the limit
+    if (o.model.seq) {  // the weights' own length is a default; its positions are the limit
       if (o.model.seq > setup.sizes.S_max)
         throw UserError("--seq " + std::to_string(o.model.seq) + ": the weights hold positions for " +
                         std::to_string(setup.sizes.S_max));

@@ -5,8 +5,8 @@
 #include <filesystem>
 #include <memory>
 
-#include "checkpoints/hf_checkpoint.hpp"
-#include "checkpoints/weights_file.hpp"
+#include "weights/hf_folder.hpp"
+#include "weights/weights_file.hpp"
 #include "core/error.hpp"
 #include "finetune/adapters_file.hpp"
 #include "h5/atomic_folder.hpp"
@@ -29,7 +29,7 @@ std::string stored_dtype(const std::string& name) {
   throw UserError("--dtype '" + name + "': f32, bf16 or fp16");
 }
 
-// A folder that already holds a checkpoint is replaced only with --force,
+// A folder that already holds a model folder is replaced only with --force,
 // and never while it is what is being exported.
 void check_folder(const ExportHfOptions& o) {
   std::error_code ec;
@@ -47,7 +47,7 @@ void check_folder(const ExportHfOptions& o) {
   for (const auto& entry : fs::directory_iterator(o.out, ec)) {
     const std::string name = entry.path().filename().string();
     if (name == "config.json" || name.rfind("model", 0) == 0 || name.rfind("adapter_", 0) == 0)
-      throw UserError(o.out + ": already holds a checkpoint (" + name + "); give another --out, or --force to replace it");
+      throw UserError(o.out + ": already holds a model folder (" + name + "); give another --out, or --force to replace it");
   }
 }
 
@@ -76,20 +76,20 @@ class ExportProgress {
   std::chrono::steady_clock::time_point last_ = std::chrono::steady_clock::now();
 };
 
-checkpoints::ExportTensor tensor_of(const std::string& name, const Shape& shape, std::vector<float> values) {
+hf::ExportTensor tensor_of(const std::string& name, const Shape& shape, std::vector<float> values) {
   auto data = std::make_shared<std::vector<float>>(std::move(values));
   return {name, shape, [data](float* out) { std::copy(data->begin(), data->end(), out); }};
 }
 
-void write_export(const ExportHfOptions& o, const checkpoints::ExportOptions& options, const std::string& dtype,
+void write_export(const ExportHfOptions& o, const hf::ExportOptions& options, const std::string& dtype,
                   AtomicFolder& folder);
 
 void run_export_hf(const ExportHfOptions& o) {
   if (o.weights.empty() && o.adapters.empty()) throw UserError("give --weights, --adapters, or both");
   const std::string dtype = stored_dtype(o.dtype);
-  checkpoints::ExportOptions options;
+  hf::ExportOptions options;
   options.dtype = dtype;
-  options.max_shard_bytes = checkpoints::parse_shard_size(o.max_shard_size);
+  options.max_shard_bytes = hf::parse_shard_size(o.max_shard_size);
   options.progress = ExportProgress();
   check_folder(o);
   // Written beside the target and swapped in whole: a refusal, a full disk
@@ -106,13 +106,13 @@ void run_export_hf(const ExportHfOptions& o) {
   }
 }
 
-void write_export(const ExportHfOptions& o, const checkpoints::ExportOptions& options, const std::string& dtype,
+void write_export(const ExportHfOptions& o, const hf::ExportOptions& options, const std::string& dtype,
                   AtomicFolder& folder) {
   std::vector<std::string> written;
   if (!o.weights.empty()) {
     const LoadedWeights w = load_weights(o.weights, o.force, /*skip_adapters=*/true);
-    checkpoints::family_of_model(w.setup.model);  // a model with a layout, before anything is written
-    std::vector<checkpoints::ExportTensor> tensors;
+    hf::family_of_model(w.setup.model);  // a model with a layout, before anything is written
+    std::vector<hf::ExportTensor> tensors;
     for (std::size_t i = 0; i < w.params->names().size(); ++i) {
       const Tensor& t = w.params->tensors()[i];
       tensors.push_back({w.params->names()[i], t.shape(), [t](float* out) {
@@ -120,12 +120,12 @@ void write_export(const ExportHfOptions& o, const checkpoints::ExportOptions& op
                            std::copy(v.begin(), v.end(), out);
                          }});
     }
-    for (const auto& f : checkpoints::export_checkpoint(w.setup, tensors, folder.path(), options)) written.push_back(f);
+    for (const auto& f : hf::export_folder(w.setup, tensors, folder.path(), options)) written.push_back(f);
   }
   if (!o.adapters.empty()) {
     const AdapterFile a = read_adapters(o.adapters);
-    checkpoints::family_of_model(a.setup.model);
-    std::vector<checkpoints::ExportAdapter> adapters;
+    hf::family_of_model(a.setup.model);
+    std::vector<hf::ExportAdapter> adapters;
     for (const auto& weight : a.weights()) {
       const auto& A = a.params.at(weight + ".lora_A");
       const auto& B = a.params.at(weight + ".lora_B");
@@ -133,7 +133,7 @@ void write_export(const ExportHfOptions& o, const checkpoints::ExportOptions& op
                           tensor_of(weight + ".lora_B", B.shape, B.data)});
     }
     const double alpha = a.options.alpha > 0 ? a.options.alpha : a.options.rank;
-    for (const auto& f : checkpoints::export_adapters(a.setup, adapters, a.options.rank, alpha, folder.path(), dtype))
+    for (const auto& f : hf::export_adapters(a.setup, adapters, a.options.rank, alpha, folder.path(), dtype))
       written.push_back(f);
   }
   const bool weights = !o.weights.empty();
@@ -147,9 +147,9 @@ void write_export(const ExportHfOptions& o, const checkpoints::ExportOptions& op
 void setup_export_hf(CLI::App& app) {
   auto o = std::make_shared<ExportHfOptions>();
   auto* cmd = app.add_subcommand("export-hf",
-                                 "Write weights (gpt2, llama, mixtral) as a Hugging Face checkpoint, and LoRA adapters "
+                                 "Write weights (gpt2, llama, mixtral) as a Hugging Face model folder, and LoRA adapters "
                                  "in PEFT's layout, for PyTorch");
-  cmd->add_option("--weights", o->weights, "A weight file (or training run file, or Hugging Face checkpoint)");
+  cmd->add_option("--weights", o->weights, "A weight file (or training run file, or Hugging Face model folder)");
   cmd->add_option("--adapters", o->adapters,
                   "LoRA adapters (an adapter file, or a --lora training run file): adapter_config.json and "
                   "adapter_model.safetensors");
@@ -159,7 +159,7 @@ void setup_export_hf(CLI::App& app) {
   cmd->add_option("--max-shard-size", o->max_shard_size,
                   "Above this, model-0000k-of-0000n.safetensors with model.safetensors.index.json (5GB, 500MB, 2GiB)")
       ->capture_default_str();
-  cmd->add_flag("--force", o->force, "Replace a checkpoint already in the folder; skip the memory check");
+  cmd->add_flag("--force", o->force, "Replace a model folder already in the folder; skip the memory check");
   cmd->callback([o] { run_export_hf(*o); });
 }
 

@@ -2,7 +2,7 @@
 #include <cstdio>
 #include <memory>
 
-#include "checkpoints/weights_file.hpp"
+#include "weights/weights_file.hpp"
 #include "core/error.hpp"
 #include "datasets/batch_source.hpp"
 #include "harness/check.hpp"

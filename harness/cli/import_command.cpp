@@ -1,11 +1,11 @@
-// remat import: a Hugging Face checkpoint (config.json + safetensors) into
+// remat import: a Hugging Face model folder (config.json + safetensors) into
 // a remat weight file (docs/models.md), a tensor at a time.
 #include <chrono>
 #include <cstdio>
 #include <memory>
 
-#include "checkpoints/hf_checkpoint.hpp"
-#include "checkpoints/weights_file.hpp"
+#include "weights/hf_folder.hpp"
+#include "weights/weights_file.hpp"
 #include "harness/cli/commands.hpp"
 #include "harness/io/output_guard.hpp"
 
@@ -18,7 +18,7 @@ struct ImportOptions {
 };
 
 void run_import(const ImportOptions& o) {
-  const checkpoints::HfCheckpoint c(o.path, o.config);  // every check that needs no weight value, now
+  const hf::HfFolder c(o.path, o.config);  // every check that needs no weight value, now
   check_output(o.out, FileKind::weights, c.inputs(), o.force);
   const ModelSetup& setup = c.setup();
   const Sizes& z = setup.sizes;
@@ -26,7 +26,7 @@ void run_import(const ImportOptions& o) {
               setup.model.c_str(), c.family().architecture().c_str(), z.L, z.D, z.H, z.Hkv, z.F, z.V, z.S_max,
               setup.model == "mixtral" ? (", E " + std::to_string(z.E) + ", K " + std::to_string(z.K)).c_str() : "",
               c.files().size(), c.files().size() == 1 ? "" : "s");
-  // Progress for checkpoints that take a while: a line every few seconds.
+  // Progress for model folders that take a while: a line every few seconds.
   const double total = double(c.bytes());
   double done = 0;
   auto last = std::chrono::steady_clock::now();
@@ -56,7 +56,7 @@ void run_import(const ImportOptions& o) {
 void setup_import(CLI::App& app) {
   auto o = std::make_shared<ImportOptions>();
   auto* cmd = app.add_subcommand(
-      "import", "Read a Hugging Face checkpoint (gpt2, llama, mixtral: config.json + safetensors) into a weight file");
+      "import", "Read a Hugging Face model folder (gpt2, llama, mixtral: config.json + safetensors) into a weight file");
   cmd->add_option("path", o->path,
                   "A model folder (config.json with model.safetensors, or shards and model.safetensors.index.json), "
                   "or one .safetensors file")

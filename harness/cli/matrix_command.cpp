@@ -197,7 +197,7 @@ void setup_matrix(CLI::App& app) {
                                       ->delimiter(',')
                                       ->check(whole_number(1, 1 << 16)));
   cmd->add_option("--weights", o->matrix.weights,
-                  "Run every cell on these weights: a weight file or a Hugging Face checkpoint (docs/checkpoints.md), "
+                  "Run every cell on these weights: a weight file or a Hugging Face model folder (docs/weight-files.md), "
                   "whose model and sizes they are (--seq and --batch still sweep)");
   cmd->add_option("--seq", o->matrix.seq, "Sequence lengths S to sweep")->delimiter(',')->check(whole_number(1, 1 << 20));
   cmd->add_option("--batch", o->matrix.batch, "Batch sizes B to sweep")->delimiter(',')->check(whole_number(1, 1 << 16));

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "autodiff/ops/ops.hpp"
-#include "checkpoints/weights_file.hpp"
+#include "weights/weights_file.hpp"
 #include "finetune/fine_tuning.hpp"
 #include "finetune/freeze.hpp"
 
@@ -22,7 +22,7 @@ struct ModelOptions {
   std::string precision = "fp32";   // what steps compute in (docs/precision.md)
   double router_aux = 0.01;  // mixtral's load-balancing loss weight
   // --weights (where a command takes it): the model, its sizes and its
-  // weights from a file, a remat HDF5 file or a Hugging Face checkpoint;
+  // weights from a file, a remat HDF5 file or a Hugging Face model folder;
   // --seq and --batch still apply, --model, --preset and --layers are the file's.
   std::string weights;
 

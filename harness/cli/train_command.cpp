@@ -112,7 +112,7 @@ void run_train(TrainOptions& o) {
                       "or give another --out");
     } else {
       check_output(c.out, FileKind::training_run, {batch_source_file(c.data)}, o.force);
-      if (o.resume && comm::rank() == 0) std::printf("no checkpoint in %s yet: starting at step 0\n", c.out.c_str());
+      if (o.resume && comm::rank() == 0) std::printf("nothing saved in %s yet: starting at step 0\n", c.out.c_str());
     }
   }
 
@@ -148,7 +148,7 @@ void run_train(TrainOptions& o) {
     // error stays the only line it prints.
     if (s.step == first + 1 && cfg.out.empty())
       std::fprintf(stderr, "remat train: no --out: the trained weights will not be kept (give --out FILE to keep "
-                           "them, checkpoint and resume)\n");
+                           "them, save and resume)\n");
     const std::string line = progress_line(cfg, s, elapsed, first);
     if (tty) std::fprintf(stderr, "\r\033[K%s", line.c_str());
     else if (s.step % every == 0 || s.step == cfg.steps) std::fprintf(stderr, "%s\n", line.c_str());
@@ -194,7 +194,7 @@ void run_train(TrainOptions& o) {
 
 void setup_train(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
-  auto* cmd = app.add_subcommand("train", "Train a model under a strategy; record the run and checkpoint it");
+  auto* cmd = app.add_subcommand("train", "Train a model under a strategy; record the run and save it so that it resumes");
   o->model.bind_with_weights(*cmd);
   add_freeze_options(*cmd, o->config.freeze);
   add_lora_options(*cmd, o->config.lora);
@@ -227,12 +227,12 @@ void setup_train(CLI::App& app) {
       ->check(whole_number(1, 100000))
       ->capture_default_str();
   cmd->add_option("--out", c.out, "The run file: record, weights and optimizer state (HDF5)");
-  cmd->add_option("--save-every", c.save_every, "Steps between checkpoints into --out (it is also written at the end)")
+  cmd->add_option("--save-every", c.save_every, "Steps between saves into --out (it is also written at the end)")
       ->check(whole_number(0, 100000000));
   cmd->add_flag("--shard-params", c.shard_params,
                 "Under mpirun: each rank keeps 1/N of every parameter, gradient and optimizer state (ZeRO-3), "
                 "gathering a block's parameters for its forward, its recomputation and its backward");
-  cmd->add_flag("--resume", o->resume, "Continue the run in --out from its last checkpoint (bitwise the same run)");
+  cmd->add_flag("--resume", o->resume, "Continue the run in --out from its last save (bitwise the same run)");
   cmd->add_flag("--force", o->force, "Start over in an existing --out; skip the memory check");
   cmd->callback([o] { run_train(*o); });
 }

@@ -35,7 +35,7 @@ expect_error "--mem-limit" "$remat" "${cell[@]}" --mem-limit 12Q --out x.h5
 
 # 2. A run file without /optimizer cannot resume, and says why.
 "$remat" train --preset tiny --steps 2 --out run.h5 >/dev/null 2>err.txt || fail "train: $(cat err.txt)"
-# A run stopped at step 2 of 4 (as a --save-every checkpoint leaves it), then
+# A run stopped at step 2 of 4 (as a --save-every save leaves it), then
 # its optimizer state lost.
 "$python" -c "
 import h5py

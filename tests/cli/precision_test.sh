@@ -36,15 +36,15 @@ grep -q "^fp16 loss scale: [0-9]* now, [0-9]* of 300 steps skipped on overflow$"
   fail "the fp16 run does not report its loss scale: $(tail -3 fp16.txt)"
 h5dump -a /train.precision bf16.h5 | grep -q '"bf16"' || fail "the run file does not record its precision"
 
-# fp16 killed (kill -9) once it has a checkpoint, and resumed: bitwise the
+# fp16 killed (kill -9) once it has saved once, and resumed: bitwise the
 # uninterrupted run, its loss scale and skipped steps included.
 "$remat" "${run[@]}" --precision fp16 --save-every 50 --out cut.h5 >cut.txt 2>&1 &
 pid=$!
-for _ in $(seq 600); do  # up to 60 s for the first checkpoint
+for _ in $(seq 600); do  # up to 60 s for the first save
   [ -e cut.h5 ] && break
   sleep 0.1
 done
-kill -9 $pid 2>/dev/null && echo "killed the fp16 run after its first checkpoint" ||
+kill -9 $pid 2>/dev/null && echo "killed the fp16 run after its first save" ||
   fail "the fp16 run finished before it could be interrupted"
 wait $pid 2>/dev/null
 expect_ok "resume the killed fp16 run" "$remat" "${run[@]}" --precision fp16 --save-every 50 --out cut.h5 --resume

@@ -2,7 +2,7 @@
 # Every fix an error message suggests is followed here, and works: a message
 # that says "pass --resume" is answered by the same command with --resume, one
 # that names a command or an example value gets that command or value run.
-# (lora-merge's suggestion is followed in train_test.sh and checkpoints_test.sh;
+# (lora-merge's suggestion is followed in train_test.sh and hf_test.sh;
 # --shard-params' "run it under mpirun" in mpi_test.sh; a full disk's "free
 # space and rerun with --resume" in hostile_test.sh.)
 #   suggestions_test.sh path/to/remat

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # remat train as a user meets it: a run killed (kill -9) at random moments,
-# mid-checkpoint included, and resumed each time, ends bitwise equal to an
+# mid-save included, and resumed each time, ends bitwise equal to an
 # uninterrupted one; a diverging run stops in one line and keeps its last
-# checkpoint; a full disk keeps the previous checkpoint; bad settings and
+# save; a full disk keeps the previous save; bad settings and
 # foreign files are refused.
 #   train_test.sh path/to/remat
 set -uo pipefail
@@ -43,21 +43,21 @@ ls cut.h5.partial.* >/dev/null 2>&1 && fail "temporaries of killed writers survi
 grep -q "| whole.h5 | gpt2" out.txt && [ -s plots/loss.svg ] || fail "report of run files: $(cat out.txt)"
 
 # A run that diverges stops in one error line (after its progress lines),
-# naming the step, and keeps its last checkpoint.
+# naming the step, and keeps its last save.
 "$remat" train --preset tiny --optimizer sgd --lr 1e4 --schedule constant --steps 50 --save-every 2 \
   --out diverged.h5 >out.txt 2>err.txt; rc=$?
 [ $rc -eq 2 ] || fail "a diverging run: exit $rc, expected 2"
 [ "$(grep -c '^remat: error' err.txt)" -eq 1 ] && tail -1 err.txt | grep -q "^remat: error: step [0-9]*: .*not finite" \
   || fail "the divergence error does not name the step in one line: $(cat err.txt)"
 if [ -e diverged.h5 ]; then
-  "$remat" grads --weights diverged.h5 >/dev/null 2>&1 || fail "the checkpoint kept after divergence is not usable"
+  "$remat" grads --weights diverged.h5 >/dev/null 2>&1 || fail "the run file kept after divergence is not usable"
 fi
 
-# A full disk while saving keeps the previous checkpoint intact.
+# A full disk while saving keeps the previous save intact.
 cp whole.h5 disk.h5
 (ulimit -f 200; exec "$remat" "${args[@]}" --out disk.h5 --force) >out.txt 2>err.txt; rc=$?
 [ $rc -eq 2 ] && tail -1 err.txt | grep -q "disk.h5: cannot write" || fail "saving on a full disk: exit $rc ($(cat err.txt))"
-cmp -s disk.h5 whole.h5 || fail "saving on a full disk changed the previous checkpoint"
+cmp -s disk.h5 whole.h5 || fail "saving on a full disk changed the previous save"
 
 # Bad settings and foreign files.
 "$remat" export --preset tiny --out weights.h5 >/dev/null

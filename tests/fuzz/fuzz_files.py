@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Mutation fuzzer over remat's input files: weight files, golden files,
-results files and Hugging Face checkpoints, mutated the ways a damaged or
+results files and Hugging Face model folders, mutated the ways a damaged or
 hostile file differs from a good one (attributes deleted, mistyped, made
 arrays or absurd; datasets reshaped, retyped, replaced by groups, filled with
 NaN; files truncated; a safetensors header's bytes, length, JSON or entries
@@ -181,7 +181,7 @@ MUTATIONS = [attr_delete, attr_array, attr_retype, attr_extreme, attr_long_strin
              ds_to_group, ds_nonfinite, ds_huge_claim, ds_out_of_range, group_to_dataset]
 
 
-# --- a Hugging Face checkpoint folder: bytes of the safetensors file, its
+# --- a Hugging Face model folder folder: bytes of the safetensors file, its
 # header's JSON, or config.json's keys, damaged ------------------------------
 
 def st_mutate(folder, rng):

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Writes a Hugging Face checkpoint of a remat weight file, independently of remat.
+"""Writes a Hugging Face model folder of a remat weight file, independently of remat.
 
     make_hf.py WEIGHTS.h5 OUT_DIR [--dtype F32|BF16|F16] [--shards N] [--no-prefix]
                [--buffers] [--tied-head] [--break KIND]
@@ -8,7 +8,7 @@ The names, layouts and config.json keys follow Hugging Face's GPT2LMHeadModel,
 LlamaForCausalLM and MixtralForCausalLM as written from their documentation
 here (nothing is shared with remat); torch converts the values; the
 safetensors container (8-byte little-endian header length, JSON header, data)
-is written by hand. --break writes a deliberately damaged checkpoint, for
+is written by hand. --break writes a deliberately damaged model folder, for
 the refusal tests: header-length, overlap, hole, byte-count, duplicate,
 missing, extra, nan, dtype, eps, bias, tied, model-type, architecture,
 index-missing, index-wrong, head-differs.

@@ -6,14 +6,14 @@
 #include <filesystem>
 
 #include "catch.hpp"
-#include "checkpoints/safetensors.hpp"
+#include "weights/safetensors.hpp"
 #include "core/error.hpp"
 #include "fixtures.hpp"
 
 using namespace remat;
-using namespace remat::checkpoints;
+using namespace remat::hf;
 
-TEST_CASE("every float16 and bfloat16 value widens exactly and narrows back to itself", "[checkpoints]") {
+TEST_CASE("every float16 and bfloat16 value widens exactly and narrows back to itself", "[hf]") {
   // NaNs are judged by their bits: comparing a signalling NaN traps here
   // (the test main traps invalid operations).
   auto nan_bits = [](float x) {
@@ -38,7 +38,7 @@ TEST_CASE("every float16 and bfloat16 value widens exactly and narrows back to i
   CHECK(bf16_to_f32(0x3f80) == 1.0f);
 }
 
-TEST_CASE("narrowing rounds to nearest, ties to even, and overflows float16 to infinity", "[checkpoints]") {
+TEST_CASE("narrowing rounds to nearest, ties to even, and overflows float16 to infinity", "[hf]") {
   // 1 + 2^-8 lies halfway between two bfloat16 values (1 and 1 + 2^-7): to the even one, 1.
   CHECK(f32_to_bf16(1.0f + std::ldexp(1.0f, -8)) == 0x3f80);
   CHECK(f32_to_bf16(1.0f + 3 * std::ldexp(1.0f, -8)) == 0x3f82);  // halfway above an odd one: up
@@ -53,7 +53,7 @@ TEST_CASE("narrowing rounds to nearest, ties to even, and overflows float16 to i
   CHECK(f32_to_f16(-2.0f) == 0xc000);
 }
 
-TEST_CASE("a safetensors file written in each dtype reads back as written", "[checkpoints]") {
+TEST_CASE("a safetensors file written in each dtype reads back as written", "[hf]") {
   test::TempDir dir("remat-st");
   const std::vector<float> a = {1.0f, -2.5f, 3.14159f, 1e-3f, 0.0f, 65504.0f}, b = {7.0f, 8.0f};
   for (const char* dtype : {"F32", "BF16", "F16"}) {

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""Checks for the checkpoint tests, sharing no code with remat.
+"""Checks for the Hugging Face tests, sharing no code with remat.
 
     check_hf.py params A.h5 B.h5 [--rounded BF16|F16]
         B's parameters equal A's bitwise, or A's rounded to 16 bits and widened back.
     check_hf.py peft ADAPTER_DIR BASE_DIR MERGED_DIR
-        PEFT's merge of the adapters into the base checkpoint (W + lora_alpha/r * B A, transposed for
-        fan_in_fan_out) equals the merged checkpoint, tensor by tensor (float32 rounding).
+        PEFT's merge of the adapters into the base model folder (W + lora_alpha/r * B A, transposed for
+        fan_in_fan_out) equals the merged model folder, tensor by tensor (float32 rounding).
 Exit 0 if it holds, 1 otherwise.
 """
 import json

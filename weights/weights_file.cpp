@@ -1,4 +1,4 @@
-#include "checkpoints/weights_file.hpp"
+#include "weights/weights_file.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -7,7 +7,7 @@
 #include <set>
 
 #include "autodiff/backend.hpp"
-#include "checkpoints/hf_checkpoint.hpp"
+#include "weights/hf_folder.hpp"
 #include "core/error.hpp"
 #include "core/memory.hpp"
 #include "h5/atomic_file.hpp"
@@ -187,10 +187,10 @@ Golden load_golden(const std::string& path) {
 
 namespace {
 
-// A Hugging Face checkpoint (checkpoints/hf_checkpoint.hpp) as weights: its
+// A Hugging Face model folder (weights/hf_folder.hpp) as weights: its
 // sizes from config.json, no batch.
-LoadedWeights load_checkpoint(const std::string& path, bool force) {
-  const checkpoints::HfCheckpoint c(path);
+LoadedWeights load_hf_folder(const std::string& path, bool force) {
+  const hf::HfFolder c(path);
   LoadedWeights w;
   w.setup = c.setup();
   require_memory(4 * count_params(models().find(w.setup.model).make(w.setup.sizes)->params()) * 2,
@@ -251,7 +251,7 @@ bool is_adapter_name(const std::string& name) {
 }
 
 ModelSetup read_weights_setup(const std::string& path) {
-  if (checkpoints::is_hf_checkpoint(path)) return checkpoints::HfCheckpoint(path).setup();
+  if (hf::is_hf_folder(path)) return hf::HfFolder(path).setup();
   const h5::File f = h5::File::open(path);
   ModelSetup setup = read_setup(f);
   if (h5::exists(f, "/batch"))
@@ -260,7 +260,7 @@ ModelSetup read_weights_setup(const std::string& path) {
 }
 
 LoadedWeights load_weights(const std::string& path, bool force, bool skip_adapters) {
-  if (checkpoints::is_hf_checkpoint(path)) return load_checkpoint(path, force);
+  if (hf::is_hf_folder(path)) return load_hf_folder(path, force);
   h5::File f = h5::File::open(path);
   LoadedWeights w;
   w.setup = read_setup(f);

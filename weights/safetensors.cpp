@@ -1,4 +1,4 @@
-#include "checkpoints/safetensors.hpp"
+#include "weights/safetensors.hpp"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -18,7 +18,7 @@
 #include "core/files.hpp"
 #include "h5/atomic_file.hpp"
 
-namespace remat::checkpoints {
+namespace remat::hf {
 namespace {
 
 using Json = nlohmann::json;
@@ -251,4 +251,4 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   file.commit();
 }
 
-}  // namespace remat::checkpoints
+}  // namespace remat::hf

@@ -14,7 +14,7 @@
 
 #include "autodiff/tensor.hpp"
 
-namespace remat::checkpoints {
+namespace remat::hf {
 
 struct StoredTensor {
   std::string name;
@@ -86,4 +86,4 @@ float f16_to_f32(std::uint16_t v);
 std::uint16_t f32_to_bf16(float v);  // round to nearest even (NaN stays NaN)
 std::uint16_t f32_to_f16(float v);   // round to nearest even; beyond its range: infinity
 
-}  // namespace remat::checkpoints
+}  // namespace remat::hf

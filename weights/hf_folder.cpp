@@ -1,4 +1,4 @@
-#include "checkpoints/hf_checkpoint.hpp"
+#include "weights/hf_folder.hpp"
 
 #include <algorithm>
 #include <cctype>
@@ -13,7 +13,7 @@
 #include "core/files.hpp"
 #include "h5/atomic_file.hpp"
 
-namespace remat::checkpoints {
+namespace remat::hf {
 namespace {
 
 namespace fs = std::filesystem;
@@ -83,12 +83,12 @@ std::string new_export_id() {
 
 }  // namespace
 
-bool is_hf_checkpoint(const std::string& path) {
+bool is_hf_folder(const std::string& path) {
   std::error_code ec;
   return fs::is_directory(path, ec) || ends_with(path, ".safetensors");
 }
 
-HfCheckpoint::HfCheckpoint(const std::string& path, const std::string& config) {
+HfFolder::HfFolder(const std::string& path, const std::string& config) {
   std::error_code ec;
   std::string config_path = config;
   std::vector<std::string> names;  // safetensors files
@@ -115,7 +115,7 @@ HfCheckpoint::HfCheckpoint(const std::string& path, const std::string& config) {
       }
       for (const auto& f : shards) names.push_back((fs::path(path) / f).string());
     } else {
-      throw UserError(path + ": neither " + kSingle + " nor " + kIndex + " (remat reads safetensors checkpoints)");
+      throw UserError(path + ": neither " + kSingle + " nor " + kIndex + " (remat reads safetensors model folders)");
     }
   } else if (ends_with(path, ".safetensors")) {
     if (!fs::exists(path, ec)) throw UserError(path + ": no such file");
@@ -126,7 +126,7 @@ HfCheckpoint::HfCheckpoint(const std::string& path, const std::string& config) {
     }
     names.push_back(path);
   } else {
-    throw UserError(path + ": not a Hugging Face checkpoint (a folder with config.json, or a .safetensors file)");
+    throw UserError(path + ": not a Hugging Face model folder (a folder with config.json, or a .safetensors file)");
   }
 
   config_path_ = config_path;
@@ -186,7 +186,7 @@ HfCheckpoint::HfCheckpoint(const std::string& path, const std::string& config) {
     const HfTensor hf = family_->tensor(spec.name, prefixed);
     const auto it = all.find(hf.name);
     if (it == all.end())
-      throw UserError(path + ": no tensor '" + hf.name + "' (remat's " + spec.name + ") in the checkpoint");
+      throw UserError(path + ": no tensor '" + hf.name + "' (remat's " + spec.name + ") in the model folder");
     const Shape want = hf.transposed ? reversed(spec.shape) : spec.shape;
     if (it->second.second->shape != want)
       throw UserError(it->second.first->path() + ": tensor '" + hf.name + "' is " + to_string(it->second.second->shape) +
@@ -216,22 +216,22 @@ HfCheckpoint::HfCheckpoint(const std::string& path, const std::string& config) {
   }
 }
 
-HfCheckpoint::~HfCheckpoint() = default;
+HfFolder::~HfFolder() = default;
 
-std::vector<std::string> HfCheckpoint::inputs() const {
+std::vector<std::string> HfFolder::inputs() const {
   std::vector<std::string> all = file_names_;
   all.push_back(config_path_);
   if (!index_path_.empty()) all.push_back(index_path_);
   return all;
 }
 
-std::uint64_t HfCheckpoint::bytes() const {
+std::uint64_t HfFolder::bytes() const {
   std::uint64_t n = 0;
   for (const auto& f : files_) n += f->size();
   return n;
 }
 
-void HfCheckpoint::read(std::size_t i, float* out) const {
+void HfFolder::read(std::size_t i, float* out) const {
   const Source& s = sources_.at(i);
   if (!s.transposed) return s.file->read_f32(*s.tensor, out);
   const std::unique_ptr<float[]> stored(new float[std::size_t(s.tensor->numel())]);  // written over, not zeroed
@@ -258,7 +258,7 @@ std::int64_t parse_shard_size(const std::string& text) {
   return std::int64_t(v * scale);
 }
 
-std::vector<std::string> export_checkpoint(const ModelSetup& setup, const std::vector<ExportTensor>& tensors,
+std::vector<std::string> export_folder(const ModelSetup& setup, const std::vector<ExportTensor>& tensors,
                                            const std::string& dir, const ExportOptions& options) {
   const HfFamily& family = family_of_model(setup.model);
   const std::size_t width = dtype_bytes(options.dtype);
@@ -291,7 +291,7 @@ std::vector<std::string> export_checkpoint(const ModelSetup& setup, const std::v
                     " free on its file system; nothing written");
   std::vector<std::string> written;
   // Every file of one export carries its id, so that a folder mixed from two
-  // exports is refused on import (HfCheckpoint), not read as one model.
+  // exports is refused on import (HfFolder), not read as one model.
   const std::map<std::string, std::string> metadata = {{"format", "pt"}, {kExportId, new_export_id()}};
   std::size_t done = 0;
   if (shards.size() == 1) {
@@ -362,4 +362,4 @@ std::vector<std::string> export_adapters(const ModelSetup& setup, const std::vec
   return {weights, config_file};
 }
 
-}  // namespace remat::checkpoints
+}  // namespace remat::hf

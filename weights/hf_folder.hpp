@@ -1,11 +1,11 @@
 #pragma once
-// Hugging Face checkpoints in and out: a folder with config.json and
+// Hugging Face model folders in and out: a folder with config.json and
 // model.safetensors (or shards listed in model.safetensors.index.json), or
 // one .safetensors file with a config.json. Reading checks everything before
 // a byte of weight is used: the config (hf_family.hpp), every file's header
 // (safetensors.hpp), the index against the shards, and that the tensors are
 // exactly the model's parameters (plus the family's known buffers), each of
-// its shape. Values are read a tensor at a time, so a checkpoint of any size
+// its shape. Values are read a tensor at a time, so a model folder of any size
 // is imported in the memory of its largest tensor.
 #include <cstdint>
 #include <functional>
@@ -14,23 +14,23 @@
 #include <string>
 #include <vector>
 
-#include "checkpoints/hf_family.hpp"
-#include "checkpoints/safetensors.hpp"
+#include "weights/hf_family.hpp"
+#include "weights/safetensors.hpp"
 #include "zoo/model.hpp"
 
-namespace remat::checkpoints {
+namespace remat::hf {
 
-// Whether a path given as weights is a Hugging Face checkpoint (a folder, or
+// Whether a path given as weights is a Hugging Face model folder (a folder, or
 // a .safetensors file) rather than a remat HDF5 file.
-bool is_hf_checkpoint(const std::string& path);
+bool is_hf_folder(const std::string& path);
 
-class HfCheckpoint {
+class HfFolder {
  public:
   // `config`: a config.json for a single .safetensors file ("": the one
   // beside it). UserError for anything wrong, naming the file and the key,
   // tensor or byte range.
-  explicit HfCheckpoint(const std::string& path, const std::string& config = "");
-  ~HfCheckpoint();
+  explicit HfFolder(const std::string& path, const std::string& config = "");
+  ~HfFolder();
 
   const ModelSetup& setup() const { return setup_; }
   const HfFamily& family() const { return *family_; }
@@ -83,7 +83,7 @@ struct ExportOptions {
 // AtomicFolder's staging folder (h5/atomic_folder.hpp). Every file carries
 // one id of this export in its metadata ("remat_export"), which import
 // checks across the shards and the index.
-std::vector<std::string> export_checkpoint(const ModelSetup& setup, const std::vector<ExportTensor>& tensors,
+std::vector<std::string> export_folder(const ModelSetup& setup, const std::vector<ExportTensor>& tensors,
                                            const std::string& dir, const ExportOptions& options);
 
 // LoRA adapters in PEFT's layout: adapter_config.json and
@@ -100,4 +100,4 @@ std::vector<std::string> export_adapters(const ModelSetup& setup, const std::vec
 // Face's max_shard_size); UserError otherwise.
 std::int64_t parse_shard_size(const std::string& text);
 
-}  // namespace remat::checkpoints
+}  // namespace remat::hf

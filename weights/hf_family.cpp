@@ -1,11 +1,11 @@
-#include "checkpoints/hf_family.hpp"
+#include "weights/hf_family.hpp"
 
 #include <cmath>
 #include <regex>
 
 #include "core/error.hpp"
 
-namespace remat::checkpoints {
+namespace remat::hf {
 namespace {
 
 using Json = nlohmann::json;
@@ -67,7 +67,7 @@ class ConfigReader {
   std::string file_, family_;
 };
 
-// The sizes a checkpoint does not carry, for commands that run it.
+// The sizes a model folder does not carry, for commands that run it.
 void run_sizes(Sizes& z) {
   z.S = std::min(z.S_max, 256);
   z.B = 1;
@@ -281,4 +281,4 @@ const HfFamily& family_of_model(const std::string& model) {
   throw UserError("model '" + model + "' has no Hugging Face layout in remat (" + zoo + " have)");
 }
 
-}  // namespace remat::checkpoints
+}  // namespace remat::hf

@@ -1,17 +1,17 @@
 #!/usr/bin/env python3
-"""Importing a Hugging Face checkpoint at scale: time against the disk, memory against the checkpoint.
+"""Importing a Hugging Face model folder at scale: time against the disk, memory against the model folder.
 
-    /usr/bin/python3 bench/bench_checkpoints.py [--remat build/remat] [--dir /tmp/remat-ckpt] [--config gpt2-1.5b]
+    /usr/bin/python3 bench/bench_import.py [--remat build/remat] [--dir /tmp/remat-ckpt] [--config gpt2-1.5b]
 
-Writes a synthetic GPT-2 checkpoint of a published size (gpt2-1.5b: 1.56 billion
+Writes a synthetic GPT-2 model folder of a published size (gpt2-1.5b: 1.56 billion
 parameters, 6.2 GB in float32) as Hugging Face's GPT2LMHeadModel would (names,
 Conv1D layouts, config.json), a tensor at a time, then reports in one run:
-- the disk's own rate for the same work: copying the checkpoint file and
+- the disk's own rate for the same work: copying the model folder's file and
   syncing the copy (read and write of the same bytes, as import does), the
   median of three, alternating with the imports;
 - `remat import` on it: seconds, its rate relative to the copy, and its peak
-  resident set (Linux VmHWM, through /usr/bin/time) relative to the checkpoint's size.
-Rates and ratios, never thresholds. Needs about 2.2x the checkpoint's size on disk.
+  resident set (Linux VmHWM, through /usr/bin/time) relative to the model folder's size.
+Rates and ratios, never thresholds. Needs about 2.2x the model folder's size on disk.
 """
 import argparse
 import json
@@ -54,7 +54,7 @@ def tensors(L, D):
     yield "transformer.ln_f.bias", (D,)
 
 
-def write_checkpoint(folder, L, D, H):
+def write_model_folder(folder, L, D, H):
     os.makedirs(folder, exist_ok=True)
     with open(os.path.join(folder, "config.json"), "w") as f:
         json.dump({"architectures": ["GPT2LMHeadModel"], "model_type": "gpt2", "vocab_size": V, "n_positions": S_MAX,
@@ -82,7 +82,7 @@ def timed(cmd):
     done = subprocess.run(["/usr/bin/time", "-v"] + cmd, capture_output=True, text=True)
     seconds = time.perf_counter() - t0
     if done.returncode != 0:
-        sys.exit(f"bench_checkpoints: {' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}")
+        sys.exit(f"bench_import: {' '.join(cmd)} failed:\n{done.stdout}\n{done.stderr}")
     rss = next(int(l.split()[-1]) * 1024 for l in done.stderr.splitlines() if "Maximum resident set size" in l)
     return seconds, rss
 
@@ -92,14 +92,14 @@ def main():
     ap.add_argument("--remat", default="build/remat")
     ap.add_argument("--dir", default="/tmp/remat-ckpt")
     ap.add_argument("--config", default="gpt2-1.5b", choices=CONFIGS)
-    ap.add_argument("--keep", action="store_true", help="keep the synthetic checkpoint for another run")
+    ap.add_argument("--keep", action="store_true", help="keep the synthetic model folder for another run")
     a = ap.parse_args()
     L, D, H = CONFIGS[a.config]
     folder = os.path.join(a.dir, a.config)
     st = os.path.join(folder, "model.safetensors")
     if not os.path.exists(st):
-        print(f"writing a synthetic {a.config} checkpoint into {folder} ...", flush=True)
-        write_checkpoint(folder, L, D, H)
+        print(f"writing a synthetic {a.config} model folder into {folder} ...", flush=True)
+        write_model_folder(folder, L, D, H)
     size = os.path.getsize(st)
     # The disk's rate for the same work: the file copied and synced, as
     # import syncs what it writes; alternating with the imports, medians of 3.
@@ -116,10 +116,10 @@ def main():
         rss = max(rss, peak)
     copy, seconds = sorted(copies)[1], sorted(imports)[1]
     gb = size / 1e9
-    print(f"{a.config}: checkpoint {gb:.2f} GB")
+    print(f"{a.config}: model folder {gb:.2f} GB")
     print(f"  copying it (the disk: read, write, sync): {copy:.1f} s, {gb / copy:.2f} GB/s")
     print(f"  remat import:                        {seconds:.1f} s, {gb / seconds:.2f} GB/s = {copy / seconds:.2f}x the copy's rate")
-    print(f"  remat import's peak resident set:    {rss / 1e9:.2f} GB = {rss / size:.2f}x the checkpoint")
+    print(f"  remat import's peak resident set:    {rss / 1e9:.2f} GB = {rss / size:.2f}x the model folder")
     if not a.keep:
         shutil.rmtree(folder)
     return 0

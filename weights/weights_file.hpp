@@ -34,15 +34,15 @@ ModelSetup read_model_setup(const h5::File& f);
 void write_params(const h5::File& f, const ParamStore& params);
 
 // Writes parameters straight to disk, one at a time (values(i, out) fills
-// parameter i's float32 values, numel of them): a checkpoint too big to
+// parameter i's float32 values, numel of them): a model too big to
 // hold twice in memory (remat import). Atomic like the others; UserError
 // before anything is written if the file system has too little space.
 void write_weights_streaming(const std::string& path, const ModelSetup& setup, const std::vector<ParamSpec>& specs,
                              const std::function<void(std::size_t, float*)>& values);
 
-// Loads any file in the layout, or a Hugging Face checkpoint (a folder with
+// Loads any file in the layout, or a Hugging Face model folder (a folder with
 // config.json and safetensors, or a .safetensors file with a config.json
-// beside it: checkpoints/hf_checkpoint.hpp); the model and its sizes come
+// beside it: weights/hf_folder.hpp); the model and its sizes come
 // from the file's attributes (or config.json). Every mismatch is a UserError naming the parameter and shapes;
 // so are non-finite weights, token ids outside [0, V), and a model too large
 // for the memory available (unless `force`). LoRA adapters in the file
@@ -50,7 +50,7 @@ void write_weights_streaming(const std::string& path, const ModelSetup& setup, c
 // lora-merge`, unless `skip_adapters` (the caller reads them).
 LoadedWeights load_weights(const std::string& path, bool force = false, bool skip_adapters = false);
 
-// The model and sizes a weight file, run file or Hugging Face checkpoint
+// The model and sizes a weight file, run file or Hugging Face model folder
 // holds, without reading its weights.
 ModelSetup read_weights_setup(const std::string& path);
 

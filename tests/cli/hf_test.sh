@@ -1,17 +1,17 @@
 #!/usr/bin/env bash
-# Hugging Face checkpoints in and out, with checkpoints written in the test
-# by an independent writer (tests/checkpoints/make_hf.py: torch for the
+# Hugging Face model folders in and out, with model folders written in the test
+# by an independent writer (tests/hf/make_hf.py: torch for the
 # values, the safetensors container by hand): import is bitwise the weights
-# it was made from, a checkpoint used directly as --weights gives bitwise
+# it was made from, a model folder used directly as --weights gives bitwise
 # the imported file's gradients, export-hf and import again are bitwise
 # (16-bit exports: the rounded values), sharded and single files, every
 # refusal is one line with exit 2 and nothing written, and exported LoRA
 # adapters merge in PEFT's way to what remat lora-merge computes.
-#   checkpoints_test.sh path/to/remat
+#   hf_test.sh path/to/remat
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 remat=$1
-here=$(cd "$(dirname "$0")/../checkpoints" && pwd)
+here=$(cd "$(dirname "$0")/../hf" && pwd)
 py=${PYTHON:-python3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -36,7 +36,7 @@ same_grads() {  # same_grads A.h5 B.h5: loss and every gradient bitwise
 
 for model in gpt2 llama mixtral; do
   ok "export $model" "$remat" export --model "$model" --preset tiny --seed 3 --out "$model.h5"
-  # A single file, and shards with an index; with the buffers Hugging Face checkpoints carry.
+  # A single file, and shards with an index; with the buffers Hugging Face model folders carry.
   for layout in "--shards 1" "--shards 3 --buffers"; do
     rm -rf hf
     ok "make_hf $model $layout" "$py" "$here/make_hf.py" "$model.h5" hf $layout
@@ -46,7 +46,7 @@ for model in gpt2 llama mixtral; do
     ok "grads on the import" "$remat" grads --weights imported.h5 --out via.h5
     same_grads direct.h5 via.h5
   done
-  # 16-bit checkpoints are widened exactly.
+  # 16-bit model folders are widened exactly.
   for dtype in BF16 F16; do
     rm -rf hf
     ok "make_hf $dtype" "$py" "$here/make_hf.py" "$model.h5" hf --dtype "$dtype"
@@ -68,7 +68,7 @@ for model in gpt2 llama mixtral; do
   ok "bf16 round trip" "$py" "$here/check_hf.py" params "$model.h5" back16.h5 --rounded BF16
 done
 
-# gpt2 checkpoints come with and without GPT2LMHeadModel's "transformer." prefix, some with the tied head saved.
+# gpt2 model folders come with and without GPT2LMHeadModel's "transformer." prefix, some with the tied head saved.
 rm -rf hf && ok "make_hf no prefix" "$py" "$here/make_hf.py" gpt2.h5 hf --no-prefix --tied-head --buffers
 ok "import no prefix" "$remat" import hf --out imported.h5
 ok "no prefix same params" "$py" "$here/check_hf.py" params gpt2.h5 imported.h5
@@ -96,11 +96,11 @@ for case in "index-missing:not in the folder" "index-wrong:but it is in"; do
 done
 mkdir -p empty
 refused "no config.json" "$remat" import empty --out out.h5
-refused "not a Hugging Face checkpoint" "$remat" import gpt2.h5 --out out.h5
+refused "not a Hugging Face model folder" "$remat" import gpt2.h5 --out out.h5
 "$remat" export --model bert --preset tiny --out bert.h5 >/dev/null
 refused "no Hugging Face layout" "$remat" export-hf --weights bert.h5 --out bert-hf
 [ ! -e bert-hf/config.json ] || fail "export-hf of bert wrote a config"
-refused "already holds a checkpoint" "$remat" export-hf --weights gpt2.h5 --out out-hf
+refused "already holds a model folder" "$remat" export-hf --weights gpt2.h5 --out out-hf
 refused "--dtype" "$remat" export-hf --weights gpt2.h5 --out other --dtype fp8
 refused "--max-shard-size" "$remat" export-hf --weights gpt2.h5 --out other --max-shard-size lots
 
@@ -116,5 +116,5 @@ for model in gpt2 llama; do
   ok "PEFT merge = remat's" "$py" "$here/check_hf.py" peft peft base merged
 done
 
-if [ "$failures" -ne 0 ]; then echo "$failures checkpoint check(s) failed"; exit 1; fi
-echo "checkpoint checks passed"
+if [ "$failures" -ne 0 ]; then echo "$failures model folder check(s) failed"; exit 1; fi
+echo "Hugging Face checks passed"
