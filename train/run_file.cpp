@@ -12,6 +12,7 @@
 #include "core/text.hpp"
 #include "finetune/adapters_file.hpp"
 #include "h5/h5.hpp"
+#include "train/run_schema.hpp"
 #include "strategies/registry.hpp"
 
 namespace remat {
@@ -27,115 +28,133 @@ auto memory_fields(M& m) {
       {"gathered_peak", &m.gathered_peak}, {"reducing_peak", &m.reducing_peak}};
 }
 
-// Every setting of a run as (name, text) pairs: written as attributes, and
-// compared one by one when a run is resumed.
-std::vector<std::pair<std::string, std::string>> settings(const TrainConfig& c) {
+using Setting = std::pair<const h5::Attr<std::string>*, std::string>;
+
+// Every setting of a run with its text: written as attributes, and compared
+// one by one when a run is resumed.
+std::vector<Setting> settings(const TrainConfig& c) {
+  namespace S = run_file::setting;
   auto num = [](double v) {
     char buf[40];
     std::snprintf(buf, sizeof buf, "%.17g", v);
     return std::string(buf);
   };
-  std::vector<std::pair<std::string, std::string>> model_settings;
+  std::vector<Setting> model_settings;
   const auto& attributes = models().find(c.setup.model).attributes;
-  if (std::count(attributes.begin(), attributes.end(), "E")) model_settings.push_back({"router_aux", num(c.setup.sizes.router_aux)});
-  if (!c.init.empty()) model_settings.push_back({"init", c.init});
-  std::vector<std::pair<std::string, std::string>> all = {{"strategy", c.strategy},
-          {"attention", ops::attention_kernel_name(c.attention)},
-          {"precision", precision_name(c.precision)},
-          {"loss_scale_init", num(c.loss_scale)},
-          {"data", c.data},
-          {"seed", std::to_string(c.seed)},
-          {"dropout", num(c.setup.sizes.dropout)},
-          {"steps", std::to_string(c.steps)},
-          {"optimizer", c.optimizer.kind},
-          {"lr", num(c.schedule.lr)},
-          {"warmup", std::to_string(c.schedule.warmup)},
-          {"schedule", c.schedule.kind},
-          {"weight_decay", num(c.optimizer.weight_decay)},
-          {"beta1", num(c.optimizer.beta1)},
-          {"beta2", num(c.optimizer.beta2)},
-          {"eps", num(c.optimizer.eps)},
-          {"momentum", num(c.optimizer.momentum)},
-          {"grad_clip", num(c.grad_clip)},
-          {"accumulate", std::to_string(c.accumulate)},
-          {"eval_every", std::to_string(c.eval_every)},
-          {"eval_batches", std::to_string(c.eval_batches)},
-          {"save_every", std::to_string(c.save_every)},
-          {"freeze", c.freeze.key()},
-          {"lora", c.lora.key()},
-          {"ranks", std::to_string(c.ranks)},
-          {"shard_params", c.shard_params ? "yes" : "no"}};
+  if (std::count(attributes.begin(), attributes.end(), "E")) model_settings.push_back({&S::router_aux, num(c.setup.sizes.router_aux)});
+  if (!c.init.empty()) model_settings.push_back({&S::init, c.init});
+  std::vector<Setting> all = {{&S::strategy, c.strategy},
+          {&S::attention, ops::attention_kernel_name(c.attention)},
+          {&S::precision, precision_name(c.precision)},
+          {&S::loss_scale_init, num(c.loss_scale)},
+          {&S::data, c.data},
+          {&S::seed, std::to_string(c.seed)},
+          {&S::dropout, num(c.setup.sizes.dropout)},
+          {&S::steps, std::to_string(c.steps)},
+          {&S::optimizer, c.optimizer.kind},
+          {&S::lr, num(c.schedule.lr)},
+          {&S::warmup, std::to_string(c.schedule.warmup)},
+          {&S::schedule, c.schedule.kind},
+          {&S::weight_decay, num(c.optimizer.weight_decay)},
+          {&S::beta1, num(c.optimizer.beta1)},
+          {&S::beta2, num(c.optimizer.beta2)},
+          {&S::eps, num(c.optimizer.eps)},
+          {&S::momentum, num(c.optimizer.momentum)},
+          {&S::grad_clip, num(c.grad_clip)},
+          {&S::accumulate, std::to_string(c.accumulate)},
+          {&S::eval_every, std::to_string(c.eval_every)},
+          {&S::eval_batches, std::to_string(c.eval_batches)},
+          {&S::save_every, std::to_string(c.save_every)},
+          {&S::freeze, c.freeze.key()},
+          {&S::lora, c.lora.key()},
+          {&S::ranks, std::to_string(c.ranks)},
+          {&S::shard_params, c.shard_params ? "yes" : "no"}};
   all.insert(all.end(), model_settings.begin(), model_settings.end());
   return all;
 }
 
-std::string text_attr(const h5::File& f, const std::string& name) {
-  const auto v = h5::read_attr_string(f, "train." + name);
-  if (!v) throw UserError(f.path() + ": no 'train." + name + "' attribute (not a remat training run?)");
+using TextField = h5::Attr<std::string>;
+
+std::string text_attr(const h5::File& f, const TextField& field) {
+  const auto v = field.read(f, "/");
+  if (!v) throw UserError(f.path() + ": no '" + std::string(field.name) + "' attribute (not a remat training run?)");
   return *v;
 }
 
-double number(const h5::File& f, const std::string& name) {
-  const std::string s = text_attr(f, name);
+double number(const h5::File& f, const TextField& field) {
+  const std::string s = text_attr(f, field);
   char* end = nullptr;
   const double v = std::strtod(s.c_str(), &end);
   if (s.empty() || *end != '\0' || !std::isfinite(v))
-    throw UserError(f.path() + ": 'train." + name + "' = '" + s + "' is not a number");
+    throw UserError(f.path() + ": '" + std::string(field.name) + "' = '" + s + "' is not a number");
   return v;
 }
 
-int whole(const h5::File& f, const std::string& name) {
-  const double v = number(f, name);
+int whole(const h5::File& f, const TextField& field) {
+  const double v = number(f, field);
   if (v != std::floor(v) || v < 0 || v > 2e9)
-    throw UserError(f.path() + ": 'train." + name + "' = " + text_attr(f, name) + " is not a count");
+    throw UserError(f.path() + ": '" + std::string(field.name) + "' = " + text_attr(f, field) + " is not a count");
   return int(v);
 }
 
+// A history dataset of one value per step (n of them); `path` is the
+// dataset's path from the root.
 template <class T>
-std::vector<T> history(const h5::File& f, const std::string& name, std::size_t n) {
-  if (!h5::exists(f, "/history/" + name)) throw UserError(f.path() + ": no /history/" + name);
+std::vector<T> history(const h5::File& f, const std::string& path, std::size_t n) {
+  if (!h5::exists(f, "/" + path)) throw UserError(f.path() + ": no /" + path);
   std::vector<T> v;
-  if constexpr (std::is_same_v<T, double>) v = h5::read_f64(f, "/history/" + name);
-  else v = h5::read_i64(f, "/history/" + name);
+  if constexpr (std::is_same_v<T, double>) v = h5::read_f64(f, "/" + path);
+  else v = h5::read_i64(f, "/" + path);
   if (v.size() != n)
-    throw UserError(f.path() + ": /history/" + name + " holds " + std::to_string(v.size()) + " values, expected " +
+    throw UserError(f.path() + ": /" + path + " holds " + std::to_string(v.size()) + " values, expected " +
                     std::to_string(n));
   return v;
+}
+
+template <class T>
+std::vector<T> history(const h5::File& f, const h5::Dataset<T>& d, std::size_t n) {
+  return history<T>(f, std::string(d.name), n);
+}
+
+// The same for a dataset that older files lack: `missing` per step there.
+template <class T>
+std::vector<T> history_or(const h5::File& f, const h5::Dataset<T>& d, std::size_t n, T missing) {
+  return d.exists_in(f, "") ? history(f, d, n) : std::vector<T>(n, missing);
 }
 
 TrainConfig read_config(const h5::File& f, const ModelSetup& setup) {
   TrainConfig c;
   c.setup = setup;
-  c.strategy = text_attr(f, "strategy");
-  c.attention = ops::parse_attention_kernel(text_attr(f, "attention"));
+  c.strategy = text_attr(f, run_file::setting::strategy);
+  c.attention = ops::parse_attention_kernel(text_attr(f, run_file::setting::attention));
   // Run files from before mixed precision ran at fp32.
-  if (const auto precision = h5::read_attr_string(f, "train.precision")) c.precision = parse_precision(*precision);
-  if (h5::read_attr_string(f, "train.loss_scale_init")) c.loss_scale = number(f, "loss_scale_init");
-  c.data = text_attr(f, "data");
-  const std::string seed = text_attr(f, "seed");
+  if (const auto precision = run_file::setting::precision.read(f, "/")) c.precision = parse_precision(*precision);
+  if (run_file::setting::loss_scale_init.read(f, "/")) c.loss_scale = number(f, run_file::setting::loss_scale_init);
+  c.data = text_attr(f, run_file::setting::data);
+  const std::string seed = text_attr(f, run_file::setting::seed);
   char* end = nullptr;
   c.seed = std::strtoull(seed.c_str(), &end, 10);
   if (seed.empty() || *end != '\0') throw UserError(f.path() + ": 'train.seed' = '" + seed + "' is not a seed");
-  c.setup.sizes.dropout = number(f, "dropout");
-  if (h5::read_attr_string(f, "train.router_aux")) c.setup.sizes.router_aux = number(f, "router_aux");
-  if (const auto init = h5::read_attr_string(f, "train.init")) c.init = *init;
-  c.steps = whole(f, "steps");
-  c.optimizer.kind = text_attr(f, "optimizer");
-  c.schedule.lr = number(f, "lr");
-  c.schedule.warmup = whole(f, "warmup");
-  c.schedule.kind = text_attr(f, "schedule");
-  c.optimizer.weight_decay = number(f, "weight_decay");
-  c.optimizer.beta1 = number(f, "beta1");
-  c.optimizer.beta2 = number(f, "beta2");
-  c.optimizer.eps = number(f, "eps");
-  c.optimizer.momentum = number(f, "momentum");
-  c.grad_clip = number(f, "grad_clip");
-  c.accumulate = whole(f, "accumulate");
-  c.eval_every = whole(f, "eval_every");
-  c.eval_batches = whole(f, "eval_batches");
-  c.save_every = whole(f, "save_every");
+  c.setup.sizes.dropout = number(f, run_file::setting::dropout);
+  if (run_file::setting::router_aux.read(f, "/")) c.setup.sizes.router_aux = number(f, run_file::setting::router_aux);
+  if (const auto init = run_file::setting::init.read(f, "/")) c.init = *init;
+  c.steps = whole(f, run_file::setting::steps);
+  c.optimizer.kind = text_attr(f, run_file::setting::optimizer);
+  c.schedule.lr = number(f, run_file::setting::lr);
+  c.schedule.warmup = whole(f, run_file::setting::warmup);
+  c.schedule.kind = text_attr(f, run_file::setting::schedule);
+  c.optimizer.weight_decay = number(f, run_file::setting::weight_decay);
+  c.optimizer.beta1 = number(f, run_file::setting::beta1);
+  c.optimizer.beta2 = number(f, run_file::setting::beta2);
+  c.optimizer.eps = number(f, run_file::setting::eps);
+  c.optimizer.momentum = number(f, run_file::setting::momentum);
+  c.grad_clip = number(f, run_file::setting::grad_clip);
+  c.accumulate = whole(f, run_file::setting::accumulate);
+  c.eval_every = whole(f, run_file::setting::eval_every);
+  c.eval_batches = whole(f, run_file::setting::eval_batches);
+  c.save_every = whole(f, run_file::setting::save_every);
   // "patterns=a,b;below=N" (absent or empty: nothing frozen; files before fine-tuning have none).
-  if (const auto freeze = h5::read_attr_string(f, "train.freeze"); freeze && !freeze->empty()) {
+  if (const auto freeze = run_file::setting::freeze.read(f, "/"); freeze && !freeze->empty()) {
     const auto below = freeze->rfind(";below=");
     if (freeze->rfind("patterns=", 0) != 0 || below == std::string::npos)
       throw UserError(f.path() + ": 'train.freeze' = '" + *freeze + "' is not a freeze setting");
@@ -143,22 +162,22 @@ TrainConfig read_config(const h5::File& f, const ModelSetup& setup) {
     if (!patterns.empty()) c.freeze.patterns = split(patterns);
     c.freeze.below = std::atoi(freeze->c_str() + below + 7);
   }
-  c.ranks = h5::read_attr_string(f, "train.ranks") ? whole(f, "ranks") : 1;  // files before MPI: one process
-  if (const auto shard = h5::read_attr_string(f, "train.shard_params")) {  // files before it: unsharded
+  c.ranks = run_file::setting::ranks.read(f, "/") ? whole(f, run_file::setting::ranks) : 1;  // files before MPI: one process
+  if (const auto shard = run_file::setting::shard_params.read(f, "/")) {  // files before it: unsharded
     if (*shard != "yes" && *shard != "no")
       throw UserError(f.path() + ": 'train.shard_params' = '" + *shard + "' is neither yes nor no");
     c.shard_params = *shard == "yes";
   }
   // "rank=R;alpha=A;targets=..." (absent or empty: no LoRA).
-  if (const auto lora = h5::read_attr_string(f, "train.lora"); lora && !lora->empty())
+  if (const auto lora = run_file::setting::lora.read(f, "/"); lora && !lora->empty())
     c.lora = LoraOptions::parse(*lora, f.path() + ": 'train.lora'");
   c.out = f.path();
   return c;
 }
 
 void check_version(const h5::File& f) {
-  const auto v = h5::read_attr_int(f, "remat_training_run");
-  if (!v) throw UserError(f.path() + ": not a remat training run (no 'remat_training_run' attribute)");
+  const auto v = run_file::root::version.read(f, "/");
+  if (!v) throw UserError(f.path() + ": not a remat training run (no '" + std::string(run_file::root::version.name) + "' attribute)");
   if (*v != kRunFileVersion)
     throw UserError(f.path() + ": training run version " + std::to_string(*v) + ", this remat reads " +
                     std::to_string(kRunFileVersion));
@@ -167,26 +186,21 @@ void check_version(const h5::File& f) {
 // The record part: state and history, checked for consistency.
 TrainState read_state(const h5::File& f, const TrainConfig& c) {
   TrainState s;
-  s.step = whole(f, "done");
+  s.step = whole(f, run_file::root::done);
   if (s.step > c.steps) throw UserError(f.path() + ": 'train.done' exceeds 'train.steps'");
-  s.data_position = std::uint64_t(number(f, "data_position"));
+  s.data_position = std::uint64_t(number(f, run_file::root::data_position));
   const std::size_t n = std::size_t(s.step);
-  const auto loss = history<double>(f, "loss", n), lr = history<double>(f, "lr", n),
-             norm = history<double>(f, "grad_norm", n), seconds = history<double>(f, "step_time", n);
-  const auto peak = history<std::int64_t>(f, "activation_peak", n);
+  namespace D = run_file::data;
+  const auto loss = history(f, D::loss, n), lr = history(f, D::lr, n), norm = history(f, D::grad_norm, n),
+             seconds = history(f, D::step_time, n);
+  const auto peak = history(f, D::activation_peak, n);
   // Files before data parallelism have no communication record: none was made.
-  const auto comm_bytes = h5::exists(f, "/history/comm_bytes") ? history<std::int64_t>(f, "comm_bytes", n)
-                                                               : std::vector<std::int64_t>(n, 0);
-  const auto comm_seconds = h5::exists(f, "/history/comm_seconds") ? history<double>(f, "comm_seconds", n)
-                                                                   : std::vector<double>(n, 0.0);
-  const auto predicted = h5::exists(f, "/history/predicted_comm_bytes")
-                             ? history<std::int64_t>(f, "predicted_comm_bytes", n)
-                             : std::vector<std::int64_t>(n, 0);
+  const auto comm_bytes = history_or<std::int64_t>(f, D::comm_bytes, n, 0);
+  const auto comm_seconds = history_or(f, D::comm_seconds, n, 0.0);
+  const auto predicted = history_or<std::int64_t>(f, D::predicted_comm_bytes, n, 0);
   // Files before fp16 ran unscaled and skipped nothing.
-  const auto loss_scale = h5::exists(f, "/history/loss_scale") ? history<double>(f, "loss_scale", n)
-                                                               : std::vector<double>(n, 1.0);
-  const auto skipped = h5::exists(f, "/history/skipped") ? history<std::int64_t>(f, "skipped", n)
-                                                         : std::vector<std::int64_t>(n, 0);
+  const auto loss_scale = history_or(f, D::loss_scale, n, 1.0);
+  const auto skipped = history_or<std::int64_t>(f, D::skipped, n, 0);
   for (std::size_t i = 0; i < n; ++i) {
     StepRecord r;
     r.loss = loss[i], r.lr = lr[i], r.grad_norm = norm[i], r.seconds = seconds[i], r.activation_peak = peak[i];
@@ -194,21 +208,22 @@ TrainState read_state(const h5::File& f, const TrainConfig& c) {
     r.loss_scale = loss_scale[i], r.skipped = skipped[i] != 0;
     s.history.push_back(std::move(r));
   }
-  if (h5::read_attr_string(f, "train.loss_scale")) {
-    s.scaler.scale = number(f, "loss_scale");
-    s.scaler.good_steps = whole(f, "loss_scale_good_steps");
+  if (run_file::root::loss_scale.read(f, "/")) {
+    s.scaler.scale = number(f, run_file::root::loss_scale);
+    s.scaler.good_steps = whole(f, run_file::root::loss_scale_good_steps);
     if (!(s.scaler.scale > 0) || s.scaler.good_steps >= LossScaler::kGrowthInterval)
-      throw UserError(f.path() + ": 'train.loss_scale' = " + text_attr(f, "loss_scale") + " after " +
-                      text_attr(f, "loss_scale_good_steps") + " good steps is not a loss scaler's state");
+      throw UserError(f.path() + ": 'train.loss_scale' = " + text_attr(f, run_file::root::loss_scale) + " after " +
+                      text_attr(f, run_file::root::loss_scale_good_steps) + " good steps is not a loss scaler's state");
   }
   // The model's loss parts (/history/loss_parts/<name> [n]) and statistics
   // (/history/stats/<name> [n, ...]), where it has them.
-  for (const auto& name : h5::list(f, "/history/loss_parts")) {
-    const auto v = history<double>(f, "loss_parts/" + name, n);
+  const std::string parts = "/" + D::loss_part.at(""), stats = "/" + D::stat.at("");
+  for (const auto& name : h5::list(f, parts.substr(0, parts.size() - 1))) {
+    const auto v = history<double>(f, D::loss_part.at(name), n);
     for (std::size_t i = 0; i < n; ++i) s.history[i].loss_parts.emplace_back(name, v[i]);
   }
-  for (const auto& name : h5::list(f, "/history/stats")) {
-    const std::string path = "/history/stats/" + name;
+  for (const auto& name : h5::list(f, stats.substr(0, stats.size() - 1))) {
+    const std::string path = "/" + D::stat.at(name);
     const Shape shape = h5::info(f, path).shape;
     if (shape.empty() || shape[0] != std::int64_t(n))
       throw UserError(f.path() + ": " + path + " is " + to_string(shape) + ", expected " + std::to_string(n) + " steps");
@@ -220,12 +235,12 @@ TrainState read_state(const h5::File& f, const TrainConfig& c) {
                                                                    v.begin() + std::ptrdiff_t((i + 1) * each))});
   }
   for (const auto& [name, bytes] : memory_fields(s.memory))  // files before it: zeros
-    if (const auto v = h5::read_attr_int(f, "rank_memory." + name)) {
-      if (*v < 0) throw UserError(f.path() + ": 'rank_memory." + name + "' is negative");
+    if (const auto v = h5::read_attr_int(f, run_file::root::rank_memory.at(name))) {
+      if (*v < 0) throw UserError(f.path() + ": '" + run_file::root::rank_memory.at(name) + "' is negative");
       *bytes = *v;
     }
-  const auto eval_step = h5::exists(f, "/history/eval_step") ? h5::read_i64(f, "/history/eval_step") : std::vector<std::int64_t>{};
-  const auto eval_loss = history<double>(f, "eval_loss", eval_step.size());
+  const auto eval_step = D::eval_step.exists_in(f, "") ? D::eval_step.read(f, "") : std::vector<std::int64_t>{};
+  const auto eval_loss = history(f, D::eval_loss, eval_step.size());
   for (std::size_t i = 0; i < eval_step.size(); ++i) s.evals.push_back({int(eval_step[i]), eval_loss[i]});
   return s;
 }
@@ -242,25 +257,27 @@ OptimizerState optimizer_state(Optimizer& optimizer) {
 void write_run_file(const std::string& path, const TrainConfig& config, const TrainState& state,
                     const ParamStore& params, const OptimizerState& optimizer) {
   h5::File f = h5::File::create(path);
-  h5::write_attr(f, "remat_training_run", kRunFileVersion);
+  namespace R = run_file::root;
+  namespace D = run_file::data;
+  R::version.write(f, "/", kRunFileVersion);
   write_model_setup(f, config.setup);
-  for (const auto& [name, value] : settings(config)) h5::write_attr(f, "train." + name, value);
-  h5::write_attr(f, "train.done", std::to_string(state.step));
-  h5::write_attr(f, "train.data_position", std::to_string(state.data_position));
-  h5::write_attr(f, "train.optimizer_steps", std::to_string(optimizer.steps));
+  for (const auto& [field, value] : settings(config)) field->write(f, "/", value);
+  R::done.write(f, "/", std::to_string(state.step));
+  R::data_position.write(f, "/", std::to_string(state.data_position));
+  R::optimizer_steps.write(f, "/", std::to_string(optimizer.steps));
   // fp16's loss scaler, for the next step (written at every precision: the
   // file says what a resumed run starts from).
   char scale[40];
   std::snprintf(scale, sizeof scale, "%.17g", state.scaler.scale);
-  h5::write_attr(f, "train.loss_scale", std::string(scale));
-  h5::write_attr(f, "train.loss_scale_good_steps", std::to_string(state.scaler.good_steps));
-  for (const auto& [name, bytes] : memory_fields(state.memory)) h5::write_attr(f, "rank_memory." + name, *bytes);
+  R::loss_scale.write(f, "/", std::string(scale));
+  R::loss_scale_good_steps.write(f, "/", std::to_string(state.scaler.good_steps));
+  for (const auto& [name, bytes] : memory_fields(state.memory)) h5::write_attr(f, R::rank_memory.at(name), *bytes);
   write_params(f, params);  // with --lora, the adapters too: the run is also an adapter file
   if (config.lora.any()) write_lora_setting(f, config.lora);
   for (const auto& [name, buffers] : optimizer.buffers) {
     for (std::size_t i = 0; i < buffers.size(); ++i)  // frozen parameters have none
       if (buffers[i].defined())
-        h5::write(f, "/optimizer/" + name + "/" + params.names()[i], buffers[i].to_host_f32(), buffers[i].shape());
+        h5::write(f, "/" + D::optimizer_state.at(name + "/" + params.names()[i]), buffers[i].to_host_f32(), buffers[i].shape());
   }
   std::vector<double> loss, lr, norm, seconds, comm_seconds, loss_scale;
   std::vector<std::int64_t> peak, eval_step, comm_bytes, predicted_comm, skipped;
@@ -281,32 +298,32 @@ void write_run_file(const std::string& path, const TrainConfig& config, const Tr
     eval_step.push_back(e.step);
     eval_loss.push_back(e.loss);
   }
-  const Shape n{std::int64_t(loss.size())}, m{std::int64_t(eval_step.size())};
-  h5::write(f, "/history/loss", loss, n);
-  h5::write(f, "/history/lr", lr, n);
-  h5::write(f, "/history/grad_norm", norm, n);
-  h5::write(f, "/history/step_time", seconds, n);
-  h5::write(f, "/history/activation_peak", peak, n);
-  h5::write(f, "/history/comm_bytes", comm_bytes, n);
-  h5::write(f, "/history/comm_seconds", comm_seconds, n);
-  h5::write(f, "/history/predicted_comm_bytes", predicted_comm, n);
-  h5::write(f, "/history/loss_scale", loss_scale, n);
-  h5::write(f, "/history/skipped", skipped, n);
-  h5::write(f, "/history/eval_step", eval_step, m);
-  h5::write(f, "/history/eval_loss", eval_loss, m);
+  const Shape n{std::int64_t(loss.size())};
+  D::loss.write(f, "", loss);
+  D::lr.write(f, "", lr);
+  D::grad_norm.write(f, "", norm);
+  D::step_time.write(f, "", seconds);
+  D::activation_peak.write(f, "", peak);
+  D::comm_bytes.write(f, "", comm_bytes);
+  D::comm_seconds.write(f, "", comm_seconds);
+  D::predicted_comm_bytes.write(f, "", predicted_comm);
+  D::loss_scale.write(f, "", loss_scale);
+  D::skipped.write(f, "", skipped);
+  D::eval_step.write(f, "", eval_step);
+  D::eval_loss.write(f, "", eval_loss);
   if (!state.history.empty()) {
     const StepRecord& first = state.history.front();
     for (std::size_t k = 0; k < first.loss_parts.size(); ++k) {
       std::vector<double> v;
       for (const auto& r : state.history) v.push_back(r.loss_parts.at(k).second);
-      h5::write(f, "/history/loss_parts/" + first.loss_parts[k].first, v, n);
+      h5::write(f, "/" + D::loss_part.at(first.loss_parts[k].first), v, n);
     }
     for (std::size_t k = 0; k < first.stats.size(); ++k) {
       std::vector<double> v;
       for (const auto& r : state.history) v.insert(v.end(), r.stats.at(k).values.begin(), r.stats.at(k).values.end());
       Shape shape = first.stats[k].shape;
       shape.insert(shape.begin(), std::int64_t(state.history.size()));
-      h5::write(f, "/history/stats/" + first.stats[k].name, v, shape);
+      h5::write(f, "/" + D::stat.at(first.stats[k].name), v, shape);
     }
   }
   f.save();
@@ -339,12 +356,13 @@ SavedRun read_run_file(const std::string& path) {
     run.weights.params = std::move(store);
   }
   run.state = read_state(f, run.config);
-  run.optimizer_steps = std::int64_t(number(f, "optimizer_steps"));
+  run.optimizer_steps = std::int64_t(number(f, run_file::root::optimizer_steps));
   for (const char* name : {"m", "v", "momentum"}) {
-    if (!h5::exists(f, std::string("/optimizer/") + name)) continue;
+    const std::string buffer = "/" + run_file::data::optimizer_state.at(name);
+    if (!h5::exists(f, buffer)) continue;
     auto& buffers = run.optimizer_state[name];
     for (const auto& spec : run.weights.params->specs()) {
-      const std::string p = std::string("/optimizer/") + name + "/" + spec.name;
+      const std::string p = buffer + "/" + spec.name;
       if (!h5::exists(f, p)) {  // a frozen parameter's (the trainer checks that it is one)
         buffers.emplace_back();
         continue;
@@ -378,8 +396,9 @@ std::string run_difference(const TrainConfig& run, const TrainConfig& asked) {
   }
   const auto was = settings(run), now = settings(asked);
   for (std::size_t i = 0; i < was.size(); ++i) {
-    if (was[i].first == "strategy" || was[i].first == "save_every") continue;  // see below
-    if (was[i].second != now[i].second) differ(was[i].first, was[i].second, now[i].second);
+    const auto* field = was[i].first;
+    if (field == &run_file::setting::strategy || field == &run_file::setting::save_every) continue;  // see below
+    if (was[i].second != now[i].second) differ(run_file::short_name(*field), was[i].second, now[i].second);
   }
   // Exact strategies give bitwise the same run: one may resume under another
   // (to fit the memory of another machine, say). A non-exact one may not.

@@ -8,6 +8,7 @@
 #include "harness/cli/commands.hpp"
 #include "harness/io/output_guard.hpp"
 #include "harness/io/results_file.hpp"
+#include "harness/io/results_schema.hpp"
 
 namespace remat::cli {
 namespace {
@@ -30,7 +31,7 @@ std::vector<h5::File> open_parts(const MergeOptions& o) {
       throw UserError(path + ": is " + file_kind_name(file_kind(path)) + ", not a remat results file");
     h5::File f = h5::File::open(path);
     check_results_schema(f, false);
-    const std::int64_t v = *h5::read_attr_int(f, "remat_results");
+    const std::int64_t v = *results::root::version.read(f, "/");
     if (version >= 0 && v != version)
       throw UserError(path + ": results schema version " + std::to_string(v) + ", but " + first + " has version " +
                       std::to_string(version) + "; merge files of one version");
@@ -40,7 +41,7 @@ std::vector<h5::File> open_parts(const MergeOptions& o) {
     version = v;
     if (first.empty()) first = path;
     for (const auto& name : h5::list(f, "/runs")) {
-      const std::string key = h5::read_attr_string(f, "key", "/runs/" + name).value_or("");
+      const std::string key = results::key.read(f, "/runs/" + name).value_or("");
       if (key.empty()) throw UserError(path + ": run '" + name + "' has no key");
       const auto [it, fresh] = owner.emplace(key, path);
       if (!fresh) throw UserError(path + " and " + it->second + " both hold run '" + name + "'; merge each run once");

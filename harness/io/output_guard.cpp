@@ -7,6 +7,8 @@
 
 #include "core/error.hpp"
 #include "h5/h5.hpp"
+#include "harness/io/results_schema.hpp"
+#include "train/run_schema.hpp"
 
 namespace remat {
 namespace fs = std::filesystem;
@@ -31,8 +33,9 @@ FileKind file_kind(const std::string& path) {
   if (H5Fis_hdf5(path.c_str()) <= 0) return is_html_report(path) ? FileKind::html_report : FileKind::not_hdf5;
   try {
     const h5::File f = h5::File::open(path);
-    if (H5Aexists(f.id(), "remat_results") > 0) return FileKind::results;
-    if (H5Aexists(f.id(), "remat_training_run") > 0) return FileKind::training_run;
+    const auto has = [&](std::string_view attribute) { return H5Aexists(f.id(), std::string(attribute).c_str()) > 0; };
+    if (has(results::root::version.name)) return FileKind::results;
+    if (has(run_file::root::version.name)) return FileKind::training_run;
     if (H5Aexists(f.id(), "lora") > 0) return FileKind::adapters;
     const bool params = h5::exists(f, "/params"), grads = h5::exists(f, "/grads");
     if (params && grads) return FileKind::golden;

@@ -7,12 +7,12 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
-#include <initializer_list>
 
 #include "autodiff/runtime.hpp"
 #include "core/error.hpp"
 #include "h5/atomic_file.hpp"
 #include "harness/io/file_lock.hpp"
+#include "harness/io/results_schema.hpp"
 #include "step/step.hpp"
 #include "zoo/model.hpp"
 
@@ -75,7 +75,7 @@ std::string RunKey::name() const {
 }
 
 void check_results_schema(const h5::File& f, bool for_append) {
-  const auto version = h5::read_attr_int(f, "remat_results");
+  const auto version = results::root::version.read(f, "/");
   if (!version)
     throw UserError(f.path() + ": not a remat results file (no 'remat_results' attribute); refusing to " +
                     (for_append ? "modify" : "read") + " it");
@@ -97,15 +97,18 @@ void require_complete_run(const h5::File& src, const std::string& name) {
     return UserError(src.path() + ": run '" + name + "' lacks " + what +
                      " (a damaged or edited results file); nothing was merged");
   };
-  const auto status = h5::read_attr_string(src, "status", g);
+  namespace R = results;
+  const auto status = R::status.read(src, g);
   if (!status || (*status != "ok" && *status != "oom")) throw refuse("a status of ok or oom");
   if (*status == "oom") return;
-  for (const char* attr : {"step_time_median", "loss"})
-    if (!h5::read_attr_double(src, attr, g)) throw refuse(std::string("the attribute ") + attr);
-  if (!h5::read_attr_int(src, "activation_peak_bytes", g)) throw refuse("the attribute activation_peak_bytes");
-  for (const char* d : {"step_times", "losses", "timeline/seconds", "timeline/bytes", "timeline/phase",
-                        "timeline/phase_names", "grad_error/names", "grad_error/max_abs", "grad_error/max_rel"})
-    if (!h5::exists(src, g + "/" + d)) throw refuse(std::string("/") + d);
+  const auto lacks = [&](std::string_view name) { return refuse("the attribute " + std::string(name)); };
+  for (const auto* attr : {&R::step_time_median, &R::loss})
+    if (!attr->read(src, g)) throw lacks(attr->name);
+  if (!R::activation_peak.read(src, g)) throw lacks(R::activation_peak.name);
+  for (const std::string_view d : {R::step_times.name, R::losses.name, R::timeline_seconds.name, R::timeline_bytes.name,
+                                   R::timeline_phase.name, R::timeline_phase_names.name, R::grad_names.name,
+                                   R::grad_abs.name, R::grad_rel.name})
+    if (!h5::exists(src, g + "/" + std::string(d))) throw refuse("/" + std::string(d));
 }
 
 }  // namespace
@@ -121,7 +124,7 @@ void ResultsFile::read_keys(const h5::File& f) {
   check_results_schema(f, true);
   keys_.clear();
   for (const auto& name : h5::list(f, "/runs"))
-    if (const auto key = h5::read_attr_string(f, "key", "/runs/" + name)) keys_.insert(*key);
+    if (const auto key = results::key.read(f, "/runs/" + name)) keys_.insert(*key);
 }
 
 bool ResultsFile::append(const RunRecord& r) { return add({{r.key.text(), r.key.name(), [&](const h5::File& f, const std::string& g) { write_run(f, g, r); }}}) == 1; }
@@ -131,7 +134,7 @@ std::size_t ResultsFile::append_runs(const std::vector<h5::File>& sources) {
   for (const h5::File& src : sources) {
     check_results_schema(src, false);
     for (const auto& name : h5::list(src, "/runs")) {
-      const auto key = h5::read_attr_string(src, "key", "/runs/" + name);
+      const auto key = results::key.read(src, "/runs/" + name);
       if (!key) throw UserError(src.path() + ": run '" + name + "' has no key (written before schema 2)");
       require_complete_run(src, name);
       entries.push_back({*key, name, [&src, name](const h5::File& f, const std::string& g) { h5::copy(src, "/runs/" + name, f, g); }});
@@ -142,7 +145,7 @@ std::size_t ResultsFile::append_runs(const std::vector<h5::File>& sources) {
 
 std::vector<char> ResultsFile::run_image(const RunRecord& r) {
   h5::File f = h5::File::create(r.key.name());
-  h5::write_attr(f, "remat_results", kSchemaVersion);
+  results::root::version.write(f, "/", kSchemaVersion);
   h5::create_group(f, "/runs");
   write_run(f, "/runs/" + r.key.name(), r);
   return f.image();
@@ -153,7 +156,7 @@ std::size_t ResultsFile::add(const std::vector<Entry>& entries) {
   const bool fresh = !std::filesystem::exists(path_);
   h5::File f = fresh ? h5::File::create(path_) : h5::File::edit(path_);
   if (fresh) {
-    h5::write_attr(f, "created", now_iso());
+    results::root::created.write(f, "/", now_iso());
     h5::create_group(f, "/runs");
   } else {
     read_keys(f);  // another process may have appended since we last looked
@@ -168,78 +171,75 @@ std::size_t ResultsFile::add(const std::vector<Entry>& entries) {
     ++added;
   }
   if (added == 0) return 0;
-  h5::write_attr(f, "remat_results", kSchemaVersion);
+  results::root::version.write(f, "/", kSchemaVersion);
   f.save();
   return added;
 }
 
 namespace {
 
-void write_run(const h5::File& file_, const std::string& g, const RunRecord& r) {
-  h5::create_group(file_, g);
-  auto attr_s = [&](const char* n, const std::string& v) { h5::write_attr(file_, n, v, g); };
-  auto attr_i = [&](const char* n, std::int64_t v) { h5::write_attr(file_, n, v, g); };
-  auto attr_d = [&](const char* n, double v) { h5::write_attr(file_, n, v, g); };
+void write_run(const h5::File& f, const std::string& g, const RunRecord& r) {
+  namespace R = results;
+  h5::create_group(f, g);
   const RunKey& k = r.key;
   const Sizes& z = k.sizes;
   const StepResult& st = r.check.step;
-  attr_s("key", k.text());
-  attr_s("model", k.model);
-  attr_s("preset", k.preset);
-  attr_s("strategy", k.strategy);
-  attr_s("data", k.data);
-  if (!k.weights.empty()) attr_s("weights", k.weights);
-  attr_i("seed", std::int64_t(k.seed));
-  attr_i("mem_limit_bytes", k.mem_limit);
-  for (auto [n, v] : std::initializer_list<std::pair<const char*, int>>{{"L", z.L}, {"D", z.D}, {"H", z.H}, {"Hkv", z.Hkv}, {"F", z.F}, {"S", z.S},
-                      {"S_max", z.S_max}, {"V", z.V}, {"B", z.B}})
-    attr_i(n, v);
-  attr_d("dropout", z.dropout);
+  R::key.write(f, g, k.text());
+  R::model.write(f, g, k.model);
+  R::preset.write(f, g, k.preset);
+  R::strategy.write(f, g, k.strategy);
+  R::data.write(f, g, k.data);
+  if (!k.weights.empty()) R::weights.write(f, g, k.weights);
+  R::seed.write(f, g, std::int64_t(k.seed));
+  R::mem_limit.write(f, g, k.mem_limit);
+  for (auto [field, v] : {std::pair{&R::L, z.L}, {&R::D, z.D}, {&R::H, z.H}, {&R::Hkv, z.Hkv}, {&R::F, z.F},
+                          {&R::S, z.S}, {&R::S_max, z.S_max}, {&R::V, z.V}, {&R::B, z.B}})
+    field->write(f, g, v);
+  R::dropout.write(f, g, z.dropout);
   for (const auto& a : models().find(k.model).attributes) {
-    if (a == "E") attr_i("E", z.E), attr_i("K", z.K), attr_d("router_aux", z.router_aux);
-    if (a == "theta") attr_d("theta", z.theta);
+    if (a == "E") R::E.write(f, g, z.E), R::K.write(f, g, z.K), R::router_aux.write(f, g, z.router_aux);
+    if (a == "theta") R::theta.write(f, g, z.theta);
   }
-  attr_s("attention", k.attention);
-  attr_s("precision", k.precision);
+  R::attention.write(f, g, k.attention);
+  R::precision.write(f, g, k.precision);
   if (!k.finetune.empty()) {
-    attr_s("finetune", k.finetune);
-    attr_s("finetune_label", k.finetune_label);
+    R::finetune.write(f, g, k.finetune);
+    R::finetune_label.write(f, g, k.finetune_label);
     std::string frozen;
     for (const auto& n : r.frozen) frozen += (frozen.empty() ? "" : ",") + n;
-    attr_s("frozen_parameters", frozen);
+    R::frozen_parameters.write(f, g, frozen);
   }
-  attr_s("backend", Runtime::describe());
-  attr_i("threads", Kokkos::DefaultExecutionSpace().concurrency());
-  attr_s("kokkos_version", std::to_string(KOKKOS_VERSION));
-  attr_s("git_revision", REMAT_GIT_REVISION);
-  attr_s("host", host_name());
-  attr_s("time", now_iso());
-  attr_s("status", r.check.oom ? "oom" : "ok");
+  R::backend.write(f, g, Runtime::describe());
+  R::threads.write(f, g, Kokkos::DefaultExecutionSpace().concurrency());
+  R::kokkos_version.write(f, g, std::to_string(KOKKOS_VERSION));
+  R::git_revision.write(f, g, REMAT_GIT_REVISION);
+  R::host.write(f, g, host_name());
+  R::run_time.write(f, g, now_iso());
+  R::status.write(f, g, r.check.oom ? "oom" : "ok");
   if (r.check.oom) return;  // nothing was measured
 
   const auto [fastest, slowest] = std::minmax_element(r.step_times.begin(), r.step_times.end());
   const double step_median = median(r.step_times);
-  attr_d("step_time_median", step_median);
-  attr_d("step_time_min", r.step_times.empty() ? 0 : *fastest);
-  attr_d("step_time_max", r.step_times.empty() ? 0 : *slowest);
-  attr_d("tokens_per_second", step_median > 0 ? double(z.B) * z.S / step_median : 0);
-  attr_d("loss", st.loss);
-  for (const auto& [name, value] : st.loss_parts) h5::write_attr(file_, "loss." + name, value, g);
-  attr_i("activation_peak_bytes", st.activation_peak);
-  attr_i("predicted_activation_bytes", r.check.predicted.device);
-  attr_i("offload_peak_bytes", st.offload_peak);
-  attr_i("predicted_offload_bytes", r.check.predicted.offload);
-  attr_d("offload_copy_seconds", st.offload_copy_seconds);
-  attr_d("offload_wait_seconds", st.offload_wait_seconds);
-  attr_d("gemm_flops", st.flops);
-  attr_d("recompute_flops_share", st.flops > 0 ? st.recompute_flops / st.flops : 0);
-  attr_d("grad_max_abs_error", r.check.vs_full.max_abs);
-  attr_d("grad_max_rel_error", r.check.vs_full.max_rel);
-  attr_i("bitwise_equal_to_full", r.check.vs_full.bitwise ? 1 : 0);
+  R::step_time_median.write(f, g, step_median);
+  R::step_time_min.write(f, g, r.step_times.empty() ? 0 : *fastest);
+  R::step_time_max.write(f, g, r.step_times.empty() ? 0 : *slowest);
+  R::tokens_per_second.write(f, g, step_median > 0 ? double(z.B) * z.S / step_median : 0);
+  R::loss.write(f, g, st.loss);
+  for (const auto& [name, value] : st.loss_parts) h5::write_attr(f, R::loss_part.at(name), value, g);
+  R::activation_peak.write(f, g, st.activation_peak);
+  R::predicted_activation.write(f, g, r.check.predicted.device);
+  R::offload_peak.write(f, g, st.offload_peak);
+  R::predicted_offload.write(f, g, r.check.predicted.offload);
+  R::offload_copy_seconds.write(f, g, st.offload_copy_seconds);
+  R::offload_wait_seconds.write(f, g, st.offload_wait_seconds);
+  R::gemm_flops.write(f, g, st.flops);
+  R::recompute_share.write(f, g, st.flops > 0 ? st.recompute_flops / st.flops : 0);
+  R::grad_max_abs.write(f, g, r.check.vs_full.max_abs);
+  R::grad_max_rel.write(f, g, r.check.vs_full.max_rel);
+  R::bitwise.write(f, g, r.check.vs_full.bitwise ? 1 : 0);
 
-  const Shape n{std::int64_t(r.step_times.size())};
-  h5::write(file_, g + "/step_times", r.step_times, n);
-  h5::write(file_, g + "/losses", r.losses, Shape{std::int64_t(r.losses.size())});
+  R::step_times.write(f, g, r.step_times);
+  R::losses.write(f, g, r.losses);
   std::vector<double> t;
   std::vector<std::int64_t> bytes;
   std::vector<std::int32_t> phase;
@@ -251,16 +251,14 @@ void write_run(const h5::File& file_, const std::string& g, const RunRecord& r) 
     bytes.push_back(p.bytes);
     phase.push_back(std::int32_t(it - phases.begin()));
   }
-  const Shape e{std::int64_t(t.size())};
-  h5::write(file_, g + "/timeline/seconds", t, e);
-  h5::write(file_, g + "/timeline/bytes", bytes, e);
-  h5::write(file_, g + "/timeline/phase", phase, e);
-  h5::write(file_, g + "/timeline/phase_names", phases);
-  h5::write(file_, g + "/grad_error/names", r.param_names);
-  const Shape p{std::int64_t(r.param_names.size())};
-  h5::write(file_, g + "/grad_error/max_abs", r.check.vs_full.abs_by_param, p);
-  h5::write(file_, g + "/grad_error/max_rel", r.check.vs_full.rel_by_param, p);
-  for (const auto& stat : st.stats) h5::write(file_, g + "/stats/" + stat.name, stat.values, stat.shape);
+  R::timeline_seconds.write(f, g, t);
+  R::timeline_bytes.write(f, g, bytes);
+  R::timeline_phase.write(f, g, phase);
+  R::timeline_phase_names.write(f, g, phases);
+  R::grad_names.write(f, g, r.param_names);
+  R::grad_abs.write(f, g, r.check.vs_full.abs_by_param);
+  R::grad_rel.write(f, g, r.check.vs_full.rel_by_param);
+  for (const auto& stat : st.stats) h5::write(f, g + "/" + R::stat.at(stat.name), stat.values, stat.shape);
 }
 
 }  // namespace

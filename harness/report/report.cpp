@@ -15,6 +15,7 @@
 #include "h5/atomic_file.hpp"
 #include "h5/h5.hpp"
 #include "harness/io/results_file.hpp"
+#include "harness/io/results_schema.hpp"
 #include "harness/report/svg_chart.hpp"
 
 namespace remat {
@@ -151,64 +152,58 @@ namespace {
 
 // One run's record, every field checked; UserError saying what is wrong.
 RunSummary read_run(const h5::File& f, const std::string& name) {
+  namespace R = results;
   const std::string g = "/runs/" + name;
   if (!h5::is_group(f, g)) throw UserError("not a group");
-  auto text = [&](const char* a) {
-    const auto v = h5::read_attr_string(f, a, g);
-    if (!v) throw UserError("no '" + std::string(a) + "' attribute");
-    return *v;
+  auto count = [&](const h5::Attr<std::int64_t>& a, std::int64_t lo, std::int64_t hi) {
+    const std::int64_t v = a.require(f, g);
+    if (v < lo || v > hi) throw UserError("'" + std::string(a.name) + "' = " + std::to_string(v) + " is out of range");
+    return v;
   };
-  auto count = [&](const char* a, std::int64_t lo, std::int64_t hi) {
-    const auto v = h5::read_attr_int(f, a, g);
-    if (!v) throw UserError("no '" + std::string(a) + "' attribute");
-    if (*v < lo || *v > hi) throw UserError("'" + std::string(a) + "' = " + std::to_string(*v) + " is out of range");
-    return *v;
-  };
-  auto measure = [&](const char* a) {
-    const auto v = h5::read_attr_double(f, a, g);
-    if (!v) throw UserError("no '" + std::string(a) + "' attribute");
-    if (!std::isfinite(*v)) throw UserError("'" + std::string(a) + "' is not a finite number");
-    if (*v < 0) throw UserError("'" + std::string(a) + "' = " + std::to_string(*v) + " is negative");
-    return *v;
+  auto measure = [&](const h5::Attr<double>& a) {
+    const double v = a.require(f, g);
+    if (!std::isfinite(v)) throw UserError("'" + std::string(a.name) + "' is not a finite number");
+    if (v < 0) throw UserError("'" + std::string(a.name) + "' = " + std::to_string(v) + " is negative");
+    return v;
   };
   RunSummary r;
   r.name = name;
-  r.model = text("model");
-  r.strategy = text("strategy");
+  r.model = R::model.require(f, g);
+  r.strategy = R::strategy.require(f, g);
   r.full = r.strategy == "full";
-  const std::string status = text("status");
+  const std::string status = R::status.require(f, g);
   if (status != "ok" && status != "oom") throw UserError("status '" + status + "' is neither ok nor oom");
   r.oom = status == "oom";
-  if (const auto precision = h5::read_attr_string(f, "precision", g)) r.precision = *precision;
-  r.L = int(count("L", 1, INT32_MAX));
-  r.S = int(count("S", 1, INT32_MAX));
-  r.B = int(count("B", 1, INT32_MAX));
+  if (const auto precision = R::precision.read(f, g)) r.precision = *precision;
+  r.L = int(count(R::L, 1, INT32_MAX));
+  r.S = int(count(R::S, 1, INT32_MAX));
+  r.B = int(count(R::B, 1, INT32_MAX));
   // Runs compare with full's run of the same setting: the key without the
   // strategy (model and shape for files written before keys existed).
-  if (const auto key = h5::read_attr_string(f, "key", g)) {
+  if (const auto key = R::key.read(f, g)) {
     const std::string strategy_field = ";strategy=" + r.strategy + ";";
     const auto at = key->find(strategy_field);
     r.setting = at == std::string::npos ? *key : key->substr(0, at) + ";" + key->substr(at + strategy_field.size());
     // Fine-tuned runs show beside the others, under their own label.
-    if (const auto label = h5::read_attr_string(f, "finetune_label", g)) r.strategy += " (" + *label + ")";
+    if (const auto label = R::finetune_label.read(f, g)) r.strategy += " (" + *label + ")";
   } else {
     r.setting = r.model + " " + shape(r);
   }
   if (r.oom) return r;
-  r.step_time = measure("step_time_median");
-  r.tokens_per_second = measure("tokens_per_second");
-  r.recompute_share = measure("recompute_flops_share");
-  r.activation = count("activation_peak_bytes", 0, INT64_MAX);
-  r.predicted = count("predicted_activation_bytes", 0, INT64_MAX);
-  r.offload = count("offload_peak_bytes", 0, INT64_MAX);
-  r.bitwise = count("bitwise_equal_to_full", 0, 1) != 0;
-  if (h5::read_attr_double(f, "offload_copy_seconds", g)) {
-    r.copy_seconds = measure("offload_copy_seconds");
-    r.wait_seconds = measure("offload_wait_seconds");
+  r.step_time = measure(R::step_time_median);
+  r.tokens_per_second = measure(R::tokens_per_second);
+  r.recompute_share = measure(R::recompute_share);
+  r.activation = count(R::activation_peak, 0, INT64_MAX);
+  r.predicted = count(R::predicted_activation, 0, INT64_MAX);
+  r.offload = count(R::offload_peak, 0, INT64_MAX);
+  r.bitwise = count(R::bitwise, 0, 1) != 0;
+  if (R::offload_copy_seconds.read(f, g)) {
+    r.copy_seconds = measure(R::offload_copy_seconds);
+    r.wait_seconds = measure(R::offload_wait_seconds);
   }
-  if (h5::exists(f, g + "/timeline/seconds")) {
-    r.timeline_seconds = h5::read_f64(f, g + "/timeline/seconds");
-    const auto bytes = h5::read_i64(f, g + "/timeline/bytes");
+  if (R::timeline_seconds.exists_in(f, g)) {
+    r.timeline_seconds = R::timeline_seconds.read(f, g);
+    const auto bytes = R::timeline_bytes.read(f, g);
     if (bytes.size() != r.timeline_seconds.size())
       throw UserError("timeline/seconds and timeline/bytes differ in length (" + std::to_string(r.timeline_seconds.size()) +
                       " and " + std::to_string(bytes.size()) + ")");
