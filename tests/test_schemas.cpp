@@ -10,9 +10,11 @@
 #include <sstream>
 
 #include "catch.hpp"
+#include "fixtures.hpp"
 #include "harness/io/results_file.hpp"
 #include "harness/io/results_schema.hpp"
 #include "train/run_schema.hpp"
+#include "train/trainer.hpp"
 #include "zoo/model.hpp"
 
 using namespace remat;
@@ -123,4 +125,39 @@ TEST_CASE("a results file's run holds what its schema declares, and every declar
   CHECK(h5::exists(f, g + "/" + results::stat.at("expert_load")));
   CHECK(written.count(results::loss_part.at("ce")) == 1);
   CHECK(attribute_names(f, "/") == std::set<std::string>{"remat_results"});  // `created` is the file's, made on append
+}
+
+TEST_CASE("a training run file holds what its schema declares", "[schema][train]") {
+  test::TempDir dir("remat-schema");
+  TrainConfig c;
+  c.setup = {"mixtral", "tiny", preset_sizes("tiny")};  // loss parts and statistics too
+  c.steps = 2;
+  c.eval_every = 1;
+  c.out = dir.file("run.h5");
+  train(c);
+  const h5::File f = h5::File::open(c.out);
+  auto docs = run_file::root_docs();
+  for (const auto& d : run_file::setting_docs()) docs.push_back(d);
+  // The model's attributes are a weight file's (docs/models.md), not the run's.
+  const std::set<std::string> model_layout = {"model", "preset", "L", "D", "H", "Hkv", "F", "S", "S_max", "V", "B",
+                                              "dropout", "E", "K", "theta", "router_aux"};
+  const auto written = attribute_names(f, "/");
+  for (const auto& name : written) {
+    INFO("written but not declared: " << name);
+    CHECK((declared(docs, name) || model_layout.count(name) == 1));
+  }
+  for (const auto& d : docs) {
+    INFO("declared but not written: " << d.name);
+    const bool optional = d.name.find('<') != std::string::npos || d.name == run_file::setting::init.name;
+    CHECK((optional || written.count(d.name) == 1));
+  }
+  for (const auto& d : run_file::dataset_docs()) {
+    if (d.name.find('<') != std::string::npos) continue;
+    INFO("declared dataset not written: " << d.name);
+    CHECK(h5::exists(f, "/" + d.name));
+  }
+  CHECK(h5::exists(f, "/" + run_file::data::loss_part.at("aux")));
+  CHECK(h5::exists(f, "/" + run_file::data::stat.at("expert_load")));
+  CHECK(h5::exists(f, "/" + run_file::data::optimizer_state.at("m")));
+  CHECK(written.count(run_file::root::rank_memory.at("gathered_peak")) == 1);
 }
