@@ -54,8 +54,8 @@ ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::stri
   };
   say("warm-up step");
   auto full = make_strategy("full");
-  StepOptions warm{full.get(), 1, 0, false, kernel};
-  warm.precision = precision;
+  const RunSettings settings{1, kernel, precision};
+  StepOptions warm = step_options(settings, full.get());
   warm.zero_grad = zero_grad;
   run.state.weight_copy_bytes = run_step(*model, params, batch, warm).weight_copy_bytes;
   std::optional<SaveProfile> costs;  // the device model's, once, for every planned strategy
@@ -75,8 +75,7 @@ ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::stri
       strategy->plan(*costs);
     }
     const double t0 = device ? device->seconds_now() : 0;
-    StepOptions o{strategy.get(), 1, 0, false, kernel};
-    o.precision = precision;
+    StepOptions o = step_options(settings, strategy.get());
     o.zero_grad = zero_grad;
     std::map<std::string, std::int64_t> base;
     for (const auto& pool : extras.pools) base[pool] = tracker.stats(pool).live;

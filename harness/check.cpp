@@ -71,13 +71,12 @@ CheckReport run_check(const Model& model, const ParamStore& params, const Batch&
   // not be counted against the first strategy measured.
   // One set of 16-bit weight copies for every step (and the profiles): the
   // weights do not change between them.
-  PrecisionScope precision(params, options.precision);
+  const RunSettings& run = options.run;
+  PrecisionScope precision(params, run.precision);
   auto full = make_strategy("full");
-  StepOptions step{full.get(), options.seed, 0};
-  step.attention = options.attention;
-  step.precision = options.precision;
+  const StepOptions step = step_options(run, full.get());
   forward_backward(model, params, batch, step);
-  const SaveProfile profile = profile_saves(model, params, batch, options.attention);
+  const SaveProfile profile = profile_saves(model, params, batch, run.attention);
 
   CheckReport report;
   report.full = run_step(model, params, batch, step);
@@ -90,7 +89,7 @@ CheckReport run_check(const Model& model, const ParamStore& params, const Batch&
     if (options.progress) options.progress(report.rows.size(), strategies.size(), spec);
     auto strategy = make_strategy(spec);
     if (strategy->needs_costs()) {
-      if (!costs) costs = measure_costs(model, params, batch, options.attention, options.seed);
+      if (!costs) costs = measure_costs(model, params, batch, run.attention, run.seed);
       strategy->plan(*costs);
     }
     strategy->trace().enabled = options.trace;
@@ -98,8 +97,8 @@ CheckReport run_check(const Model& model, const ParamStore& params, const Batch&
     row.strategy = spec;
     row.exact = strategy->exact();
     if (!within_limit(options.mem_limit, [&] {
-          StepOptions o{strategy.get(), options.seed, 0, options.timeline, options.attention};
-          o.precision = options.precision;
+          StepOptions o = step_options(run, strategy.get());
+          o.timeline = options.timeline;
           row.step = run_step(model, params, batch, o);
         })) {
       row.oom = true;
@@ -117,9 +116,7 @@ CheckReport run_check(const Model& model, const ParamStore& params, const Batch&
     }  // the measured step's, before any other
     if (!row.exact) {  // a second, unmeasured step that keeps the true inputs to compare
       strategy->set_verify(true);
-      StepOptions o{strategy.get(), options.seed, 0, false, options.attention};
-      o.precision = options.precision;
-      forward_backward(model, params, batch, o);
+      forward_backward(model, params, batch, step_options(run, strategy.get()));
       row.reconstruction = strategy->reconstruction();
       row.reconstruction_by_block = strategy->reconstruction_by_block();
       strategy->set_verify(false);
@@ -130,11 +127,11 @@ CheckReport run_check(const Model& model, const ParamStore& params, const Batch&
 }
 
 std::string same_as_full(const std::string& strategy, const StepResult& step, const StepResult& full,
-                         const std::string& attention) {
+                         ops::AttentionKernel attention) {
   if (strategy == "full" || step.offload_peak != 0 || step.activation_peak != full.activation_peak ||
       step.forward_ops != full.forward_ops)
     return "";
-  if (strategy.find("attn-core") != std::string::npos && attention != "plain")
+  if (strategy.find("attn-core") != std::string::npos && attention != ops::AttentionKernel::plain)
     return "= full here: the fused attention keeps no scores to drop";
   return "= full here: it drops, moves and recomputes nothing on this model";
 }

@@ -36,14 +36,12 @@ struct CheckRow {
 
 
 struct CheckOptions {
-  std::uint64_t seed = 1;
+  RunSettings run;  // seed, attention kernel, precision
   bool trace = false;
   bool timeline = false;  // record each strategy's memory timeline
   const std::vector<std::vector<float>>* golden = nullptr;  // compare every strategy with these gradients too
   double golden_loss = 0;
   std::int64_t mem_limit = 0;  // cap on the device pool during each strategy's steps (0: none)
-  ops::AttentionKernel attention = ops::AttentionKernel::fused;
-  Precision precision = Precision::fp32;
   const SaveProfile* costs = nullptr;  // a timed profile for planned strategies (measured if needed and null)
   // Called before each strategy's step (index, count, spec).
   std::function<void(std::size_t, std::size_t, const std::string&)> progress;
@@ -73,7 +71,7 @@ struct CheckReport {
 // not: it kept full's peak, moved nothing and ran no op again. (Megatron's
 // selective:attn-core under the fused attention, which keeps no scores.)
 std::string same_as_full(const std::string& strategy, const StepResult& step, const StepResult& full,
-                         const std::string& attention);
+                         ops::AttentionKernel attention);
 
 // Runs `full`, then each strategy, one step each, on the same weights and batch.
 CheckReport run_check(const Model& model, const ParamStore& params, const Batch& batch,

@@ -43,7 +43,7 @@ std::vector<RunKey> matrix_cells(const MatrixOptions& o) {
   const bool fixed = !o.weights.empty() || !o.config.empty();  // the sizes' S_max is not ours to move
   const Sizes base = fixed ? file.sizes : preset_sizes(o.preset);
   const std::string preset = fixed ? file.preset : o.preset;
-  const auto kernel = ops::parse_attention_kernel(o.attention);
+  const auto kernel = o.attention;
   auto or_base = [](const std::vector<int>& v, int b) { return v.empty() ? std::vector<int>{b} : unique_in_order(v); };
   std::vector<RunKey> cells;
   for (const auto& model : fixed ? std::vector<std::string>{file.model} : unique_in_order(o.models)) {
@@ -71,10 +71,9 @@ std::vector<RunKey> matrix_cells(const MatrixOptions& o) {
             require_step_fits({model, preset, z}, kernel, with_full, 3,
                               model + " L" + std::to_string(L) + " S" + std::to_string(S) + " B" + std::to_string(B),
                               o.mem_limit, false);
-          for (const auto& precision : unique_in_order(o.precisions)) {
-            parse_precision(precision);  // UserError if unknown
+          for (const Precision precision : unique_in_order(o.precisions)) {
             for (const auto& s : specs) {
-              RunKey k{model, preset, s, o.data, ops::attention_kernel_name(kernel), precision, z, o.seed,
+              RunKey k{model, preset, s, o.data, kernel, precision, z, o.seed,
                        o.mem_limit, o.finetune.key(), o.finetune.label(), o.weights};
               cells.push_back(k);
             }
@@ -148,7 +147,7 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const std::vector<RunK
     else if (!o.resume)
       throw UserError(o.out + " already holds run '" + c.name() + "': pass --resume to skip recorded runs, or another --out");
   }
-  const auto kernel = ops::parse_attention_kernel(o.attention);
+  const auto kernel = o.attention;
   std::vector<RunRecord> records;
   std::size_t done = 0;
   // Cells sharing a model and shape share weights, batch and the full reference.
@@ -175,26 +174,24 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const std::vector<RunK
     const LongRunNotice notice(
         ModelSetup{first.model, first.preset, z},
         std::int64_t(specs.size()) + 1 + std::int64_t(group.size()) * (o.warmup + o.steps),
-        [&] { return step_need({first.model, first.preset, z}, kernel, specs, parse_precision(first.precision)).total(3); },
+        [&] { return step_need({first.model, first.preset, z}, kernel, specs, first.precision).total(3); },
         comm::rank() == 0);
     if (progress.update) progress.update(done, todo.size(), first, "checking against full");
     // Planned strategies share one timed probe per model and shape, so the
     // checked plan and the timed one are the same.
-    const Precision precision = parse_precision(first.precision);
+    const RunSettings run{o.seed, kernel, first.precision};
     std::optional<SaveProfile> costs;
     for (const auto& spec : specs)
       if (!costs && parse_strategy(spec).planned) {
         if (progress.update) progress.update(done, todo.size(), first, "probing costs for the planner");
-        PrecisionScope copies(params, precision);
+        PrecisionScope copies(params, run.precision);
         costs = measure_costs(*model, params, batch, kernel, o.seed);
       }
     CheckOptions check;
     check.costs = costs ? &*costs : nullptr;
-    check.seed = o.seed;
+    check.run = run;
     check.timeline = true;
     check.mem_limit = o.mem_limit;
-    check.attention = kernel;
-    check.precision = precision;
     const CheckReport report = run_check(*model, params, batch, specs, check);
 
     for (std::size_t k = 0; k < group.size(); ++k) {
@@ -203,9 +200,7 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const std::vector<RunK
         if (!params.trainable(i)) r.frozen.push_back(params.names()[i]);
       auto strategy = make_strategy(r.key.strategy);
       if (strategy->needs_costs() && !r.check.oom) strategy->plan(*costs);
-      StepOptions step{strategy.get(), o.seed, 0};
-      step.attention = kernel;
-      step.precision = precision;
+      const StepOptions step = step_options(run, strategy.get());
       for (int w = 0; w < o.warmup + o.steps && !r.check.oom; ++w) {
         if (progress.update)
           progress.update(done, todo.size(), r.key,

@@ -25,8 +25,8 @@ struct MatrixOptions {
   int steps = 3, warmup = 1;
   std::uint64_t seed = 1;
   std::string data = "random";  // batch source
-  std::string attention = "fused";
-  std::vector<std::string> precisions{"fp32"};  // an axis: each cell at each
+  ops::AttentionKernel attention = ops::AttentionKernel::fused;
+  std::vector<Precision> precisions{Precision::fp32};  // an axis: each cell at each
   double dropout = 0;
   double router_aux = 0.01;  // mixtral's load-balancing loss weight
   std::string out = "results.h5";

@@ -44,8 +44,7 @@ SaveProfile measure_costs(const Model& model, const ParamStore& params, const Ba
                           ops::AttentionKernel attention, std::uint64_t seed, int repeats, const CostClock* clock) {
   SaveProfile p = profile_saves(model, params, batch, attention);
   auto full = make_strategy("full");
-  StepOptions step{full.get(), seed, 0};
-  step.attention = attention;
+  const StepOptions step = step_options({seed, attention}, full.get());
   std::vector<double> steps;
   for (int i = 0; i < repeats; ++i) {
     const double t0 = clock ? clock->now() : 0;

@@ -98,6 +98,16 @@ double median(std::vector<double> seconds) {
   return n % 2 ? seconds[n / 2] : 0.5 * (seconds[n / 2 - 1] + seconds[n / 2]);
 }
 
+StepOptions step_options(const RunSettings& run, Strategy* strategy, std::uint64_t step) {
+  StepOptions o;
+  o.strategy = strategy;
+  o.seed = run.seed;
+  o.step = step;
+  o.attention = run.attention;
+  o.precision = run.precision;
+  return o;
+}
+
 StepResult run_step(const Model& model, const ParamStore& params, const Batch& batch, const StepOptions& o) {
   auto& tracker = MemoryTracker::instance();
   const std::string pool = MemoryTracker::default_pool();

@@ -14,6 +14,14 @@
 
 namespace remat {
 
+// What every step of a run computes with: typed once where the run is
+// asked for (the CLI's options, a training run file) and passed down.
+struct RunSettings {
+  std::uint64_t seed = 1;  // of the weights, the batch and the random draws (dropout)
+  ops::AttentionKernel attention = ops::AttentionKernel::fused;  // the kernel the attention ops use
+  Precision precision = Precision::fp32;                         // what steps compute in (docs/precision.md)
+};
+
 struct StepOptions {
   Strategy* strategy = nullptr;  // null: no strategy (everything kept)
   std::uint64_t seed = 1;        // random draws (dropout) are keyed by seed and step
@@ -30,6 +38,11 @@ struct StepOptions {
   double loss_scale = 0;
   bool keep_scaled = false;
 };
+
+// The options of step `step` of a run under `strategy`: the one place a
+// step's options are made from the run's settings (the caller sets what is
+// the step's own: timeline, zero_grad, loss scaling).
+StepOptions step_options(const RunSettings& run, Strategy* strategy, std::uint64_t step = 0);
 
 struct TimelinePoint {
   double seconds;

@@ -190,7 +190,7 @@ TEST_CASE("resume skips a run only when every option that changes it matches", "
     return run_matrix(c, {}).size();
   };
   CHECK(rerun([](MatrixOptions& c) { c.seed = 2; }) == 1);
-  CHECK(rerun([](MatrixOptions& c) { c.attention = "plain"; }) == 1);
+  CHECK(rerun([](MatrixOptions& c) { c.attention = ops::AttentionKernel::plain; }) == 1);
   CHECK(rerun([](MatrixOptions& c) { c.data = "copy"; }) == 1);
   CHECK(rerun([](MatrixOptions& c) { c.dropout = 0.1; }) == 1);
   CHECK(rerun([](MatrixOptions& c) { c.preset = "deep"; c.seq = {16}; c.batch = {2}; }) == 1);

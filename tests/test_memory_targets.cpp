@@ -21,7 +21,7 @@ CheckReport check(const std::string& preset, int layers, const std::vector<std::
   ParamStore params(model->params(), DType::f32);
   initialize(params, 1, z.L);
   CheckOptions options;
-  options.attention = kernel;
+  options.run.attention = kernel;
   return run_check(*model, params, random_batch(z.B, z.S, z.V, 1), strategies, options);
 }
 

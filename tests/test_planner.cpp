@@ -167,7 +167,7 @@ TEST_CASE("a planned schedule stays within its budget, is predicted within 5% an
     const std::vector<std::string> specs{"budget:min", "budget:30%", "budget:50%", "budget:75%", "budget:100%",
                                          "budget:25%:offload", "budget:range:50%"};
     CheckOptions options;
-    options.seed = 5;
+    options.run.seed = 5;
     const CheckReport report = run_check(*s.model, *s.params, s.batch, specs, options);  // run_step throws over a budget
     for (const auto& row : report.rows) {
       INFO(name << " " << row.strategy);

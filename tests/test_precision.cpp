@@ -136,10 +136,10 @@ TEST_CASE("every model with every strategy at 16 bits: bitwise equal to full at 
   initialize(params, 1, z.L);
   const Batch batch = random_batch(z.B, z.S, z.V, 1);
   CheckOptions o;
-  o.attention = attention;
+  o.run.attention = attention;
   const auto fp32 = run_check(*model, params, batch, {"full"}, o);
   const auto reference = gradients(params);
-  o.precision = precision;
+  o.run.precision = precision;
   const auto bf = run_check(*model, params, batch, strategies_for(name, "all"), o);
   // The same model: the 16-bit loss near fp32's, its masters' gradients
   // float32, unscaled (fp16 seeds backward with 2^16) and near fp32's.

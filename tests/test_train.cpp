@@ -265,7 +265,7 @@ TEST_CASE("16-bit training: every strategy follows full bitwise on every model; 
   for (const auto precision : {Precision::bf16, Precision::fp16})
     for (const auto& m : models().all()) {
       TrainConfig c = tiny(m.name, 0.1);
-      c.precision = precision;
+      c.run.precision = precision;
       for (const auto& r : compare_trajectories(c, all_strategies(ModelTraits{m.reversible}))) {
         INFO(m.name << " " << precision_name(precision) << " " << r.strategy << ": first divergence at step "
                     << r.first_divergence << ", weights rel " << r.weights_max_rel);
@@ -284,7 +284,7 @@ TEST_CASE("16-bit training: every strategy follows full bitwise on every model; 
     }
   test::TempDir dir("remat-train");
   TrainConfig c = tiny("gpt2", 0.1);
-  c.precision = Precision::fp16;
+  c.run.precision = Precision::fp16;
   c.loss_scale = 1024;
   c.steps = 20;
   c.out = dir.file("whole.h5");
@@ -296,7 +296,7 @@ TEST_CASE("16-bit training: every strategy follows full bitwise on every model; 
   CHECK(whole.state.scaler.good_steps == 20);
   // Near fp32's run: the same model, data and seed.
   TrainConfig wide = c;
-  wide.precision = Precision::fp32;
+  wide.run.precision = Precision::fp32;
   wide.loss_scale = kInitialLossScale;
   wide.out.clear();
   const TrainResult reference = train(wide);
@@ -335,10 +335,10 @@ TEST_CASE("bad training settings are refused before anything runs", "[train][err
   c.schedule.warmup = 50;
   CHECK_THROWS_WITH(train(c), test::Contains("--warmup"));
   c = tiny();
-  c.precision = Precision::fp16;
+  c.run.precision = Precision::fp16;
   c.loss_scale = 1000;
   CHECK_THROWS_WITH(train(c), test::Contains("--loss-scale must be a power of two"));
-  c.precision = Precision::bf16;
+  c.run.precision = Precision::bf16;
   c.loss_scale = 1024;
   CHECK_THROWS_WITH(train(c), test::Contains("at bf16 gradients do not underflow"));
   test::TempDir dir("remat-train");
@@ -364,7 +364,7 @@ TEST_CASE("training with frozen layers: frozen weights stay, every strategy foll
   const TrainResult unfrozen = train(open);
   CHECK(losses(whole.state) != losses(unfrozen.state));
   ParamStore initial(whole.model->params(), DType::f32);
-  initialize(initial, c.seed, c.setup.sizes.L);
+  initialize(initial, c.run.seed, c.setup.sizes.L);
   const auto w0 = weights(initial), w = weights(*whole.params);
   for (std::size_t i = 0; i < w.size(); ++i) {
     INFO(whole.params->names()[i]);
@@ -403,7 +403,7 @@ TEST_CASE("training LoRA adapters: the base stays, every strategy follows full, 
   c.out = dir.file("lora.h5");
   const TrainResult whole = train(c);
   ParamStore initial(whole.model->params(), DType::f32);
-  initialize(initial, c.seed, c.setup.sizes.L);
+  initialize(initial, c.run.seed, c.setup.sizes.L);
   const auto w0 = weights(initial), w = weights(*whole.params);
   std::size_t adapters = 0;
   for (std::size_t i = 0; i < whole.params->names().size(); ++i) {

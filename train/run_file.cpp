@@ -44,11 +44,11 @@ std::vector<Setting> settings(const TrainConfig& c) {
   if (std::count(attributes.begin(), attributes.end(), "E")) model_settings.push_back({&S::router_aux, num(c.setup.sizes.router_aux)});
   if (!c.init.empty()) model_settings.push_back({&S::init, c.init});
   std::vector<Setting> all = {{&S::strategy, c.strategy},
-          {&S::attention, ops::attention_kernel_name(c.attention)},
-          {&S::precision, precision_name(c.precision)},
+          {&S::attention, ops::attention_kernel_name(c.run.attention)},
+          {&S::precision, precision_name(c.run.precision)},
           {&S::loss_scale_init, num(c.loss_scale)},
           {&S::data, c.data},
-          {&S::seed, std::to_string(c.seed)},
+          {&S::seed, std::to_string(c.run.seed)},
           {&S::dropout, num(c.setup.sizes.dropout)},
           {&S::steps, std::to_string(c.steps)},
           {&S::optimizer, c.optimizer.kind},
@@ -126,14 +126,14 @@ TrainConfig read_config(const h5::File& f, const ModelSetup& setup) {
   TrainConfig c;
   c.setup = setup;
   c.strategy = text_attr(f, run_file::setting::strategy);
-  c.attention = ops::parse_attention_kernel(text_attr(f, run_file::setting::attention));
+  c.run.attention = ops::parse_attention_kernel(text_attr(f, run_file::setting::attention));
   // Run files from before mixed precision ran at fp32.
-  if (const auto precision = run_file::setting::precision.read(f, "/")) c.precision = parse_precision(*precision);
+  if (const auto precision = run_file::setting::precision.read(f, "/")) c.run.precision = parse_precision(*precision);
   if (run_file::setting::loss_scale_init.read(f, "/")) c.loss_scale = number(f, run_file::setting::loss_scale_init);
   c.data = text_attr(f, run_file::setting::data);
   const std::string seed = text_attr(f, run_file::setting::seed);
   char* end = nullptr;
-  c.seed = std::strtoull(seed.c_str(), &end, 10);
+  c.run.seed = std::strtoull(seed.c_str(), &end, 10);
   if (seed.empty() || *end != '\0') throw UserError(f.path() + ": 'train.seed' = '" + seed + "' is not a seed");
   c.setup.sizes.dropout = number(f, run_file::setting::dropout);
   if (run_file::setting::router_aux.read(f, "/")) c.setup.sizes.router_aux = number(f, run_file::setting::router_aux);
@@ -351,7 +351,7 @@ SavedRun read_run_file(const std::string& path) {
   check_version(f);
   run.config = read_config(f, run.weights.setup);
   if (run.config.lora.any()) {  // the store the trainer makes: base, then adapters
-    auto store = with_lora(*run.weights.params, run.config.lora, run.config.seed, run.weights.setup.sizes.L);
+    auto store = with_lora(*run.weights.params, run.config.lora, run.config.run.seed, run.weights.setup.sizes.L);
     load_adapters(*store, run.weights.setup, read_adapters(path), path);
     run.weights.params = std::move(store);
   }

@@ -41,8 +41,8 @@ void validate(const TrainConfig& c) {
     throw UserError("--loss-scale " + std::string(given) + " is outside 2^-24 to 2^100; fp16 trains with scales such as "
                     "65536 (the default)");
   }
-  if (c.loss_scale != kInitialLossScale && c.precision != Precision::fp16)
-    throw UserError("--loss-scale scales fp16's loss; at " + std::string(precision_name(c.precision)) +
+  if (c.loss_scale != kInitialLossScale && c.run.precision != Precision::fp16)
+    throw UserError("--loss-scale scales fp16's loss; at " + std::string(precision_name(c.run.precision)) +
                     " gradients do not underflow and nothing is scaled");
   if (c.save_every > 0 && c.out.empty()) throw UserError("--save-every needs --out, the run file to save to");
   if (c.shard_params) {
@@ -94,7 +94,7 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
   const Sizes& z = config_.setup.sizes;
   model_ = models().find(config_.setup.model).make(z);
   params_ = std::make_unique<ParamStore>(model_->params(), DType::f32);
-  if (!resume) initialize(*params_, config_.seed, z.L);
+  if (!resume) initialize(*params_, config_.run.seed, z.L);
   if (!resume) state_.scaler.scale = config_.loss_scale;
   if (!resume && !config_.init.empty()) {  // the initial weights (its model and sizes are this run's)
     const LoadedWeights w = load_weights(config_.init, /*force=*/true, /*skip_adapters=*/true);
@@ -103,16 +103,16 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
     for (std::size_t i = 0; i < params_->tensors().size(); ++i) backend::copy(params_->tensors()[i], w.params->tensors()[i]);
   }
   if (config_.lora.any()) {  // the adapters join the store, the base is frozen
-    params_ = with_lora(*params_, config_.lora, config_.seed, z.L);
-    require_adapters_used(*model_, *params_, random_batch(z.B, z.S, z.V, config_.seed));
+    params_ = with_lora(*params_, config_.lora, config_.run.seed, z.L);
+    require_adapters_used(*model_, *params_, random_batch(z.B, z.S, z.V, config_.run.seed));
   }
   apply_freeze(*params_, config_.freeze, z.L);  // before the optimizer sees the parameters
   strategy_ = make_strategy(config_.strategy);
   schedule_ = config_.schedule;
   schedule_.steps = config_.steps;
-  data_ = make_batch_source(config_.data, z.B, z.S, z.V, config_.seed, DataSplit::train);
+  data_ = make_batch_source(config_.data, z.B, z.S, z.V, config_.run.seed, DataSplit::train);
   if (config_.eval_every > 0) {
-    held_out_ = make_batch_source(config_.data, z.B, z.S, z.V, config_.seed, DataSplit::validation);
+    held_out_ = make_batch_source(config_.data, z.B, z.S, z.V, config_.run.seed, DataSplit::validation);
     Sizes no_dropout = z;
     no_dropout.dropout = 0;
     eval_model_ = models().find(config_.setup.model).make(no_dropout);  // the same parameters, no dropout
@@ -131,9 +131,9 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
   // A planned strategy is planned once, on these weights and a batch of the
   // run's shape (costs depend on shapes, not on values).
   if (strategy_->needs_costs()) {
-    PrecisionScope precision(*params_, config_.precision);
-    SaveProfile costs = measure_costs(*model_, *params_, random_batch(z.B, z.S, z.V, config_.seed), config_.attention,
-                                      config_.seed);
+    PrecisionScope precision(*params_, config_.run.precision);
+    SaveProfile costs = measure_costs(*model_, *params_, random_batch(z.B, z.S, z.V, config_.run.seed), config_.run.attention,
+                                      config_.run.seed);
     if (comm::size() > 1) agree_on_timings(costs);
     strategy_->plan(costs);
   }
@@ -207,15 +207,13 @@ const StepRecord& Trainer::step() {
   GradientReduction& reduce = *reduction_;
   const int N = reduce.ranks(), M = reduce.micro_batches();
   StepRecord r;
-  const bool scaling = config_.precision == Precision::fp16;
+  const bool scaling = config_.run.precision == Precision::fp16;
   const double loss_scale = scaling ? state_.scaler.scale : 1.0;
   r.loss_scale = loss_scale;
   for (int k = 0; k < reduce.accumulate(); ++k) {
     const std::uint64_t m = reduce.micro_batch(k);
     if (N > 1) data_->seek(state_.data_position + m);
-    StepOptions o{strategy_.get(), config_.seed, std::uint64_t(state_.step) * std::uint64_t(M) + m};
-    o.attention = config_.attention;
-    o.precision = config_.precision;
+    StepOptions o = step_options(config_.run, strategy_.get(), std::uint64_t(state_.step) * std::uint64_t(M) + m);
     o.loss_scale = loss_scale;
     o.keep_scaled = true;  // unscaled once, summed over micro-batches and ranks, below
     o.zero_grad = reduce.zero_grad();
@@ -258,8 +256,8 @@ const StepRecord& Trainer::step() {
   const int done = ++state_.step;
   if (held_out_ && (done % config_.eval_every == 0 || done == config_.steps))
     state_.evals.push_back(
-        {done, validation_loss(*eval_model_, *params_, *held_out_, config_.eval_batches, config_.attention,
-                                config_.precision)});
+        {done, validation_loss(*eval_model_, *params_, *held_out_, config_.eval_batches, config_.run.attention,
+                                config_.run.precision)});
   reduce.release_weights();  // what validation gathered outside blocks
   saved_ = !config_.out.empty() && ((config_.save_every > 0 && done % config_.save_every == 0) || done == config_.steps);
   if (saved_) save();

@@ -25,11 +25,9 @@ namespace remat {
 struct TrainConfig {
   ModelSetup setup;  // model, preset, sizes (dropout included)
   std::string strategy = "full";
-  ops::AttentionKernel attention = ops::AttentionKernel::fused;
-  Precision precision = Precision::fp32;
+  RunSettings run;  // seed, attention kernel, precision
   double loss_scale = kInitialLossScale;  // fp16: the dynamic loss scale's first value (a power of two)
   std::string data = "random";
-  std::uint64_t seed = 1;
   std::string init;  // start from these weights (a weight file, run file or Hugging Face model folder; "": initialised from the seed)
   int steps = 100;
   OptimizerConfig optimizer;

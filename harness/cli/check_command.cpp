@@ -43,10 +43,8 @@ struct CheckCommandOptions {
 int check_trajectories(const CheckCommandOptions& o, const ModelSetup& setup, const std::vector<std::string>& specs) {
   TrainConfig c;
   c.setup = setup;
-  c.attention = o.model.kernel();
-  c.precision = o.model.compute_precision();
+  c.run = o.model.run;
   c.data = o.model.data;
-  c.seed = o.model.seed;
   c.steps = o.train_steps;
   c.schedule.lr = 1e-3;
   c.schedule.kind = "constant";
@@ -93,7 +91,7 @@ int run_check_command(const CheckCommandOptions& o) {
     }
     if (o.model.batch) setup.sizes.B = o.model.batch;
     if (o.model.seq || o.model.batch) w.batch.reset();
-    memory = require_step_memory(setup, o.model.kernel(), strategies_for(setup.model, o.strategies, o.model.kernel()), 3,
+    memory = require_step_memory(setup, o.model.run.attention, strategies_for(setup.model, o.strategies, o.model.run.attention), 3,
                                  o.force);
     if (!w.batch || o.data_given) w.batch = o.model.make_batch(setup.sizes);
     batch = *w.batch;
@@ -103,10 +101,10 @@ int run_check_command(const CheckCommandOptions& o) {
     // A deep stack takes a while before its first step: said past ten seconds.
     ProgressAfterAWhile progress(setup.sizes.L);
     progress.stage("estimating the memory a step needs");
-    memory = require_step_memory(setup, o.model.kernel(), strategies_for(setup.model, o.strategies, o.model.kernel()), 3,
+    memory = require_step_memory(setup, o.model.run.attention, strategies_for(setup.model, o.strategies, o.model.run.attention), 3,
                                  o.force);
     params = std::make_unique<ParamStore>(models().find(setup.model).make(setup.sizes)->params(), DType::f32);
-    initialize(*params, o.model.seed, setup.sizes.L, [&](std::size_t i, std::size_t n) {
+    initialize(*params, o.model.run.seed, setup.sizes.L, [&](std::size_t i, std::size_t n) {
       if (i % 256 == 0)
         progress.item("initialising the weights: tensor " + std::to_string(i + 1) + " of " + std::to_string(n));
     });
@@ -118,24 +116,22 @@ int run_check_command(const CheckCommandOptions& o) {
   model = models().find(setup.model).make(setup.sizes);
   if ((o.freeze.any() || o.lora.any()) && o.train_steps > 0)
     throw UserError("--freeze or --lora with --train-steps: not together yet");
-  fine_tune(params, *model, batch, o.freeze, o.lora, o.model.seed, setup.sizes.L);
-  const auto specs = strategies_for(setup.model, o.strategies, o.model.kernel());
+  fine_tune(params, *model, batch, o.freeze, o.lora, o.model.run.seed, setup.sizes.L);
+  const auto specs = strategies_for(setup.model, o.strategies, o.model.run.attention);
   if (o.train_steps > 0) return check_trajectories(o, setup, specs);
 
   const Sizes& z = setup.sizes;
   std::printf("remat check: %s %s (L %d, D %d, H %d, S %d, B %d), dropout %g, %s attention, %s, %s\n",
               setup.model.c_str(), setup.preset.c_str(), z.L, z.D, z.H, z.S, z.B, z.dropout,
-              o.model.attention.c_str(), o.model.precision.c_str(), Runtime::describe().c_str());
-  print_precision_path(o.model.precision);
+              ops::attention_kernel_name(o.model.run.attention), precision_name(o.model.run.precision), Runtime::describe().c_str());
+  print_precision_path(o.model.run.precision);
   remat::CheckOptions options;
-  options.seed = o.model.seed;
+  options.run = o.model.run;
   options.trace = o.trace;
   if (golden) {
     options.golden = &golden->grads;
     options.golden_loss = golden->loss;
   }
-  options.attention = o.model.kernel();
-  options.precision = o.model.compute_precision();
   if (isatty(fileno(stderr)))
     options.progress = [](std::size_t i, std::size_t n, const std::string& spec) {
       std::fprintf(stderr, "\r\033[K[%zu/%zu] %s", i + 1, n, spec.c_str());
@@ -146,10 +142,7 @@ int run_check_command(const CheckCommandOptions& o) {
   const CheckReport report = run_check(*model, *params, batch, specs, options);
   if (!o.save_golden.empty()) {  // full's gradients: run it once more, as the table's steps ran strategies
     auto full = make_strategy("full");
-    StepOptions step{full.get(), o.model.seed, 0};
-    step.attention = o.model.kernel();
-    step.precision = o.model.compute_precision();
-    const double loss = forward_backward(*model, *params, batch, step);
+    const double loss = forward_backward(*model, *params, batch, step_options(o.model.run, full.get()));
     require_finite_result(loss, *params);
     write_golden(o.save_golden, setup, *params, batch, loss);
     std::printf("wrote golden %s: weights, batch, loss and full's gradients\n", o.save_golden.c_str());
@@ -168,7 +161,7 @@ int run_check_command(const CheckCommandOptions& o) {
                 double(s.activation_peak) / double(report.full.activation_peak),
                 mb_text(double(s.offload_peak)).c_str(), s.flops > 0 ? 100.0 * s.recompute_flops / s.flops : 0.0,
                 s.seconds, ok ? "" : "   <- NOT BITWISE EQUAL TO full");
-    const std::string same = same_as_full(r.strategy, s, report.full, o.model.attention);
+    const std::string same = same_as_full(r.strategy, s, report.full, o.model.run.attention);
     if (!same.empty()) std::printf("  %s %s\n", r.strategy.c_str(), same.c_str());
   }
   std::printf(

@@ -32,8 +32,9 @@ namespace remat::cli {
 namespace {
 
 struct EstimateOptions {
-  std::string model = "gpt2", preset = "small", config, strategies = "all", attention = "fused", device, optimizer = "adamw",
-              svg, precision = "fp32";
+  std::string model = "gpt2", preset = "small", config, strategies = "all", device, optimizer = "adamw", svg;
+  ops::AttentionKernel attention = ops::AttentionKernel::fused;
+  Precision precision = Precision::fp32;
   int layers = 0, ranks = 1;
   std::vector<int> seq, batch;
   bool json = false, shard_params = false, allow_longer = false;
@@ -130,7 +131,7 @@ void run(const EstimateOptions& o) {
   if (o.ranks < 1) throw UserError("--ranks: at least 1");
   if (o.shard_params && o.ranks < 2) throw UserError("--shard-params shards across ranks: give --ranks 2 or more");
   const Device device = o.device.empty() ? Device{} : find_device(o.device);
-  const auto kernel = ops::parse_attention_kernel(o.attention);
+  const auto kernel = o.attention;
   const auto specs = strategies_for(base.model, o.strategies, kernel);
   const std::vector<int> seqs = o.seq.empty() ? std::vector<int>{base.sizes.S} : o.seq;
   const std::vector<int> batches = o.batch.empty() ? std::vector<int>{base.sizes.B} : o.batch;
@@ -158,7 +159,7 @@ void run(const EstimateOptions& o) {
       throw UserError("strategy '" + spec + "': a budget is planned from costs, and a shape-only run has no kernel to "
                       "time: name a --device to cost it with (" + (device.name.empty() ? "none given" : device.name + " has no rates") +
                       "; docs/estimates.md)");
-  const Precision precision = parse_precision(o.precision);
+  const Precision precision = o.precision;
   DeviceModel device_model;
   device_model.device = device;
   device_model.precision = precision;
@@ -186,8 +187,8 @@ void run(const EstimateOptions& o) {
   if (!o.json) {
     const Sizes& z = base.sizes;
     std::printf("remat estimate: %s %s (L %d, D %d, H %d, Hkv %d, F %d, V %d), %s attention, %s, %s%s, shape-only\n",
-                base.model.c_str(), base.preset.c_str(), z.L, z.D, z.H, z.Hkv, z.F, z.V, o.attention.c_str(),
-                o.precision.c_str(), o.optimizer.c_str(),
+                base.model.c_str(), base.preset.c_str(), z.L, z.D, z.H, z.Hkv, z.F, z.V, ops::attention_kernel_name(o.attention),
+                precision_name(o.precision), o.optimizer.c_str(),
                 o.ranks > 1 ? (", " + std::to_string(o.ranks) + " ranks" + (o.shard_params ? " (parameters sharded)" : "")).c_str()
                             : "");
     if (!device.name.empty())
@@ -248,8 +249,8 @@ void run(const EstimateOptions& o) {
                               {"seq", s},
                               {"batch", b},
                               {"layers", setup.sizes.L},
-                              {"attention", o.attention},
-                              {"precision", o.precision},
+                              {"attention", ops::attention_kernel_name(o.attention)},
+                              {"precision", precision_name(o.precision)},
                               {"ranks", o.ranks},
                               {"shard_params", o.shard_params},
                               {"parameter_count", st.parameter_count},
@@ -290,7 +291,7 @@ void run(const EstimateOptions& o) {
   if (!o.svg.empty())
     // The title says what decides the figures: precision, ranks and sharding too.
     write_svg(o.svg,
-              base.model + " " + base.preset + ", " + o.precision +
+              base.model + " " + base.preset + ", " + precision_name(o.precision) +
                   (o.ranks > 1 ? ", " + std::to_string(o.ranks) + " ranks" : "") +
                   (o.shard_params ? " (parameters sharded)" : ""),
               curves, device, o.json);

@@ -20,15 +20,15 @@ struct ExportOptions {
 void run_export(const ExportOptions& o) {
   const ModelSetup setup = o.model.resolve();
   check_output(o.out, FileKind::weights, {batch_source_file(o.model.data)}, o.force);
-  require_step_memory(setup, o.model.kernel(), {}, 2, o.force);  // the weights and their host copy
+  require_step_memory(setup, o.model.run.attention, {}, 2, o.force);  // the weights and their host copy
   const auto model = models().find(setup.model).make(setup.sizes);
   ParamStore params(model->params(), DType::f32);
-  initialize(params, o.model.seed, setup.sizes.L);
+  initialize(params, o.model.run.seed, setup.sizes.L);
   const Batch batch = o.model.make_batch(setup.sizes);
   write_weights(o.out, setup, params, &batch);
   std::printf("wrote %s: %s %s, %lld parameters, batch [%d, %d], seed %llu\n", o.out.c_str(), setup.model.c_str(),
               setup.preset.c_str(), static_cast<long long>(params.count()), setup.sizes.B, setup.sizes.S,
-              static_cast<unsigned long long>(o.model.seed));
+              static_cast<unsigned long long>(o.model.run.seed));
 }
 
 }  // namespace

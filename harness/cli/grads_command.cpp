@@ -18,11 +18,9 @@ namespace {
 struct GradsOptions {
   std::string weights;
   std::string out;
-  std::uint64_t seed = 1;
+  RunSettings run;  // --seed, --attention, --precision
   std::string strategy = "full";
   std::string data;  // overrides the file's batch
-  std::string attention = "fused";
-  std::string precision = "fp32";
   double router_aux = 0.01;
   bool force = false;
 };
@@ -32,27 +30,23 @@ void run_grads(const GradsOptions& o) {
   LoadedWeights w = load_weights(o.weights, o.force);
   w.setup.sizes.router_aux = o.router_aux;  // a training setting, not in the file
   w.model = models().find(w.setup.model).make(w.setup.sizes);
-  const auto specs = strategies_for(w.setup.model, o.strategy, ops::parse_attention_kernel(o.attention));
+  const auto specs = strategies_for(w.setup.model, o.strategy, o.run.attention);
   if (specs.size() != 1) throw UserError("remat grads runs one strategy; '" + o.strategy + "' names " + std::to_string(specs.size()));
   const Sizes& z = w.setup.sizes;
-  const auto kernel = ops::parse_attention_kernel(o.attention);
-  require_step_memory(w.setup, kernel, specs, 3, o.force);
+  require_step_memory(w.setup, o.run.attention, specs, 3, o.force);
   if (!o.data.empty()) {
-    w.batch = make_batch_source(o.data, z.B, z.S, z.V, o.seed)->next();
+    w.batch = make_batch_source(o.data, z.B, z.S, z.V, o.run.seed)->next();
   } else if (!w.batch) {
     std::printf("%s has no /batch: using a random batch [%d, %d] with seed %llu\n", o.weights.c_str(), z.B, z.S,
-                static_cast<unsigned long long>(o.seed));
-    w.batch = random_batch(z.B, z.S, z.V, o.seed);
+                static_cast<unsigned long long>(o.run.seed));
+    w.batch = random_batch(z.B, z.S, z.V, o.run.seed);
   }
   auto strategy = make_strategy(specs[0]);
   // At 16 bits the gradients written are the float32 masters' (docs/precision.md),
   // unscaled at fp16.
-  PrecisionScope precision(*w.params, parse_precision(o.precision));
-  prepare_strategy(*strategy, *w.model, *w.params, *w.batch, kernel, o.seed);
-  StepOptions step{strategy.get(), o.seed, 0};
-  step.attention = kernel;
-  step.precision = parse_precision(o.precision);
-  const double loss = forward_backward(*w.model, *w.params, *w.batch, step);
+  PrecisionScope precision(*w.params, o.run.precision);
+  prepare_strategy(*strategy, *w.model, *w.params, *w.batch, o.run.attention, o.run.seed);
+  const double loss = forward_backward(*w.model, *w.params, *w.batch, step_options(o.run, strategy.get()));
   require_finite_result(loss, *w.params);
   if (!o.out.empty()) write_gradients(o.out, w.setup, *w.params, loss);
   std::printf("loss %.9g\n", loss);
@@ -66,9 +60,7 @@ void setup_grads(CLI::App& app) {
   auto* cmd = app.add_subcommand("grads", "Run one forward and backward on a weight file; write loss and gradients");
   cmd->add_option("--weights", o->weights, "HDF5 weight file (docs/models.md layout)")->required();
   cmd->add_option("--out", o->out, "Output HDF5 file for /loss and /grads/<name>");
-  add_seed_option(*cmd, o->seed, "Seed of the batch (when the file carries none) and of dropout");
-  add_attention_option(*cmd, o->attention);
-  add_precision_option(*cmd, o->precision);
+  add_run_options(*cmd, o->run, "Seed of the batch (when the file carries none) and of dropout");
   add_router_aux_option(*cmd, o->router_aux);
   cmd->add_option("--data", o->data, "Batch source instead of the file's batch (see `remat check --help`)");
   cmd->add_option("--strategy", o->strategy, "Activation-memory strategy (see `remat strategies`)")

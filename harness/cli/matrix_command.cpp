@@ -62,7 +62,7 @@ void print_summary(const std::vector<RunRecord>& records) {
     std::string label = k.strategy + (k.finetune_label.empty() ? "" : " (" + k.finetune_label + ")");
     if (k.data != "random") label += " [" + k.data + "]";
     if (k.seed != 1) label += " [seed " + std::to_string(k.seed) + "]";
-    if (k.precision != "fp32") label += " [" + k.precision + "]";
+    if (k.precision != Precision::fp32) label += " [" + std::string(precision_name(k.precision)) + "]";
     if (r.check.oom) {
       std::printf("%-8s %-28s L%d S%d B%d: OUT OF MEMORY (over --mem-limit or the device's memory)\n", k.model.c_str(), label.c_str(),
                   k.sizes.L, k.sizes.S, k.sizes.B);
@@ -213,12 +213,9 @@ void setup_matrix(CLI::App& app) {
   cmd->add_option("--data", o->matrix.data, "Batch source: random, copy, reverse, text:PATH, h5:PATH[:DATASET]")
       ->capture_default_str();
   add_attention_option(*cmd, o->matrix.attention);
-  cmd->add_option("--precisions", o->matrix.precisions,
-                  "Precisions to run each cell at, compared each with full at the same precision: fp32, bf16, "
-                  "fp16 (comma-separated: an axis of the matrix; docs/precision.md)")
-      ->delimiter(',')
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
-      ->capture_default_str();
+  add_precisions_option(*cmd, o->matrix.precisions,
+                        "Precisions to run each cell at, compared each with full at the same precision: fp32, "
+                        "bf16, fp16 (comma-separated: an axis of the matrix; docs/precision.md)");
   add_seed_option(*cmd, o->matrix.seed, "Seed of weights, batch and dropout");
   cmd->add_option("--out", o->matrix.out, "HDF5 results file (appended to)")->capture_default_str();
   cmd->add_option("--mem-limit", o->matrix.mem_limit,

@@ -30,25 +30,54 @@ void ModelOptions::bind(CLI::App& cmd) {
           ->check(CLI::IsMember(config_names()))};
   cmd.add_option("--seq", seq, "Override the preset's sequence length S")->check(whole_number(1, 1 << 20));
   cmd.add_option("--batch", batch, "Override the preset's batch size B")->check(whole_number(1, 1 << 16));
-  add_seed_option(cmd, seed, "Seed of the initialisation and the batch");
   cmd.add_option("--data", data, "Batch source: random, copy, reverse, text:PATH, h5:PATH[:DATASET]")
       ->capture_default_str();
-  add_attention_option(cmd, attention);
-  add_precision_option(cmd, precision);
+  add_run_options(cmd, run, "Seed of the initialisation and the batch");
   add_router_aux_option(cmd, router_aux);
 }
 
-void add_precision_option(CLI::App& cmd, std::string& precision) {
-  cmd.add_option("--precision", precision,
-                 "What a step computes in: fp32, bf16 or fp16 (activations and a per-step copy of the weights in "
-                 "16 bits; float32 master weights, gradients, optimizer state and statistics; fp16 scales the "
-                 "loss: docs/precision.md)")
-      ->check(CLI::IsMember({"fp32", "bf16", "fp16"}))
-      ->capture_default_str();
+void add_run_options(CLI::App& cmd, RunSettings& run, const std::string& seed_help) {
+  add_seed_option(cmd, run.seed, seed_help);
+  add_attention_option(cmd, run.attention);
+  add_precision_option(cmd, run.precision);
 }
 
-void print_precision_path(const std::string& precision) {
-  if (precision != "fp32") std::printf("%s: %s (docs/precision.md)\n", precision.c_str(), gemm::sixteen_bit_path());
+namespace {
+
+const std::vector<std::string> kPrecisionNames = {"fp32", "bf16", "fp16"};
+
+}  // namespace
+
+void add_precision_option(CLI::App& cmd, Precision& precision) {
+  // The text is checked against the names first (one line naming them), then
+  // typed: nothing below the CLI sees a precision as text.
+  cmd.add_option_function<std::string>(
+         "--precision", [&precision](const std::string& name) { precision = parse_precision(name); },
+         "What a step computes in: fp32, bf16 or fp16 (activations and a per-step copy of the weights in "
+         "16 bits; float32 master weights, gradients, optimizer state and statistics; fp16 scales the "
+         "loss: docs/precision.md)")
+      ->check(CLI::IsMember(kPrecisionNames))
+      ->default_str(precision_name(precision));
+}
+
+void add_precisions_option(CLI::App& cmd, std::vector<Precision>& precisions, const std::string& help) {
+  std::string defaults;
+  for (Precision p : precisions) defaults += (defaults.empty() ? "" : ",") + std::string(precision_name(p));
+  cmd.add_option_function<std::vector<std::string>>(
+         "--precisions",
+         [&precisions](const std::vector<std::string>& names) {
+           precisions.clear();
+           for (const auto& name : names) precisions.push_back(parse_precision(name));
+         },
+         help)
+      ->delimiter(',')
+      ->check(CLI::IsMember(kPrecisionNames))
+      ->default_str(defaults);
+}
+
+void print_precision_path(Precision precision) {
+  if (precision != Precision::fp32)
+    std::printf("%s: %s (docs/precision.md)\n", precision_name(precision), gemm::sixteen_bit_path());
 }
 
 void add_router_aux_option(CLI::App& cmd, double& weight) {
@@ -59,13 +88,14 @@ void add_router_aux_option(CLI::App& cmd, double& weight) {
       ->capture_default_str();
 }
 
-void add_attention_option(CLI::App& cmd, std::string& kernel) {
-  cmd.add_option("--attention", kernel,
-                 "Attention kernel: fused (keeps output and log-sum-exp, recomputes probabilities in backward; "
-                 "tiles through the BLAS on the host, team kernels on a GPU), fused-team (the GPU's team kernels, "
-                 "on any backend) or plain (keeps the probabilities)")
+void add_attention_option(CLI::App& cmd, ops::AttentionKernel& kernel) {
+  cmd.add_option_function<std::string>(
+         "--attention", [&kernel](const std::string& name) { kernel = ops::parse_attention_kernel(name); },
+         "Attention kernel: fused (keeps output and log-sum-exp, recomputes probabilities in backward; "
+         "tiles through the BLAS on the host, team kernels on a GPU), fused-team (the GPU's team kernels, "
+         "on any backend) or plain (keeps the probabilities)")
       ->check(CLI::IsMember({"fused", "fused-team", "plain"}))
-      ->capture_default_str();
+      ->default_str("fused");
 }
 
 void add_freeze_options(CLI::App& cmd, FreezeOptions& freeze) {
@@ -97,7 +127,7 @@ void add_seed_option(CLI::App& cmd, std::uint64_t& seed, const std::string& help
   cmd.add_option("--seed", seed, help)->check(seed_number())->capture_default_str();
 }
 
-Batch ModelOptions::make_batch(const Sizes& z) const { return make_batch_source(data, z.B, z.S, z.V, seed)->next(); }
+Batch ModelOptions::make_batch(const Sizes& z) const { return make_batch_source(data, z.B, z.S, z.V, run.seed)->next(); }
 
 void ModelOptions::bind_with_weights(CLI::App& cmd) {
   bind(cmd);
@@ -149,7 +179,7 @@ ModelSetup ModelOptions::resolve() const {
 std::unique_ptr<ParamStore> ModelOptions::make_params(const ModelSetup& setup, bool force) const {
   if (!weights.empty()) return std::move(load_weights(weights, force).params);
   auto params = std::make_unique<ParamStore>(models().find(setup.model).make(setup.sizes)->params(), DType::f32);
-  initialize(*params, seed, setup.sizes.L);
+  initialize(*params, run.seed, setup.sizes.L);
   return params;
 }
 

@@ -5,6 +5,7 @@
 #include <string>
 
 #include "autodiff/ops/ops.hpp"
+#include "step/step.hpp"
 #include "weights/weights_file.hpp"
 #include "finetune/fine_tuning.hpp"
 #include "finetune/freeze.hpp"
@@ -16,10 +17,8 @@ struct ModelOptions {
   std::string preset = "tiny";
   std::string config;  // a published configuration (zoo/configs.hpp), instead of a preset
   int layers = 0, seq = 0, batch = 0;  // 0: the preset's
-  std::uint64_t seed = 1;
+  RunSettings run;               // --seed, --attention, --precision
   std::string data = "random";  // batch source (datasets/batch_source.hpp)
-  std::string attention = "fused";  // attention kernel (ops::AttentionKernel)
-  std::string precision = "fp32";   // what steps compute in (docs/precision.md)
   double router_aux = 0.01;  // mixtral's load-balancing loss weight
   // --weights (where a command takes it): the model, its sizes and its
   // weights from a file, a remat HDF5 file or a Hugging Face model folder;
@@ -36,20 +35,23 @@ struct ModelOptions {
   ModelSetup resolve() const;
   // The weights: the file's with --weights, else initialised from --seed.
   std::unique_ptr<ParamStore> make_params(const ModelSetup& setup, bool force) const;
-  ops::AttentionKernel kernel() const { return ops::parse_attention_kernel(attention); }
-  Precision compute_precision() const { return parse_precision(precision); }
 
  private:
   std::vector<const CLI::Option*> decided_by_weights_;  // --model, --preset, --layers, --config
 };
 
-// --attention fused|plain.
-void add_attention_option(CLI::App& cmd, std::string& kernel);
+// --seed, --attention and --precision into `run`: the one way a command
+// takes them (typed here, at the edge; bad values refused in one line).
+void add_run_options(CLI::App& cmd, RunSettings& run, const std::string& seed_help);
+// --attention fused|fused-team|plain.
+void add_attention_option(CLI::App& cmd, ops::AttentionKernel& kernel);
 // --precision fp32|bf16|fp16.
-void add_precision_option(CLI::App& cmd, std::string& precision);
+void add_precision_option(CLI::App& cmd, Precision& precision);
+// --precisions fp32,bf16,...: an axis.
+void add_precisions_option(CLI::App& cmd, std::vector<Precision>& precisions, const std::string& help);
 // At bf16 and fp16, one line on where this build's 16-bit GEMMs run (on a
 // CPU without 16-bit arithmetic: correct, not faster); nothing at fp32.
-void print_precision_path(const std::string& precision);
+void print_precision_path(Precision precision);
 // --router-aux A: the weight of a mixture of experts' load-balancing loss.
 void add_router_aux_option(CLI::App& cmd, double& weight);
 // --freeze PATTERN[,PATTERN...] and --freeze-below N.

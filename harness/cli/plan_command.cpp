@@ -37,7 +37,7 @@ SaveProfile plan_costs(const PlanOptions& o, const ModelSetup& setup, std::strin
     device.device = find_device(o.device);
     require_rates(device.device);
     if (budget.empty()) {
-      const ShapeOnlyState state = shape_only_run(setup, {}, o.model.kernel()).state;
+      const ShapeOnlyState state = shape_only_run(setup, {}, o.model.run.attention).state;
       const std::int64_t held = state.parameter_bytes + state.gradient_bytes + state.optimizer_bytes;
       const std::int64_t left = device.device.usable() - held;
       if (left <= 0)
@@ -52,29 +52,29 @@ SaveProfile plan_costs(const PlanOptions& o, const ModelSetup& setup, std::strin
     }
     if (!o.json) std::printf("costing %s %s on the %s model (shape-only, no probe timed)...\n", setup.model.c_str(),
                              setup.preset.c_str(), o.device.c_str());
-    return modelled_costs(setup, o.model.kernel(), device);
+    return modelled_costs(setup, o.model.run.attention, device);
   }
   if (budget.empty()) throw UserError("--budget: required without --device (a size, a percentage of full's, or min)");
-  require_step_memory(setup, o.model.kernel(), {"full"}, 2, o.force);
+  require_step_memory(setup, o.model.run.attention, {"full"}, 2, o.force);
   const auto model = models().find(setup.model).make(setup.sizes);
   ParamStore params(model->params(), DType::f32);
-  initialize(params, o.model.seed, setup.sizes.L);
+  initialize(params, o.model.run.seed, setup.sizes.L);
   const Batch batch = o.model.make_batch(setup.sizes);
   if (!o.json) {
     std::printf("probing %s %s (timed full steps and blocks)...\n", setup.model.c_str(), setup.preset.c_str());
     std::fflush(stdout);
   }
-  return measure_costs(*model, params, batch, o.model.kernel(), o.model.seed);
+  return measure_costs(*model, params, batch, o.model.run.attention, o.model.run.seed);
 }
 
 void run_plan(const PlanOptions& o) {
   const ModelSetup setup = o.model.resolve();
   if (!o.budget.empty())  // a bad spec is refused before any probe
-    strategies_for(setup.model, "budget:" + o.budget + (o.allow_offload ? ":offload" : ""), o.model.kernel());
+    strategies_for(setup.model, "budget:" + o.budget + (o.allow_offload ? ":offload" : ""), o.model.run.attention);
   std::string budget;
   const SaveProfile costs = plan_costs(o, setup, budget);
   const std::string spec = "budget:" + budget + (o.allow_offload ? ":offload" : "");
-  const auto specs = strategies_for(setup.model, spec, o.model.kernel());
+  const auto specs = strategies_for(setup.model, spec, o.model.run.attention);
   auto strategy = make_strategy(specs[0]);
   strategy->plan(costs);  // UserError naming the smallest feasible budget if none fits
   const planner::ChainCosts chain = planner::chain_costs(costs, o.allow_offload);
@@ -93,7 +93,7 @@ void run_plan(const PlanOptions& o) {
   }
   const Sizes& z = setup.sizes;
   std::printf("%s %s (L %d, D %d, S %d, B %d), %s attention, %s, %s: a budget of %.2f MiB\n", setup.model.c_str(),
-              setup.preset.c_str(), z.L, z.D, z.S, z.B, o.model.attention.c_str(), o.model.precision.c_str(),
+              setup.preset.c_str(), z.L, z.D, z.S, z.B, ops::attention_kernel_name(o.model.run.attention), precision_name(o.model.run.precision),
               spec.c_str(), mib(plan->budget));
   std::printf("%s", planner::describe(*plan, costs).c_str());
   std::printf("predicted activation peak: %.2f MiB (full %s %.2f MiB; smallest feasible budget %.2f MiB)\n",

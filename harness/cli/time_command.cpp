@@ -36,19 +36,19 @@ struct TimeOptions {
 
 void run_time(const TimeOptions& o) {
   const ModelSetup setup = o.model.resolve();
-  const auto specs = strategies_for(setup.model, o.strategy, o.model.kernel());
+  const auto specs = strategies_for(setup.model, o.strategy, o.model.run.attention);
   if (specs.size() != 1) throw UserError("remat time runs one strategy; '" + o.strategy + "' names " +
                                          std::to_string(specs.size()) + " (use `remat matrix` for several)");
-  const std::int64_t memory = require_step_memory(setup, o.model.kernel(), specs, 2, o.force);
+  const std::int64_t memory = require_step_memory(setup, o.model.run.attention, specs, 2, o.force);
   const auto model = models().find(setup.model).make(setup.sizes);
   auto store = o.model.make_params(setup, o.force);
   const Batch batch = o.model.make_batch(setup.sizes);
-  fine_tune(store, *model, batch, o.freeze, o.lora, o.model.seed, setup.sizes.L, o.json);
+  fine_tune(store, *model, batch, o.freeze, o.lora, o.model.run.seed, setup.sizes.L, o.json);
   ParamStore& params = *store;
   auto strategy = make_strategy(specs[0]);
   {  // a plan is made at the precision it will run at
-    PrecisionScope precision(params, o.model.compute_precision());
-    prepare_strategy(*strategy, *model, params, batch, o.model.kernel(), o.model.seed);
+    PrecisionScope precision(params, o.model.run.precision);
+    prepare_strategy(*strategy, *model, params, batch, o.model.run.attention, o.model.run.seed);
   }
   // Gradient buffers are allocated once and kept: part of the model, like
   // its weights, and in the baseline (side_by_side.py does the same in PyTorch).
@@ -61,10 +61,8 @@ void run_time(const TimeOptions& o) {
   double loss = 0;
   const LongRunNotice notice(setup, o.warmup + o.steps, memory, !o.json);
   for (int i = 0; i < o.warmup + o.steps; ++i) {
-    StepOptions step{strategy.get(), o.model.seed, 0};
-    step.attention = o.model.kernel();
-    step.precision = o.model.compute_precision();  // the 16-bit copies made in every step, as in training
-    const StepResult r = run_step(*model, params, batch, step);
+    // (At 16 bits, the 16-bit copies are made in every step, as in training.)
+    const StepResult r = run_step(*model, params, batch, step_options(o.model.run, strategy.get()));
     const bool timed = i >= o.warmup;
     if (timed) {
       seconds.push_back(r.seconds);
@@ -82,8 +80,8 @@ void run_time(const TimeOptions& o) {
     const nlohmann::json j = {{"model", setup.model},
                               {"preset", setup.preset},
                               {"strategy", specs[0]},
-                              {"attention", o.model.attention},
-                              {"precision", o.model.precision},
+                              {"attention", ops::attention_kernel_name(o.model.run.attention)},
+                              {"precision", precision_name(o.model.run.precision)},
                               {"backend", Runtime::describe()},
                               {"steps", o.steps},
                               {"median_s", step_median},
@@ -101,9 +99,9 @@ void run_time(const TimeOptions& o) {
   }
   const Sizes& z = setup.sizes;
   std::printf("%s %s (L %d, D %d, S %d, B %d), %s, %s attention, %s, %s\n", setup.model.c_str(),
-              setup.preset.c_str(), z.L, z.D, z.S, z.B, specs[0].c_str(), o.model.attention.c_str(),
-              o.model.precision.c_str(), Runtime::describe().c_str());
-  print_precision_path(o.model.precision);
+              setup.preset.c_str(), z.L, z.D, z.S, z.B, specs[0].c_str(), ops::attention_kernel_name(o.model.run.attention),
+              precision_name(o.model.run.precision), Runtime::describe().c_str());
+  print_precision_path(o.model.run.precision);
   std::printf("step time: median %.3f s, fastest %.3f s, over %d steps after %d warm-up\n", step_median, fastest,
               o.steps, o.warmup);
   std::printf("activation peak (tracker, exact): %.1f MiB%s\n", mib(activation_peak),

@@ -46,7 +46,7 @@ std::string progress_line(const TrainConfig& c, const TrainState& s, double sinc
                 s.evals.empty() ? "" : ("  val " + fixed(s.evals.back().loss, 4)).c_str(), r.lr,
                 tokens / r.seconds, duration(per_step * (c.steps - s.step)).c_str());
   std::string line = buf;
-  if (c.precision == Precision::fp16) {
+  if (c.run.precision == Precision::fp16) {
     std::snprintf(buf, sizeof buf, "  scale %g%s", r.loss_scale, r.skipped ? "  skipped (overflow)" : "");
     line += buf;
   }
@@ -70,21 +70,19 @@ void run_train(TrainOptions& o) {
   c.setup = o.model.resolve();
   c.setup.sizes.dropout = o.dropout;
   validate(c.setup.sizes);
-  c.attention = o.model.kernel();
-  c.precision = o.model.compute_precision();
-  if (c.shard_params && c.precision != Precision::fp32)
-    throw UserError("--precision " + o.model.precision + " with --shard-params: not supported yet (each rank would "
+  c.run = o.model.run;
+  if (c.shard_params && c.run.precision != Precision::fp32)
+    throw UserError("--precision " + std::string(precision_name(o.model.run.precision)) + " with --shard-params: not supported yet (each rank would "
                     "hold the whole 16-bit copy of the weights, undoing the sharding); train unsharded, or at fp32");
   c.data = o.model.data;
-  c.seed = o.model.seed;
   c.init = o.model.weights;
   c.ranks = comm::size();
-  const auto specs = strategies_for(c.setup.model, o.strategy, c.attention);
+  const auto specs = strategies_for(c.setup.model, o.strategy, c.run.attention);
   if (specs.size() != 1) throw UserError("remat train runs one strategy; '" + o.strategy + "' names " + std::to_string(specs.size()));
   c.strategy = specs[0];
   // Weights, gradients, the optimizer's state (two for AdamW), the sum of
   // accumulated micro-batches, and the step's activations.
-  const std::int64_t memory = require_step_memory(c.setup, c.attention, specs, 4 + (c.accumulate > 1 ? 1 : 0), o.force);
+  const std::int64_t memory = require_step_memory(c.setup, c.run.attention, specs, 4 + (c.accumulate > 1 ? 1 : 0), o.force);
 
   if (!o.adapters_out.empty()) {
     if (!c.lora.any()) throw UserError("--adapters-out needs --lora (there are no adapters to write)");
@@ -122,9 +120,9 @@ void run_train(TrainOptions& o) {
     std::printf("remat train: %s %s (L %d, D %d, S %d, B %d x %d%s), %s, %s attention, %s, %s %s lr %g, %d steps, %s\n",
                 c.setup.model.c_str(), c.setup.preset.c_str(), z.L, z.D, z.S, z.B, c.accumulate,
                 comm::size() > 1 ? (" x " + std::to_string(comm::size()) + " ranks").c_str() : "", c.strategy.c_str(),
-                o.model.attention.c_str(), o.model.precision.c_str(), c.optimizer.kind.c_str(), c.schedule.kind.c_str(), c.schedule.lr, c.steps,
+                ops::attention_kernel_name(o.model.run.attention), precision_name(o.model.run.precision), c.optimizer.kind.c_str(), c.schedule.kind.c_str(), c.schedule.lr, c.steps,
                 Runtime::describe().c_str());
-  if (speaks) print_precision_path(o.model.precision);
+  if (speaks) print_precision_path(o.model.run.precision);
   if (speaks) say_data_source(c.data, z.V);
   std::fflush(stdout);
   const bool tty = isatty(fileno(stderr));
@@ -163,7 +161,7 @@ void run_train(TrainOptions& o) {
   std::printf("done: %d steps, final loss %.4f", s.step, s.history.back().loss);
   if (!s.evals.empty()) std::printf(", validation loss %.4f", s.evals.back().loss);
   std::printf(", median step %.3f s\n", median(times));
-  if (c.precision == Precision::fp16) {
+  if (c.run.precision == Precision::fp16) {
     int skipped = 0;
     for (const auto& r : s.history) skipped += r.skipped ? 1 : 0;
     std::printf("fp16 loss scale: %g now, %d of %d steps skipped on overflow\n", s.scaler.scale, skipped, s.step);

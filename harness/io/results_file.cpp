@@ -63,15 +63,15 @@ std::string RunKey::text() const {
   return "model=" + model + ";preset=" + preset + ";strategy=" + strategy + ";L=" + std::to_string(z.L) +
          ";D=" + std::to_string(z.D) + ";H=" + std::to_string(z.H) + ";Hkv=" + std::to_string(z.Hkv) +
          ";F=" + std::to_string(z.F) + ";S=" + std::to_string(z.S) + ";S_max=" + std::to_string(z.S_max) +
-         ";V=" + std::to_string(z.V) + ";B=" + std::to_string(z.B) + ";dropout=" + dropout + ";attention=" + attention +
+         ";V=" + std::to_string(z.V) + ";B=" + std::to_string(z.B) + ";dropout=" + dropout + ";attention=" + ops::attention_kernel_name(attention) +
          ";data=" + data + ";seed=" + std::to_string(seed) + ";mem_limit=" + std::to_string(mem_limit) +
          (finetune.empty() ? "" : ";finetune=" + finetune) + model_attributes(model, z) +
-         (weights.empty() ? "" : ";weights=" + weights) + (precision == "fp32" ? "" : ";precision=" + precision);
+         (weights.empty() ? "" : ";weights=" + weights) + (precision == Precision::fp32 ? "" : ";precision=" + std::string(precision_name(precision)));
 }
 
 std::string RunKey::name() const {
   return model + " " + strategy + (finetune_label.empty() ? "" : " (" + finetune_label + ")") + " L" + std::to_string(sizes.L) + " S" + std::to_string(sizes.S) + " B" +
-         std::to_string(sizes.B) + (precision == "fp32" ? "" : " " + precision);
+         std::to_string(sizes.B) + (precision == Precision::fp32 ? "" : " " + std::string(precision_name(precision)));
 }
 
 void check_results_schema(const h5::File& f, bool for_append) {
@@ -200,8 +200,8 @@ void write_run(const h5::File& f, const std::string& g, const RunRecord& r) {
     if (a == "E") R::E.write(f, g, z.E), R::K.write(f, g, z.K), R::router_aux.write(f, g, z.router_aux);
     if (a == "theta") R::theta.write(f, g, z.theta);
   }
-  R::attention.write(f, g, k.attention);
-  R::precision.write(f, g, k.precision);
+  R::attention.write(f, g, ops::attention_kernel_name(k.attention));
+  R::precision.write(f, g, precision_name(k.precision));
   if (!k.finetune.empty()) {
     R::finetune.write(f, g, k.finetune);
     R::finetune_label.write(f, g, k.finetune_label);

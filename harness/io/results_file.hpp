@@ -21,8 +21,9 @@ namespace remat {
 // a recorded run has the same key: another seed, data source, attention
 // kernel, precision, dropout or memory limit is another run.
 struct RunKey {
-  std::string model, preset, strategy, data = "random", attention = "fused";
-  std::string precision = "fp32";  // in the key and the name only when not fp32 (files from before it read the same)
+  std::string model, preset, strategy, data = "random";
+  ops::AttentionKernel attention = ops::AttentionKernel::fused;
+  Precision precision = Precision::fp32;  // in the key and the name only when not fp32 (files from before it read the same)
   Sizes sizes;
   std::uint64_t seed = 1;
   std::int64_t mem_limit = 0;  // bytes; 0: none

@@ -71,8 +71,8 @@ std::string training_summary(const std::vector<std::string>& run_files) {
         std::snprintf(part, sizeof part, "%s%s %.4f", parts.empty() ? "" : ", ", name.c_str(), value);
         parts += part;
       }
-    std::string precision = precision_name(c.precision);  // fp16: and the steps its loss scale skipped
-    if (c.precision == Precision::fp16) {
+    std::string precision = precision_name(c.run.precision);  // fp16: and the steps its loss scale skipped
+    if (c.run.precision == Precision::fp16) {
       int skipped = 0;
       for (const auto& r : s.history) skipped += r.skipped ? 1 : 0;
       precision += " (" + std::to_string(skipped) + " skipped)";
@@ -117,7 +117,7 @@ std::string write_loss_plot(const std::vector<std::string>& run_files, const std
     std::uint64_t pass = 0;
     try {
       const Sizes& z = run.config.setup.sizes;
-      pass = make_batch_source(run.config.data, z.B, z.S, z.V, run.config.seed, DataSplit::train)->epoch_batches();
+      pass = make_batch_source(run.config.data, z.B, z.S, z.V, run.config.run.seed, DataSplit::train)->epoch_batches();
     } catch (const UserError&) {
       pass = 0;  // the file is gone or changed: no marks rather than wrong ones
     }
