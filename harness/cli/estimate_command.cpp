@@ -9,23 +9,19 @@
 #include <map>
 #include <nlohmann/json.hpp>
 
-#include "autodiff/memory_tracker.hpp"
-#include "autodiff/shape_only.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
-#include "estimate/device_model.hpp"
 #include "estimate/devices.hpp"
-#include "estimate/shape_only_step.hpp"
 #include "harness/cli/commands.hpp"
 #include "harness/cli/model_options.hpp"
 #include "h5/atomic_file.hpp"
+#include "harness/report/table.hpp"
 #include "harness/cli/validators.hpp"
+#include "harness/estimate_grid.hpp"
 #include "harness/long_run.hpp"
 #include "harness/report/svg_chart.hpp"
-#include "optim/optimizer.hpp"
 #include "step/probe.hpp"
 #include "strategies/registry.hpp"
-#include "train/param_shards.hpp"
 #include "zoo/configs.hpp"
 
 namespace remat::cli {
@@ -42,46 +38,6 @@ struct EstimateOptions {
 };
 
 double gib(std::int64_t bytes) { return double(bytes) / double(std::int64_t(1) << 30); }
-
-// A right-aligned table cell, 13 wide and a space before it.
-std::string cell(const std::string& text) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, " %13s", text.c_str());
-  return buf;
-}
-
-// What one rank keeps under --shard-params, as training shards
-// (train/param_shards.hpp): 1/ranks of each parameter rounded up to whole
-// chunks of 1024 values, their gradients, and the optimizer's state over
-// them, counted by the tracker in a shape-only run. (Plain data parallelism
-// keeps all of them on every rank.)
-struct RankState {
-  std::int64_t parameters = 0, gradients = 0, optimizer = 0;
-};
-RankState sharded_state(const ModelSetup& setup, int ranks, const std::string& optimizer) {
-  ShapeOnlyScope shape_only;
-  const auto model = models().find(setup.model).make(setup.sizes);
-  ParamStore params(model->params(), DType::f32);
-  const ParamShards shards(params, ranks);
-  auto& tracker = MemoryTracker::instance();
-  const std::int64_t before = tracker.stats(MemoryTracker::default_pool()).live;
-  OptimizerConfig config;
-  config.kind = optimizer;
-  const auto state = make_optimizer(config, shards.shards());
-  return {shards.shard_bytes(), shards.gradient_bytes(), tracker.stats(MemoryTracker::default_pool()).live - before};
-}
-
-// Refuses sizes whose largest per-step tensors would overflow 64-bit byte
-// counts (or come near it): one line, before any tensor is made.
-void require_countable(const Sizes& z) {
-  const long double tokens = (long double)z.B * z.S;
-  const long double widest = std::max<long double>({(long double)z.V, (long double)z.F * std::max(1, z.E),
-                                                    (long double)z.D * 4, (long double)z.H * z.S});
-  const long double bytes = tokens * widest * 4.0L * (z.L + 2);
-  if (bytes > 4e18L)
-    throw UserError("sizes B " + std::to_string(z.B) + ", S " + std::to_string(z.S) + ", L " + std::to_string(z.L) +
-                    " overflow 64-bit byte counts (about " + fixed(double(bytes / 1e18L), 1) + "e18 bytes a step)");
-}
 
 // (batch) -> strategy -> (seq, total bytes per rank), in the order met.
 using Curves = std::map<int, std::vector<std::pair<std::string, std::vector<std::pair<int, std::int64_t>>>>>;
@@ -116,197 +72,142 @@ void write_svg(const std::string& dir, const std::string& what, const Curves& cu
   std::fprintf(json ? stderr : stdout, "wrote %s/estimate.svg\n", dir.c_str());  // stdout stays JSON
 }
 
-void run(const EstimateOptions& o) {
-  ModelSetup base;
+// The options as a request: the model and sizes from --config or --preset.
+EstimateRequest request_of(const EstimateOptions& o) {
+  EstimateRequest r;
   if (!o.config.empty()) {
     const PublishedConfig& c = published_config(o.config);
     if (o.preset_given) throw UserError("--config and --preset both name the sizes: give one");
     if (o.model_given && o.model != c.model)
       throw UserError("--model " + o.model + " and --config " + o.config + ": that configuration is a " + c.model);
-    base = {c.model, o.config, c.sizes};
+    r.base = {c.model, o.config, c.sizes};
   } else {
-    base = {o.model, o.preset, preset_sizes(o.preset)};
+    r.base = {o.model, o.preset, preset_sizes(o.preset)};
   }
-  if (o.layers) base.sizes.L = o.layers;
-  if (o.ranks < 1) throw UserError("--ranks: at least 1");
-  if (o.shard_params && o.ranks < 2) throw UserError("--shard-params shards across ranks: give --ranks 2 or more");
-  const Device device = o.device.empty() ? Device{} : find_device(o.device);
-  const auto kernel = o.attention;
-  const auto specs = strategies_for(base.model, o.strategies, kernel);
-  const std::vector<int> seqs = o.seq.empty() ? std::vector<int>{base.sizes.S} : o.seq;
-  const std::vector<int> batches = o.batch.empty() ? std::vector<int>{base.sizes.B} : o.batch;
-  const bool published = !o.config.empty();  // a preset's S_max moves with --seq, as in every command
-  for (int s : seqs)
-    if (published && s > base.sizes.S_max && !o.allow_longer)
-      throw UserError("--seq " + std::to_string(s) + ": beyond " + base.preset + "'s " + std::to_string(base.sizes.S_max) +
-                      " positions (S_max); --allow-longer estimates it anyway, as if the model had that many");
+  if (o.layers) r.base.sizes.L = o.layers;
+  r.published = !o.config.empty();
+  r.allow_longer = o.allow_longer;
+  r.seqs = o.seq;
+  r.batches = o.batch;
+  r.attention = o.attention;
+  r.strategies = strategies_for(r.base.model, o.strategies, r.attention);
+  r.precision = o.precision;
+  r.optimizer = o.optimizer;
+  r.ranks = o.ranks;
+  r.shard_params = o.shard_params;
+  if (!o.device.empty()) r.device = find_device(o.device);
+  return r;
+}
 
-  // Every refusal before any output: the grid's sizes, then the strategies.
-  std::vector<ModelSetup> grid;
-  for (int b : batches)
-    for (int s : seqs) {
-      ModelSetup setup = base;
-      setup.sizes.S = s;
-      setup.sizes.B = b;
-      if (!published || s > setup.sizes.S_max) setup.sizes.S_max = s;  // a preset's, or --allow-longer
-      validate(setup.sizes);
-      require_countable(setup.sizes);
-      grid.push_back(setup);
-    }
-  const bool rates = device.fp32_flops > 0;
-  for (const auto& spec : specs)
-    if (parse_strategy(spec).planned && !rates)
-      throw UserError("strategy '" + spec + "': a budget is planned from costs, and a shape-only run has no kernel to "
-                      "time: name a --device to cost it with (" + (device.name.empty() ? "none given" : device.name + " has no rates") +
-                      "; docs/estimates.md)");
-  const Precision precision = o.precision;
-  DeviceModel device_model;
-  device_model.device = device;
-  device_model.precision = precision;
-  // Under --shard-params the shape-only run shards as training does
-  // (train/param_shards.hpp): what a rank gathers whole while a block runs,
-  // and the whole gradients awaiting their reduce-scatter, are counted by the
-  // tracker in pools of their own, at their peaks.
-  ShapeOnlyExtras extras;
-  if (o.shard_params) {
-    if (models().find(base.model).reversible)
-      throw UserError("--shard-params: " + base.model + "'s reversible blocks rebuild their inputs in backward, which "
-                      "sharded parameters do not support yet");
-    const int ranks = o.ranks;
-    extras.install = [ranks](ParamStore& p) { return std::shared_ptr<void>(std::make_shared<ParamShards>(p, ranks)); };
-    extras.pools = {ParamShards::kGatheredPool, ParamShards::kReducingPool};
-  }
-  const RankState rank_state = o.shard_params ? sharded_state(base, o.ranks, o.optimizer) : RankState{};
-  const auto pool_peak = [](const ShapeOnlyStep& step, const char* pool) {
-    const auto it = step.pool_peaks.find(pool);
-    return it == step.pool_peaks.end() ? std::int64_t(0) : it->second;
+// A point's table: every field for JSON; for text, sizes in `unit_bits`
+// (30: GiB, 20: MiB), FLOPs in T or M.
+Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bits) {
+  const double unit = double(std::int64_t(1) << unit_bits);
+  const std::string u = unit_bits == 30 ? "GiB" : "MiB";
+  const bool device = !r.device.name.empty(), rates = r.device.fp32_flops > 0;
+  const auto size = decimals(2, unit);
+  const auto fits = [](const Cell& c) {
+    const double headroom = number(c);
+    return headroom >= 0 ? "yes (" + fixed(gib(std::int64_t(headroom)), 1) + " GiB free)"
+                         : "no (" + fixed(gib(std::int64_t(-headroom)), 1) + " GiB over)";
   };
+  Table t;
+  t.columns = {{"model", ""}, {"preset", ""}, {"strategy", "strategy"}, {"seq", ""}, {"batch", ""}, {"layers", ""},
+               {"attention", ""}, {"precision", ""}, {"ranks", ""}, {"shard_params", ""}, {"parameter_count", ""},
+               {"parameter_bytes", ""}, {"gradient_bytes", ""}, {"optimizer_bytes", ""}, {"weight_copy_bytes", ""},
+               {"activation_peak_bytes", "act " + u, size}, {"offload_peak_bytes", "offload " + u, size},
+               {"gathered_peak_bytes", r.shard_params ? "gathered " + u : "", size},
+               {"reducing_peak_bytes", r.shard_params ? "reducing " + u : "", size}, {"total_bytes", "total " + u, size},
+               {"flops", unit_bits == 30 ? "TFLOP/step" : "MFLOP/step", decimals(1, unit_bits == 30 ? 1e12 : 1e6)},
+               {"recompute_flops", ""}, {"recompute_share", "recompute", percent(1)},
+               {"device", ""}, {"device_usable_bytes", ""}, {"modelled_step_s", rates ? "model s" : "", [](const Cell& c) { return fixed(number(c), number(c) < 0.01 ? 6 : 3); }},
+               {"headroom_bytes", device ? "fits (headroom)" : "", fits}, {"fits", ""}};
+  const Sizes& z = p.setup.sizes;
+  for (const auto& row : p.rows) {
+    const Cell none;
+    t.add({p.setup.model, p.setup.preset, row.strategy, std::int64_t(z.S), std::int64_t(z.B), std::int64_t(z.L),
+           ops::attention_kernel_name(r.attention), precision_name(r.precision), std::int64_t(r.ranks), r.shard_params,
+           p.parameter_count, p.parameters, p.gradients, p.optimizer, p.weight_copy, row.activation, row.offload,
+           row.gathered, row.reducing, row.total, row.flops, row.recompute_flops,
+           row.flops > 0 ? row.recompute_flops / row.flops : 0.0, device ? Cell(r.device.name) : none,
+           device ? Cell(r.device.usable()) : none, rates ? Cell(row.modelled_seconds) : none,
+           device ? Cell(row.headroom) : none, device ? Cell(row.headroom >= 0) : none});
+  }
+  return t;
+}
 
-  nlohmann::json rows = nlohmann::json::array();
-  Curves curves;
-  if (!o.json) {
-    const Sizes& z = base.sizes;
-    std::printf("remat estimate: %s %s (L %d, D %d, H %d, Hkv %d, F %d, V %d), %s attention, %s, %s%s, shape-only\n",
-                base.model.c_str(), base.preset.c_str(), z.L, z.D, z.H, z.Hkv, z.F, z.V, ops::attention_kernel_name(o.attention),
-                precision_name(o.precision), o.optimizer.c_str(),
-                o.ranks > 1 ? (", " + std::to_string(o.ranks) + " ranks" + (o.shard_params ? " (parameters sharded)" : "")).c_str()
-                            : "");
-    if (!device.name.empty())
-      std::printf("device %s: %.1f GiB, of which %.1f GiB fixed overhead (CUDA context, cuBLAS workspace, allocator "
-                  "reserve; docs/estimates.md): %.1f GiB usable\n",
-                  device.name.c_str(), gib(device.memory_bytes), gib(device.overhead_bytes), gib(device.usable()));
-  }
-  std::fflush(stdout);
-  // Past ten seconds (a deep or a wide grid), what it is doing, on stderr.
-  ProgressAfterAWhile progress(base.sizes.L);
-  std::string point;
-  extras.progress = [&](const std::string& stage) { progress.stage(point + stage); };
-  for (const ModelSetup& setup : grid) {
-      const int s = setup.sizes.S, b = setup.sizes.B;
-      point = "S " + std::to_string(s) + " B " + std::to_string(b) + ": ";
-      const ShapeOnlyRun run =
-          shape_only_run(setup, specs, kernel, o.optimizer, rates ? &device_model : nullptr, precision, extras);
-      const ShapeOnlyState& st = run.state;
-      const std::int64_t params = o.shard_params ? rank_state.parameters : st.parameter_bytes,
-                         grads = o.shard_params ? rank_state.gradients : st.gradient_bytes,
-                         optimizer = o.shard_params ? rank_state.optimizer : st.optimizer_bytes;
-      // The 16-bit copy is whole on every rank (sharded steps at bf16 are refused by train).
-      const std::int64_t copies = st.weight_copy_bytes;
-      // GiB where a table reaches one, MiB below (small presets), named so.
-      std::int64_t largest = params + grads + optimizer + copies;
-      for (const auto& step : run.steps)
-        largest = std::max(largest, largest + step.activation_peak + pool_peak(step, ParamShards::kGatheredPool) +
-                                        pool_peak(step, ParamShards::kReducingPool));
-      const bool in_gib = largest >= (std::int64_t(1) << 30);
-      const char* unit = in_gib ? "GiB" : "MiB";
-      const auto size = [&](std::int64_t bytes) { return double(bytes) / double(std::int64_t(1) << (in_gib ? 30 : 20)); };
-      if (!o.json) {
-        std::printf("\nS %d, B %d%s: parameters %.2f %s, gradients %.2f %s, optimizer state %.2f %s%s%s (%lld "
-                    "parameters)\n",
-                    s, b, o.ranks > 1 ? " per rank" : "", size(params), unit, size(grads), unit, size(optimizer), unit,
-                    copies ? (", 16-bit weight copy " + fixed(size(copies), 2) + " " + unit).c_str() : "",
-                    o.ranks > 1 ? " per rank" : "", (long long)st.parameter_count);
-        std::printf("%-26s %12s %12s%s %12s %12s %10s%s%s\n", "strategy", (std::string("act ") + unit).c_str(),
-                    (std::string("offload ") + unit).c_str(),
-                    o.shard_params ? (cell(std::string("gathered ") + unit) + cell(std::string("reducing ") + unit)).c_str()
-                                   : "",
-                    (std::string("total ") + unit).c_str(), in_gib ? "TFLOP/step" : "MFLOP/step",
-                    "recompute", rates ? "  model s" : "", device.name.empty() ? "" : "  fits (headroom)");
-      }
-      for (const auto& step : run.steps) {
-        const std::int64_t gathered = pool_peak(step, ParamShards::kGatheredPool),
-                           reducing = pool_peak(step, ParamShards::kReducingPool);
-        const std::int64_t total = params + grads + optimizer + copies + step.activation_peak + gathered + reducing;
-        auto& per_batch = curves[b];
-        auto it = std::find_if(per_batch.begin(), per_batch.end(), [&](const auto& c) { return c.first == step.strategy; });
-        if (it == per_batch.end()) it = per_batch.insert(per_batch.end(), {step.strategy, {}});
-        it->second.push_back({s, total});
-        const std::int64_t headroom = device.name.empty() ? 0 : device.usable() - total;
-        if (o.json) {
-          nlohmann::json j = {{"model", setup.model},
-                              {"preset", setup.preset},
-                              {"strategy", step.strategy},
-                              {"seq", s},
-                              {"batch", b},
-                              {"layers", setup.sizes.L},
-                              {"attention", ops::attention_kernel_name(o.attention)},
-                              {"precision", precision_name(o.precision)},
-                              {"ranks", o.ranks},
-                              {"shard_params", o.shard_params},
-                              {"parameter_count", st.parameter_count},
-                              {"parameter_bytes", params},
-                              {"gradient_bytes", grads},
-                              {"optimizer_bytes", optimizer},
-                              {"weight_copy_bytes", copies},
-                              {"activation_peak_bytes", step.activation_peak},
-                              {"offload_peak_bytes", step.offload_peak},
-                              {"gathered_peak_bytes", gathered},
-                              {"reducing_peak_bytes", reducing},
-                              {"total_bytes", total},
-                              {"flops", step.flops},
-                              {"recompute_flops", step.recompute_flops}};
-          if (!device.name.empty()) {
-            j["device"] = device.name;
-            j["device_usable_bytes"] = device.usable();
-            j["fits"] = headroom >= 0;
-            j["headroom_bytes"] = headroom;
-            if (rates) j["modelled_step_s"] = step.modelled_seconds;
-          }
-          rows.push_back(j);
-          continue;
-        }
-        std::string fits;
-        if (!device.name.empty())
-          fits = headroom >= 0 ? "  yes (" + fixed(gib(headroom), 1) + " GiB free)"
-                               : "  no (" + fixed(gib(-headroom), 1) + " GiB over)";
-        const std::string modelled = rates ? "  " + fixed(step.modelled_seconds, step.modelled_seconds < 0.01 ? 6 : 3) : "";
-        std::string sharded;  // what --shard-params adds: gathered values, whole gradients awaiting their reduce-scatter
-        if (o.shard_params) sharded = cell(fixed(size(gathered), 2)) + cell(fixed(size(reducing), 2));
-        std::printf("%-26s %12.2f %12.2f%s %12.2f %12.1f %9.1f%%%s%s\n", step.strategy.c_str(), size(step.activation_peak),
-                    size(step.offload_peak), sharded.c_str(), size(total), step.flops / (in_gib ? 1e12 : 1e6),
-                    step.flops > 0 ? 100 * step.recompute_flops / step.flops : 0.0, modelled.c_str(), fits.c_str());
-      }
-      std::fflush(stdout);  // each grid point's table as it is done, piped or not
-    }
-  if (!o.svg.empty())
-    // The title says what decides the figures: precision, ranks and sharding too.
-    write_svg(o.svg,
-              base.model + " " + base.preset + ", " + precision_name(o.precision) +
-                  (o.ranks > 1 ? ", " + std::to_string(o.ranks) + " ranks" : "") +
-                  (o.shard_params ? " (parameters sharded)" : ""),
-              curves, device, o.json);
-  if (o.json) {
-    std::printf("%s\n", rows.dump(1).c_str());
-    return;
-  }
+void print_header(const EstimateRequest& r) {
+  const Sizes& z = r.base.sizes;
+  std::printf("remat estimate: %s %s (L %d, D %d, H %d, Hkv %d, F %d, V %d), %s attention, %s, %s%s, shape-only\n",
+              r.base.model.c_str(), r.base.preset.c_str(), z.L, z.D, z.H, z.Hkv, z.F, z.V,
+              ops::attention_kernel_name(r.attention), precision_name(r.precision), r.optimizer.c_str(),
+              r.ranks > 1 ? (", " + std::to_string(r.ranks) + " ranks" + (r.shard_params ? " (parameters sharded)" : "")).c_str()
+                          : "");
+  const Device& d = r.device;
+  if (!d.name.empty())
+    std::printf("device %s: %.1f GiB, of which %.1f GiB fixed overhead (CUDA context, cuBLAS workspace, allocator "
+                "reserve; docs/estimates.md): %.1f GiB usable\n",
+                d.name.c_str(), gib(d.memory_bytes), gib(d.overhead_bytes), gib(d.usable()));
+}
+
+// A point as text: what a rank keeps, then its table (GiB where the table
+// reaches one, MiB below, named so).
+void print_point(const EstimateRequest& r, const EstimatePoint& p) {
+  const int bits = p.largest_total() >= (std::int64_t(1) << 30) ? 30 : 20;
+  const char* unit = bits == 30 ? "GiB" : "MiB";
+  const auto size = [&](std::int64_t bytes) { return fixed(double(bytes) / double(std::int64_t(1) << bits), 2) + " " + unit; };
+  const char* per_rank = r.ranks > 1 ? " per rank" : "";
+  std::printf("\nS %d, B %d%s: parameters %s, gradients %s, optimizer state %s%s%s (%lld parameters)\n",
+              p.setup.sizes.S, p.setup.sizes.B, per_rank, size(p.parameters).c_str(), size(p.gradients).c_str(),
+              size(p.optimizer).c_str(), p.weight_copy ? (", 16-bit weight copy " + size(p.weight_copy)).c_str() : "",
+              per_rank, (long long)p.parameter_count);
+  std::printf("%s", render_text(point_table(r, p, bits)).c_str());
+  std::fflush(stdout);  // each grid point's table as it is done, piped or not
+}
+
+void print_footnotes(bool shard_params) {
   std::printf("\nact: the activation peak of one training step, exact (the tracker's count of a shape-only run of the "
               "model's own code);\n");
-  if (o.shard_params)
+  if (shard_params)
     std::printf("gathered: the most whole parameters a rank holds at once (those of the block running, and those used "
                 "outside blocks for the whole step); reducing: the most whole gradients awaiting their reduce-scatter;\n");
   std::printf("total: parameters + gradients + optimizer state (+ the 16-bit weight copy)%s + act, per rank; T/MFLOP/step: "
               "GEMM FLOPs of forward and backward, recomputation included.\n",
-              o.shard_params ? " + gathered + reducing" : "");
+              shard_params ? " + gathered + reducing" : "");
+}
+
+void run(const EstimateOptions& o) {
+  const EstimateRequest r = request_of(o);
+  const std::vector<ModelSetup> grid = estimate_points(r);  // every refusal before any output
+  if (!o.json) print_header(r);
+  std::fflush(stdout);
+  ProgressAfterAWhile progress(r.base.sizes.L);  // past ten seconds (a deep or a wide grid), on stderr
+  nlohmann::json rows = nlohmann::json::array();
+  Curves curves;
+  for (const ModelSetup& setup : grid) {
+    const std::string point = "S " + std::to_string(setup.sizes.S) + " B " + std::to_string(setup.sizes.B) + ": ";
+    const EstimatePoint p = estimate_point(r, setup, [&](const std::string& stage) { progress.stage(point + stage); });
+    for (const auto& row : p.rows) {
+      auto& per_batch = curves[setup.sizes.B];
+      auto it = std::find_if(per_batch.begin(), per_batch.end(), [&](const auto& c) { return c.first == row.strategy; });
+      if (it == per_batch.end()) it = per_batch.insert(per_batch.end(), {row.strategy, {}});
+      it->second.push_back({setup.sizes.S, row.total});
+    }
+    if (o.json)
+      for (auto& j : render_json(point_table(r, p, 30))) rows.push_back(std::move(j));
+    else
+      print_point(r, p);
+  }
+  if (!o.svg.empty())  // the title says what decides the figures: precision, ranks and sharding too
+    write_svg(o.svg,
+              r.base.model + " " + r.base.preset + ", " + precision_name(r.precision) +
+                  (r.ranks > 1 ? ", " + std::to_string(r.ranks) + " ranks" : "") +
+                  (r.shard_params ? " (parameters sharded)" : ""),
+              curves, r.device, o.json);
+  if (o.json)
+    std::printf("%s\n", rows.dump(1).c_str());
+  else
+    print_footnotes(r.shard_params);
 }
 
 }  // namespace

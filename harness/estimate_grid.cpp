@@ -1,0 +1,135 @@
+#include "harness/estimate_grid.hpp"
+
+#include <algorithm>
+
+#include "autodiff/memory_tracker.hpp"
+#include "autodiff/shape_only.hpp"
+#include "core/error.hpp"
+#include "core/text.hpp"
+#include "estimate/device_model.hpp"
+#include "estimate/shape_only_step.hpp"
+#include "optim/optimizer.hpp"
+#include "strategies/registry.hpp"
+#include "train/param_shards.hpp"
+
+namespace remat {
+namespace {
+
+// What one rank keeps under --shard-params, as training shards: 1/ranks of
+// each parameter rounded up to whole chunks of 1024 values, their
+// gradients, and the optimizer's state over them, counted by the tracker in
+// a shape-only run. (Plain data parallelism keeps all of them on every rank.)
+ShapeOnlyState sharded_state(const ModelSetup& setup, int ranks, const std::string& optimizer) {
+  ShapeOnlyScope shape_only;
+  const auto model = models().find(setup.model).make(setup.sizes);
+  ParamStore params(model->params(), DType::f32);
+  const ParamShards shards(params, ranks);
+  auto& tracker = MemoryTracker::instance();
+  const std::int64_t before = tracker.stats(MemoryTracker::default_pool()).live;
+  OptimizerConfig config;
+  config.kind = optimizer;
+  const auto state = make_optimizer(config, shards.shards());
+  ShapeOnlyState s;
+  s.parameter_bytes = shards.shard_bytes();
+  s.gradient_bytes = shards.gradient_bytes();
+  s.optimizer_bytes = tracker.stats(MemoryTracker::default_pool()).live - before;
+  return s;
+}
+
+// Refuses sizes whose largest per-step tensors would overflow 64-bit byte
+// counts (or come near it): one line, before any tensor is made.
+void require_countable(const Sizes& z) {
+  const long double tokens = (long double)z.B * z.S;
+  const long double widest = std::max<long double>({(long double)z.V, (long double)z.F * std::max(1, z.E),
+                                                    (long double)z.D * 4, (long double)z.H * z.S});
+  const long double bytes = tokens * widest * 4.0L * (z.L + 2);
+  if (bytes > 4e18L)
+    throw UserError("sizes B " + std::to_string(z.B) + ", S " + std::to_string(z.S) + ", L " + std::to_string(z.L) +
+                    " overflow 64-bit byte counts (about " + fixed(double(bytes / 1e18L), 1) + "e18 bytes a step)");
+}
+
+// Under --shard-params the shape-only run shards as training does: what a
+// rank gathers whole while a block runs, and the whole gradients awaiting
+// their reduce-scatter, are counted by the tracker in pools of their own.
+ShapeOnlyExtras sharding_extras(const EstimateRequest& r) {
+  ShapeOnlyExtras extras;
+  if (!r.shard_params) return extras;
+  const int ranks = r.ranks;
+  extras.install = [ranks](ParamStore& p) { return std::shared_ptr<void>(std::make_shared<ParamShards>(p, ranks)); };
+  extras.pools = {ParamShards::kGatheredPool, ParamShards::kReducingPool};
+  return extras;
+}
+
+std::int64_t pool_peak(const ShapeOnlyStep& step, const char* pool) {
+  const auto it = step.pool_peaks.find(pool);
+  return it == step.pool_peaks.end() ? std::int64_t(0) : it->second;
+}
+
+}  // namespace
+
+std::int64_t EstimatePoint::largest_total() const {
+  std::int64_t largest = parameters + gradients + optimizer + weight_copy;
+  for (const auto& row : rows) largest = std::max(largest, row.total);
+  return largest;
+}
+
+std::vector<ModelSetup> estimate_points(const EstimateRequest& r) {
+  if (r.ranks < 1) throw UserError("--ranks: at least 1");
+  if (r.shard_params && r.ranks < 2) throw UserError("--shard-params shards across ranks: give --ranks 2 or more");
+  if (r.shard_params && models().find(r.base.model).reversible)
+    throw UserError("--shard-params: " + r.base.model + "'s reversible blocks rebuild their inputs in backward, which "
+                    "sharded parameters do not support yet");
+  const std::vector<int> seqs = r.seqs.empty() ? std::vector<int>{r.base.sizes.S} : r.seqs;
+  const std::vector<int> batches = r.batches.empty() ? std::vector<int>{r.base.sizes.B} : r.batches;
+  for (int s : seqs)
+    if (r.published && s > r.base.sizes.S_max && !r.allow_longer)
+      throw UserError("--seq " + std::to_string(s) + ": beyond " + r.base.preset + "'s " +
+                      std::to_string(r.base.sizes.S_max) +
+                      " positions (S_max); --allow-longer estimates it anyway, as if the model had that many");
+  std::vector<ModelSetup> grid;
+  for (int b : batches)
+    for (int s : seqs) {
+      ModelSetup setup = r.base;
+      setup.sizes.S = s;
+      setup.sizes.B = b;
+      if (!r.published || s > setup.sizes.S_max) setup.sizes.S_max = s;  // a preset's moves with S, as everywhere
+      validate(setup.sizes);
+      require_countable(setup.sizes);
+      grid.push_back(setup);
+    }
+  const Device& d = r.device;
+  for (const auto& spec : r.strategies)
+    if (parse_strategy(spec).planned && d.fp32_flops <= 0)
+      throw UserError("strategy '" + spec + "': a budget is planned from costs, and a shape-only run has no kernel to "
+                      "time: name a --device to cost it with (" + (d.name.empty() ? "none given" : d.name + " has no rates") +
+                      "; docs/estimates.md)");
+  return grid;
+}
+
+EstimatePoint estimate_point(const EstimateRequest& r, const ModelSetup& setup,
+                             const std::function<void(const std::string&)>& progress) {
+  DeviceModel device_model;
+  device_model.device = r.device;
+  device_model.precision = r.precision;
+  const bool rates = r.device.fp32_flops > 0;
+  ShapeOnlyExtras extras = sharding_extras(r);
+  extras.progress = progress;
+  const ShapeOnlyRun run = shape_only_run(setup, r.strategies, r.attention, r.optimizer,
+                                          rates ? &device_model : nullptr, r.precision, extras);
+  // Sharded, a rank keeps its shards (the 16-bit copy stays whole: train refuses sharding at 16 bits).
+  const ShapeOnlyState kept = r.shard_params ? sharded_state(setup, r.ranks, r.optimizer) : run.state;
+  EstimatePoint p{setup, run.state.parameter_count, kept.parameter_bytes, kept.gradient_bytes, kept.optimizer_bytes,
+                  run.state.weight_copy_bytes, {}};
+  const std::int64_t state = p.parameters + p.gradients + p.optimizer + p.weight_copy;
+  for (const auto& step : run.steps) {
+    EstimateRow row{step.strategy, step.activation_peak, step.offload_peak,
+                    pool_peak(step, ParamShards::kGatheredPool), pool_peak(step, ParamShards::kReducingPool),
+                    0, step.flops, step.recompute_flops, step.modelled_seconds, 0};
+    row.total = state + row.activation + row.gathered + row.reducing;
+    row.headroom = r.device.name.empty() ? 0 : r.device.usable() - row.total;
+    p.rows.push_back(row);
+  }
+  return p;
+}
+
+}  // namespace remat

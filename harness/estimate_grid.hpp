@@ -1,0 +1,58 @@
+#pragma once
+// `remat estimate`'s work, below the CLI: a grid of (S, B) points, each a
+// shape-only run of every strategy (estimate/shape_only_step.hpp), with what
+// a data-parallel rank keeps (sharded under ZeRO-3, as training shards:
+// train/param_shards.hpp) and whether it fits a device.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "autodiff/ops/ops.hpp"
+#include "estimate/devices.hpp"
+#include "zoo/model.hpp"
+
+namespace remat {
+
+struct EstimateRequest {
+  ModelSetup base;                 // the model and its sizes; S and B are the grid's
+  bool published = false;          // a published configuration: its S_max holds unless allow_longer
+  bool allow_longer = false;
+  std::vector<int> seqs, batches;  // the grid (empty: the base's)
+  std::vector<std::string> strategies;
+  ops::AttentionKernel attention = ops::AttentionKernel::fused;
+  Precision precision = Precision::fp32;
+  std::string optimizer = "adamw";
+  int ranks = 1;
+  bool shard_params = false;
+  Device device;  // name "": none
+};
+
+// One strategy at one point, per rank.
+struct EstimateRow {
+  std::string strategy;
+  std::int64_t activation = 0, offload = 0;
+  std::int64_t gathered = 0, reducing = 0;  // --shard-params: whole parameters gathered, whole gradients reducing
+  std::int64_t total = 0;                   // the state + the copy + activation + gathered + reducing
+  double flops = 0, recompute_flops = 0, modelled_seconds = 0;
+  std::int64_t headroom = 0;  // the device's usable memory less the total (a device given)
+};
+
+struct EstimatePoint {
+  ModelSetup setup;
+  std::int64_t parameter_count = 0;
+  std::int64_t parameters = 0, gradients = 0, optimizer = 0, weight_copy = 0;  // per rank
+  std::vector<EstimateRow> rows;  // a row per strategy, in the order asked
+  std::int64_t largest_total() const;
+};
+
+// Every point of the grid, validated (UserError on the first bad size,
+// sequence past S_max, or planned strategy without a device to cost it):
+// nothing runs before all of them are known good.
+std::vector<ModelSetup> estimate_points(const EstimateRequest& r);
+
+// One point, shape-only; `progress` is told each stage.
+EstimatePoint estimate_point(const EstimateRequest& r, const ModelSetup& setup,
+                             const std::function<void(const std::string&)>& progress = nullptr);
+
+}  // namespace remat
