@@ -69,51 +69,137 @@ std::string mb_text(double bytes) {
   return buf;
 }
 
-int run_check_command(const CheckCommandOptions& o) {
+// What a check runs on: the weights (a file's, a golden's, or initialised
+// from the seed), the batch, and the memory the shape-only check expects.
+struct CheckInputs {
   ModelSetup setup;
-  std::int64_t memory = 0;  // the estimate the memory check made
-  std::unique_ptr<Model> model;
+  std::int64_t memory = 0;
   std::unique_ptr<ParamStore> params;
   Batch batch;
+  std::optional<Golden> golden;
+};
+
+// What a step of every strategy asked needs, beside weights, gradients
+// and full's reference gradients (UserError past the machine's memory).
+std::int64_t require_memory(const CheckCommandOptions& o, const ModelSetup& setup) {
+  const auto attention = o.model.run.attention;
+  return require_step_memory(setup, attention, strategies_for(setup.model, o.strategies, attention), 3, o.force);
+}
+
+CheckInputs load_inputs(const CheckCommandOptions& o) {
+  CheckInputs in;
   if (!o.weights.empty() && !o.golden.empty()) throw UserError("--weights and --golden both name the weights: give one");
   if (!o.save_golden.empty())
     check_output(o.save_golden, FileKind::golden, {o.weights, o.golden, batch_source_file(o.model.data)}, o.force);
-  std::optional<Golden> golden;
-  if (!o.golden.empty()) golden = load_golden(o.golden);
-  if (!o.weights.empty() || golden) {
-    LoadedWeights w = golden ? std::move(golden->weights) : load_weights(o.weights, o.force);
-    setup = w.setup;
+  if (!o.golden.empty()) in.golden = load_golden(o.golden);
+  if (!o.weights.empty() || in.golden) {
+    LoadedWeights w = in.golden ? std::move(in.golden->weights) : load_weights(o.weights, o.force);
+    in.setup = w.setup;
     if (o.model.seq) {  // the weights' own length is a default; its positions are the limit
-      if (o.model.seq > setup.sizes.S_max)
+      if (o.model.seq > in.setup.sizes.S_max)
         throw UserError("--seq " + std::to_string(o.model.seq) + ": the weights hold positions for " +
-                        std::to_string(setup.sizes.S_max));
-      setup.sizes.S = o.model.seq;
+                        std::to_string(in.setup.sizes.S_max));
+      in.setup.sizes.S = o.model.seq;
     }
-    if (o.model.batch) setup.sizes.B = o.model.batch;
+    if (o.model.batch) in.setup.sizes.B = o.model.batch;
     if (o.model.seq || o.model.batch) w.batch.reset();
-    memory = require_step_memory(setup, o.model.run.attention, strategies_for(setup.model, o.strategies, o.model.run.attention), 3,
-                                 o.force);
-    if (!w.batch || o.data_given) w.batch = o.model.make_batch(setup.sizes);
-    batch = *w.batch;
-    params = std::move(w.params);
+    in.memory = require_memory(o, in.setup);
+    if (!w.batch || o.data_given) w.batch = o.model.make_batch(in.setup.sizes);
+    in.batch = *w.batch;
+    in.params = std::move(w.params);
   } else {
-    setup = o.model.resolve();
+    in.setup = o.model.resolve();
     // A deep stack takes a while before its first step: said past ten seconds.
-    ProgressAfterAWhile progress(setup.sizes.L);
+    ProgressAfterAWhile progress(in.setup.sizes.L);
     progress.stage("estimating the memory a step needs");
-    memory = require_step_memory(setup, o.model.run.attention, strategies_for(setup.model, o.strategies, o.model.run.attention), 3,
-                                 o.force);
-    params = std::make_unique<ParamStore>(models().find(setup.model).make(setup.sizes)->params(), DType::f32);
-    initialize(*params, o.model.run.seed, setup.sizes.L, [&](std::size_t i, std::size_t n) {
+    in.memory = require_memory(o, in.setup);
+    in.params = std::make_unique<ParamStore>(models().find(in.setup.model).make(in.setup.sizes)->params(), DType::f32);
+    initialize(*in.params, o.model.run.seed, in.setup.sizes.L, [&](std::size_t i, std::size_t n) {
       if (i % 256 == 0)
         progress.item("initialising the weights: tensor " + std::to_string(i + 1) + " of " + std::to_string(n));
     });
-    batch = o.model.make_batch(setup.sizes);
+    in.batch = o.model.make_batch(in.setup.sizes);
   }
+  return in;
+}
+
+// The table: a row per strategy against full; returns how many exact
+// strategies are not bitwise full.
+int print_rows(const CheckReport& report, ops::AttentionKernel attention) {
+  std::printf("\n%-28s %12s %10s %10s %7s %10s %10s %6s %9s %8s %7s\n", "strategy", "loss", "max abs", "max rel",
+              "bitwise", "act MiB", "pred MiB", "ratio", "offl. MiB", "recomp.", "time s");
+  int failures = 0;
+  for (const auto& r : report.rows) {
+    const auto& s = r.step;
+    const bool ok = !r.exact || r.vs_full.bitwise;
+    failures += ok ? 0 : 1;
+    std::printf("%-28s %12.8f %10.2e %10.2e %7s %10s %10s %6.3f %9s %7.1f%% %7.3f%s\n", r.strategy.c_str(), s.loss,
+                r.vs_full.max_abs, r.vs_full.max_rel, r.vs_full.bitwise ? "yes" : "no",
+                mb_text(double(s.activation_peak)).c_str(), mb_text(double(r.predicted.device)).c_str(),
+                double(s.activation_peak) / double(report.full.activation_peak),
+                mb_text(double(s.offload_peak)).c_str(), s.flops > 0 ? 100.0 * s.recompute_flops / s.flops : 0.0,
+                s.seconds, ok ? "" : "   <- NOT BITWISE EQUAL TO full");
+    const std::string same = same_as_full(r.strategy, s, report.full, attention);
+    if (!same.empty()) std::printf("  %s %s\n", r.strategy.c_str(), same.c_str());
+  }
+  std::printf(
+      "\nact MiB: device-pool peak during the step minus what was live before it (parameters, gradients, batch);\n"
+      "pred MiB: predicted from one probe step (each block's saved bytes and working set) by the strategy's plan;\n"
+      "ratio: act / full's; "
+      "offl. MiB: offload-pool peak; recomp.: share of the step's GEMM FLOPs spent recomputing.\n");
+  return failures;
+}
+
+// Reversible strategies' reconstruction errors, and traces where asked.
+void print_details(const CheckReport& report) {
+  for (const auto& r : report.rows) {
+    if (!r.reconstruction) continue;
+    std::printf("%s: reconstruction of block inputs, worst block %s: max abs %.3e, max rel %.3e; gradients vs full: "
+                "max rel %.3e (%s)\n",
+                r.strategy.c_str(), r.reconstruction->block.c_str(), r.reconstruction->max_abs,
+                r.reconstruction->max_rel, r.vs_full.max_rel, r.vs_full.worst.c_str());
+    for (const auto& b : r.reconstruction_by_block)  // each block's (rounding grows as backward goes down the stack)
+      std::printf("  block %-8s max abs %.3e, max rel %.3e\n", b.block.c_str(), b.max_abs, b.max_rel);
+  }
+  for (const auto& r : report.rows)
+    if (!r.trace.empty()) std::printf("\n== trace: %s ==\n%s", r.strategy.c_str(), r.trace.c_str());
+}
+
+// Each strategy against the golden file; returns how many drifted.
+int print_golden(const CheckReport& report, const Golden& golden, const std::string& path) {
+  int drifted = 0;
+  for (const auto& r : report.rows) {
+    if (!r.vs_golden) continue;
+    const auto& g = *r.vs_golden;
+    const bool ok = g.loss_diff <= kGoldenLossTolerance * std::abs(golden.loss) && g.max_rel <= kGoldenGradTolerance;
+    std::printf("%-28s vs golden: loss diff %.2e, max rel gradient error %.2e (%s)%s\n", r.strategy.c_str(),
+                g.loss_diff, g.max_rel, g.worst.c_str(), ok ? "" : "   <- DRIFT");
+    if (!ok) {
+      ++drifted;
+      std::fprintf(stderr, "remat check: %s drifted from %s: worst parameter %s, relative error %.3e (tolerance %.0e)\n",
+                   r.strategy.c_str(), path.c_str(), g.worst.c_str(), g.max_rel, kGoldenGradTolerance);
+    }
+  }
+  {
+    const auto compared =
+        std::count_if(report.rows.begin(), report.rows.end(), [](const auto& r) { return bool(r.vs_golden); });
+    std::printf("golden %s: %s: %ld of %ld strategies within tolerance (loss: relative %.0e; gradients: max "
+                "relative %.0e)\n",
+                path.c_str(), drifted ? "DRIFT" : "pass", long(compared - drifted), long(compared),
+                kGoldenLossTolerance, kGoldenGradTolerance);
+  }
+  return drifted;
+}
+
+int run_check_command(const CheckCommandOptions& o) {
+  CheckInputs in = load_inputs(o);
+  ModelSetup& setup = in.setup;
+  const Batch& batch = in.batch;
+  std::unique_ptr<ParamStore>& params = in.params;
   setup.sizes.dropout = o.dropout;
   setup.sizes.router_aux = o.model.router_aux;
   validate(setup.sizes);
-  model = models().find(setup.model).make(setup.sizes);
+  const auto model = models().find(setup.model).make(setup.sizes);
   if ((o.freeze.any() || o.lora.any()) && o.train_steps > 0)
     throw UserError("--freeze or --lora with --train-steps: not together yet");
   fine_tune(params, *model, batch, o.freeze, o.lora, o.model.run.seed, setup.sizes.L);
@@ -128,9 +214,9 @@ int run_check_command(const CheckCommandOptions& o) {
   remat::CheckOptions options;
   options.run = o.model.run;
   options.trace = o.trace;
-  if (golden) {
-    options.golden = &golden->grads;
-    options.golden_loss = golden->loss;
+  if (in.golden) {
+    options.golden = &in.golden->grads;
+    options.golden_loss = in.golden->loss;
   }
   if (isatty(fileno(stderr)))
     options.progress = [](std::size_t i, std::size_t n, const std::string& spec) {
@@ -138,7 +224,7 @@ int run_check_command(const CheckCommandOptions& o) {
       if (i + 1 == n) std::fprintf(stderr, "\r\033[K");
     };
   // full, then each strategy: a step each (a trace or golden adds none).
-  const LongRunNotice notice(setup, std::int64_t(specs.size()) + 1, memory);
+  const LongRunNotice notice(setup, std::int64_t(specs.size()) + 1, in.memory);
   const CheckReport report = run_check(*model, *params, batch, specs, options);
   if (!o.save_golden.empty()) {  // full's gradients: run it once more, as the table's steps ran strategies
     auto full = make_strategy("full");
@@ -148,60 +234,10 @@ int run_check_command(const CheckCommandOptions& o) {
     std::printf("wrote golden %s: weights, batch, loss and full's gradients\n", o.save_golden.c_str());
   }
 
-  std::printf("\n%-28s %12s %10s %10s %7s %10s %10s %6s %9s %8s %7s\n", "strategy", "loss", "max abs", "max rel",
-              "bitwise", "act MiB", "pred MiB", "ratio", "offl. MiB", "recomp.", "time s");
-  int failures = 0;
-  for (const auto& r : report.rows) {
-    const auto& s = r.step;
-    const bool ok = !r.exact || r.vs_full.bitwise;
-    failures += ok ? 0 : 1;
-    std::printf("%-28s %12.8f %10.2e %10.2e %7s %10s %10s %6.3f %9s %7.1f%% %7.3f%s\n", r.strategy.c_str(), s.loss,
-                r.vs_full.max_abs, r.vs_full.max_rel, r.vs_full.bitwise ? "yes" : "no",
-                mb_text(double(s.activation_peak)).c_str(), mb_text(double(r.predicted.device)).c_str(),
-                double(s.activation_peak) / double(report.full.activation_peak),
-                mb_text(double(s.offload_peak)).c_str(), s.flops > 0 ? 100.0 * s.recompute_flops / s.flops : 0.0,
-                s.seconds, ok ? "" : "   <- NOT BITWISE EQUAL TO full");
-    const std::string same = same_as_full(r.strategy, s, report.full, o.model.run.attention);
-    if (!same.empty()) std::printf("  %s %s\n", r.strategy.c_str(), same.c_str());
-  }
-  std::printf(
-      "\nact MiB: device-pool peak during the step minus what was live before it (parameters, gradients, batch);\n"
-      "pred MiB: predicted from one probe step (each block's saved bytes and working set) by the strategy's plan;\n"
-      "ratio: act / full's; "
-      "offl. MiB: offload-pool peak; recomp.: share of the step's GEMM FLOPs spent recomputing.\n");
-  for (const auto& r : report.rows) {
-    if (!r.reconstruction) continue;
-    std::printf("%s: reconstruction of block inputs, worst block %s: max abs %.3e, max rel %.3e; gradients vs full: "
-                "max rel %.3e (%s)\n",
-                r.strategy.c_str(), r.reconstruction->block.c_str(), r.reconstruction->max_abs,
-                r.reconstruction->max_rel, r.vs_full.max_rel, r.vs_full.worst.c_str());
-    for (const auto& b : r.reconstruction_by_block)  // each block's (rounding grows as backward goes down the stack)
-      std::printf("  block %-8s max abs %.3e, max rel %.3e\n", b.block.c_str(), b.max_abs, b.max_rel);
-  }
-  for (const auto& r : report.rows)
-    if (!r.trace.empty()) std::printf("\n== trace: %s ==\n%s", r.strategy.c_str(), r.trace.c_str());
+  const int failures = print_rows(report, o.model.run.attention);
+  print_details(report);
   if (failures) std::fprintf(stderr, "remat check: %d exact strategies are not bitwise equal to full\n", failures);
-  int drifted = 0;
-  for (const auto& r : report.rows) {
-    if (!r.vs_golden) continue;
-    const auto& g = *r.vs_golden;
-    const bool ok = g.loss_diff <= kGoldenLossTolerance * std::abs(golden->loss) && g.max_rel <= kGoldenGradTolerance;
-    std::printf("%-28s vs golden: loss diff %.2e, max rel gradient error %.2e (%s)%s\n", r.strategy.c_str(),
-                g.loss_diff, g.max_rel, g.worst.c_str(), ok ? "" : "   <- DRIFT");
-    if (!ok) {
-      ++drifted;
-      std::fprintf(stderr, "remat check: %s drifted from %s: worst parameter %s, relative error %.3e (tolerance %.0e)\n",
-                   r.strategy.c_str(), o.golden.c_str(), g.worst.c_str(), g.max_rel, kGoldenGradTolerance);
-    }
-  }
-  if (golden) {
-    const auto compared =
-        std::count_if(report.rows.begin(), report.rows.end(), [](const auto& r) { return bool(r.vs_golden); });
-    std::printf("golden %s: %s: %ld of %ld strategies within tolerance (loss: relative %.0e; gradients: max "
-                "relative %.0e)\n",
-                o.golden.c_str(), drifted ? "DRIFT" : "pass", long(compared - drifted), long(compared),
-                kGoldenLossTolerance, kGoldenGradTolerance);
-  }
+  const int drifted = in.golden ? print_golden(report, *in.golden, o.golden) : 0;
   return failures || drifted ? 1 : 0;
 }
 

@@ -65,15 +65,19 @@ void say_data_source(const std::string& data, std::int64_t vocabulary) {
     std::printf("data: %s\n", data.c_str());
 }
 
-void run_train(TrainOptions& o) {
+// The options as a training configuration, checked; returns the memory the
+// step needs (the weights, gradients, optimizer state, the sum of
+// accumulated micro-batches, and the step's activations).
+std::int64_t configure(TrainOptions& o) {
   TrainConfig& c = o.config;
   c.setup = o.model.resolve();
   c.setup.sizes.dropout = o.dropout;
   validate(c.setup.sizes);
   c.run = o.model.run;
   if (c.shard_params && c.run.precision != Precision::fp32)
-    throw UserError("--precision " + std::string(precision_name(o.model.run.precision)) + " with --shard-params: not supported yet (each rank would "
-                    "hold the whole 16-bit copy of the weights, undoing the sharding); train unsharded, or at fp32");
+    throw UserError("--precision " + std::string(precision_name(c.run.precision)) +
+                    " with --shard-params: not supported yet (each rank would hold the whole 16-bit copy of the "
+                    "weights, undoing the sharding); train unsharded, or at fp32");
   c.data = o.model.data;
   c.init = o.model.weights;
   c.ranks = comm::size();
@@ -82,8 +86,14 @@ void run_train(TrainOptions& o) {
   c.strategy = specs[0];
   // Weights, gradients, the optimizer's state (two for AdamW), the sum of
   // accumulated micro-batches, and the step's activations.
-  const std::int64_t memory = require_step_memory(c.setup, c.run.attention, specs, 4 + (c.accumulate > 1 ? 1 : 0), o.force);
+  return require_step_memory(c.setup, c.run.attention, specs, 4 + (c.accumulate > 1 ? 1 : 0), o.force);
 
+}
+
+// Checks the outputs before anything runs; with --resume, the run to
+// continue (null: start afresh). `complete`: the run has nothing left to do.
+std::unique_ptr<SavedRun> open_outputs(const TrainOptions& o, bool& complete) {
+  const TrainConfig& c = o.config;
   if (!o.adapters_out.empty()) {
     if (!c.lora.any()) throw UserError("--adapters-out needs --lora (there are no adapters to write)");
     if (o.adapters_out == c.out) throw UserError("--adapters-out and --out name the same file");
@@ -97,7 +107,7 @@ void run_train(TrainOptions& o) {
       require_same_run(c.out, resume->config, c);
       if (resume->state.step >= c.steps) {
         if (comm::rank() == 0) std::printf("%s is complete: %d of %d steps\n", c.out.c_str(), resume->state.step, c.steps);
-        return;
+        complete = true;
       }
       if (comm::rank() == 0) std::printf("resuming %s at step %d of %d\n", c.out.c_str(), resume->state.step, c.steps);
     } else if (kind == FileKind::training_run && !o.force) {
@@ -113,26 +123,30 @@ void run_train(TrainOptions& o) {
       if (o.resume && comm::rank() == 0) std::printf("nothing saved in %s yet: starting at step 0\n", c.out.c_str());
     }
   }
+  return resume;
+}
 
+void print_header(const TrainConfig& c) {
   const Sizes& z = c.setup.sizes;
-  const bool speaks = comm::rank() == 0;  // under mpirun, rank 0 reports and writes for all
-  if (speaks)
-    std::printf("remat train: %s %s (L %d, D %d, S %d, B %d x %d%s), %s, %s attention, %s, %s %s lr %g, %d steps, %s\n",
-                c.setup.model.c_str(), c.setup.preset.c_str(), z.L, z.D, z.S, z.B, c.accumulate,
-                comm::size() > 1 ? (" x " + std::to_string(comm::size()) + " ranks").c_str() : "", c.strategy.c_str(),
-                ops::attention_kernel_name(o.model.run.attention), precision_name(o.model.run.precision), c.optimizer.kind.c_str(), c.schedule.kind.c_str(), c.schedule.lr, c.steps,
-                Runtime::describe().c_str());
-  if (speaks) print_precision_path(o.model.run.precision);
-  if (speaks) say_data_source(c.data, z.V);
-  std::fflush(stdout);
+  std::printf("remat train: %s %s (L %d, D %d, S %d, B %d x %d%s), %s, %s attention, %s, %s %s lr %g, %d steps, %s\n",
+              c.setup.model.c_str(), c.setup.preset.c_str(), z.L, z.D, z.S, z.B, c.accumulate,
+              comm::size() > 1 ? (" x " + std::to_string(comm::size()) + " ranks").c_str() : "", c.strategy.c_str(),
+              ops::attention_kernel_name(c.run.attention), precision_name(c.run.precision), c.optimizer.kind.c_str(),
+              c.schedule.kind.c_str(), c.schedule.lr, c.steps, Runtime::describe().c_str());
+  print_precision_path(c.run.precision);
+  say_data_source(c.data, z.V);
+}
+
+// What rank 0 says as the run goes: a progress line per step (a line every
+// twentieth of the run when stderr is not a terminal), and how often a
+// finite source is read.
+TrainProgress progress_reporting(int first) {
   const bool tty = isatty(fileno(stderr));
   const auto start = std::chrono::steady_clock::now();
-  const int first = resume ? resume->state.step : 0;
-  const int every = std::max(1, c.steps / 20);
   TrainProgress progress;
   // A finite source read more than once says so: its loss curve dips as the
   // model meets the same text again (the trainer's own source tells).
-  if (speaks) progress.started = [&](const TrainConfig& cfg, std::uint64_t epoch) {
+  progress.started = [=](const TrainConfig& cfg, std::uint64_t epoch) {
     const std::uint64_t reads = std::uint64_t(cfg.steps) * std::uint64_t(cfg.accumulate) * std::uint64_t(comm::size());
     if (epoch > 0 && reads > epoch)
       std::printf("%s: one pass is %llu batches, so this run reads it %.1f times (every pass starts at another "
@@ -140,7 +154,7 @@ void run_train(TrainOptions& o) {
                   cfg.data.c_str(), (unsigned long long)epoch, double(reads) / double(epoch));
     std::fflush(stdout);
   };
-  if (speaks) progress.step = [&](const TrainConfig& cfg, const TrainState& s) {
+  progress.step = [=](const TrainConfig& cfg, const TrainState& s) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     // Said once the run has passed every check and has begun, so that an
     // error stays the only line it prints.
@@ -148,13 +162,15 @@ void run_train(TrainOptions& o) {
       std::fprintf(stderr, "remat train: no --out: the trained weights will not be kept (give --out FILE to keep "
                            "them, save and resume)\n");
     const std::string line = progress_line(cfg, s, elapsed, first);
+    const int every = std::max(1, cfg.steps / 20);
     if (tty) std::fprintf(stderr, "\r\033[K%s", line.c_str());
     else if (s.step % every == 0 || s.step == cfg.steps) std::fprintf(stderr, "%s\n", line.c_str());
   };
-  const LongRunNotice notice(c.setup, std::int64_t(c.steps - first) * c.accumulate, memory, speaks);
-  const TrainResult result = train(c, progress, resume.get());
-  if (!speaks) return;
-  if (tty) std::fprintf(stderr, "\n");
+  return progress;
+}
+
+void print_summary(const TrainOptions& o, const TrainResult& result, int first) {
+  const TrainConfig& c = o.config;
   const TrainState& s = result.state;
   std::vector<double> times;
   for (std::size_t i = std::size_t(first); i < s.history.size(); ++i) times.push_back(s.history[i].seconds);
@@ -186,6 +202,23 @@ void run_train(TrainOptions& o) {
     std::printf("wrote %s (the LoRA adapters alone; fold them into the base with remat lora-merge)\n",
                 o.adapters_out.c_str());
   }
+}
+
+void run_train(TrainOptions& o) {
+  const std::int64_t memory = configure(o);
+  const TrainConfig& c = o.config;
+  bool complete = false;
+  const std::unique_ptr<SavedRun> resume = open_outputs(o, complete);
+  if (complete) return;
+  const bool speaks = comm::rank() == 0;  // under mpirun, rank 0 reports and writes for all
+  if (speaks) print_header(c);
+  std::fflush(stdout);
+  const int first = resume ? resume->state.step : 0;
+  const LongRunNotice notice(c.setup, std::int64_t(c.steps - first) * c.accumulate, memory, speaks);
+  const TrainResult result = train(c, speaks ? progress_reporting(first) : TrainProgress{}, resume.get());
+  if (!speaks) return;
+  if (isatty(fileno(stderr))) std::fprintf(stderr, "\n");
+  print_summary(o, result, first);
 }
 
 }  // namespace

@@ -288,154 +288,186 @@ std::string markdown_summary(const Results& results) {
   return o.str();
 }
 
-std::vector<std::string> write_plots(const std::vector<RunSummary>& runs, const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw UserError(dir + ": cannot create (" + ec.message() + ")");
-  std::vector<std::string> written;
-  const auto groups = by_setting(runs);
-  svg::Palette palette;  // one colour per strategy, in every panel and file
-  for (const auto& r : runs) palette(r.strategy);
+namespace {
 
-  // 1. Step time against activation memory, one panel per setting (model,
-  // shape, data, seed, fine-tuning...), each with its own Pareto front.
-  // A run that is full in all but name is no point of its own: full's
-  // legend names it instead.
-  const auto full = full_of_settings(runs);
-  const auto same_as_full = [&](const RunSummary& r) {
+// What every plot of one report shares: the runs by setting, one colour per
+// strategy in every panel and file, and each setting's full.
+struct PlotContext {
+  const std::vector<RunSummary>& runs;
+  std::vector<std::pair<std::string, std::vector<const RunSummary*>>> groups = by_setting(runs);
+  std::map<std::string, FullOf> full = full_of_settings(runs);
+  mutable svg::Palette palette;
+
+  explicit PlotContext(const std::vector<RunSummary>& r) : runs(r) {
+    for (const auto& run : runs) palette(run.strategy);
+  }
+  // A run that is full in all but name is no point of its own: full's legend names it instead.
+  bool same_as_full(const RunSummary& r) const {
     const auto it = full.find(r.setting);
     return it != full.end() && full_in_all_but_name(r, it->second.run);
+  }
+  std::string legend(const RunSummary& r) const { return r.full ? full.at(r.setting).name() : r.strategy; }
+};
+
+// The points no other point matches or beats in both time and bytes (by
+// bytes, then time: of two with the same bytes the faster comes first, and
+// the slower is not on the front), ringed.
+svg::Series pareto_front(std::vector<const RunSummary*> runs, const TimeUnit& unit) {
+  std::sort(runs.begin(), runs.end(), [](auto* a, auto* b) {
+    return a->activation != b->activation ? a->activation < b->activation : a->step_time < b->step_time;
+  });
+  svg::Series front{"Pareto front", {}, {}, true, false, true, true};
+  double best = std::numeric_limits<double>::max();
+  for (const RunSummary* r : runs)  // lowest time so far, by growing memory
+    if (r->step_time < best) {
+      best = r->step_time;
+      front.x.push_back(mb(r->activation));
+      front.y.push_back(r->step_time * unit.scale);
+    }
+  return front;
+}
+
+// Step time against activation memory for one setting (model, shape, data,
+// seed, fine-tuning...), with its own Pareto front; the planner's budgets
+// form one line beside the fixed strategies' points.
+svg::Chart tradeoff_panel(const PlotContext& p, const std::vector<const RunSummary*>& rs) {
+  double slowest = 0;
+  for (const RunSummary* r : rs) slowest = std::max(slowest, r->oom ? 0.0 : r->step_time);
+  const TimeUnit unit = time_unit(slowest);
+  svg::Chart c{panel_title(*rs.front(), p.runs), "activation memory (MiB)", std::string("step time (") + unit.name + ")",
+               false, false, {}};
+  std::vector<const RunSummary*> drawn, planned;
+  for (const RunSummary* r : rs)
+    if (!r->oom && !p.same_as_full(*r)) {
+      if (r->strategy.rfind("budget:", 0) == 0) planned.push_back(r);
+      else c.series.push_back({p.legend(*r), {mb(r->activation)}, {r->step_time * unit.scale}, false, true, false,
+                               false, p.palette(r->strategy)});
+      drawn.push_back(r);
+    }
+  if (!planned.empty()) {
+    std::sort(planned.begin(), planned.end(), [](auto* a, auto* b) { return a->activation < b->activation; });
+    svg::Series plan{"planner (budget:...)", {}, {}, true, true, false, false, p.palette("planner (budget:...)")};
+    for (const RunSummary* r : planned) {
+      plan.x.push_back(mb(r->activation));
+      plan.y.push_back(r->step_time * unit.scale);
+    }
+    c.series.push_back(plan);
+  }
+  c.series.push_back(pareto_front(drawn, unit));
+  return c;
+}
+
+// One setting's row of timeline panels, one per strategy, on one scale,
+// with full's line faint behind each; `columns` grows to the widest row.
+void timeline_row(const PlotContext& p, const std::vector<const RunSummary*>& rs, std::vector<svg::Chart>& panels,
+                  std::size_t& columns) {
+  double t_max = 0, m_max = 0;
+  const RunSummary* full = nullptr;
+  std::vector<const RunSummary*> drawn;
+  for (const RunSummary* r : rs)
+    if (!r->timeline_seconds.empty() && !p.same_as_full(*r)) {
+      drawn.push_back(r);
+      if (r->full) full = r;
+      for (double t : r->timeline_seconds) t_max = std::max(t_max, t);
+      for (double m : r->timeline_mb) m_max = std::max(m_max, m);
+    }
+  columns = std::max(columns, std::min<std::size_t>(drawn.size(), 4));
+  const std::string title = panel_title(*rs.front(), p.runs);
+  const TimeUnit unit = time_unit(t_max);
+  const auto in_unit = [&](std::vector<double> seconds) {
+    for (double& t : seconds) t *= unit.scale;
+    return seconds;
   };
-  const auto legend = [&](const RunSummary& r) { return r.full ? full.at(r.setting).name() : r.strategy; };
-  std::vector<svg::Chart> tradeoff;
-  for (const auto& [setting, rs] : groups) {
-    double slowest = 0;
-    for (const RunSummary* r : rs) slowest = std::max(slowest, r->oom ? 0.0 : r->step_time);
-    const TimeUnit unit = time_unit(slowest);
-    svg::Chart c{panel_title(*rs.front(), runs), "activation memory (MiB)", std::string("step time (") + unit.name + ")",
-                 false, false, {}};
-    std::vector<const RunSummary*> sorted, planned;
-    for (const RunSummary* r : rs)
-      if (!r->oom && !same_as_full(*r)) {
-        // The planner's budgets form one line: its front beside the fixed strategies' points.
-        if (r->strategy.rfind("budget:", 0) == 0) planned.push_back(r);
-        else c.series.push_back({legend(*r), {mb(r->activation)}, {r->step_time * unit.scale}, false, true, false,
-                                 false, palette(r->strategy)});
-        sorted.push_back(r);
-      }
-    if (!planned.empty()) {
-      std::sort(planned.begin(), planned.end(), [](auto* a, auto* b) { return a->activation < b->activation; });
-      svg::Series plan{"planner (budget:...)", {}, {}, true, true, false, false, palette("planner (budget:...)")};
-      for (const RunSummary* r : planned) {
-        plan.x.push_back(mb(r->activation));
-        plan.y.push_back(r->step_time * unit.scale);
-      }
-      c.series.push_back(plan);
-    }
-    // Ringed: the points no other point matches or beats in both time and
-    // bytes (by bytes, then time: of two with the same bytes the faster comes
-    // first, and the slower is not on the front).
-    std::sort(sorted.begin(), sorted.end(), [](auto* a, auto* b) {
-      return a->activation != b->activation ? a->activation < b->activation : a->step_time < b->step_time;
-    });
-    svg::Series front{"Pareto front", {}, {}, true, false, true, true};
-    double best = std::numeric_limits<double>::max();
-    for (const RunSummary* r : sorted)  // lowest time so far, by growing memory
-      if (r->step_time < best) {
-        best = r->step_time;
-        front.x.push_back(mb(r->activation));
-        front.y.push_back(r->step_time * unit.scale);
-      }
-    c.series.push_back(front);
-    tradeoff.push_back(std::move(c));
+  for (const RunSummary* r : drawn) {
+    svg::Chart c{p.legend(*r) + ": " + title, std::string("time in the step (") + unit.name + ")",
+                 "activation memory (MiB)", false, false, {}};
+    c.x_max = t_max * unit.scale, c.y_max = m_max;
+    if (full && full != r)
+      c.series.push_back({"full (reference)", in_unit(full->timeline_seconds), full->timeline_mb, true, false, true,
+                          false, 8});  // grey
+    c.series.push_back({r->strategy, in_unit(r->timeline_seconds), r->timeline_mb, true, false, false, false,
+                        p.palette(r->strategy)});
+    panels.push_back(std::move(c));
   }
-  if (!tradeoff.empty())
-    write_file(dir + "/tradeoff.svg", svg::render("Step time against activation memory (Pareto front ringed)", tradeoff),
-               written);
+}
 
-  // 2. The memory timeline of one step as small multiples: per model a file,
-  // per setting a row of panels, one per strategy, on one scale, with
-  // full's line faint behind each.
-  std::vector<std::string> model_order;
-  for (const auto& r : runs)
-    if (std::find(model_order.begin(), model_order.end(), r.model) == model_order.end()) model_order.push_back(r.model);
-  for (const auto& model : model_order) {
-    std::vector<svg::Chart> panels;
-    std::size_t columns = 1;
-    for (const auto& [setting, rs] : groups) {
-      if (rs.front()->model != model) continue;
-      double t_max = 0, m_max = 0;
-      const RunSummary* full = nullptr;
-      std::vector<const RunSummary*> drawn;
-      for (const RunSummary* r : rs)
-        if (!r->timeline_seconds.empty() && !same_as_full(*r)) {
-          drawn.push_back(r);
-          if (r->full) full = r;
-          for (double t : r->timeline_seconds) t_max = std::max(t_max, t);
-          for (double m : r->timeline_mb) m_max = std::max(m_max, m);
-        }
-      columns = std::max(columns, std::min<std::size_t>(drawn.size(), 4));
-      const std::string title = panel_title(*rs.front(), runs);
-      const TimeUnit unit = time_unit(t_max);
-      const auto in_unit = [&](std::vector<double> seconds) {
-        for (double& t : seconds) t *= unit.scale;
-        return seconds;
-      };
-      for (const RunSummary* r : drawn) {
-        svg::Chart c{legend(*r) + ": " + title, std::string("time in the step (") + unit.name + ")",
-                     "activation memory (MiB)", false, false, {}};
-        c.x_max = t_max * unit.scale, c.y_max = m_max;
-        if (full && full != r)
-          c.series.push_back({"full (reference)", in_unit(full->timeline_seconds), full->timeline_mb, true, false, true,
-                              false, 8});  // grey
-        c.series.push_back({r->strategy, in_unit(r->timeline_seconds), r->timeline_mb, true, false, false, false,
-                            palette(r->strategy)});
-        panels.push_back(std::move(c));
+// One panel of the depth sweep: activation memory against L, log-log, with
+// fitted slopes. A line that coincides with one drawn before it is dashed,
+// and its legend says so.
+svg::Chart depth_panel(const PlotContext& p, const std::string& title,
+                       const std::map<std::string, std::map<int, std::int64_t>>& strategies) {
+  svg::Chart c{title, "blocks L", "activation memory (MiB)", true, true, {}};
+  std::vector<std::pair<std::string, std::map<int, std::int64_t>>> drawn;
+  for (const auto& [strategy, points] : strategies) {
+    if (points.size() < 2) continue;
+    svg::Series s{strategy, {}, {}, true, true, false, false, p.palette(strategy)};
+    for (const auto& [L, bytes] : points) s.x.push_back(L), s.y.push_back(std::max(mb(bytes), 1e-3));
+    char label[160];
+    std::snprintf(label, sizeof label, "%s (slope %.2f)", strategy.c_str(), loglog_slope(s.x, s.y));
+    s.name = label;
+    for (const auto& [other, other_points] : drawn)
+      if (other_points == points) {
+        s.dashed = true;
+        s.name += ", = " + other;
+        break;
       }
-    }
-    if (!panels.empty())
-      write_file(dir + "/timeline-" + model + ".svg",
-                 svg::render("Memory during one training step: " + model + " (one scale per setting)", panels,
-                             columns),
-                 written);
+    drawn.push_back({strategy, points});
+    c.series.push_back(std::move(s));
   }
+  return c;
+}
 
-  // 3. Depth sweep: activation memory against L on log-log axes, fitted
-  // slopes; one panel per setting but L. A line that coincides with one
-  // drawn before it is dashed, and its legend says so.
-  std::vector<svg::Chart> depth;
+// The depth sweep: a panel per setting but L.
+std::vector<svg::Chart> depth_panels(const PlotContext& p) {
   std::vector<std::pair<std::string, std::map<std::string, std::map<int, std::int64_t>>>> sweep;  // strategy -> L -> bytes
   std::map<std::string, const RunSummary*> first_of;
-  for (const auto& r : runs) {
+  for (const auto& r : p.runs) {
     if (r.oom) continue;
     const std::string key = setting_without(r.setting, {"L"});
     auto it = std::find_if(sweep.begin(), sweep.end(), [&](const auto& g) { return g.first == key; });
     if (it == sweep.end()) it = sweep.insert(sweep.end(), {key, {}}), first_of[key] = &r;
     it->second[r.strategy][r.L] = r.activation;
   }
+  std::vector<svg::Chart> depth;
   for (const auto& [key, strategies] : sweep) {
-    std::string title = panel_title(*first_of[key], runs);
+    std::string title = panel_title(*first_of[key], p.runs);
     title = title.substr(0, title.find(' ')) + title.substr(title.find(' ') + shape(*first_of[key]).size() + 1);
-    svg::Chart c{title, "blocks L", "activation memory (MiB)", true, true, {}};
-    std::vector<std::pair<std::string, std::map<int, std::int64_t>>> drawn;
-    for (const auto& [strategy, points] : strategies) {
-      if (points.size() < 2) continue;
-      svg::Series s{strategy, {}, {}, true, true, false, false, palette(strategy)};
-      for (const auto& [L, bytes] : points) s.x.push_back(L), s.y.push_back(std::max(mb(bytes), 1e-3));
-      char label[160];
-      std::snprintf(label, sizeof label, "%s (slope %.2f)", strategy.c_str(), loglog_slope(s.x, s.y));
-      s.name = label;
-      for (const auto& [other, other_points] : drawn)
-        if (other_points == points) {
-          s.dashed = true;
-          s.name += ", = " + other;
-          break;
-        }
-      drawn.push_back({strategy, points});
-      c.series.push_back(std::move(s));
-    }
+    svg::Chart c = depth_panel(p, title, strategies);
     if (!c.series.empty()) depth.push_back(std::move(c));
   }
+  return depth;
+}
+
+}  // namespace
+
+std::vector<std::string> write_plots(const std::vector<RunSummary>& runs, const std::string& dir) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw UserError(dir + ": cannot create (" + ec.message() + ")");
+  std::vector<std::string> written;
+  const PlotContext p(runs);
+  // 1. Step time against activation memory, one panel per setting.
+  std::vector<svg::Chart> tradeoff;
+  for (const auto& [setting, rs] : p.groups) tradeoff.push_back(tradeoff_panel(p, rs));
+  if (!tradeoff.empty())
+    write_file(dir + "/tradeoff.svg", svg::render("Step time against activation memory (Pareto front ringed)", tradeoff),
+               written);
+  // 2. The memory timeline of one step as small multiples: per model a file, per setting a row.
+  std::vector<std::string> model_order;
+  for (const auto& r : runs)
+    if (std::find(model_order.begin(), model_order.end(), r.model) == model_order.end()) model_order.push_back(r.model);
+  for (const auto& model : model_order) {
+    std::vector<svg::Chart> panels;
+    std::size_t columns = 1;
+    for (const auto& [setting, rs] : p.groups)
+      if (rs.front()->model == model) timeline_row(p, rs, panels, columns);
+    if (!panels.empty())
+      write_file(dir + "/timeline-" + model + ".svg",
+                 svg::render("Memory during one training step: " + model + " (one scale per setting)", panels, columns),
+                 written);
+  }
+  // 3. Depth sweep: activation memory against L.
+  const std::vector<svg::Chart> depth = depth_panels(p);
   if (!depth.empty())
     write_file(dir + "/depth.svg", svg::render("Activation memory against depth (log-log, fitted slopes)", depth), written);
   return written;
