@@ -90,7 +90,9 @@ void print_summary(const std::vector<RunRecord>& records) {
               "offload copies' time and the share of it that ran behind compute (- : none; the host moves, not copies).\n");
 }
 
-void run(Options& o) {
+// The options checked against each other and the shard this process runs
+// (--shard i/n, or its MPI rank); returns whether --shard was given.
+bool resolve(Options& o) {
   if (!o.matrix.weights.empty())
     for (const CLI::Option* decided : o.decided_by_weights)
       if (decided->count() > 0)
@@ -113,8 +115,12 @@ void run(Options& o) {
     o.matrix.shard = comm::rank();
     o.matrix.shards = comm::size();
   }
+  return sharded;
+}
+
+// What will run: how the runs are shared out, and what 'all' holds per model.
+void announce(const Options& o, const std::vector<RunKey>& cells, bool sharded) {
   const bool speaks = comm::rank() == 0;  // under mpirun, rank 0 reports for all
-  const auto cells = matrix_cells(o.matrix);
   const auto shard_of = deal_cells(cells, o.matrix.shards);
   const auto mine = std::size_t(std::count(shard_of.begin(), shard_of.end(), o.matrix.shard));
   if (sharded && mine == 0)
@@ -144,11 +150,14 @@ void run(Options& o) {
         std::printf("  %s: %s\n", c.model.c_str(), list.c_str());
       }
   }
-  std::fflush(stdout);
+}
+
+// Progress on stderr: a bar on a terminal, a line per run's stage otherwise.
+MatrixProgress progress_reporting() {
   const bool tty = isatty(fileno(stderr));
   const auto start = std::chrono::steady_clock::now();
   MatrixProgress progress;
-  if (speaks) progress.update = [&](std::size_t done, std::size_t total, const RunKey& cell, const std::string& what) {
+  progress.update = [=](std::size_t done, std::size_t total, const RunKey& cell, const std::string& what) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     const std::string eta = done ? duration(elapsed / double(done) * double(total - done)) : "?";
     if (tty) {
@@ -159,9 +168,18 @@ void run(Options& o) {
       std::fprintf(stderr, "[%zu/%zu] %s: %s (ETA %s)\n", done + 1, total, cell.name().c_str(), what.c_str(), eta.c_str());
     }
   };
-  const auto records = run_matrix(o.matrix, cells, progress);
+  return progress;
+}
+
+void run(Options& o) {
+  const bool sharded = resolve(o);
+  const bool speaks = comm::rank() == 0;  // under mpirun, rank 0 reports for all
+  const auto cells = matrix_cells(o.matrix);
+  announce(o, cells, sharded);
+  std::fflush(stdout);
+  const auto records = run_matrix(o.matrix, cells, speaks ? progress_reporting() : MatrixProgress{});
   if (!speaks) return;
-  if (tty) std::fprintf(stderr, "\r\033[K");
+  if (isatty(fileno(stderr))) std::fprintf(stderr, "\r\033[K");
   if (comm::size() > 1) {  // the runs of every rank are in the file, not all in `records`
     std::printf("\n%s\nthe %d ranks' runs are in %s\n", markdown_summary(read_results(o.matrix.out)).c_str(),
                 comm::size(), o.matrix.out.c_str());

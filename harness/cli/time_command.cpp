@@ -34,18 +34,24 @@ struct TimeOptions {
   bool json = false, force = false;
 };
 
-void run_time(const TimeOptions& o) {
-  const ModelSetup setup = o.model.resolve();
-  const auto specs = strategies_for(setup.model, o.strategy, o.model.run.attention);
-  if (specs.size() != 1) throw UserError("remat time runs one strategy; '" + o.strategy + "' names " +
-                                         std::to_string(specs.size()) + " (use `remat matrix` for several)");
-  const std::int64_t memory = require_step_memory(setup, o.model.run.attention, specs, 2, o.force);
+// What the timed steps measured.
+struct Timing {
+  std::string strategy;
+  std::vector<double> seconds;
+  std::int64_t activation_peak = 0, offload_peak = 0;
+  double loss = 0;
+  std::int64_t parameter_count = 0;
+  std::int64_t rss_baseline = 0, rss_peak = 0;  // the peak above the baseline
+  bool peak_reset = false;                      // false: the peak is since the process began
+};
+
+Timing time_steps(const TimeOptions& o, const ModelSetup& setup, const std::string& spec, std::int64_t memory) {
   const auto model = models().find(setup.model).make(setup.sizes);
   auto store = o.model.make_params(setup, o.force);
   const Batch batch = o.model.make_batch(setup.sizes);
   fine_tune(store, *model, batch, o.freeze, o.lora, o.model.run.seed, setup.sizes.L, o.json);
   ParamStore& params = *store;
-  auto strategy = make_strategy(specs[0]);
+  auto strategy = make_strategy(spec);
   {  // a plan is made at the precision it will run at
     PrecisionScope precision(params, o.model.run.precision);
     prepare_strategy(*strategy, *model, params, batch, o.model.run.attention, o.model.run.seed);
@@ -53,62 +59,74 @@ void run_time(const TimeOptions& o) {
   // Gradient buffers are allocated once and kept: part of the model, like
   // its weights, and in the baseline (side_by_side.py does the same in PyTorch).
   params.zero_grad();
-  const std::int64_t baseline = resident_bytes();
-  const bool peak_reset = reset_peak_resident();
-
-  std::vector<double> seconds;
-  std::int64_t activation_peak = 0, offload_peak = 0;
-  double loss = 0;
+  Timing t{spec, {}, 0, 0, 0, params.count(), resident_bytes(), 0, reset_peak_resident()};
   const LongRunNotice notice(setup, o.warmup + o.steps, memory, !o.json);
   for (int i = 0; i < o.warmup + o.steps; ++i) {
     // (At 16 bits, the 16-bit copies are made in every step, as in training.)
     const StepResult r = run_step(*model, params, batch, step_options(o.model.run, strategy.get()));
     const bool timed = i >= o.warmup;
     if (timed) {
-      seconds.push_back(r.seconds);
-      activation_peak = std::max(activation_peak, r.activation_peak);
-      offload_peak = std::max(offload_peak, r.offload_peak);
+      t.seconds.push_back(r.seconds);
+      t.activation_peak = std::max(t.activation_peak, r.activation_peak);
+      t.offload_peak = std::max(t.offload_peak, r.offload_peak);
     }
-    loss = r.loss;
+    t.loss = r.loss;
     if (!o.json)
       std::fprintf(stderr, "%s %d/%d: %.3f s\n", timed ? "step" : "warm-up", timed ? i - o.warmup + 1 : i + 1,
                    timed ? o.steps : o.warmup, r.seconds);
   }
-  const std::int64_t rss_peak = peak_resident_bytes() - baseline;
-  const double step_median = median(seconds), fastest = *std::min_element(seconds.begin(), seconds.end());
-  if (o.json) {
-    const nlohmann::json j = {{"model", setup.model},
-                              {"preset", setup.preset},
-                              {"strategy", specs[0]},
-                              {"attention", ops::attention_kernel_name(o.model.run.attention)},
-                              {"precision", precision_name(o.model.run.precision)},
-                              {"backend", Runtime::describe()},
-                              {"steps", o.steps},
-                              {"median_s", step_median},
-                              {"min_s", fastest},
-                              {"loss", loss},
-                              {"activation_peak_bytes", activation_peak},
-                              {"offload_peak_bytes", offload_peak},
-                              {"rss_peak_above_baseline_bytes", rss_peak},
-                              {"rss_baseline_bytes", baseline},
-                              {"rss_peak_since_start", !peak_reset},
-                              {"parameters", params.count()},  // kept for readers of earlier output
-                              {"parameter_count", params.count()}};  // the name remat estimate --json uses
-    std::printf("%s\n", j.dump().c_str());
-    return;
-  }
+  t.rss_peak = peak_resident_bytes() - t.rss_baseline;
+  return t;
+}
+
+void print_json(const TimeOptions& o, const ModelSetup& setup, const Timing& t) {
+  const double step_median = median(t.seconds), fastest = *std::min_element(t.seconds.begin(), t.seconds.end());
+  const nlohmann::json j = {{"model", setup.model},
+                            {"preset", setup.preset},
+                            {"strategy", t.strategy},
+                            {"attention", ops::attention_kernel_name(o.model.run.attention)},
+                            {"precision", precision_name(o.model.run.precision)},
+                            {"backend", Runtime::describe()},
+                            {"steps", o.steps},
+                            {"median_s", step_median},
+                            {"min_s", fastest},
+                            {"loss", t.loss},
+                            {"activation_peak_bytes", t.activation_peak},
+                            {"offload_peak_bytes", t.offload_peak},
+                            {"rss_peak_above_baseline_bytes", t.rss_peak},
+                            {"rss_baseline_bytes", t.rss_baseline},
+                            {"rss_peak_since_start", !t.peak_reset},
+                            {"parameters", t.parameter_count},  // kept for readers of earlier output
+                            {"parameter_count", t.parameter_count}};  // the name remat estimate --json uses
+  std::printf("%s\n", j.dump().c_str());
+}
+
+void print_text(const TimeOptions& o, const ModelSetup& setup, const Timing& t) {
+  const double step_median = median(t.seconds), fastest = *std::min_element(t.seconds.begin(), t.seconds.end());
   const Sizes& z = setup.sizes;
   std::printf("%s %s (L %d, D %d, S %d, B %d), %s, %s attention, %s, %s\n", setup.model.c_str(),
-              setup.preset.c_str(), z.L, z.D, z.S, z.B, specs[0].c_str(), ops::attention_kernel_name(o.model.run.attention),
+              setup.preset.c_str(), z.L, z.D, z.S, z.B, t.strategy.c_str(), ops::attention_kernel_name(o.model.run.attention),
               precision_name(o.model.run.precision), Runtime::describe().c_str());
   print_precision_path(o.model.run.precision);
   std::printf("step time: median %.3f s, fastest %.3f s, over %d steps after %d warm-up\n", step_median, fastest,
               o.steps, o.warmup);
-  std::printf("activation peak (tracker, exact): %.1f MiB%s\n", mib(activation_peak),
-              offload_peak ? (", offload pool " + fixed(mib(offload_peak), 1) + " MiB").c_str() : "");
+  std::printf("activation peak (tracker, exact): %.1f MiB%s\n", mib(t.activation_peak),
+              t.offload_peak ? (", offload pool " + fixed(mib(t.offload_peak), 1) + " MiB").c_str() : "");
   std::printf("resident set: peak %.1f MiB above the %.1f MiB held once the model (weights and gradient buffers) and "
               "batch existed%s\n",
-              mib(rss_peak), mib(baseline), peak_reset ? "" : " (peak since process start: the system refused a reset)");
+              mib(t.rss_peak), mib(t.rss_baseline),
+              t.peak_reset ? "" : " (peak since process start: the system refused a reset)");
+}
+
+void run_time(const TimeOptions& o) {
+  const ModelSetup setup = o.model.resolve();
+  const auto specs = strategies_for(setup.model, o.strategy, o.model.run.attention);
+  if (specs.size() != 1) throw UserError("remat time runs one strategy; '" + o.strategy + "' names " +
+                                         std::to_string(specs.size()) + " (use `remat matrix` for several)");
+  const std::int64_t memory = require_step_memory(setup, o.model.run.attention, specs, 2, o.force);
+  const Timing t = time_steps(o, setup, specs[0], memory);
+  if (o.json) print_json(o, setup, t);
+  else print_text(o, setup, t);
 }
 
 }  // namespace
