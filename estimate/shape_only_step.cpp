@@ -18,6 +18,34 @@ Batch shape_only_batch(const Sizes& z) {
   return {Tensor::empty({z.B, z.S}, DType::i32, "tokens"), Tensor::empty({z.B, z.S}, DType::i32, "targets")};
 }
 
+namespace {
+
+// The model's state, counted by the tracker as it is made: the weights (made
+// by the caller), a gradient buffer per trainable parameter, and the optimizer's state (made
+// and dropped again: a step's activations are measured beside weights and
+// gradients, as in check).
+ShapeOnlyState count_state(ParamStore& params, std::int64_t parameter_bytes, const std::string& optimizer) {
+  auto& tracker = MemoryTracker::instance();
+  const auto live = [&] { return tracker.stats(MemoryTracker::default_pool()).live; };
+  ShapeOnlyState state;
+  state.parameter_count = params.count();
+  state.parameter_bytes = parameter_bytes;
+  const std::int64_t before = live();
+  params.zero_grad();
+  state.gradient_bytes = live() - before;
+  std::vector<Tensor> trainable;
+  for (std::size_t i = 0; i < params.tensors().size(); ++i)
+    if (params.trainable(i)) trainable.push_back(params.tensors()[i]);
+  const std::int64_t at = live();
+  OptimizerConfig config;
+  config.kind = optimizer;
+  const auto made = make_optimizer(config, trainable);
+  state.optimizer_bytes = live() - at;
+  return state;
+}
+
+}  // namespace
+
 ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::string>& strategies,
                             ops::AttentionKernel kernel, const std::string& optimizer, const DeviceModel* device,
                             Precision precision, const ShapeOnlyExtras& extras) {
@@ -30,20 +58,7 @@ ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::stri
   const std::int64_t before = live();
   const auto model = models().find(setup.model).make(setup.sizes);
   ParamStore params(model->params(), DType::f32);
-  run.state.parameter_count = params.count();
-  run.state.parameter_bytes = live() - before;
-  params.zero_grad();
-  run.state.gradient_bytes = live() - before - run.state.parameter_bytes;
-  std::vector<Tensor> trainable;
-  for (std::size_t i = 0; i < params.tensors().size(); ++i)
-    if (params.trainable(i)) trainable.push_back(params.tensors()[i]);
-  {
-    const std::int64_t at = live();
-    OptimizerConfig config;
-    config.kind = optimizer;
-    const auto state = make_optimizer(config, trainable);
-    run.state.optimizer_bytes = live() - at;
-  }  // the state goes: a step's activations are measured beside weights and gradients, as in check
+  run.state = count_state(params, live() - before, optimizer);
 
   const std::shared_ptr<void> installed = extras.install ? extras.install(params) : nullptr;
   const bool zero_grad = !installed;

@@ -131,10 +131,12 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const MatrixProgress& 
   return run_matrix(o, matrix_cells(o), progress);
 }
 
-std::vector<RunRecord> run_matrix(const MatrixOptions& o, const std::vector<RunKey>& cells,
-                                  const MatrixProgress& progress) {
+namespace {
+
+// The cells this process runs (its shard's) that the file does not hold yet;
+// a recorded one is refused unless --resume.
+std::vector<const RunKey*> cells_to_run(const MatrixOptions& o, const std::vector<RunKey>& cells) {
   const ResultsFile file(o.out);
-  RunCollector collector(o.out);
   // Under mpirun every rank is a shard; rank 0 writes (RunCollector).
   const int shard = comm::size() > 1 ? comm::rank() : o.shard, shards = comm::size() > 1 ? comm::size() : o.shards;
   const std::vector<int> shard_of = deal_cells(cells, shards);
@@ -147,74 +149,101 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const std::vector<RunK
     else if (!o.resume)
       throw UserError(o.out + " already holds run '" + c.name() + "': pass --resume to skip recorded runs, or another --out");
   }
-  const auto kernel = o.attention;
+  return todo;
+}
+
+// One model and shape: weights, batch and the check of its strategies
+// against full, which its cells share.
+struct ShapeRun {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<ParamStore> params;
+  Batch batch;
+  RunSettings run;
+  std::optional<SaveProfile> costs;  // one timed probe for the planned strategies, checked and timed alike
+  CheckReport report;
+};
+
+ShapeRun check_shape(const MatrixOptions& o, const std::vector<const RunKey*>& group,
+                     const std::function<void(const RunKey&, const std::string&)>& say) {
+  const RunKey& first = *group.front();
+  const Sizes& z = first.sizes;
+  ShapeRun s;
+  s.model = models().find(first.model).make(z);
+  if (!o.weights.empty()) {
+    s.params = std::move(load_weights(o.weights, o.force, /*skip_adapters=*/true).params);
+  } else {
+    s.params = std::make_unique<ParamStore>(s.model->params(), DType::f32);
+    initialize(*s.params, o.seed, z.L);
+  }
+  s.batch = make_batch_source(o.data, z.B, z.S, z.V, o.seed)->next();
+  apply_fine_tuning(s.params, *s.model, s.batch, o.finetune, o.seed, z.L);
+  s.run = {o.seed, o.attention, first.precision};
+  std::vector<std::string> specs;
+  for (const auto* c : group) specs.push_back(c->strategy);
+  // A shape whose runs come to more than about ten seconds says so, and
+  // shows where each step is (rank 0 speaks for an MPI matrix).
+  const LongRunNotice notice(
+      ModelSetup{first.model, first.preset, z},
+      std::int64_t(specs.size()) + 1 + std::int64_t(group.size()) * (o.warmup + o.steps),
+      [&] { return step_need({first.model, first.preset, z}, o.attention, specs, first.precision).total(3); },
+      comm::rank() == 0);
+  say(first, "checking against full");
+  for (const auto& spec : specs)
+    if (!s.costs && parse_strategy(spec).planned) {
+      say(first, "probing costs for the planner");
+      PrecisionScope copies(*s.params, s.run.precision);
+      s.costs = measure_costs(*s.model, *s.params, s.batch, o.attention, o.seed);
+    }
+  CheckOptions check;
+  check.costs = s.costs ? &*s.costs : nullptr;
+  check.run = s.run;
+  check.timeline = true;
+  check.mem_limit = o.mem_limit;
+  s.report = run_check(*s.model, *s.params, s.batch, specs, check);
+  return s;
+}
+
+// A cell's timed steps (warm-up first), into its record; past --mem-limit it is out of memory.
+void time_cell(const MatrixOptions& o, const ShapeRun& s, RunRecord& r,
+               const std::function<void(const RunKey&, const std::string&)>& say) {
+  auto strategy = make_strategy(r.key.strategy);
+  if (strategy->needs_costs() && !r.check.oom) strategy->plan(*s.costs);
+  const StepOptions step = step_options(s.run, strategy.get());
+  for (int w = 0; w < o.warmup + o.steps && !r.check.oom; ++w) {
+    say(r.key, w < o.warmup ? "warm-up" : "step " + std::to_string(w - o.warmup + 1) + "/" + std::to_string(o.steps));
+    StepResult result;
+    if (!within_limit(o.mem_limit, [&] { result = run_step(*s.model, *s.params, s.batch, step); })) {
+      r.check.oom = true;
+      break;
+    }
+    if (w >= o.warmup) {
+      r.step_times.push_back(result.seconds);
+      r.losses.push_back(result.loss);
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<RunRecord> run_matrix(const MatrixOptions& o, const std::vector<RunKey>& cells,
+                                  const MatrixProgress& progress) {
+  const std::vector<const RunKey*> todo = cells_to_run(o, cells);
+  RunCollector collector(o.out);
   std::vector<RunRecord> records;
   std::size_t done = 0;
+  const auto say = [&](const RunKey& cell, const std::string& what) {
+    if (progress.update) progress.update(done, todo.size(), cell, what);
+  };
   // Cells sharing a model and shape share weights, batch and the full reference.
   for (std::size_t i = 0; i < todo.size();) {
-    const RunKey& first = *todo[i];
     std::vector<const RunKey*> group;
-    while (i < todo.size() && same_shape(*todo[i], first)) group.push_back(todo[i++]);
-    const Sizes& z = first.sizes;
-    const auto model = models().find(first.model).make(z);
-    std::unique_ptr<ParamStore> store;
-    if (!o.weights.empty()) {
-      store = std::move(load_weights(o.weights, o.force, /*skip_adapters=*/true).params);
-    } else {
-      store = std::make_unique<ParamStore>(model->params(), DType::f32);
-      initialize(*store, o.seed, z.L);
-    }
-    const Batch batch = make_batch_source(o.data, z.B, z.S, z.V, o.seed)->next();
-    apply_fine_tuning(store, *model, batch, o.finetune, o.seed, z.L);
-    const ParamStore& params = *store;
-    std::vector<std::string> specs;
-    for (const auto* c : group) specs.push_back(c->strategy);
-    // A shape whose runs come to more than about ten seconds says so, and
-    // shows where each step is (rank 0 speaks for an MPI matrix).
-    const LongRunNotice notice(
-        ModelSetup{first.model, first.preset, z},
-        std::int64_t(specs.size()) + 1 + std::int64_t(group.size()) * (o.warmup + o.steps),
-        [&] { return step_need({first.model, first.preset, z}, kernel, specs, first.precision).total(3); },
-        comm::rank() == 0);
-    if (progress.update) progress.update(done, todo.size(), first, "checking against full");
-    // Planned strategies share one timed probe per model and shape, so the
-    // checked plan and the timed one are the same.
-    const RunSettings run{o.seed, kernel, first.precision};
-    std::optional<SaveProfile> costs;
-    for (const auto& spec : specs)
-      if (!costs && parse_strategy(spec).planned) {
-        if (progress.update) progress.update(done, todo.size(), first, "probing costs for the planner");
-        PrecisionScope copies(params, run.precision);
-        costs = measure_costs(*model, params, batch, kernel, o.seed);
-      }
-    CheckOptions check;
-    check.costs = costs ? &*costs : nullptr;
-    check.run = run;
-    check.timeline = true;
-    check.mem_limit = o.mem_limit;
-    const CheckReport report = run_check(*model, params, batch, specs, check);
-
+    for (const RunKey& first = *todo[i]; i < todo.size() && same_shape(*todo[i], first);) group.push_back(todo[i++]);
+    const ShapeRun shape = check_shape(o, group, say);
     for (std::size_t k = 0; k < group.size(); ++k) {
-      RunRecord r{*group[k], {}, {}, report.rows[k], params.names(), {}};
-      for (std::size_t i = 0; i < params.names().size(); ++i)
-        if (!params.trainable(i)) r.frozen.push_back(params.names()[i]);
-      auto strategy = make_strategy(r.key.strategy);
-      if (strategy->needs_costs() && !r.check.oom) strategy->plan(*costs);
-      const StepOptions step = step_options(run, strategy.get());
-      for (int w = 0; w < o.warmup + o.steps && !r.check.oom; ++w) {
-        if (progress.update)
-          progress.update(done, todo.size(), r.key,
-                          w < o.warmup ? "warm-up" : "step " + std::to_string(w - o.warmup + 1) + "/" + std::to_string(o.steps));
-        StepResult s;
-        if (!within_limit(o.mem_limit, [&] { s = run_step(*model, params, batch, step); })) {
-          r.check.oom = true;
-          break;
-        }
-        if (w >= o.warmup) {
-          r.step_times.push_back(s.seconds);
-          r.losses.push_back(s.loss);
-        }
-      }
+      RunRecord r{*group[k], {}, {}, shape.report.rows[k], shape.params->names(), {}};
+      for (std::size_t p = 0; p < shape.params->names().size(); ++p)
+        if (!shape.params->trainable(p)) r.frozen.push_back(shape.params->names()[p]);
+      time_cell(o, shape, r, say);
       bool appended = false;
       try {
         appended = collector.put(r);
@@ -225,7 +254,7 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const std::vector<RunK
       }
       ++done;
       if (!appended) {
-        if (progress.update) progress.update(done, todo.size(), r.key, "already recorded by another process; not appended");
+        say(r.key, "already recorded by another process; not appended");
         continue;
       }
       if (progress.finished) progress.finished(r);

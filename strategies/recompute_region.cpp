@@ -240,6 +240,46 @@ void RecomputeRegion::fill(std::size_t index) {
   }
 }
 
+// The inputs a span's recomputation starts from, as leaves whose gradients
+// backward will ask for: the region's saved inputs (and its context) for the
+// root, a sub-segment's kept inputs otherwise.
+Tensors RecomputeRegion::span_inputs(const Span& span) {
+  const bool root = &span == root_.get();
+  Tensors x;
+  for (std::size_t i = 0; i < (root ? inputs_.size() : span.inputs.size()); ++i) {
+    Tensor t = root ? inputs_[i].unpack().view_as(input_shapes_[i]) : span.inputs[i];
+    if (root ? input_requires_grad_[i] : span.requires_grad[i]) {
+      auto slot = std::make_shared<GradSlot>();
+      slot->shape = t.shape();
+      slot->dtype = t.dtype();
+      t.attach_slot(slot);
+    }
+    x.push_back(t);
+  }
+  if (root) x.insert(x.end(), context_.begin(), context_.end());
+  return x;
+}
+
+// A sub-segment of `span` from block k under `seg`, keeping its input `x`
+// (recomputed again when its backward comes); returns its last block.
+std::size_t RecomputeRegion::open_sub_span(Span& span, std::size_t k, const Segment& seg, const Tensors& x) {
+  auto child = std::make_unique<Span>();
+  child->first_body = child->last_body = k;
+  while (child->last_body < span.last_body && infos_[child->last_body + 1].index <= seg.last) ++child->last_body;
+  child->name = span.name + "/" + (child->first_body == child->last_body
+                                       ? infos_[k].name
+                                       : infos_[child->first_body].name + "-" + infos_[child->last_body].name);
+  child->cursor = random_ops::cursor();
+  child->policy = seg.inner;
+  for (const auto& t : x) {
+    child->inputs.push_back(value_of(t));
+    child->requires_grad.push_back(t.requires_grad());
+  }
+  const std::size_t last = child->last_body;
+  span.children.push_back(std::move(child));
+  return last;
+}
+
 void RecomputeRegion::recompute(Span& span) {
   span.recomputed = true;
   const auto end_of = [this](std::size_t body) { return body + 1 < first_slot_.size() ? first_slot_[body + 1] : slots_.size(); };
@@ -258,36 +298,12 @@ void RecomputeRegion::recompute(Span& span) {
   random_ops::set_cursor(span.cursor);
 
   const bool root = &span == root_.get();
-  Tensors x;
-  for (std::size_t i = 0; i < (root ? inputs_.size() : span.inputs.size()); ++i) {
-    Tensor t = root ? inputs_[i].unpack().view_as(input_shapes_[i]) : span.inputs[i];
-    if (root ? input_requires_grad_[i] : span.requires_grad[i]) {
-      auto slot = std::make_shared<GradSlot>();
-      slot->shape = t.shape();
-      slot->dtype = t.dtype();
-      t.attach_slot(slot);
-    }
-    x.push_back(t);
-  }
-  if (root) x.insert(x.end(), context_.begin(), context_.end());
+  Tensors x = span_inputs(span);
   for (std::size_t k = span.first_body; k <= span.last_body; ++k) {
     const BlockInfo& info = infos_[k];
     if (const auto seg = span.policy ? span.policy->segment_of(info) : std::nullopt) {
       // A sub-segment from block k: keep its input, skip its saves.
-      auto child = std::make_unique<Span>();
-      child->first_body = child->last_body = k;
-      while (child->last_body < span.last_body && infos_[child->last_body + 1].index <= seg->last) ++child->last_body;
-      child->name = span.name + "/" + (child->first_body == child->last_body
-                                           ? info.name
-                                           : infos_[child->first_body].name + "-" + infos_[child->last_body].name);
-      child->cursor = random_ops::cursor();
-      child->policy = seg->inner;
-      for (const auto& t : x) {
-        child->inputs.push_back(value_of(t));
-        child->requires_grad.push_back(t.requires_grad());
-      }
-      const std::size_t last = child->last_body;
-      span.children.push_back(std::move(child));
+      const std::size_t last = open_sub_span(span, k, *seg, x);
       if (last == span.last_body) break;  // it ends the span: its blocks run when it is recomputed
       DiscardHooks discard;
       SavedTensorHooksScope hooks(discard);

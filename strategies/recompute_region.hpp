@@ -71,6 +71,8 @@ class RecomputeRegion : public std::enable_shared_from_this<RecomputeRegion> {
 
   void save_inputs(const Tensors& inputs);
   void recompute(Span& span);
+  Tensors span_inputs(const Span& span);
+  std::size_t open_sub_span(Span& span, std::size_t k, const Segment& seg, const Tensors& x);
   void fill(std::size_t index);  // recomputes the spans `index` lies in, outermost first
   Tensor take(std::size_t index);
   void abandon(std::size_t index);

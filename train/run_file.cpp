@@ -254,31 +254,12 @@ OptimizerState optimizer_state(Optimizer& optimizer) {
   return s;
 }
 
-void write_run_file(const std::string& path, const TrainConfig& config, const TrainState& state,
-                    const ParamStore& params, const OptimizerState& optimizer) {
-  h5::File f = h5::File::create(path);
-  namespace R = run_file::root;
+namespace {
+
+// One value per step done (and per validation loss), the model's loss
+// parts and statistics per step.
+void write_history(const h5::File& f, const TrainState& state) {
   namespace D = run_file::data;
-  R::version.write(f, "/", kRunFileVersion);
-  write_model_setup(f, config.setup);
-  for (const auto& [field, value] : settings(config)) field->write(f, "/", value);
-  R::done.write(f, "/", std::to_string(state.step));
-  R::data_position.write(f, "/", std::to_string(state.data_position));
-  R::optimizer_steps.write(f, "/", std::to_string(optimizer.steps));
-  // fp16's loss scaler, for the next step (written at every precision: the
-  // file says what a resumed run starts from).
-  char scale[40];
-  std::snprintf(scale, sizeof scale, "%.17g", state.scaler.scale);
-  R::loss_scale.write(f, "/", std::string(scale));
-  R::loss_scale_good_steps.write(f, "/", std::to_string(state.scaler.good_steps));
-  for (const auto& [name, bytes] : memory_fields(state.memory)) h5::write_attr(f, R::rank_memory.at(name), *bytes);
-  write_params(f, params);  // with --lora, the adapters too: the run is also an adapter file
-  if (config.lora.any()) write_lora_setting(f, config.lora);
-  for (const auto& [name, buffers] : optimizer.buffers) {
-    for (std::size_t i = 0; i < buffers.size(); ++i)  // frozen parameters have none
-      if (buffers[i].defined())
-        h5::write(f, "/" + D::optimizer_state.at(name + "/" + params.names()[i]), buffers[i].to_host_f32(), buffers[i].shape());
-  }
   std::vector<double> loss, lr, norm, seconds, comm_seconds, loss_scale;
   std::vector<std::int64_t> peak, eval_step, comm_bytes, predicted_comm, skipped;
   std::vector<double> eval_loss;
@@ -326,6 +307,36 @@ void write_run_file(const std::string& path, const TrainConfig& config, const Tr
       h5::write(f, "/" + D::stat.at(first.stats[k].name), v, shape);
     }
   }
+}
+
+}  // namespace
+
+void write_run_file(const std::string& path, const TrainConfig& config, const TrainState& state,
+                    const ParamStore& params, const OptimizerState& optimizer) {
+  h5::File f = h5::File::create(path);
+  namespace R = run_file::root;
+  namespace D = run_file::data;
+  R::version.write(f, "/", kRunFileVersion);
+  write_model_setup(f, config.setup);
+  for (const auto& [field, value] : settings(config)) field->write(f, "/", value);
+  R::done.write(f, "/", std::to_string(state.step));
+  R::data_position.write(f, "/", std::to_string(state.data_position));
+  R::optimizer_steps.write(f, "/", std::to_string(optimizer.steps));
+  // fp16's loss scaler, for the next step (written at every precision: the
+  // file says what a resumed run starts from).
+  char scale[40];
+  std::snprintf(scale, sizeof scale, "%.17g", state.scaler.scale);
+  R::loss_scale.write(f, "/", std::string(scale));
+  R::loss_scale_good_steps.write(f, "/", std::to_string(state.scaler.good_steps));
+  for (const auto& [name, bytes] : memory_fields(state.memory)) h5::write_attr(f, R::rank_memory.at(name), *bytes);
+  write_params(f, params);  // with --lora, the adapters too: the run is also an adapter file
+  if (config.lora.any()) write_lora_setting(f, config.lora);
+  for (const auto& [name, buffers] : optimizer.buffers) {
+    for (std::size_t i = 0; i < buffers.size(); ++i)  // frozen parameters have none
+      if (buffers[i].defined())
+        h5::write(f, "/" + D::optimizer_state.at(name + "/" + params.names()[i]), buffers[i].to_host_f32(), buffers[i].shape());
+  }
+  write_history(f, state);
   f.save();
 }
 

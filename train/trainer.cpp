@@ -201,21 +201,19 @@ void Trainer::restore_optimizer(const SavedRun& resume) {
   }
 }
 
-const StepRecord& Trainer::step() {
-  const auto t0 = std::chrono::steady_clock::now();
-  const comm::Stats comm0 = comm::stats();
+// This rank's micro-batches of the step, forward and backward, their
+// gradients summed (still scaled) and the loss summed over micro-batches and ranks.
+StepRecord Trainer::forward_backward_all(double loss_scale) {
   GradientReduction& reduce = *reduction_;
   const int N = reduce.ranks(), M = reduce.micro_batches();
   StepRecord r;
-  const bool scaling = config_.run.precision == Precision::fp16;
-  const double loss_scale = scaling ? state_.scaler.scale : 1.0;
   r.loss_scale = loss_scale;
   for (int k = 0; k < reduce.accumulate(); ++k) {
     const std::uint64_t m = reduce.micro_batch(k);
     if (N > 1) data_->seek(state_.data_position + m);
     StepOptions o = step_options(config_.run, strategy_.get(), std::uint64_t(state_.step) * std::uint64_t(M) + m);
     o.loss_scale = loss_scale;
-    o.keep_scaled = true;  // unscaled once, summed over micro-batches and ranks, below
+    o.keep_scaled = true;  // unscaled once, summed over micro-batches and ranks, by the caller
     o.zero_grad = reduce.zero_grad();
     reduce.begin(k);
     const StepResult s = run_step(*model_, *params_, data_->next(), o);
@@ -225,6 +223,17 @@ const StepRecord& Trainer::step() {
   }
   state_.data_position += std::uint64_t(M);
   r.loss = reduce.finish();
+  return r;
+}
+
+const StepRecord& Trainer::step() {
+  const auto t0 = std::chrono::steady_clock::now();
+  const comm::Stats comm0 = comm::stats();
+  GradientReduction& reduce = *reduction_;
+  const int N = reduce.ranks(), M = reduce.micro_batches();
+  const bool scaling = config_.run.precision == Precision::fp16;
+  const double loss_scale = scaling ? state_.scaler.scale : 1.0;
+  StepRecord r = forward_backward_all(loss_scale);
   if (N > 1) sum_parts_over_ranks(r);
   for (auto& part : r.loss_parts) part.second /= M;
   const std::vector<Tensor>& trained = reduce.trained();

@@ -130,6 +130,7 @@ class Trainer {
   std::unique_ptr<GradientReduction> reduction_;  // how micro-batches and ranks combine
   Schedule schedule_;
   void save();  // the run file (gathered whole first, if sharded)
+  StepRecord forward_backward_all(double loss_scale);
   void restore_optimizer(const SavedRun& resume);
   void stop_if_every_step_overflows() const;
   std::string run_file_kept() const;  // ", out.h5 keeps the last save", for a message that stops the run

@@ -88,62 +88,89 @@ bool is_hf_folder(const std::string& path) {
   return fs::is_directory(path, ec) || ends_with(path, ".safetensors");
 }
 
-HfFolder::HfFolder(const std::string& path, const std::string& config) {
-  std::error_code ec;
-  std::string config_path = config;
+namespace {
+
+// Where a model's files are: config.json, the safetensors files, and the
+// shards' index (if sharded).
+struct Layout {
+  std::string config_path, index_path;
   std::vector<std::string> names;  // safetensors files
   Json index;
-  std::string index_path;
+};
+
+// The shards an index lists, each a file name in the folder.
+std::vector<std::string> shards_of(const std::string& path, const std::string& index_path, const Json& index) {
+  if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
+    throw UserError(index_path + ": no 'weight_map' object");
+  std::set<std::string> shards;
+  for (const auto& [tensor, file] : index["weight_map"].items()) {
+    if (!file.is_string()) throw UserError(index_path + ": tensor '" + tensor + "' maps to " + file.dump() + ", not a file name");
+    const std::string f = file.get<std::string>();
+    if (f.find('/') != std::string::npos || f == ".." || f.empty())
+      throw UserError(index_path + ": '" + f + "' is not a file name in the folder");
+    shards.insert(f);
+  }
+  std::vector<std::string> names;
+  for (const auto& f : shards) names.push_back((fs::path(path) / f).string());
+  return names;
+}
+
+Layout locate(const std::string& path, const std::string& config) {
+  std::error_code ec;
+  Layout l;
+  l.config_path = config;
   if (fs::is_directory(path, ec)) {
     if (!config.empty()) throw UserError(path + ": a folder brings its own config.json; --config is for a single .safetensors file");
-    config_path = (fs::path(path) / "config.json").string();
-    if (!fs::exists(config_path, ec)) throw UserError(path + ": no config.json (a Hugging Face model folder has one)");
+    l.config_path = (fs::path(path) / "config.json").string();
+    if (!fs::exists(l.config_path, ec)) throw UserError(path + ": no config.json (a Hugging Face model folder has one)");
     if (fs::exists(fs::path(path) / kSingle, ec)) {
-      names.push_back((fs::path(path) / kSingle).string());
+      l.names.push_back((fs::path(path) / kSingle).string());
     } else if (fs::exists(fs::path(path) / kIndex, ec)) {
-      index_path = (fs::path(path) / kIndex).string();
-      index = read_json(index_path, "the shards' index");
-      if (!index.is_object() || !index.contains("weight_map") || !index["weight_map"].is_object())
-        throw UserError(index_path + ": no 'weight_map' object");
-      std::set<std::string> shards;
-      for (const auto& [tensor, file] : index["weight_map"].items()) {
-        if (!file.is_string()) throw UserError(index_path + ": tensor '" + tensor + "' maps to " + file.dump() + ", not a file name");
-        const std::string f = file.get<std::string>();
-        if (f.find('/') != std::string::npos || f == ".." || f.empty())
-          throw UserError(index_path + ": '" + f + "' is not a file name in the folder");
-        shards.insert(f);
-      }
-      for (const auto& f : shards) names.push_back((fs::path(path) / f).string());
+      l.index_path = (fs::path(path) / kIndex).string();
+      l.index = read_json(l.index_path, "the shards' index");
+      l.names = shards_of(path, l.index_path, l.index);
     } else {
       throw UserError(path + ": neither " + kSingle + " nor " + kIndex + " (remat reads safetensors model folders)");
     }
   } else if (ends_with(path, ".safetensors")) {
     if (!fs::exists(path, ec)) throw UserError(path + ": no such file");
-    if (config_path.empty()) {
-      config_path = (fs::path(path).parent_path() / "config.json").string();
-      if (!fs::exists(config_path, ec))
+    if (l.config_path.empty()) {
+      l.config_path = (fs::path(path).parent_path() / "config.json").string();
+      if (!fs::exists(l.config_path, ec))
         throw UserError(path + ": no config.json beside it; name one with --config (remat import) or give the model folder");
     }
-    names.push_back(path);
+    l.names.push_back(path);
   } else {
     throw UserError(path + ": not a Hugging Face model folder (a folder with config.json, or a .safetensors file)");
   }
+  return l;
+}
 
-  config_path_ = config_path;
-  index_path_ = index_path;
-  const Json cfg = read_json(config_path, "the model's configuration");
-  family_ = &family_of_config(cfg, config_path);
-  setup_ = {family_->model(), "hf", family_->sizes(cfg, config_path)};
+}  // namespace
+
+HfFolder::HfFolder(const std::string& path, const std::string& config) {
+  const Layout layout = locate(path, config);
+  config_path_ = layout.config_path;
+  index_path_ = layout.index_path;
+  const Json cfg = read_json(config_path_, "the model's configuration");
+  family_ = &family_of_config(cfg, config_path_);
+  setup_ = {family_->model(), "hf", family_->sizes(cfg, config_path_)};
   try {
     validate(setup_.sizes);
   } catch (const UserError& e) {
-    throw UserError(config_path + ": " + e.what());
+    throw UserError(config_path_ + ": " + e.what());
   }
+  const Tensors all = open_files(layout.names);
+  if (!index_path_.empty()) check_index(layout.index, all);
+  map_parameters(path, all);
+}
 
-  // Every tensor of every file, each name once.
-  std::map<std::string, std::pair<const SafetensorsFile*, const StoredTensor*>> all;
+// Every tensor of every file, each name once.
+HfFolder::Tensors HfFolder::open_files(const std::vector<std::string>& names) {
+  std::error_code ec;
+  Tensors all;
   for (const auto& name : names) {
-    if (!fs::exists(name, ec)) throw UserError(index_path + ": lists " + fs::path(name).filename().string() + ", which is not in the folder");
+    if (!fs::exists(name, ec)) throw UserError(index_path_ + ": lists " + fs::path(name).filename().string() + ", which is not in the folder");
     files_.push_back(std::make_unique<SafetensorsFile>(name));
     file_names_.push_back(name);
     for (const auto& t : files_.back()->tensors()) {
@@ -151,33 +178,41 @@ HfFolder::HfFolder(const std::string& path, const std::string& config) {
       if (!fresh) throw UserError(name + ": tensor '" + t.name + "' is also in " + it->second.first->path());
     }
   }
-  if (!index_path.empty()) {  // the index and the shards agree, both ways
-    const Json& map = index["weight_map"];
-    for (const auto& [tensor, file] : map.items()) {
-      const auto it = all.find(tensor);
-      if (it == all.end()) throw UserError(index_path + ": lists tensor '" + tensor + "', which no shard holds");
-      if (fs::path(it->second.first->path()).filename() != file.get<std::string>())
-        throw UserError(index_path + ": puts '" + tensor + "' in " + file.get<std::string>() + ", but it is in " +
-                        fs::path(it->second.first->path()).filename().string());
-    }
-    for (const auto& [tensor, where] : all)
-      if (!map.contains(tensor)) throw UserError(where.first->path() + ": tensor '" + tensor + "' is not in " + index_path);
-    // An index that names its export: every shard is of that export.
-    const Json& meta = index.contains("metadata") ? index["metadata"] : Json();
-    if (meta.is_object() && meta.contains(kExportId)) {
-      if (!meta[kExportId].is_string()) throw UserError(index_path + ": metadata '" + kExportId + "' is not a string");
-      const std::string id = meta[kExportId].get<std::string>();
-      for (const auto& f : files_) {
-        const auto it = f->metadata().find(kExportId);
-        if (it == f->metadata().end() || it->second != id)
-          throw UserError(f->path() + ": is not of the export " + index_path + " lists (export " +
-                          (it == f->metadata().end() ? std::string("unnamed") : it->second) + ", the index's " + id +
-                          "): the folder mixes two exports; export it again");
-      }
+  return all;
+}
+
+// The index and the shards agree, both ways; an index that names its
+// export has every shard of that export.
+void HfFolder::check_index(const Json& index, const Tensors& all) const {
+  const std::string& index_path = index_path_;
+  const Json& map = index["weight_map"];
+  for (const auto& [tensor, file] : map.items()) {
+    const auto it = all.find(tensor);
+    if (it == all.end()) throw UserError(index_path + ": lists tensor '" + tensor + "', which no shard holds");
+    if (fs::path(it->second.first->path()).filename() != file.get<std::string>())
+      throw UserError(index_path + ": puts '" + tensor + "' in " + file.get<std::string>() + ", but it is in " +
+                      fs::path(it->second.first->path()).filename().string());
+  }
+  for (const auto& [tensor, where] : all)
+    if (!map.contains(tensor)) throw UserError(where.first->path() + ": tensor '" + tensor + "' is not in " + index_path);
+  // An index that names its export: every shard is of that export.
+  const Json& meta = index.contains("metadata") ? index["metadata"] : Json();
+  if (meta.is_object() && meta.contains(kExportId)) {
+    if (!meta[kExportId].is_string()) throw UserError(index_path + ": metadata '" + kExportId + "' is not a string");
+    const std::string id = meta[kExportId].get<std::string>();
+    for (const auto& f : files_) {
+      const auto it = f->metadata().find(kExportId);
+      if (it == f->metadata().end() || it->second != id)
+        throw UserError(f->path() + ": is not of the export " + index_path + " lists (export " +
+                        (it == f->metadata().end() ? std::string("unnamed") : it->second) + ", the index's " + id +
+                        "): the folder mixes two exports; export it again");
     }
   }
+}
 
-  // The model's parameters, each where the family puts it, of its shape.
+// The model's parameters, each where the family puts it, of its shape; the
+// rest must be the family's buffers (or a tied head equal to its embedding).
+void HfFolder::map_parameters(const std::string& path, const Tensors& all) {
   specs_ = models().find(setup_.model).make(setup_.sizes)->params();
   bool prefixed = false;
   for (const auto& [name, where] : all) prefixed = prefixed || name.rfind("transformer.", 0) == 0;
@@ -258,17 +293,16 @@ std::int64_t parse_shard_size(const std::string& text) {
   return std::int64_t(v * scale);
 }
 
-std::vector<std::string> export_folder(const ModelSetup& setup, const std::vector<ExportTensor>& tensors,
-                                           const std::string& dir, const ExportOptions& options) {
-  const HfFamily& family = family_of_model(setup.model);
+namespace {
+
+// The tensors under the family's names and layouts, in shards of at most
+// max_shard_bytes (a bigger tensor alone in its own); `total`: their bytes.
+std::vector<std::vector<TensorToWrite>> plan_shards(const HfFamily& family, const std::vector<ExportTensor>& tensors,
+                                                    const ExportOptions& options, std::uint64_t& total) {
   const std::size_t width = dtype_bytes(options.dtype);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec) throw UserError(dir + ": cannot create the folder (" + ec.message() + ")");
-  // The family's names and layouts; shards of at most max_shard_bytes (a
-  // bigger tensor alone in its own).
   std::vector<std::vector<TensorToWrite>> shards(1);
-  std::uint64_t in_shard = 0, total = 0;
+  std::uint64_t in_shard = 0;
+  total = 0;
   for (const auto& t : tensors) {
     const HfTensor hf = family.tensor(t.name);
     const Shape shape = hf.transposed ? reversed(t.shape) : t.shape;
@@ -285,6 +319,46 @@ std::vector<std::string> export_folder(const ModelSetup& setup, const std::vecto
       };
     shards.back().push_back({hf.name, shape, values});
   }
+  return shards;
+}
+
+// Sharded: the shards, then the index naming them; returns the files written.
+std::vector<std::string> write_shards(const std::string& dir, const std::vector<std::vector<TensorToWrite>>& shards,
+                                      const ExportOptions& options, const std::map<std::string, std::string>& metadata,
+                                      std::uint64_t total, std::size_t tensor_count) {
+  std::vector<std::string> written;
+  std::size_t done = 0;
+  // A std::map, not an ordered one: thousands of shards stay linear.
+  Json weight_map = Json::object();
+  for (std::size_t k = 0; k < shards.size(); ++k) {
+    char name[64];
+    std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
+    const std::string file = (fs::path(dir) / name).string();
+    write_safetensors(file, shards[k], options.dtype, metadata);
+    written.push_back(file);
+    for (const auto& t : shards[k]) weight_map[t.name] = name;
+    done += shards[k].size();
+    if (options.progress) options.progress(done, tensor_count);
+  }
+  nlohmann::ordered_json index;
+  index["metadata"] = {{"total_size", total}, {kExportId, metadata.at(kExportId)}};
+  index["weight_map"] = std::move(weight_map);
+  const std::string file = (fs::path(dir) / kIndex).string();
+  write_json(file, index);
+  written.push_back(file);
+  return written;
+}
+
+}  // namespace
+
+std::vector<std::string> export_folder(const ModelSetup& setup, const std::vector<ExportTensor>& tensors,
+                                           const std::string& dir, const ExportOptions& options) {
+  const HfFamily& family = family_of_model(setup.model);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) throw UserError(dir + ": cannot create the folder (" + ec.message() + ")");
+  std::uint64_t total = 0;
+  const auto shards = plan_shards(family, tensors, options, total);
   const std::int64_t free = free_bytes((fs::path(dir) / kSingle).string());
   if (free >= 0 && std::uint64_t(free) < total + (1 << 20))
     throw UserError(dir + ": " + std::to_string(total) + " bytes of weights to write, " + std::to_string(free) +
@@ -293,31 +367,13 @@ std::vector<std::string> export_folder(const ModelSetup& setup, const std::vecto
   // Every file of one export carries its id, so that a folder mixed from two
   // exports is refused on import (HfFolder), not read as one model.
   const std::map<std::string, std::string> metadata = {{"format", "pt"}, {kExportId, new_export_id()}};
-  std::size_t done = 0;
   if (shards.size() == 1) {
     const std::string file = (fs::path(dir) / kSingle).string();
     write_safetensors(file, shards[0], options.dtype, metadata);
     written.push_back(file);
     fs::remove(fs::path(dir) / kIndex, ec);  // a single file now: an older index would point elsewhere
   } else {
-    // A std::map, not an ordered one: thousands of shards stay linear.
-    Json weight_map = Json::object();
-    for (std::size_t k = 0; k < shards.size(); ++k) {
-      char name[64];
-      std::snprintf(name, sizeof name, "model-%05zu-of-%05zu.safetensors", k + 1, shards.size());
-      const std::string file = (fs::path(dir) / name).string();
-      write_safetensors(file, shards[k], options.dtype, metadata);
-      written.push_back(file);
-      for (const auto& t : shards[k]) weight_map[t.name] = name;
-      done += shards[k].size();
-      if (options.progress) options.progress(done, tensors.size());
-    }
-    nlohmann::ordered_json index;
-    index["metadata"] = {{"total_size", total}, {kExportId, metadata.at(kExportId)}};
-    index["weight_map"] = std::move(weight_map);
-    const std::string file = (fs::path(dir) / kIndex).string();
-    write_json(file, index);
-    written.push_back(file);
+    written = write_shards(dir, shards, options, metadata, total, tensors.size());
     fs::remove(fs::path(dir) / kSingle, ec);  // sharded now: a single file would be read instead of the shards
   }
   nlohmann::ordered_json config = family.config(setup.sizes);

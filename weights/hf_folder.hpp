@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <nlohmann/json_fwd.hpp>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,6 +54,11 @@ class HfFolder {
     const StoredTensor* tensor;
     bool transposed;
   };
+  // Every tensor of every file by name, with the file that holds it.
+  using Tensors = std::map<std::string, std::pair<const SafetensorsFile*, const StoredTensor*>>;
+  Tensors open_files(const std::vector<std::string>& names);
+  void check_index(const nlohmann::json& index, const Tensors& all) const;
+  void map_parameters(const std::string& path, const Tensors& all);
   ModelSetup setup_;
   const HfFamily* family_ = nullptr;
   std::vector<std::unique_ptr<SafetensorsFile>> files_;

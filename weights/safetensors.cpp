@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <nlohmann/json.hpp>
 #include <set>
@@ -64,6 +65,87 @@ std::size_t dtype_bytes(const std::string& dtype) {
   throw UserError("dtype '" + dtype + "' is not one remat reads or writes (F32, BF16, F16)");
 }
 
+namespace {
+
+// Throws UserError naming the file.
+using Fail = std::function<void(const std::string& what)>;
+
+// The JSON header, each top-level key once: a JSON parser keeps the last of
+// duplicates, silently.
+Json parse_header(const unsigned char* map, std::uint64_t n, const Fail& fail) {
+  std::set<std::string> seen;
+  std::string duplicate;
+  const Json::parser_callback_t once = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    if (event == Json::parse_event_t::key && depth == 1 && !seen.insert(parsed.get<std::string>()).second)
+      duplicate = parsed.get<std::string>();
+    return true;
+  };
+  const char* h = reinterpret_cast<const char*>(map + 8);
+  const Json header = Json::parse(h, h + n, once, /*allow_exceptions=*/false);
+  if (header.is_discarded() || !header.is_object()) fail("the header is not a JSON object");
+  if (!duplicate.empty()) fail("tensor '" + duplicate + "' is named twice in the header");
+  return header;
+}
+
+// One tensor's entry, checked: its dtype, shape and byte range, which must
+// hold exactly its values and lie inside the data.
+StoredTensor parse_entry(const std::string& name, const Json& entry, std::uint64_t data_size, const Fail& fail) {
+  const std::string where = "tensor '" + name + "'";
+  if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets"))
+    fail(where + " lacks dtype, shape or data_offsets");
+  const Json &dtype = entry["dtype"], &shape = entry["shape"], &offsets = entry["data_offsets"];
+  if (!dtype.is_string()) fail(where + ": dtype is not a string");
+  StoredTensor t;
+  t.name = name;
+  t.dtype = dtype.get<std::string>();
+  if (t.dtype != "F32" && t.dtype != "BF16" && t.dtype != "F16")
+    fail(where + " has dtype " + t.dtype + ", not one remat reads (F32, BF16, F16)");
+  if (!shape.is_array()) fail(where + ": shape is not a list");
+  for (const auto& d : shape) {
+    if (!d.is_number_unsigned() || d.get<std::uint64_t>() > std::uint64_t(1) << 40)
+      fail(where + ": shape " + shape.dump() + " is not a list of sizes");
+    t.shape.push_back(std::int64_t(d.get<std::uint64_t>()));
+  }
+  if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+      !offsets[1].is_number_unsigned())
+    fail(where + ": data_offsets " + offsets.dump() + " is not [begin, end]");
+  t.begin = offsets[0].get<std::uint64_t>();
+  t.end = offsets[1].get<std::uint64_t>();
+  if (t.begin > t.end || t.end > data_size)
+    fail(where + ": bytes [" + std::to_string(t.begin) + ", " + std::to_string(t.end) + ") lie outside the " +
+         std::to_string(data_size) + " bytes of data");
+  std::uint64_t count = 0;
+  if (!checked_numel(t.shape, count) || count > (t.end - t.begin) || count * dtype_bytes(t.dtype) != t.end - t.begin)
+    fail(where + ": " + t.dtype + " " + to_string(t.shape) + " needs " +
+         (checked_numel(t.shape, count) ? std::to_string(count * dtype_bytes(t.dtype)) : std::string("too many")) +
+         " bytes, its range holds " + std::to_string(t.end - t.begin));
+  return t;
+}
+
+// The data is covered exactly: no overlap (two tensors reading the same
+// bytes) and no hole (bytes no tensor accounts for).
+void check_coverage(const std::vector<StoredTensor>& tensors, std::uint64_t data_size, const Fail& fail) {
+  std::vector<const StoredTensor*> by_offset;
+  for (const auto& t : tensors) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(), [](const StoredTensor* a, const StoredTensor* b) {
+    return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
+  });
+  std::uint64_t covered = 0;
+  const StoredTensor* previous = nullptr;
+  for (const StoredTensor* t : by_offset) {
+    if (t->begin < covered)
+      fail("tensors '" + previous->name + "' and '" + t->name + "' overlap (bytes from " + std::to_string(t->begin) + ")");
+    if (t->begin > covered)
+      fail("bytes [" + std::to_string(covered) + ", " + std::to_string(t->begin) + ") of the data belong to no tensor");
+    covered = t->end;
+    previous = t;
+  }
+  if (covered != data_size)
+    fail("bytes [" + std::to_string(covered) + ", " + std::to_string(data_size) + ") of the data belong to no tensor");
+}
+
+}  // namespace
+
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
   auto fail = [&](const std::string& what) { throw UserError(path_ + ": " + what); };
   fd_ = open_regular_file(path, "a safetensors file");  // a FIFO or device refused, never waited on
@@ -79,18 +161,7 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     if (n > size_ - 8)
       fail("header length " + std::to_string(n) + " runs beyond the file (" + std::to_string(size_) + " bytes)");
     data_start_ = 8 + n;
-    // Each top-level key once: a JSON parser keeps the last of duplicates, silently.
-    std::set<std::string> seen;
-    std::string duplicate;
-    const Json::parser_callback_t once = [&](int depth, Json::parse_event_t event, Json& parsed) {
-      if (event == Json::parse_event_t::key && depth == 1 && !seen.insert(parsed.get<std::string>()).second)
-        duplicate = parsed.get<std::string>();
-      return true;
-    };
-    const char* h = reinterpret_cast<const char*>(map_ + 8);
-    const Json header = Json::parse(h, h + n, once, /*allow_exceptions=*/false);
-    if (header.is_discarded() || !header.is_object()) fail("the header is not a JSON object");
-    if (!duplicate.empty()) fail("tensor '" + duplicate + "' is named twice in the header");
+    const Json header = parse_header(map_, n, fail);
     const std::uint64_t data_size = size_ - data_start_;
     for (const auto& [name, entry] : header.items()) {
       if (name == "__metadata__") {
@@ -99,56 +170,9 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
           if (v.is_string()) metadata_[k] = v.get<std::string>();
         continue;
       }
-      const std::string where = "tensor '" + name + "'";
-      if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") || !entry.contains("data_offsets"))
-        fail(where + " lacks dtype, shape or data_offsets");
-      const Json &dtype = entry["dtype"], &shape = entry["shape"], &offsets = entry["data_offsets"];
-      if (!dtype.is_string()) fail(where + ": dtype is not a string");
-      StoredTensor t;
-      t.name = name;
-      t.dtype = dtype.get<std::string>();
-      if (t.dtype != "F32" && t.dtype != "BF16" && t.dtype != "F16")
-        fail(where + " has dtype " + t.dtype + ", not one remat reads (F32, BF16, F16)");
-      if (!shape.is_array()) fail(where + ": shape is not a list");
-      for (const auto& d : shape) {
-        if (!d.is_number_unsigned() || d.get<std::uint64_t>() > std::uint64_t(1) << 40)
-          fail(where + ": shape " + shape.dump() + " is not a list of sizes");
-        t.shape.push_back(std::int64_t(d.get<std::uint64_t>()));
-      }
-      if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
-          !offsets[1].is_number_unsigned())
-        fail(where + ": data_offsets " + offsets.dump() + " is not [begin, end]");
-      t.begin = offsets[0].get<std::uint64_t>();
-      t.end = offsets[1].get<std::uint64_t>();
-      if (t.begin > t.end || t.end > data_size)
-        fail(where + ": bytes [" + std::to_string(t.begin) + ", " + std::to_string(t.end) + ") lie outside the " +
-             std::to_string(data_size) + " bytes of data");
-      std::uint64_t count = 0;
-      if (!checked_numel(t.shape, count) || count > (t.end - t.begin) || count * dtype_bytes(t.dtype) != t.end - t.begin)
-        fail(where + ": " + t.dtype + " " + to_string(t.shape) + " needs " +
-             (checked_numel(t.shape, count) ? std::to_string(count * dtype_bytes(t.dtype)) : std::string("too many")) +
-             " bytes, its range holds " + std::to_string(t.end - t.begin));
-      tensors_.push_back(std::move(t));
+      tensors_.push_back(parse_entry(name, entry, data_size, fail));
     }
-    // The data is covered exactly: no overlap (two tensors reading the same
-    // bytes) and no hole (bytes no tensor accounts for).
-    std::vector<const StoredTensor*> by_offset;
-    for (const auto& t : tensors_) by_offset.push_back(&t);
-    std::sort(by_offset.begin(), by_offset.end(), [](const StoredTensor* a, const StoredTensor* b) {
-      return a->begin != b->begin ? a->begin < b->begin : a->end < b->end;
-    });
-    std::uint64_t covered = 0;
-    const StoredTensor* previous = nullptr;
-    for (const StoredTensor* t : by_offset) {
-      if (t->begin < covered)
-        fail("tensors '" + previous->name + "' and '" + t->name + "' overlap (bytes from " + std::to_string(t->begin) + ")");
-      if (t->begin > covered)
-        fail("bytes [" + std::to_string(covered) + ", " + std::to_string(t->begin) + ") of the data belong to no tensor");
-      covered = t->end;
-      previous = t;
-    }
-    if (covered != data_size)
-      fail("bytes [" + std::to_string(covered) + ", " + std::to_string(data_size) + ") of the data belong to no tensor");
+    check_coverage(tensors_, data_size, fail);
     std::sort(tensors_.begin(), tensors_.end(), [](const StoredTensor& a, const StoredTensor& b) { return a.begin < b.begin; });
   } catch (...) {
     if (map_) ::munmap(const_cast<unsigned char*>(map_), size_);

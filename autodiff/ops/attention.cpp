@@ -198,6 +198,61 @@ Tensor record_fused(const Inputs& in, const Geometry& g, const Dropout& d, bool 
   return out;
 }
 
+// The plain kernel's backward from the probabilities it kept: through the
+// dropout mask, the softmax and the two products of each head.
+void plain_backward(BackwardContext& ctx, const Inputs& x, const Tensor& pr, const Geometry& g, const Dropout& d,
+                    bool packed) {
+  Tensor dy = ctx.grad_out();
+  // Gradient targets: one tensor for packed qkv, three otherwise (which may
+  // be one buffer, if k and v are one tensor): zero fresh ones, then add.
+  GradTarget tq = ctx.grad_in(0), tk = packed ? tq : ctx.grad_in(1), tv = packed ? tq : ctx.grad_in(2);
+  zero_fresh({&tq, &tk, &tv});
+  Tensor dprobs = Tensor::empty(pr.shape(), pr.dtype(), "attention_dprobs");
+  Tensor dropped = d.active() ? Tensor::empty(pr.shape(), pr.dtype(), "attention_dropped") : pr;
+  REMAT_DISPATCH_COMPUTE(dy.dtype(), T, {
+    if (d.active()) apply_dropout(pr.data<T>(), dropped.data<T>(), pr.numel(), d);
+    const T *gy = dy.data<T>(), *p = pr.data<T>(), *pd = dropped.data<T>();
+    const T *q = x.q.data<T>() + g.q.offset, *k = x.k.data<T>() + g.k.offset, *v = x.v.data<T>() + g.v.offset;
+    T* dp = dprobs.data<T>();
+    T* gq = tq ? tq.t.data<T>() + g.q.offset : nullptr;
+    T* gk = tk ? tk.t.data<T>() + g.k.offset : nullptr;
+    T* gv = tv ? tv.t.data<T>() + g.v.offset : nullptr;
+    const std::int64_t S = g.S;
+    for (std::int64_t h = 0; h < g.H; ++h) {
+      const std::int64_t kvh = g.kv_head(h);
+      // dv += dropout(probs)^T dy ; d(dropped probs) = dy v^T
+      if (tv)  // the target, not the pointer: a shape-only run has no data
+        gemm::gemm_batched(ExecSpace(), Op::T, Op::N, A(1), probs_of(pd, h, g), output_of(gy, h, g), A(1),
+                           head_of(gv, g.v, kvh, g));
+      gemm::gemm_batched(ExecSpace(), Op::N, Op::T, A(1), output_of(gy, h, g), head_of(v, g.v, kvh, g), A(0),
+                         probs_of(dp, h, g));
+    }
+    if (d.active()) apply_dropout(dp, dp, dprobs.numel(), d);  // through the same mask
+    // softmax backward, scaled: dscores = probs * (dprobs - <dprobs, probs>) * scale
+    const A sc = A(g.scale());
+    if constexpr (kHostMemory)
+      for_each("attention_softmax_backward", g.B * g.H * S, KOKKOS_LAMBDA(std::int64_t row) {
+        const T* pr_row = p + row * S;
+        T* r = dp + row * S;
+        A dot = 0;
+        for (std::int64_t j = 0; j < S; ++j) dot += A(r[j]) * A(pr_row[j]);
+        for (std::int64_t j = 0; j < S; ++j) r[j] = T(A(pr_row[j]) * (A(r[j]) - dot) * sc);
+      });
+    else
+      softmax_backward_rows_team("attention_softmax_backward", p, dp, g.B * g.H * S, S, sc);
+    for (std::int64_t h = 0; h < g.H; ++h) {
+      const std::int64_t kvh = g.kv_head(h);
+      // dq += dscores k ; dk += dscores^T q
+      if (tq)
+        gemm::gemm_batched(ExecSpace(), Op::N, Op::N, A(1), probs_of(dp, h, g), head_of(k, g.k, kvh, g), A(1),
+                           head_of(gq, g.q, h, g));
+      if (tk)
+        gemm::gemm_batched(ExecSpace(), Op::T, Op::N, A(1), probs_of(dp, h, g), head_of(q, g.q, h, g), A(1),
+                           head_of(gk, g.k, kvh, g));
+    }
+  });
+}
+
 Tensor record(const Inputs& in, const Geometry& g, double dropout) {
   Dropout d;
   if (dropout > 0) d = {dropout, random_ops::seed(), random_ops::stream(random_ops::next_op())};
@@ -214,56 +269,9 @@ Tensor record(const Inputs& in, const Geometry& g, double dropout) {
   out.set_recipe([unpack, sp, g, d] { return attention_output(sp.unpack(), unpack(), g, d); });
   const bool packed = in.packed();
   rec.finish({&out}, [unpack, sp, g, d, packed](BackwardContext& ctx) {
-    const Inputs x = unpack();
-    Tensor dy = ctx.grad_out(), pr = sp.unpack();
-    // Gradient targets: one tensor for packed qkv, three otherwise (which may
-    // be one buffer, if k and v are one tensor): zero fresh ones, then add.
-    GradTarget tq = ctx.grad_in(0), tk = packed ? tq : ctx.grad_in(1), tv = packed ? tq : ctx.grad_in(2);
-    zero_fresh({&tq, &tk, &tv});
-    Tensor dprobs = Tensor::empty(pr.shape(), pr.dtype(), "attention_dprobs");
-    Tensor dropped = d.active() ? Tensor::empty(pr.shape(), pr.dtype(), "attention_dropped") : pr;
-    REMAT_DISPATCH_COMPUTE(dy.dtype(), T, {
-      if (d.active()) apply_dropout(pr.data<T>(), dropped.data<T>(), pr.numel(), d);
-      const T *gy = dy.data<T>(), *p = pr.data<T>(), *pd = dropped.data<T>();
-      const T *q = x.q.data<T>() + g.q.offset, *k = x.k.data<T>() + g.k.offset, *v = x.v.data<T>() + g.v.offset;
-      T* dp = dprobs.data<T>();
-      T* gq = tq ? tq.t.data<T>() + g.q.offset : nullptr;
-      T* gk = tk ? tk.t.data<T>() + g.k.offset : nullptr;
-      T* gv = tv ? tv.t.data<T>() + g.v.offset : nullptr;
-      const std::int64_t S = g.S;
-      for (std::int64_t h = 0; h < g.H; ++h) {
-        const std::int64_t kvh = g.kv_head(h);
-        // dv += dropout(probs)^T dy ; d(dropped probs) = dy v^T
-        if (tv)  // the target, not the pointer: a shape-only run has no data
-          gemm::gemm_batched(ExecSpace(), Op::T, Op::N, A(1), probs_of(pd, h, g), output_of(gy, h, g), A(1),
-                             head_of(gv, g.v, kvh, g));
-        gemm::gemm_batched(ExecSpace(), Op::N, Op::T, A(1), output_of(gy, h, g), head_of(v, g.v, kvh, g), A(0),
-                           probs_of(dp, h, g));
-      }
-      if (d.active()) apply_dropout(dp, dp, dprobs.numel(), d);  // through the same mask
-      // softmax backward, scaled: dscores = probs * (dprobs - <dprobs, probs>) * scale
-      const A sc = A(g.scale());
-      if constexpr (kHostMemory)
-        for_each("attention_softmax_backward", g.B * g.H * S, KOKKOS_LAMBDA(std::int64_t row) {
-          const T* pr_row = p + row * S;
-          T* r = dp + row * S;
-          A dot = 0;
-          for (std::int64_t j = 0; j < S; ++j) dot += A(r[j]) * A(pr_row[j]);
-          for (std::int64_t j = 0; j < S; ++j) r[j] = T(A(pr_row[j]) * (A(r[j]) - dot) * sc);
-        });
-      else
-        softmax_backward_rows_team("attention_softmax_backward", p, dp, g.B * g.H * S, S, sc);
-      for (std::int64_t h = 0; h < g.H; ++h) {
-        const std::int64_t kvh = g.kv_head(h);
-        // dq += dscores k ; dk += dscores^T q
-        if (tq)
-          gemm::gemm_batched(ExecSpace(), Op::N, Op::N, A(1), probs_of(dp, h, g), head_of(k, g.k, kvh, g), A(1),
-                             head_of(gq, g.q, h, g));
-        if (tk)
-          gemm::gemm_batched(ExecSpace(), Op::T, Op::N, A(1), probs_of(dp, h, g), head_of(q, g.q, h, g), A(1),
-                             head_of(gk, g.k, kvh, g));
-      }
-    });
+    const Inputs x = unpack();  // the inputs first, then the probabilities, as they were saved
+    const Tensor pr = sp.unpack();
+    plain_backward(ctx, x, pr, g, d, packed);
   });
   return out;
 }

@@ -117,6 +117,21 @@ Tensor routing_weights_forward(const Tensor& probs, const Tensor& selected) {
   return out;
 }
 
+// A shape-only run has no router values: a balanced routing, each token's
+// k experts distinct (choice i goes to expert i % E), in closed form, so
+// that the host's work and memory do not grow with the tokens modelled. The
+// same tensors are made as for a real routing, of the same sizes.
+void balanced_routing(Routing& r, DType counts_dtype) {
+  const std::int64_t T = r.tokens, k = r.k, E = r.experts, n = T * k;
+  r.offsets.assign(std::size_t(E) + 1, 0);
+  for (std::int64_t e = 0; e < E; ++e)
+    r.offsets[std::size_t(e) + 1] = r.offsets[std::size_t(e)] + n / E + (e < n % E ? 1 : 0);
+  r.slots = Tensor::empty({T, k}, DType::i32, "routing");
+  r.slots.set_tag("routing");
+  r.counts = Tensor::empty({E}, counts_dtype, "routing");
+  r.counts.set_tag("routing");
+}
+
 }  // namespace
 
 Routing route_top_k(const Tensor& probs, int k) {
@@ -149,18 +164,7 @@ Routing route_top_k(const Tensor& probs, int k) {
     });
   });
   if (shape_only()) {
-    // No router values: a balanced routing, each token's k experts distinct
-    // (choice i goes to expert i % E), in closed form, so that the host's
-    // work and memory do not grow with the tokens modelled. The same tensors
-    // are made as below, of the same sizes.
-    const std::int64_t n = T * k;
-    r.offsets.assign(std::size_t(E) + 1, 0);
-    for (std::int64_t e = 0; e < E; ++e)
-      r.offsets[std::size_t(e) + 1] = r.offsets[std::size_t(e)] + n / E + (e < n % E ? 1 : 0);
-    r.slots = Tensor::empty({T, k}, DType::i32, "routing");
-    r.slots.set_tag("routing");
-    r.counts = Tensor::empty({E}, compute_dtype(probs.dtype()), "routing");
-    r.counts.set_tag("routing");
+    balanced_routing(r, compute_dtype(probs.dtype()));
     return r;  // fingerprint 0: never compared in a shape-only run
   }
   require(T * k <= INT32_MAX, "route_top_k: " + std::to_string(T * k) + " routed rows overflow the int32 slots");

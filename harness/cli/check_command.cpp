@@ -268,4 +268,8 @@ void setup_check(CLI::App& app) {
   });
 }
 
+namespace {
+const RegisterCommand registered(50, setup_check);
+}  // namespace
+
 }  // namespace remat::cli

@@ -1,23 +1,23 @@
 #pragma once
-// One file per subcommand: setup_X binds its options and its action.
+// One file per subcommand: its setup binds the options and the action, and
+// the file registers it here, so that adding a command is its file and a
+// line in harness/CMakeLists.txt.
 #include <CLI/CLI.hpp>
+#include <vector>
 
 namespace remat::cli {
 
-void setup_models(CLI::App& app);
-void setup_export(CLI::App& app);
-void setup_grads(CLI::App& app);
-void setup_check(CLI::App& app);
-void setup_strategies(CLI::App& app);
-void setup_matrix(CLI::App& app);
-void setup_report(CLI::App& app);
-void setup_time(CLI::App& app);
-void setup_train(CLI::App& app);
-void setup_plan(CLI::App& app);
-void setup_lora_merge(CLI::App& app);
-void setup_merge(CLI::App& app);
-void setup_import(CLI::App& app);
-void setup_export_hf(CLI::App& app);
-void setup_estimate(CLI::App& app);
+struct Command {
+  int order;                    // where `remat --help` lists it
+  void (*setup)(CLI::App& app);  // adds the subcommand to the app
+};
+
+// The registered commands, in their order.
+std::vector<Command> commands();
+
+// A command file's registration: `const RegisterCommand registered(80, setup_time);`.
+struct RegisterCommand {
+  RegisterCommand(int order, void (*setup)(CLI::App& app));
+};
 
 }  // namespace remat::cli

@@ -254,4 +254,8 @@ void setup_estimate(CLI::App& app) {
   });
 }
 
+namespace {
+const RegisterCommand registered(150, setup_estimate);
+}  // namespace
+
 }  // namespace remat::cli

@@ -42,4 +42,8 @@ void setup_export(CLI::App& app) {
   cmd->callback([o] { run_export(*o); });
 }
 
+namespace {
+const RegisterCommand registered(20, setup_export);
+}  // namespace
+
 }  // namespace remat::cli

@@ -163,4 +163,8 @@ void setup_export_hf(CLI::App& app) {
   cmd->callback([o] { run_export_hf(*o); });
 }
 
+namespace {
+const RegisterCommand registered(140, setup_export_hf);
+}  // namespace
+
 }  // namespace remat::cli

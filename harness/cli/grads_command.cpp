@@ -69,4 +69,8 @@ void setup_grads(CLI::App& app) {
   cmd->callback([o] { run_grads(*o); });
 }
 
+namespace {
+const RegisterCommand registered(30, setup_grads);
+}  // namespace
+
 }  // namespace remat::cli

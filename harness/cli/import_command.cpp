@@ -67,4 +67,8 @@ void setup_import(CLI::App& app) {
   cmd->callback([o] { run_import(*o); });
 }
 
+namespace {
+const RegisterCommand registered(130, setup_import);
+}  // namespace
+
 }  // namespace remat::cli

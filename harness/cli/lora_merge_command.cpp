@@ -41,4 +41,8 @@ void setup_lora_merge(CLI::App& app) {
   cmd->callback([o] { run_lora_merge(*o); });
 }
 
+namespace {
+const RegisterCommand registered(110, setup_lora_merge);
+}  // namespace
+
 }  // namespace remat::cli

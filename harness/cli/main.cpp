@@ -18,6 +18,24 @@
 
 namespace {
 
+// The arguments with what ranks on one machine need by default: a share of
+// its cores each, and Kokkos' warnings (oversubscribed cores, say) printed
+// once, by rank 0. `threads` and `quiet` hold the added words.
+std::vector<char*> with_rank_defaults(int argc, char** argv, std::string& threads, std::string& quiet) {
+  std::vector<char*> args(argv, argv + argc);
+  if (remat::comm::local_size() > 1 &&
+      std::none_of(args.begin(), args.end(), [](const char* a) { return std::strstr(a, "--kokkos-threads") == a || std::strstr(a, "--kokkos-num-threads") == a; })) {
+    const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
+    threads = "--kokkos-num-threads=" + std::to_string(std::max(1L, cores / remat::comm::local_size()));
+    args.push_back(threads.data());
+  }
+  quiet = "--kokkos-disable-warnings";
+  if (remat::comm::rank() > 0 &&
+      std::none_of(args.begin(), args.end(), [](const char* a) { return std::strstr(a, "--kokkos-disable-warnings"); }))
+    args.push_back(quiet.data());
+  return args;
+}
+
 int run(int argc, char** argv) {
   // --version answers without initialising Kokkos (and so without a device).
   for (int i = 1; i < argc && argv[i][0] == '-'; ++i)
@@ -25,21 +43,8 @@ int run(int argc, char** argv) {
       std::printf("%s\n", remat::Runtime::version().c_str());
       return 0;
     }
-  // Ranks on one machine share its cores, unless told otherwise.
-  std::vector<char*> args(argv, argv + argc);
-  std::string threads;
-  if (remat::comm::local_size() > 1 &&
-      std::none_of(args.begin(), args.end(), [](const char* a) { return std::strstr(a, "--kokkos-threads") == a || std::strstr(a, "--kokkos-num-threads") == a; })) {
-    const long cores = std::max(1L, sysconf(_SC_NPROCESSORS_ONLN));
-    threads = "--kokkos-num-threads=" + std::to_string(std::max(1L, cores / remat::comm::local_size()));
-    args.push_back(threads.data());
-  }
-  // Kokkos' warnings (oversubscribed cores, say) hold for every rank alike:
-  // rank 0 prints them once.
-  std::string quiet = "--kokkos-disable-warnings";
-  if (remat::comm::rank() > 0 &&
-      std::none_of(args.begin(), args.end(), [](const char* a) { return std::strstr(a, "--kokkos-disable-warnings"); }))
-    args.push_back(quiet.data());
+  std::string threads, quiet;
+  std::vector<char*> args = with_rank_defaults(argc, argv, threads, quiet);
   argc = int(args.size());
   argv = args.data();
   remat::Runtime runtime(argc, argv);
@@ -51,21 +56,7 @@ int run(int argc, char** argv) {
       "Exit codes: 0 success, 1 a check failed (gradients differ, golden drift), 2 an error in what was asked\n"
       "(a bad file, name, option or size; a full disk; too little memory), 3 an internal error (a bug: please report),\n"
       "4 the environment failed (HDF5, MPI, CUDA or cuBLAS refused work that was well asked).");
-  remat::cli::setup_models(app);
-  remat::cli::setup_export(app);
-  remat::cli::setup_grads(app);
-  remat::cli::setup_strategies(app);
-  remat::cli::setup_check(app);
-  remat::cli::setup_matrix(app);
-  remat::cli::setup_report(app);
-  remat::cli::setup_time(app);
-  remat::cli::setup_train(app);
-  remat::cli::setup_plan(app);
-  remat::cli::setup_lora_merge(app);
-  remat::cli::setup_merge(app);
-  remat::cli::setup_import(app);
-  remat::cli::setup_export_hf(app);
-  remat::cli::setup_estimate(app);
+  for (const auto& command : remat::cli::commands()) command.setup(app);
   remat::cli::check_every_option(app);
   try {
     remat::cli::refuse_empty_list_items(app, std::vector<std::string>(argv + 1, argv + argc));

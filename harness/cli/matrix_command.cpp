@@ -248,4 +248,8 @@ void setup_matrix(CLI::App& app) {
   cmd->callback([o] { run(*o); });
 }
 
+namespace {
+const RegisterCommand registered(60, setup_matrix);
+}  // namespace
+
 }  // namespace remat::cli

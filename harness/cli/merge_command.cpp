@@ -73,4 +73,8 @@ void setup_merge(CLI::App& app) {
   cmd->callback([o] { run_merge(*o); });
 }
 
+namespace {
+const RegisterCommand registered(120, setup_merge);
+}  // namespace
+
 }  // namespace remat::cli

@@ -56,4 +56,8 @@ void setup_models(CLI::App& app) {
   cmd->callback(run_models);
 }
 
+namespace {
+const RegisterCommand registered(10, setup_models);
+}  // namespace
+
 }  // namespace remat::cli

@@ -127,4 +127,8 @@ void setup_plan(CLI::App& app) {
   cmd->callback([o] { run_plan(*o); });
 }
 
+namespace {
+const RegisterCommand registered(100, setup_plan);
+}  // namespace
+
 }  // namespace remat::cli

@@ -139,4 +139,8 @@ void setup_report(CLI::App& app) {
   cmd->callback([o] { run_report(*o); });
 }
 
+namespace {
+const RegisterCommand registered(70, setup_report);
+}  // namespace
+
 }  // namespace remat::cli

@@ -37,4 +37,8 @@ void setup_strategies(CLI::App& app) {
   });
 }
 
+namespace {
+const RegisterCommand registered(40, setup_strategies);
+}  // namespace
+
 }  // namespace remat::cli

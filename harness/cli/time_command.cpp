@@ -151,4 +151,8 @@ void setup_time(CLI::App& app) {
   cmd->callback([o] { run_time(*o); });
 }
 
+namespace {
+const RegisterCommand registered(80, setup_time);
+}  // namespace
+
 }  // namespace remat::cli

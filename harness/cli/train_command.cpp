@@ -268,4 +268,8 @@ void setup_train(CLI::App& app) {
   cmd->callback([o] { run_train(*o); });
 }
 
+namespace {
+const RegisterCommand registered(90, setup_train);
+}  // namespace
+
 }  // namespace remat::cli

@@ -178,12 +178,11 @@ std::size_t ResultsFile::add(const std::vector<Entry>& entries) {
 
 namespace {
 
-void write_run(const h5::File& f, const std::string& g, const RunRecord& r) {
+// What ran and where: the key's fields, the build and the machine.
+void write_setting(const h5::File& f, const std::string& g, const RunRecord& r) {
   namespace R = results;
-  h5::create_group(f, g);
   const RunKey& k = r.key;
   const Sizes& z = k.sizes;
-  const StepResult& st = r.check.step;
   R::key.write(f, g, k.text());
   R::model.write(f, g, k.model);
   R::preset.write(f, g, k.preset);
@@ -215,9 +214,13 @@ void write_run(const h5::File& f, const std::string& g, const RunRecord& r) {
   R::git_revision.write(f, g, REMAT_GIT_REVISION);
   R::host.write(f, g, host_name());
   R::run_time.write(f, g, now_iso());
-  R::status.write(f, g, r.check.oom ? "oom" : "ok");
-  if (r.check.oom) return;  // nothing was measured
+}
 
+// What the run measured: times, loss, memory, FLOPs, the gradients' errors.
+void write_measures(const h5::File& f, const std::string& g, const RunRecord& r) {
+  namespace R = results;
+  const Sizes& z = r.key.sizes;
+  const StepResult& st = r.check.step;
   const auto [fastest, slowest] = std::minmax_element(r.step_times.begin(), r.step_times.end());
   const double step_median = median(r.step_times);
   R::step_time_median.write(f, g, step_median);
@@ -237,7 +240,13 @@ void write_run(const h5::File& f, const std::string& g, const RunRecord& r) {
   R::grad_max_abs.write(f, g, r.check.vs_full.max_abs);
   R::grad_max_rel.write(f, g, r.check.vs_full.max_rel);
   R::bitwise.write(f, g, r.check.vs_full.bitwise ? 1 : 0);
+}
 
+// The series: each timed step, the measured step's memory timeline, the
+// per-parameter gradient errors, the model's statistics.
+void write_series(const h5::File& f, const std::string& g, const RunRecord& r) {
+  namespace R = results;
+  const StepResult& st = r.check.step;
   R::step_times.write(f, g, r.step_times);
   R::losses.write(f, g, r.losses);
   std::vector<double> t;
@@ -259,6 +268,15 @@ void write_run(const h5::File& f, const std::string& g, const RunRecord& r) {
   R::grad_abs.write(f, g, r.check.vs_full.abs_by_param);
   R::grad_rel.write(f, g, r.check.vs_full.rel_by_param);
   for (const auto& stat : st.stats) h5::write(f, g + "/" + R::stat.at(stat.name), stat.values, stat.shape);
+}
+
+void write_run(const h5::File& f, const std::string& g, const RunRecord& r) {
+  h5::create_group(f, g);
+  write_setting(f, g, r);
+  results::status.write(f, g, r.check.oom ? "oom" : "ok");
+  if (r.check.oom) return;  // nothing was measured
+  write_measures(f, g, r);
+  write_series(f, g, r);
 }
 
 }  // namespace

@@ -150,6 +150,20 @@ std::string copy_cost(double copy_seconds, double wait_seconds) {
 
 namespace {
 
+// The measured step's memory timeline, checked: two series of one length, finite times.
+void read_timeline(const h5::File& f, const std::string& g, RunSummary& r) {
+  namespace R = results;
+  r.timeline_seconds = R::timeline_seconds.read(f, g);
+  const auto bytes = R::timeline_bytes.read(f, g);
+  if (bytes.size() != r.timeline_seconds.size())
+    throw UserError("timeline/seconds and timeline/bytes differ in length (" + std::to_string(r.timeline_seconds.size()) +
+                    " and " + std::to_string(bytes.size()) + ")");
+  for (std::size_t i = 0; i < bytes.size(); ++i) {
+    if (!std::isfinite(r.timeline_seconds[i])) throw UserError("timeline/seconds holds a non-finite time");
+    r.timeline_mb.push_back(mb(bytes[i]));
+  }
+}
+
 // One run's record, every field checked; UserError saying what is wrong.
 RunSummary read_run(const h5::File& f, const std::string& name) {
   namespace R = results;
@@ -201,17 +215,7 @@ RunSummary read_run(const h5::File& f, const std::string& name) {
     r.copy_seconds = measure(R::offload_copy_seconds);
     r.wait_seconds = measure(R::offload_wait_seconds);
   }
-  if (R::timeline_seconds.exists_in(f, g)) {
-    r.timeline_seconds = R::timeline_seconds.read(f, g);
-    const auto bytes = R::timeline_bytes.read(f, g);
-    if (bytes.size() != r.timeline_seconds.size())
-      throw UserError("timeline/seconds and timeline/bytes differ in length (" + std::to_string(r.timeline_seconds.size()) +
-                      " and " + std::to_string(bytes.size()) + ")");
-    for (std::size_t i = 0; i < bytes.size(); ++i) {
-      if (!std::isfinite(r.timeline_seconds[i])) throw UserError("timeline/seconds holds a non-finite time");
-      r.timeline_mb.push_back(mb(bytes[i]));
-    }
-  }
+  if (R::timeline_seconds.exists_in(f, g)) read_timeline(f, g, r);
   return r;
 }
 
