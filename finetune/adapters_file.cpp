@@ -7,6 +7,7 @@
 #include "autodiff/backend.hpp"
 #include "autodiff/gemm.hpp"
 #include "core/error.hpp"
+#include "weights/weights_schema.hpp"
 
 namespace remat {
 namespace {
@@ -57,7 +58,9 @@ std::vector<std::string> AdapterFile::weights() const {
   return w;
 }
 
-void write_lora_setting(const h5::File& f, const LoraOptions& options) { h5::write_attr(f, "lora", options.key()); }
+void write_lora_setting(const h5::File& f, const LoraOptions& options) {
+  weights_file::root::lora.write(f, "/", options.key());
+}
 
 void write_adapters(const std::string& path, const ModelSetup& setup, const ParamStore& store,
                     const LoraOptions& options) {
@@ -66,7 +69,8 @@ void write_adapters(const std::string& path, const ModelSetup& setup, const Para
   write_lora_setting(f, options);
   for (std::size_t i = 0; i < store.names().size(); ++i)
     if (is_adapter_name(store.names()[i]))
-      h5::write(f, "/params/" + store.names()[i], store.tensors()[i].to_host_f32(), store.tensors()[i].shape());
+      h5::write(f, "/" + weights_file::data::param.at(store.names()[i]), store.tensors()[i].to_host_f32(),
+                store.tensors()[i].shape());
   f.save();
 }
 
@@ -74,13 +78,13 @@ AdapterFile read_adapters(const std::string& path) {
   const h5::File f = h5::File::open(path);
   AdapterFile a;
   a.setup = read_model_setup(f);
-  const auto setting = h5::read_attr_string(f, "lora");
+  const auto setting = weights_file::root::lora.read(f, "/");
   if (!setting) throw UserError(path + ": holds no LoRA adapters (no 'lora' attribute on /)");
   a.options = LoraOptions::parse(*setting, path + ": attribute 'lora'");
   if (h5::exists(f, "/params") && h5::is_group(f, "/params"))
     for (const auto& name : h5::list(f, "/params")) {
       if (!is_adapter_name(name)) continue;
-      const std::string p = "/params/" + name;
+      const std::string p = "/" + weights_file::data::param.at(name);
       const auto info = h5::info(f, p);
       if (info.kind != h5::Kind::float32) throw UserError(path + ": " + p + " holds " + info.type_name + ", expected float32");
       AdapterFile::Values v{info.shape, h5::read_f32(f, p)};

@@ -15,6 +15,8 @@
 #include "harness/io/results_schema.hpp"
 #include "train/run_schema.hpp"
 #include "train/trainer.hpp"
+#include "weights/weights_file.hpp"
+#include "weights/weights_schema.hpp"
 #include "zoo/model.hpp"
 
 using namespace remat;
@@ -85,6 +87,27 @@ TEST_CASE("the docs' tables are the schemas'", "[schema]") {
   check_doc_table("docs/training.md", "run.root", h5::markdown_table(run_file::root_docs()));
   check_doc_table("docs/training.md", "run.settings", h5::markdown_table(run_file::setting_docs()));
   check_doc_table("docs/training.md", "run.datasets", h5::markdown_table(run_file::dataset_docs()));
+  check_doc_table("docs/models.md", "weights.root", h5::markdown_table(weights_file::root_docs()));
+  check_doc_table("docs/models.md", "weights.datasets", h5::markdown_table(weights_file::dataset_docs()));
+}
+
+TEST_CASE("a golden file holds what the weight file's schema declares", "[schema]") {
+  test::TempDir dir("remat-schema");
+  const ModelSetup setup{"mixtral", "tiny", preset_sizes("tiny")};
+  const auto model = models().find(setup.model).make(setup.sizes);
+  ParamStore params(model->params(), DType::f32);
+  initialize(params, 1, setup.sizes.L);
+  const Batch batch = random_batch(setup.sizes.B, setup.sizes.S, setup.sizes.V, 1);
+  write_golden(dir.file("g.h5"), setup, params, batch, 1.5);
+  const h5::File f = h5::File::open(dir.file("g.h5"));
+  for (const auto& name : attribute_names(f, "/")) {
+    INFO("written but not declared: " << name);
+    CHECK(declared(weights_file::root_docs(), name));
+  }
+  for (const auto& d : weights_file::dataset_docs()) {
+    INFO("declared dataset not written: " << d.name);
+    CHECK(h5::exists(f, "/" + h5::member(d.name, d.name.find('<') == std::string::npos ? "" : params.names()[0])));
+  }
 }
 
 TEST_CASE("a results file's run holds what its schema declares, and every declared attribute", "[schema]") {
@@ -138,13 +161,12 @@ TEST_CASE("a training run file holds what its schema declares", "[schema][train]
   const h5::File f = h5::File::open(c.out);
   auto docs = run_file::root_docs();
   for (const auto& d : run_file::setting_docs()) docs.push_back(d);
-  // The model's attributes are a weight file's (docs/models.md), not the run's.
-  const std::set<std::string> model_layout = {"model", "preset", "L", "D", "H", "Hkv", "F", "S", "S_max", "V", "B",
-                                              "dropout", "E", "K", "theta", "router_aux"};
+  // The model's attributes are a weight file's (docs/models.md), declared there.
+  const auto model_layout = weights_file::root_docs();
   const auto written = attribute_names(f, "/");
   for (const auto& name : written) {
     INFO("written but not declared: " << name);
-    CHECK((declared(docs, name) || model_layout.count(name) == 1));
+    CHECK((declared(docs, name) || declared(model_layout, name)));
   }
   for (const auto& d : docs) {
     INFO("declared but not written: " << d.name);

@@ -13,6 +13,7 @@
 #include "finetune/adapters_file.hpp"
 #include "h5/h5.hpp"
 #include "train/run_schema.hpp"
+#include "weights/weights_schema.hpp"
 #include "strategies/registry.hpp"
 
 namespace remat {
@@ -345,11 +346,14 @@ SavedRun read_run_record(const std::string& path) {
   check_version(f);
   SavedRun run;
   ModelSetup setup;
-  setup.model = h5::read_attr_string(f, "model").value_or("?");
-  setup.preset = h5::read_attr_string(f, "preset").value_or("?");
-  for (auto [name, field] : std::initializer_list<std::pair<const char*, int*>>{{"L", &setup.sizes.L}, {"D", &setup.sizes.D}, {"S", &setup.sizes.S},
-                             {"B", &setup.sizes.B}, {"V", &setup.sizes.V}})
-    *field = int(h5::read_attr_int(f, name).value_or(0));
+  namespace W = weights_file::root;
+  setup.model = W::model.read(f, "/").value_or("?");
+  setup.preset = W::preset.read(f, "/").value_or("?");
+  using Size = std::pair<const h5::Attr<std::int64_t>*, int*>;  // spelled out for nvcc's front end
+  for (auto [attribute, size] : std::initializer_list<Size>{{&W::L, &setup.sizes.L}, {&W::D, &setup.sizes.D},
+                                                            {&W::S, &setup.sizes.S}, {&W::B, &setup.sizes.B},
+                                                            {&W::V, &setup.sizes.V}})
+    *size = int(attribute->read(f, "/").value_or(0));
   run.config = read_config(f, setup);
   run.state = read_state(f, run.config);
   return run;

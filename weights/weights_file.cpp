@@ -9,6 +9,7 @@
 #include "autodiff/backend.hpp"
 #include "weights/hf_folder.hpp"
 #include "core/error.hpp"
+#include "weights/weights_schema.hpp"
 #include "core/memory.hpp"
 #include "h5/atomic_file.hpp"
 #include "h5/h5.hpp"
@@ -27,52 +28,57 @@ void require_finite(const std::vector<T>& v, const std::string& path, const std:
 }
 
 void write_setup(const h5::File& f, const ModelSetup& s) {
-  h5::write_attr(f, "model", s.model);
-  h5::write_attr(f, "preset", s.preset);
+  namespace W = weights_file::root;
+  W::model.write(f, "/", s.model);
+  W::preset.write(f, "/", s.preset);
   const Sizes& z = s.sizes;
-  for (auto [name, v] : std::initializer_list<std::pair<const char*, int>>{{"L", z.L}, {"D", z.D}, {"H", z.H}, {"Hkv", z.Hkv}, {"F", z.F}, {"S", z.S},
-                         {"S_max", z.S_max}, {"V", z.V}, {"B", z.B}})
-    h5::write_attr(f, name, std::int64_t(v));
+  // (The list's type spelled out: nvcc's front end deduces no initializer_list of braced pairs.)
+  using Size = std::pair<const h5::Attr<std::int64_t>*, int>;
+  for (auto [field, v] : std::initializer_list<Size>{{&W::L, z.L}, {&W::D, z.D}, {&W::H, z.H}, {&W::Hkv, z.Hkv}, {&W::F, z.F},
+                          {&W::S, z.S}, {&W::S_max, z.S_max}, {&W::V, z.V}, {&W::B, z.B}})
+    field->write(f, "/", v);
   for (const auto& a : models().find(s.model).attributes) {
-    if (a == "E") h5::write_attr(f, a, std::int64_t(z.E));
-    if (a == "K") h5::write_attr(f, a, std::int64_t(z.K));
-    if (a == "theta") h5::write_attr(f, a, z.theta);
+    if (a == "E") W::E.write(f, "/", z.E);
+    if (a == "K") W::K.write(f, "/", z.K);
+    if (a == "theta") W::theta.write(f, "/", z.theta);
   }
 }
 
 // Every size docs/models.md lists is required (a missing Hkv must not quietly
 // become H); S_max defaults to S and B to the batch's.
 ModelSetup read_setup(const h5::File& f) {
+  namespace W = weights_file::root;
   ModelSetup s;
-  auto model = h5::read_attr_string(f, "model");
+  auto model = W::model.read(f, "/");
   if (!model) throw UserError(f.path() + ": no 'model' attribute on / (not a remat weight file?)");
   s.model = *model;
   models().find(s.model);  // unknown model: a clear error now
-  s.preset = h5::read_attr_string(f, "preset").value_or("custom");
-  auto size = [&](const char* name, std::optional<int> fallback) {
-    const auto v = h5::read_attr_int(f, name);
+  s.preset = W::preset.read(f, "/").value_or("custom");
+  auto size = [&](const h5::Attr<std::int64_t>& field, std::optional<int> fallback) {
+    const std::string name(field.name);
+    const auto v = field.read(f, "/");
     if (!v && !fallback) throw UserError(f.path() + ": missing size attribute '" + name + "' on /");
     if (v && (*v < 1 || *v > INT32_MAX))
       throw UserError(f.path() + ": size attribute '" + name + "' = " + std::to_string(*v) + " is out of range");
     return v ? int(*v) : *fallback;
   };
   Sizes& z = s.sizes;
-  z.L = size("L", {});
-  z.D = size("D", {});
-  z.H = size("H", {});
-  z.Hkv = size("Hkv", {});
-  z.F = size("F", {});
-  z.S = size("S", {});
-  z.V = size("V", {});
-  z.S_max = size("S_max", z.S);
-  z.B = size("B", 1);
+  z.L = size(W::L, {});
+  z.D = size(W::D, {});
+  z.H = size(W::H, {});
+  z.Hkv = size(W::Hkv, {});
+  z.F = size(W::F, {});
+  z.S = size(W::S, {});
+  z.V = size(W::V, {});
+  z.S_max = size(W::S_max, z.S);
+  z.B = size(W::B, 1);
   // The model's own attributes: E and K are required where the model reads
   // them; theta defaults to 10000 (files written before it was recorded).
   for (const auto& a : models().find(s.model).attributes) {
-    if (a == "E") z.E = size("E", {});
-    if (a == "K") z.K = size("K", {});
+    if (a == "E") z.E = size(W::E, {});
+    if (a == "K") z.K = size(W::K, {});
     if (a == "theta") {
-      const auto t = h5::read_attr_double(f, "theta");
+      const auto t = W::theta.read(f, "/");
       if (t && !(*t > 0 && *t < 1e12))
         throw UserError(f.path() + ": attribute 'theta' = " + std::to_string(*t) + " is not a rotary base");
       z.theta = t.value_or(10000.0);
@@ -88,29 +94,33 @@ ModelSetup read_setup(const h5::File& f) {
 
 // /batch/tokens and /batch/targets, int32 [B, S], ids in [0, V); the file's
 // S and B attributes, where given, must agree with them.
+bool has_attribute(const h5::File& f, const h5::Attr<std::int64_t>& a) { return a.read(f, "/").has_value(); }
+
 Batch read_batch(const h5::File& f, ModelSetup& setup, bool has_b, bool has_s) {
+  namespace D = weights_file::data;
   const Sizes& z = setup.sizes;
+  const std::string tokens_path = D::tokens.path(""), targets_path = D::targets.path("");
   if (!h5::is_group(f, "/batch")) throw UserError(f.path() + ": /batch is not a group");
-  for (const char* name : {"/batch/tokens", "/batch/targets"}) {
-    if (!h5::exists(f, name)) throw UserError(f.path() + ": /batch has no " + std::string(name + 7));
+  for (const std::string& name : {tokens_path, targets_path}) {
+    if (!h5::exists(f, name)) throw UserError(f.path() + ": /batch has no " + name.substr(7));
     const auto di = h5::info(f, name);
     if (di.kind != h5::Kind::int32) throw UserError(f.path() + ": " + name + " holds " + di.type_name + ", expected int32");
     if (di.shape.size() != 2 || di.shape[0] < 1 || di.shape[1] < 1 || di.shape[1] > z.S_max || di.shape[0] > (1 << 16))
       throw UserError(f.path() + ": " + name + " has shape " + to_string(di.shape) + ", expected [B, S] with S <= " +
                       std::to_string(z.S_max));
   }
-  const Shape shape = h5::info(f, "/batch/tokens").shape;
-  if (h5::info(f, "/batch/targets").shape != shape)
-    throw UserError(f.path() + ": /batch/targets has shape " + to_string(h5::info(f, "/batch/targets").shape) +
-                    ", /batch/tokens " + to_string(shape));
+  const Shape shape = h5::info(f, tokens_path).shape;
+  if (h5::info(f, targets_path).shape != shape)
+    throw UserError(f.path() + ": " + targets_path + " has shape " + to_string(h5::info(f, targets_path).shape) +
+                    ", " + tokens_path + " " + to_string(shape));
   if ((has_b && shape[0] != z.B) || (has_s && shape[1] != z.S))
     throw UserError(f.path() + ": /batch is " + to_string(shape) + " but the file's attributes say B = " +
                     std::to_string(z.B) + ", S = " + std::to_string(z.S));
-  std::vector<std::int32_t> tokens = h5::read_i32(f, "/batch/tokens"), targets = h5::read_i32(f, "/batch/targets");
+  std::vector<std::int32_t> tokens = D::tokens.read(f, ""), targets = D::targets.read(f, "");
   for (const auto* v : {&tokens, &targets})
     for (std::size_t i = 0; i < v->size(); ++i)
       if ((*v)[i] < 0 || (*v)[i] >= z.V)
-        throw UserError(f.path() + ": " + (v == &tokens ? "/batch/tokens" : "/batch/targets") + " holds " +
+        throw UserError(f.path() + ": " + (v == &tokens ? tokens_path : targets_path) + " holds " +
                         std::to_string((*v)[i]) + " at index " + std::to_string(i) + ", outside the vocabulary [0, " +
                         std::to_string(z.V) + ")");
   setup.sizes.B = int(shape[0]);
@@ -121,20 +131,20 @@ Batch read_batch(const h5::File& f, ModelSetup& setup, bool has_b, bool has_s) {
 // The one writer of the docs/models.md layout: any of parameters, batch, result.
 void write_model_file(const std::string& path, const ModelSetup& setup, const ParamStore& params, bool with_params,
                       const Batch* batch, const double* loss) {
+  namespace D = weights_file::data;
   h5::File f = h5::File::create(path);
   write_setup(f, setup);
-  for (std::size_t i = 0; i < params.names().size() && with_params; ++i)
-    h5::write(f, "/params/" + params.names()[i], params.tensors()[i].to_host_f32(), params.tensors()[i].shape());
+  if (with_params) write_params(f, params);
   if (batch) {
-    h5::write(f, "/batch/tokens", batch->tokens.to_host_i32(), batch->tokens.shape());
-    h5::write(f, "/batch/targets", batch->targets.to_host_i32(), batch->targets.shape());
+    h5::write(f, D::tokens.path(""), batch->tokens.to_host_i32(), batch->tokens.shape());
+    h5::write(f, D::targets.path(""), batch->targets.to_host_i32(), batch->targets.shape());
   }
   if (loss) {
-    h5::write(f, "/loss", std::vector<double>{*loss}, Shape{});
+    h5::write(f, D::loss.path(""), std::vector<double>{*loss}, Shape{});
     for (std::size_t i = 0; i < params.names().size(); ++i) {
       const Tensor& p = params.tensors()[i];
       const Tensor g = p.grad();
-      h5::write(f, "/grads/" + params.names()[i], g.defined() ? g.to_host_f32() : std::vector<float>(p.numel(), 0.0f),
+      h5::write(f, "/" + D::grad.at(params.names()[i]), g.defined() ? g.to_host_f32() : std::vector<float>(p.numel(), 0.0f),
                 p.shape());
     }
   }
@@ -145,7 +155,8 @@ void write_model_file(const std::string& path, const ModelSetup& setup, const Pa
 
 void write_params(const h5::File& f, const ParamStore& params) {
   for (std::size_t i = 0; i < params.names().size(); ++i)
-    h5::write(f, "/params/" + params.names()[i], params.tensors()[i].to_host_f32(), params.tensors()[i].shape());
+    h5::write(f, "/" + weights_file::data::param.at(params.names()[i]), params.tensors()[i].to_host_f32(),
+              params.tensors()[i].shape());
 }
 
 void write_model_setup(const h5::File& f, const ModelSetup& setup) { write_setup(f, setup); }
@@ -169,11 +180,12 @@ Golden load_golden(const std::string& path) {
   g.weights = load_weights(path);
   if (!g.weights.batch) throw UserError(path + ": a golden file needs /batch");
   h5::File f = h5::File::open(path);
-  if (!h5::exists(f, "/loss")) throw UserError(path + ": no /loss (not a golden file: write one with --save-golden)");
-  g.loss = h5::read_scalar_f64(f, "/loss");
+  namespace D = weights_file::data;
+  if (!D::loss.exists_in(f, "")) throw UserError(path + ": no /loss (not a golden file: write one with --save-golden)");
+  g.loss = h5::read_scalar_f64(f, D::loss.path(""));
   if (!std::isfinite(g.loss)) throw UserError(path + ": /loss is not finite");
   for (const auto& spec : g.weights.params->specs()) {
-    const std::string p = "/grads/" + spec.name;
+    const std::string p = "/" + D::grad.at(spec.name);
     if (!h5::exists(f, p)) throw UserError(path + ": missing gradient '" + spec.name + "'");
     const auto di = h5::info(f, p);
     if (di.shape != spec.shape)
@@ -237,7 +249,7 @@ void write_weights_streaming(const std::string& path, const ModelSetup& setup, c
       next.get();  // parameter i is in buffers[i % 2] (or its error is thrown here)
       if (i + 1 < specs.size())
         next = std::async(std::launch::async, [&, i] { values(i + 1, buffers[(i + 1) % 2].get()); });
-      h5::write(f, "/params/" + specs[i].name, buffers[i % 2].get(), specs[i].shape);
+      h5::write(f, "/" + weights_file::data::param.at(specs[i].name), buffers[i % 2].get(), specs[i].shape);
     }
     f.close();
   }
@@ -255,7 +267,7 @@ ModelSetup read_weights_setup(const std::string& path) {
   const h5::File f = h5::File::open(path);
   ModelSetup setup = read_setup(f);
   if (h5::exists(f, "/batch"))
-    read_batch(f, setup, h5::read_attr_int(f, "B").has_value(), h5::read_attr_int(f, "S").has_value());
+    read_batch(f, setup, has_attribute(f, weights_file::root::B), has_attribute(f, weights_file::root::S));
   return setup;
 }
 
@@ -293,11 +305,11 @@ LoadedWeights load_weights(const std::string& path, bool force, bool skip_adapte
                       " --out merged.h5");
     }
     if (!expected.count(name))
-      throw UserError(path + ": unexpected parameter '" + name + "' " + to_string(h5::info(f, "/params/" + name).shape) +
+      throw UserError(path + ": unexpected parameter '" + name + "' " + to_string(h5::info(f, "/" + weights_file::data::param.at(name)).shape) +
                       " for " + w.setup.model + " with L = " + std::to_string(w.setup.sizes.L));
   }
   for (const auto& s : specs) {
-    const std::string p = "/params/" + s.name;
+    const std::string p = "/" + weights_file::data::param.at(s.name);
     if (!h5::exists(f, p)) throw UserError(path + ": missing parameter '" + s.name + "' " + to_string(s.shape));
     const auto di = h5::info(f, p);
     if (di.shape != s.shape)
@@ -309,12 +321,12 @@ LoadedWeights load_weights(const std::string& path, bool force, bool skip_adapte
 
   w.params = std::make_unique<ParamStore>(specs, DType::f32);
   for (std::size_t i = 0; i < specs.size(); ++i) {
-    const auto values = h5::read_f32(f, "/params/" + specs[i].name);
+    const auto values = h5::read_f32(f, "/" + weights_file::data::param.at(specs[i].name));
     require_finite(values, path, "parameter '" + specs[i].name + "'");
     backend::upload(w.params->tensors()[i], values);
   }
   if (h5::exists(f, "/batch"))
-    w.batch = read_batch(f, w.setup, h5::read_attr_int(f, "B").has_value(), h5::read_attr_int(f, "S").has_value());
+    w.batch = read_batch(f, w.setup, has_attribute(f, weights_file::root::B), has_attribute(f, weights_file::root::S));
   return w;
 }
 

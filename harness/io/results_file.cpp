@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
+#include <initializer_list>
 
 #include "autodiff/runtime.hpp"
 #include "core/error.hpp"
@@ -191,7 +192,9 @@ void write_setting(const h5::File& f, const std::string& g, const RunRecord& r) 
   if (!k.weights.empty()) R::weights.write(f, g, k.weights);
   R::seed.write(f, g, std::int64_t(k.seed));
   R::mem_limit.write(f, g, k.mem_limit);
-  for (auto [field, v] : {std::pair{&R::L, z.L}, {&R::D, z.D}, {&R::H, z.H}, {&R::Hkv, z.Hkv}, {&R::F, z.F},
+  // (The list's type spelled out: nvcc's front end deduces no initializer_list of braced pairs.)
+  using Size = std::pair<const h5::Attr<std::int64_t>*, int>;
+  for (auto [field, v] : std::initializer_list<Size>{{&R::L, z.L}, {&R::D, z.D}, {&R::H, z.H}, {&R::Hkv, z.Hkv}, {&R::F, z.F},
                           {&R::S, z.S}, {&R::S_max, z.S_max}, {&R::V, z.V}, {&R::B, z.B}})
     field->write(f, g, v);
   R::dropout.write(f, g, z.dropout);

@@ -1,0 +1,56 @@
+#pragma once
+// The weight file's fields (docs/models.md, "The HDF5 weight file"),
+// declared once: weights_file.cpp and the adapter files write and read
+// through these, a training run file carries them too, and the docs' tables
+// are tested against them. A field is one line.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "h5/record.hpp"
+
+// X(identifier, name in the file, type, unit, meaning): attributes of `/`.
+#define REMAT_WEIGHTS_ROOT(X)                                                                                         \
+  X(model, "model", std::string, "", "the zoo model (required)")                                                     \
+  X(preset, "preset", std::string, "", "the preset, published configuration, `custom` or `hf` (default `custom`)")  \
+  X(L, "L", std::int64_t, "", "blocks (required)")                                                                  \
+  X(D, "D", std::int64_t, "", "model width (required)")                                                             \
+  X(H, "H", std::int64_t, "", "attention heads (required)")                                                         \
+  X(Hkv, "Hkv", std::int64_t, "", "key and value heads (required)")                                                 \
+  X(F, "F", std::int64_t, "", "feed-forward width (required)")                                                      \
+  X(S, "S", std::int64_t, "", "sequence length (required)")                                                         \
+  X(S_max, "S_max", std::int64_t, "", "positions the model holds (default S)")                                      \
+  X(V, "V", std::int64_t, "", "vocabulary (required)")                                                              \
+  X(B, "B", std::int64_t, "", "sequences per batch (default: the batch's, or 1)")                                   \
+  X(E, "E", std::int64_t, "", "mixtral only: experts (required there)")                                             \
+  X(K, "K", std::int64_t, "", "mixtral only: experts per token (required there)")                                   \
+  X(theta, "theta", double, "", "llama and mixtral only: the rotary base (default 10000)")                          \
+  X(lora, "lora", std::string, "",                                                                                   \
+    "adapter files and LoRA runs only: `rank=R;alpha=A;targets=...` (docs/fine-tuning.md)")
+
+// Datasets: X(identifier, path from the root, element type, shape, unit, meaning)
+#define REMAT_WEIGHTS_DATASETS(X)                                                                                     \
+  X(param, "params/<name>", float, "[...]", "", "one per parameter, of the shape its model's section gives")          \
+  X(tokens, "batch/tokens", std::int32_t, "[B, S]", "",                                                              \
+    "optional: the batch to run, ids in [0, V); where the file has `S` and `B` attributes they must agree")         \
+  X(targets, "batch/targets", std::int32_t, "[B, S]", "", "with `batch/tokens`: the next token of each")           \
+  X(loss, "loss", double, "[]", "", "a result (`remat grads`, a golden file): the step's loss")                    \
+  X(grad, "grads/<name>", float, "[...]", "", "a result: each parameter's gradient, of its shape")
+
+namespace remat::weights_file {
+
+namespace root {
+#define REMAT_WEIGHTS_DECLARE_ATTR(id, name, T, unit, meaning) inline constexpr h5::Attr<T> id{name, unit, meaning};
+REMAT_WEIGHTS_ROOT(REMAT_WEIGHTS_DECLARE_ATTR)
+}  // namespace root
+namespace data {
+#define REMAT_WEIGHTS_DECLARE_DATASET(id, name, T, shape, unit, meaning) \
+  inline constexpr h5::Dataset<T> id{name, shape, unit, meaning};
+REMAT_WEIGHTS_DATASETS(REMAT_WEIGHTS_DECLARE_DATASET)
+}  // namespace data
+
+// The tables of docs/models.md, made from the declarations above.
+std::vector<h5::FieldDoc> root_docs();
+std::vector<h5::FieldDoc> dataset_docs();
+
+}  // namespace remat::weights_file
