@@ -269,7 +269,7 @@ void setup_check(CLI::App& app) {
 }
 
 namespace {
-const RegisterCommand registered(50, setup_check);
+const RegisterCommand register_check(50, setup_check);
 }  // namespace
 
 }  // namespace remat::cli

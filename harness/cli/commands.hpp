@@ -15,7 +15,8 @@ struct Command {
 // The registered commands, in their order.
 std::vector<Command> commands();
 
-// A command file's registration: `const RegisterCommand registered(80, setup_time);`.
+// A command file's registration: `const RegisterCommand register_time(80, setup_time);`
+// (a name of its own: the CUDA build compiles the command files as one unit).
 struct RegisterCommand {
   RegisterCommand(int order, void (*setup)(CLI::App& app));
 };

@@ -255,7 +255,7 @@ void setup_estimate(CLI::App& app) {
 }
 
 namespace {
-const RegisterCommand registered(150, setup_estimate);
+const RegisterCommand register_estimate(150, setup_estimate);
 }  // namespace
 
 }  // namespace remat::cli

@@ -43,7 +43,7 @@ void setup_export(CLI::App& app) {
 }
 
 namespace {
-const RegisterCommand registered(20, setup_export);
+const RegisterCommand register_export(20, setup_export);
 }  // namespace
 
 }  // namespace remat::cli

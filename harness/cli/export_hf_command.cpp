@@ -164,7 +164,7 @@ void setup_export_hf(CLI::App& app) {
 }
 
 namespace {
-const RegisterCommand registered(140, setup_export_hf);
+const RegisterCommand register_export_hf(140, setup_export_hf);
 }  // namespace
 
 }  // namespace remat::cli

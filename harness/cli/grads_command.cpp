@@ -70,7 +70,7 @@ void setup_grads(CLI::App& app) {
 }
 
 namespace {
-const RegisterCommand registered(30, setup_grads);
+const RegisterCommand register_grads(30, setup_grads);
 }  // namespace
 
 }  // namespace remat::cli

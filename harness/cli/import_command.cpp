@@ -68,7 +68,7 @@ void setup_import(CLI::App& app) {
 }
 
 namespace {
-const RegisterCommand registered(130, setup_import);
+const RegisterCommand register_import(130, setup_import);
 }  // namespace
 
 }  // namespace remat::cli

@@ -42,7 +42,7 @@ void setup_lora_merge(CLI::App& app) {
 }
 
 namespace {
-const RegisterCommand registered(110, setup_lora_merge);
+const RegisterCommand register_lora_merge(110, setup_lora_merge);
 }  // namespace
 
 }  // namespace remat::cli

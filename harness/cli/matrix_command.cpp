@@ -249,7 +249,7 @@ void setup_matrix(CLI::App& app) {
 }
 
 namespace {
-const RegisterCommand registered(60, setup_matrix);
+const RegisterCommand register_matrix(60, setup_matrix);
 }  // namespace
 
 }  // namespace remat::cli

@@ -74,7 +74,7 @@ void setup_merge(CLI::App& app) {
 }
 
 namespace {
-const RegisterCommand registered(120, setup_merge);
+const RegisterCommand register_merge(120, setup_merge);
 }  // namespace
 
 }  // namespace remat::cli

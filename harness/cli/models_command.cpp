@@ -57,7 +57,7 @@ void setup_models(CLI::App& app) {
 }
 
 namespace {
-const RegisterCommand registered(10, setup_models);
+const RegisterCommand register_models(10, setup_models);
 }  // namespace
 
 }  // namespace remat::cli

@@ -128,7 +128,7 @@ void setup_plan(CLI::App& app) {
 }
 
 namespace {
-const RegisterCommand registered(100, setup_plan);
+const RegisterCommand register_plan(100, setup_plan);
 }  // namespace
 
 }  // namespace remat::cli

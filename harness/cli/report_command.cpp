@@ -140,7 +140,7 @@ void setup_report(CLI::App& app) {
 }
 
 namespace {
-const RegisterCommand registered(70, setup_report);
+const RegisterCommand register_report(70, setup_report);
 }  // namespace
 
 }  // namespace remat::cli

@@ -38,7 +38,7 @@ void setup_strategies(CLI::App& app) {
 }
 
 namespace {
-const RegisterCommand registered(40, setup_strategies);
+const RegisterCommand register_strategies(40, setup_strategies);
 }  // namespace
 
 }  // namespace remat::cli

@@ -152,7 +152,7 @@ void setup_time(CLI::App& app) {
 }
 
 namespace {
-const RegisterCommand registered(80, setup_time);
+const RegisterCommand register_time(80, setup_time);
 }  // namespace
 
 }  // namespace remat::cli

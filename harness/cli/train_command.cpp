@@ -269,7 +269,7 @@ void setup_train(CLI::App& app) {
 }
 
 namespace {
-const RegisterCommand registered(90, setup_train);
+const RegisterCommand register_train(90, setup_train);
 }  // namespace
 
 }  // namespace remat::cli
