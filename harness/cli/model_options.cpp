@@ -133,7 +133,7 @@ void ModelOptions::bind_with_weights(CLI::App& cmd) {
   bind(cmd);
   cmd.add_option("--weights", weights,
                  "Start from these weights: a weight file (docs/models.md), a training run file, or a Hugging Face "
-                 "checkpoint (a folder with config.json and safetensors; docs/weight-files.md). The model and its "
+                 "model folder (config.json and safetensors; docs/weight-files.md). The model and its "
                  "sizes are the file's; --seq and --batch still apply");
 }
 
