@@ -27,20 +27,20 @@ void require_finite(const std::vector<T>& v, const std::string& path, const std:
                       ") at index " + std::to_string(i));
 }
 
-void write_setup(const h5::File& f, const ModelSetup& s) {
+void write_setup(const h5::File& f, const ModelSetup& s, const std::string& object) {
   namespace W = weights_file::root;
-  W::model.write(f, "/", s.model);
-  W::preset.write(f, "/", s.preset);
+  W::model.write(f, object, s.model);
+  W::preset.write(f, object, s.preset);
   const Sizes& z = s.sizes;
   // (The list's type spelled out: nvcc's front end deduces no initializer_list of braced pairs.)
   using Size = std::pair<const h5::Attr<std::int64_t>*, int>;
   for (auto [field, v] : std::initializer_list<Size>{{&W::L, z.L}, {&W::D, z.D}, {&W::H, z.H}, {&W::Hkv, z.Hkv}, {&W::F, z.F},
                           {&W::S, z.S}, {&W::S_max, z.S_max}, {&W::V, z.V}, {&W::B, z.B}})
-    field->write(f, "/", v);
+    field->write(f, object, v);
   for (const auto& a : models().find(s.model).attributes) {
-    if (a == "E") W::E.write(f, "/", z.E);
-    if (a == "K") W::K.write(f, "/", z.K);
-    if (a == "theta") W::theta.write(f, "/", z.theta);
+    if (a == "E") W::E.write(f, object, z.E);
+    if (a == "K") W::K.write(f, object, z.K);
+    if (a == "theta") W::theta.write(f, object, z.theta);
   }
 }
 
@@ -133,7 +133,7 @@ void write_model_file(const std::string& path, const ModelSetup& setup, const Pa
                       const Batch* batch, const double* loss) {
   namespace D = weights_file::data;
   h5::File f = h5::File::create(path);
-  write_setup(f, setup);
+  write_setup(f, setup, "/");
   if (with_params) write_params(f, params);
   if (batch) {
     h5::write(f, D::tokens.path(""), batch->tokens.to_host_i32(), batch->tokens.shape());
@@ -159,7 +159,9 @@ void write_params(const h5::File& f, const ParamStore& params) {
               params.tensors()[i].shape());
 }
 
-void write_model_setup(const h5::File& f, const ModelSetup& setup) { write_setup(f, setup); }
+void write_model_setup(const h5::File& f, const ModelSetup& setup, const std::string& object) {
+  write_setup(f, setup, object);
+}
 ModelSetup read_model_setup(const h5::File& f) { return read_setup(f); }
 
 void write_weights(const std::string& path, const ModelSetup& setup, const ParamStore& params, const Batch* batch) {
@@ -235,7 +237,7 @@ void write_weights_streaming(const std::string& path, const ModelSetup& setup, c
   AtomicFile file(path);
   {
     h5::File f = h5::File::create_on_disk(file.path(), path);
-    write_setup(f, setup);
+    write_setup(f, setup, "/");
     std::int64_t largest = 0;
     for (const auto& s : specs) largest = std::max(largest, numel(s.shape));
     // Two buffers, filled, not zeroed (written over): the next parameter is

@@ -26,9 +26,9 @@ struct LoadedWeights {
 // Writes parameters (and the batch, if given) to `path`.
 void write_weights(const std::string& path, const ModelSetup& setup, const ParamStore& params, const Batch* batch);
 
-// The pieces, for files that hold more (a training run): the setup's
-// attributes on / and /params/<name>.
-void write_model_setup(const h5::File& f, const ModelSetup& setup);
+// The pieces, for files that hold more (a training run, a results file's
+// run): the setup's attributes on `object` and /params/<name>.
+void write_model_setup(const h5::File& f, const ModelSetup& setup, const std::string& object = "/");
 // UserError for a missing or bad attribute.
 ModelSetup read_model_setup(const h5::File& f);
 void write_params(const h5::File& f, const ParamStore& params);

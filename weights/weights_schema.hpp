@@ -9,22 +9,28 @@
 
 #include "h5/record.hpp"
 
-// X(identifier, name in the file, type, unit, meaning): attributes of `/`.
+// X(identifier, name in the file, type, unit, meaning): a model and its
+// sizes (docs/models.md), as a weight file and a results file's run both
+// carry them (write_model_setup writes them on either).
+#define REMAT_MODEL_SETUP(X)                                                                                          \
+  X(model, "model", std::string, "", "the zoo model")                                                                \
+  X(preset, "preset", std::string, "", "the preset, published configuration, `custom` or `hf`")                     \
+  X(L, "L", std::int64_t, "", "blocks")                                                                              \
+  X(D, "D", std::int64_t, "", "model width")                                                                         \
+  X(H, "H", std::int64_t, "", "attention heads")                                                                     \
+  X(Hkv, "Hkv", std::int64_t, "", "key and value heads")                                                             \
+  X(F, "F", std::int64_t, "", "feed-forward width")                                                                  \
+  X(S, "S", std::int64_t, "", "sequence length")                                                                     \
+  X(S_max, "S_max", std::int64_t, "", "positions the model holds")                                                   \
+  X(V, "V", std::int64_t, "", "vocabulary")                                                                          \
+  X(B, "B", std::int64_t, "", "sequences per batch")                                                                 \
+  X(E, "E", std::int64_t, "", "mixtral only: experts")                                                               \
+  X(K, "K", std::int64_t, "", "mixtral only: experts per token")                                                     \
+  X(theta, "theta", double, "", "llama and mixtral only: the rotary base")
+
+// Attributes of a weight file's `/`: the model setup, and LoRA's setting.
 #define REMAT_WEIGHTS_ROOT(X)                                                                                         \
-  X(model, "model", std::string, "", "the zoo model (required)")                                                     \
-  X(preset, "preset", std::string, "", "the preset, published configuration, `custom` or `hf` (default `custom`)")  \
-  X(L, "L", std::int64_t, "", "blocks (required)")                                                                  \
-  X(D, "D", std::int64_t, "", "model width (required)")                                                             \
-  X(H, "H", std::int64_t, "", "attention heads (required)")                                                         \
-  X(Hkv, "Hkv", std::int64_t, "", "key and value heads (required)")                                                 \
-  X(F, "F", std::int64_t, "", "feed-forward width (required)")                                                      \
-  X(S, "S", std::int64_t, "", "sequence length (required)")                                                         \
-  X(S_max, "S_max", std::int64_t, "", "positions the model holds (default S)")                                      \
-  X(V, "V", std::int64_t, "", "vocabulary (required)")                                                              \
-  X(B, "B", std::int64_t, "", "sequences per batch (default: the batch's, or 1)")                                   \
-  X(E, "E", std::int64_t, "", "mixtral only: experts (required there)")                                             \
-  X(K, "K", std::int64_t, "", "mixtral only: experts per token (required there)")                                   \
-  X(theta, "theta", double, "", "llama and mixtral only: the rotary base (default 10000)")                          \
+  REMAT_MODEL_SETUP(X)                                                                                                \
   X(lora, "lora", std::string, "",                                                                                   \
     "adapter files and LoRA runs only: `rank=R;alpha=A;targets=...` (docs/fine-tuning.md)")
 

@@ -15,6 +15,7 @@
 #include "harness/io/file_lock.hpp"
 #include "harness/io/results_schema.hpp"
 #include "step/step.hpp"
+#include "weights/weights_file.hpp"
 #include "zoo/model.hpp"
 
 #ifndef REMAT_GIT_REVISION
@@ -185,23 +186,15 @@ void write_setting(const h5::File& f, const std::string& g, const RunRecord& r) 
   const RunKey& k = r.key;
   const Sizes& z = k.sizes;
   R::key.write(f, g, k.text());
-  R::model.write(f, g, k.model);
-  R::preset.write(f, g, k.preset);
+  write_model_setup(f, {k.model, k.preset, z}, g);
   R::strategy.write(f, g, k.strategy);
   R::data.write(f, g, k.data);
   if (!k.weights.empty()) R::weights.write(f, g, k.weights);
   R::seed.write(f, g, std::int64_t(k.seed));
   R::mem_limit.write(f, g, k.mem_limit);
-  // (The list's type spelled out: nvcc's front end deduces no initializer_list of braced pairs.)
-  using Size = std::pair<const h5::Attr<std::int64_t>*, int>;
-  for (auto [field, v] : std::initializer_list<Size>{{&R::L, z.L}, {&R::D, z.D}, {&R::H, z.H}, {&R::Hkv, z.Hkv}, {&R::F, z.F},
-                          {&R::S, z.S}, {&R::S_max, z.S_max}, {&R::V, z.V}, {&R::B, z.B}})
-    field->write(f, g, v);
   R::dropout.write(f, g, z.dropout);
-  for (const auto& a : models().find(k.model).attributes) {
-    if (a == "E") R::E.write(f, g, z.E), R::K.write(f, g, z.K), R::router_aux.write(f, g, z.router_aux);
-    if (a == "theta") R::theta.write(f, g, z.theta);
-  }
+  for (const auto& a : models().find(k.model).attributes)
+    if (a == "E") R::router_aux.write(f, g, z.router_aux);
   R::attention.write(f, g, ops::attention_kernel_name(k.attention));
   R::precision.write(f, g, precision_name(k.precision));
   if (!k.finetune.empty()) {

@@ -7,40 +7,28 @@
 #include <vector>
 
 #include "h5/record.hpp"
+#include "weights/weights_schema.hpp"  // the model setup both carry
 
 // X(identifier, name in the file, type, unit, meaning)
 #define REMAT_RESULTS_ROOT(X)                                                     \
   X(version, "remat_results", std::int64_t, "", "schema version (2)")            \
   X(created, "created", std::string, "", "UTC time the file was created")
 
-// A run's attributes, in the order they are written. A run out of memory
-// (`status` oom) has only those above `status`.
+// A run's attributes. A run out of memory (`status` oom) has only those
+// above `status`. The model setup is the weight file's (also in `key`).
 #define REMAT_RESULTS_RUN_ATTRIBUTES(X)                                                                               \
   X(key, "key", std::string, "",                                                                                      \
     "every option that changes the run, e.g. `model=gpt2;preset=small;strategy=full;L=12;...;attention=fused;"       \
     "data=random;seed=1;mem_limit=0`")                                                                                \
-  X(model, "model", std::string, "", "the zoo model")                                                                 \
-  X(preset, "preset", std::string, "", "the preset, published configuration, `custom` or `hf`")                     \
+  REMAT_MODEL_SETUP(X)                                                                                                \
   X(strategy, "strategy", std::string, "", "the strategy spec, e.g. `every:2+offload`")                              \
   X(data, "data", std::string, "", "the batch source")                                                               \
   X(weights, "weights", std::string, "",                                                                              \
     "only for `matrix --weights`: the weight file or Hugging Face model folder the run started from (also in `key`)") \
   X(seed, "seed", std::int64_t, "", "seed of weights, batch and dropout")                                             \
   X(mem_limit, "mem_limit_bytes", std::int64_t, "bytes", "`--mem-limit` (0: none)")                                  \
-  X(L, "L", std::int64_t, "", "blocks (docs/models.md)")                                                              \
-  X(D, "D", std::int64_t, "", "model width")                                                                          \
-  X(H, "H", std::int64_t, "", "attention heads")                                                                      \
-  X(Hkv, "Hkv", std::int64_t, "", "key and value heads")                                                              \
-  X(F, "F", std::int64_t, "", "feed-forward width")                                                                   \
-  X(S, "S", std::int64_t, "", "sequence length")                                                                      \
-  X(S_max, "S_max", std::int64_t, "", "positions the model holds")                                                    \
-  X(V, "V", std::int64_t, "", "vocabulary")                                                                           \
-  X(B, "B", std::int64_t, "", "sequences per batch")                                                                  \
   X(dropout, "dropout", double, "", "dropout probability")                                                            \
-  X(E, "E", std::int64_t, "", "mixtral only: experts (also in `key`)")                                                \
-  X(K, "K", std::int64_t, "", "mixtral only: experts per token (also in `key`)")                                      \
   X(router_aux, "router_aux", double, "", "mixtral only: the load-balancing loss's weight (also in `key`)")           \
-  X(theta, "theta", double, "", "llama and mixtral only: the rotary base (also in `key`)")                           \
   X(attention, "attention", std::string, "", "attention kernel that ran (`fused`, `fused-team` or `plain`)")         \
   X(precision, "precision", std::string, "",                                                                          \
     "what the step computed in: `fp32`, `bf16` or `fp16` (docs/precision.md; in `key` and the run's name only when " \
