@@ -30,7 +30,7 @@ export PYTHON=/usr/bin/python3
 # Every unit test but those on real sizes ([small], [depth]) and the
 # planner's exhaustive enumeration (a minute here: the solver's paths are
 # covered by the other planner tests), in one process and in a random order:
-# seed 2, another order than ctest's unit.all (seed 1), so that CI runs the
+# seed 2, another order than ctest's unit.shuffled (seed 1), so that CI runs the
 # suite in two orders.
 say "unit suite"
 "$build/tests/remat_tests" --order rand --rng-seed 2 "~[small]~[depth]~[exhaustive]"

@@ -1,11 +1,22 @@
 #include "helpers.hpp"
 
 #include <cmath>
+#include <cstdlib>
+#include <random>
+#include <string>
 
 #include "autodiff/rng.hpp"
 #include "autodiff/tape.hpp"
 
 namespace remat::test {
+
+std::uint64_t sample_seed() {
+  static const std::uint64_t seed = [] {
+    if (const char* env = std::getenv("REMAT_SAMPLE_SEED")) return std::uint64_t(std::stoull(env));
+    return std::uint64_t(std::random_device{}()) % 1000000;
+  }();
+  return seed;
+}
 
 std::vector<double> random_values(std::int64_t n, std::uint64_t seed, double lo, double hi) {
   std::vector<double> v(static_cast<std::size_t>(n));

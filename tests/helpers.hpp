@@ -17,6 +17,12 @@ Tensor random_leaf(const Shape& shape, std::uint64_t seed, DType dtype = DType::
 Tensor random_ids(const Shape& shape, std::int32_t limit, std::uint64_t seed);
 void upload(const Tensor& t, const std::vector<double>& values);
 
+// The seed of a sweep sampled per run (each run covers another part; all
+// runs together cover the whole): REMAT_SAMPLE_SEED when set, to repeat a
+// run, else new for each process. A test puts it in an INFO, so a failure
+// prints it.
+std::uint64_t sample_seed();
+
 double max_abs_diff(const std::vector<double>& a, const std::vector<double>& b);
 
 struct GradCheck {

@@ -32,6 +32,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 
 remat, repo = os.path.abspath(sys.argv[1]), os.path.abspath(sys.argv[2])
 mpiexec = next((a.split("=", 1)[1] for a in sys.argv[3:] if a.startswith("--mpiexec=")), "")
@@ -139,9 +140,10 @@ def run_page(page):
                 skipped_files |= {f for f in outputs if not os.path.exists(os.path.join(work, f))}
                 skipped += 1
                 continue
+            started = time.monotonic()
             done = subprocess.run(quick(command), shell=True, cwd=work, capture_output=True, text=True, timeout=600)
             ran += 1
-            print(f"  ran (exit {done.returncode}): {quick(command)}")
+            print(f"  ran (exit {done.returncode}, {time.monotonic() - started:.1f} s): {quick(command)}")
             if done.returncode != expected:
                 failures.append(f"{command}: exit {done.returncode}, the page says {expected}: {done.stderr.strip()[-400:]}")
             skipped_files -= outputs

@@ -12,7 +12,6 @@ set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 remat=$1
 here=$(cd "$(dirname "$0")/../hf" && pwd)
-py=${PYTHON:-python3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
@@ -39,9 +38,9 @@ for model in gpt2 llama mixtral; do
   # A single file, and shards with an index; with the buffers Hugging Face model folders carry.
   for layout in "--shards 1" "--shards 3 --buffers"; do
     rm -rf hf
-    ok "make_hf $model $layout" "$py" "$here/make_hf.py" "$model.h5" hf $layout
+    ok "make_hf $model $layout" pyrun "$here/make_hf.py" "$model.h5" hf $layout
     ok "import $model $layout" "$remat" import hf --out imported.h5
-    ok "same params" "$py" "$here/check_hf.py" params "$model.h5" imported.h5
+    ok "same params" pyrun "$here/check_hf.py" params "$model.h5" imported.h5
     ok "grads on the folder" "$remat" grads --weights hf --out direct.h5
     ok "grads on the import" "$remat" grads --weights imported.h5 --out via.h5
     same_grads direct.h5 via.h5
@@ -49,9 +48,9 @@ for model in gpt2 llama mixtral; do
   # 16-bit model folders are widened exactly.
   for dtype in BF16 F16; do
     rm -rf hf
-    ok "make_hf $dtype" "$py" "$here/make_hf.py" "$model.h5" hf --dtype "$dtype"
+    ok "make_hf $dtype" pyrun "$here/make_hf.py" "$model.h5" hf --dtype "$dtype"
     ok "import $dtype" "$remat" import hf --out imported.h5
-    ok "$dtype widened exactly" "$py" "$here/check_hf.py" params "$model.h5" imported.h5 --rounded "$dtype"
+    ok "$dtype widened exactly" pyrun "$here/check_hf.py" params "$model.h5" imported.h5 --rounded "$dtype"
   done
   # A single .safetensors file with --config, and with the config beside it.
   ok "import one file" "$remat" import hf/model.safetensors --config hf/config.json --out one.h5
@@ -60,18 +59,18 @@ for model in gpt2 llama mixtral; do
   rm -rf out-hf
   ok "export-hf $model" "$remat" export-hf --weights "$model.h5" --out out-hf
   ok "import again" "$remat" import out-hf --out back.h5
-  ok "round trip bitwise" "$py" "$here/check_hf.py" params "$model.h5" back.h5
+  ok "round trip bitwise" pyrun "$here/check_hf.py" params "$model.h5" back.h5
   rm -rf sharded
   ok "export-hf sharded" "$remat" export-hf --weights "$model.h5" --out sharded --max-shard-size 20KB --dtype bf16
   [ -f sharded/model.safetensors.index.json ] && [ -f sharded/model-00002-of-*.safetensors ] || fail "no shards written"
   ok "import shards" "$remat" import sharded --out back16.h5
-  ok "bf16 round trip" "$py" "$here/check_hf.py" params "$model.h5" back16.h5 --rounded BF16
+  ok "bf16 round trip" pyrun "$here/check_hf.py" params "$model.h5" back16.h5 --rounded BF16
 done
 
 # gpt2 model folders come with and without GPT2LMHeadModel's "transformer." prefix, some with the tied head saved.
-rm -rf hf && ok "make_hf no prefix" "$py" "$here/make_hf.py" gpt2.h5 hf --no-prefix --tied-head --buffers
+rm -rf hf && ok "make_hf no prefix" pyrun "$here/make_hf.py" gpt2.h5 hf --no-prefix --tied-head --buffers
 ok "import no prefix" "$remat" import hf --out imported.h5
-ok "no prefix same params" "$py" "$here/check_hf.py" params gpt2.h5 imported.h5
+ok "no prefix same params" pyrun "$here/check_hf.py" params gpt2.h5 imported.h5
 
 # Every refusal: one line, exit 2, nothing written.
 for case in "header-length:runs beyond the file" "overlap:overlap" "hole:belong to no tensor" \
@@ -80,18 +79,18 @@ for case in "header-length:runs beyond the file" "overlap:overlap" "hole:belong 
             "tied:tie_word_embeddings" "model-type:model_type" "architecture:architectures" \
             "head-differs:differs from"; do
   kind=${case%%:*} fragment=${case#*:}
-  rm -rf bad && "$py" "$here/make_hf.py" gpt2.h5 bad --break "$kind" || fail "make_hf --break $kind"
+  rm -rf bad && pyrun "$here/make_hf.py" gpt2.h5 bad --break "$kind" || fail "make_hf --break $kind"
   refused "$fragment" "$remat" import bad --out out.h5
   refused "$fragment" "$remat" grads --weights bad --out out.h5
 done
 for case in "eps:rms_norm_eps" "bias:attention_bias" "tied:tie_word_embeddings" "missing:no tensor"; do
   kind=${case%%:*} fragment=${case#*:}
-  rm -rf bad && "$py" "$here/make_hf.py" llama.h5 bad --break "$kind" || fail "make_hf llama --break $kind"
+  rm -rf bad && pyrun "$here/make_hf.py" llama.h5 bad --break "$kind" || fail "make_hf llama --break $kind"
   refused "$fragment" "$remat" import bad --out out.h5
 done
 for case in "index-missing:not in the folder" "index-wrong:but it is in"; do
   kind=${case%%:*} fragment=${case#*:}
-  rm -rf bad && "$py" "$here/make_hf.py" gpt2.h5 bad --shards 2 --break "$kind" || fail "make_hf --break $kind"
+  rm -rf bad && pyrun "$here/make_hf.py" gpt2.h5 bad --shards 2 --break "$kind" || fail "make_hf --break $kind"
   refused "$fragment" "$remat" import bad --out out.h5
 done
 mkdir -p empty
@@ -113,7 +112,7 @@ for model in gpt2 llama; do
   ok "export base" "$remat" export-hf --weights "run-$model.h5" --out base
   ok "export merged" "$remat" export-hf --weights "merged-$model.h5" --out merged
   ok "export adapters" "$remat" export-hf --adapters "adapters-$model.h5" --out peft
-  ok "PEFT merge = remat's" "$py" "$here/check_hf.py" peft peft base merged
+  ok "PEFT merge = remat's" pyrun "$here/check_hf.py" peft peft base merged
 done
 
 if [ "$failures" -ne 0 ]; then echo "$failures model folder check(s) failed"; exit 1; fi

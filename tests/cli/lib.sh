@@ -20,3 +20,17 @@ expect_error() {  # expect_error "fragment" cmd...: exit 2, one line naming the 
 finish() {  # finish NAME: the verdict and the exit code
   if [ "$failures" -eq 0 ]; then echo "$1: all checks passed"; else echo "$1: $failures check(s) failed"; exit 1; fi
 }
+# pyrun SCRIPT ARGS...: as "$PYTHON" SCRIPT ARGS..., in one Python process for
+# the whole test (py_worker.py), so torch is imported once, not once a script.
+pyrun() {
+  if [ -z "${PY_WORKER_PID:-}" ]; then
+    py_files=$(mktemp -d)
+    coproc PY_WORKER { exec "${PYTHON:-python3}" "$cli_tests/py_worker.py" "$py_files"; }
+  fi
+  local rc
+  printf '%s\0' "$#" "$PWD" "$py_files/out" "$py_files/err" "$@" >&"${PY_WORKER[1]}"
+  read -r rc <&"${PY_WORKER[0]}" || { echo "pyrun: the Python worker died" >&2; return 1; }
+  cat "$py_files/out"
+  cat "$py_files/err" >&2
+  return "$rc"
+}
