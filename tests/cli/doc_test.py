@@ -6,8 +6,10 @@
 A reader follows a page top to bottom, so every command on it runs as
 written (`build/remat` is the built binary; of the README only "Using it"),
 made quick: where a command runs a model at a preset other than `tiny` and
-sets no --seq or --batch, it gets `--seq 32 --batch 2`, and `--steps N`
-above 20 becomes 20. Every flag, file name and order of steps is the page's
+sets no --seq, --batch or --layers, it gets `--seq 32`, `--batch 2` and
+(unless it freezes layers or sets a budget) `--layers 4`; `matrix` and `time` get
+`--steps 1 --warmup 0` unless they say otherwise; `--steps N` above 20
+becomes 20. Every flag, file name and order of steps is the page's
 own, so a command that reuses a file name for another kind of file, or needs
 a step the page leaves out, fails here.
 
@@ -102,6 +104,14 @@ def quick(command):
             command += " --seq 32"
         if "--batch" not in words:
             command += " --batch 2"
+        # (Not where layers are frozen by number, or a budget's share of full depends on the depth.)
+        if "--layers" not in words and not re.search(r"freeze|budget", command):
+            command += " --layers 4"
+    if sub in ("matrix", "time"):
+        if "--steps" not in words:
+            command += " --steps 1"
+        if "--warmup" not in words:
+            command += " --warmup 0"
     if words[0] == "mpirun":  # more ranks than cores here, and CI runs as root (as the README says)
         command = command.replace("mpirun", mpiexec + " --oversubscribe" + (" --allow-run-as-root" if os.geteuid() == 0 else ""), 1)
     return re.sub(r"--steps (\d+)", lambda m: f"--steps {min(int(m.group(1)), 20)}", command)
