@@ -10,6 +10,10 @@
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 #include <cstring>
+#if defined(__F16C__) && !defined(__CUDACC__)
+#include <immintrin.h>
+#define REMAT_F16C 1
+#endif
 
 #include "autodiff/bfloat16.hpp"
 
@@ -23,7 +27,28 @@ struct f16 {
   KOKKOS_INLINE_FUNCTION explicit operator float() const { return widen(bits); }
   KOKKOS_INLINE_FUNCTION explicit operator double() const { return double(widen(bits)); }
 
+  // The host's F16C instructions where the build targets them (the
+  // conversion was most of an fp16 step without them), else the portable
+  // code below; the two agree bit for bit (tests/test_precision.cpp).
+  // Infinities and NaNs take the portable path: the instructions would
+  // raise the invalid-operation flag on a signalling NaN (a trap where
+  // traps are on, as in the tests) and keep a NaN's payload.
   KOKKOS_INLINE_FUNCTION static float widen(std::uint16_t h) {
+#ifdef REMAT_F16C
+    if ((h & 0x7c00u) != 0x7c00u) return _cvtsh_ss(h);
+#endif
+    return widen_portable(h);
+  }
+  KOKKOS_INLINE_FUNCTION static std::uint16_t round(float f) {
+#ifdef REMAT_F16C
+    std::uint32_t b;
+    std::memcpy(&b, &f, sizeof b);
+    if ((b & 0x7f800000u) != 0x7f800000u) return std::uint16_t(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
+#endif
+    return round_portable(f);
+  }
+
+  KOKKOS_INLINE_FUNCTION static float widen_portable(std::uint16_t h) {
     const std::uint32_t sign = std::uint32_t(h & 0x8000u) << 16;
     std::uint32_t exp = (h >> 10) & 0x1fu, mant = h & 0x3ffu;
     if (exp == 0) {
@@ -38,7 +63,7 @@ struct f16 {
 
   // Round to nearest, ties to even; 65520 and beyond become infinity, NaN a
   // quiet NaN, values below 2^-25 zero.
-  KOKKOS_INLINE_FUNCTION static std::uint16_t round(float f) {
+  KOKKOS_INLINE_FUNCTION static std::uint16_t round_portable(float f) {
     std::uint32_t b;
     std::memcpy(&b, &f, sizeof b);
     const std::uint32_t sign = (b >> 16) & 0x8000u, ax = b & 0x7fffffffu;

@@ -60,6 +60,21 @@ TEST_CASE("float16 rounds to nearest even, keeps subnormals, overflows to infini
     const float x = f16::widen(std::uint16_t(h));
     REQUIRE(f16::round(x) == h);
   }
+  // The conversion a build uses (F16C where the CPU has it) is the portable one, bit for bit:
+  // every float16, and floats of every exponent and sign at a stride through their mantissas.
+  std::int64_t first_wide = -1, first_round = -1;
+  for (std::uint32_t h = 0; h < 0x10000u && first_wide < 0; ++h) {
+    const float a = f16::widen(std::uint16_t(h)), b = f16::widen_portable(std::uint16_t(h));
+    if (std::memcmp(&a, &b, sizeof a) != 0) first_wide = h;
+  }
+  for (std::uint64_t u = 0; u < (std::uint64_t(1) << 32) && first_round < 0; u += 4099) {
+    float x;
+    const auto bits = std::uint32_t(u);
+    std::memcpy(&x, &bits, sizeof x);
+    if (f16::round(x) != f16::round_portable(x)) first_round = bits;
+  }
+  CHECK(first_wide == -1);   // the first float16 whose widening differs
+  CHECK(first_round == -1);  // the bits of the first float whose rounding differs
 #if defined(__FLT16_MAX__) && !defined(__CUDACC__)
   // Against the compiler's own _Float16 conversion (round to nearest even).
   for (const double v : test::random_values(20000, 7)) {
