@@ -5,12 +5,15 @@
 #include <hdf5.h>
 
 #include <cstdlib>
+#include <regex>
 #include <fstream>
 #include <set>
 #include <sstream>
 
 #include "catch.hpp"
 #include "fixtures.hpp"
+#include "estimate/devices.hpp"
+#include "harness/estimate_table.hpp"
 #include "harness/io/results_file.hpp"
 #include "harness/io/results_schema.hpp"
 #include "train/run_schema.hpp"
@@ -182,4 +185,31 @@ TEST_CASE("a training run file holds what its schema declares", "[schema][train]
   CHECK(h5::exists(f, "/" + run_file::data::stat.at("expert_load")));
   CHECK(h5::exists(f, "/" + run_file::data::optimizer_state.at("m")));
   CHECK(written.count(run_file::root::rank_memory.at("gathered_peak")) == 1);
+}
+
+TEST_CASE("estimate --json's fields are those docs/results-schema.md lists", "[schema][estimate]") {
+  // Every column a point's table can have: a named device (fits, its price of a step) and sharding.
+  EstimateRequest r;
+  r.base = {"gpt2", "tiny", preset_sizes("tiny")};
+  r.device = find_device("h100-80gb");
+  r.ranks = 2;
+  r.shard_params = true;
+  EstimatePoint p;
+  p.setup = r.base;
+  p.rows.push_back({"full"});
+  std::set<std::string> keys;
+  for (const auto& c : point_table(r, p, 30).columns) keys.insert(c.key);
+  // The doc's table under "## `remat estimate --json`": each row's first cell names its fields in backticks.
+  const std::string text = read_text(std::string(REMAT_SOURCE_DIR) + "/docs/results-schema.md");
+  const auto section = text.find("## `remat estimate --json`");
+  REQUIRE(section != std::string::npos);
+  const std::string rest = text.substr(section);
+  std::set<std::string> documented;
+  std::istringstream lines(rest.substr(rest.find("| field |")));
+  for (std::string line; std::getline(lines, line) && line.rfind("|", 0) == 0;) {
+    const std::string first = line.substr(1, line.find('|', 1) - 1);
+    const std::regex name("`([a-z_]+)`");
+    for (std::sregex_iterator it(first.begin(), first.end(), name), end; it != end; ++it) documented.insert((*it)[1]);
+  }
+  CHECK(keys == documented);
 }

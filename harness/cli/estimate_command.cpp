@@ -18,6 +18,7 @@
 #include "harness/report/table.hpp"
 #include "harness/cli/validators.hpp"
 #include "harness/estimate_grid.hpp"
+#include "harness/estimate_table.hpp"
 #include "harness/long_run.hpp"
 #include "harness/report/svg_chart.hpp"
 #include "step/probe.hpp"
@@ -97,43 +98,6 @@ EstimateRequest request_of(const EstimateOptions& o) {
   r.shard_params = o.shard_params;
   if (!o.device.empty()) r.device = find_device(o.device);
   return r;
-}
-
-// A point's table: every field for JSON; for text, sizes in `unit_bits`
-// (30: GiB, 20: MiB), FLOPs in T or M.
-Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bits) {
-  const double unit = double(std::int64_t(1) << unit_bits);
-  const std::string u = unit_bits == 30 ? "GiB" : "MiB";
-  const bool device = !r.device.name.empty(), rates = r.device.fp32_flops > 0;
-  const auto size = decimals(2, unit);
-  const auto fits = [](const Cell& c) {
-    const double headroom = number(c);
-    return headroom >= 0 ? "yes (" + fixed(gib(std::int64_t(headroom)), 1) + " GiB free)"
-                         : "no (" + fixed(gib(std::int64_t(-headroom)), 1) + " GiB over)";
-  };
-  Table t;
-  t.columns = {{"model", ""}, {"preset", ""}, {"strategy", "strategy"}, {"seq", ""}, {"batch", ""}, {"layers", ""},
-               {"attention", ""}, {"precision", ""}, {"ranks", ""}, {"shard_params", ""}, {"parameter_count", ""},
-               {"parameter_bytes", ""}, {"gradient_bytes", ""}, {"optimizer_bytes", ""}, {"weight_copy_bytes", ""},
-               {"activation_peak_bytes", "act " + u, size}, {"offload_peak_bytes", "offload " + u, size},
-               {"gathered_peak_bytes", r.shard_params ? "gathered " + u : "", size},
-               {"reducing_peak_bytes", r.shard_params ? "reducing " + u : "", size}, {"total_bytes", "total " + u, size},
-               {"flops", unit_bits == 30 ? "TFLOP/step" : "MFLOP/step", decimals(1, unit_bits == 30 ? 1e12 : 1e6)},
-               {"recompute_flops", ""}, {"recompute_share", "recompute", percent(1)},
-               {"device", ""}, {"device_usable_bytes", ""}, {"modelled_step_s", rates ? "model s" : "", [](const Cell& c) { return fixed(number(c), number(c) < 0.01 ? 6 : 3); }},
-               {"headroom_bytes", device ? "fits (headroom)" : "", fits}, {"fits", ""}};
-  const Sizes& z = p.setup.sizes;
-  for (const auto& row : p.rows) {
-    const Cell none;
-    t.add({p.setup.model, p.setup.preset, row.strategy, std::int64_t(z.S), std::int64_t(z.B), std::int64_t(z.L),
-           ops::attention_kernel_name(r.attention), precision_name(r.precision), std::int64_t(r.ranks), r.shard_params,
-           p.parameter_count, p.parameters, p.gradients, p.optimizer, p.weight_copy, row.activation, row.offload,
-           row.gathered, row.reducing, row.total, row.flops, row.recompute_flops,
-           row.flops > 0 ? row.recompute_flops / row.flops : 0.0, device ? Cell(r.device.name) : none,
-           device ? Cell(r.device.usable()) : none, rates ? Cell(row.modelled_seconds) : none,
-           device ? Cell(row.headroom) : none, device ? Cell(row.headroom >= 0) : none});
-  }
-  return t;
 }
 
 void print_header(const EstimateRequest& r) {
