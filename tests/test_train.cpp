@@ -210,6 +210,9 @@ TEST_CASE("a run interrupted after a save and resumed is bitwise the uninterrupt
   CHECK_NOTHROW(require_same_run(c.out, saved.config, other));
 }
 
+// Two of the four models a run (seed mod 4 and the next), drawn by the run's
+// sample seed (printed on a failure; REMAT_SAMPLE_SEED=N repeats it): each
+// model learns in one run of two.
 TEST_CASE("byte-level gpt2, llama, mixtral and encdec learn a text well below its unigram entropy", "[train][learning][slow]") {
   const std::string text = "/usr/share/common-licenses/GPL-3";
   std::ifstream in(text, std::ios::binary);
@@ -219,7 +222,10 @@ TEST_CASE("byte-level gpt2, llama, mixtral and encdec learn a text well below it
   for (std::istreambuf_iterator<char> it(in), end; it != end; ++it, ++n) counts[static_cast<unsigned char>(*it)] += 1;
   double entropy = 0;
   for (const auto& [byte, k] : counts) entropy -= k / n * std::log(k / n);
-  for (const char* model : {"gpt2", "llama", "mixtral", "encdec"}) {
+  const char* models[] = {"gpt2", "llama", "mixtral", "encdec"};
+  const std::uint64_t seed = test::sample_seed();
+  INFO("sample seed " << seed);
+  for (const char* model : {models[seed % 4], models[(seed + 1) % 4]}) {
     TrainConfig c;
     c.setup = {model, "small", preset_sizes("small")};
     c.setup.sizes.L = 2;
