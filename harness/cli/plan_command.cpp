@@ -6,6 +6,7 @@
 // budget by default what the device leaves beside the model's state.
 #include <cstdio>
 #include <memory>
+#include <nlohmann/json.hpp>
 
 #include "core/error.hpp"
 #include "core/text.hpp"
@@ -67,6 +68,24 @@ SaveProfile plan_costs(const PlanOptions& o, const ModelSetup& setup, std::strin
   return measure_costs(*model, params, batch, o.model.run.attention, o.model.run.seed);
 }
 
+// A plan's parts as JSON (fields in this order): each its first and last block and its action
+// (keep, with the tags it drops; offload; or a segment, with its own parts).
+nlohmann::ordered_json parts_json(const std::vector<planner::PlanPart>& parts, const SaveProfile& p) {
+  nlohmann::ordered_json out = nlohmann::ordered_json::array();
+  for (const auto& part : parts) {
+    nlohmann::ordered_json j = {{"first", p.blocks[std::size_t(part.first)].name}, {"last", p.blocks[std::size_t(part.last)].name}};
+    if (part.segment) {
+      j["action"] = "segment";
+      j["inner"] = parts_json(part.inner, p);
+    } else {
+      j["action"] = part.offload ? "offload" : "keep";
+      j["drop"] = part.drops;
+    }
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
 void run_plan(const PlanOptions& o) {
   const ModelSetup setup = o.model.resolve();
   if (!o.budget.empty())  // a bad spec is refused before any probe
@@ -82,13 +101,12 @@ void run_plan(const PlanOptions& o) {
   if (!plan) throw std::logic_error("remat plan: the budget planned once and not again");
   const std::int64_t smallest = planner::smallest_budget(chain, costs);
   if (o.json) {
-    std::printf("{\"model\": \"%s\", \"preset\": \"%s\", \"strategy\": \"%s\", \"budget_bytes\": %lld, "
-                "\"smallest_budget_bytes\": %lld, \"full_measured_bytes\": %lld, \"predicted_peak_bytes\": %lld, "
-                "\"full_step_s\": %.6f, \"predicted_recompute_s\": %.6f, \"predicted_step_s\": %.6f, \"plan\": %s}\n",
-                setup.model.c_str(), setup.preset.c_str(), spec.c_str(), (long long)plan->budget,
-                (long long)smallest, (long long)costs.measured_peak, (long long)plan->predicted_peak,
-                costs.step_seconds, plan->recompute_seconds, plan->predicted_seconds,
-                planner::to_json(*plan, costs).c_str());
+    const nlohmann::ordered_json j = {{"model", setup.model}, {"preset", setup.preset}, {"strategy", spec},
+                              {"budget_bytes", plan->budget}, {"smallest_budget_bytes", smallest},
+                              {"full_measured_bytes", costs.measured_peak}, {"predicted_peak_bytes", plan->predicted_peak},
+                              {"full_step_s", costs.step_seconds}, {"predicted_recompute_s", plan->recompute_seconds},
+                              {"predicted_step_s", plan->predicted_seconds}, {"plan", parts_json(plan->parts, costs)}};
+    std::printf("%s\n", j.dump(1).c_str());
     return;
   }
   const Sizes& z = setup.sizes;

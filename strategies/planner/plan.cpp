@@ -111,26 +111,6 @@ void describe_parts(const std::vector<PlanPart>& parts, const SaveProfile& p, in
   }
 }
 
-void json_parts(const std::vector<PlanPart>& parts, const SaveProfile& p, std::string& out) {
-  out += "[";
-  for (std::size_t i = 0; i < parts.size(); ++i) {
-    const auto& part = parts[i];
-    out += i ? ", " : "";
-    out += "{\"first\": \"" + p.blocks[std::size_t(part.first)].name + "\", \"last\": \"" +
-           p.blocks[std::size_t(part.last)].name + "\", ";
-    if (part.segment) {
-      out += "\"action\": \"segment\", \"inner\": ";
-      json_parts(part.inner, p, out);
-    } else {
-      out += std::string("\"action\": \"") + (part.offload ? "offload" : "keep") + "\", \"drop\": [";
-      for (std::size_t k = 0; k < part.drops.size(); ++k) out += (k ? ", \"" : "\"") + part.drops[k] + "\"";
-      out += "]";
-    }
-    out += "}";
-  }
-  out += "]";
-}
-
 }  // namespace
 
 double recompute_seconds(const ChainCosts& c, const SaveProfile& p, const std::vector<PlanPart>& parts) {
@@ -151,13 +131,6 @@ void predict(Plan& plan, const ChainCosts& c, const SaveProfile& p) {
 std::string describe(const Plan& plan, const SaveProfile& p) {
   std::string out;
   describe_parts(plan.parts, p, 0, out);
-  return out;
-}
-
-std::string to_json(const Plan& plan, const SaveProfile& p) {
-  std::string out = "[";
-  out.pop_back();
-  json_parts(plan.parts, p, out);
   return out;
 }
 

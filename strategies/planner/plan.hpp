@@ -48,7 +48,6 @@ void predict(Plan& plan, const ChainCosts& c, const SaveProfile& p);
 
 // Block by block, one line each ("h.3  segment h.2-h.5, recomputed: ...").
 std::string describe(const Plan& plan, const SaveProfile& p);
-std::string to_json(const Plan& plan, const SaveProfile& p);
 // Compact, for traces and errors: "[h.0 keep] [h.1-h.3 segment: ...]".
 std::string summary(const std::vector<PlanPart>& parts, const SaveProfile& p);
 
