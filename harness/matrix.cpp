@@ -28,7 +28,7 @@ std::vector<T> unique_in_order(const std::vector<T>& v) {
 
 bool same_shape(const RunKey& a, const RunKey& b) {
   return a.model == b.model && a.sizes.L == b.sizes.L && a.sizes.S == b.sizes.S && a.sizes.B == b.sizes.B &&
-         a.precision == b.precision;
+         a.run.precision == b.run.precision;
 }
 
 }  // namespace
@@ -73,7 +73,7 @@ std::vector<RunKey> matrix_cells(const MatrixOptions& o) {
                               o.mem_limit, false);
           for (const Precision precision : unique_in_order(o.precisions)) {
             for (const auto& s : specs) {
-              RunKey k{model, preset, s, o.data, kernel, precision, z, o.seed,
+              RunKey k{model, preset, s, o.data, {o.seed, kernel, precision}, z,
                        o.mem_limit, o.finetune.key(), o.finetune.label(), o.weights};
               cells.push_back(k);
             }
@@ -177,7 +177,7 @@ ShapeRun check_shape(const MatrixOptions& o, const std::vector<const RunKey*>& g
   }
   s.batch = make_batch_source(o.data, z.B, z.S, z.V, o.seed)->next();
   apply_fine_tuning(s.params, *s.model, s.batch, o.finetune, o.seed, z.L);
-  s.run = {o.seed, o.attention, first.precision};
+  s.run = first.run;
   std::vector<std::string> specs;
   for (const auto* c : group) specs.push_back(c->strategy);
   // A shape whose runs come to more than about ten seconds says so, and
@@ -185,7 +185,7 @@ ShapeRun check_shape(const MatrixOptions& o, const std::vector<const RunKey*>& g
   const LongRunNotice notice(
       ModelSetup{first.model, first.preset, z},
       std::int64_t(specs.size()) + 1 + std::int64_t(group.size()) * (o.warmup + o.steps),
-      [&] { return step_need({first.model, first.preset, z}, o.attention, specs, first.precision).total(3); },
+      [&] { return step_need({first.model, first.preset, z}, first.run.attention, specs, first.run.precision).total(3); },
       comm::rank() == 0);
   say(first, "checking against full");
   for (const auto& spec : specs)

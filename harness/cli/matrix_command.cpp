@@ -61,8 +61,8 @@ void print_summary(const std::vector<RunRecord>& records) {
     // or a seed other than the defaults.
     std::string label = k.strategy + (k.finetune_label.empty() ? "" : " (" + k.finetune_label + ")");
     if (k.data != "random") label += " [" + k.data + "]";
-    if (k.seed != 1) label += " [seed " + std::to_string(k.seed) + "]";
-    if (k.precision != Precision::fp32) label += " [" + std::string(precision_name(k.precision)) + "]";
+    if (k.run.seed != 1) label += " [seed " + std::to_string(k.run.seed) + "]";
+    if (k.run.precision != Precision::fp32) label += " [" + std::string(precision_name(k.run.precision)) + "]";
     if (r.check.oom) {
       std::printf("%-8s %-28s L%d S%d B%d: OUT OF MEMORY (over --mem-limit or the device's memory)\n", k.model.c_str(), label.c_str(),
                   k.sizes.L, k.sizes.S, k.sizes.B);
@@ -80,7 +80,7 @@ void print_summary(const std::vector<RunRecord>& records) {
                 copy_cost(st.offload_copy_seconds, st.offload_wait_seconds).c_str(),
                 st.flops > 0 ? 100 * st.recompute_flops / st.flops : 0.0, r.check.vs_full.bitwise ? "yes" : "NO");
     if (const auto f = full_step.find(shape_of(k)); f != full_step.end()) {
-      const std::string same = same_as_full(k.strategy, st, *f->second, k.attention);
+      const std::string same = same_as_full(k.strategy, st, *f->second, k.run.attention);
       if (!same.empty()) notes.push_back(k.model + " " + k.strategy + " " + shape + ": " + same);
     }
   }

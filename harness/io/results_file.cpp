@@ -65,15 +65,15 @@ std::string RunKey::text() const {
   return "model=" + model + ";preset=" + preset + ";strategy=" + strategy + ";L=" + std::to_string(z.L) +
          ";D=" + std::to_string(z.D) + ";H=" + std::to_string(z.H) + ";Hkv=" + std::to_string(z.Hkv) +
          ";F=" + std::to_string(z.F) + ";S=" + std::to_string(z.S) + ";S_max=" + std::to_string(z.S_max) +
-         ";V=" + std::to_string(z.V) + ";B=" + std::to_string(z.B) + ";dropout=" + dropout + ";attention=" + ops::attention_kernel_name(attention) +
-         ";data=" + data + ";seed=" + std::to_string(seed) + ";mem_limit=" + std::to_string(mem_limit) +
+         ";V=" + std::to_string(z.V) + ";B=" + std::to_string(z.B) + ";dropout=" + dropout + ";attention=" + ops::attention_kernel_name(run.attention) +
+         ";data=" + data + ";seed=" + std::to_string(run.seed) + ";mem_limit=" + std::to_string(mem_limit) +
          (finetune.empty() ? "" : ";finetune=" + finetune) + model_attributes(model, z) +
-         (weights.empty() ? "" : ";weights=" + weights) + (precision == Precision::fp32 ? "" : ";precision=" + std::string(precision_name(precision)));
+         (weights.empty() ? "" : ";weights=" + weights) + (run.precision == Precision::fp32 ? "" : ";precision=" + std::string(precision_name(run.precision)));
 }
 
 std::string RunKey::name() const {
   return model + " " + strategy + (finetune_label.empty() ? "" : " (" + finetune_label + ")") + " L" + std::to_string(sizes.L) + " S" + std::to_string(sizes.S) + " B" +
-         std::to_string(sizes.B) + (precision == Precision::fp32 ? "" : " " + std::string(precision_name(precision)));
+         std::to_string(sizes.B) + (run.precision == Precision::fp32 ? "" : " " + std::string(precision_name(run.precision)));
 }
 
 void check_results_schema(const h5::File& f, bool for_append) {
@@ -190,13 +190,13 @@ void write_setting(const h5::File& f, const std::string& g, const RunRecord& r) 
   R::strategy.write(f, g, k.strategy);
   R::data.write(f, g, k.data);
   if (!k.weights.empty()) R::weights.write(f, g, k.weights);
-  R::seed.write(f, g, std::int64_t(k.seed));
+  R::seed.write(f, g, std::int64_t(k.run.seed));
   R::mem_limit.write(f, g, k.mem_limit);
   R::dropout.write(f, g, z.dropout);
   for (const auto& a : models().find(k.model).attributes)
     if (a == "E") R::router_aux.write(f, g, z.router_aux);
-  R::attention.write(f, g, ops::attention_kernel_name(k.attention));
-  R::precision.write(f, g, precision_name(k.precision));
+  R::attention.write(f, g, ops::attention_kernel_name(k.run.attention));
+  R::precision.write(f, g, precision_name(k.run.precision));
   if (!k.finetune.empty()) {
     R::finetune.write(f, g, k.finetune);
     R::finetune_label.write(f, g, k.finetune_label);

@@ -13,6 +13,7 @@
 
 #include "h5/h5.hpp"
 #include "harness/check.hpp"
+#include "step/step.hpp"
 #include "zoo/sizes.hpp"
 
 namespace remat {
@@ -22,10 +23,8 @@ namespace remat {
 // kernel, precision, dropout or memory limit is another run.
 struct RunKey {
   std::string model, preset, strategy, data = "random";
-  ops::AttentionKernel attention = ops::AttentionKernel::fused;
-  Precision precision = Precision::fp32;  // in the key and the name only when not fp32 (files from before it read the same)
+  RunSettings run;  // seed, attention kernel, precision (in the key and the name only when not fp32: files from before it read the same)
   Sizes sizes;
-  std::uint64_t seed = 1;
   std::int64_t mem_limit = 0;  // bytes; 0: none
   std::string finetune;        // FineTuning::key(): "" for none
   std::string finetune_label;  // FineTuning::label(), for names and tables
