@@ -1,7 +1,9 @@
 // The one renderer of command results: aligned text for people, JSON for
 // programs, from the same cells.
 #include "catch.hpp"
+#include "harness/matrix_table.hpp"
 #include "harness/report/table.hpp"
+#include "zoo/sizes.hpp"
 
 using namespace remat;
 
@@ -23,4 +25,42 @@ TEST_CASE("a table renders as aligned text and as JSON from the same cells", "[t
   CHECK(j[1]["share"] == 0.25);
   CHECK_FALSE(j[1].contains("count"));  // empty cells are left out
   CHECK_FALSE(j[1].contains("fits"));
+}
+
+TEST_CASE("a column marked left aligns its text left", "[table]") {
+  Table t;
+  t.columns = {{"model", "model"}, {"shape", "shape", nullptr, true}, {"n", "n"}};
+  t.add({std::string("gpt2"), std::string("L2 S16"), std::int64_t(5)});
+  t.add({std::string("llama"), std::string("L12 S256"), std::int64_t(12)});
+  CHECK(render_text(t) ==
+        "model  shape      n\n"
+        "gpt2   L2 S16     5\n"
+        "llama  L12 S256  12\n");
+}
+
+TEST_CASE("matrix's summary: a row per run against full on its shape, out of memory named", "[table][matrix]") {
+  auto record = [](const std::string& strategy, double seconds, std::int64_t peak, bool oom) {
+    RunRecord r;
+    r.key.model = "gpt2";
+    r.key.strategy = strategy;
+    r.key.sizes = preset_sizes("tiny");
+    r.step_times = {seconds};
+    r.check.step.activation_peak = peak;
+    r.check.vs_full.bitwise = true;
+    r.check.oom = oom;
+    return r;
+  };
+  const MatrixSummary s = matrix_summary({record("full", 0.5, 4 << 20, false), record("sqrt", 0.75, 1 << 20, false),
+                                          record("offload", 0, 0, true)});
+  const std::string text = render_text(s.table);
+  INFO(text);
+  CHECK(text.find("0.500") != std::string::npos);  // full's step time
+  CHECK(text.find("1.50x") != std::string::npos);  // sqrt's time against full's
+  CHECK(text.find("OUT OF MEMORY") != std::string::npos);
+  REQUIRE(s.notes.size() == 1);
+  CHECK(s.notes[0].find("offload L2 S16 B2: out of memory") != std::string::npos);
+  const auto j = render_json(s.table);
+  CHECK(j[1]["vs_full"] == 1.5);
+  CHECK(j[1]["activation_peak_bytes"] == 1 << 20);
+  CHECK(j[1]["bitwise"] == true);
 }

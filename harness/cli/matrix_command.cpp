@@ -17,6 +17,7 @@
 #include "harness/cli/model_options.hpp"
 #include "harness/cli/validators.hpp"
 #include "harness/matrix.hpp"
+#include "harness/matrix_table.hpp"
 #include "harness/report/report.hpp"
 #include "step/step.hpp"
 #include "strategies/registry.hpp"
@@ -40,50 +41,9 @@ std::vector<std::string> model_names(const std::string& s) {
 }
 
 void print_summary(const std::vector<RunRecord>& records) {
-  std::printf("\n%-8s %-28s %-14s %9s %9s %9s %9s %7s %9s %-14s %8s %7s\n", "model", "strategy", "shape", "step s",
-              "tokens/s", "act MiB", "pred MiB", "vs full", "offl. MiB", "copies hidden", "recomp.", "bitwise");
-  auto shape_of = [](const RunKey& k) {
-    RunKey shape = k;
-    shape.strategy = "";
-    return shape.text();
-  };
-  std::map<std::string, double> full_time;
-  std::map<std::string, const StepResult*> full_step;
-  for (const auto& r : records)
-    if (r.key.strategy == "full" && !r.check.oom) {
-      full_time[shape_of(r.key)] = median(r.step_times);
-      full_step[shape_of(r.key)] = &r.check.step;
-    }
-  std::vector<std::string> notes;
-  for (const auto& r : records) {
-    const RunKey& k = r.key;
-    // What tells a run apart from its neighbours: its fine-tuning, and data
-    // or a seed other than the defaults.
-    std::string label = k.strategy + (k.finetune_label.empty() ? "" : " (" + k.finetune_label + ")");
-    if (k.data != "random") label += " [" + k.data + "]";
-    if (k.run.seed != 1) label += " [seed " + std::to_string(k.run.seed) + "]";
-    if (k.run.precision != Precision::fp32) label += " [" + std::string(precision_name(k.run.precision)) + "]";
-    if (r.check.oom) {
-      std::printf("%-8s %-28s L%d S%d B%d: OUT OF MEMORY (over --mem-limit or the device's memory)\n", k.model.c_str(), label.c_str(),
-                  k.sizes.L, k.sizes.S, k.sizes.B);
-      continue;
-    }
-    const double t = median(r.step_times);
-    const auto& st = r.check.step;
-    const auto ft = full_time.find(shape_of(k));
-    char shape[48], vs[16] = "-";
-    std::snprintf(shape, sizeof shape, "L%d S%d B%d", k.sizes.L, k.sizes.S, k.sizes.B);
-    if (ft != full_time.end() && ft->second > 0) std::snprintf(vs, sizeof vs, "%.2fx", t / ft->second);
-    std::printf("%-8s %-28s %-14s %9.3f %9.0f %9.1f %9.1f %7s %9.1f %-14s %7.1f%% %7s\n", k.model.c_str(),
-                label.c_str(), shape, t, double(k.sizes.B) * k.sizes.S / t, mib(st.activation_peak),
-                mib(r.check.predicted.device), vs, mib(st.offload_peak),
-                copy_cost(st.offload_copy_seconds, st.offload_wait_seconds).c_str(),
-                st.flops > 0 ? 100 * st.recompute_flops / st.flops : 0.0, r.check.vs_full.bitwise ? "yes" : "NO");
-    if (const auto f = full_step.find(shape_of(k)); f != full_step.end()) {
-      const std::string same = same_as_full(k.strategy, st, *f->second, k.run.attention);
-      if (!same.empty()) notes.push_back(k.model + " " + k.strategy + " " + shape + ": " + same);
-    }
-  }
+  const MatrixSummary summary = matrix_summary(records);
+  std::printf("\n%s", render_text(summary.table).c_str());
+  const auto& notes = summary.notes;
   for (const auto& n : notes) std::printf("%s\n", n.c_str());
   std::printf("vs full: step time relative to full on the same model and shape (time overhead of the strategy).\n"
               "act MiB: the device pool's activation peak; offl. MiB: the host offload pool's; copies hidden: the\n"

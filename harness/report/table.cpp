@@ -46,10 +46,14 @@ std::string render_text(const Table& t) {
     lines.emplace_back();
     for (std::size_t c : shown) {
       const Column& col = t.columns[c];
-      lines.back().push_back(std::holds_alternative<std::monostate>(row[c]) ? "" : col.text ? col.text(row[c]) : plain_text(row[c]));
+      // A column's format is for its values; a text cell (a note in place of a value) stands as it is.
+      const bool as_is = !col.text || std::holds_alternative<std::string>(row[c]) || std::holds_alternative<std::monostate>(row[c]);
+      lines.back().push_back(as_is ? plain_text(row[c]) : col.text(row[c]));
     }
   }
   std::vector<std::size_t> width(shown.size(), 0);
+  std::vector<bool> left(shown.size(), false);
+  for (std::size_t k = 0; k < shown.size(); ++k) left[k] = k == 0 || t.columns[shown[k]].left;
   for (const auto& line : lines)
     for (std::size_t k = 0; k < line.size(); ++k) width[k] = std::max(width[k], line[k].size());
   std::string out;
@@ -57,7 +61,7 @@ std::string render_text(const Table& t) {
     std::string text;
     for (std::size_t k = 0; k < line.size(); ++k) {
       const std::string pad(width[k] - line[k].size(), ' ');
-      text += k == 0 ? line[k] + pad : "  " + pad + line[k];
+      text += (k == 0 ? "" : "  ") + (left[k] ? line[k] + pad : pad + line[k]);
     }
     while (!text.empty() && text.back() == ' ') text.pop_back();
     out += text + "\n";

@@ -20,8 +20,10 @@ using Cell = std::variant<std::monostate, std::int64_t, double, bool, std::strin
 struct Column {
   std::string key;     // the JSON field ("activation_peak_bytes")
   std::string header;  // the text heading ("act GiB"); "" leaves the column out of the text
-  // The text of a cell (default: the value as is, numbers with %g).
+  // The text of a value's cell (default: the value as is, numbers with %g);
+  // a text cell (a note in place of a value) is shown as it is.
   std::function<std::string(const Cell&)> text = nullptr;
+  bool left = false;  // text aligned left (names); numbers align right
 };
 
 struct Table {
@@ -30,8 +32,9 @@ struct Table {
   void add(std::vector<Cell> row) { rows.push_back(std::move(row)); }
 };
 
-// Aligned text: a heading line, a line per row; the first column left-
-// aligned, the others right-aligned; every line ends in a newline.
+// Aligned text: a heading line, a line per row; the first column and those
+// marked `left` left-aligned, the others right-aligned; every line ends in a
+// newline.
 std::string render_text(const Table& t);
 // One object per row, a field per column (empty cells left out).
 nlohmann::json render_json(const Table& t);
