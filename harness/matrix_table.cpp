@@ -27,15 +27,16 @@ std::string label_of(const RunKey& k) {
 }
 
 std::vector<Column> summary_columns() {
+  const double mib = 1 << 20;
   return {{"model", "model"},
           {"strategy", "strategy", nullptr, true},
           {"shape", "shape", nullptr, true},
           {"step_time_median", "step s", decimals(3)},
           {"tokens_per_second", "tokens/s", decimals(0)},
-          {"activation_peak_bytes", "act MiB", decimals(1, 1048576.0)},
-          {"predicted_peak_bytes", "pred MiB", decimals(1, 1048576.0)},
+          {"activation_peak_bytes", "act MiB", decimals(1, mib)},
+          {"predicted_peak_bytes", "pred MiB", decimals(1, mib)},
           {"vs_full", "vs full", [](const Cell& c) { return fixed(number(c), 2) + "x"; }},
-          {"offload_peak_bytes", "offl. MiB", decimals(1, 1048576.0)},
+          {"offload_peak_bytes", "offl. MiB", decimals(1, mib)},
           {"copies_hidden", "copies hidden", nullptr, true},
           {"recompute_share", "recomp.", percent(1)},
           {"bitwise", "bitwise", [](const Cell& c) { return std::get<bool>(c) ? "yes" : "NO"; }}};
@@ -52,18 +53,19 @@ MatrixSummary matrix_summary(const std::vector<RunRecord>& records) {
   for (const auto& r : records) {
     const RunKey& k = r.key;
     const std::string shape = "L" + std::to_string(k.sizes.L) + " S" + std::to_string(k.sizes.S) + " B" + std::to_string(k.sizes.B);
+    const std::string label = label_of(k);
     const Cell none;
     if (r.check.oom) {
-      out.table.add({k.model, label_of(k), shape, std::string("OUT OF MEMORY"), none, none, none, none, none, none, none, none});
-      out.notes.push_back(k.model + " " + label_of(k) + " " + shape + ": out of memory (over --mem-limit or the device's memory)");
+      out.table.add({k.model, label, shape, std::string("OUT OF MEMORY"), none, none, none, none, none, none, none, none});
+      out.notes.push_back(k.model + " " + label + " " + shape + ": out of memory (over --mem-limit or the device's memory)");
       continue;
     }
     const double t = median(r.step_times);
     const StepResult& st = r.check.step;
     const auto f = full.find(shape_of(k));
-    const bool timed = f != full.end() && median(f->second->step_times) > 0;
-    out.table.add({k.model, label_of(k), shape, t, double(k.sizes.B) * k.sizes.S / t, st.activation_peak,
-                   r.check.predicted.device, timed ? Cell(t / median(f->second->step_times)) : none, st.offload_peak,
+    const double full_t = f != full.end() ? median(f->second->step_times) : 0;
+    out.table.add({k.model, label, shape, t, double(k.sizes.B) * k.sizes.S / t, st.activation_peak,
+                   r.check.predicted.device, full_t > 0 ? Cell(t / full_t) : none, st.offload_peak,
                    copy_cost(st.offload_copy_seconds, st.offload_wait_seconds),
                    st.flops > 0 ? st.recompute_flops / st.flops : 0.0, r.check.vs_full.bitwise});
     if (f != full.end()) {

@@ -43,8 +43,7 @@ std::vector<std::string> model_names(const std::string& s) {
 void print_summary(const std::vector<RunRecord>& records) {
   const MatrixSummary summary = matrix_summary(records);
   std::printf("\n%s", render_text(summary.table).c_str());
-  const auto& notes = summary.notes;
-  for (const auto& n : notes) std::printf("%s\n", n.c_str());
+  for (const auto& n : summary.notes) std::printf("%s\n", n.c_str());
   std::printf("vs full: step time relative to full on the same model and shape (time overhead of the strategy).\n"
               "act MiB: the device pool's activation peak; offl. MiB: the host offload pool's; copies hidden: the\n"
               "offload copies' time and the share of it that ran behind compute (- : none; the host moves, not copies).\n");
