@@ -108,7 +108,7 @@ TEST_CASE("plain attention saves its input and its probabilities as attention co
   current_tape().clear();
 }
 
-TEST_CASE("fused attention saves its input and the rows' log-sum-exp; the team kernel its output too",
+TEST_CASE("fused attention saves its input and the rows' log-sum-exp, the team kernel its output too",
           "[autodiff][hooks]") {
   // The host kernel takes <dO, O> from whole rows of probabilities; the
   // team kernel (a GPU's) reads it from the output.

@@ -30,7 +30,7 @@ TEST_CASE("random batches are seeded and in range", "[datasets]") {
   for (int t : x.targets.to_host_i32()) CHECK((t >= 0 && t < 50));
 }
 
-TEST_CASE("copy and reverse tasks repeat the first half; targets are the next token", "[datasets]") {
+TEST_CASE("copy and reverse tasks repeat the first half, and targets are the next token", "[datasets]") {
   for (const char* task : {"copy", "reverse"}) {
     const Batch b = make_batch_source(task, 1, 8, 100, 1)->next();
     const auto t = b.tokens.to_host_i32(), y = b.targets.to_host_i32();

@@ -197,7 +197,7 @@ TEST_CASE("inputs that are not regular files are refused before anything waits o
   CHECK_THROWS_WITH(check_output_path(""), test::Contains("empty path"));
 }
 
-TEST_CASE("lists refuse empty items by position; sizes too large say so", "[io][safety]") {
+TEST_CASE("lists refuse empty items by position, and sizes too large say so", "[io][safety]") {
   CHECK(split_list("1,2,3", "--seq") == std::vector<std::string>{"1", "2", "3"});
   CHECK_THROWS_WITH(split_list("1,,2", "--seq"), test::Contains("--seq: item 2 of '1,,2' is empty"));
   CHECK_THROWS_WITH(split_list("1,", "--seq"), test::Contains("item 2"));

@@ -34,33 +34,31 @@ const CheckRow& row(const CheckReport& r, const std::string& spec) {
 }  // namespace
 
 TEST_CASE("gpt2 small: per-layer under a third of full, selective below full with little recompute, "
-          "every prediction within 5%",
+          "every prediction within 5%, and the fused kernel keeps no probabilities",
           "[memory][small][slow]") {
   // With the plain kernel, which keeps the attention probabilities that
   // Megatron-style selective recomputation drops (the fused kernel never
-  // keeps them; see the next test).
-  const CheckReport r = check("small", 0, all_strategies(), ops::AttentionKernel::plain);
-  const double full = double(r.full.activation_peak);
-  CHECK(double(row(r, "per-layer").step.activation_peak) < full / 3);
-  const StepResult& sel = row(r, "selective").step;
+  // keeps them; see below). One case, so that the plain runs serve both.
+  const CheckReport plain = check("small", 0, all_strategies(), ops::AttentionKernel::plain);
+  const double full = double(plain.full.activation_peak);
+  CHECK(double(row(plain, "per-layer").step.activation_peak) < full / 3);
+  const StepResult& sel = row(plain, "selective").step;
   CHECK(double(sel.activation_peak) < full);
   CHECK(sel.recompute_flops / sel.flops < 0.10);
-  for (const auto& x : r.rows) {
+  for (const auto& x : plain.rows) {
     INFO(x.strategy << ": measured " << x.step.activation_peak << ", predicted " << x.predicted.device);
     CHECK(std::abs(double(x.step.activation_peak - x.predicted.device)) <= 0.05 * double(x.step.activation_peak));
     CHECK(x.vs_full.bitwise);
   }
-}
 
-TEST_CASE("the fused attention kernel keeps no probabilities: full+fused below selective+plain", "[memory][small][slow]") {
+  // The fused kernel: full+fused below selective:attn-core+plain.
   const CheckReport fused = check("small", 0, {"per-layer", "selective"});
   // Bare selective, which keeps only GEMM outputs, recomputes no GEMM and
   // keeps two thirds of full (gpt2: qkv, attention output, residual, fc1
   // output; not the norms' outputs or the GELU's).
-  const StepResult& sel = row(fused, "selective").step;
-  CHECK(double(sel.activation_peak) < 0.7 * double(fused.full.activation_peak));
-  CHECK(sel.recompute_flops == 0);
-  const CheckReport plain = check("small", 0, {"selective:attn-core"}, ops::AttentionKernel::plain);
+  const StepResult& fused_sel = row(fused, "selective").step;
+  CHECK(double(fused_sel.activation_peak) < 0.7 * double(fused.full.activation_peak));
+  CHECK(fused_sel.recompute_flops == 0);
   CHECK(fused.full.activation_peak < row(plain, "selective:attn-core").step.activation_peak);
   CHECK(row(fused, "per-layer").step.activation_peak < plain.full.activation_peak / 3);
   for (const auto& x : fused.rows) CHECK(std::abs(double(x.step.activation_peak - x.predicted.device)) <= 0.05 * double(x.step.activation_peak));

@@ -61,7 +61,7 @@ TEST_CASE("copies of a tensor share its bytes", "[memory]") {
   CHECK(tracker.stats(pool).live == before + 1024);
 }
 
-TEST_CASE("every copy of a tensor sees its storage released and refilled; a label given a pool is counted there",
+TEST_CASE("every copy of a tensor sees its storage released and refilled, and a label given a pool is counted there",
           "[memory]") {
   auto& tracker = MemoryTracker::instance();
   tracker.pool_for_label("refilled in a test", "test pool");

@@ -51,7 +51,7 @@ TEST_CASE("mixtral records its loss parts and routes each row to exactly K exper
   }
 }
 
-TEST_CASE("a recomputed mixtral block routes as its forward pass did; one that routes otherwise is an error",
+TEST_CASE("a recomputed mixtral block routes as its forward pass did, and one that routes otherwise is an error",
           "[zoo][moe][strategies]") {
   test::TinyModel m = test::tiny_model("mixtral", 3, 1);
   const Sizes& z = m.setup.sizes;

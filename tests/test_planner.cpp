@@ -14,6 +14,7 @@
 #include "core/error.hpp"
 #include "fixtures.hpp"
 #include "harness/check.hpp"
+#include "helpers.hpp"
 #include "strategies/planner/solver.hpp"
 #include "strategies/policy_strategy.hpp"
 #include "strategies/registry.hpp"
@@ -184,22 +185,24 @@ TEST_CASE("a planned schedule stays within its budget, is predicted within 5% an
 }
 
 TEST_CASE("on the small preset a plan's predicted peak is within 5% of the measured one", "[planner][small][slow]") {
-  for (const char* name : {"gpt2", "llama"}) {
-    Sizes z = preset_sizes("small");
-    z.L = 6;  // half the depth: the same blocks, half the time
-    const auto model = models().find(name).make(z);
-    ParamStore params(model->params(), DType::f32);
-    initialize(params, 1, z.L);
-    const Batch batch = random_batch(z.B, z.S, z.V, 1);
-    CheckOptions options;
-    const CheckReport report =
-        run_check(*model, params, batch, {"budget:range:10%", "budget:35%", "budget:50%", "budget:75%"}, options);
-    for (const auto& row : report.rows) {
-      INFO(name << " " << row.strategy);
-      CHECK(row.vs_full.bitwise);
-      CHECK(row.step.activation_peak <= row.predicted.device);
-      CHECK(double(row.predicted.device) <= 1.05 * double(row.step.activation_peak));
-    }
+  // gpt2 or llama, by the sample seed (each half a minute): the runs together cover both.
+  const std::uint64_t seed = test::sample_seed();
+  INFO("sample seed " << seed);
+  const char* name = seed % 2 ? "llama" : "gpt2";
+  Sizes z = preset_sizes("small");
+  z.L = 6;  // half the depth: the same blocks, half the time
+  const auto model = models().find(name).make(z);
+  ParamStore params(model->params(), DType::f32);
+  initialize(params, 1, z.L);
+  const Batch batch = random_batch(z.B, z.S, z.V, 1);
+  CheckOptions options;
+  const CheckReport report =
+      run_check(*model, params, batch, {"budget:range:10%", "budget:35%", "budget:50%", "budget:75%"}, options);
+  for (const auto& row : report.rows) {
+    INFO(name << " " << row.strategy);
+    CHECK(row.vs_full.bitwise);
+    CHECK(row.step.activation_peak <= row.predicted.device);
+    CHECK(double(row.predicted.device) <= 1.05 * double(row.step.activation_peak));
   }
 }
 

@@ -206,7 +206,7 @@ grep -q "memory/rank MiB | comm MiB/step (predicted)" out.txt || fail "the repor
 
 # 5. A rank killed mid-matrix loses only its run in progress: what rank 0
 # wrote stays, and --resume runs the rest, each cell once.
-slow=(matrix --preset small --layers 1 --seq 64 --models gpt2,llama,bert --strategies full,per-layer,sqrt,selective --steps 20 --warmup 0)
+slow=(matrix --preset small --layers 1 --seq 64 --models gpt2,llama,bert --strategies full,per-layer,sqrt,selective --steps 6 --warmup 0)
 "${mpi[@]}" "$remat" "${slow[@]}" --out killed.h5 >/dev/null 2>&1 &
 job=$!
 for _ in $(seq 1 300); do  # until rank 0 has written a run (at most 30 s)
