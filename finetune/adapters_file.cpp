@@ -81,8 +81,9 @@ AdapterFile read_adapters(const std::string& path) {
   const auto setting = weights_file::root::lora.read(f, "/");
   if (!setting) throw UserError(path + ": holds no LoRA adapters (no 'lora' attribute on /)");
   a.options = LoraOptions::parse(*setting, path + ": attribute 'lora'");
-  if (h5::exists(f, "/params") && h5::is_group(f, "/params"))
-    for (const auto& name : h5::list(f, "/params")) {
+  const std::string params_group = weights_file::data::param.group();
+  if (h5::exists(f, params_group) && h5::is_group(f, params_group))
+    for (const auto& name : h5::list(f, params_group)) {
       if (!is_adapter_name(name)) continue;
       const std::string p = "/" + weights_file::data::param.at(name);
       const auto info = h5::info(f, p);

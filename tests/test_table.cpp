@@ -1,6 +1,7 @@
 // The one renderer of command results: aligned text for people, JSON for
 // programs, from the same cells.
 #include "catch.hpp"
+#include "harness/check_table.hpp"
 #include "harness/matrix_table.hpp"
 #include "harness/report/table.hpp"
 #include "zoo/sizes.hpp"
@@ -63,4 +64,37 @@ TEST_CASE("matrix's summary: a row per run against full on its shape, out of mem
   CHECK(j[1]["vs_full"] == 1.5);
   CHECK(j[1]["activation_peak_bytes"] == 1 << 20);
   CHECK(j[1]["bitwise"] == true);
+}
+
+TEST_CASE("check's summary: a row per strategy against full, an exact one that differs named", "[table][check]") {
+  CheckReport report;
+  report.full.loss = 2.5;
+  report.full.activation_peak = 4 << 20;
+  const auto row = [](const std::string& strategy, std::int64_t peak, bool bitwise) {
+    CheckRow r;
+    r.strategy = strategy;
+    r.step.loss = 2.5;
+    r.step.activation_peak = peak;
+    r.step.flops = 100;
+    r.step.recompute_flops = 25;
+    r.vs_full.bitwise = bitwise;
+    r.predicted.device = peak;
+    return r;
+  };
+  report.rows = {row("full", 4 << 20, true), row("sqrt", 1 << 20, true), row("per-layer", 1 << 20, false)};
+  const CheckSummary s = check_summary(report, ops::AttentionKernel::fused);
+  const std::string text = render_text(s.table);
+  INFO(text);
+  CHECK(text.find("act MiB") != std::string::npos);
+  CHECK(text.find("0.250") != std::string::npos);  // sqrt's peak against full's
+  CHECK(text.find("25.0%") != std::string::npos);  // its recomputed share
+  CHECK(s.failures == 1);
+  REQUIRE(!s.notes.empty());
+  CHECK(s.notes.back() == "per-layer: NOT BITWISE EQUAL TO full (an exact strategy)");
+  const auto j = render_json(s.table);
+  CHECK(j[1]["strategy"] == "sqrt");
+  CHECK(j[1]["activation_peak_bytes"] == 1 << 20);
+  CHECK(j[1]["vs_full"] == 0.25);
+  CHECK(j[2]["bitwise"] == false);
+  CHECK(j[2]["exact"] == true);
 }

@@ -100,9 +100,10 @@ Batch read_batch(const h5::File& f, ModelSetup& setup, bool has_b, bool has_s) {
   namespace D = weights_file::data;
   const Sizes& z = setup.sizes;
   const std::string tokens_path = D::tokens.path(""), targets_path = D::targets.path("");
-  if (!h5::is_group(f, "/batch")) throw UserError(f.path() + ": /batch is not a group");
+  if (!h5::is_group(f, D::tokens.group())) throw UserError(f.path() + ": " + D::tokens.group() + " is not a group");
   for (const std::string& name : {tokens_path, targets_path}) {
-    if (!h5::exists(f, name)) throw UserError(f.path() + ": /batch has no " + name.substr(7));
+    if (!h5::exists(f, name))
+      throw UserError(f.path() + ": " + D::tokens.group() + " has no " + name.substr(D::tokens.group().size() + 1));
     const auto di = h5::info(f, name);
     if (di.kind != h5::Kind::int32) throw UserError(f.path() + ": " + name + " holds " + di.type_name + ", expected int32");
     if (di.shape.size() != 2 || di.shape[0] < 1 || di.shape[1] < 1 || di.shape[1] > z.S_max || di.shape[0] > (1 << 16))
@@ -268,7 +269,7 @@ ModelSetup read_weights_setup(const std::string& path) {
   if (hf::is_hf_folder(path)) return hf::HfFolder(path).setup();
   const h5::File f = h5::File::open(path);
   ModelSetup setup = read_setup(f);
-  if (h5::exists(f, "/batch"))
+  if (h5::exists(f, weights_file::data::tokens.group()))
     read_batch(f, setup, has_attribute(f, weights_file::root::B), has_attribute(f, weights_file::root::S));
   return setup;
 }
@@ -285,10 +286,11 @@ LoadedWeights load_weights(const std::string& path, bool force, bool skip_adapte
   w.model = models().find(w.setup.model).make(w.setup.sizes);
   const auto specs = w.model->params();
 
-  if (h5::exists(f, "/params") && !h5::is_group(f, "/params")) throw UserError(path + ": /params is not a group");
+  const std::string params_group = weights_file::data::param.group();
+  if (h5::exists(f, params_group) && !h5::is_group(f, params_group)) throw UserError(path + ": " + params_group + " is not a group");
   std::set<std::string> expected;
   for (const auto& s : specs) expected.insert(s.name);
-  const auto stored = h5::list(f, "/params");
+  const auto stored = h5::list(f, params_group);
   for (const auto& name : stored) {
     if (is_adapter_name(name) && expected.count(name.substr(0, name.size() - 7))) {
       if (skip_adapters) continue;
@@ -327,7 +329,7 @@ LoadedWeights load_weights(const std::string& path, bool force, bool skip_adapte
     require_finite(values, path, "parameter '" + specs[i].name + "'");
     backend::upload(w.params->tensors()[i], values);
   }
-  if (h5::exists(f, "/batch"))
+  if (h5::exists(f, weights_file::data::tokens.group()))
     w.batch = read_batch(f, w.setup, has_attribute(f, weights_file::root::B), has_attribute(f, weights_file::root::S));
   return w;
 }

@@ -17,6 +17,7 @@
 #include "autodiff/runtime.hpp"
 #include "core/error.hpp"
 #include "harness/check.hpp"
+#include "harness/check_table.hpp"
 #include "harness/cli/commands.hpp"
 #include "harness/cli/model_options.hpp"
 #include "strategies/registry.hpp"
@@ -61,12 +62,6 @@ int check_trajectories(const CheckCommandOptions& o, const ModelSetup& setup, co
   }
   if (failures) std::fprintf(stderr, "remat check: %d exact strategies trained differently from full\n", failures);
   return failures ? 1 : 0;
-}
-
-std::string mb_text(double bytes) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.2f", bytes / (1 << 20));
-  return buf;
 }
 
 // What a check runs on: the weights (a file's, a golden's, or initialised
@@ -123,31 +118,14 @@ CheckInputs load_inputs(const CheckCommandOptions& o) {
   return in;
 }
 
-// The table: a row per strategy against full; returns how many exact
-// strategies are not bitwise full.
+// The table (harness/check_table), its notes and legend; returns how many
+// exact strategies are not bitwise full.
 int print_rows(const CheckReport& report, ops::AttentionKernel attention) {
-  std::printf("\n%-28s %12s %10s %10s %7s %10s %10s %6s %9s %8s %7s\n", "strategy", "loss", "max abs", "max rel",
-              "bitwise", "act MiB", "pred MiB", "ratio", "offl. MiB", "recomp.", "time s");
-  int failures = 0;
-  for (const auto& r : report.rows) {
-    const auto& s = r.step;
-    const bool ok = !r.exact || r.vs_full.bitwise;
-    failures += ok ? 0 : 1;
-    std::printf("%-28s %12.8f %10.2e %10.2e %7s %10s %10s %6.3f %9s %7.1f%% %7.3f%s\n", r.strategy.c_str(), s.loss,
-                r.vs_full.max_abs, r.vs_full.max_rel, r.vs_full.bitwise ? "yes" : "no",
-                mb_text(double(s.activation_peak)).c_str(), mb_text(double(r.predicted.device)).c_str(),
-                double(s.activation_peak) / double(report.full.activation_peak),
-                mb_text(double(s.offload_peak)).c_str(), s.flops > 0 ? 100.0 * s.recompute_flops / s.flops : 0.0,
-                s.seconds, ok ? "" : "   <- NOT BITWISE EQUAL TO full");
-    const std::string same = same_as_full(r.strategy, s, report.full, attention);
-    if (!same.empty()) std::printf("  %s %s\n", r.strategy.c_str(), same.c_str());
-  }
-  std::printf(
-      "\nact MiB: device-pool peak during the step minus what was live before it (parameters, gradients, batch);\n"
-      "pred MiB: predicted from one probe step (each block's saved bytes and working set) by the strategy's plan;\n"
-      "ratio: act / full's; "
-      "offl. MiB: offload-pool peak; recomp.: share of the step's GEMM FLOPs spent recomputing.\n");
-  return failures;
+  const CheckSummary summary = check_summary(report, attention);
+  std::printf("\n%s", render_text(summary.table).c_str());
+  for (const auto& note : summary.notes) std::printf("  %s\n", note.c_str());
+  std::printf("\n%s", kCheckLegend);
+  return summary.failures;
 }
 
 // Reversible strategies' reconstruction errors, and traces where asked.

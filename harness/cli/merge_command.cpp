@@ -40,8 +40,8 @@ std::vector<h5::File> open_parts(const MergeOptions& o) {
                       std::to_string(ResultsFile::kSchemaVersion) + " (make the runs again with this remat)");
     version = v;
     if (first.empty()) first = path;
-    for (const auto& name : h5::list(f, "/runs")) {
-      const std::string key = results::key.read(f, "/runs/" + name).value_or("");
+    for (const auto& name : h5::list(f, results::kRunsGroup)) {
+      const std::string key = results::key.read(f, results::run_group(name)).value_or("");
       if (key.empty()) throw UserError(path + ": run '" + name + "' has no key");
       const auto [it, fresh] = owner.emplace(key, path);
       if (!fresh) throw UserError(path + " and " + it->second + " both hold run '" + name + "'; merge each run once");

@@ -9,6 +9,7 @@
 #include "h5/h5.hpp"
 #include "harness/io/results_schema.hpp"
 #include "train/run_schema.hpp"
+#include "weights/weights_schema.hpp"
 
 namespace remat {
 namespace fs = std::filesystem;
@@ -37,7 +38,8 @@ FileKind file_kind(const std::string& path) {
     if (has(results::root::version.name)) return FileKind::results;
     if (has(run_file::root::version.name)) return FileKind::training_run;
     if (H5Aexists(f.id(), "lora") > 0) return FileKind::adapters;
-    const bool params = h5::exists(f, "/params"), grads = h5::exists(f, "/grads");
+    const bool params = h5::exists(f, weights_file::data::param.group()),
+               grads = h5::exists(f, weights_file::data::grad.group());
     if (params && grads) return FileKind::golden;
     if (params) return FileKind::weights;
     if (grads) return FileKind::gradients;

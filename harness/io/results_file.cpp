@@ -85,7 +85,7 @@ void check_results_schema(const h5::File& f, bool for_append) {
     throw UserError(f.path() + ": results schema version " + std::to_string(*version) + ", this remat reads 1 to " +
                     std::to_string(ResultsFile::kSchemaVersion) + " (written by a newer remat?); refusing to " +
                     (for_append ? "modify" : "read") + " it");
-  if (h5::exists(f, "/runs") && !h5::is_group(f, "/runs")) throw UserError(f.path() + ": /runs is not a group");
+  if (h5::exists(f, results::kRunsGroup) && !h5::is_group(f, results::kRunsGroup)) throw UserError(f.path() + ": " + results::kRunsGroup + " is not a group");
 }
 
 namespace {
@@ -94,7 +94,7 @@ namespace {
 // unless it ran out of memory, every series a report reads. A damaged or
 // hand-edited run is refused by name rather than copied on.
 void require_complete_run(const h5::File& src, const std::string& name) {
-  const std::string g = "/runs/" + name;
+  const std::string g = results::run_group(name);
   const auto refuse = [&](const std::string& what) {
     return UserError(src.path() + ": run '" + name + "' lacks " + what +
                      " (a damaged or edited results file); nothing was merged");
@@ -125,8 +125,8 @@ ResultsFile::ResultsFile(std::string path) : path_(std::move(path)) {
 void ResultsFile::read_keys(const h5::File& f) {
   check_results_schema(f, true);
   keys_.clear();
-  for (const auto& name : h5::list(f, "/runs"))
-    if (const auto key = results::key.read(f, "/runs/" + name)) keys_.insert(*key);
+  for (const auto& name : h5::list(f, results::kRunsGroup))
+    if (const auto key = results::key.read(f, results::run_group(name))) keys_.insert(*key);
 }
 
 bool ResultsFile::append(const RunRecord& r) { return add({{r.key.text(), r.key.name(), [&](const h5::File& f, const std::string& g) { write_run(f, g, r); }}}) == 1; }
@@ -135,11 +135,11 @@ std::size_t ResultsFile::append_runs(const std::vector<h5::File>& sources) {
   std::vector<Entry> entries;
   for (const h5::File& src : sources) {
     check_results_schema(src, false);
-    for (const auto& name : h5::list(src, "/runs")) {
-      const auto key = results::key.read(src, "/runs/" + name);
+    for (const auto& name : h5::list(src, results::kRunsGroup)) {
+      const auto key = results::key.read(src, results::run_group(name));
       if (!key) throw UserError(src.path() + ": run '" + name + "' has no key (written before schema 2)");
       require_complete_run(src, name);
-      entries.push_back({*key, name, [&src, name](const h5::File& f, const std::string& g) { h5::copy(src, "/runs/" + name, f, g); }});
+      entries.push_back({*key, name, [&src, name](const h5::File& f, const std::string& g) { h5::copy(src, results::run_group(name), f, g); }});
     }
   }
   return add(entries);
@@ -148,8 +148,8 @@ std::size_t ResultsFile::append_runs(const std::vector<h5::File>& sources) {
 std::vector<char> ResultsFile::run_image(const RunRecord& r) {
   h5::File f = h5::File::create(r.key.name());
   results::root::version.write(f, "/", kSchemaVersion);
-  h5::create_group(f, "/runs");
-  write_run(f, "/runs/" + r.key.name(), r);
+  h5::create_group(f, results::kRunsGroup);
+  write_run(f, results::run_group(r.key.name()), r);
   return f.image();
 }
 
@@ -159,7 +159,7 @@ std::size_t ResultsFile::add(const std::vector<Entry>& entries) {
   h5::File f = fresh ? h5::File::create(path_) : h5::File::edit(path_);
   if (fresh) {
     results::root::created.write(f, "/", now_iso());
-    h5::create_group(f, "/runs");
+    h5::create_group(f, results::kRunsGroup);
   } else {
     read_keys(f);  // another process may have appended since we last looked
   }
@@ -167,8 +167,8 @@ std::size_t ResultsFile::add(const std::vector<Entry>& entries) {
   for (const auto& e : entries) {
     if (has_key(e.key)) continue;
     std::string name = e.name;
-    for (int n = 2; h5::exists(f, "/runs/" + name); ++n) name = e.name + " #" + std::to_string(n);
-    e.write(f, "/runs/" + name);
+    for (int n = 2; h5::exists(f, results::run_group(name)); ++n) name = e.name + " #" + std::to_string(n);
+    e.write(f, results::run_group(name));
     keys_.insert(e.key);
     ++added;
   }

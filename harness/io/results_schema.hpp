@@ -106,6 +106,10 @@ REMAT_RESULTS_ROOT(REMAT_DECLARE_ATTR)
 REMAT_RESULTS_RUN_ATTRIBUTES(REMAT_DECLARE_ATTR)
 REMAT_RESULTS_RUN_DATASETS(REMAT_DECLARE_DATASET)
 
+// The group that holds the runs, and one run's group in it.
+inline constexpr const char* kRunsGroup = "/runs";
+inline std::string run_group(const std::string& name) { return std::string(kRunsGroup) + "/" + name; }
+
 // The tables of docs/results-schema.md, made from the declarations above.
 std::vector<h5::FieldDoc> root_docs();
 std::vector<h5::FieldDoc> run_attribute_docs();
