@@ -90,22 +90,22 @@ inline DType require_compute_dtype(DType t) {
   switch (::remat::require_compute_dtype(dtype)) {            \
     case ::remat::DType::f32: {                               \
       using T = float;                                        \
-      using A = float;                                        \
+      using A [[maybe_unused]] = float;                       \
       __VA_ARGS__                                             \
     } break;                                                  \
     case ::remat::DType::bf16: {                              \
       using T = ::remat::bf16;                                \
-      using A = float;                                        \
+      using A [[maybe_unused]] = float;                       \
       __VA_ARGS__                                             \
     } break;                                                  \
     case ::remat::DType::f16: {                               \
       using T = ::remat::f16;                                 \
-      using A = float;                                        \
+      using A [[maybe_unused]] = float;                       \
       __VA_ARGS__                                             \
     } break;                                                  \
     default: {                                                \
       using T = double;                                       \
-      using A = double;                                       \
+      using A [[maybe_unused]] = double;                      \
       __VA_ARGS__                                             \
     } break;                                                  \
   }

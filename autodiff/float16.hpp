@@ -27,18 +27,21 @@ struct f16 {
   KOKKOS_INLINE_FUNCTION explicit operator float() const { return widen(bits); }
   KOKKOS_INLINE_FUNCTION explicit operator double() const { return double(widen(bits)); }
 
-  // The host's F16C instructions where the build targets them (the
-  // conversion was most of an fp16 step without them), else the portable
-  // code below; the two agree bit for bit (tests/test_precision.cpp).
-  // Infinities and NaNs take the portable path: the instructions would
-  // raise the invalid-operation flag on a signalling NaN (a trap where
-  // traps are on, as in the tests) and keep a NaN's payload.
+  // Widening on the host is branch-free, so that a loop over it vectorises
+  // (the conversions were most of an fp16 step when they were not); on a
+  // device, the portable code below. The two agree bit for bit
+  // (tests/test_precision.cpp).
   KOKKOS_INLINE_FUNCTION static float widen(std::uint16_t h) {
-#ifdef REMAT_F16C
-    if ((h & 0x7c00u) != 0x7c00u) return _cvtsh_ss(h);
-#endif
+#ifdef __CUDA_ARCH__
     return widen_portable(h);
+#else
+    return widen_branchless(h);
+#endif
   }
+  // Rounding uses the host's F16C instruction where the build targets it,
+  // else the portable code below. Infinities and NaNs take the portable
+  // path: the instruction would raise the invalid-operation flag on a
+  // signalling NaN (a trap where traps are on, as in the tests).
   KOKKOS_INLINE_FUNCTION static std::uint16_t round(float f) {
 #ifdef REMAT_F16C
     std::uint32_t b;
@@ -46,6 +49,21 @@ struct f16 {
     if ((b & 0x7f800000u) != 0x7f800000u) return std::uint16_t(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
 #endif
     return round_portable(f);
+  }
+
+  // The exponent and mantissa bits moved to a float's place are the value
+  // times 2^-112 (a float subnormal where the float16 is one), so one exact
+  // multiplication by 2^112 widens every finite float16; infinities and
+  // NaNs take the all-ones exponent instead, their payload kept. No input
+  // raises a floating-point flag: the product is of finite normal numbers
+  // only. (Needs subnormals honoured: no flush-to-zero, as on any host
+  // build without -ffast-math.)
+  KOKKOS_INLINE_FUNCTION static float widen_branchless(std::uint16_t h) {
+    const std::uint32_t em = std::uint32_t(h & 0x7fffu) << 13, sign = std::uint32_t(h & 0x8000u) << 16;
+    const float scaled = from_bits(em) * 0x1p112f;
+    std::uint32_t s;
+    std::memcpy(&s, &scaled, sizeof s);
+    return from_bits(sign | (em >= (0x7c00u << 13) ? (em | 0x7f800000u) : s));
   }
 
   KOKKOS_INLINE_FUNCTION static float widen_portable(std::uint16_t h) {

@@ -27,14 +27,14 @@ cmake --build "$build" -j "$(nproc)" --target remat remat_tests >"$build/build.l
 export ASAN_OPTIONS=detect_leaks=0:abort_on_error=0:halt_on_error=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
 export PYTHON=/usr/bin/python3
-# Every unit test but those on real sizes ([small], [depth]), the planner's
-# exhaustive enumeration (a minute here: the solver's paths are covered by
-# the other planner tests) and the learning test (two minutes here: hundreds
-# of training steps on text, whose code the training tests run in a few), in
-# one process and in a random order: seed 2, another order than ctest's
-# unit.shuffled (seed 1), so that CI runs the suite in two orders.
+# Every quick unit case, in one process and in a random order: seed 2,
+# another order than ctest's unit.shuffled (seed 1), so that CI runs the
+# suite in two orders. The [slow] cases (real sizes, sweeps over depths and
+# lengths, long trainings) and the planner's exhaustive enumeration run the
+# quick cases' code at larger sizes or more times: minutes each under the
+# sanitizers, for no path the quick cases leave out. They run in ctest.
 say "unit suite"
-"$build/tests/remat_tests" --order rand --rng-seed 2 "~[small]~[depth]~[exhaustive]~[learning]"
+"$build/tests/remat_tests" --order rand --rng-seed 2 "~[slow]~[exhaustive]"
 say "CLI checks"
 "$root/tests/cli/cli_test.sh" "$build/remat"
 say "file fuzzer"

@@ -60,7 +60,8 @@ TEST_CASE("float16 rounds to nearest even, keeps subnormals, overflows to infini
     const float x = f16::widen(std::uint16_t(h));
     REQUIRE(f16::round(x) == h);
   }
-  // The conversion a build uses (F16C where the CPU has it) is the portable one, bit for bit:
+  // The conversions a build uses (branch-free widening, F16C rounding where the CPU has it) are
+  // the portable ones, bit for bit:
   // every float16, and floats of every exponent and sign at a stride through their mantissas.
   std::int64_t first_wide = -1, first_round = -1;
   for (std::uint32_t h = 0; h < 0x10000u && first_wide < 0; ++h) {
