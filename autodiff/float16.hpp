@@ -55,9 +55,10 @@ struct f16 {
   // times 2^-112 (a float subnormal where the float16 is one), so one exact
   // multiplication by 2^112 widens every finite float16; infinities and
   // NaNs take the all-ones exponent instead, their payload kept. No input
-  // raises a floating-point flag: the product is of finite normal numbers
-  // only. (Needs subnormals honoured: no flush-to-zero, as on any host
-  // build without -ffast-math.)
+  // raises an IEEE flag: the operands are finite (a subnormal one for a
+  // float16 subnormal) and the product exact and below float's largest.
+  // (Needs subnormals honoured: no flush-to-zero or denormals-are-zero, as
+  // in any host build without -ffast-math; the test would see it.)
   KOKKOS_INLINE_FUNCTION static float widen_branchless(std::uint16_t h) {
     const std::uint32_t em = std::uint32_t(h & 0x7fffu) << 13, sign = std::uint32_t(h & 0x8000u) << 16;
     const float scaled = from_bits(em) * 0x1p112f;

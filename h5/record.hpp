@@ -65,8 +65,11 @@ struct Dataset {
   std::string at(std::string_view sub) const { return member(name, sub); }
   std::string path(const std::string& group) const { return group + "/" + std::string(name); }
   // The group a root-level dataset (or family) lies in: "/params" for
-  // "params/<name>", "/batch" for "batch/tokens".
-  std::string group() const { return "/" + std::string(name.substr(0, name.rfind('/'))); }
+  // "params/<name>", "/batch" for "batch/tokens", "/" for "loss".
+  std::string group() const {
+    const auto slash = name.rfind('/');
+    return slash == std::string_view::npos ? "/" : "/" + std::string(name.substr(0, slash));
+  }
   bool exists_in(const File& f, const std::string& group) const { return h5::exists(f, path(group)); }
   void write(const File& f, const std::string& group, const std::vector<T>& values) const {
     if constexpr (std::is_same_v<T, std::string>) h5::write(f, path(group), values);

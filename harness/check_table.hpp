@@ -12,7 +12,7 @@ namespace remat {
 
 struct CheckSummary {
   Table table;
-  std::vector<std::string> notes;  // where a strategy ran as full does ("= full here")
+  std::vector<std::string> notes;  // where a strategy ran as full does ("= full here"), and each failure
   int failures = 0;                // exact strategies that are not bitwise full
 };
 

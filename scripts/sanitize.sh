@@ -32,9 +32,11 @@ export PYTHON=/usr/bin/python3
 # suite in two orders. The [slow] cases (real sizes, sweeps over depths and
 # lengths, long trainings) and the planner's exhaustive enumeration run the
 # quick cases' code at larger sizes or more times: minutes each under the
-# sanitizers, for no path the quick cases leave out. They run in ctest.
+# sanitizers, for no path the quick cases leave out. They run in ctest. The
+# one slow case with code of its own, docs/adding-a-strategy.md's example,
+# runs here too.
 say "unit suite"
-"$build/tests/remat_tests" --order rand --rng-seed 2 "~[slow]~[exhaustive]"
+"$build/tests/remat_tests" --order rand --rng-seed 2 "~[slow]~[exhaustive],[docs]"
 say "CLI checks"
 "$root/tests/cli/cli_test.sh" "$build/remat"
 say "file fuzzer"

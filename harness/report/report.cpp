@@ -167,7 +167,7 @@ void read_timeline(const h5::File& f, const std::string& g, RunSummary& r) {
 // One run's record, every field checked; UserError saying what is wrong.
 RunSummary read_run(const h5::File& f, const std::string& name) {
   namespace R = results;
-  const std::string g = results::run_group(name);
+  const std::string g = remat::results::run_group(name);
   if (!h5::is_group(f, g)) throw UserError("not a group");
   auto count = [&](const h5::Attr<std::int64_t>& a, std::int64_t lo, std::int64_t hi) {
     const std::int64_t v = a.require(f, g);
@@ -225,7 +225,7 @@ Results read_results(const std::string& path) {
   h5::File f = h5::File::open(path);
   check_results_schema(f, false);
   Results results;
-  for (const auto& name : h5::list(f, results::kRunsGroup)) {
+  for (const auto& name : h5::list(f, remat::results::kRunsGroup)) {
     try {
       results.runs.push_back(read_run(f, name));
     } catch (const UserError& e) {
