@@ -58,6 +58,9 @@ ldd "$stage"/bin/* | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
   esac
 done
 
+# The kernel timer (a Kokkos tool: bench/kernel_timer.cpp) for run.sh's profile.
+g++ -O2 -shared -fPIC "$root/bench/kernel_timer.cpp" -o "$stage/lib/libremat_kernel_timer.so"
+
 cat > "$stage/run.sh" <<'RUN'
 #!/bin/sh
 # remat's GPU checks, on a machine with an NVIDIA GPU:
@@ -65,12 +68,18 @@ cat > "$stage/run.sh" <<'RUN'
 #     gradients against the host build's (same weights and batch, within
 #     1e-4 relative), checkpoint strategies bitwise equal to `full` on the
 #     device;
-#  2. the unit suite (Catch2) on the device;
-#  3. the strategy matrix on gpu-medium for gpt2 and llama into
+#  2. gpt2 on gpu-medium: a step's time and memory, then where a step's time
+#     goes (two blocks, every kernel and GEMM timed by the kernel timer);
+#  3. the unit suite's quick cases on the device, a run per test file (a
+#     crash loses one file's cases, not the rest), logs in $OUT/suite-*.log;
+#  4. the strategy matrix on gpu-medium for gpt2 and llama into
 #     $OUT/results.h5 (OUT defaults to ./out; a rerun finishes what is
 #     missing), and its table.
-# Every step runs; the exit status is 1 if any failed.
-set -u
+# Each part has a time limit in seconds, from the environment: CHECK_S (each
+# command of part 1, default 60), TIME_S (part 2, 120), SUITE_S (part 3 in
+# all, 150), MATRIX_S (part 4, 150); the defaults fit about 10 minutes.
+# Every part runs; the exit status is 1 if any failed.
+set -uf  # -f: test tags such as [#test_gemm] are no file patterns
 here=$(cd "$(dirname "$0")" && pwd)
 out=${OUT:-$PWD/out}
 mkdir -p "$out"
@@ -82,21 +91,50 @@ for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib /usr/lib
   [ -d "$d" ] && LD_LIBRARY_PATH="$LD_LIBRARY_PATH:$d"
 done
 status=0
-step() { printf '\n=== %s ===\n' "$*"; }
-run() { "$@" || { echo "FAILED ($?): $*"; status=1; }; }
+step() { printf '\n=== %s === (%s)\n' "$*" "$(date +%T)"; }
+# run LIMIT COMMAND...: the command under a time limit; says how long it took and how it failed.
+run() {
+  limit=$1; shift
+  t0=$(date +%s)
+  timeout -k 5 "$limit" "$@"
+  rc=$?
+  took=$(( $(date +%s) - t0 ))
+  if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then echo "TIMED OUT after ${limit} s: $*"; status=1
+  elif [ $rc -ne 0 ]; then echo "FAILED ($rc) after ${took} s: $*"; status=1
+  else echo "(${took} s)"; fi
+}
 step "versions"
-run "$here/bin/remat" --version
+run 30 "$here/bin/remat" --version
 nvidia-smi -L 2>/dev/null
+
 step "checks: device against host gradients, strategies against full"
 for m in gpt2 llama bert revformer parallel mixtral encdec; do
-  run "$here/bin/remat-host" check --model "$m" --preset small --strategies full --save-golden "$out/host-$m.h5" \
-    --force >/dev/null
-  run "$here/bin/remat" check --golden "$out/host-$m.h5" --strategies all
+  run "${CHECK_S:-60}" "$here/bin/remat-host" check --model "$m" --preset small --strategies full \
+    --save-golden "$out/host-$m.h5" --force >/dev/null
+  run "${CHECK_S:-60}" "$here/bin/remat" check --golden "$out/host-$m.h5" --strategies all
 done
-step "unit suite on the device"
-run "$here/bin/remat_tests" "~[design]"
+
+step "gpt2 gpu-medium: a step's time and memory"
+run "${TIME_S:-120}" "$here/bin/remat" time --model gpt2 --preset gpu-medium --strategy full --steps 2
+step "gpt2 gpu-medium, 2 blocks: where a step's time goes (every kernel fenced: slower than above)"
+run "${TIME_S:-120}" env CUDA_LAUNCH_BLOCKING=1 KOKKOS_PROFILE_LIBRARY="$here/lib/libremat_kernel_timer.so" \
+  "$here/bin/remat" time --model gpt2 --preset gpu-medium --layers 2 --strategy full --steps 1
+
+step "unit suite on the device, a run per test file"
+files=$("$here/bin/remat_tests" -# --list-tags 2>/dev/null | grep -o '\[#[^]]*\]' | sort -u)
+deadline=$(( $(date +%s) + ${SUITE_S:-150} ))
+for f in $files; do
+  left=$(( deadline - $(date +%s) ))
+  if [ $left -le 5 ]; then echo "NOT RUN (time): $f"; status=1; continue; fi
+  log="$out/suite-$(echo "$f" | tr -d '[]#').log"
+  run "$left" "$here/bin/remat_tests" -# "$f~[design]~[slow]~[exhaustive]" >"$log" 2>&1
+  printf -- '--- %s: %s\n' "$f" "$(tail -n 3 "$log" | tr '\n' ' ')"
+  grep -q "FAILED" "$log" && grep -m 8 -A 14 "FAILED:" "$log"
+done
+
 step "strategy matrix, gpu-medium"
-run "$here/bin/remat" matrix --preset gpu-medium --models gpt2,llama --strategies all --out "$out/results.h5" --resume
+run "${MATRIX_S:-150}" "$here/bin/remat" matrix --preset gpu-medium --models gpt2,llama --strategies all \
+  --out "$out/results.h5" --resume
 exit $status
 RUN
 chmod +x "$stage/run.sh"
