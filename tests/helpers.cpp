@@ -1,5 +1,7 @@
 #include "helpers.hpp"
 
+#include "autodiff/elementwise.hpp"
+
 #include <cmath>
 #include <cstdlib>
 #include <random>
@@ -27,6 +29,7 @@ std::vector<double> random_values(std::int64_t n, std::uint64_t seed, double lo,
 void upload(const Tensor& t, const std::vector<double>& values) {
   Tensor src = t.dtype() == DType::f64 ? Tensor::from_host(values, t.shape())
                                        : Tensor::from_host(std::vector<float>(values.begin(), values.end()), t.shape());
+  if (t.dtype() != src.dtype()) src = converted(src, t.dtype(), "upload");  // 16-bit: rounded from float
   Kokkos::deep_copy(t.bytes(), src.bytes());
 }
 

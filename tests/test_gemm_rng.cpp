@@ -1,6 +1,7 @@
 // The GEMM front door against the naive reference, and the counter-based RNG.
 #include <cmath>
 
+#include "autodiff/backend.hpp"
 #include "autodiff/gemm.hpp"
 #include "autodiff/rng.hpp"
 #include "catch.hpp"
@@ -72,7 +73,12 @@ TEST_CASE("the RNG is a pure function of (seed, stream, index)", "[rng]") {
   auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), dev);
   double sum = 0, sq = 0;
   for (std::int64_t i = 0; i < n; ++i) {
-    REQUIRE(host(i) == rng::normal(42, 7, std::uint64_t(i)));  // same on any thread, in any order
+    // Same on any thread, in any order; a GPU's log and cos may differ from
+    // the host's in the last bits (weights rounded to float hide that).
+    if constexpr (backend::kHostMemory)
+      REQUIRE(host(i) == rng::normal(42, 7, std::uint64_t(i)));
+    else
+      REQUIRE(std::abs(host(i) - rng::normal(42, 7, std::uint64_t(i))) <= 1e-14);
     sum += host(i);
     sq += host(i) * host(i);
   }

@@ -1,6 +1,7 @@
 // Every op's forward against the naive reference, in float32 and float64.
 #include <cmath>
 
+#include "autodiff/ops/attention_fused.hpp"
 #include "autodiff/ops/embedding_grad.hpp"
 #include "autodiff/ops/kernel.hpp"
 #include "autodiff/ops/ops.hpp"
@@ -189,6 +190,54 @@ TEST_CASE("fused, fused-team and plain attention agree, with the same dropout ma
           CHECK(worst < c.tolerance);
         }
       }
+}
+
+TEST_CASE("the GPU's fused attention (batched tiles) agrees with the team kernels, forward and backward",
+          "[ops][forward]") {
+  // Grouped-query (4 heads on 2), 70 rows in tiles of 16 (a ragged last
+  // one, causal tiles shorter than the sequence) and in one tile; gradients
+  // added to what their buffers held. 16-bit: the batched tiles round the
+  // probabilities for their products, as the plain kernel does.
+  const std::int64_t B = 2, S = 70, H = 4, Hkv = 2, hd = 8;
+  struct Case {
+    DType dt;
+    double tolerance;
+  };
+  for (const Case c : {Case{DType::f32, 1e-5}, Case{DType::f64, 1e-12}, Case{DType::bf16, 3e-2}, Case{DType::f16, 4e-3}})
+    for (double dropout : {0.0, 0.2})
+      for (bool causal : {true, false})
+        for (std::int64_t tile : {16, 0}) {
+          INFO(dtype_name(c.dt) << " dropout " << dropout << " causal " << causal << " tile rows " << tile);
+          const ops::fused::Problem p{B, S, H, Hkv, hd, causal, {0, H * hd, S * H * hd}, {0, Hkv * hd, S * Hkv * hd},
+                                 {0, Hkv * hd, S * Hkv * hd}, 1 / std::sqrt(double(hd)), dropout, 5, 7};
+          const Tensor q = random_tensor({B, S, H * hd}, 1, c.dt), k = random_tensor({B, S, Hkv * hd}, 2, c.dt),
+                       v = random_tensor({B, S, Hkv * hd}, 3, c.dt), dout = random_tensor({B, S, H * hd}, 4, c.dt);
+          auto run = [&](bool batched) {
+            Tensor out = Tensor::empty({B, S, H * hd}, c.dt), lse = Tensor::empty({B, H, S}, compute_dtype(c.dt));
+            Tensor dq = random_tensor({B, S, H * hd}, 5, c.dt), dk = random_tensor({B, S, Hkv * hd}, 6, c.dt),
+                   dv = random_tensor({B, S, Hkv * hd}, 7, c.dt);
+            REMAT_DISPATCH_COMPUTE(c.dt, T, {
+              if (batched) {
+                ops::fused::batched_forward<T>(p, q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(), lse.data<A>(), tile);
+                ops::fused::batched_backward<T>(p, q.data<T>(), k.data<T>(), v.data<T>(), lse.data<A>(), dout.data<T>(),
+                                           dq.data<T>(), dk.data<T>(), dv.data<T>(), tile);
+              } else {  // (the host's tiles read host memory only; the team kernels run anywhere)
+                ops::fused::team_forward<T>(p, q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(), lse.data<A>());
+                ops::fused::team_backward<T>(p, q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(), lse.data<A>(),
+                                             dout.data<T>(), dq.data<T>(), dk.data<T>(), dv.data<T>());
+              }
+            });
+            std::vector<double> all;
+            for (const Tensor& t : {out, lse, dq, dk, dv})
+              for (double x : t.to_host_f64()) all.push_back(x);
+            return all;
+          };
+          const auto team = run(false), batched = run(true);
+          double worst = 0;
+          for (std::size_t i = 0; i < team.size(); ++i)
+            worst = std::max(worst, std::abs(batched[i] - team[i]) / (1 + std::abs(team[i])));
+          CHECK(worst < c.tolerance);
+        }
 }
 
 TEST_CASE("ops reject bad input with the offending shape", "[ops][errors]") {

@@ -150,21 +150,28 @@ fused::Problem fused_problem(const Geometry& g, const Dropout& d) {
 
 double attention_flops(const Geometry& g) { return 4.0 * double(g.B * g.H) * double(g.S * g.S) * double(g.hd); }
 
-// A device runs the team kernels for `fused`: its tiles cannot go through
-// the host BLAS.
-AttentionKernel resolve(AttentionKernel k) { return !kHostMemory && k == AttentionKernel::fused ? AttentionKernel::fused_team : k; }
-
 // The fused kernel (host tiles, or team kernels if `team`): out and lse[B, H, S].
 std::pair<Tensor, Tensor> fused_forward(const Inputs& in, const Geometry& g, const Dropout& d, bool team) {
   stats::count_forward("attention_fused");
-  stats::count_flops(attention_flops(g) * (g.causal ? 0.5 : 1.0));
+  // The batched tiles' products count themselves (the GEMM front door);
+  // the other kernels' are counted here.
+  const bool counts_itself = !team && !kHostMemory;
+  if (!counts_itself) stats::count_flops(attention_flops(g) * (g.causal ? 0.5 : 1.0));
   Tensor out = Tensor::empty({g.B, g.S, g.width()}, in.q.dtype(), "attention");
   out.set_tag("attention");
   Tensor lse = Tensor::empty({g.B, g.H, g.S}, compute_dtype(in.q.dtype()), "attention_lse");
   lse.set_tag("attention_lse");
+  // `fused` on host memory: a tile per thread through the serial BLAS; on a
+  // device: tiles through batched GEMMs (attention_fused.hpp).
   REMAT_DISPATCH_COMPUTE(in.q.dtype(), T, {
-    const auto run = team ? fused::team_forward<T> : fused::forward<T>;
-    run(fused_problem(g, d), in.q.data<T>(), in.k.data<T>(), in.v.data<T>(), out.data<T>(), lse.data<A>());
+    const fused::Problem p = fused_problem(g, d);
+    const T *q = in.q.data<T>(), *k = in.k.data<T>(), *v = in.v.data<T>();
+    if (team)
+      fused::team_forward<T>(p, q, k, v, out.data<T>(), lse.data<A>());
+    else if constexpr (kHostMemory)
+      fused::forward<T>(p, q, k, v, out.data<T>(), lse.data<A>());
+    else
+      fused::batched_forward<T>(p, q, k, v, out.data<T>(), lse.data<A>());
   });
   return {out, lse};
 }
@@ -184,15 +191,19 @@ Tensor record_fused(const Inputs& in, const Geometry& g, const Dropout& d, bool 
     Tensor o = so.unpack(), l = sl.unpack(), dy = ctx.grad_out();
     GradTarget tq = ctx.grad_in(0), tk = packed ? tq : ctx.grad_in(1), tv = packed ? tq : ctx.grad_in(2);
     zero_fresh({&tq, &tk, &tv});  // the kernel adds
-    stats::count_flops(attention_flops(g) * 1.5 * (g.causal ? 0.5 : 1.0));  // recomputed scores + four products
+    if (team || kHostMemory)  // (the batched tiles' GEMMs count themselves)
+      stats::count_flops(attention_flops(g) * 1.5 * (g.causal ? 0.5 : 1.0));  // recomputed scores + four products
     REMAT_DISPATCH_COMPUTE(dy.dtype(), T, {
       T *dq = tq ? tq.t.data<T>() : nullptr, *dk = tk ? tk.t.data<T>() : nullptr, *dv = tv ? tv.t.data<T>() : nullptr;
       if (team)
         fused::team_backward<T>(fused_problem(g, d), x.q.data<T>(), x.k.data<T>(), x.v.data<T>(), o.data<T>(),
                                 l.data<A>(), dy.data<T>(), dq, dk, dv);
-      else
+      else if constexpr (kHostMemory)
         fused::backward<T>(fused_problem(g, d), x.q.data<T>(), x.k.data<T>(), x.v.data<T>(), l.data<A>(),
                            dy.data<T>(), dq, dk, dv);
+      else
+        fused::batched_backward<T>(fused_problem(g, d), x.q.data<T>(), x.k.data<T>(), x.v.data<T>(), l.data<A>(),
+                                   dy.data<T>(), dq, dk, dv);
     });
   });
   return out;
@@ -256,7 +267,7 @@ void plain_backward(BackwardContext& ctx, const Inputs& x, const Tensor& pr, con
 Tensor record(const Inputs& in, const Geometry& g, double dropout) {
   Dropout d;
   if (dropout > 0) d = {dropout, random_ops::seed(), random_ops::stream(random_ops::next_op())};
-  const AttentionKernel kernel = resolve(kernel_setting());
+  const AttentionKernel kernel = kernel_setting();
   if (kernel != AttentionKernel::plain) return record_fused(in, g, d, kernel == AttentionKernel::fused_team);
   Tensor probs = attention_probs(in, g);
   Tensor out = attention_output(probs, in, g, d);
@@ -282,7 +293,7 @@ AttentionKernel current_attention_kernel() { return kernel_setting(); }
 AttentionKernelScope::AttentionKernelScope(AttentionKernel k) : previous_(kernel_setting()) { kernel_setting() = k; }
 AttentionKernelScope::~AttentionKernelScope() { kernel_setting() = previous_; }
 const char* attention_kernel_name(AttentionKernel k) {
-  switch (resolve(k)) {
+  switch (k) {
     case AttentionKernel::fused: return "fused";
     case AttentionKernel::fused_team: return "fused-team";
     case AttentionKernel::plain: break;

@@ -116,9 +116,6 @@ void backward_tile(const Problem& p, std::int64_t b, std::int64_t h, std::int64_
   if (dk.at) gemm::gemm_serial<A>(Op::T, Op::N, keys, p.hd, rows, 1, dprob, p.S, q.at, q.ld, 1, dk.at, dk.ld);
 }
 
-template <class T>
-constexpr bool kWidened = !std::is_same_v<T, compute_t<T>>;
-
 }  // namespace
 
 // Float and double tiles read the tensors in place. 16-bit tensors are

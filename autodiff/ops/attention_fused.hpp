@@ -4,11 +4,16 @@
 // probabilities a tile at a time. Same geometry, masking and dropout masks as
 // the plain kernel in attention.cpp. Two implementations:
 // - forward/backward (attention_fused.cpp): host tiles through the BLAS;
+// - batched_forward/batched_backward (attention_fused_batched.cpp): a head's
+//   query tile in every sequence at once through batched GEMMs, row kernels
+//   between them, on the default execution space: what a GPU runs for
+//   `fused` (cuBLAS does the products);
 // - team_forward/team_backward (attention_fused_team.cpp): Kokkos team
-//   kernels with scratch memory on the default execution space, what a GPU
-//   runs (and the host too, as --attention fused-team).
+//   kernels with scratch memory on the default execution space (any
+//   backend, as --attention fused-team).
 #include <Kokkos_Core.hpp>
 #include <cstdint>
+#include <type_traits>
 
 #include "autodiff/bfloat16.hpp"
 #include "autodiff/rng.hpp"
@@ -27,6 +32,10 @@ struct Problem {
   double dropout;  // 0: none
   std::uint64_t seed, stream;
 };
+
+// Whether T is stored narrower than it is computed in (16-bit).
+template <class T>
+inline constexpr bool kWidened = !std::is_same_v<T, compute_t<T>>;
 
 // The dropout keep-scale of probability (b, h, i, j), indexed as the plain
 // kernel indexes its [B, H, S, S] probabilities, so all kernels draw the
@@ -51,6 +60,18 @@ void forward(const Problem& p, const T* q, const T* k, const T* v, T* out, compu
 template <class T>
 void backward(const Problem& p, const T* q, const T* k, const T* v, const compute_t<T>* lse, const T* dout, T* dq,
               T* dk, T* dv);
+
+// The same through batched GEMMs on the default execution space; the same
+// saved tensors (no output), the same masks, the same sums up to rounding
+// (16-bit: probabilities and score gradients are rounded to T for their
+// products, as the plain kernel's are). Query rows per tile: about 32 MiB of
+// scores, unless rows_per_tile is given (the tests' ragged tiles).
+template <class T>
+void batched_forward(const Problem& p, const T* q, const T* k, const T* v, T* out, compute_t<T>* lse,
+                     std::int64_t rows_per_tile = 0);
+template <class T>
+void batched_backward(const Problem& p, const T* q, const T* k, const T* v, const compute_t<T>* lse, const T* dout,
+                      T* dq, T* dk, T* dv, std::int64_t rows_per_tile = 0);
 
 // The same on the default execution space as team kernels (device memory
 // on a GPU build). Backward adds into dq, dk, dv like the host version; it

@@ -44,14 +44,14 @@ Tensor attention(const Tensor& q, const Tensor& kv, int heads, bool causal, doub
 
 // Which attention kernel the attention ops use. `fused` (the default) keeps
 // only the output and each row's log-sum-exp and recomputes probabilities
-// tile by tile in backward: on host memory as tiles through the BLAS, on a
-// device as Kokkos team kernels, which `fused_team` names and which the host
-// can run too. `plain` keeps the probabilities [B, H, S, S]. All take the
+// tile by tile in backward: on host memory as tiles through the BLAS, a tile
+// per thread; on a device as tiles through batched GEMMs (cuBLAS). `fused_team`
+// names Kokkos team kernels of the same algorithm that any backend runs. `plain` keeps the probabilities [B, H, S, S]. All take the
 // same dropout masks and agree to rounding. The choice is a step's option
 // (StepOptions::attention): the step installs it with a scope for its
 // forward and backward, so no choice outlives the step that made it.
 enum class AttentionKernel { fused, fused_team, plain };
-// The name of the kernel that runs: on a device `fused` is "fused-team".
+// The kernel's name, as options and results files spell it.
 const char* attention_kernel_name(AttentionKernel k);
 AttentionKernel parse_attention_kernel(const std::string& name);  // UserError if unknown
 AttentionKernel current_attention_kernel();  // fused outside any scope

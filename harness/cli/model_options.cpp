@@ -92,8 +92,8 @@ void add_attention_option(CLI::App& cmd, ops::AttentionKernel& kernel) {
   cmd.add_option_function<std::string>(
          "--attention", [&kernel](const std::string& name) { kernel = ops::parse_attention_kernel(name); },
          "Attention kernel: fused (keeps output and log-sum-exp, recomputes probabilities in backward; "
-         "tiles through the BLAS on the host, team kernels on a GPU), fused-team (the GPU's team kernels, "
-         "on any backend) or plain (keeps the probabilities)")
+         "query tiles through the BLAS: a tile per thread on the host, batched GEMMs on a GPU), fused-team "
+         "(the same as Kokkos team kernels, on any backend) or plain (keeps the probabilities)")
       ->check(CLI::IsMember({"fused", "fused-team", "plain"}))
       ->default_str("fused");
 }
