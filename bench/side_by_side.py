@@ -44,13 +44,16 @@ STRATEGIES = ["full", "per-layer", "sqrt", "selective", "selective:attn-core", "
 # ----------------------------------------------------------------------------
 # The PyTorch worker (imported lazily: the driver needs no torch).
 
-def torch_worker(model_name, strategy, z, steps, threads, precision="fp32"):
+def torch_worker(model_name, strategy, z, steps, threads, precision="fp32", device="cpu"):
     import torch
     import torch.nn.functional as F
     from torch.utils.checkpoint import checkpoint
 
     torch.set_num_threads(threads)
     torch.manual_seed(0)
+    if device == "cuda":
+        torch.set_default_device("cuda")  # (PyTorch 2; Debian's CPU 1.13 lacks it and needs it not)
+        torch.backends.cuda.matmul.allow_tf32 = False  # float32 products, as remat's cuBLAS calls
     L, D, H, Hkv, FF, S, V, B = (z[k] for k in ("L", "D", "H", "Hkv", "F", "S", "V", "B"))
     hd = D // H
     params = []
@@ -68,6 +71,8 @@ def torch_worker(model_name, strategy, z, steps, threads, precision="fp32"):
         return param(n, value=0.0)
 
     def core(q, k, v, causal):
+        if device == "cuda":  # what a PyTorch user runs on a GPU: fused (memory-efficient) attention
+            return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
         att = q @ k.transpose(-1, -2) / math.sqrt(q.shape[-1])
         if causal:
             mask = torch.ones(q.shape[-2], k.shape[-2], dtype=torch.bool).triu(1)
@@ -253,13 +258,13 @@ def torch_worker(model_name, strategy, z, steps, threads, precision="fp32"):
     def step():
         for p in params:
             p.grad.zero_()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+        with torch.autocast(device, dtype=torch.bfloat16, enabled=precision == "bf16"):
             logits = forward(tokens)
             loss = F.cross_entropy(logits.reshape(-1, V), targets.reshape(-1))
         loss.backward()
         return loss.item()
 
-    return measure(step, steps)
+    return measure(step, steps) if device == "cpu" else measure_cuda(torch, step, steps)
 
 
 def status_bytes(field):
@@ -286,6 +291,21 @@ def measure(step, steps):
     return {"median_s": statistics.median(times), "rss_peak_above_baseline_bytes": status_bytes("VmHWM") - baseline}
 
 
+def measure_cuda(torch, step, steps):
+    """On a GPU: the caching allocator's peak of allocated bytes above what
+    was allocated before the steps (live tensors, as remat's tracker counts)."""
+    baseline = torch.cuda.memory_allocated()
+    step()  # warm-up
+    torch.cuda.reset_peak_memory_stats()
+    times = []
+    for _ in range(steps):
+        t0 = time.perf_counter()
+        step()  # (loss.item() waits for the GPU)
+        times.append(time.perf_counter() - t0)
+    return {"median_s": statistics.median(times),
+            "rss_peak_above_baseline_bytes": torch.cuda.max_memory_allocated() - baseline}
+
+
 # ----------------------------------------------------------------------------
 # The driver.
 
@@ -307,7 +327,7 @@ def run(cmd, env):
     return json.loads(done.stdout)
 
 
-def run_torch(model, strategy, preset, steps, threads, precision):
+def run_torch(model, strategy, preset, steps, threads, precision, device):
     """Times with the default allocator; measures memory in a second run whose
     glibc maps every block above 64 kB and unmaps it on free, so that the
     resident set follows the live tensors. With the default, glibc's adaptive
@@ -315,9 +335,11 @@ def run_torch(model, strategy, preset, steps, threads, precision):
     the allocator (gpt2 small per-layer: 687 MiB against about 100 live).
     The mapped run is slower (page faults), so it is not the one timed."""
     cmd = [sys.executable, __file__, "--worker", model, strategy, preset, str(steps), str(threads),
-           os.environ["REMAT_SIZES"], precision]
+           os.environ["REMAT_SIZES"], precision, device]
     env = dict(os.environ, OMP_NUM_THREADS=str(threads))
     timed = run(cmd, env)
+    if device == "cuda":
+        return timed  # (the allocator's own count: no second run)
     cmd[6] = "1"
     mapped = run(cmd, dict(env, MALLOC_MMAP_THRESHOLD_="65536"))
     timed["rss_peak_above_baseline_bytes"] = mapped["rss_peak_above_baseline_bytes"]
@@ -341,6 +363,9 @@ def main():
                     help="for revformer, 'full' and 'reversible' are run whatever is asked")
     ap.add_argument("--precision", default="fp32", choices=["fp32", "bf16"],
                     help="bf16: remat --precision bf16 beside PyTorch under autocast(bf16)")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                    help="cuda: PyTorch on the GPU (scaled_dot_product_attention, no TF32) beside a CUDA build of "
+                         "remat; memory is then PyTorch's allocated peak against remat's tracker")
     ap.add_argument("--out", help="also write the table to this Markdown file")
     a = ap.parse_args()
     try:
@@ -354,19 +379,22 @@ def main():
     for m in a.models.split(","):
         for s in (["full", "reversible"] if m == "revformer" else a.strategies.split(",")):
             pairs.append((m, s))
-    rows = ["| model | strategy | remat s | PyTorch s | time ratio | remat RSS MiB | remat tracker MiB "
-            "| PyTorch RSS MiB | memory ratio (RSS) |", "|---|---|---|---|---|---|---|---|---|"]
-    print(f"{a.preset} preset {z}, {a.threads} threads, {a.precision}, median of {a.steps} steps after one warm-up",
-          flush=True)
+    memory = "RSS" if a.device == "cpu" else "GPU"  # GPU: remat's tracker, PyTorch's allocated peak
+    rows = [f"| model | strategy | remat s | PyTorch s | time ratio | remat {memory} MiB | remat tracker MiB "
+            f"| PyTorch {memory} MiB | memory ratio ({memory}) |", "|---|---|---|---|---|---|---|---|---|"]
+    print(f"{a.preset} preset {z}, {a.device}, {a.threads} threads, {a.precision}, median of {a.steps} steps "
+          "after one warm-up", flush=True)
     for i, (m, s) in enumerate(pairs):
         if i % 2 == 0:
-            t = run_torch(m, s, a.preset, a.steps, a.threads, a.precision)
+            t = run_torch(m, s, a.preset, a.steps, a.threads, a.precision, a.device)
             r = run_remat(a.remat, m, s, a.preset, a.steps, a.threads, a.precision)
         else:
             r = run_remat(a.remat, m, s, a.preset, a.steps, a.threads, a.precision)
-            t = run_torch(m, s, a.preset, a.steps, a.threads, a.precision)
+            t = run_torch(m, s, a.preset, a.steps, a.threads, a.precision, a.device)
         mib = 1 << 20
-        rr, tr = r["rss_peak_above_baseline_bytes"] / mib, t["rss_peak_above_baseline_bytes"] / mib
+        # On a GPU the host's resident set says nothing: the tracker's bytes against the allocator's.
+        rr = (r["rss_peak_above_baseline_bytes"] if a.device == "cpu" else r["activation_peak_bytes"]) / mib
+        tr = t["rss_peak_above_baseline_bytes"] / mib
         row = (f"| {m} | {s} | {r['median_s']:.3f} | {t['median_s']:.3f} | {r['median_s'] / t['median_s']:.2f} "
                f"| {rr:.1f} | {r['activation_peak_bytes'] / mib:.1f} | {tr:.1f} | {rr / tr if tr > 0 else 0:.2f} |")
         rows.append(row)
@@ -378,7 +406,8 @@ def main():
 
 if __name__ == "__main__":
     if len(sys.argv) > 1 and sys.argv[1] == "--worker":
-        _, _, model, strategy, preset, steps, threads, sizes, precision = sys.argv
-        print(json.dumps(torch_worker(model, strategy, json.loads(sizes), int(steps), int(threads), precision)))
+        _, _, model, strategy, preset, steps, threads, sizes, precision, device = sys.argv
+        print(json.dumps(torch_worker(model, strategy, json.loads(sizes), int(steps), int(threads), precision,
+                                      device)))
     else:
         main()

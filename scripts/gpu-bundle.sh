@@ -58,8 +58,10 @@ ldd "$stage"/bin/* | awk '/=> \// {print $3}' | sort -u | while read -r lib; do
   esac
 done
 
-# The kernel timer (a Kokkos tool: bench/kernel_timer.cpp) for run.sh's profile.
+# The kernel timer (a Kokkos tool: bench/kernel_timer.cpp) for run.sh's profile,
+# and the PyTorch comparison (bench/side_by_side.py --device cuda).
 g++ -O2 -shared -fPIC "$root/bench/kernel_timer.cpp" -o "$stage/lib/libremat_kernel_timer.so"
+cp "$root/bench/side_by_side.py" "$stage/"
 
 cat > "$stage/run.sh" <<'RUN'
 #!/bin/sh
@@ -72,12 +74,15 @@ cat > "$stage/run.sh" <<'RUN'
 #     goes (two blocks, every kernel and GEMM timed by the kernel timer);
 #  3. the unit suite's quick cases on the device, a run per test file (a
 #     crash loses one file's cases, not the rest), logs in $OUT/suite-*.log;
-#  4. the strategy matrix on gpu-medium for gpt2 and llama into
+#  4. gpt2 on gpu-medium beside PyTorch on the same GPU (side_by_side.py
+#     --device cuda), where python3 has torch with CUDA;
+#  5. the strategy matrix on gpu-medium for gpt2 and llama into
 #     $OUT/results.h5 (OUT defaults to ./out; a rerun finishes what is
 #     missing), and its table.
 # Each part has a time limit in seconds, from the environment: CHECK_S (each
 # command of part 1, default 60), TIME_S (part 2, 120), SUITE_S (part 3 in
-# all, 150), MATRIX_S (part 4, 150); the defaults fit about 10 minutes.
+# all, 150), TORCH_S (part 4, 120), MATRIX_S (part 5, 150); the defaults fit
+# about 12 minutes.
 # Every part runs; the exit status is 1 if any failed.
 set -uf  # -f: test tags such as [#test_gemm] are no file patterns
 here=$(cd "$(dirname "$0")" && pwd)
@@ -132,6 +137,14 @@ for f in $files; do
   printf -- '--- %s: %s\n' "$f" "$(tail -n 3 "$log" | tr '\n' ' ')"
   grep -q "FAILED" "$log" && grep -m 8 -A 14 "FAILED:" "$log"
 done
+
+step "gpt2 gpu-medium beside PyTorch on this GPU"
+if python3 -c "import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)" 2>/dev/null; then
+  run "${TORCH_S:-120}" python3 "$here/side_by_side.py" --device cuda --remat "$here/bin/remat" --preset gpu-medium \
+    --models gpt2 --strategies full,per-layer,selective:attn-core --steps 3 --out "$out/side_by_side.md"
+else
+  echo "skipped: this machine's python3 has no torch with CUDA"
+fi
 
 step "strategy matrix, gpu-medium"
 run "${MATRIX_S:-150}" "$here/bin/remat" matrix --preset gpu-medium --models gpt2,llama --strategies all \
