@@ -136,7 +136,12 @@ TEST_CASE("offloading with copies (a GPU build's path) and without (the host's) 
     INFO(specs[i]);
     CHECK(copied.rows[i].vs_full.bitwise);
     CHECK(moved.rows[i].vs_full.bitwise);
-    CHECK(copied.rows[i].step.activation_peak == moved.rows[i].step.activation_peak);
+    // A device's copies overlap compute: a block's device tensors live until
+    // its copies end, so its peak may hold one more block's than a move's.
+    if (backend::copies_overlap())
+      CHECK(copied.rows[i].step.activation_peak >= moved.rows[i].step.activation_peak);
+    else
+      CHECK(copied.rows[i].step.activation_peak == moved.rows[i].step.activation_peak);
     CHECK(copied.rows[i].step.offload_peak == moved.rows[i].step.offload_peak);
     // Copies are timed; moves cost no copy. A host copies synchronously, so
     // its copies are all waited for (none hidden).
