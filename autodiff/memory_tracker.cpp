@@ -18,14 +18,21 @@ double now_seconds() {
   return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
 }
 
+// Kokkos' own scratch for reductions and team kernels on a device
+// ("Kokkos::InternalScratchSpace", ...): made when an instance is, grown when
+// a kernel first needs more, and kept for the process. The runtime's, like
+// the CUDA context's memory, not a step's: counted, it would land in
+// whichever step first grew it (seen on an H100).
+bool runtime_scratch(const char* label) { return label && std::strncmp(label, "Kokkos::Internal", 16) == 0; }
+
 void allocate_callback(Kokkos::Profiling::SpaceHandle space, const char* label, const void* ptr,
                        std::uint64_t bytes) {
-  MemoryTracker::instance().on_allocate(space.name, ptr, bytes, label ? label : "");
+  if (!runtime_scratch(label)) MemoryTracker::instance().on_allocate(space.name, ptr, bytes, label ? label : "");
 }
 
 void deallocate_callback(Kokkos::Profiling::SpaceHandle space, const char* label, const void* ptr,
                          std::uint64_t bytes) {
-  MemoryTracker::instance().on_deallocate(space.name, ptr, bytes, label ? label : "");
+  if (!runtime_scratch(label)) MemoryTracker::instance().on_deallocate(space.name, ptr, bytes, label ? label : "");
 }
 
 }  // namespace

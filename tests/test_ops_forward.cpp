@@ -1,5 +1,6 @@
 // Every op's forward against the naive reference, in float32 and float64.
 #include <cmath>
+#include <optional>
 
 #include "autodiff/ops/attention_fused.hpp"
 #include "autodiff/ops/embedding_grad.hpp"
@@ -8,6 +9,8 @@
 #include "autodiff/ops/row_kernel.hpp"
 #include "autodiff/ops/softmax_row.hpp"
 #include "autodiff/random.hpp"
+#include "autodiff/shape_only.hpp"
+#include "autodiff/stats.hpp"
 #include "autodiff/tape.hpp"
 #include "catch.hpp"
 #include "helpers.hpp"
@@ -220,7 +223,7 @@ TEST_CASE("the GPU's fused attention (batched tiles) agrees with the team kernel
               if (batched) {
                 ops::fused::batched_forward<T>(p, q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(), lse.data<A>(), tile);
                 ops::fused::batched_backward<T>(p, q.data<T>(), k.data<T>(), v.data<T>(), lse.data<A>(), dout.data<T>(),
-                                           dq.data<T>(), dk.data<T>(), dv.data<T>(), tile);
+                                           dq.data<T>(), dk.data<T>(), dv.data<T>(), {}, tile);
               } else {  // (the host's tiles read host memory only; the team kernels run anywhere)
                 ops::fused::team_forward<T>(p, q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(), lse.data<A>());
                 ops::fused::team_backward<T>(p, q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(), lse.data<A>(),
@@ -238,6 +241,23 @@ TEST_CASE("the GPU's fused attention (batched tiles) agrees with the team kernel
             worst = std::max(worst, std::abs(batched[i] - team[i]) / (1 + std::abs(team[i])));
           CHECK(worst < c.tolerance);
         }
+  // A shape-only run (no data, every pointer null) counts the same products.
+  auto flops = [&](bool shapes) {
+    std::optional<ShapeOnlyScope> scope;
+    if (shapes) scope.emplace();
+    const ops::fused::Problem p{B, S, H, Hkv, hd, true, {0, H * hd, S * H * hd}, {0, Hkv * hd, S * Hkv * hd},
+                                {0, Hkv * hd, S * Hkv * hd}, 1 / std::sqrt(double(hd)), 0.0, 5, 7};
+    Tensor q = Tensor::zeros({B, S, H * hd}, DType::f32), kv = Tensor::zeros({B, S, Hkv * hd}, DType::f32);
+    Tensor out = Tensor::empty({B, S, H * hd}, DType::f32), lse = Tensor::empty({B, H, S}, DType::f32);
+    const stats::Counts before = stats::exchange({});
+    ops::fused::batched_forward<float>(p, q.data<float>(), kv.data<float>(), kv.data<float>(), out.data<float>(),
+                                       lse.data<float>(), 16);
+    ops::fused::batched_backward<float>(p, q.data<float>(), kv.data<float>(), kv.data<float>(), lse.data<float>(),
+                                        out.data<float>(), q.data<float>(), kv.data<float>(), kv.data<float>(), {}, 16);
+    return stats::exchange(before).flops;
+  };
+  CHECK(flops(false) > 0);
+  CHECK(flops(true) == flops(false));
 }
 
 TEST_CASE("ops reject bad input with the offending shape", "[ops][errors]") {

@@ -203,7 +203,7 @@ Tensor record_fused(const Inputs& in, const Geometry& g, const Dropout& d, bool 
                            dy.data<T>(), dq, dk, dv);
       else
         fused::batched_backward<T>(fused_problem(g, d), x.q.data<T>(), x.k.data<T>(), x.v.data<T>(), l.data<A>(),
-                                   dy.data<T>(), dq, dk, dv);
+                                   dy.data<T>(), dq, dk, dv, {bool(tq), bool(tk), bool(tv)});
     });
   });
   return out;

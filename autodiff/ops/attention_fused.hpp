@@ -69,9 +69,15 @@ void backward(const Problem& p, const T* q, const T* k, const T* v, const comput
 template <class T>
 void batched_forward(const Problem& p, const T* q, const T* k, const T* v, T* out, compute_t<T>* lse,
                      std::int64_t rows_per_tile = 0);
+// Which gradients backward adds: those whose pointer is set; in a shape-only
+// run (no data, every pointer null) those named here, so that it counts the
+// same products.
+struct Wanted {
+  bool q = true, k = true, v = true;
+};
 template <class T>
 void batched_backward(const Problem& p, const T* q, const T* k, const T* v, const compute_t<T>* lse, const T* dout,
-                      T* dq, T* dk, T* dv, std::int64_t rows_per_tile = 0);
+                      T* dq, T* dk, T* dv, Wanted wanted = {}, std::int64_t rows_per_tile = 0);
 
 // The same on the default execution space as team kernels (device memory
 // on a GPU build). Backward adds into dq, dk, dv like the host version; it

@@ -139,8 +139,8 @@ void batched_forward(const Problem& p, const T* q, const T* k, const T* v, T* ou
   using A = compute_t<T>;
   const std::int64_t tq = rows_per_tile > 0 ? rows_per_tile : tile_rows(p, sizeof(A)), tile = p.B * tq * p.S;
   // 16-bit: scores in float, probabilities rounded for the product with v.
+  // (A shape-only run counts the workspaces and the GEMMs' FLOPs; no kernel runs.)
   Tensor scores = workspace<A>(tile), rounded = kWidened<T> ? workspace<T>(tile) : scores;
-  if (shape_only()) return;  // the workspaces counted, nothing run
   A* s = scores.data<A>();
   T* pt = rounded.data<T>();
   for (std::int64_t h = 0; h < p.H; ++h) {
@@ -158,7 +158,7 @@ void batched_forward(const Problem& p, const T* q, const T* k, const T* v, T* ou
 
 template <class T>
 void batched_backward(const Problem& p, const T* q, const T* k, const T* v, const compute_t<T>* lse, const T* dout,
-                      T* dq, T* dk, T* dv, std::int64_t rows_per_tile) {
+                      T* dq, T* dk, T* dv, Wanted wanted, std::int64_t rows_per_tile) {
   using A = compute_t<T>;
   const std::int64_t tq = rows_per_tile > 0 ? rows_per_tile : tile_rows(p, sizeof(A)), tile = p.B * tq * p.S;
   // prob and dprob in the compute type; the GEMMs' other operands rounded
@@ -169,13 +169,15 @@ void batched_backward(const Problem& p, const T* q, const T* k, const T* v, cons
   Tensor ds_ws = kWidened<T> ? workspace<T>(tile) : dprob_ws;
   const std::int64_t kv_elems = p.B * p.S * p.Hkv * p.hd;
   Tensor dk_ws = kWidened<T> ? workspace<A>(kv_elems) : Tensor(), dv_ws = kWidened<T> ? workspace<A>(kv_elems) : Tensor();
-  if (shape_only()) return;
+  // A shape-only run has no data: its targets are those `wanted` names.
+  const bool shapes = shape_only(), want_q = shapes ? wanted.q : dq != nullptr,
+             want_k = shapes ? wanted.k : dk != nullptr, want_v = shapes ? wanted.v : dv != nullptr;
   A *prob = prob_ws.data<A>(), *dprob = dprob_ws.data<A>();
   T *dropped = dropped_ws.data<T>(), *ds = ds_ws.data<T>();
   A *dkf = kWidened<T> ? dk_ws.data<A>() : nullptr, *dvf = kWidened<T> ? dv_ws.data<A>() : nullptr;
   if constexpr (kWidened<T>) {
-    if (dk) kv_copy(p, p.k, dk, dkf, true);
-    if (dv) kv_copy(p, p.v, dv, dvf, true);
+    if (want_k) kv_copy(p, p.k, dk, dkf, true);
+    if (want_v) kv_copy(p, p.v, dv, dvf, true);
   }
   for (std::int64_t h = 0; h < p.H; ++h) {
     const std::int64_t kvh = h / (p.H / p.Hkv);
@@ -187,36 +189,36 @@ void batched_backward(const Problem& p, const T* q, const T* k, const T* v, cons
       const auto dropped_tile = tile_of(static_cast<const T*>(dropped), p, rows, keys);
       const auto dout_rows = out_rows(p, dout, h, i0, rows);
       // dv += dropout(P)^T dO ; dP = dO v^T
-      if (dv && kWidened<T>)
+      if (want_v && kWidened<T>)
         gemm::gemm_batched(ExecSpace(), Op::T, Op::N, A(1), dropped_tile, dout_rows, A(1), kv_dense(p, dvf, kvh, keys));
-      else if (dv)
+      else if (want_v)
         gemm::gemm_batched(ExecSpace(), Op::T, Op::N, A(1), dropped_tile, dout_rows, A(1), kv_rows(p, p.v, dv, kvh, keys));
       gemm::gemm_batched(ExecSpace(), Op::N, Op::T, A(1), dout_rows, kv_rows(p, p.v, v, kvh, keys), A(0),
                          tile_of(dprob, p, rows, keys));
       dscores_tile<A, T>(p, h, i0, rows, keys, prob, dprob, ds);
       // dq += dS k ; dk += dS^T q
       const auto ds_tile = tile_of(static_cast<const T*>(ds), p, rows, keys);
-      if (dq)
+      if (want_q)
         gemm::gemm_batched(ExecSpace(), Op::N, Op::N, A(1), ds_tile, kv_rows(p, p.k, k, kvh, keys), A(1),
                            q_rows(p, dq, h, i0, rows));
-      if (dk && kWidened<T>)
+      if (want_k && kWidened<T>)
         gemm::gemm_batched(ExecSpace(), Op::T, Op::N, A(1), ds_tile, q_rows(p, q, h, i0, rows), A(1),
                            kv_dense(p, dkf, kvh, keys));
-      else if (dk)
+      else if (want_k)
         gemm::gemm_batched(ExecSpace(), Op::T, Op::N, A(1), ds_tile, q_rows(p, q, h, i0, rows), A(1),
                            kv_rows(p, p.k, dk, kvh, keys));
     }
   }
   if constexpr (kWidened<T>) {
-    if (dk) kv_copy(p, p.k, dk, dkf, false);
-    if (dv) kv_copy(p, p.v, dv, dvf, false);
+    if (want_k) kv_copy(p, p.k, dk, dkf, false);
+    if (want_v) kv_copy(p, p.v, dv, dvf, false);
   }
 }
 
 #define REMAT_FUSED_BATCHED_INSTANTIATE(T)                                                                 \
   template void batched_forward<T>(const Problem&, const T*, const T*, const T*, T*, compute_t<T>*, std::int64_t); \
   template void batched_backward<T>(const Problem&, const T*, const T*, const T*, const compute_t<T>*, const T*, \
-                                    T*, T*, T*, std::int64_t);
+                                    T*, T*, T*, Wanted, std::int64_t);
 REMAT_FUSED_BATCHED_INSTANTIATE(float)
 REMAT_FUSED_BATCHED_INSTANTIATE(double)
 REMAT_FUSED_BATCHED_INSTANTIATE(bf16)
