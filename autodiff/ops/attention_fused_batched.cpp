@@ -131,6 +131,23 @@ void kv_copy(const Problem& p, const Layout& x, T* grad, A* dense, bool widen) {
   });
 }
 
+// tile(h, kvh, i0, rows, keys) for every head and query tile in order (the
+// order sums into dk and dv run in), then the scores of one: s = scale q k^T.
+template <class Tile>
+void for_each_tile(const Problem& p, std::int64_t tq, const Tile& tile) {
+  for (std::int64_t h = 0; h < p.H; ++h)
+    for (std::int64_t i0 = 0; i0 < p.S; i0 += tq) {
+      const std::int64_t rows = std::min(tq, p.S - i0);
+      tile(h, h / (p.H / p.Hkv), i0, rows, p.causal ? i0 + rows : p.S);
+    }
+}
+template <class T, class A>
+void tile_scores(const Problem& p, const T* q, const T* k, std::int64_t h, std::int64_t kvh, std::int64_t i0,
+            std::int64_t rows, std::int64_t keys, A* s) {
+  gemm::gemm_batched(ExecSpace(), Op::N, Op::T, A(p.scale), q_rows(p, q, h, i0, rows), kv_rows(p, p.k, k, kvh, keys),
+                     A(0), tile_of(s, p, rows, keys));
+}
+
 }  // namespace
 
 template <class T>
@@ -143,17 +160,12 @@ void batched_forward(const Problem& p, const T* q, const T* k, const T* v, T* ou
   Tensor scores = workspace<A>(tile), rounded = kWidened<T> ? workspace<T>(tile) : scores;
   A* s = scores.data<A>();
   T* pt = rounded.data<T>();
-  for (std::int64_t h = 0; h < p.H; ++h) {
-    const std::int64_t kvh = h / (p.H / p.Hkv);
-    for (std::int64_t i0 = 0; i0 < p.S; i0 += tq) {
-      const std::int64_t rows = std::min(tq, p.S - i0), keys = p.causal ? i0 + rows : p.S;
-      gemm::gemm_batched(ExecSpace(), Op::N, Op::T, A(p.scale), q_rows(p, q, h, i0, rows),
-                         kv_rows(p, p.k, k, kvh, keys), A(0), tile_of(s, p, rows, keys));
-      softmax_tile<A, T>(p, h, i0, rows, keys, s, pt, lse);
-      gemm::gemm_batched(ExecSpace(), Op::N, Op::N, A(1), tile_of(static_cast<const T*>(pt), p, rows, keys),
-                         kv_rows(p, p.v, v, kvh, keys), A(0), out_rows(p, out, h, i0, rows));
-    }
-  }
+  for_each_tile(p, tq, [&](std::int64_t h, std::int64_t kvh, std::int64_t i0, std::int64_t rows, std::int64_t keys) {
+    tile_scores(p, q, k, h, kvh, i0, rows, keys, s);
+    softmax_tile<A, T>(p, h, i0, rows, keys, s, pt, lse);
+    gemm::gemm_batched(ExecSpace(), Op::N, Op::N, A(1), tile_of(static_cast<const T*>(pt), p, rows, keys),
+                       kv_rows(p, p.v, v, kvh, keys), A(0), out_rows(p, out, h, i0, rows));
+  });
 }
 
 template <class T>
@@ -168,7 +180,8 @@ void batched_backward(const Problem& p, const T* q, const T* k, const T* v, cons
   Tensor dropped_ws = kWidened<T> || p.dropout > 0 ? workspace<T>(tile) : prob_ws;
   Tensor ds_ws = kWidened<T> ? workspace<T>(tile) : dprob_ws;
   const std::int64_t kv_elems = p.B * p.S * p.Hkv * p.hd;
-  Tensor dk_ws = kWidened<T> ? workspace<A>(kv_elems) : Tensor(), dv_ws = kWidened<T> ? workspace<A>(kv_elems) : Tensor();
+  Tensor dk_ws = kWidened<T> ? workspace<A>(kv_elems) : Tensor();
+  Tensor dv_ws = kWidened<T> ? workspace<A>(kv_elems) : Tensor();
   // A shape-only run has no data: its targets are those `wanted` names.
   const bool shapes = shape_only(), want_q = shapes ? wanted.q : dq != nullptr,
              want_k = shapes ? wanted.k : dk != nullptr, want_v = shapes ? wanted.v : dv != nullptr;
@@ -179,36 +192,33 @@ void batched_backward(const Problem& p, const T* q, const T* k, const T* v, cons
     if (want_k) kv_copy(p, p.k, dk, dkf, true);
     if (want_v) kv_copy(p, p.v, dv, dvf, true);
   }
-  for (std::int64_t h = 0; h < p.H; ++h) {
-    const std::int64_t kvh = h / (p.H / p.Hkv);
-    for (std::int64_t i0 = 0; i0 < p.S; i0 += tq) {
-      const std::int64_t rows = std::min(tq, p.S - i0), keys = p.causal ? i0 + rows : p.S;
-      gemm::gemm_batched(ExecSpace(), Op::N, Op::T, A(p.scale), q_rows(p, q, h, i0, rows),
-                         kv_rows(p, p.k, k, kvh, keys), A(0), tile_of(prob, p, rows, keys));
-      probs_tile<A, T>(p, h, i0, rows, keys, prob, dropped, lse);
-      const auto dropped_tile = tile_of(static_cast<const T*>(dropped), p, rows, keys);
-      const auto dout_rows = out_rows(p, dout, h, i0, rows);
-      // dv += dropout(P)^T dO ; dP = dO v^T
-      if (want_v && kWidened<T>)
-        gemm::gemm_batched(ExecSpace(), Op::T, Op::N, A(1), dropped_tile, dout_rows, A(1), kv_dense(p, dvf, kvh, keys));
-      else if (want_v)
-        gemm::gemm_batched(ExecSpace(), Op::T, Op::N, A(1), dropped_tile, dout_rows, A(1), kv_rows(p, p.v, dv, kvh, keys));
-      gemm::gemm_batched(ExecSpace(), Op::N, Op::T, A(1), dout_rows, kv_rows(p, p.v, v, kvh, keys), A(0),
-                         tile_of(dprob, p, rows, keys));
-      dscores_tile<A, T>(p, h, i0, rows, keys, prob, dprob, ds);
-      // dq += dS k ; dk += dS^T q
-      const auto ds_tile = tile_of(static_cast<const T*>(ds), p, rows, keys);
-      if (want_q)
-        gemm::gemm_batched(ExecSpace(), Op::N, Op::N, A(1), ds_tile, kv_rows(p, p.k, k, kvh, keys), A(1),
-                           q_rows(p, dq, h, i0, rows));
-      if (want_k && kWidened<T>)
-        gemm::gemm_batched(ExecSpace(), Op::T, Op::N, A(1), ds_tile, q_rows(p, q, h, i0, rows), A(1),
-                           kv_dense(p, dkf, kvh, keys));
-      else if (want_k)
-        gemm::gemm_batched(ExecSpace(), Op::T, Op::N, A(1), ds_tile, q_rows(p, q, h, i0, rows), A(1),
-                           kv_rows(p, p.k, dk, kvh, keys));
-    }
-  }
+  for_each_tile(p, tq, [&](std::int64_t h, std::int64_t kvh, std::int64_t i0, std::int64_t rows, std::int64_t keys) {
+    tile_scores(p, q, k, h, kvh, i0, rows, keys, prob);
+    probs_tile<A, T>(p, h, i0, rows, keys, prob, dropped, lse);
+    const auto dropped_tile = tile_of(static_cast<const T*>(dropped), p, rows, keys);
+    const auto dout_rows = out_rows(p, dout, h, i0, rows);
+    // dv += dropout(P)^T dO ; dP = dO v^T
+    if (want_v && kWidened<T>)
+      gemm::gemm_batched(ExecSpace(), Op::T, Op::N, A(1), dropped_tile, dout_rows, A(1),
+                         kv_dense(p, dvf, kvh, keys));
+    else if (want_v)
+      gemm::gemm_batched(ExecSpace(), Op::T, Op::N, A(1), dropped_tile, dout_rows, A(1),
+                         kv_rows(p, p.v, dv, kvh, keys));
+    gemm::gemm_batched(ExecSpace(), Op::N, Op::T, A(1), dout_rows, kv_rows(p, p.v, v, kvh, keys), A(0),
+                       tile_of(dprob, p, rows, keys));
+    dscores_tile<A, T>(p, h, i0, rows, keys, prob, dprob, ds);
+    // dq += dS k ; dk += dS^T q
+    const auto ds_tile = tile_of(static_cast<const T*>(ds), p, rows, keys);
+    if (want_q)
+      gemm::gemm_batched(ExecSpace(), Op::N, Op::N, A(1), ds_tile, kv_rows(p, p.k, k, kvh, keys), A(1),
+                         q_rows(p, dq, h, i0, rows));
+    if (want_k && kWidened<T>)
+      gemm::gemm_batched(ExecSpace(), Op::T, Op::N, A(1), ds_tile, q_rows(p, q, h, i0, rows), A(1),
+                         kv_dense(p, dkf, kvh, keys));
+    else if (want_k)
+      gemm::gemm_batched(ExecSpace(), Op::T, Op::N, A(1), ds_tile, q_rows(p, q, h, i0, rows), A(1),
+                         kv_rows(p, p.k, dk, kvh, keys));
+  });
   if constexpr (kWidened<T>) {
     if (want_k) kv_copy(p, p.k, dk, dkf, false);
     if (want_v) kv_copy(p, p.v, dv, dvf, false);
