@@ -3,6 +3,8 @@
 // memory, recomputed FLOPs. Exit 1 if an exact strategy is not bitwise equal.
 #include <unistd.h>
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cstdio>
 #include <memory>
@@ -38,6 +40,7 @@ struct CheckCommandOptions {
   std::string save_golden, golden;
   bool force = false;
   int train_steps = 0;  // > 0: compare whole training runs instead of one step
+  bool json = false;
 };
 
 // remat check --train-steps N: every strategy trains N steps beside full.
@@ -118,14 +121,11 @@ CheckInputs load_inputs(const CheckCommandOptions& o) {
   return in;
 }
 
-// The table (harness/check_table), its notes and legend; returns how many
-// exact strategies are not bitwise full.
-int print_rows(const CheckReport& report, ops::AttentionKernel attention) {
-  const CheckSummary summary = check_summary(report, attention);
+// The table (harness/check_table), its notes and legend.
+void print_rows(const CheckSummary& summary) {
   std::printf("\n%s", render_text(summary.table).c_str());
   for (const auto& note : summary.notes) std::printf("  %s\n", note.c_str());
   std::printf("\n%s", kCheckLegend);
-  return summary.failures;
 }
 
 // Reversible strategies' reconstruction errors, and traces where asked.
@@ -143,30 +143,71 @@ void print_details(const CheckReport& report) {
     if (!r.trace.empty()) std::printf("\n== trace: %s ==\n%s", r.strategy.c_str(), r.trace.c_str());
 }
 
-// Each strategy against the golden file; returns how many drifted.
-int print_golden(const CheckReport& report, const Golden& golden, const std::string& path) {
-  int drifted = 0;
+// Each strategy against the golden file: its comparison and whether it is
+// within tolerance (a drift is also said on stderr).
+struct GoldenRow {
+  const CheckRow* row;
+  bool ok;
+};
+std::vector<GoldenRow> golden_rows(const CheckReport& report, const Golden& golden, const std::string& path) {
+  std::vector<GoldenRow> rows;
   for (const auto& r : report.rows) {
     if (!r.vs_golden) continue;
     const auto& g = *r.vs_golden;
     const bool ok = g.loss_diff <= kGoldenLossTolerance * std::abs(golden.loss) && g.max_rel <= kGoldenGradTolerance;
-    std::printf("%-28s vs golden: loss diff %.2e, max rel gradient error %.2e (%s)%s\n", r.strategy.c_str(),
-                g.loss_diff, g.max_rel, g.worst.c_str(), ok ? "" : "   <- DRIFT");
-    if (!ok) {
-      ++drifted;
+    if (!ok)
       std::fprintf(stderr, "remat check: %s drifted from %s: worst parameter %s, relative error %.3e (tolerance %.0e)\n",
                    r.strategy.c_str(), path.c_str(), g.worst.c_str(), g.max_rel, kGoldenGradTolerance);
-    }
+    rows.push_back({&r, ok});
   }
-  {
-    const auto compared =
-        std::count_if(report.rows.begin(), report.rows.end(), [](const auto& r) { return bool(r.vs_golden); });
-    std::printf("golden %s: %s: %ld of %ld strategies within tolerance (loss: relative %.0e; gradients: max "
-                "relative %.0e)\n",
-                path.c_str(), drifted ? "DRIFT" : "pass", long(compared - drifted), long(compared),
-                kGoldenLossTolerance, kGoldenGradTolerance);
+  return rows;
+}
+
+std::size_t drifted(const std::vector<GoldenRow>& rows) {
+  return std::size_t(std::count_if(rows.begin(), rows.end(), [](const GoldenRow& g) { return !g.ok; }));
+}
+
+void print_golden(const std::vector<GoldenRow>& rows, const std::string& path) {
+  for (const auto& [r, ok] : rows)
+    std::printf("%-28s vs golden: loss diff %.2e, max rel gradient error %.2e (%s)%s\n", r->strategy.c_str(),
+                r->vs_golden->loss_diff, r->vs_golden->max_rel, r->vs_golden->worst.c_str(), ok ? "" : "   <- DRIFT");
+  std::printf("golden %s: %s: %zu of %zu strategies within tolerance (loss: relative %.0e; gradients: max "
+              "relative %.0e)\n",
+              path.c_str(), drifted(rows) ? "DRIFT" : "pass", rows.size() - drifted(rows), rows.size(),
+              kGoldenLossTolerance, kGoldenGradTolerance);
+}
+
+// check --json: the run, the table's rows, the notes, reversible strategies'
+// reconstruction and the golden comparison, as one object.
+void print_json(const CheckCommandOptions& o, const ModelSetup& setup, const CheckReport& report,
+                const CheckSummary& summary, const std::vector<GoldenRow>& golden) {
+  const Sizes& z = setup.sizes;
+  nlohmann::json j = {{"model", setup.model},
+                      {"preset", setup.preset},
+                      {"sizes", {{"L", z.L}, {"D", z.D}, {"H", z.H}, {"S", z.S}, {"B", z.B}}},
+                      {"dropout", z.dropout},
+                      {"attention", ops::attention_kernel_name(o.model.run.attention)},
+                      {"precision", precision_name(o.model.run.precision)},
+                      {"backend", Runtime::describe()},
+                      {"strategies", render_json(summary.table)},
+                      {"notes", summary.notes},
+                      {"not_bitwise_exact", summary.failures}};
+  for (const auto& r : report.rows)
+    if (r.reconstruction)
+      j["reconstruction"][r.strategy] = {{"worst_block", r.reconstruction->block},
+                                         {"max_abs", r.reconstruction->max_abs},
+                                         {"max_rel", r.reconstruction->max_rel}};
+  if (!o.golden.empty()) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const auto& [r, ok] : golden)
+      rows.push_back({{"strategy", r->strategy},
+                      {"loss_diff", r->vs_golden->loss_diff},
+                      {"max_rel", r->vs_golden->max_rel},
+                      {"worst", r->vs_golden->worst},
+                      {"within_tolerance", ok}});
+    j["golden"] = {{"path", o.golden}, {"rows", rows}, {"drifted", drifted(golden)}};
   }
-  return drifted;
+  std::printf("%s\n", j.dump(2).c_str());
 }
 
 int run_check_command(const CheckCommandOptions& o) {
@@ -180,15 +221,18 @@ int run_check_command(const CheckCommandOptions& o) {
   const auto model = models().find(setup.model).make(setup.sizes);
   if ((o.freeze.any() || o.lora.any()) && o.train_steps > 0)
     throw UserError("--freeze or --lora with --train-steps: not together yet");
-  fine_tune(params, *model, batch, o.freeze, o.lora, o.model.run.seed, setup.sizes.L);
+  fine_tune(params, *model, batch, o.freeze, o.lora, o.model.run.seed, setup.sizes.L, o.json);
   const auto specs = strategies_for(setup.model, o.strategies, o.model.run.attention);
   if (o.train_steps > 0) return check_trajectories(o, setup, specs);
 
   const Sizes& z = setup.sizes;
-  std::printf("remat check: %s %s (L %d, D %d, H %d, S %d, B %d), dropout %g, %s attention, %s, %s\n",
-              setup.model.c_str(), setup.preset.c_str(), z.L, z.D, z.H, z.S, z.B, z.dropout,
-              ops::attention_kernel_name(o.model.run.attention), precision_name(o.model.run.precision), Runtime::describe().c_str());
-  print_precision_path(o.model.run.precision);
+  if (!o.json) {
+    std::printf("remat check: %s %s (L %d, D %d, H %d, S %d, B %d), dropout %g, %s attention, %s, %s\n",
+                setup.model.c_str(), setup.preset.c_str(), z.L, z.D, z.H, z.S, z.B, z.dropout,
+                ops::attention_kernel_name(o.model.run.attention), precision_name(o.model.run.precision),
+                Runtime::describe().c_str());
+    print_precision_path(o.model.run.precision);
+  }
   remat::CheckOptions options;
   options.run = o.model.run;
   options.trace = o.trace;
@@ -202,21 +246,28 @@ int run_check_command(const CheckCommandOptions& o) {
       if (i + 1 == n) std::fprintf(stderr, "\r\033[K");
     };
   // full, then each strategy: a step each (a trace or golden adds none).
-  const LongRunNotice notice(setup, std::int64_t(specs.size()) + 1, in.memory);
+  const LongRunNotice notice(setup, std::int64_t(specs.size()) + 1, in.memory, !o.json);
   const CheckReport report = run_check(*model, *params, batch, specs, options);
   if (!o.save_golden.empty()) {  // full's gradients: run it once more, as the table's steps ran strategies
     auto full = make_strategy("full");
     const double loss = forward_backward(*model, *params, batch, step_options(o.model.run, full.get()));
     require_finite_result(loss, *params);
     write_golden(o.save_golden, setup, *params, batch, loss);
-    std::printf("wrote golden %s: weights, batch, loss and full's gradients\n", o.save_golden.c_str());
+    if (!o.json) std::printf("wrote golden %s: weights, batch, loss and full's gradients\n", o.save_golden.c_str());
   }
 
-  const int failures = print_rows(report, o.model.run.attention);
-  print_details(report);
-  if (failures) std::fprintf(stderr, "remat check: %d exact strategies are not bitwise equal to full\n", failures);
-  const int drifted = in.golden ? print_golden(report, *in.golden, o.golden) : 0;
-  return failures || drifted ? 1 : 0;
+  const CheckSummary summary = check_summary(report, o.model.run.attention);
+  const auto golden = in.golden ? golden_rows(report, *in.golden, o.golden) : std::vector<GoldenRow>{};
+  if (o.json) {
+    print_json(o, setup, report, summary, golden);
+  } else {
+    print_rows(summary);
+    print_details(report);
+    if (in.golden) print_golden(golden, o.golden);
+  }
+  if (summary.failures)
+    std::fprintf(stderr, "remat check: %d exact strategies are not bitwise equal to full\n", summary.failures);
+  return summary.failures || drifted(golden) ? 1 : 0;
 }
 
 }  // namespace
@@ -240,6 +291,11 @@ void setup_check(CLI::App& app) {
                   "at every step and the final weights; prints the first step that diverges")
       ->check(whole_number(1, 100000));
   cmd->add_flag("--trace", o->trace, "Print, per region, the ops run and recomputed and the bytes kept/dropped/offloaded");
+  cmd->add_flag("--json", o->json,
+                "Print one JSON object instead of the tables (for scripts): a row per strategy, the notes, the "
+                "golden comparison")
+      ->excludes("--trace")
+      ->excludes("--train-steps");
   cmd->callback([o, cmd] {
     o->data_given = cmd->count("--data") > 0;
     if (const int rc = run_check_command(*o)) throw CLI::RuntimeError(rc);

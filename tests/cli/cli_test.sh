@@ -158,6 +158,10 @@ expect_error "--ranks 2 or more" "$remat" estimate --preset tiny --shard-params
 expect_ok "time" "$remat" time --preset tiny --strategy per-layer --steps 2
 grep -q "step time: median" out.txt || fail "time does not print the median step time"
 grep -q "resident set: peak" out.txt || fail "time does not print the resident set"
+expect_ok "check --json" "$remat" check --preset tiny --strategies full,per-layer --json
+"${PYTHON:-python3}" -c "import json,sys; d=json.load(open('out.txt')); r=d['strategies']; sys.exit(0 if [x['strategy'] for x in r] == ['full', 'per-layer'] and r[1]['bitwise'] and d['not_bitwise_exact'] == 0 else 1)" \
+  || fail "check --json is not the expected JSON: $(cat out.txt)"
+expect_error "excludes" "$remat" check --preset tiny --json --trace
 expect_ok "time --json" "$remat" time --preset tiny --model llama --strategy full --steps 1 --json
 "${PYTHON:-python3}" -c "import json,sys; d=json.load(open('out.txt')); sys.exit(0 if d['median_s'] > 0 and d['activation_peak_bytes'] > 0 else 1)" \
   || fail "time --json is not the expected JSON: $(cat out.txt)"
