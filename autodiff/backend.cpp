@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "autodiff/memory_tracker.hpp"
+#include "autodiff/pinned_cache.hpp"
 
 namespace remat::backend {
 namespace {
@@ -52,17 +53,18 @@ bool offload_copies() { return copies_override() < 0 ? !kHostMemory : copies_ove
 OffloadCopiesScope::OffloadCopiesScope(bool copies) : previous_(copies_override()) { copies_override() = copies ? 1 : 0; }
 OffloadCopiesScope::~OffloadCopiesScope() { copies_override() = previous_; }
 
-HostBuffer::HostBuffer(std::size_t bytes, const std::string& label) : bytes_(bytes), label_(label) {
-  if (shape_only()) {  // rounded up to 8 bytes, as Kokkos reports a View's allocation
-    counted_ = (std::uint64_t(bytes) + 7) & ~std::uint64_t(7);
-    MemoryTracker::instance().on_allocate(MemoryTracker::default_pool(), this, counted_, label_);
-    return;
-  }
-  view_ = View(Kokkos::view_alloc(Kokkos::WithoutInitializing, label), bytes);
+// The tracker hears of the bytes as of a View's allocation (rounded up to 8,
+// as Kokkos reports it), in the pool of the label, while the buffer is held;
+// the memory comes from the pinned cache (none in a shape-only run).
+HostBuffer::HostBuffer(std::size_t bytes, const std::string& label)
+    : bytes_(bytes), label_(label), counted_((std::uint64_t(bytes) + 7) & ~std::uint64_t(7)) {
+  MemoryTracker::instance().on_allocate(MemoryTracker::default_pool(), this, counted_, label_);
+  if (!shape_only()) view_ = pinned::take(bytes);
 }
 
 HostBuffer::~HostBuffer() {
-  if (counted_) MemoryTracker::instance().on_deallocate(MemoryTracker::default_pool(), this, counted_, label_);
+  MemoryTracker::instance().on_deallocate(MemoryTracker::default_pool(), this, counted_, label_);
+  if (view_.data()) pinned::give(std::move(view_));
 }
 
 void start_copy(const HostBuffer& dst, const Tensor& src) {

@@ -50,10 +50,11 @@ class OffloadCopiesScope {
   int previous_;
 };
 
-// A buffer of the offload pool in host memory (pinned on a device), its
-// allocations labelled `label` (the tracker's pool for them). Made in a
-// shape-only run it has no storage (a shape-only step may offload more than
-// any host holds): the tracker hears of its bytes as of a real one's.
+// A buffer of the offload pool in host memory (pinned on a device), counted
+// under `label` (the tracker's pool for it) while it lives; its memory is
+// kept for the next buffer of its size (autodiff/pinned_cache.hpp). Made in
+// a shape-only run it has no storage (a shape-only step may offload more
+// than any host holds): the tracker hears of its bytes as of a real one's.
 class HostBuffer {
  public:
   HostBuffer(std::size_t bytes, const std::string& label);
@@ -68,7 +69,7 @@ class HostBuffer {
   View view_;
   std::size_t bytes_;
   std::string label_;
-  std::uint64_t counted_ = 0;  // shape-only: the bytes told to the tracker
+  std::uint64_t counted_;  // the bytes told to the tracker
 };
 // Copies started on the copy instance (transfer::copy_space()); wait with
 // fence_copies(). Wait for the default instance first (fence_compute()) when

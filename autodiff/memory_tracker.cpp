@@ -18,12 +18,16 @@ double now_seconds() {
   return std::chrono::duration<double>(clock::now().time_since_epoch()).count();
 }
 
-// Kokkos' own scratch for reductions and team kernels on a device
-// ("Kokkos::InternalScratchSpace", ...): made when an instance is, grown when
-// a kernel first needs more, and kept for the process. The runtime's, like
-// the CUDA context's memory, not a step's: counted, it would land in
-// whichever step first grew it (seen on an H100).
-bool runtime_scratch(const char* label) { return label && std::strncmp(label, "Kokkos::Internal", 16) == 0; }
+// Not counted: Kokkos' own scratch for reductions and team kernels on a
+// device ("Kokkos::InternalScratchSpace", ...), made when an instance is,
+// grown when a kernel first needs more and kept for the process (the
+// runtime's, like the CUDA context's memory, not a step's: counted, it would
+// land in whichever step first grew it, as seen on an H100); and what an owner
+// reports itself (kUntrackedLabel).
+bool runtime_scratch(const char* label) {
+  return label && (std::strncmp(label, "Kokkos::Internal", 16) == 0 ||
+                   std::strncmp(label, kUntrackedLabel, std::strlen(kUntrackedLabel)) == 0);
+}
 
 void allocate_callback(Kokkos::Profiling::SpaceHandle space, const char* label, const void* ptr,
                        std::uint64_t bytes) {

@@ -12,6 +12,10 @@
 
 namespace remat {
 
+// Allocations whose label starts with this are not counted: their owner
+// reports the bytes it uses (the pinned-buffer cache, autodiff/pinned_cache.hpp).
+inline constexpr const char* kUntrackedLabel = "untracked: ";
+
 class MemoryTracker {
  public:
   struct PoolStats {

@@ -11,6 +11,7 @@
 
 #include "autodiff/cublas.hpp"
 #include "autodiff/memory_tracker.hpp"
+#include "autodiff/pinned_cache.hpp"
 #include "autodiff/tape.hpp"
 #include "autodiff/transfer.hpp"
 #include "core/error.hpp"
@@ -105,6 +106,7 @@ Runtime::~Runtime() {
   // A tape left by an interrupted forward pass holds tensors: free them
   // while Kokkos can still deallocate.
   current_tape().clear();
+  backend::pinned::release();
   transfer::release();
   Kokkos::finalize();
 }

@@ -1,5 +1,7 @@
 // The memory tracker sees every Kokkos allocation, exactly.
+#include "autodiff/backend.hpp"
 #include "autodiff/memory_tracker.hpp"
+#include "autodiff/pinned_cache.hpp"
 #include "autodiff/ops/ops.hpp"
 #include "catch.hpp"
 #include "helpers.hpp"
@@ -98,4 +100,29 @@ TEST_CASE("the timeline labels events with the phase", "[memory]") {
   CHECK(phases.at(events[0].phase) == "unit-test");
   CHECK(events[1].live == events[0].live - 40);
   CHECK(tracker.phase() != "unit-test");
+}
+
+TEST_CASE("offload host buffers count while held, and their memory waits for the next buffer of its size",
+          "[memory][offload]") {
+  auto& tracker = MemoryTracker::instance();
+  tracker.pool_for_label("test host buffer", "test_host_pool");
+  backend::pinned::release();
+  const void* first = nullptr;
+  {
+    const backend::HostBuffer a(1000, "test host buffer");
+    first = a.view().data();
+    CHECK(tracker.stats("test_host_pool").live == 1000);
+  }
+  CHECK(tracker.stats("test_host_pool").live == 0);  // given back: no longer counted, kept
+  CHECK(backend::pinned::idle_bytes() == 1000);
+  {
+    const backend::HostBuffer again(1000, "test host buffer"), other(24, "test host buffer");
+    CHECK(again.view().data() == first);  // the same memory, not pinned again
+    CHECK(other.view().data() != first);
+    CHECK(backend::pinned::idle_bytes() == 0);
+    CHECK(tracker.stats("test_host_pool").live == 1024);
+  }
+  CHECK(backend::pinned::idle_bytes() == 1024);  // no more than was ever held at once
+  backend::pinned::release();
+  CHECK(backend::pinned::idle_bytes() == 0);
 }
