@@ -8,7 +8,8 @@
 // inside their region (remat::gemm) too. At the end it prints to stderr the
 // kernels, regions and copies that took the most time, and the time between
 // kernels that no region covers (the host's own work: allocations,
-// bookkeeping, launches). Only Kokkos' C tool interface is used, so it needs
+// bookkeeping, launches). (Allocations it does not count: remat's memory
+// tracker holds Kokkos' allocation callback.) Only Kokkos' C tool interface is used, so it needs
 // no Kokkos headers and works with Kokkos 3.4 and 4.x alike.
 #include <algorithm>
 #include <chrono>
@@ -23,7 +24,7 @@ namespace {
 double now() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
 struct Total {
-  double seconds = 0;
+  double seconds = 0, longest = 0;  // in all, and the longest call (a first call's outlier shows)
   std::int64_t calls = 0;
   double bytes = 0;
 };
@@ -35,8 +36,6 @@ struct Timer {
   std::string copy_name;
   double copy_started = 0, copy_bytes = 0;
   double started = now(), last_end = now(), uncovered = 0;
-  std::int64_t allocations = 0;
-  double allocated_bytes = 0;
 };
 
 Timer& timer() {
@@ -58,6 +57,7 @@ void end_kernel(std::uint64_t id) {
   Total& k = t.kernels[name];
   t.last_end = now();
   k.seconds += t.last_end - began;
+  k.longest = std::max(k.longest, t.last_end - began);
   ++k.calls;
   if (id == t.open_kernels.size()) t.open_kernels.pop_back();
 }
@@ -65,10 +65,12 @@ void end_kernel(std::uint64_t id) {
 void print(const char* title, const std::map<std::string, Total>& totals, double wall, bool bytes) {
   std::vector<std::pair<std::string, Total>> rows(totals.begin(), totals.end());
   std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.seconds > b.second.seconds; });
-  std::fprintf(stderr, "%-12s %10s %6s %9s %s\n", title, "seconds", "share", "calls", bytes ? "MiB  name" : "name");
+  std::fprintf(stderr, "%-12s %10s %6s %9s %9s %s\n", title, "seconds", "share", "calls", "longest",
+               bytes ? "MiB  name" : "name");
   for (std::size_t i = 0; i < rows.size() && i < 30; ++i) {
     const Total& r = rows[i].second;
-    std::fprintf(stderr, "%-12s %10.4f %5.1f%% %9lld ", "", r.seconds, 100 * r.seconds / wall, (long long)r.calls);
+    std::fprintf(stderr, "%-12s %10.4f %5.1f%% %9lld %9.4f ", "", r.seconds, 100 * r.seconds / wall,
+                 (long long)r.calls, r.longest);
     if (bytes) std::fprintf(stderr, "%9.1f  ", r.bytes / 1048576);
     std::fprintf(stderr, "%.110s\n", rows[i].first.c_str());
   }
@@ -110,13 +112,9 @@ void kokkosp_pop_profile_region() {
   Total& r = t.regions[t.open_regions.back().first];
   t.last_end = now();
   r.seconds += t.last_end - t.open_regions.back().second;
+  r.longest = std::max(r.longest, t.last_end - t.open_regions.back().second);
   ++r.calls;
   t.open_regions.pop_back();
-}
-
-void kokkosp_allocate_data(SpaceHandle, const char*, const void*, std::uint64_t size) {
-  ++timer().allocations;
-  timer().allocated_bytes += double(size);
 }
 
 void kokkosp_begin_deep_copy(SpaceHandle dst, const char*, const void*, SpaceHandle src, const char*, const void*,
@@ -130,6 +128,7 @@ void kokkosp_end_deep_copy() {
   Timer& t = timer();
   Total& c = t.copies[t.copy_name];
   c.seconds += now() - t.copy_started;
+  c.longest = std::max(c.longest, now() - t.copy_started);
   c.bytes += t.copy_bytes;
   ++c.calls;
 }
@@ -141,8 +140,6 @@ void kokkosp_finalize_library() {
   for (const auto& k : t.kernels) in_kernels += k.second.seconds;
   std::fprintf(stderr, "\nkernel timer: %.3f s in all; %.3f s in kernels; %.3f s between kernels outside any region\n",
                wall, in_kernels, t.uncovered);
-  std::fprintf(stderr, "kernel timer: %lld allocations, %.1f MiB\n", (long long)t.allocations,
-               t.allocated_bytes / 1048576);
   print("kernels", t.kernels, wall, false);
   print("regions", t.regions, wall, false);
   print("copies", t.copies, wall, true);
