@@ -8,9 +8,9 @@
 // inside their region (remat::gemm) too. At the end it prints to stderr the
 // kernels, regions and copies that took the most time, and the time between
 // kernels that no region covers (the host's own work: allocations,
-// bookkeeping, launches). (Allocations it does not count: remat's memory
-// tracker holds Kokkos' allocation callback.) Only Kokkos' C tool interface is used, so it needs
-// no Kokkos headers and works with Kokkos 3.4 and 4.x alike.
+// bookkeeping, launches). It counts no allocations: remat's memory tracker
+// holds Kokkos' allocation callback. Only Kokkos' C tool interface is used,
+// so it needs no Kokkos headers and works with Kokkos 3.4 and 4.x alike.
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
