@@ -5,8 +5,8 @@
 // batched GEMM over the B sequences, and the only kernels are the row
 // kernels between them. Nothing outlives a call but the output and the
 // log-sum-exp; backward recomputes each tile's probabilities from it, as on
-// the host. It runs on any backend (the tests hold it against the host's
-// tiles); a GPU build's `fused` runs it.
+// the host. It runs on any backend (the tests hold it against the team
+// kernels); a GPU build's `fused` runs it.
 #include <Kokkos_Core.hpp>
 #include <algorithm>
 #include <type_traits>
@@ -67,9 +67,9 @@ auto tile_of(T* s, const Problem& p, std::int64_t rows, std::int64_t keys) {
   return mats(s, p.B, rows * p.S, rows, keys, p.S);
 }
 
-// Scores to dropout(probabilities) in place (y may be x), rows below `keys`
-// zeroed, each row's log-sum-exp kept. Row r of the tile is query i0 + r % rows
-// of sequence r / rows.
+// Scores to dropout(probabilities) in place (y may be x), each row's keys
+// past its last valid one zeroed, its log-sum-exp kept. Row r of the tile is
+// query i0 + r % rows of sequence r / rows.
 template <class A, class T>
 void softmax_tile(const Problem& p, std::int64_t h, std::int64_t i0, std::int64_t rows, std::int64_t keys,
                   const A* x, T* y, A* lse) {
@@ -97,7 +97,8 @@ void probs_tile(const Problem& p, std::int64_t h, std::int64_t i0, std::int64_t 
     row.each([&](std::int64_t j) {
       const A e = j < valid ? fast_exp(prob[r * p.S + j] - l) : A(0);
       prob[r * p.S + j] = e;
-      if (static_cast<void*>(dropped) != static_cast<void*>(prob)) dropped[r * p.S + j] = T(e * keep<A>(p, b, h, i, j));
+      if (static_cast<void*>(dropped) != static_cast<void*>(prob))
+        dropped[r * p.S + j] = T(e * keep<A>(p, b, h, i, j));
     });
   });
 }
