@@ -37,8 +37,14 @@ View take(std::size_t bytes) {
       return v;
     }
   }
-  return View(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(kUntrackedLabel) + "pinned host buffer"),
-              bytes);
+  try {
+    return View(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(kUntrackedLabel) + "pinned host buffer"),
+                bytes);
+  } catch (...) {  // (none taken: what is in use stays as it was)
+    std::lock_guard<std::mutex> lock(c.mutex);
+    c.in_use -= bytes;
+    throw;
+  }
 }
 
 void give(View buffer) {
