@@ -24,19 +24,19 @@ double now_seconds() {
 // runtime's, like the CUDA context's memory, not a step's: counted, it would
 // land in whichever step first grew it, as seen on an H100); and what an owner
 // reports itself (kUntrackedLabel).
-bool runtime_scratch(const char* label) {
+bool untracked(const char* label) {
   return label && (std::strncmp(label, "Kokkos::Internal", 16) == 0 ||
                    std::strncmp(label, kUntrackedLabel, std::strlen(kUntrackedLabel)) == 0);
 }
 
 void allocate_callback(Kokkos::Profiling::SpaceHandle space, const char* label, const void* ptr,
                        std::uint64_t bytes) {
-  if (!runtime_scratch(label)) MemoryTracker::instance().on_allocate(space.name, ptr, bytes, label ? label : "");
+  if (!untracked(label)) MemoryTracker::instance().on_allocate(space.name, ptr, bytes, label ? label : "");
 }
 
 void deallocate_callback(Kokkos::Profiling::SpaceHandle space, const char* label, const void* ptr,
                          std::uint64_t bytes) {
-  if (!runtime_scratch(label)) MemoryTracker::instance().on_deallocate(space.name, ptr, bytes, label ? label : "");
+  if (!untracked(label)) MemoryTracker::instance().on_deallocate(space.name, ptr, bytes, label ? label : "");
 }
 
 }  // namespace

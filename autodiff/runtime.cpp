@@ -90,11 +90,6 @@ Runtime::Runtime(int& argc, char** argv) {
   int n = int(ptrs.size());
   require_device();
   Kokkos::initialize(n, ptrs.data());
-  // A device's copy instance (its own stream) now, not at the first
-  // offloading step: Kokkos gives each instance scratch buffers when it is
-  // made, which would otherwise count in that step's peak (seen on an H100).
-  if constexpr (!Kokkos::SpaceAccessibility<Kokkos::HostSpace, Kokkos::DefaultExecutionSpace::memory_space>::accessible)
-    transfer::copy_space();
   MemoryTracker::instance().install();
   // A device build loads cuBLAS now, so a machine without it is told before
   // any work is done or any file opened.

@@ -288,7 +288,7 @@ def measure(step, steps):
         t0 = time.perf_counter()
         step()
         times.append(time.perf_counter() - t0)
-    return {"median_s": statistics.median(times), "rss_peak_above_baseline_bytes": status_bytes("VmHWM") - baseline}
+    return {"median_s": statistics.median(times), "peak_above_baseline_bytes": status_bytes("VmHWM") - baseline}
 
 
 def measure_cuda(torch, step, steps):
@@ -303,7 +303,7 @@ def measure_cuda(torch, step, steps):
         step()  # (loss.item() waits for the GPU)
         times.append(time.perf_counter() - t0)
     return {"median_s": statistics.median(times),
-            "rss_peak_above_baseline_bytes": torch.cuda.max_memory_allocated() - baseline}
+            "peak_above_baseline_bytes": torch.cuda.max_memory_allocated() - baseline}
 
 
 # ----------------------------------------------------------------------------
@@ -342,7 +342,7 @@ def run_torch(model, strategy, preset, steps, threads, precision, device):
         return timed  # (the allocator's own count: no second run)
     cmd[6] = "1"
     mapped = run(cmd, dict(env, MALLOC_MMAP_THRESHOLD_="65536"))
-    timed["rss_peak_above_baseline_bytes"] = mapped["rss_peak_above_baseline_bytes"]
+    timed["peak_above_baseline_bytes"] = mapped["peak_above_baseline_bytes"]
     return timed
 
 
@@ -394,7 +394,7 @@ def main():
         mib = 1 << 20
         # On a GPU the host's resident set says nothing: the tracker's bytes against the allocator's.
         rr = (r["rss_peak_above_baseline_bytes"] if a.device == "cpu" else r["activation_peak_bytes"]) / mib
-        tr = t["rss_peak_above_baseline_bytes"] / mib
+        tr = t["peak_above_baseline_bytes"] / mib
         row = (f"| {m} | {s} | {r['median_s']:.3f} | {t['median_s']:.3f} | {r['median_s'] / t['median_s']:.2f} "
                f"| {rr:.1f} | {r['activation_peak_bytes'] / mib:.1f} | {tr:.1f} | {rr / tr if tr > 0 else 0:.2f} |")
         rows.append(row)

@@ -1,4 +1,5 @@
-// Every op's forward against the naive reference, in float32 and float64.
+// Every op's forward against the naive reference, in float32 and float64; the
+// kernels of one op against each other.
 #include <cmath>
 #include <optional>
 
@@ -206,13 +207,14 @@ TEST_CASE("the GPU's fused attention (batched tiles) agrees with the team kernel
     DType dt;
     double tolerance;
   };
-  for (const Case c : {Case{DType::f32, 1e-5}, Case{DType::f64, 1e-12}, Case{DType::bf16, 3e-2}, Case{DType::f16, 4e-3}})
+  for (const Case c :
+       {Case{DType::f32, 1e-5}, Case{DType::f64, 1e-12}, Case{DType::bf16, 3e-2}, Case{DType::f16, 4e-3}})
     for (double dropout : {0.0, 0.2})
       for (bool causal : {true, false})
         for (std::int64_t tile : {16, 0}) {
           INFO(dtype_name(c.dt) << " dropout " << dropout << " causal " << causal << " tile rows " << tile);
           const ops::fused::Problem p{B, S, H, Hkv, hd, causal, {0, H * hd, S * H * hd}, {0, Hkv * hd, S * Hkv * hd},
-                                 {0, Hkv * hd, S * Hkv * hd}, 1 / std::sqrt(double(hd)), dropout, 5, 7};
+                                      {0, Hkv * hd, S * Hkv * hd}, 1 / std::sqrt(double(hd)), dropout, 5, 7};
           const Tensor q = random_tensor({B, S, H * hd}, 1, c.dt), k = random_tensor({B, S, Hkv * hd}, 2, c.dt),
                        v = random_tensor({B, S, Hkv * hd}, 3, c.dt), dout = random_tensor({B, S, H * hd}, 4, c.dt);
           auto run = [&](bool batched) {
@@ -221,9 +223,10 @@ TEST_CASE("the GPU's fused attention (batched tiles) agrees with the team kernel
                    dv = random_tensor({B, S, Hkv * hd}, 7, c.dt);
             REMAT_DISPATCH_COMPUTE(c.dt, T, {
               if (batched) {
-                ops::fused::batched_forward<T>(p, q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(), lse.data<A>(), tile);
-                ops::fused::batched_backward<T>(p, q.data<T>(), k.data<T>(), v.data<T>(), lse.data<A>(), dout.data<T>(),
-                                           dq.data<T>(), dk.data<T>(), dv.data<T>(), {}, tile);
+                ops::fused::batched_forward<T>(p, q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(), lse.data<A>(),
+                                               tile);
+                ops::fused::batched_backward<T>(p, q.data<T>(), k.data<T>(), v.data<T>(), lse.data<A>(),
+                                                dout.data<T>(), dq.data<T>(), dk.data<T>(), dv.data<T>(), {}, tile);
               } else {  // (the host's tiles read host memory only; the team kernels run anywhere)
                 ops::fused::team_forward<T>(p, q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(), lse.data<A>());
                 ops::fused::team_backward<T>(p, q.data<T>(), k.data<T>(), v.data<T>(), out.data<T>(), lse.data<A>(),

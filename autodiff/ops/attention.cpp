@@ -150,13 +150,14 @@ fused::Problem fused_problem(const Geometry& g, const Dropout& d) {
 
 double attention_flops(const Geometry& g) { return 4.0 * double(g.B * g.H) * double(g.S * g.S) * double(g.hd); }
 
+// Whether a fused call's FLOPs are counted by formula here: the batched
+// tiles' (a device's `fused`) count themselves at the GEMM front door.
+bool counted_by_formula(bool team) { return team || kHostMemory; }
+
 // The fused kernel (host tiles, or team kernels if `team`): out and lse[B, H, S].
 std::pair<Tensor, Tensor> fused_forward(const Inputs& in, const Geometry& g, const Dropout& d, bool team) {
   stats::count_forward("attention_fused");
-  // The batched tiles' products count themselves (the GEMM front door);
-  // the other kernels' are counted here.
-  const bool counts_itself = !team && !kHostMemory;
-  if (!counts_itself) stats::count_flops(attention_flops(g) * (g.causal ? 0.5 : 1.0));
+  if (counted_by_formula(team)) stats::count_flops(attention_flops(g) * (g.causal ? 0.5 : 1.0));
   Tensor out = Tensor::empty({g.B, g.S, g.width()}, in.q.dtype(), "attention");
   out.set_tag("attention");
   Tensor lse = Tensor::empty({g.B, g.H, g.S}, compute_dtype(in.q.dtype()), "attention_lse");
@@ -191,7 +192,7 @@ Tensor record_fused(const Inputs& in, const Geometry& g, const Dropout& d, bool 
     Tensor o = so.unpack(), l = sl.unpack(), dy = ctx.grad_out();
     GradTarget tq = ctx.grad_in(0), tk = packed ? tq : ctx.grad_in(1), tv = packed ? tq : ctx.grad_in(2);
     zero_fresh({&tq, &tk, &tv});  // the kernel adds
-    if (team || kHostMemory)  // (the batched tiles' GEMMs count themselves)
+    if (counted_by_formula(team))
       stats::count_flops(attention_flops(g) * 1.5 * (g.causal ? 0.5 : 1.0));  // recomputed scores + four products
     REMAT_DISPATCH_COMPUTE(dy.dtype(), T, {
       T *dq = tq ? tq.t.data<T>() : nullptr, *dk = tk ? tk.t.data<T>() : nullptr, *dv = tv ? tv.t.data<T>() : nullptr;
