@@ -6,6 +6,7 @@
 // the deterministic column sums every bias and gain gradient needs. Usable
 // by any module (the optimizers' updates, the ops' kernels).
 #include <Kokkos_Core.hpp>
+#include <algorithm>
 #include <string>
 #include <type_traits>
 
@@ -49,6 +50,27 @@ void for_each_element(const char* name, std::int64_t n, const F& f) {
 // (seen on an H100). With internal linkage each file keeps its own pair.
 namespace {
 
+// for_each_element over a rows x cols array whose elements also need their
+// column (a row vector broadcast over the rows): f(i, j) for the flat index i
+// and its column j. The host runs blocks of a row's columns as SIMD loops (no
+// division per element); a device, a thread per element (a thread per row
+// would leave it nearly idle when the rows are a batch of a few).
+template <class F>
+void for_each_row_element(const char* name, std::int64_t rows, std::int64_t cols, const F& f) {
+  if (shape_only()) return;
+  if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, ExecSpace::memory_space>::accessible) {
+    constexpr std::int64_t kBlock = 2048;
+    const std::int64_t blocks = (cols + kBlock - 1) / kBlock;
+    Kokkos::parallel_for(name, Kokkos::RangePolicy<ExecSpace>(0, rows * blocks), [=](std::int64_t k) {
+      const std::int64_t r = k / blocks, lo = (k % blocks) * kBlock, hi = lo + kBlock < cols ? lo + kBlock : cols;
+#pragma omp simd
+      for (std::int64_t j = lo; j < hi; ++j) f(r * cols + j, j);
+    });
+  } else {
+    for_each(name, rows * cols, KOKKOS_LAMBDA(std::int64_t i) { f(i, i % cols); });
+  }
+}
+
 // g[i] = value(i) into a fresh gradient buffer, g[i] += value(i) otherwise:
 // two loops, so neither carries a per-element branch and both vectorise.
 // value(i) is of the compute type; a 16-bit g is rounded once per write.
@@ -90,28 +112,41 @@ KOKKOS_INLINE_FUNCTION void accumulate(T& dst, compute_t<T> v, bool fresh) {
 }
 
 // column_sums for a device: a thread per column has too little parallelism
-// there (D threads for M x D terms). The rows are cut into a fixed number of
-// chunks; a thread per (chunk, column) sums its chunk's rows in order into a
-// workspace, then a thread per column sums the chunks in order: still one
-// fixed order for every sum (deterministic), with chunks x D threads reading
-// consecutive columns (coalesced). Runs on any backend (the tests run it on
-// the host).
+// there when the columns are few (a bias's D threads for M x D terms). The
+// rows are cut into chunks, enough for about 2^18 threads in all (none when
+// the columns alone are that many: a position embedding's S x D), at most 64
+// and at most a chunk per row; a thread per (chunk, column) sums its chunk's
+// rows in order into a workspace, then a thread per column sums the chunks
+// in order: still one fixed order for every sum (deterministic; the chunks
+// depend on the shape alone), with the threads reading consecutive columns
+// (coalesced). The workspace is at most 2^18 numbers. Runs on any backend
+// (the tests run it on the host).
 template <class T, class Term>
 void column_sums_chunked(const char* name, std::int64_t M, std::int64_t D, T* out, bool fresh, const Term& term) {
-  constexpr std::int64_t kChunks = 64;
+  constexpr std::int64_t kThreads = std::int64_t(1) << 18, kMaxChunks = 64;
   using A = compute_t<T>;
+  const std::int64_t chunks =
+      std::max<std::int64_t>(1, std::min({kThreads / std::max<std::int64_t>(D, 1), kMaxChunks, M}));
+  if (chunks == 1) {
+    for_each(name, D, KOKKOS_LAMBDA(std::int64_t j) {
+      A acc = 0;
+      for (std::int64_t r = 0; r < M; ++r) acc += term(r, j);
+      accumulate(out[j], acc, fresh);
+    });
+    return;
+  }
   Kokkos::View<A*, MemSpace> partial(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(name) + "_partial"),
-                                     std::size_t(kChunks * D));
+                                     std::size_t(chunks * D));
   A* pp = partial.data();
-  for_each(name, kChunks * D, KOKKOS_LAMBDA(std::int64_t x) {
-    const std::int64_t c = x / D, j = x % D, hi = M * (c + 1) / kChunks;
+  for_each(name, chunks * D, KOKKOS_LAMBDA(std::int64_t x) {
+    const std::int64_t c = x / D, j = x % D, hi = M * (c + 1) / chunks;
     A acc = 0;
-    for (std::int64_t r = M * c / kChunks; r < hi; ++r) acc += term(r, j);
+    for (std::int64_t r = M * c / chunks; r < hi; ++r) acc += term(r, j);
     pp[x] = acc;
   });
   for_each(name, D, KOKKOS_LAMBDA(std::int64_t j) {
     A acc = 0;
-    for (std::int64_t c = 0; c < kChunks; ++c) acc += pp[c * D + j];
+    for (std::int64_t c = 0; c < chunks; ++c) acc += pp[c * D + j];
     accumulate(out[j], acc, fresh);
   });
 }

@@ -247,7 +247,7 @@ MemoryPrediction predict_policy(const SaveProfile& p, const Policy& policy) {
     m.offload += offloaded;
     device += kept;
   }
-  m.device = std::max(m.device, device + p.outside_peak);
+  m.device = std::max({m.device, device + p.outside_peak, p.tail_peak});
   return m;
 }
 

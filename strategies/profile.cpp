@@ -105,7 +105,15 @@ SaveProfile SaveProfiler::finish(const std::vector<MemoryTracker::Event>& timeli
   }
   std::vector<std::int64_t> saved(profile_.blocks.size(), 0);
   std::int64_t live = base, all_saved = 0;
-  for (const auto& e : timeline) {
+  // Events after the last one in a block's backward are the tail (tail_peak).
+  std::size_t tail = timeline.size();
+  for (std::size_t i = timeline.size(); i-- > 0;)
+    if (block_of_backward.count(phases[std::size_t(timeline[i].phase)])) {
+      tail = i + 1;
+      break;
+    }
+  for (std::size_t i = 0; i < timeline.size(); ++i) {
+    const auto& e = timeline[i];
     if (e.pool == pool) {
       live = e.live;
     } else if (e.pool == kContextPool) {
@@ -125,7 +133,8 @@ SaveProfile SaveProfiler::finish(const std::vector<MemoryTracker::Event>& timeli
       auto& b = profile_.blocks[g->second];
       b.backward_peak = std::max(b.backward_peak, live - base - (all_saved - saved[g->second]));
     } else {
-      profile_.outside_peak = std::max(profile_.outside_peak, live - base - all_saved);
+      std::int64_t& peak = i >= tail ? profile_.tail_peak : profile_.outside_peak;
+      peak = std::max(peak, live - base - all_saved);
     }
   }
   return profile_;

@@ -44,8 +44,14 @@ struct BlockSaves {
 struct SaveProfile {
   std::vector<BlockSaves> blocks;  // in forward order
   // The most bytes live outside the blocks' phases (embeddings, head, loss)
-  // beyond what the blocks' saved tensors held then.
+  // beyond what the blocks' saved tensors held then, before the last block's
+  // backward ended: what every strategy adds to all it keeps.
   std::int64_t outside_peak = 0;
+  // The same after the last block's backward (the embeddings' gradients),
+  // when no block's saves are held any more: a peak of its own, not added to
+  // what the blocks keep (a device's column sums of a position embedding's
+  // gradient can hold more there than the head does).
+  std::int64_t tail_peak = 0;
   // Timed profiles (what a planner needs, harness measure_costs): the
   // median time and the measured activation peak of a step under `full`.
   bool timed = false;

@@ -147,7 +147,7 @@ class Reversible final : public Strategy {
   // profile knows the block only as a whole (on revformer small it predicts
   // 52 MB for a measured 46 MB).
   MemoryPrediction predict(const SaveProfile& p) const override {
-    MemoryPrediction m{p.outside_peak + p.blocks.back().input, 0};
+    MemoryPrediction m{std::max(p.outside_peak + p.blocks.back().input, p.tail_peak), 0};
     for (const auto& b : p.blocks)
       m.device = std::max({m.device, b.input + b.forward_peak - b.saved, 2 * b.input + b.backward_peak});
     return m;

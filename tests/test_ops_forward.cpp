@@ -277,30 +277,39 @@ TEST_CASE("ops reject bad input with the offending shape", "[ops][errors]") {
 
 TEST_CASE("column sums: the device's chunked kernel agrees with the host's, fresh and accumulating",
           "[ops][forward]") {
-  // 300 rows: more than the 64 chunks, and not a multiple of them.
-  for (DType dt : kDtypes)
-    for (bool fresh : {true, false}) {
-      INFO("dtype " << dtype_name(dt) << " fresh " << fresh);
-      Tensor src = random_tensor({300, 40}, 1, dt, -2, 2), start = random_tensor({40}, 2, dt);
-      std::vector<double> expected = src.to_host_f64(), initial = start.to_host_f64(), sums(40, 0.0);
-      for (std::size_t r = 0; r < 300; ++r)
-        for (std::size_t j = 0; j < 40; ++j) sums[j] += expected[r * 40 + j];
-      for (std::size_t j = 0; j < 40; ++j) sums[j] += fresh ? 0.0 : initial[j];
-      REMAT_DISPATCH_FLOAT(dt, T, {
-        Tensor host = random_tensor({40}, 2, dt), chunked = random_tensor({40}, 2, dt);  // both `start`
-        const T* s = src.data<T>();
-        ops::detail::column_sums<T>("test_column_sums", 300, 40, host.data<T>(), fresh,
-                                    KOKKOS_LAMBDA(std::int64_t r, std::int64_t j) { return s[r * 40 + j]; });
-        ops::detail::column_sums_chunked<T>("test_column_sums", 300, 40, chunked.data<T>(), fresh,
-                                            KOKKOS_LAMBDA(std::int64_t r, std::int64_t j) { return s[r * 40 + j]; });
-        // float32 sums of 300 terms carry a few hundred roundings: 1e-5.
-        const double tol = dt == DType::f64 ? 1e-12 : 1e-5;
-        for (const Tensor& got : {host, chunked}) {
-          const auto g = got.to_host_f64();
-          for (std::size_t j = 0; j < 40; ++j) CHECK(std::abs(g[j] - sums[j]) <= tol * (1 + std::abs(sums[j])));
-        }
-      });
-    }
+  // 300 x 40: 64 chunks, 300 rows not a multiple of them; 3 x 40: a chunk per
+  // row; 4 x 70000: 3 chunks (2^18 threads) over 4 rows; 2 x 300000: no
+  // chunks (the columns alone are enough threads), no workspace.
+  const std::vector<std::pair<std::int64_t, std::int64_t>> shapes = {{300, 40}, {3, 40}, {4, 70000}, {2, 300000}};
+  for (auto [M, D] : shapes)
+    for (DType dt : kDtypes)
+      for (bool fresh : {true, false}) {
+        INFO(M << " x " << D << " dtype " << dtype_name(dt) << " fresh " << fresh);
+        Tensor src = random_tensor({M, D}, 1, dt, -2, 2), start = random_tensor({D}, 2, dt);
+        std::vector<double> expected = src.to_host_f64(), initial = start.to_host_f64(), sums(std::size_t(D), 0.0);
+        for (std::int64_t r = 0; r < M; ++r)
+          for (std::int64_t j = 0; j < D; ++j) sums[std::size_t(j)] += expected[std::size_t(r * D + j)];
+        for (std::int64_t j = 0; j < D; ++j) sums[std::size_t(j)] += fresh ? 0.0 : initial[std::size_t(j)];
+        REMAT_DISPATCH_FLOAT(dt, T, {
+          Tensor host = random_tensor({D}, 2, dt), chunked = random_tensor({D}, 2, dt);  // both `start`
+          const T* s = src.data<T>();
+          const std::int64_t cols = D;
+          ops::detail::column_sums<T>("test_column_sums", M, D, host.data<T>(), fresh,
+                                      KOKKOS_LAMBDA(std::int64_t r, std::int64_t j) { return s[r * cols + j]; });
+          ops::detail::column_sums_chunked<T>(
+              "test_column_sums", M, D, chunked.data<T>(), fresh,
+              KOKKOS_LAMBDA(std::int64_t r, std::int64_t j) { return s[r * cols + j]; });
+          // float32 sums of 300 terms carry a few hundred roundings: 1e-5.
+          const double tol = dt == DType::f64 ? 1e-12 : 1e-5;
+          for (const Tensor& got : {host, chunked}) {
+            const auto g = got.to_host_f64();
+            std::size_t off = 0;
+            for (std::size_t j = 0; j < std::size_t(D); ++j)
+              off += std::abs(g[j] - sums[j]) > tol * (1 + std::abs(sums[j]));
+            CHECK(off == 0);
+          }
+        });
+      }
 }
 
 TEST_CASE("softmax rows: the device's team kernels agree with the row kernel, masked rows included",

@@ -27,9 +27,9 @@ Tensor add(const Tensor& a, const Tensor& b) {
     T* z = out.data<T>();
     if (n == nb)
       for_each_element("add_forward", n, KOKKOS_LAMBDA(std::int64_t i) { z[i] = T(A(x[i]) + A(y[i])); });
-    else  // b repeats over rows of a
-      for_each("add_broadcast_forward", n / nb, KOKKOS_LAMBDA(std::int64_t r) {
-        for (std::int64_t j = 0; j < nb; ++j) z[r * nb + j] = T(A(x[r * nb + j]) + A(y[j]));
+    else  // b repeats over rows of a (a position embedding's rows are the batch: a few)
+      for_each_row_element("add_broadcast_forward", n / nb, nb, KOKKOS_LAMBDA(std::int64_t i, std::int64_t j) {
+        z[i] = T(A(x[i]) + A(y[j]));
       });
   });
 

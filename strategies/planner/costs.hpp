@@ -34,7 +34,7 @@ struct BlockCosts {
 
 struct ChainCosts {
   std::vector<BlockCosts> blocks;
-  std::int64_t outside_peak = 0;
+  std::int64_t outside_peak = 0, tail_peak = 0;  // as in SaveProfile
   double step_seconds = 0;  // a step under full: what every plan adds its recomputation to
   bool timed = false;
   bool allow_offload = false;  // plain blocks may move what they save to the host pool

@@ -214,7 +214,7 @@ int default_steps(int blocks) {
 }
 
 std::optional<Plan> solve(const ChainCosts& c, const SaveProfile& p, std::int64_t budget, int steps) {
-  if (budget <= 0) return std::nullopt;
+  if (budget <= 0 || budget < c.tail_peak) return std::nullopt;
   if (c.blocks.size() >= std::size_t(kSegment)) throw std::invalid_argument("planner: at most 999 blocks");
   Program program(c, budget, steps > 0 ? steps : default_steps(int(c.blocks.size())));
   auto parts = program.run();
@@ -231,7 +231,8 @@ std::int64_t smallest_budget(const ChainCosts& c, const SaveProfile& p) {
   std::int64_t hi = 0;
   for (const auto& b : c.blocks) hi += b.saved + b.forward_peak + b.backward_peak + b.context;
   hi += c.outside_peak + 1;
-  std::int64_t lo = c.outside_peak;
+  hi = std::max(hi, c.tail_peak + 1);
+  std::int64_t lo = std::max(c.outside_peak, c.tail_peak);
   for (const auto& b : c.blocks) lo = std::max(lo, b.backward_peak);
   if (solve(c, p, lo)) return lo;
   while (hi - lo > std::max<std::int64_t>(1, hi / 200)) {
