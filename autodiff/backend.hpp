@@ -77,9 +77,6 @@ class HostBuffer {
 void start_copy(const HostBuffer& dst, const Tensor& src);
 void start_copy(const Tensor& dst, const HostBuffer& src);
 void fence_copies();
-// Whether started copies run while the host goes on (a device's copy
-// instance); on the host backends a copy is done when started.
-constexpr bool copies_overlap() { return !kHostMemory; }
 void fence_compute();
 
 // Seconds per byte to move `bytes` to host memory and back, the median of

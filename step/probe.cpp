@@ -37,7 +37,9 @@ SaveProfile profile_saves(const Model& model, const ParamStore& params, const Ba
     backward(loss);
   }
   tracker.stop_timeline();
-  return profiler.finish(tracker.timeline(), tracker.phases(), pool, base);
+  SaveProfile p = profiler.finish(tracker.timeline(), tracker.phases(), pool, base);
+  p.copies_in_flight = backend::offload_copies();
+  return p;
 }
 
 SaveProfile measure_costs(const Model& model, const ParamStore& params, const Batch& batch,

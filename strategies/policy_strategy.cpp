@@ -1,6 +1,8 @@
 #include "strategies/policy_strategy.hpp"
 
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "autodiff/saved_tensor.hpp"
 
@@ -179,24 +181,46 @@ std::int64_t recompute_peak(const SaveProfile& p, int first, int last, const Pol
   return peak;
 }
 
+// The offload groups a forward makes, as predict_policy walks it: the last
+// one's bytes (a fetch brings it along with its own group's) and, where
+// offloading copies, its device bytes, in flight until the next group starts
+// its copies, or until its own backward where no later block offloads.
+struct OffloadGroups {
+  bool copies = false;
+  std::int64_t last = 0, in_flight = 0;
+  int block = -1;  // the block that made the last
+  void made(int i, std::int64_t bytes) {
+    if (bytes > 0) last = bytes, in_flight = copies ? bytes : 0, block = i;
+  }
+  // In flight during the backward of block i, once the forward is over.
+  std::int64_t at_backward(int i) const { return i > block ? in_flight : 0; }
+};
+
 }  // namespace
 
 // The moments of a step, in order, with what is on the device at each:
-// - a plain block's forward: what earlier blocks keep on the device, and its
-//   own working set less what it recomputes instead of saving;
+// - a plain block's forward: what earlier blocks keep on the device, the
+//   offload group in flight (SaveProfile::copies_in_flight), and its own
+//   working set less what it recomputes instead of saving;
 // - a segment block's forward: earlier blocks' kept bytes, the segment's kept
-//   inputs, and its working set without its saves (they are placeholders);
-// - the end of forward: everything kept, and the head's working set;
+//   inputs, the group in flight (its own offloaded inputs, once the segment
+//   has offloaded them) and its working set without its saves (they are
+//   placeholders);
+// - the end of forward: everything kept, the group in flight and the head's
+//   working set;
 // - a plain block's backward: earlier blocks' kept bytes, the previous
 //   offload group if this block's own group is fetched (the fetch brings the
 //   previous one with it), and its backward working set;
 // - a segment's recomputation and backward: earlier blocks' kept bytes and
-//   what recompute_peak says.
+//   what recompute_peak says;
+// - in every backward after the last offload group's block, that group, in
+//   flight until its own backward fetches it.
 MemoryPrediction predict_policy(const SaveProfile& p, const Policy& policy) {
   const int L = int(p.blocks.size());
   MemoryPrediction m;
-  std::int64_t device = 0;          // kept on the device by the blocks so far
-  std::int64_t last_group = 0;      // bytes of the last offload group made so far
+  std::int64_t device = 0;  // kept on the device by the blocks so far
+  OffloadGroups groups{p.copies_in_flight};
+  std::vector<std::pair<int, std::int64_t>> backward;  // backward peaks, by the block that ran them
   std::int64_t segment_input = 0;   // the current segment's kept inputs
   std::int64_t segment_held = 0;    // on the device during the current segment's backward, from before it
   int segment_first = 0;
@@ -217,18 +241,17 @@ MemoryPrediction predict_policy(const SaveProfile& p, const Policy& policy) {
         segment_open = true;
         std::int64_t kept = 0, offloaded = 0;
         for (const auto& x : b.inputs) {
-          const SavedTensorInfo t{x.tag, info, x.shape, x.bytes, false, true, true};
-          (policy.decision(t) == Decision::offload ? offloaded : kept) += x.bytes;
+          const bool off = policy.decision({x.tag, info, x.shape, x.bytes, false, true, true}) == Decision::offload;
+          (off ? offloaded : kept) += x.bytes;
         }
-        segment_held = device + (offloaded > 0 ? last_group : 0);
-        if (offloaded > 0) last_group = offloaded;
+        segment_held = device + (offloaded > 0 ? groups.last : 0);
+        groups.made(i, offloaded);
         m.offload += offloaded;
-        segment_input = kept;
-        segment_first = i;
+        segment_input = kept, segment_first = i;
       }
-      m.device = std::max(m.device, device + segment_input + b.forward_peak - b.saved);
+      m.device = std::max(m.device, device + segment_input + groups.in_flight + b.forward_peak - b.saved);
       if (i == seg->last || i == L - 1 || p.blocks[std::size_t(i) + 1].new_stack) {
-        m.device = std::max(m.device, recompute_peak(p, segment_first, i, seg->inner.get(), segment_held));
+        backward.push_back({segment_first, recompute_peak(p, segment_first, i, seg->inner.get(), segment_held)});
         device += segment_input;
       }
       continue;
@@ -241,13 +264,15 @@ MemoryPrediction predict_policy(const SaveProfile& p, const Policy& policy) {
       else if (d == Decision::offload) offloaded += x.bytes;
       else kept += x.bytes;
     }
-    const std::int64_t prefetched = offloaded > 0 ? last_group : 0;
-    m.device = std::max({m.device, device + b.forward_peak - recomputed, device + prefetched + b.backward_peak});
-    if (offloaded > 0) last_group = offloaded;
+    const std::int64_t prefetched = offloaded > 0 ? groups.last : 0;
+    m.device = std::max(m.device, device + groups.in_flight + b.forward_peak - recomputed);
+    backward.push_back({i, device + prefetched + b.backward_peak});
+    groups.made(i, offloaded);
     m.offload += offloaded;
     device += kept;
   }
-  m.device = std::max({m.device, device + p.outside_peak, p.tail_peak});
+  m.device = std::max({m.device, device + groups.in_flight + p.outside_peak, p.tail_peak});
+  for (const auto& [block, peak] : backward) m.device = std::max(m.device, peak + groups.at_backward(block));
   return m;
 }
 

@@ -60,6 +60,12 @@ struct SaveProfile {
   // Moving a byte to the offload pool and back (0 where the pool is the
   // device's own memory and nothing is copied: the host backends).
   double offload_seconds_per_byte = 0;
+  // Whether offloading copies (backend::offload_copies: a device, or a host
+  // made to): a group's copy out runs while the next block computes, its
+  // device tensors held until the next group's copies start, or until
+  // backward fetches it where no later block offloads: one group in flight
+  // at every moment of the forward after the first offload.
+  bool copies_in_flight = false;
 };
 
 // The bytes a strategy keeps at its peak, in the device pool and the offload pool.

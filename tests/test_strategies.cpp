@@ -136,12 +136,13 @@ TEST_CASE("offloading with copies (a GPU build's path) and without (the host's) 
     INFO(specs[i]);
     CHECK(copied.rows[i].vs_full.bitwise);
     CHECK(moved.rows[i].vs_full.bitwise);
-    // A device's copies overlap compute: a block's device tensors live until
-    // its copies end, so its peak may hold one more block's than a move's.
-    if (backend::copies_overlap())
-      CHECK(copied.rows[i].step.activation_peak >= moved.rows[i].step.activation_peak);
-    else
-      CHECK(copied.rows[i].step.activation_peak == moved.rows[i].step.activation_peak);
+    // Copies overlap compute: a group's device tensors live until the next
+    // group's copies start, so the peak holds one more group than a move's,
+    // as predicted (SaveProfile::copies_in_flight).
+    CHECK(copied.rows[i].step.activation_peak > moved.rows[i].step.activation_peak);
+    CHECK(copied.rows[i].step.activation_peak == copied.rows[i].predicted.device);
+    // (Moves: never under; selective+offload's is 8 KiB over at this size.)
+    CHECK(moved.rows[i].step.activation_peak <= moved.rows[i].predicted.device);
     CHECK(copied.rows[i].step.offload_peak == moved.rows[i].step.offload_peak);
     // Copies are timed; moves cost no copy. A host copies synchronously, so
     // its copies are all waited for (none hidden).

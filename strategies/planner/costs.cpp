@@ -29,6 +29,7 @@ ChainCosts chain_costs(const SaveProfile& p, bool allow_offload) {
   c.allow_offload = allow_offload;
   c.outside_peak = p.outside_peak;
   c.tail_peak = p.tail_peak;
+  c.copies_in_flight = p.copies_in_flight;
   c.timed = p.timed;
   std::int64_t all_saved = 0;
   for (const auto& b : p.blocks) all_saved += b.saved;

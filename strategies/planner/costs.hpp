@@ -38,6 +38,10 @@ struct ChainCosts {
   double step_seconds = 0;  // a step under full: what every plan adds its recomputation to
   bool timed = false;
   bool allow_offload = false;  // plain blocks may move what they save to the host pool
+  // As in SaveProfile: the last offload group stays on the device while its
+  // copy runs. The solver then counts it through every later moment, its
+  // backward included: a sound bound, tight unless a later block offloads.
+  bool copies_in_flight = false;
 };
 
 ChainCosts chain_costs(const SaveProfile& p, bool allow_offload = false);

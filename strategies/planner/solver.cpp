@@ -54,6 +54,7 @@ class Program {
   std::size_t top_at(int i, int g, int m) const { return (std::size_t(i) * G_ + g) * (M_ + 1) + m; }
   float top(int i, int g, int m) const { return m < 0 ? kInf : top_[top_at(i, g, m)]; }
   int group(int g) const { return g == 0 ? 0 : units(c_.blocks[std::size_t(g - 1)].saved); }
+  int flight(int g) const { return c_.copies_in_flight ? group(g) : 0; }  // ChainCosts::copies_in_flight
   float forward(int first, int last) const { return float(seconds_before_[last + 1] - seconds_before_[first]); }
   // Running block j, saving nothing, inside a segment whose input (block k's) is held.
   int run_need(int k, int j) const {
@@ -101,17 +102,17 @@ class Program {
     float best = kInf;
     std::int16_t choice = kInfeasible;
     if (i == L_) {
-      if (units(c_.outside_peak) <= m_before) best = 0, choice = 0;
+      if (units(c_.outside_peak) + flight(g) <= m_before) best = 0, choice = 0;
     } else {
-      const int m = m_before - context(i, i);
+      const int m = m_before - context(i, i), f = flight(g);
       const auto& blk = c_.blocks[std::size_t(i)];
       for (std::size_t v = 0; v < blk.variants.size(); ++v) {
         const auto& var = blk.variants[v];
-        if (std::max(units(blk.forward_peak - var.dropped), backward_[std::size_t(i)]) > m) continue;
+        if (std::max(units(blk.forward_peak - var.dropped), backward_[std::size_t(i)]) + f > m) continue;
         const float cost = float(var.seconds) + top(i + 1, g, m - units(blk.saved - var.dropped));
         if (cost < best) best = cost, choice = std::int16_t(v);
       }
-      if (c_.allow_offload && units(blk.forward_peak) <= m && group(g) + backward_[std::size_t(i)] <= m) {
+      if (c_.allow_offload && units(blk.forward_peak) + f <= m && group(g) + backward_[std::size_t(i)] <= m) {
         const float cost = float(blk.offload_seconds) + top(i + 1, i + 1, m);
         if (cost < best) best = cost, choice = kOffload;
       }
@@ -121,8 +122,8 @@ class Program {
         if (e > i && c_.blocks[std::size_t(e)].new_stack) break;
         const int held = m_before - context(i, e);  // the segment's context, kept before its recomputation
         need = std::max(need, run_need(i, e));
-        if (need > held || held < 0) break;
-        const float cost = span(i, e, held) + top(e + 1, g, held - input);
+        if (need + f > held || held < 0) break;
+        const float cost = span(i, e, held - f) + top(e + 1, g, held - input);
         if (cost < best) best = cost, choice = std::int16_t(kSegment + e);
       }
     }
