@@ -3,6 +3,7 @@
 #include <chrono>
 
 #include "autodiff/cublas.hpp"
+#include "autodiff/gemm_dnnl.hpp"
 #include "autodiff/memory_tracker.hpp"
 #include "autodiff/stats.hpp"
 
@@ -98,6 +99,9 @@ template <class T, class C>
 void host_gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, compute_t<T> alpha, const T* a,
                std::int64_t lda, const T* b, std::int64_t ldb, compute_t<T> beta, C* c, std::int64_t ldc) {
   if (m == 0 || n == 0) return;
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (bf16_by_onednn()) return onednn_gemm(op_a, op_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1);
+  }
   if constexpr (is_16bit<T>)
     host_gemm_16bit(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 1, 0, 0, 0);
   else if constexpr (std::is_same_v<T, float>)
@@ -111,6 +115,10 @@ void host_gemm_batched(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::in
                        const T* a, std::int64_t lda, std::int64_t stride_a, const T* b, std::int64_t ldb,
                        std::int64_t stride_b, compute_t<T> beta, C* c, std::int64_t ldc, std::int64_t stride_c,
                        std::int64_t count) {
+  if constexpr (std::is_same_v<T, bf16>) {
+    if (m > 0 && n > 0 && count > 0 && bf16_by_onednn())
+      return onednn_gemm(op_a, op_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c, count);
+  }
   if constexpr (is_16bit<T>) {
     if (m > 0 && n > 0 && count > 0)
       host_gemm_16bit(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, count, stride_a, stride_b, stride_c);
@@ -169,10 +177,14 @@ REMAT_GEMM_DETAIL(f16, float)
 }  // namespace detail
 
 const char* sixteen_bit_path() {
-  if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Kokkos::DefaultExecutionSpace::memory_space>::accessible)
-    return "16-bit GEMMs widened to float32 for the host BLAS's sgemm (it has no 16-bit GEMM): half the activation "
-           "bytes, not faster than fp32";
-  else
+  using Default = Kokkos::DefaultExecutionSpace;
+  if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, Default::memory_space>::accessible) {
+    if (bf16_by_onednn())
+      return "bf16 GEMMs by oneDNN's matmul (this CPU's native bf16, float32 accumulation); fp16 widened to float32 "
+             "for sgemm";
+    return "16-bit GEMMs widened to float32 for the host BLAS's sgemm (this CPU has no native bf16, or oneDNN is "
+           "missing): half the activation bytes, not faster than fp32";
+  } else
     return "16-bit GEMMs by cublasGemmEx (16-bit inputs, float32 accumulation)";
 }
 

@@ -10,6 +10,7 @@
 #include <cstring>
 
 #include "autodiff/cublas.hpp"
+#include "autodiff/gemm_dnnl.hpp"
 #include "autodiff/memory_tracker.hpp"
 #include "autodiff/pinned_cache.hpp"
 #include "autodiff/tape.hpp"
@@ -122,6 +123,10 @@ std::string Runtime::version() {
 #ifdef KOKKOS_ENABLE_SERIAL
   s += " Serial";
 #endif
+  // The host's bfloat16 GEMMs (autodiff/gemm_dnnl.hpp, docs/precision.md).
+  const std::string isa = gemm::onednn_isa();
+  s += ", host bf16 GEMMs: " + std::string(gemm::bf16_by_onednn() ? "oneDNN" : "widened to sgemm") +
+       (isa == "none" ? " (no oneDNN)" : " (oneDNN sees " + isa + ")");
   return s;
 }
 
