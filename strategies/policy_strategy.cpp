@@ -1,8 +1,6 @@
 #include "strategies/policy_strategy.hpp"
 
 #include <algorithm>
-#include <utility>
-#include <vector>
 
 #include "autodiff/saved_tensor.hpp"
 
@@ -64,6 +62,9 @@ class PolicyStrategy::Router final : public Storage {
   void reset() override {
     if (pool_) pool_->reset();
   }
+  void forward_over() {
+    if (pool_) pool_->settle_in_flight();
+  }
 
  private:
   OffloadStorage& pool() {
@@ -98,9 +99,22 @@ PolicyStrategy::~PolicyStrategy() = default;
 void PolicyStrategy::reset() {
   region_.reset();
   router_->reset();
+  forward_over_ = false;
 }
 
 Tensors PolicyStrategy::run(const BlockInfo& info, const Tensors& inputs, const BlockBody& body) {
+  Tensors out = run_block(info, inputs, body);
+  // After the last block's forward the offload copies still in flight are
+  // waited for (the last block ran meanwhile) and their device tensors let
+  // go: the head and every backward run without them.
+  if (info.index == info.count - 1 && !forward_over_) {
+    forward_over_ = true;
+    router_->forward_over();
+  }
+  return out;
+}
+
+Tensors PolicyStrategy::run_block(const BlockInfo& info, const Tensors& inputs, const BlockBody& body) {
   if (const auto segment = policy_.segment_of(info)) {
     const std::string name = segment_name(*segment, info);
     RegionTrace* trace = trace_region(name);
@@ -184,43 +198,37 @@ std::int64_t recompute_peak(const SaveProfile& p, int first, int last, const Pol
 // The offload groups a forward makes, as predict_policy walks it: the last
 // one's bytes (a fetch brings it along with its own group's) and, where
 // offloading copies, its device bytes, in flight until the next group starts
-// its copies, or until its own backward where no later block offloads.
+// its copies or the last block's forward ends.
 struct OffloadGroups {
   bool copies = false;
   std::int64_t last = 0, in_flight = 0;
-  int block = -1;  // the block that made the last
-  void made(int i, std::int64_t bytes) {
-    if (bytes > 0) last = bytes, in_flight = copies ? bytes : 0, block = i;
+  void made(std::int64_t bytes) {
+    if (bytes > 0) last = bytes, in_flight = copies ? bytes : 0;
   }
-  // In flight during the backward of block i, once the forward is over.
-  std::int64_t at_backward(int i) const { return i > block ? in_flight : 0; }
 };
 
 }  // namespace
 
 // The moments of a step, in order, with what is on the device at each:
 // - a plain block's forward: what earlier blocks keep on the device, the
-//   offload group in flight (SaveProfile::copies_in_flight), and its own
-//   working set less what it recomputes instead of saving;
+//   offload group in flight (SaveProfile::copies_in_flight; none after the
+//   last block's forward), and its own working set less what it recomputes
+//   instead of saving;
 // - a segment block's forward: earlier blocks' kept bytes, the segment's kept
 //   inputs, the group in flight (its own offloaded inputs, once the segment
 //   has offloaded them) and its working set without its saves (they are
 //   placeholders);
-// - the end of forward: everything kept, the group in flight and the head's
-//   working set;
+// - the end of forward: everything kept and the head's working set;
 // - a plain block's backward: earlier blocks' kept bytes, the previous
 //   offload group if this block's own group is fetched (the fetch brings the
 //   previous one with it), and its backward working set;
 // - a segment's recomputation and backward: earlier blocks' kept bytes and
-//   what recompute_peak says;
-// - in every backward after the last offload group's block, that group, in
-//   flight until its own backward fetches it.
+//   what recompute_peak says.
 MemoryPrediction predict_policy(const SaveProfile& p, const Policy& policy) {
   const int L = int(p.blocks.size());
   MemoryPrediction m;
   std::int64_t device = 0;  // kept on the device by the blocks so far
   OffloadGroups groups{p.copies_in_flight};
-  std::vector<std::pair<int, std::int64_t>> backward;  // backward peaks, by the block that ran them
   std::int64_t segment_input = 0;   // the current segment's kept inputs
   std::int64_t segment_held = 0;    // on the device during the current segment's backward, from before it
   int segment_first = 0;
@@ -245,13 +253,13 @@ MemoryPrediction predict_policy(const SaveProfile& p, const Policy& policy) {
           (off ? offloaded : kept) += x.bytes;
         }
         segment_held = device + (offloaded > 0 ? groups.last : 0);
-        groups.made(i, offloaded);
+        groups.made(offloaded);
         m.offload += offloaded;
         segment_input = kept, segment_first = i;
       }
       m.device = std::max(m.device, device + segment_input + groups.in_flight + b.forward_peak - b.saved);
       if (i == seg->last || i == L - 1 || p.blocks[std::size_t(i) + 1].new_stack) {
-        backward.push_back({segment_first, recompute_peak(p, segment_first, i, seg->inner.get(), segment_held)});
+        m.device = std::max(m.device, recompute_peak(p, segment_first, i, seg->inner.get(), segment_held));
         device += segment_input;
       }
       continue;
@@ -265,14 +273,13 @@ MemoryPrediction predict_policy(const SaveProfile& p, const Policy& policy) {
       else kept += x.bytes;
     }
     const std::int64_t prefetched = offloaded > 0 ? groups.last : 0;
-    m.device = std::max(m.device, device + groups.in_flight + b.forward_peak - recomputed);
-    backward.push_back({i, device + prefetched + b.backward_peak});
-    groups.made(i, offloaded);
+    m.device = std::max(
+        {m.device, device + groups.in_flight + b.forward_peak - recomputed, device + prefetched + b.backward_peak});
+    groups.made(offloaded);
     m.offload += offloaded;
     device += kept;
   }
-  m.device = std::max({m.device, device + groups.in_flight + p.outside_peak, p.tail_peak});
-  for (const auto& [block, peak] : backward) m.device = std::max(m.device, peak + groups.at_backward(block));
+  m.device = std::max({m.device, device + p.outside_peak, p.tail_peak});
   return m;
 }
 

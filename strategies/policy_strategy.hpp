@@ -31,9 +31,11 @@ class PolicyStrategy : public Strategy {
 
  private:
   void reset() override;
+  Tensors run_block(const BlockInfo& info, const Tensors& inputs, const BlockBody& body);
   Policy policy_;
   std::unique_ptr<Router> router_;
   std::shared_ptr<RecomputeRegion> region_;
+  bool forward_over_ = false;  // the step's last block has run forward
 };
 
 // The peak a policy keeps for a model that saves `p`: the decisions applied

@@ -62,9 +62,9 @@ struct SaveProfile {
   double offload_seconds_per_byte = 0;
   // Whether offloading copies (backend::offload_copies: a device, or a host
   // made to): a group's copy out runs while the next block computes, its
-  // device tensors held until the next group's copies start, or until
-  // backward fetches it where no later block offloads: one group in flight
-  // at every moment of the forward after the first offload.
+  // device tensors held until the next group's copies start or the last
+  // block's forward ends: one group in flight in every block's forward
+  // after the first offload.
   bool copies_in_flight = false;
 };
 

@@ -113,9 +113,10 @@ struct OffloadStorage::Group {
       }
       batch->issued();
     }
-    // The device tensors go when the next group starts its copies (or
-    // backward fetches this one), on every backend: a host made to copy
-    // (the tests) keeps a device's timeline, so it measures a device's peaks.
+    // The device tensors go when the next group starts its copies, or the
+    // last block's forward ends (settle_in_flight), on every backend: a host
+    // made to copy (the tests) keeps a device's timeline, so it measures a
+    // device's peaks.
     copying = true;
   }
 
@@ -229,6 +230,10 @@ void OffloadStorage::end_group() {
   last_ = current_;
   current_.reset();
   trace_ = nullptr;
+}
+
+void OffloadStorage::settle_in_flight() {
+  if (last_) last_->settle();
 }
 
 void OffloadStorage::reset() {

@@ -52,6 +52,9 @@ class OffloadStorage final : public Storage {
   void begin_group(const std::string& name, RegionTrace* trace) override;
   void end_group() override;
   void reset() override;
+  // Waits for the copies still in flight and lets their device tensors go
+  // (the end of forward: the head and every backward run without them).
+  void settle_in_flight();
 
   struct Group;
 

@@ -148,11 +148,10 @@ TEST_CASE("the solver's plan is the cheapest of an exhaustive enumeration of its
   }
 }
 
-TEST_CASE("with offload copies in flight the solver's plans keep their budget, never beating the enumeration",
+TEST_CASE("with offload copies in flight the solver's plan is still the cheapest of the enumeration",
           "[planner][exhaustive]") {
-  // ChainCosts::copies_in_flight: the solver counts the last group through
-  // every later moment (a bound), the prediction only where it is on the
-  // device: sound, not always optimal.
+  // ChainCosts::copies_in_flight: the last offload group is on the device
+  // through every later block's forward, in the solver as in the prediction.
   for (int blocks : {3, 5, 6})
     for (std::uint64_t seed = 1; seed <= 3; ++seed) {
       SaveProfile p = random_chain(blocks, blocks == 3 ? 1 : 0, seed * 100 + std::uint64_t(blocks));
@@ -166,10 +165,10 @@ TEST_CASE("with offload copies in flight the solver's plans keep their budget, n
         INFO(blocks << " blocks, seed " << seed << ", budget " << budget << " of full's " << full);
         const auto plan = solve(c, p, budget, int(units));
         const Exhaustive x = exhaustive(c, p, budget);
-        if (share == 1.0) REQUIRE(plan);  // everything kept fits
+        REQUIRE(plan.has_value() == std::isfinite(x.best));
         if (!plan) continue;
         CHECK(plan->predicted_peak <= budget);
-        CHECK(plan->recompute_seconds >= x.best * (1 - 1e-5) - 1e-9);
+        CHECK(plan->recompute_seconds == Approx(x.best).epsilon(1e-5).margin(1e-9));
       }
     }
 }

@@ -39,8 +39,7 @@ struct ChainCosts {
   bool timed = false;
   bool allow_offload = false;  // plain blocks may move what they save to the host pool
   // As in SaveProfile: the last offload group stays on the device while its
-  // copy runs. The solver then counts it through every later moment, its
-  // backward included: a sound bound, tight unless a later block offloads.
+  // copy runs, through the forward of every later block.
   bool copies_in_flight = false;
 };
 

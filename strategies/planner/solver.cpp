@@ -102,13 +102,13 @@ class Program {
     float best = kInf;
     std::int16_t choice = kInfeasible;
     if (i == L_) {
-      if (units(c_.outside_peak) + flight(g) <= m_before) best = 0, choice = 0;
+      if (units(c_.outside_peak) <= m_before) best = 0, choice = 0;
     } else {
       const int m = m_before - context(i, i), f = flight(g);
       const auto& blk = c_.blocks[std::size_t(i)];
       for (std::size_t v = 0; v < blk.variants.size(); ++v) {
         const auto& var = blk.variants[v];
-        if (std::max(units(blk.forward_peak - var.dropped), backward_[std::size_t(i)]) + f > m) continue;
+        if (std::max(units(blk.forward_peak - var.dropped) + f, backward_[std::size_t(i)]) > m) continue;
         const float cost = float(var.seconds) + top(i + 1, g, m - units(blk.saved - var.dropped));
         if (cost < best) best = cost, choice = std::int16_t(v);
       }
@@ -123,7 +123,7 @@ class Program {
         const int held = m_before - context(i, e);  // the segment's context, kept before its recomputation
         need = std::max(need, run_need(i, e));
         if (need + f > held || held < 0) break;
-        const float cost = span(i, e, held - f) + top(e + 1, g, held - input);
+        const float cost = span(i, e, held) + top(e + 1, g, held - input);
         if (cost < best) best = cost, choice = std::int16_t(kSegment + e);
       }
     }
