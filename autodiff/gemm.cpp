@@ -100,7 +100,8 @@ void host_gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k,
                std::int64_t lda, const T* b, std::int64_t ldb, compute_t<T> beta, C* c, std::int64_t ldc) {
   if (m == 0 || n == 0) return;
   if constexpr (std::is_same_v<T, bf16>) {
-    if (bf16_by_onednn()) return onednn_gemm(op_a, op_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1);
+    if (bf16_by_onednn() && onednn_takes(k, 0, 0, 0, 1, beta))
+      return onednn_gemm(op_a, op_b, m, n, k, alpha, a, lda, 0, b, ldb, 0, beta, c, ldc, 0, 1);
   }
   if constexpr (is_16bit<T>)
     host_gemm_16bit(op_a, op_b, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, 1, 0, 0, 0);
@@ -116,7 +117,7 @@ void host_gemm_batched(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::in
                        std::int64_t stride_b, compute_t<T> beta, C* c, std::int64_t ldc, std::int64_t stride_c,
                        std::int64_t count) {
   if constexpr (std::is_same_v<T, bf16>) {
-    if (m > 0 && n > 0 && count > 0 && bf16_by_onednn())
+    if (m > 0 && n > 0 && count > 0 && bf16_by_onednn() && onednn_takes(k, stride_a, stride_b, stride_c, count, beta))
       return onednn_gemm(op_a, op_b, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c, ldc, stride_c, count);
   }
   if constexpr (is_16bit<T>) {

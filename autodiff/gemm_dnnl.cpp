@@ -1,10 +1,14 @@
 #include "autodiff/gemm_dnnl.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 
+#include <Kokkos_Core.hpp>
+
 #include "autodiff/gemm.hpp"
+#include "autodiff/memory_tracker.hpp"
 
 #ifdef REMAT_HAVE_DNNL
 #include <cmath>
@@ -42,6 +46,10 @@ using dnnl::memory;
 using Key = std::tuple<int, int, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t,
                        std::int64_t, std::int64_t, std::int64_t, std::int64_t, float, float, bool>;
 
+constexpr std::size_t kMostPrimitives = 512;
+constexpr const char* kScratchpadLabel = "gemm_onednn_scratchpad";
+constexpr const char* kWorkspacePool = "gemm workspace";  // as gemm.cpp's widened copies
+
 struct Primitive {
   dnnl::matmul::primitive_desc pd;
   dnnl::matmul matmul;
@@ -74,6 +82,9 @@ Primitive make_matmul(const Key& key, Op op_a, Op op_b, memory::data_type c_type
   (void)ia, (void)ib, (void)wide;
   const auto half = memory::data_type::bf16;
   dnnl::primitive_attr attr;
+  // Each call brings its scratchpad: a primitive's own would be shared by
+  // threads running it at once (oneDNN forbids that), and held for ever.
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
   if (alpha != 1.0f) attr.set_output_scales(0, {alpha});
   if (beta != 0.0f) {
     dnnl::post_ops ops;
@@ -143,7 +154,10 @@ bool bf16_by_onednn() {
   }
   static const bool trusted = [] {
     if (!native_bf16_cpu()) return false;
-    if (onednn_agrees()) return true;
+    try {
+      if (onednn_agrees()) return true;
+    } catch (const dnnl::error&) {  // as a disagreement: widen
+    }
     std::fprintf(stderr, "remat: oneDNN's bfloat16 products disagree with exact ones on this CPU (%s); "
                          "widening to sgemm instead\n", onednn_isa());
     return false;
@@ -167,6 +181,13 @@ const char* onednn_isa() {
 
 namespace detail {
 
+bool onednn_takes(std::int64_t k, std::int64_t stride_a, std::int64_t stride_b, std::int64_t stride_c,
+                  std::int64_t count, float beta) {
+  const bool batch = count > 1;
+  return k > 0 && !(batch && stride_c == 0) && !(batch && stride_a == 0 && stride_b == 0) &&
+         (beta == 0.0f || beta == 1.0f);
+}
+
 template <class C>
 void onednn_gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t k, float alpha, const bf16* a,
                  std::int64_t lda, std::int64_t stride_a, const bf16* b, std::int64_t ldb, std::int64_t stride_b,
@@ -179,22 +200,33 @@ void onednn_gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t 
     const std::lock_guard<std::mutex> lock(e.mutex);
     auto it = e.primitives.find(key);
     if (it == e.primitives.end()) {
+      if (e.primitives.size() >= kMostPrimitives) e.primitives.clear();  // shapes that vary (MoE's rows)
       const auto c_type = wide ? memory::data_type::f32 : memory::data_type::bf16;
       it = e.primitives.emplace(key, make_matmul(key, op_a, op_b, c_type)).first;
     }
     p = it->second;
   }
-  // The operands' own storage, no copies (a const input is only read).
+  // The operands' own storage, no copies (a const input is only read); the
+  // scratchpad for this call, in the tracker's GEMM workspace pool.
+  MemoryTracker::instance().pool_for_label(kScratchpadLabel, kWorkspacePool);
+  const memory::desc sd = p.pd.scratchpad_desc();
+  Kokkos::View<std::uint8_t*, Kokkos::HostSpace> pad(
+      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(kScratchpadLabel)),
+      std::max<std::size_t>(1, sd.get_size()));
   memory ma(p.pd.src_desc(), e.engine, const_cast<bf16*>(a)), mb(p.pd.weights_desc(), e.engine, const_cast<bf16*>(b)),
-      mc(p.pd.dst_desc(), e.engine, c);
+      mc(p.pd.dst_desc(), e.engine, c), ms(sd, e.engine, pad.data());
   dnnl::stream s(e.engine);
-  p.matmul.execute(s, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}});
+  p.matmul.execute(s, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}});
   s.wait();
 }
 
 }  // namespace detail
 
 #else  // no oneDNN in this build: bfloat16 always widens
+
+namespace detail {
+bool onednn_takes(std::int64_t, std::int64_t, std::int64_t, std::int64_t, std::int64_t, float) { return false; }
+}  // namespace detail
 
 bool native_bf16_cpu() { return false; }
 bool bf16_by_onednn() {

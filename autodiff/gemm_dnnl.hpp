@@ -44,6 +44,13 @@ class Bf16PathScope {
 
 namespace detail {
 
+// Whether a product of this layout goes to oneDNN (where bf16_by_onednn()):
+// not an empty sum (k 0), not one C for the whole batch, not both inputs
+// shared by the batch (no batch for oneDNN to broadcast them to), and beta 0
+// or 1 (the sum post-op's documented scales); the widening path takes the rest.
+bool onednn_takes(std::int64_t k, std::int64_t stride_a, std::int64_t stride_b, std::int64_t stride_c,
+                  std::int64_t count, float beta);
+
 // C[i] = alpha op(A[i]) op(B[i]) + beta C[i] for i < count, row-major, each
 // operand `stride` elements after the last (0: the same one for every i);
 // C of bf16 or float. Only where bf16_by_onednn().
