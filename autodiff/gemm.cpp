@@ -26,7 +26,6 @@ std::int64_t span(std::int64_t count, std::int64_t stride, std::int64_t rows, st
 // Where the float copies of 16-bit operands live for one call: the
 // tracker's pool of their own (not activations: nothing outlives the call).
 constexpr const char* kWorkspaceLabel = "gemm_16bit_workspace";
-constexpr const char* kWorkspacePool = "gemm workspace";
 
 // The float copy of n elements of p (exact), or p's values into it.
 template <class S, class D>

@@ -48,7 +48,6 @@ using Key = std::tuple<int, int, std::int64_t, std::int64_t, std::int64_t, std::
 
 constexpr std::size_t kMostPrimitives = 512;
 constexpr const char* kScratchpadLabel = "gemm_onednn_scratchpad";
-constexpr const char* kWorkspacePool = "gemm workspace";  // as gemm.cpp's widened copies
 
 struct Primitive {
   dnnl::matmul::primitive_desc pd;
@@ -77,10 +76,9 @@ memory::desc batch_desc(Op op, std::int64_t count, std::int64_t stride, std::int
   return memory::desc({n, rows, cols}, type, strides);
 }
 
-Primitive make_matmul(const Key& key, Op op_a, Op op_b, memory::data_type c_type) {
+Primitive make_matmul(const Key& key) {
   const auto [ia, ib, m, n, k, count, lda, sa, ldb, sb, ldc, sc, alpha, beta, wide] = key;
-  (void)ia, (void)ib, (void)wide;
-  const auto half = memory::data_type::bf16;
+  const auto half = memory::data_type::bf16, c_type = wide ? memory::data_type::f32 : half;
   dnnl::primitive_attr attr;
   // Each call brings its scratchpad: a primitive's own would be shared by
   // threads running it at once (oneDNN forbids that), and held for ever.
@@ -91,8 +89,8 @@ Primitive make_matmul(const Key& key, Op op_a, Op op_b, memory::data_type c_type
     ops.append_sum(beta);
     attr.set_post_ops(ops);
   }
-  const dnnl::matmul::desc desc(batch_desc(op_a, count, sa, m, k, lda, half),
-                                batch_desc(op_b, count, sb, k, n, ldb, half),
+  const dnnl::matmul::desc desc(batch_desc(Op(ia), count, sa, m, k, lda, half),
+                                batch_desc(Op(ib), count, sb, k, n, ldb, half),
                                 memory::desc({count, m, n}, c_type, memory::dims{sc == 0 ? m * ldc : sc, ldc, 1}));
   dnnl::matmul::primitive_desc pd(desc, attr, engine().engine);
   return {pd, dnnl::matmul(pd)};
@@ -201,14 +199,13 @@ void onednn_gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t 
     auto it = e.primitives.find(key);
     if (it == e.primitives.end()) {
       if (e.primitives.size() >= kMostPrimitives) e.primitives.clear();  // shapes that vary (MoE's rows)
-      const auto c_type = wide ? memory::data_type::f32 : memory::data_type::bf16;
-      it = e.primitives.emplace(key, make_matmul(key, op_a, op_b, c_type)).first;
+      it = e.primitives.emplace(key, make_matmul(key)).first;
     }
     p = it->second;
   }
   // The operands' own storage, no copies (a const input is only read); the
   // scratchpad for this call, in the tracker's GEMM workspace pool.
-  MemoryTracker::instance().pool_for_label(kScratchpadLabel, kWorkspacePool);
+  MemoryTracker::instance().pool_for_label(kScratchpadLabel, detail::kWorkspacePool);
   const memory::desc sd = p.pd.scratchpad_desc();
   Kokkos::View<std::uint8_t*, Kokkos::HostSpace> pad(
       Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(kScratchpadLabel)),

@@ -44,6 +44,10 @@ class Bf16PathScope {
 
 namespace detail {
 
+// The tracker's pool for a 16-bit product's workspaces (widened copies,
+// oneDNN's scratchpad): nothing in it outlives the call.
+inline constexpr const char* kWorkspacePool = "gemm workspace";
+
 // Whether a product of this layout goes to oneDNN (where bf16_by_onednn()):
 // not an empty sum (k 0), not one C for the whole batch, not both inputs
 // shared by the batch (no batch for oneDNN to broadcast them to), and beta 0

@@ -99,18 +99,15 @@ PolicyStrategy::~PolicyStrategy() = default;
 void PolicyStrategy::reset() {
   region_.reset();
   router_->reset();
-  forward_over_ = false;
 }
 
 Tensors PolicyStrategy::run(const BlockInfo& info, const Tensors& inputs, const BlockBody& body) {
   Tensors out = run_block(info, inputs, body);
-  // After the last block's forward the offload copies still in flight are
+  // After the last block's forward (run() is the forward's alone: a
+  // recomputation replays the bodies) the offload copies still in flight are
   // waited for (the last block ran meanwhile) and their device tensors let
   // go: the head and every backward run without them.
-  if (info.index == info.count - 1 && !forward_over_) {
-    forward_over_ = true;
-    router_->forward_over();
-  }
+  if (info.index == info.count - 1) router_->forward_over();
   return out;
 }
 

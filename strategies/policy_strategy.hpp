@@ -35,7 +35,6 @@ class PolicyStrategy : public Strategy {
   Policy policy_;
   std::unique_ptr<Router> router_;
   std::shared_ptr<RecomputeRegion> region_;
-  bool forward_over_ = false;  // the step's last block has run forward
 };
 
 // The peak a policy keeps for a model that saves `p`: the decisions applied
