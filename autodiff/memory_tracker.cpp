@@ -69,10 +69,14 @@ void MemoryTracker::pool_for_label(const std::string& label, const std::string& 
   label_pools_[label] = pool;
 }
 
-void MemoryTracker::on_allocate(const std::string& pool, const void*, std::uint64_t bytes, const std::string& label) {
+void MemoryTracker::on_allocate(const std::string& pool, const void* ptr, std::uint64_t bytes,
+                                const std::string& label) {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto named = label.empty() ? label_pools_.end() : label_pools_.find(label);
   record(named == label_pools_.end() ? pool : named->second, std::int64_t(bytes), true);
+  if (ledger_on_)
+    ledger_[ptr] = {++ledger_serial_, {named == label_pools_.end() ? pool : named->second, label,
+                                       phases_[std::size_t(phase_)], std::int64_t(bytes)}};
   if (counting_) {
     LabelStats& l = census_[label];
     ++l.allocations;
@@ -80,8 +84,10 @@ void MemoryTracker::on_allocate(const std::string& pool, const void*, std::uint6
   }
 }
 
-void MemoryTracker::on_deallocate(const std::string& pool, const void*, std::uint64_t bytes, const std::string& label) {
+void MemoryTracker::on_deallocate(const std::string& pool, const void* ptr, std::uint64_t bytes,
+                                  const std::string& label) {
   std::lock_guard<std::mutex> lock(mutex_);
+  if (ledger_on_) ledger_.erase(ptr);
   const auto named = label.empty() ? label_pools_.end() : label_pools_.find(label);
   record(named == label_pools_.end() ? pool : named->second, -std::int64_t(bytes));
 }
@@ -109,6 +115,27 @@ void MemoryTracker::check_allocation(std::int64_t bytes) const {
   if (live + bytes > limit_)
     throw OutOfMemory("out of memory: " + std::to_string(bytes) + " more bytes with " + std::to_string(live) +
                       " live would pass the limit of " + std::to_string(limit_));
+}
+
+void MemoryTracker::start_ledger() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ledger_.clear();
+  ledger_on_ = true;
+}
+
+void MemoryTracker::stop_ledger() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ledger_on_ = false;
+}
+
+std::vector<MemoryTracker::LiveAllocation> MemoryTracker::ledger() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::pair<std::uint64_t, LiveAllocation>> entries;
+  for (const auto& [ptr, entry] : ledger_) entries.push_back(entry);
+  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+  std::vector<LiveAllocation> out;
+  for (auto& e : entries) out.push_back(std::move(e.second));
+  return out;
 }
 
 void MemoryTracker::start_census() {

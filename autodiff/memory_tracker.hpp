@@ -85,6 +85,16 @@ class MemoryTracker {
   void stop_census();
   std::map<std::string, LabelStats> census() const;
 
+  // Every allocation still live, with the label and phase it was made in,
+  // while a ledger runs: what a step leaves behind (REMAT_LEFT_BEHIND, step/step.cpp).
+  struct LiveAllocation {
+    std::string pool, label, phase;
+    std::int64_t bytes = 0;
+  };
+  void start_ledger();  // clears and starts recording
+  void stop_ledger();
+  std::vector<LiveAllocation> ledger() const;  // in allocation order
+
   void start_timeline();  // clears and starts recording
   void stop_timeline();
   std::vector<Event> timeline() const;
@@ -106,6 +116,9 @@ class MemoryTracker {
   double t0_ = 0;
   std::vector<Event> timeline_;
   bool counting_ = false;
+  bool ledger_on_ = false;
+  std::uint64_t ledger_serial_ = 0;
+  std::unordered_map<const void*, std::pair<std::uint64_t, LiveAllocation>> ledger_;
   std::map<std::string, LabelStats> census_;
 };
 

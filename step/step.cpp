@@ -4,6 +4,8 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
 
 #include "core/error.hpp"
 
@@ -55,6 +57,31 @@ void run_forward_backward(const Model& model, const ParamStore& params, const Ba
     for (const auto& p : params.tensors())
       if (const Tensor g = p.grad(); g.defined()) scale_inplace(g, 1.0 / r.loss_scale);
   }
+}
+
+// REMAT_LEFT_BEHIND=1: after each step, what it allocated that is still
+// live, by label and the phase that made it, on stderr (a debugging aid for
+// a step whose memory outlives it).
+bool report_left_behind() {
+  static const bool on = [] {
+    const char* v = std::getenv("REMAT_LEFT_BEHIND");
+    return v && std::string(v) == "1";
+  }();
+  return on;
+}
+
+void print_left_behind(const std::string& pool) {
+  std::map<std::pair<std::string, std::string>, std::pair<int, std::int64_t>> groups;
+  for (const auto& a : MemoryTracker::instance().ledger())
+    if (a.pool == pool) {
+      auto& g = groups[{a.phase, a.label}];
+      ++g.first;
+      g.second += a.bytes;
+    }
+  std::fprintf(stderr, "left behind by the step:%s\n", groups.empty() ? " nothing" : "");
+  for (const auto& [key, g] : groups)
+    std::fprintf(stderr, "  %-36s %-28s x%-4d %lld bytes\n", key.first.c_str(), key.second.c_str(), g.first,
+                 static_cast<long long>(g.second));
 }
 
 }  // namespace
@@ -116,6 +143,7 @@ StepResult run_step(const Model& model, const ParamStore& params, const Batch& b
   const auto base = tracker.stats(pool).live;
   const auto base_offload = offload_pool_bytes().live;
   StepResult r;
+  if (report_left_behind()) tracker.start_ledger();
   {
     const StepScope scope(o.seed, o.step);  // this step's peaks, counts, copy times and dropout stream
     if (o.timeline) tracker.start_timeline();
@@ -139,6 +167,11 @@ StepResult run_step(const Model& model, const ParamStore& params, const Batch& b
     r.forward_ops = stats::counts().forward;
     r.recomputed_ops = stats::counts().recomputed;
     for (const auto& [name, figures] : tracker.all_stats()) r.pool_peaks[name] = figures.peak;
+  }
+  if (report_left_behind()) {
+    ExecSpace().fence();
+    print_left_behind(pool);
+    tracker.stop_ledger();
   }
   // A budget is a promise: a plan that broke it is a bug, never a quiet number.
   if (o.strategy && o.strategy->activation_budget() > 0 && r.activation_peak > o.strategy->activation_budget())
