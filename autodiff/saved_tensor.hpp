@@ -41,7 +41,13 @@ class KeepHooks final : public SavedTensorHooks {
   std::shared_ptr<Packed> pack(const Tensor& t) override;
 };
 
-// Saves `t` through the innermost active hooks.
+// Saves `t` through the innermost active hooks. It may throw: a
+// recomputation stops at its last save by throwing (strategies/
+// recompute_region.cpp). So an op saves into named locals, never inside a
+// temporary (a backward closure's init-capture, a braced list): nvcc
+// (11.8 to 13.0) leaks what a temporary had already built when an exception
+// leaves its construction, which on a GPU kept each bert block's recomputed
+// LayerNorm input past its backward. tests/test_layering.cpp holds ops to it.
 SavedTensor save(const Tensor& t);
 
 // An op that does not save `t` although it reads it in forward, and why

@@ -1,12 +1,14 @@
 // The modules' arrows point one way (docs/design.md): every #include of a
 // project header in a module's folder, at any depth, names a module that
 // module may use. And the backend has one seam (autodiff/backend.hpp): no
-// module but autodiff/ copies between memories or asks where memory is.
-// Both checkers are shown able to fail: a scratch copy of the tree with one
+// module but autodiff/ copies between memories or asks where memory is. No
+// op saves inside a temporary (autodiff/saved_tensor.hpp).
+// Every checker is shown able to fail: a scratch copy of the tree with one
 // bad line planted deep in a folder must be caught.
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -97,6 +99,27 @@ std::vector<std::string> backend_violations(const fs::path& root) {
   return out;
 }
 
+// "file:line" for every save() made in a lambda's init-capture (a temporary:
+// autodiff/saved_tensor.hpp says why an op must save into named locals).
+std::vector<std::string> save_in_capture_violations(const fs::path& root) {
+  static const std::regex save_in_capture(R"(\[[^\]]*=\s*save\()");
+  std::vector<std::string> out;
+  for (const auto& [module, may] : allowed()) {
+    const fs::path dir = root / module;
+    if (!fs::exists(dir)) continue;
+    for (const auto& entry : fs::recursive_directory_iterator(dir)) {
+      const std::string ext = entry.path().extension().string();
+      if (!entry.is_regular_file() || (ext != ".cpp" && ext != ".hpp")) continue;
+      std::ifstream in(entry.path());
+      std::string line;
+      for (int n = 1; std::getline(in, line); ++n)
+        if (std::regex_search(line, save_in_capture))
+          out.push_back(fs::relative(entry.path(), root).string() + ":" + std::to_string(n));
+    }
+  }
+  return out;
+}
+
 // The module folders copied into a scratch tree.
 void copy_modules(const fs::path& to) {
   for (const auto& [module, may] : allowed()) {
@@ -152,4 +175,19 @@ TEST_CASE("the backend-seam check fails on a copy planted deep in a module", "[d
   REQUIRE(violations.size() == 1);
   CHECK(violations[0].find("strategies/planner/solver.cpp") != std::string::npos);
   CHECK(violations[0].find("deep_copy") != std::string::npos);
+}
+
+TEST_CASE("no op saves a tensor inside a temporary (nvcc leaks a half-built one when a recomputation stops)",
+          "[design][backend]") {
+  const auto violations = save_in_capture_violations(REMAT_SOURCE_DIR);
+  for (const auto& v : violations) INFO(v);
+  CHECK(violations.empty());
+  remat::test::TempDir scratch("remat-save-capture");
+  copy_modules(scratch.path);
+  const fs::path victim = scratch.path / "autodiff" / "ops" / "softmax.cpp";
+  REQUIRE(fs::exists(victim));
+  { std::ofstream(victim, std::ios::app) << "\n  rec.finish({&out}, [sy = save(out), M](BackwardContext&) {});\n"; }
+  const auto planted = save_in_capture_violations(scratch.path);
+  REQUIRE(planted.size() == 1);
+  CHECK(planted[0].find("autodiff/ops/softmax.cpp") != std::string::npos);
 }

@@ -124,7 +124,9 @@ TEST_CASE("offload-checkpoint keeps block inputs in the offload pool", "[strateg
 
 TEST_CASE("offloading with copies (a GPU build's path) and without (the host's) give the same gradients and bytes",
           "[strategies][offload]") {
-  test::TinyModel s = gpt2("tiny", 4, 0.1);
+  const std::string name = GENERATE(as<std::string>{}, "gpt2", "bert", "llama", "encdec");
+  INFO(name);
+  test::TinyModel s = test::tiny_model(name, 4, 1, 0.1, "tiny");
   const std::vector<std::string> specs = {"offload", "offload-checkpoint", "sqrt+offload", "selective+offload"};
   auto run = [&](bool copies) {
     backend::OffloadCopiesScope scope(copies);

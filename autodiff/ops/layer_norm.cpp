@@ -55,7 +55,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   if (!rec) return out;
   const SavedTensor sx = save(x);
   out.set_recipe([sx, weight, bias, eps] { return layer_norm_forward(sx.unpack(), weight, bias, eps).out; });
-  rec.finish({&out}, [sx, sm = save(mean), sr = save(rstd), weight, M, D](BackwardContext& ctx) {
+  const SavedTensor sm = save(mean), sr = save(rstd);  // named: see saved_tensor.hpp on saves in temporaries
+  rec.finish({&out}, [sx, sm, sr, weight, M, D](BackwardContext& ctx) {
       Tensor dy = ctx.grad_out(), xv = sx.unpack(), mv = sm.unpack(), rv = sr.unpack();
       REMAT_DISPATCH_COMPUTE(dy.dtype(), T, {
         const T *gy = dy.data<T>(), *px = xv.data<T>();

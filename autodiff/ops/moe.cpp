@@ -420,19 +420,20 @@ Tensor load_balancing_loss(const Tensor& prob_sums, const Tensor& load, std::int
     });
   });
   OpRecorder rec("load_balancing_loss", {&prob_sums, nullptr});
-  if (rec)
-    rec.finish({&out}, [sl = save(load), E, L, scale](BackwardContext& ctx) {
-      Tensor dy = ctx.grad_out(), lv = sl.unpack();
-      GradTarget dp = ctx.grad_in(0);
-      REMAT_DISPATCH_FLOAT(dy.dtype(), V, {
-        const V *g = dy.data<V>(), *c = lv.data<V>();
-        write_gradient("load_balancing_loss_backward", E, dp.t.data<V>(), dp.fresh, KOKKOS_LAMBDA(std::int64_t e) {
-          double count = 0;
-          for (std::int64_t l = 0; l < L; ++l) count += double(c[l * E + e]);
-          return V(double(g[0]) * count * scale);
-        });
+  if (!rec) return out;
+  const SavedTensor sl = save(load);
+  rec.finish({&out}, [sl, E, L, scale](BackwardContext& ctx) {
+    Tensor dy = ctx.grad_out(), lv = sl.unpack();
+    GradTarget dp = ctx.grad_in(0);
+    REMAT_DISPATCH_FLOAT(dy.dtype(), V, {
+      const V *g = dy.data<V>(), *c = lv.data<V>();
+      write_gradient("load_balancing_loss_backward", E, dp.t.data<V>(), dp.fresh, KOKKOS_LAMBDA(std::int64_t e) {
+        double count = 0;
+        for (std::int64_t l = 0; l < L; ++l) count += double(c[l * E + e]);
+        return V(double(g[0]) * count * scale);
       });
     });
+  });
   return out;
 }
 

@@ -48,7 +48,8 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   if (!rec) return out;
   const SavedTensor sx = save(x);
   out.set_recipe([sx, weight, eps] { return rms_norm_forward(sx.unpack(), weight, eps).out; });
-  rec.finish({&out}, [sx, sr = save(rstd), weight, M, D](BackwardContext& ctx) {
+  const SavedTensor sr = save(rstd);  // named: see saved_tensor.hpp on saves in temporaries
+  rec.finish({&out}, [sx, sr, weight, M, D](BackwardContext& ctx) {
     Tensor dy = ctx.grad_out(), xv = sx.unpack(), rv = sr.unpack();
     REMAT_DISPATCH_COMPUTE(dy.dtype(), T, {
       const T *gy = dy.data<T>(), *px = xv.data<T>(), *w = weight.data<T>();

@@ -31,22 +31,23 @@ Tensor softmax(const Tensor& x) {
     });
   });
   OpRecorder rec("softmax", {&x});
-  if (rec)
-    rec.finish({&out}, [sy = save(out), M, N](BackwardContext& ctx) {
-      Tensor dy = ctx.grad_out(), yv = sy.unpack();
-      GradTarget dx = ctx.grad_in(0);
-      REMAT_DISPATCH_COMPUTE(dy.dtype(), T, {
-        const T *g = dy.data<T>(), *y = yv.data<T>();
-        T* gx = dx.t.data<T>();
-        const bool fresh = dx.fresh;
-        for_each_row("softmax_backward", M, N, KOKKOS_LAMBDA(std::int64_t r, const Row& row) {
-          const T *gr = g + r * N, *yr = y + r * N;
-          T* out_r = gx + r * N;
-          const A dot = row.sum<A>([&](std::int64_t j) { return A(gr[j]) * A(yr[j]); });
-          row.each([&](std::int64_t j) { accumulate(out_r[j], A(yr[j]) * (A(gr[j]) - dot), fresh); });
-        });
+  if (!rec) return out;
+  const SavedTensor sy = save(out);
+  rec.finish({&out}, [sy, M, N](BackwardContext& ctx) {
+    Tensor dy = ctx.grad_out(), yv = sy.unpack();
+    GradTarget dx = ctx.grad_in(0);
+    REMAT_DISPATCH_COMPUTE(dy.dtype(), T, {
+      const T *g = dy.data<T>(), *y = yv.data<T>();
+      T* gx = dx.t.data<T>();
+      const bool fresh = dx.fresh;
+      for_each_row("softmax_backward", M, N, KOKKOS_LAMBDA(std::int64_t r, const Row& row) {
+        const T *gr = g + r * N, *yr = y + r * N;
+        T* out_r = gx + r * N;
+        const A dot = row.sum<A>([&](std::int64_t j) { return A(gr[j]) * A(yr[j]); });
+        row.each([&](std::int64_t j) { accumulate(out_r[j], A(yr[j]) * (A(gr[j]) - dot), fresh); });
       });
     });
+  });
   return out;
 }
 
