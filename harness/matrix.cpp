@@ -12,6 +12,7 @@
 #include "harness/io/output_guard.hpp"
 #include "harness/io/run_collector.hpp"
 #include "harness/long_run.hpp"
+#include "harness/matrix_timing.hpp"
 #include "strategies/registry.hpp"
 #include "zoo/configs.hpp"
 
@@ -152,6 +153,16 @@ std::vector<const RunKey*> cells_to_run(const MatrixOptions& o, const std::vecto
   return todo;
 }
 
+TimingOptions timing_options(const MatrixOptions& o) {
+  TimingOptions t;
+  t.warmup = o.warmup;
+  t.min_rounds = o.steps;
+  t.max_rounds = max_timed_steps(o);
+  t.spread = o.spread;
+  t.mem_limit = o.mem_limit;
+  return t;
+}
+
 // One model and shape: weights, batch and the check of its strategies
 // against full, which its cells share.
 struct ShapeRun {
@@ -203,24 +214,22 @@ ShapeRun check_shape(const MatrixOptions& o, const std::vector<const RunKey*>& g
   return s;
 }
 
-// A cell's timed steps (warm-up first), into its record; past --mem-limit it is out of memory.
-void time_cell(const MatrixOptions& o, const ShapeRun& s, RunRecord& r,
-               const std::function<void(const RunKey&, const std::string&)>& say) {
-  auto strategy = make_strategy(r.key.strategy);
-  if (strategy->needs_costs() && !r.check.oom) strategy->plan(*s.costs);
-  const StepOptions step = step_options(s.run, strategy.get());
-  for (int w = 0; w < o.warmup + o.steps && !r.check.oom; ++w) {
-    say(r.key, w < o.warmup ? "warm-up" : "step " + std::to_string(w - o.warmup + 1) + "/" + std::to_string(o.steps));
-    StepResult result;
-    if (!within_limit(o.mem_limit, [&] { result = run_step(*s.model, *s.params, s.batch, step); })) {
-      r.check.oom = true;
-      break;
-    }
-    if (w >= o.warmup) {
-      r.step_times.push_back(result.seconds);
-      r.losses.push_back(result.loss);
-    }
+// A shape's cells checked against full, then timed side by side.
+std::vector<RunRecord> measure_shape(const MatrixOptions& o, const std::vector<const RunKey*>& group,
+                                     const std::function<void(const RunKey&, const std::string&)>& say) {
+  const ShapeRun shape = check_shape(o, group, say);
+  std::vector<RunRecord> records;
+  for (std::size_t k = 0; k < group.size(); ++k) {
+    RunRecord r{*group[k], {}, {}, {}, false, shape.report.rows[k], shape.params->names(), {}};
+    for (std::size_t p = 0; p < shape.params->names().size(); ++p)
+      if (!shape.params->trainable(p)) r.frozen.push_back(shape.params->names()[p]);
+    records.push_back(std::move(r));
   }
+  std::vector<RunRecord*> timed;
+  for (auto& r : records) timed.push_back(&r);
+  const TimingShape on{*shape.model, *shape.params, shape.batch, shape.run, shape.costs ? &*shape.costs : nullptr};
+  time_interleaved(timing_options(o), on, timed, [&](const RunRecord& r, const std::string& what) { say(r.key, what); });
+  return records;
 }
 
 }  // namespace
@@ -238,12 +247,7 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const std::vector<RunK
   for (std::size_t i = 0; i < todo.size();) {
     std::vector<const RunKey*> group;
     for (const RunKey& first = *todo[i]; i < todo.size() && same_shape(*todo[i], first);) group.push_back(todo[i++]);
-    const ShapeRun shape = check_shape(o, group, say);
-    for (std::size_t k = 0; k < group.size(); ++k) {
-      RunRecord r{*group[k], {}, {}, shape.report.rows[k], shape.params->names(), {}};
-      for (std::size_t p = 0; p < shape.params->names().size(); ++p)
-        if (!shape.params->trainable(p)) r.frozen.push_back(shape.params->names()[p]);
-      time_cell(o, shape, r, say);
+    for (RunRecord& r : measure_shape(o, group, say)) {
       bool appended = false;
       try {
         appended = collector.put(r);
@@ -266,5 +270,7 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const std::vector<RunK
     progress.update(done, todo.size(), records.back().key, std::to_string(received) + " runs received from other ranks");
   return records;
 }
+
+int max_timed_steps(const MatrixOptions& o) { return std::max(o.steps, o.max_steps > 0 ? o.max_steps : 2 * o.steps); }
 
 }  // namespace remat

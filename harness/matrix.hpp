@@ -22,7 +22,11 @@ struct MatrixOptions {
   // model folder), whose model and sizes they are; --seq and --batch still sweep.
   std::string weights;
   std::vector<int> layers, seq, batch;  // empty: the preset's
-  int steps = 3, warmup = 1;
+  // Timed rounds: a round runs one step of each strategy of a shape
+  // (harness/matrix_timing.hpp); at least `steps`, then more until every
+  // ratio to full is within `spread`, at most `max_steps` (0: 2 x steps).
+  int steps = 3, warmup = 1, max_steps = 0;
+  double spread = 0.02;
   std::uint64_t seed = 1;
   std::string data = "random";  // batch source
   ops::AttentionKernel attention = ops::AttentionKernel::fused;
@@ -38,6 +42,9 @@ struct MatrixOptions {
   // of a job array, or an MPI rank of n.
   int shard = 0, shards = 1;
 };
+
+// The most timed steps a run gets: --max-steps, by default twice --steps.
+int max_timed_steps(const MatrixOptions& o);
 
 // "i/n" -> (i, n); UserError unless 0 <= i < n.
 std::pair<int, int> parse_shard(const std::string& text);

@@ -125,6 +125,18 @@ double median(std::vector<double> seconds) {
   return n % 2 ? seconds[n / 2] : 0.5 * (seconds[n / 2 - 1] + seconds[n / 2]);
 }
 
+Spread spread_of(std::vector<double> values) {
+  if (values.empty()) return {};
+  std::sort(values.begin(), values.end());
+  const auto quantile = [&](double q) {
+    const double at = q * double(values.size() - 1);
+    const std::size_t below = std::size_t(at);
+    const double above = below + 1 < values.size() ? values[below + 1] : values[below];
+    return values[below] + (at - double(below)) * (above - values[below]);
+  };
+  return {median(values), 0.5 * (quantile(0.75) - quantile(0.25))};
+}
+
 StepOptions step_options(const RunSettings& run, Strategy* strategy, std::uint64_t step) {
   StepOptions o;
   o.strategy = strategy;

@@ -85,6 +85,16 @@ StepResult run_step(const Model& model, const ParamStore& params, const Batch& b
 // 0 for none): every command reports steps by it.
 double median(std::vector<double> seconds);
 
+// A sample's median and spread: half its interquartile range (quartiles
+// interpolated between the sorted values; 0 for fewer than two). Robust to
+// the odd slow step that a mean and a standard deviation are not.
+struct Spread {
+  double median = 0;
+  double half_iqr = 0;
+  double relative() const { return median > 0 ? half_iqr / median : 0; }
+};
+Spread spread_of(std::vector<double> values);
+
 // Throws UserError if the loss or a parameter's gradient is not finite,
 // naming the loss and the first parameter (in the model's order) whose
 // gradient holds a NaN or an infinity: a non-finite result is never a

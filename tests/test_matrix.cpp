@@ -11,6 +11,9 @@
 #include "core/error.hpp"
 #include "harness/check.hpp"
 #include "harness/matrix.hpp"
+#include "harness/matrix_timing.hpp"
+#include "fixtures.hpp"
+#include "strategies/registry.hpp"
 #include "harness/report/report.hpp"
 
 using namespace remat;
@@ -29,6 +32,7 @@ MatrixOptions small_matrix(const std::string& out) {
   o.strategies = "full,per-layer";
   o.layers = {2, 3};
   o.steps = 2;
+  o.max_steps = 2;
   o.out = out;
   return o;
 }
@@ -51,7 +55,8 @@ TEST_CASE("a 2 x 2 matrix is recorded with every documented field", "[matrix]") 
                         "step_time_median", "step_time_min", "step_time_max", "tokens_per_second", "loss",
                         "activation_peak_bytes", "predicted_activation_bytes", "offload_peak_bytes",
                         "predicted_offload_bytes", "gemm_flops", "recompute_flops_share", "grad_max_abs_error",
-                        "grad_max_rel_error", "bitwise_equal_to_full"}) {
+                        "grad_max_rel_error", "bitwise_equal_to_full", "time_vs_full", "time_vs_full_spread",
+                        "timing_capped"}) {
     INFO(a);
     CHECK(H5Aexists(group.id(), a) > 0);
   }
@@ -287,4 +292,64 @@ TEST_CASE("shards get consecutive cells of about equal work, each cell once", "[
   o.layers = {2};
   const auto same = matrix_cells(o);
   CHECK(deal_cells(same, 4) == std::vector<int>{0, 1, 2, 3});
+}
+
+TEST_CASE("a step time's spread is half the interquartile range of the sample", "[matrix][timing]") {
+  CHECK(spread_of({}).median == 0);
+  CHECK(spread_of({5}).half_iqr == 0);
+  const Spread s = spread_of({5, 1, 4, 2, 3});  // quartiles 2 and 4
+  CHECK(s.median == 3);
+  CHECK(s.half_iqr == 1);
+  CHECK(s.relative() == Approx(1.0 / 3));
+  CHECK(spread_of({1, 3}).half_iqr == 0.5);  // quartiles 1.5 and 2.5
+}
+
+TEST_CASE("a shape's strategies are timed in rounds, the order rotated, until their ratios settle or the cap",
+          "[matrix][timing]") {
+  test::TinyModel s = test::tiny_model("gpt2", 2, 1);
+  const std::vector<std::string> specs = {"full", "per-layer", "offload"};
+  std::vector<RunRecord> records(specs.size());
+  std::vector<RunRecord*> timed;
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    records[i].key.strategy = specs[i];
+    timed.push_back(&records[i]);
+  }
+  const TimingShape shape{*s.model, *s.params, s.batch, {}, nullptr};
+  std::vector<std::string> order;  // the strategy of each timed step
+  const auto say = [&](const RunRecord& r, const std::string& what) {
+    if (what.rfind("round", 0) == 0) order.push_back(r.key.strategy);
+  };
+  TimingOptions o;
+  o.min_rounds = 2;
+  o.max_rounds = 4;
+  SECTION("a spread no timing meets: the cap") {
+    o.spread = 0;
+    time_interleaved(o, shape, timed, say);
+    CHECK(order == std::vector<std::string>{"full", "per-layer", "offload", "per-layer", "offload", "full", "offload",
+                                            "full", "per-layer", "full", "per-layer", "offload"});
+    for (const auto& r : records) {
+      CHECK(r.step_times.size() == 4);
+      CHECK(r.losses.size() == 4);
+      CHECK(r.timing_capped);
+      CHECK(r.time_vs_full.median > 0);
+    }
+    CHECK(records[0].time_vs_full.median == 1);  // full over itself, round by round
+    CHECK(records[0].time_vs_full.half_iqr == 0);
+  }
+  SECTION("a spread any timing meets: the minimum") {
+    o.spread = 1;
+    time_interleaved(o, shape, timed, say);
+    CHECK(order.size() == 6);
+    for (const auto& r : records) {
+      CHECK(r.step_times.size() == 2);
+      CHECK_FALSE(r.timing_capped);
+    }
+  }
+  SECTION("without full beside them, each run's own times must settle, and no ratio is recorded") {
+    o.spread = 0;
+    timed.erase(timed.begin());
+    time_interleaved(o, shape, timed, say);
+    CHECK(records[1].step_times.size() == 4);
+    CHECK(records[1].time_vs_full.median == 0);
+  }
 }

@@ -123,6 +123,7 @@ TEST_CASE("a results file's run holds what its schema declares, and every declar
   r.key.finetune_label = "lora 8";
   r.key.weights = "w.h5";
   r.step_times = {0.5, 0.25};
+  r.time_vs_full = {1, 0};  // timed beside full (itself)
   r.losses = {1, 2};
   r.param_names = {"a"};
   r.frozen = {"b"};

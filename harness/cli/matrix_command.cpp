@@ -44,7 +44,8 @@ void print_summary(const std::vector<RunRecord>& records) {
   const MatrixSummary summary = matrix_summary(records);
   std::printf("\n%s", render_text(summary.table).c_str());
   for (const auto& n : summary.notes) std::printf("%s\n", n.c_str());
-  std::printf("vs full: step time relative to full on the same model and shape (time overhead of the strategy).\n"
+  std::printf("vs full: step time over full's on the same model and shape, the median of the rounds' ratios (the\n"
+              "strategies timed side by side) +- half their interquartile range; '~ full' where that holds 1.00.\n"
               "act MiB: the device pool's activation peak; offl. MiB: the host offload pool's; copies hidden: the\n"
               "offload copies' time and the share of it that ran behind compute (- : none; the host moves, not copies).\n");
 }
@@ -92,10 +93,12 @@ void announce(const Options& o, const std::vector<RunKey>& cells, bool sharded) 
     std::printf("shard %d of %d: %zu of the %zu runs (consecutive runs of about equal work per shard)\n", o.matrix.shard,
                 o.matrix.shards, mine, cells.size());
   if (speaks)
-    std::printf("remat matrix: %zu runs (%s x strategies %s), preset %s, %d warm-up + %d timed steps, %s -> %s\n",
+    std::printf("remat matrix: %zu runs (%s x strategies %s), preset %s, %d warm-up + %d to %d timed steps "
+                "(to +-%g%% of each ratio to full), %s -> %s\n",
                 comm::size() > 1 ? cells.size() : mine, o.models.c_str(), o.matrix.strategies.c_str(),
-                o.matrix.preset.c_str(), o.matrix.warmup, o.matrix.steps, Runtime::describe().c_str(),
-                o.matrix.out.c_str());
+                o.matrix.preset.c_str(), o.matrix.warmup, o.matrix.steps,
+                max_timed_steps(o.matrix),
+                100 * o.matrix.spread, Runtime::describe().c_str(), o.matrix.out.c_str());
   if (speaks && o.matrix.strategies.find("all") != std::string::npos) {
     // What 'all' holds differs by model (reversible is for reversible models).
     std::vector<std::string> said;
@@ -151,6 +154,27 @@ void run(Options& o) {
 
 }  // namespace
 
+// --steps, --max-steps, --spread, --warmup: the timed rounds (harness/matrix_timing.hpp).
+void add_timing_options(CLI::App& cmd, MatrixOptions& m) {
+  cmd.add_option("--steps", m.steps,
+                 "Timed steps per run, at least: a shape's strategies are timed in rounds, one step of each a round "
+                 "(the order rotated), so that each ratio to full compares steps taken side by side")
+      ->check(whole_number(1, 1000000))
+      ->capture_default_str();
+  cmd.add_option("--max-steps", m.max_steps,
+                 "Timed steps per run, at most: rounds go on past --steps until every ratio to full is known within "
+                 "--spread (default: twice --steps)")
+      ->check(whole_number(1, 1000000));
+  cmd.add_option("--spread", m.spread,
+                 "How well each ratio to full must be known: half the interquartile range of its per-round ratios, "
+                 "relative to their median")
+      ->check(CLI::Range(0.0, 1.0).description("from 0 to 1"))
+      ->capture_default_str();
+  cmd.add_option("--warmup", m.warmup, "Untimed steps before them")
+      ->check(whole_number(0, 1000000))
+      ->capture_default_str();
+}
+
 void setup_matrix(CLI::App& app) {
   auto o = std::make_shared<Options>();
   auto* cmd = app.add_subcommand("matrix", "Run the model x strategy x shape matrix and record it in HDF5");
@@ -178,10 +202,7 @@ void setup_matrix(CLI::App& app) {
                   "whose model and sizes they are (--seq and --batch still sweep)");
   cmd->add_option("--seq", o->matrix.seq, "Sequence lengths S to sweep")->delimiter(',')->check(whole_number(1, 1 << 20));
   cmd->add_option("--batch", o->matrix.batch, "Batch sizes B to sweep")->delimiter(',')->check(whole_number(1, 1 << 16));
-  cmd->add_option("--steps", o->matrix.steps, "Timed steps per run")->check(whole_number(1, 1000000))->capture_default_str();
-  cmd->add_option("--warmup", o->matrix.warmup, "Untimed steps before them")
-      ->check(whole_number(0, 1000000))
-      ->capture_default_str();
+  add_timing_options(*cmd, o->matrix);
   add_freeze_options(*cmd, o->matrix.finetune.freeze);
   add_lora_options(*cmd, o->matrix.finetune.lora);
   add_router_aux_option(*cmd, o->matrix.router_aux);

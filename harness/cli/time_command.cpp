@@ -89,6 +89,7 @@ void print_json(const TimeOptions& o, const ModelSetup& setup, const Timing& t) 
                             {"backend", Runtime::describe()},
                             {"steps", o.steps},
                             {"median_s", step_median},
+                            {"spread_s", spread_of(t.seconds).half_iqr},
                             {"min_s", fastest},
                             {"loss", t.loss},
                             {"activation_peak_bytes", t.activation_peak},
@@ -108,8 +109,9 @@ void print_text(const TimeOptions& o, const ModelSetup& setup, const Timing& t) 
               setup.preset.c_str(), z.L, z.D, z.S, z.B, t.strategy.c_str(), ops::attention_kernel_name(o.model.run.attention),
               precision_name(o.model.run.precision), Runtime::describe().c_str());
   print_precision_path(o.model.run.precision);
-  std::printf("step time: median %.3f s, fastest %.3f s, over %d steps after %d warm-up\n", step_median, fastest,
-              o.steps, o.warmup);
+  std::printf("step time: median %.3f s +- %.3f (half the interquartile range), fastest %.3f s, over %d steps after %d "
+              "warm-up\n",
+              step_median, spread_of(t.seconds).half_iqr, fastest, o.steps, o.warmup);
   std::printf("activation peak (tracker, exact): %.1f MiB%s\n", mib(t.activation_peak),
               t.offload_peak ? (", offload pool " + fixed(mib(t.offload_peak), 1) + " MiB").c_str() : "");
   std::printf("resident set: peak %.1f MiB above the %.1f MiB held once the model (weights and gradient buffers) and "

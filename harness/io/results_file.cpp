@@ -223,6 +223,11 @@ void write_measures(const h5::File& f, const std::string& g, const RunRecord& r)
   R::step_time_min.write(f, g, r.step_times.empty() ? 0 : *fastest);
   R::step_time_max.write(f, g, r.step_times.empty() ? 0 : *slowest);
   R::tokens_per_second.write(f, g, step_median > 0 ? double(z.B) * z.S / step_median : 0);
+  if (r.time_vs_full.median > 0) {
+    R::time_vs_full.write(f, g, r.time_vs_full.median);
+    R::time_vs_full_spread.write(f, g, r.time_vs_full.half_iqr);
+  }
+  R::timing_capped.write(f, g, r.timing_capped ? 1 : 0);
   R::loss.write(f, g, st.loss);
   for (const auto& [name, value] : st.loss_parts) h5::write_attr(f, R::loss_part.at(name), value, g);
   R::activation_peak.write(f, g, st.activation_peak);

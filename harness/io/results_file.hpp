@@ -38,6 +38,11 @@ struct RunKey {
 struct RunRecord {
   RunKey key;
   std::vector<double> step_times, losses;
+  // Its step time over full's in the same round (a matrix times a shape's
+  // strategies interleaved, harness/matrix_timing.hpp): the per-round
+  // ratios' median and spread; median 0 where full was not timed beside it.
+  Spread time_vs_full;
+  bool timing_capped = false;  // the rounds stopped at --max-steps, before --spread was reached
   CheckRow check;                       // memory, equivalence, timeline of the measured step
   std::vector<std::string> param_names;
   std::vector<std::string> frozen;  // the parameters that had no gradient (fine-tuning)

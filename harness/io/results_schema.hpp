@@ -52,6 +52,13 @@
   X(step_time_min, "step_time_min", double, "s", "the fastest timed step")                                           \
   X(step_time_max, "step_time_max", double, "s", "the slowest timed step")                                           \
   X(tokens_per_second, "tokens_per_second", double, "1/s", "B S / median step time")                                 \
+  X(time_vs_full, "time_vs_full", double, "",                                                                         \
+    "the median over the timed rounds of this run's step time over `full`'s in the same round (a matrix times a "    \
+    "shape's strategies interleaved, one step of each per round, the order rotated); absent where `full` was not "   \
+    "timed beside it")                                                                                                \
+  X(time_vs_full_spread, "time_vs_full_spread", double, "", "half the interquartile range of those per-round ratios") \
+  X(timing_capped, "timing_capped", std::int64_t, "",                                                                 \
+    "1 if the rounds stopped at `--max-steps` before every ratio's spread was within `--spread` of it")              \
   X(loss, "loss", double, "", "loss of the measured step")                                                            \
   X(loss_part, "loss.<part>", double, "",                                                                             \
     "the model's named parts of it, where it has them (mixtral: `loss.ce` and `loss.aux`, with `loss = loss.ce + "   \

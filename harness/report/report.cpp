@@ -215,6 +215,10 @@ RunSummary read_run(const h5::File& f, const std::string& name) {
     r.copy_seconds = measure(R::offload_copy_seconds);
     r.wait_seconds = measure(R::offload_wait_seconds);
   }
+  if (R::time_vs_full.read(f, g)) {
+    r.time_vs_full = measure(R::time_vs_full);
+    r.time_vs_full_spread = measure(R::time_vs_full_spread);
+  }
   if (R::timeline_seconds.exists_in(f, g)) read_timeline(f, g, r);
   return r;
 }
@@ -241,6 +245,19 @@ Results read_results(const std::string& path) {
   });
   return results;
 }
+
+namespace {
+
+// "1.24x +-0.02" from the rounds' ratios, "~ full (1.01x +-0.03)" where
+// their spread holds 1.00; the ratio of medians for files from before.
+std::string time_vs_full(const RunSummary& r, const RunSummary* f) {
+  if (r.full) return "1.00x";
+  if (r.time_vs_full <= 0) return f && f->step_time > 0 ? fixed(r.step_time / f->step_time, 2) + "x" : "-";
+  const std::string ratio = fixed(r.time_vs_full, 2) + "x +-" + fixed(r.time_vs_full_spread, 2);
+  return std::abs(r.time_vs_full - 1) <= r.time_vs_full_spread ? "~ full (" + ratio + ")" : ratio;
+}
+
+}  // namespace
 
 std::string markdown_summary(const Results& results) {
   const auto& runs = results.runs;
@@ -274,7 +291,7 @@ std::string markdown_summary(const Results& results) {
     if (same) label += " (= full here)";
     std::snprintf(buf, sizeof buf, "| %s | %s | %.3f | %s | %.1f | %s | %.1f | %.1f | %s | %.1f%% | %s | %s |\n", label.c_str(),
                   shape(r).c_str(), r.step_time,
-                  f && f->step_time > 0 ? (fixed(r.step_time / f->step_time, 2) + "x").c_str() : "-",
+                  time_vs_full(r, f).c_str(),
                   mb(r.activation),
                   f && f->activation > 0 ? (fixed(double(r.activation) / f->activation, 3) + "x").c_str() : "-",
                   mb(r.predicted), mb(r.offload), copy_cost(r.copy_seconds, r.wait_seconds).c_str(), 100 * r.recompute_share, r.bitwise ? "yes" : "no",
@@ -331,6 +348,13 @@ svg::Series pareto_front(std::vector<const RunSummary*> runs, const TimeUnit& un
   return front;
 }
 
+// A point's error bar: the spread of its ratio to full (the rounds'
+// half-IQR) at full's step time; none for files from before.
+double time_error(const PlotContext& p, const RunSummary& r) {
+  const auto it = p.full.find(r.setting);
+  return it == p.full.end() ? 0 : r.time_vs_full_spread * it->second.run->step_time;
+}
+
 // Step time against activation memory for one setting (model, shape, data,
 // seed, fine-tuning...), with its own Pareto front; the planner's budgets
 // form one line beside the fixed strategies' points.
@@ -345,7 +369,7 @@ svg::Chart tradeoff_panel(const PlotContext& p, const std::vector<const RunSumma
     if (!r->oom && !p.same_as_full(*r)) {
       if (r->strategy.rfind("budget:", 0) == 0) planned.push_back(r);
       else c.series.push_back({p.legend(*r), {mb(r->activation)}, {r->step_time * unit.scale}, false, true, false,
-                               false, p.palette(r->strategy)});
+                               false, p.palette(r->strategy), {time_error(p, *r) * unit.scale}});
       drawn.push_back(r);
     }
   if (!planned.empty()) {

@@ -15,6 +15,10 @@ struct RunSummary {
   std::string setting;  // every option but the strategy: runs compared with each other share it
   int L = 0, S = 0, B = 0;
   double step_time = 0, tokens_per_second = 0, recompute_share = 0;
+  // Over full's, round by round (a matrix's interleaved timing): the median
+  // ratio and half its interquartile range; 0 in files from before, where
+  // the report divides the medians instead.
+  double time_vs_full = 0, time_vs_full_spread = 0;
   std::int64_t activation = 0, predicted = 0, offload = 0;
   double copy_seconds = 0, wait_seconds = 0;  // the offload copies (0 in files from before they were timed)
   bool bitwise = false;

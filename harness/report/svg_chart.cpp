@@ -137,6 +137,27 @@ void draw_grid(std::ostringstream& o, const Axis& ax, const Axis& ay, double x0,
   }
 }
 
+// Point i of a series: a circle (a ring for a front, a square past ten
+// colours), its error bar behind it, and a tooltip with its values.
+template <class Px, class Py>
+void draw_marker(std::ostringstream& o, const Series& s, std::size_t i, int index, const std::string& color,
+                 const Px& px, const Py& py) {
+  const double e = i < s.y_error.size() ? s.y_error[i] : 0;
+  if (e > 0) {
+    const double x = px(s.x[i]), lo = py(s.y[i] - e), hi = py(s.y[i] + e);
+    o << "<path d='M" << x << "," << lo << "V" << hi << "M" << x - 4 << "," << lo << "h8M" << x - 4 << "," << hi
+      << "h8' stroke='" << color << "' fill='none'/>\n";
+  }
+  const std::string tip = "<title>" + xml_escape(s.name) + ": " + num(s.x[i]) + ", " + num(s.y[i]) +
+                          (e > 0 ? " +- " + num(e) : "") + "</title>";
+  if (!s.ring && index >= 10)  // the second round of colours: squares
+    o << "<rect x='" << px(s.x[i]) - 4 << "' y='" << py(s.y[i]) - 4 << "' width='8' height='8' fill='" << color << "'>"
+      << tip << "</rect>\n";
+  else
+    o << "<circle cx='" << px(s.x[i]) << "' cy='" << py(s.y[i]) << "' r='" << (s.ring ? 7 : 4) << "' fill='"
+      << (s.ring ? "none" : color) << "' stroke='" << color << "'>" << tip << "</circle>\n";
+}
+
 // `title_rows`: the most lines any panel's title takes in this figure, so
 // that every panel's plot starts at the same height.
 void panel(std::ostringstream& o, const Chart& c, double ox, double oy, std::size_t title_rows) {
@@ -144,8 +165,9 @@ void panel(std::ostringstream& o, const Chart& c, double ox, double oy, std::siz
   for (const auto& s : c.series)
     for (std::size_t i = 0; i < s.x.size(); ++i) {
       if (!drawable(c, s, i)) continue;
+      const double e = i < s.y_error.size() ? s.y_error[i] : 0;
       xmin = std::min(xmin, s.x[i]), xmax = std::max(xmax, s.x[i]);
-      ymin = std::min(ymin, s.y[i]), ymax = std::max(ymax, s.y[i]);
+      ymin = std::min(ymin, s.y[i] - e), ymax = std::max(ymax, s.y[i] + e);
     }
   if (xmin > xmax) xmin = ymin = c.log_x ? 1 : 0, xmax = ymax = 1;
   if (c.x_max > 0) xmax = std::max(xmax, c.x_max), xmin = c.log_x ? xmin : std::min(xmin, 0.0);
@@ -180,15 +202,7 @@ void panel(std::ostringstream& o, const Chart& c, double ox, double oy, std::siz
         << (dashed ? " stroke-dasharray='5,4'" : "") << " points='" << points << "'/>\n";
     if (s.markers || s.ring)
       for (std::size_t i = 0; i < s.x.size(); ++i)
-        if (drawable(c, s, i)) {
-          const std::string tip = "<title>" + xml_escape(s.name) + ": " + num(s.x[i]) + ", " + num(s.y[i]) + "</title>";
-          if (!s.ring && index >= 10)  // the second round of colours: squares
-            o << "<rect x='" << px(s.x[i]) - 4 << "' y='" << py(s.y[i]) - 4 << "' width='8' height='8' fill='" << color
-              << "'>" << tip << "</rect>\n";
-          else
-            o << "<circle cx='" << px(s.x[i]) << "' cy='" << py(s.y[i]) << "' r='" << (s.ring ? 7 : 4) << "' fill='"
-              << (s.ring ? "none" : color) << "' stroke='" << color << "'>" << tip << "</circle>\n";
-        }
+        if (drawable(c, s, i)) draw_marker(o, s, i, index, color, px, py);
     const double ly = y0 + 10 + 16 * legend;
     o << "<line x1='" << x0 + pw + 10 << "' y1='" << ly << "' x2='" << x0 + pw + 28 << "' y2='" << ly << "' stroke='"
       << color << "' stroke-width='2'" << (dashed ? " stroke-dasharray='5,4'" : "") << "/>";

@@ -15,6 +15,7 @@ struct Series {
   bool dashed = false;
   bool ring = false;    // hollow markers (e.g. the Pareto front)
   int color = -1;       // palette index, the same for one name in every panel (-1: the series' index)
+  std::vector<double> y_error = {};  // each marker's error bar, y +- this (empty or 0: none)
 };
 
 // A palette index per name, in order of first appearance: one strategy keeps
