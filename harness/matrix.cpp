@@ -228,7 +228,8 @@ std::vector<RunRecord> measure_shape(const MatrixOptions& o, const std::vector<c
   std::vector<RunRecord*> timed;
   for (auto& r : records) timed.push_back(&r);
   const TimingShape on{*shape.model, *shape.params, shape.batch, shape.run, shape.costs ? &*shape.costs : nullptr};
-  time_interleaved(timing_options(o), on, timed, [&](const RunRecord& r, const std::string& what) { say(r.key, what); });
+  const auto say_record = [&](const RunRecord& r, const std::string& what) { say(r.key, what); };
+  time_interleaved(timing_options(o), on, timed, say_record);
   return records;
 }
 
@@ -271,6 +272,8 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const std::vector<RunK
   return records;
 }
 
-int max_timed_steps(const MatrixOptions& o) { return std::max(o.steps, o.max_steps > 0 ? o.max_steps : 2 * o.steps); }
+int max_timed_steps(const MatrixOptions& o) {
+  return std::max(o.steps, o.max_steps > 0 ? o.max_steps : 2 * o.steps);
+}
 
 }  // namespace remat
