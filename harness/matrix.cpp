@@ -195,7 +195,7 @@ ShapeRun check_shape(const MatrixOptions& o, const std::vector<const RunKey*>& g
   // shows where each step is (rank 0 speaks for an MPI matrix).
   const LongRunNotice notice(
       ModelSetup{first.model, first.preset, z},
-      std::int64_t(specs.size()) + 1 + std::int64_t(group.size()) * (o.warmup + o.steps),
+      std::int64_t(specs.size()) + 1 + std::int64_t(group.size()) * (o.warmup + max_timed_steps(o)),
       [&] { return step_need({first.model, first.preset, z}, first.run.attention, specs, first.run.precision).total(3); },
       comm::rank() == 0);
   say(first, "checking against full");
