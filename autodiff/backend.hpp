@@ -79,7 +79,7 @@ void start_copy(const Tensor& dst, const HostBuffer& src);
 void fence_copies();
 void fence_compute();
 
-// Seconds per byte to move `bytes` to host memory and back, the median of
+// Seconds per byte to move `bytes` to host memory and back, the fastest of
 // `repeats` (what a planner charges an offloaded byte); 0 where offloading
 // does not copy.
 double offload_seconds_per_byte(std::size_t bytes, int repeats);

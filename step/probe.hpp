@@ -32,7 +32,8 @@ struct CostClock {
 // A timed profile for planned strategies (budget:<size>): profile_saves, a
 // step under `full` timed `repeats` times (its median time and measured
 // activation peak), and each block's forward and each recipe timed as many
-// times (medians). With a `clock`, times are read from it.
+// times (the fastest: what load from elsewhere cannot inflate). With a
+// `clock`, times are read from it.
 SaveProfile measure_costs(const Model& model, const ParamStore& params, const Batch& batch,
                           ops::AttentionKernel attention, std::uint64_t seed, int repeats = 3,
                           const CostClock* clock = nullptr);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <iterator>
+#include <random>
 
 #include "autodiff/backend.hpp"
 #include "autodiff/memory_tracker.hpp"
@@ -208,4 +209,52 @@ TEST_CASE("shape-only: a plan costed by a device model keeps its budget, measure
       CHECK(shape.steps[0].modelled_seconds > 0);
     }
   }
+}
+
+// The planner's costs under a busy neighbour: a clock (a device model's, so
+// that every pass costs the same) that another process robs of time at
+// random moments. Block and recipe costs are the fastest of the timed
+// passes, so the costs and the plans are those of a quiet machine; one pass
+// alone is swayed (the neighbour is felt).
+TEST_CASE("a busy neighbour does not change a plan: each cost is the fastest of the timed passes",
+          "[shape_only][planner]") {
+  DeviceModel device;
+  device.device = find_device("a100-40gb");
+  const ModelSetup setup = sized("gpt2", "tiny", 6);
+  ShapeOnlyScope shape_only;
+  const auto model = models().find("gpt2").make(setup.sizes);
+  const ParamStore params(model->params(), DType::f32);
+  const Batch batch = shape_only_batch(setup.sizes);
+  const CostClock quiet{[&] { return device.seconds_now(); }, device.offload_seconds_per_byte()};
+  const SaveProfile calm = measure_costs(*model, params, batch, ops::AttentionKernel::fused, 1, 5, &quiet);
+  std::mt19937_64 rng(7);
+  double stolen = 0;  // the neighbour's share so far: a third of the readings come after a burst of it
+  const double burst = 10 * calm.blocks[0].forward_seconds;
+  const CostClock busy{[&] {
+                         if (rng() % 3 == 0) stolen += burst;
+                         return device.seconds_now() + stolen;
+                       },
+                       device.offload_seconds_per_byte()};
+  const SaveProfile loaded = measure_costs(*model, params, batch, ops::AttentionKernel::fused, 1, 5, &busy);
+  REQUIRE(loaded.blocks.size() == calm.blocks.size());
+  for (std::size_t b = 0; b < calm.blocks.size(); ++b) {
+    INFO("block " << b);
+    CHECK(loaded.blocks[b].forward_seconds == Approx(calm.blocks[b].forward_seconds).epsilon(1e-9));
+    for (std::size_t k = 0; k < calm.blocks[b].tensors.size(); ++k)
+      CHECK(loaded.blocks[b].tensors[k].recompute_seconds ==
+            Approx(calm.blocks[b].tensors[k].recompute_seconds).epsilon(1e-9).margin(1e-15));
+  }
+  for (const std::string spec : {"budget:min", "budget:range:50%", "budget:range:25%"}) {
+    INFO(spec);
+    auto a = make_strategy(spec), b = make_strategy(spec);
+    a->plan(calm);
+    b->plan(loaded);
+    CHECK(b->plan_summary() == a->plan_summary());
+  }
+  // One pass alone: the neighbour shows in the costs.
+  const SaveProfile once = measure_costs(*model, params, batch, ops::AttentionKernel::fused, 1, 1, &busy);
+  bool swayed = false;
+  for (std::size_t b = 0; b < calm.blocks.size(); ++b)
+    swayed = swayed || once.blocks[b].forward_seconds > 1.5 * calm.blocks[b].forward_seconds;
+  CHECK(swayed);
 }
