@@ -18,6 +18,8 @@
 #include "optim/optimizer.hpp"
 #include "step/probe.hpp"
 #include "step/step.hpp"
+#include "strategies/planner/plan.hpp"
+#include "strategies/planner/solver.hpp"
 #include "strategies/registry.hpp"
 #include "strategies/storage.hpp"
 #include "zoo/params.hpp"
@@ -237,19 +239,26 @@ TEST_CASE("a busy neighbour does not change a plan: each cost is the fastest of 
                        device.offload_seconds_per_byte()};
   const SaveProfile loaded = measure_costs(*model, params, batch, ops::AttentionKernel::fused, 1, 5, &busy);
   REQUIRE(loaded.blocks.size() == calm.blocks.size());
+  // (Equal to rounding: the clocks read totals since the process began.)
   for (std::size_t b = 0; b < calm.blocks.size(); ++b) {
     INFO("block " << b);
-    CHECK(loaded.blocks[b].forward_seconds == Approx(calm.blocks[b].forward_seconds).epsilon(1e-9));
+    CHECK(loaded.blocks[b].forward_seconds == Approx(calm.blocks[b].forward_seconds).epsilon(1e-6));
     for (std::size_t k = 0; k < calm.blocks[b].tensors.size(); ++k)
       CHECK(loaded.blocks[b].tensors[k].recompute_seconds ==
-            Approx(calm.blocks[b].tensors[k].recompute_seconds).epsilon(1e-9).margin(1e-15));
+            Approx(calm.blocks[b].tensors[k].recompute_seconds).epsilon(1e-6).margin(1e-15));
   }
-  for (const std::string spec : {"budget:min", "budget:range:50%", "budget:range:25%"}) {
-    INFO(spec);
-    auto a = make_strategy(spec), b = make_strategy(spec);
-    a->plan(calm);
-    b->plan(loaded);
-    CHECK(b->plan_summary() == a->plan_summary());
+  // The plan made under load is as fast as the quiet machine's best, by the
+  // quiet machine's costs (the blocks are alike: ties may break either way).
+  const planner::ChainCosts quiet_costs = planner::chain_costs(calm), loaded_costs = planner::chain_costs(loaded);
+  const std::int64_t low = planner::smallest_budget(quiet_costs, calm), high = calm.measured_peak;
+  for (const double share : {0.0, 0.25, 0.5}) {
+    INFO("budget " << share << " of the way from the smallest to full's");
+    const std::int64_t budget = low + std::int64_t(share * double(high - low));
+    const auto best = planner::solve(quiet_costs, calm, budget), chosen = planner::solve(loaded_costs, loaded, budget);
+    REQUIRE(best);
+    REQUIRE(chosen);
+    CHECK(planner::recompute_seconds(quiet_costs, calm, chosen->parts) ==
+          Approx(best->recompute_seconds).epsilon(1e-6));
   }
   // One pass alone: the neighbour shows in the costs.
   const SaveProfile once = measure_costs(*model, params, batch, ops::AttentionKernel::fused, 1, 1, &busy);
