@@ -7,7 +7,11 @@ then, per budget, compares the plan's measured step time with the fastest
 fixed strategy whose measured activation peak fits the same budget, and its
 predicted step time and peak (`remat plan --json`) with the measured ones.
 
-    /usr/bin/python3 bench/planner_targets.py [--remat build/remat] [--steps 3]
+    /usr/bin/python3 bench/planner_targets.py [--remat build/remat] [--steps 3] [--busy N]
+
+--busy N runs N busy processes beside it the whole time (a neighbour on the
+machine): the planner's costs are the fastest of its timed passes, so its
+plans should stay within noise of the quiet machine's.
 """
 import argparse
 import json
@@ -34,7 +38,17 @@ def main():
     ap.add_argument("--remat", default="build/remat")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--models", default="gpt2,llama")
+    ap.add_argument("--busy", type=int, default=0, help="busy processes to run beside it (a neighbour)")
     args = ap.parse_args()
+    hogs = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(args.busy)]
+    try:
+        return compare(args)
+    finally:
+        for h in hogs:
+            h.kill()
+
+
+def compare(args):
     ok = True
     for model in args.models.split(","):
         layers = 12
