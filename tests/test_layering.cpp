@@ -7,6 +7,7 @@
 // bad line planted deep in a folder must be caught.
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <regex>
 #include <set>
@@ -43,9 +44,11 @@ const std::map<std::string, std::set<std::string>>& allowed() {
   return rules;
 }
 
-// "file:line: <module> includes <header>" for every include against the rules.
-std::vector<std::string> layering_violations(const fs::path& root) {
-  std::vector<std::string> out;
+// Calls `visit(module, "file:line", line)` for every line of every source
+// file under the modules' folders in `root`.
+void for_each_source_line(
+    const fs::path& root,
+    const std::function<void(const std::string&, const std::string&, const std::string&)>& visit) {
   for (const auto& [module, may] : allowed()) {
     const fs::path dir = root / module;
     if (!fs::exists(dir)) continue;
@@ -54,18 +57,24 @@ std::vector<std::string> layering_violations(const fs::path& root) {
       if (!entry.is_regular_file() || (ext != ".cpp" && ext != ".hpp")) continue;
       std::ifstream in(entry.path());
       std::string line;
-      for (int n = 1; std::getline(in, line); ++n) {
-        if (line.rfind("#include \"", 0) != 0) continue;
-        const std::string header = line.substr(10, line.find('"', 10) - 10);
-        const auto slash = header.find('/');
-        if (slash == std::string::npos) continue;  // a file beside it
-        const std::string target = header.substr(0, slash);
-        if (target == module || !allowed().count(target) || may.count(target)) continue;
-        out.push_back(fs::relative(entry.path(), root).string() + ":" + std::to_string(n) + ": " + module +
-                      " includes " + header);
-      }
+      for (int n = 1; std::getline(in, line); ++n)
+        visit(module, fs::relative(entry.path(), root).string() + ":" + std::to_string(n), line);
     }
   }
+}
+
+// "file:line: <module> includes <header>" for every include against the rules.
+std::vector<std::string> layering_violations(const fs::path& root) {
+  std::vector<std::string> out;
+  for_each_source_line(root, [&](const std::string& module, const std::string& at, const std::string& line) {
+    if (line.rfind("#include \"", 0) != 0) return;
+    const std::string header = line.substr(10, line.find('"', 10) - 10);
+    const auto slash = header.find('/');
+    if (slash == std::string::npos) return;  // a file beside it
+    const std::string target = header.substr(0, slash);
+    if (target == module || !allowed().count(target) || allowed().at(module).count(target)) return;
+    out.push_back(at + ": " + module + " includes " + header);
+  });
   return out;
 }
 
@@ -82,20 +91,11 @@ const std::vector<std::string>& backend_words() {
 // "file:line: <word>" for every use of a backend word outside autodiff/.
 std::vector<std::string> backend_violations(const fs::path& root) {
   std::vector<std::string> out;
-  for (const auto& [module, may] : allowed()) {
-    const fs::path dir = root / module;
-    if (module == "autodiff" || !fs::exists(dir)) continue;
-    for (const auto& entry : fs::recursive_directory_iterator(dir)) {
-      const std::string ext = entry.path().extension().string();
-      if (!entry.is_regular_file() || (ext != ".cpp" && ext != ".hpp")) continue;
-      std::ifstream in(entry.path());
-      std::string line;
-      for (int n = 1; std::getline(in, line); ++n)
-        for (const auto& word : backend_words())
-          if (line.find(word) != std::string::npos)
-            out.push_back(fs::relative(entry.path(), root).string() + ":" + std::to_string(n) + ": " + word);
-    }
-  }
+  for_each_source_line(root, [&](const std::string& module, const std::string& at, const std::string& line) {
+    if (module == "autodiff") return;
+    for (const auto& word : backend_words())
+      if (line.find(word) != std::string::npos) out.push_back(at + ": " + word);
+  });
   return out;
 }
 
@@ -104,19 +104,9 @@ std::vector<std::string> backend_violations(const fs::path& root) {
 std::vector<std::string> save_in_capture_violations(const fs::path& root) {
   static const std::regex save_in_capture(R"(\[[^\]]*=\s*save\()");
   std::vector<std::string> out;
-  for (const auto& [module, may] : allowed()) {
-    const fs::path dir = root / module;
-    if (!fs::exists(dir)) continue;
-    for (const auto& entry : fs::recursive_directory_iterator(dir)) {
-      const std::string ext = entry.path().extension().string();
-      if (!entry.is_regular_file() || (ext != ".cpp" && ext != ".hpp")) continue;
-      std::ifstream in(entry.path());
-      std::string line;
-      for (int n = 1; std::getline(in, line); ++n)
-        if (std::regex_search(line, save_in_capture))
-          out.push_back(fs::relative(entry.path(), root).string() + ":" + std::to_string(n));
-    }
-  }
+  for_each_source_line(root, [&](const std::string&, const std::string& at, const std::string& line) {
+    if (std::regex_search(line, save_in_capture)) out.push_back(at);
+  });
   return out;
 }
 
