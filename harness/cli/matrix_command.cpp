@@ -127,7 +127,9 @@ MatrixProgress progress_reporting() {
       std::fprintf(stderr, "\r\033[K[%s%s] %zu/%zu  %s: %s  ETA %s", std::string(filled, '#').c_str(),
                    std::string(width - filled, '.').c_str(), done, total, cell.name().c_str(), what.c_str(), eta.c_str());
     } else if (what == "warm-up" || what == "checking against full" || what.rfind("already", 0) == 0) {
-      std::fprintf(stderr, "[%zu/%zu] %s: %s (ETA %s)\n", done + 1, total, cell.name().c_str(), what.c_str(), eta.c_str());
+      // (A shape's runs are timed side by side and finish together: the count is of finished runs.)
+      std::fprintf(stderr, "[%zu of %zu done] %s: %s (ETA %s)\n", done, total, cell.name().c_str(), what.c_str(),
+                   eta.c_str());
     }
   };
   return progress;
