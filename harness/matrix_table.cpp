@@ -1,6 +1,5 @@
 #include "harness/matrix_table.hpp"
 
-#include <cmath>
 #include <map>
 #include <set>
 
@@ -55,7 +54,7 @@ Cell vs_full_cell(const RunRecord& r, const RunRecord* full) {
     const double full_t = full ? median(full->step_times) : 0;
     return full_t > 0 ? Cell(median(r.step_times) / full_t) : Cell();
   }
-  if (r.key.strategy != "full" && std::abs(v.median - 1) <= v.half_iqr) return "~ full (" + fixed(v.median, 2) + "x)";
+  if (r.key.strategy != "full" && v.holds(1)) return "~ full (" + fixed(v.median, 2) + "x)";
   return v.median;
 }
 
@@ -74,7 +73,9 @@ MatrixSummary matrix_summary(const std::vector<RunRecord>& records) {
     const std::string label = label_of(k);
     const Cell none;
     if (r.check.oom) {
-      out.table.add({k.model, label, shape, std::string("OUT OF MEMORY"), none, none, none, none, none, none, none, none, none});
+      std::vector<Cell> row{k.model, label, shape, std::string("OUT OF MEMORY")};
+      row.resize(out.table.columns.size());
+      out.table.add(std::move(row));
       out.notes.push_back(k.model + " " + label + " " + shape + ": out of memory (over --mem-limit or the device's memory)");
       continue;
     }

@@ -1,6 +1,7 @@
 #pragma once
 // One training step's forward and backward under a strategy, measured: the
 // unit every command runs.
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -92,6 +93,8 @@ struct Spread {
   double median = 0;
   double half_iqr = 0;
   double relative() const { return median > 0 ? half_iqr / median : 0; }
+  // Whether v lies within the spread of the median: not told apart from it.
+  bool holds(double v) const { return std::abs(v - median) <= half_iqr; }
 };
 Spread spread_of(std::vector<double> values);
 

@@ -118,6 +118,20 @@ void copy_modules(const fs::path& to) {
   }
 }
 
+using Check = std::function<std::vector<std::string>(const fs::path&)>;
+
+// What `check` finds in a scratch copy of the modules (clean before) with
+// `line` appended to `file`: the checker shown able to fail.
+std::vector<std::string> planted(const Check& check, const std::string& file, const std::string& line) {
+  remat::test::TempDir scratch("remat-planted");
+  copy_modules(scratch.path);
+  REQUIRE(check(scratch.path).empty());
+  const fs::path victim = scratch.path / file;
+  REQUIRE(fs::exists(victim));
+  { std::ofstream(victim, std::ios::app) << "\n" << line << "\n"; }
+  return check(scratch.path);
+}
+
 }  // namespace
 
 TEST_CASE("every module includes only the modules below it, at any depth of its folder", "[design][layering]") {
@@ -135,14 +149,8 @@ TEST_CASE("every module includes only the modules below it, at any depth of its 
 }
 
 TEST_CASE("the layering check fails on a bad include planted deep in a module", "[design][layering]") {
-  remat::test::TempDir scratch("remat-layering");
-  copy_modules(scratch.path);
-  REQUIRE(layering_violations(scratch.path).empty());
   // strategies/planner/ is a folder inside strategies/: a strategy knowing the zoo.
-  const fs::path victim = scratch.path / "strategies" / "planner" / "solver.cpp";
-  REQUIRE(fs::exists(victim));
-  { std::ofstream(victim, std::ios::app) << "\n#include \"zoo/model.hpp\"\n"; }
-  const auto violations = layering_violations(scratch.path);
+  const auto violations = planted(layering_violations, "strategies/planner/solver.cpp", "#include \"zoo/model.hpp\"");
   REQUIRE(violations.size() == 1);
   CHECK(violations[0].find("strategies/planner/solver.cpp") != std::string::npos);
   CHECK(violations[0].find("strategies includes zoo/model.hpp") != std::string::npos);
@@ -155,13 +163,7 @@ TEST_CASE("only autodiff/ copies between memories or branches on host versus dev
 }
 
 TEST_CASE("the backend-seam check fails on a copy planted deep in a module", "[design][backend]") {
-  remat::test::TempDir scratch("remat-backend-seam");
-  copy_modules(scratch.path);
-  REQUIRE(backend_violations(scratch.path).empty());
-  const fs::path victim = scratch.path / "strategies" / "planner" / "solver.cpp";
-  REQUIRE(fs::exists(victim));
-  { std::ofstream(victim, std::ios::app) << "\n// Kokkos::deep_copy(a, b);\n"; }
-  const auto violations = backend_violations(scratch.path);
+  const auto violations = planted(backend_violations, "strategies/planner/solver.cpp", "// Kokkos::deep_copy(a, b);");
   REQUIRE(violations.size() == 1);
   CHECK(violations[0].find("strategies/planner/solver.cpp") != std::string::npos);
   CHECK(violations[0].find("deep_copy") != std::string::npos);
@@ -172,12 +174,8 @@ TEST_CASE("no op saves a tensor inside a temporary (nvcc leaks a half-built one 
   const auto violations = save_in_capture_violations(REMAT_SOURCE_DIR);
   for (const auto& v : violations) INFO(v);
   CHECK(violations.empty());
-  remat::test::TempDir scratch("remat-save-capture");
-  copy_modules(scratch.path);
-  const fs::path victim = scratch.path / "autodiff" / "ops" / "softmax.cpp";
-  REQUIRE(fs::exists(victim));
-  { std::ofstream(victim, std::ios::app) << "\n  rec.finish({&out}, [sy = save(out), M](BackwardContext&) {});\n"; }
-  const auto planted = save_in_capture_violations(scratch.path);
-  REQUIRE(planted.size() == 1);
-  CHECK(planted[0].find("autodiff/ops/softmax.cpp") != std::string::npos);
+  const auto found = planted(save_in_capture_violations, "autodiff/ops/softmax.cpp",
+                             "  rec.finish({&out}, [sy = save(out), M](BackwardContext&) {});");
+  REQUIRE(found.size() == 1);
+  CHECK(found[0].find("autodiff/ops/softmax.cpp") != std::string::npos);
 }

@@ -216,8 +216,7 @@ RunSummary read_run(const h5::File& f, const std::string& name) {
     r.wait_seconds = measure(R::offload_wait_seconds);
   }
   if (R::time_vs_full.read(f, g)) {
-    r.time_vs_full = measure(R::time_vs_full);
-    r.time_vs_full_spread = measure(R::time_vs_full_spread);
+    r.time_vs_full = {measure(R::time_vs_full), measure(R::time_vs_full_spread)};
   }
   if (R::timeline_seconds.exists_in(f, g)) read_timeline(f, g, r);
   return r;
@@ -252,9 +251,10 @@ namespace {
 // their spread holds 1.00; the ratio of medians for files from before.
 std::string time_vs_full(const RunSummary& r, const RunSummary* f) {
   if (r.full) return "1.00x";
-  if (r.time_vs_full <= 0) return f && f->step_time > 0 ? fixed(r.step_time / f->step_time, 2) + "x" : "-";
-  const std::string ratio = fixed(r.time_vs_full, 2) + "x +-" + fixed(r.time_vs_full_spread, 2);
-  return std::abs(r.time_vs_full - 1) <= r.time_vs_full_spread ? "~ full (" + ratio + ")" : ratio;
+  const Spread& v = r.time_vs_full;
+  if (v.median <= 0) return f && f->step_time > 0 ? fixed(r.step_time / f->step_time, 2) + "x" : "-";
+  const std::string ratio = fixed(v.median, 2) + "x +-" + fixed(v.half_iqr, 2);
+  return v.holds(1) ? "~ full (" + ratio + ")" : ratio;
 }
 
 }  // namespace
@@ -352,7 +352,7 @@ svg::Series pareto_front(std::vector<const RunSummary*> runs, const TimeUnit& un
 // half-IQR) at full's step time; none for files from before.
 double time_error(const PlotContext& p, const RunSummary& r) {
   const auto it = p.full.find(r.setting);
-  return it == p.full.end() ? 0 : r.time_vs_full_spread * it->second.run->step_time;
+  return it == p.full.end() ? 0 : r.time_vs_full.half_iqr * it->second.run->step_time;
 }
 
 // Step time against activation memory for one setting (model, shape, data,

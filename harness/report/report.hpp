@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "step/step.hpp"
+
 namespace remat {
 
 struct RunSummary {
@@ -18,7 +20,7 @@ struct RunSummary {
   // Over full's, round by round (a matrix's interleaved timing): the median
   // ratio and half its interquartile range; 0 in files from before, where
   // the report divides the medians instead.
-  double time_vs_full = 0, time_vs_full_spread = 0;
+  Spread time_vs_full;
   std::int64_t activation = 0, predicted = 0, offload = 0;
   double copy_seconds = 0, wait_seconds = 0;  // the offload copies (0 in files from before they were timed)
   bool bitwise = false;
