@@ -38,12 +38,14 @@ as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 # never spin two thread pools against each other on a small machine.
 # Open MPI: `mpirun remat matrix` and data-parallel `mpirun remat train`
 # (remat builds without it too: cmake -DREMAT_MPI=OFF).
-# oneDNN (libdnnl-dev): bfloat16 GEMMs on CPUs with native bf16 (AVX512-BF16, AMX).
+# oneDNN (libdnnl-dev): bfloat16 GEMMs on CPUs with native bf16 (AVX512-BF16, AMX);
+# Debian builds it with an OpenCL GPU runtime, so its CMake package needs the
+# OpenCL headers (ocl-icd-opencl-dev, only recommended: we install none).
 # chromium and python3-pil: the HTML report's test opens the page in a real
 # headless browser and looks at its screenshot.
 packages=(build-essential cmake ninja-build pkg-config xz-utils ca-certificates
           libhdf5-dev hdf5-tools catch2 libbenchmark-dev libcli11-dev nlohmann-json3-dev
-          libopenblas-openmp-dev libdnnl-dev libopenmpi-dev openmpi-bin
+          libopenblas-openmp-dev libdnnl-dev ocl-icd-opencl-dev libopenmpi-dev openmpi-bin
           python3 python3-numpy python3-h5py python3-torch python3-pil chromium)
 missing=()
 for p in "${packages[@]}"; do

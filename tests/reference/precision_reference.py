@@ -8,13 +8,16 @@ WEIGHTS.h5 holds the weights and batch (docs/models.md layout); REMAT_BF16.h5 wh
 implementation of models_reference.py, run three times on the same weights and
 batch: in float64 (the reference), and in float32 under
 torch.autocast("cpu", dtype=torch.bfloat16) (what a PyTorch user's bf16 training
-computes). PyTorch's arithmetic is pinned to one instruction set (AVX2) so that the
-verdict is the same on every CPU: on a CPU with native bf16 (AVX512-BF16, AMX) oneDNN
-would otherwise multiply in bf16 pairs with its own rounding, and PyTorch's error, the
-yardstick, would shrink there and not elsewhere (measured: encdec's ratio 1.51 on an
-AVX512-BF16 EPYC, about 0.5 on AVX2). Pinned, PyTorch multiplies exact bf16 products
-with float32 accumulation and rounds once, as remat does; what remains between the two
-is the order of float32 sums and where each rounds activations to bf16. The error of a run is the largest of its loss's relative error and, over
+computes). PyTorch's arithmetic is the same on every CPU, so that the verdict is: its
+oneDNN (mkldnn) backend is switched off, and ATen's kernels pinned to AVX2. On a CPU
+with native bf16 (AVX512-BF16, AMX) oneDNN would otherwise multiply in bf16 pairs with
+its own rounding, and PyTorch's error, the yardstick, would shrink there and not
+elsewhere (measured: encdec's ratio 1.51 on an AVX512-BF16 EPYC, about 0.5 on AVX2).
+(Pinning oneDNN's ISA to AVX2 instead makes PyTorch 1.13 fail on such a CPU: it still
+sends bf16 products to oneDNN, which then has no kernel.) So PyTorch multiplies exact
+bf16 products with float32 accumulation and rounds once, as remat's widening path does;
+what remains between the two is the order of float32 sums, where each rounds
+activations to bf16, and on a native-bf16 CPU remat's oneDNN products. The error of a run is the largest of its loss's relative error and, over
 every parameter, max |g - ref| / max |ref| (at least a millionth of the model's
 largest gradient, as models_reference.py measures). Exit 0 if remat's error is at most
 1.5 times PyTorch's, 1 otherwise: the same policy, rounded at slightly different
@@ -25,13 +28,13 @@ shares code with remat.
 import os
 import sys
 
-# Before torch is imported: oneDNN and ATen read these once (see above).
-os.environ["ONEDNN_MAX_CPU_ISA"] = "AVX2"
-os.environ["DNNL_MAX_CPU_ISA"] = "AVX2"
+# Before torch is imported: ATen reads it once (see above).
 os.environ["ATEN_CPU_CAPABILITY"] = "avx2"
 
 import h5py
 import torch
+
+torch.backends.mkldnn.enabled = False
 
 import models_reference as ref
 
