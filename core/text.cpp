@@ -80,4 +80,10 @@ std::string human_bytes(double bytes) {
   return buf;
 }
 
+std::string join(const std::vector<std::string>& items, const std::string& sep) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];
+  return out;
+}
+
 }  // namespace remat

@@ -13,6 +13,9 @@ std::vector<std::string> split(const std::string& s, char sep = ',');
 // and the position of an empty item ("1,,2", "1,", ",1", "").
 std::vector<std::string> split_list(const std::string& s, const std::string& what, char sep = ',');
 
+// {"a", "b"} -> "a, b" (with sep ", ").
+std::string join(const std::vector<std::string>& items, const std::string& sep);
+
 // "512M", "1.5G", "150MB", "350k", "4096" (binary units: M = 2^20 bytes);
 // UserError if `text` is not a positive size.
 std::int64_t parse_byte_size(const std::string& text);

@@ -25,7 +25,7 @@ namespace {
 const std::map<std::string, std::set<std::string>>& allowed() {
   static const std::map<std::string, std::set<std::string>> rules = {
       {"core", {}},
-      {"autodiff", {"core"}},
+      {"autodiff", {"core", "comm"}},
       {"h5", {"core"}},
       {"comm", {"core"}},
       {"datasets", {"core", "autodiff", "h5"}},

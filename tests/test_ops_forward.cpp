@@ -406,8 +406,8 @@ TEST_CASE("embedding gradient: the device's token-sorted schedule equals the hos
              by_token = random_tensor({V, D}, 6, dt);
       REMAT_DISPATCH_FLOAT(dt, T, {
         const std::int32_t* id = ids.data<std::int32_t>();
-        ops::detail::embedding_grad_by_column<T>(id, gy.data<T>(), N, V, D, by_column.data<T>(), fresh);
-        ops::detail::embedding_grad_by_token<T>(id, gy.data<T>(), N, V, D, by_token.data<T>(), fresh);
+        ops::detail::embedding_grad_by_column<T>(id, gy.data<T>(), N, V, D, 0, by_column.data<T>(), fresh);
+        ops::detail::embedding_grad_by_token<T>(id, gy.data<T>(), N, V, D, 0, by_token.data<T>(), fresh);
       });
       CHECK(by_token.to_host_f64() == by_column.to_host_f64());
     }

@@ -3,7 +3,8 @@
 //   for i: h = x + Attn_i(LN1_i(x));  x = h + MLP_i(LN2_i(h))
 //   logits = LN_f(x) @ wte^T
 // Dropout (when set) where GPT-2 has it: embeddings, attention
-// probabilities, and each residual branch.
+// probabilities, and each residual branch. Split by tensor parallelism as
+// zoo/gpt_layers.hpp says.
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/region.hpp"
 #include "zoo/common.hpp"
@@ -20,13 +21,14 @@ class Gpt2 final : public Model {
   std::vector<ParamSpec> params() const override {
     const std::int64_t D = sizes_.D;
     std::vector<ParamSpec> p;
-    gpt::append_embeddings(p, sizes_.V, D, sizes_.S_max);
+    const RankGroup& group = sizes_.tp;
+    gpt::append_embeddings(p, sizes_.V, D, sizes_.S_max, group);
     for (int i = 0; i < sizes_.L; ++i) {
       const std::string h = block_name(i) + ".";
       append_layer_norm(p, h + "ln_1", D);
-      gpt::append_attention(p, h + "attn", D);
+      gpt::append_attention(p, h + "attn", D, group);
       append_layer_norm(p, h + "ln_2", D);
-      gpt::append_mlp(p, h + "mlp", D);
+      gpt::append_mlp(p, h + "mlp", D, group);
     }
     append_layer_norm(p, "ln_f", D);
     return p;
@@ -34,10 +36,10 @@ class Gpt2 final : public Model {
 
   Tensor logits(const ParamStore& p, const Batch& batch) const override {
     const Tensor& tokens = batch.tokens;
-    Tensor x = gpt::embeddings(p, tokens, sizes_.dropout);
+    Tensor x = gpt::embeddings(p, tokens, sizes_.dropout, sizes_.tp);
     for (int i = 0; i < sizes_.L; ++i)
       x = run_block({i, sizes_.L, block_name(i)}, x, [this, &p, i](const Tensor& x) { return block(p, i, x); });
-    return gpt::tied_head(p, x);
+    return gpt::tied_head(p, x, sizes_.tp);
   }
 
  private:
@@ -46,9 +48,9 @@ class Gpt2 final : public Model {
   Tensor block(const ParamStore& p, int i, const Tensor& x) const {
     const std::string h = block_name(i) + ".";
     const Tensor a = ops::layer_norm(x, p[h + "ln_1.weight"], p[h + "ln_1.bias"], 1e-5);
-    const Tensor r = ops::add(x, gpt::attention(p, h + "attn", a, sizes_.H, sizes_.dropout));
+    const Tensor r = ops::add(x, gpt::attention(p, h + "attn", a, sizes_.H, sizes_.dropout, true, sizes_.tp));
     const Tensor m = ops::layer_norm(r, p[h + "ln_2.weight"], p[h + "ln_2.bias"], 1e-5);
-    return ops::add(r, gpt::mlp(p, h + "mlp", m, sizes_.dropout));
+    return ops::add(r, gpt::mlp(p, h + "mlp", m, sizes_.dropout, sizes_.tp));
   }
 };
 
@@ -56,7 +58,7 @@ class Gpt2 final : public Model {
 
 void register_gpt2(ModelRegistry& r) {
   r.add({"gpt2", "decoder, pre-LayerNorm, learned positions, GELU MLP, tied head", false,
-         [](const Sizes& s) { return std::make_unique<Gpt2>(s); }});
+         [](const Sizes& s) { return std::make_unique<Gpt2>(s); }, {}, /*tensor_parallel=*/true});
 }
 
 }  // namespace remat

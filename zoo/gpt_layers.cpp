@@ -2,41 +2,44 @@
 
 #include "autodiff/ops/ops.hpp"
 #include "zoo/common.hpp"
+#include "zoo/tensor_parallel.hpp"
 
 namespace remat::gpt {
-void append_attention(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t D) {
-  append_linear(p, prefix + ".c_attn", 3 * D, D);
-  append_linear(p, prefix + ".c_proj", D, D, Init::residual_out);
+void append_attention(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t D, const RankGroup& group) {
+  tp::append_column(p, prefix + ".c_attn", 3 * D, D, group, Init::normal, true, /*blocks=*/3);
+  tp::append_row(p, prefix + ".c_proj", D, D, group);
 }
 
-void append_mlp(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t D) {
-  append_linear(p, prefix + ".c_fc", 4 * D, D);
-  append_linear(p, prefix + ".c_proj", D, 4 * D, Init::residual_out);
+void append_mlp(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t D, const RankGroup& group) {
+  tp::append_column(p, prefix + ".c_fc", 4 * D, D, group);
+  tp::append_row(p, prefix + ".c_proj", D, 4 * D, group);
 }
 
-void append_embeddings(std::vector<ParamSpec>& p, std::int64_t V, std::int64_t D, std::int64_t S_max) {
-  p.push_back({"wte.weight", {V, D}});
+void append_embeddings(std::vector<ParamSpec>& p, std::int64_t V, std::int64_t D, std::int64_t S_max,
+                       const RankGroup& group) {
+  tp::append_vocabulary(p, "wte.weight", V, D, group);
   p.push_back({"wpe.weight", {S_max, D}});
 }
 
 Tensor attention(const ParamStore& p, const std::string& prefix, const Tensor& x, int heads, double dropout,
-                 bool causal) {
-  const Tensor a = ops::attention(linear(p, prefix + ".c_attn", x), heads, causal, dropout);
-  return ops::dropout(linear(p, prefix + ".c_proj", a), dropout);
+                 bool causal, const RankGroup& group) {
+  const Tensor a = ops::attention(linear(p, prefix + ".c_attn", tp::enter(x, group)), heads / group.size, causal, dropout);
+  return ops::dropout(tp::row_linear(p, prefix + ".c_proj", a, group), dropout);
 }
 
-Tensor mlp(const ParamStore& p, const std::string& prefix, const Tensor& x, double dropout) {
-  return ops::dropout(linear(p, prefix + ".c_proj", ops::gelu_tanh(linear(p, prefix + ".c_fc", x))), dropout);
+Tensor mlp(const ParamStore& p, const std::string& prefix, const Tensor& x, double dropout, const RankGroup& group) {
+  const Tensor h = ops::gelu_tanh(linear(p, prefix + ".c_fc", tp::enter(x, group)));
+  return ops::dropout(tp::row_linear(p, prefix + ".c_proj", h, group), dropout);
 }
 
-Tensor embeddings(const ParamStore& p, const Tensor& tokens, double dropout) {
-  return ops::dropout(ops::add(ops::embedding(p["wte.weight"], tokens),
+Tensor embeddings(const ParamStore& p, const Tensor& tokens, double dropout, const RankGroup& group) {
+  return ops::dropout(ops::add(tp::embedding(p, "wte.weight", tokens, group),
                                ops::embedding(p["wpe.weight"], positions(tokens))),
                       dropout);
 }
 
-Tensor tied_head(const ParamStore& p, const Tensor& x) {
-  return ops::linear(ops::layer_norm(x, p["ln_f.weight"], p["ln_f.bias"], 1e-5), p["wte.weight"]);
+Tensor tied_head(const ParamStore& p, const Tensor& x, const RankGroup& group) {
+  return ops::linear(tp::enter(ops::layer_norm(x, p["ln_f.weight"], p["ln_f.bias"], 1e-5), group), p["wte.weight"]);
 }
 
 }  // namespace remat::gpt

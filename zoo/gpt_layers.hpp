@@ -5,26 +5,33 @@
 #include <string>
 #include <vector>
 
+#include "core/rank_group.hpp"
 #include "zoo/params.hpp"
 
 namespace remat::gpt {
 
+// Each takes the tensor-parallel group `group` (zoo/tensor_parallel.hpp; none
+// by default): c_attn and c_fc column-parallel (c_attn's q | k | v split
+// alike, so each rank holds whole heads), the c_proj row-parallel, wte split
+// over the vocabulary.
+
 // <prefix>.c_attn [3D, D] and <prefix>.c_proj [D, D] (residual output init), with biases.
-void append_attention(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t D);
+void append_attention(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t D, const RankGroup& group = {});
 // <prefix>.c_fc [4D, D] and <prefix>.c_proj [D, 4D] (residual output init), with biases.
-void append_mlp(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t D);
+void append_mlp(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t D, const RankGroup& group = {});
 // wte [V, D] and wpe [S_max, D].
-void append_embeddings(std::vector<ParamSpec>& p, std::int64_t V, std::int64_t D, std::int64_t S_max);
+void append_embeddings(std::vector<ParamSpec>& p, std::int64_t V, std::int64_t D, std::int64_t S_max,
+                       const RankGroup& group = {});
 
 // dropout(c_proj(attention(c_attn(x)))), H heads, causal unless told
 // otherwise, dropout on the probabilities too.
 Tensor attention(const ParamStore& p, const std::string& prefix, const Tensor& x, int heads, double dropout,
-                 bool causal = true);
+                 bool causal = true, const RankGroup& group = {});
 // dropout(c_proj(gelu_tanh(c_fc(x)))).
-Tensor mlp(const ParamStore& p, const std::string& prefix, const Tensor& x, double dropout);
+Tensor mlp(const ParamStore& p, const std::string& prefix, const Tensor& x, double dropout, const RankGroup& group = {});
 // dropout(wte[tokens] + wpe[0..S)).
-Tensor embeddings(const ParamStore& p, const Tensor& tokens, double dropout);
-// LN_f(x) @ wte^T.
-Tensor tied_head(const ParamStore& p, const Tensor& x);
+Tensor embeddings(const ParamStore& p, const Tensor& tokens, double dropout, const RankGroup& group = {});
+// LN_f(x) @ wte^T (this rank's slice of the logits under tensor parallelism).
+Tensor tied_head(const ParamStore& p, const Tensor& x, const RankGroup& group = {});
 
 }  // namespace remat::gpt

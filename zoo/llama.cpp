@@ -1,5 +1,7 @@
 // llama: decoder, RMSNorm, rotary positions, SwiGLU, grouped-query attention,
-// untied output (docs/models.md).
+// untied output (docs/models.md). Split by tensor parallelism as Megatron
+// does (zoo/tensor_parallel.hpp): heads, the SwiGLU's hidden size and the
+// vocabulary (embedding and output).
 //   x = tok_embeddings[tokens]
 //   for i: h = x + Attn_i(RMS1_i(x));  x = h + FFN_i(RMS2_i(h))
 //   logits = output(RMS_f(x))
@@ -8,6 +10,7 @@
 #include "zoo/common.hpp"
 #include "zoo/llama_layers.hpp"
 #include "zoo/model.hpp"
+#include "zoo/tensor_parallel.hpp"
 
 namespace remat {
 namespace {
@@ -18,27 +21,30 @@ class Llama final : public Model {
 
   std::vector<ParamSpec> params() const override {
     const std::int64_t V = sizes_.V, D = sizes_.D, F = sizes_.F;
-    std::vector<ParamSpec> p = {{"tok_embeddings.weight", {V, D}}};
+    const RankGroup& group = sizes_.tp;
+    std::vector<ParamSpec> p;
+    tp::append_vocabulary(p, "tok_embeddings.weight", V, D, group);
     for (int i = 0; i < sizes_.L; ++i) {
       const std::string l = block_name(i) + ".";
       p.push_back({l + "attention_norm.weight", {D}, Init::ones});
       llama::append_attention(p, l + "attention", sizes_);
       p.push_back({l + "ffn_norm.weight", {D}, Init::ones});
-      append_linear(p, l + "feed_forward.w1", F, D, Init::normal, false);
-      append_linear(p, l + "feed_forward.w2", D, F, Init::residual_out, false);
-      append_linear(p, l + "feed_forward.w3", F, D, Init::normal, false);
+      tp::append_column(p, l + "feed_forward.w1", F, D, group, Init::normal, false);
+      tp::append_row(p, l + "feed_forward.w2", D, F, group, Init::residual_out, false);
+      tp::append_column(p, l + "feed_forward.w3", F, D, group, Init::normal, false);
     }
     p.push_back({"norm.weight", {D}, Init::ones});
-    append_linear(p, "output", V, D, Init::normal, false);
+    tp::append_column(p, "output", V, D, group, Init::normal, false);
     return p;
   }
 
   Tensor logits(const ParamStore& p, const Batch& batch) const override {
     const Tensor& tokens = batch.tokens;
-    Tensor x = ops::dropout(ops::embedding(p["tok_embeddings.weight"], tokens), sizes_.dropout);
+    const RankGroup& group = sizes_.tp;
+    Tensor x = ops::dropout(tp::embedding(p, "tok_embeddings.weight", tokens, group), sizes_.dropout);
     for (int i = 0; i < sizes_.L; ++i)
       x = run_block({i, sizes_.L, block_name(i)}, x, [this, &p, i](const Tensor& x) { return block(p, i, x); });
-    return linear(p, "output", ops::rms_norm(x, p["norm.weight"], 1e-5), false);
+    return linear(p, "output", tp::enter(ops::rms_norm(x, p["norm.weight"], 1e-5), group), false);
   }
 
  private:
@@ -49,8 +55,9 @@ class Llama final : public Model {
     const double drop = sizes_.dropout;
     const Tensor h = ops::add(x, llama::attention(p, l + "attention", ops::rms_norm(x, p[l + "attention_norm.weight"], 1e-5), sizes_));
     const Tensor m = ops::rms_norm(h, p[l + "ffn_norm.weight"], 1e-5);
-    const Tensor gated = ops::swiglu(linear(p, l + "feed_forward.w1", m, false), linear(p, l + "feed_forward.w3", m, false));
-    return ops::add(h, ops::dropout(linear(p, l + "feed_forward.w2", gated, false), drop));
+    const Tensor in = tp::enter(m, sizes_.tp);
+    const Tensor gated = ops::swiglu(linear(p, l + "feed_forward.w1", in, false), linear(p, l + "feed_forward.w3", in, false));
+    return ops::add(h, ops::dropout(tp::row_linear(p, l + "feed_forward.w2", gated, sizes_.tp, false), drop));
   }
 };
 
@@ -58,7 +65,7 @@ class Llama final : public Model {
 
 void register_llama(ModelRegistry& r) {
   r.add({"llama", "decoder, RMSNorm, rotary positions, SwiGLU, grouped-query attention, untied head", false,
-         [](const Sizes& s) { return std::make_unique<Llama>(s); }, {"theta"}});
+         [](const Sizes& s) { return std::make_unique<Llama>(s); }, {"theta"}, /*tensor_parallel=*/true});
 }
 
 }  // namespace remat

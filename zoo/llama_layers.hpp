@@ -11,7 +11,8 @@
 namespace remat::llama {
 
 // <prefix>.wq [H hd, D], .wk and .wv [Hkv hd, D], .wo [D, H hd] (residual
-// output init), no biases.
+// output init), no biases. Under z.tp (zoo/tensor_parallel.hpp) the heads
+// split: wq, wk, wv column-parallel, wo row-parallel.
 void append_attention(std::vector<ParamSpec>& p, const std::string& prefix, const Sizes& z);
 
 // dropout(wo(attention(rotary(wq x), rotary(wk x), wv x))), causal,

@@ -59,6 +59,8 @@ struct ModelInfo {
   // The optional attributes of Sizes the model reads, as weight files name
   // them ("E", "K", "theta"): written with its weights, read back.
   std::vector<std::string> attributes = {};
+  // Whether its layers split over a tensor-parallel group (zoo/tensor_parallel.hpp).
+  bool tensor_parallel = false;
 };
 
 // find() throws UserError listing the models if a name is not one.
@@ -70,5 +72,7 @@ class ModelRegistry : public Registry<ModelInfo> {
 // Every built-in model, registered once (explicitly: no static
 // self-registration for a linker to drop).
 const ModelRegistry& models();
+// The models tensor parallelism splits.
+std::vector<std::string> tensor_parallel_models();
 
 }  // namespace remat

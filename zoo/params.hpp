@@ -38,10 +38,20 @@ DType compute_dtype(Precision p, DType params);
 inline constexpr double kInitialLossScale = 65536.0;
 double default_loss_scale(Precision p);
 
+// How tensor parallelism splits a parameter over its group
+// (zoo/tensor_parallel.hpp): along `dim`, each of `blocks` equal consecutive
+// blocks (c_attn's q | k | v) cut into the group's parts alike; dim -1: the
+// whole parameter on every rank.
+struct Split {
+  int dim = -1;
+  int blocks = 1;
+};
+
 struct ParamSpec {
   std::string name;
-  Shape shape;
+  Shape shape;  // this rank's part of it where split
   Init init = Init::normal;
+  Split split = {};
 };
 
 class ParamStore {

@@ -2,6 +2,7 @@
 #include "autodiff/ops/ops.hpp"
 #include "zoo/model.hpp"
 #include "zoo/model_list.hpp"
+#include "zoo/tensor_parallel.hpp"
 
 namespace remat {
 
@@ -10,7 +11,7 @@ REMAT_MODELS(REMAT_DECLARE_MODEL)
 #undef REMAT_DECLARE_MODEL
 
 LossTerms Model::loss_terms(const ParamStore& p, const Batch& batch) const {
-  return {ops::cross_entropy(logits(p, batch), batch.targets), {}, {}};
+  return {tp::cross_entropy(logits(p, batch), batch.targets, sizes_.tp), {}, {}};
 }
 
 const ModelRegistry& models() {
@@ -22,6 +23,13 @@ const ModelRegistry& models() {
     return r;
   }();
   return registry;
+}
+
+std::vector<std::string> tensor_parallel_models() {
+  std::vector<std::string> names;
+  for (const std::string& name : models().names())
+    if (models().find(name).tensor_parallel) names.push_back(name);
+  return names;
 }
 
 }  // namespace remat

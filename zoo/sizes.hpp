@@ -3,6 +3,8 @@
 #include <string>
 #include <vector>
 
+#include "core/rank_group.hpp"
+
 namespace remat {
 
 struct Sizes {
@@ -21,6 +23,9 @@ struct Sizes {
   // Training settings, not sizes, but the models read them here:
   double dropout = 0;       // probability
   double router_aux = 0.01;  // weight of the load-balancing loss (mixtral)
+  // Tensor parallelism (zoo/tensor_parallel.hpp): this rank's part of every
+  // split layer; the sizes above stay the whole model's.
+  RankGroup tp;
 };
 
 struct Preset {

@@ -10,9 +10,10 @@ using namespace detail;
 
 namespace {
 
-Tensor embedding_forward(const Tensor& weight, const Tensor& ids) {
+// Rows [first, first + V) of a table: other ids give zeros.
+Tensor embedding_forward(const Tensor& weight, const Tensor& ids, std::int64_t first) {
   stats::count_forward("embedding");
-  const std::int64_t D = weight.dim(1), N = ids.numel();
+  const std::int64_t V = weight.dim(0), D = weight.dim(1), N = ids.numel();
   Shape shape = ids.shape();
   shape.push_back(D);
   Tensor out = Tensor::empty(shape, weight.dtype(), "embedding");
@@ -22,27 +23,21 @@ Tensor embedding_forward(const Tensor& weight, const Tensor& ids) {
     const std::int32_t* id = ids.data<std::int32_t>();
     T* y = out.data<T>();
     for_each_element("embedding_forward", N * D, KOKKOS_LAMBDA(std::int64_t i) {
-      const std::int64_t n = i / D, d = i % D;
-      y[i] = w[std::int64_t(id[n]) * D + d];
+      const std::int64_t n = i / D, d = i % D, v = std::int64_t(id[n]) - first;
+      y[i] = v >= 0 && v < V ? w[v * D + d] : T(0);
     });
   });
   return out;
 }
 
-}  // namespace
-
-Tensor embedding(const Tensor& weight, const Tensor& ids) {
-  require_float("embedding", weight, "weight");
-  require(weight.rank() == 2, "embedding: weight must be [V, D], got " + to_string(weight.shape()));
-  require(ids.dtype() == DType::i32, std::string("embedding: ids must be int32, got ") + dtype_name(ids.dtype()));
+// The op for a whole table (first 0, every id checked) or a part of one.
+Tensor embedding_rows(const Tensor& weight, const Tensor& ids, std::int64_t first) {
   const std::int64_t V = weight.dim(0), D = weight.dim(1), N = ids.numel();
-  if (const auto bad = count_out_of_range(ids, V))
-    throw UserError("embedding: " + std::to_string(bad) + " id(s) outside [0, " + std::to_string(V) + ")");
-  Tensor out = embedding_forward(weight, ids);
+  Tensor out = embedding_forward(weight, ids, first);
   OpRecorder rec("embedding", {&weight, nullptr});
   if (!rec) return out;
-  out.set_recipe([weight, ids] { return embedding_forward(weight, ids); });
-  rec.finish({&out}, [ids, V, D, N](BackwardContext& ctx) {
+  out.set_recipe([weight, ids, first] { return embedding_forward(weight, ids, first); });
+  rec.finish({&out}, [ids, V, D, N, first](BackwardContext& ctx) {
     GradTarget dw = ctx.grad_in(0);
     Tensor dy = ctx.grad_out();
     REMAT_DISPATCH_COMPUTE(dy.dtype(), T, {
@@ -50,12 +45,33 @@ Tensor embedding(const Tensor& weight, const Tensor& ids) {
       const T* gy = dy.data<T>();
       const std::int32_t* id = ids.data<std::int32_t>();
       if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible)
-        embedding_grad_by_column<T>(id, gy, N, V, D, g, dw.fresh);
+        embedding_grad_by_column<T>(id, gy, N, V, D, first, g, dw.fresh);
       else
-        embedding_grad_by_token<T>(id, gy, N, V, D, g, dw.fresh);
+        embedding_grad_by_token<T>(id, gy, N, V, D, first, g, dw.fresh);
     });
   });
   return out;
+}
+
+void require_table(const char* op, const Tensor& weight, const Tensor& ids) {
+  require_float(op, weight, "weight");
+  require(weight.rank() == 2, std::string(op) + ": weight must be [V, D], got " + to_string(weight.shape()));
+  require(ids.dtype() == DType::i32, std::string(op) + ": ids must be int32, got " + dtype_name(ids.dtype()));
+}
+
+}  // namespace
+
+Tensor embedding(const Tensor& weight, const Tensor& ids) {
+  require_table("embedding", weight, ids);
+  const std::int64_t V = weight.dim(0);
+  if (const auto bad = count_out_of_range(ids, V))
+    throw UserError("embedding: " + std::to_string(bad) + " id(s) outside [0, " + std::to_string(V) + ")");
+  return embedding_rows(weight, ids, 0);
+}
+
+Tensor embedding_part(const Tensor& weight, const Tensor& ids, std::int64_t first) {
+  require_table("embedding_part", weight, ids);
+  return embedding_rows(weight, ids, first);
 }
 
 }  // namespace remat::ops

@@ -1,6 +1,7 @@
 #pragma once
 // The embedding table's gradient: g[v, :] (+)= the sum of gy[n, :] over the
-// positions n holding token v, always added in increasing n (no atomics on
+// positions n holding token first + v (a table holding rows [first, first + V)
+// of a vocabulary split over ranks; other tokens add nothing), always added in increasing n (no atomics on
 // floats: the same sums on every run and every backend). Two schedules of
 // that one sum; the tests check they agree bitwise.
 #include <Kokkos_Core.hpp>
@@ -25,12 +26,15 @@ namespace {
 // The table's gradient g is of gy's compute type (float32 for bfloat16).
 template <class T>
 void embedding_grad_by_column(const std::int32_t* id, const T* gy, std::int64_t N, std::int64_t V, std::int64_t D,
-                              compute_t<T>* g, bool fresh) {
+                              std::int64_t first, compute_t<T>* g, bool fresh) {
   using A = compute_t<T>;
   for_each("embedding_backward", D, KOKKOS_LAMBDA(std::int64_t d) {
     if (fresh)
       for (std::int64_t v = 0; v < V; ++v) g[v * D + d] = A(0);
-    for (std::int64_t n = 0; n < N; ++n) g[std::int64_t(id[n]) * D + d] += A(gy[n * D + d]);
+    for (std::int64_t n = 0; n < N; ++n) {
+      const std::int64_t v = std::int64_t(id[n]) - first;
+      if (v >= 0 && v < V) g[v * D + d] += A(gy[n * D + d]);
+    }
   });
 }
 
@@ -42,7 +46,7 @@ void embedding_grad_by_column(const std::int32_t* id, const T* gy, std::int64_t 
 // columns of a row consecutive (coalesced). Runs on any backend.
 template <class T>
 void embedding_grad_by_token(const std::int32_t* id, const T* gy, std::int64_t N, std::int64_t V, std::int64_t D,
-                             compute_t<T>* g, bool fresh) {
+                             std::int64_t first, compute_t<T>* g, bool fresh) {
   using A = compute_t<T>;
   Kokkos::View<std::int64_t*, MemSpace> start("embedding_backward_start", std::size_t(V + 1));
   Kokkos::View<std::int64_t*, MemSpace> keys(Kokkos::view_alloc(Kokkos::WithoutInitializing, "embedding_backward_keys"),
@@ -50,9 +54,12 @@ void embedding_grad_by_token(const std::int32_t* id, const T* gy, std::int64_t N
   std::int64_t *ps = start.data(), *pk = keys.data();
   if (shape_only()) return;  // the workspaces counted, nothing sorted
   // Counts are integers: atomics give the same counts in any order.
+  // A token outside the table sorts after every row's positions and is counted nowhere.
   for_each("embedding_backward_keys", N, KOKKOS_LAMBDA(std::int64_t n) {
-    pk[n] = std::int64_t(id[n]) * N + n;
-    Kokkos::atomic_add(&ps[id[n] + 1], std::int64_t(1));
+    const std::int64_t v = std::int64_t(id[n]) - first;
+    const bool here = v >= 0 && v < V;
+    pk[n] = (here ? v : V) * N + n;
+    if (here) Kokkos::atomic_add(&ps[v + 1], std::int64_t(1));
   });
   Kokkos::parallel_scan(
       "embedding_backward_starts", Kokkos::RangePolicy<ExecSpace>(0, V + 1),

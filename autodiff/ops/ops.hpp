@@ -8,11 +8,17 @@
 #include <vector>
 
 #include "autodiff/tensor.hpp"
+#include "core/rank_group.hpp"
 
 namespace remat::ops {
 
 // weight[V, D] gathered at int32 ids[...] -> [..., D].
 Tensor embedding(const Tensor& weight, const Tensor& ids);
+
+// Rows [first, first + V) of a vocabulary's table, weight[V, D], gathered at
+// ids[...] -> [..., D]: ids outside the part give zero rows (tensor
+// parallelism's vocabulary-parallel embedding, summed over ranks after).
+Tensor embedding_part(const Tensor& weight, const Tensor& ids, std::int64_t first);
 
 // a + b, where b has a's shape or a trailing part of it (broadcast over the
 // leading dimensions, as a position embedding over the batch).
@@ -90,6 +96,20 @@ Tensor dropout(const Tensor& x, double p);
 
 // Mean cross-entropy of logits[..., V] against int32 targets[...] -> scalar.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
+
+// Tensor parallelism's communication (autodiff/ops/tensor_parallel.cpp), over
+// the group `g` of every rank of the job: all_reduce sums x over the ranks
+// (backward: the identity; Megatron's g, after a row-parallel layer), and
+// all_reduce_in_backward is the identity whose backward sums the gradient
+// (Megatron's f, before column-parallel layers). Sums go in rank order: the
+// same bits on every rank and in every recomputation.
+Tensor all_reduce(const Tensor& x, const RankGroup& g);
+Tensor all_reduce_in_backward(const Tensor& x, const RankGroup& g);
+// Mean cross-entropy of logits split over the vocabulary: this rank's
+// logits[..., V_part] for ids [first, first + V_part), against the int32
+// targets[...]; row maxima and sums are combined over the ranks, so the
+// whole logits never exist on one rank. Every rank gets the scalar.
+Tensor cross_entropy_parts(const Tensor& logits, const Tensor& targets, std::int64_t first, const RankGroup& g);
 
 // Softmax over the last dimension, max-subtracted (a router's probabilities).
 Tensor softmax(const Tensor& x);

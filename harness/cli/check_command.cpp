@@ -12,6 +12,7 @@
 #include "datasets/batch_source.hpp"
 #include "harness/cli/validators.hpp"
 #include "harness/long_run.hpp"
+#include "harness/tensor_layout.hpp"
 #include "harness/io/output_guard.hpp"
 #include "train/trajectory.hpp"
 
@@ -118,6 +119,7 @@ CheckInputs load_inputs(const CheckCommandOptions& o) {
     });
     in.batch = o.model.make_batch(in.setup.sizes);
   }
+  split_over_ranks(o.model.tp, in.setup, in.params);
   return in;
 }
 
@@ -210,6 +212,15 @@ void print_json(const CheckCommandOptions& o, const ModelSetup& setup, const Che
   std::printf("%s\n", j.dump(2).c_str());
 }
 
+// What a check cannot do together (yet), in one line.
+void refuse_combinations(const CheckCommandOptions& o, const Sizes& sizes) {
+  if ((o.freeze.any() || o.lora.any()) && o.train_steps > 0)
+    throw UserError("--freeze or --lora with --train-steps: not together yet");
+  if (sizes.tp.split() && (o.freeze.any() || o.lora.any() || o.train_steps > 0 || !o.save_golden.empty() ||
+                           !o.golden.empty()))
+    throw UserError("--tp with --freeze, --lora, --train-steps or a golden file: not yet");
+}
+
 int run_check_command(const CheckCommandOptions& o) {
   CheckInputs in = load_inputs(o);
   ModelSetup& setup = in.setup;
@@ -219,10 +230,10 @@ int run_check_command(const CheckCommandOptions& o) {
   setup.sizes.router_aux = o.model.router_aux;
   validate(setup.sizes);
   const auto model = models().find(setup.model).make(setup.sizes);
-  if ((o.freeze.any() || o.lora.any()) && o.train_steps > 0)
-    throw UserError("--freeze or --lora with --train-steps: not together yet");
+  refuse_combinations(o, setup.sizes);
   fine_tune(params, *model, batch, o.freeze, o.lora, o.model.run.seed, setup.sizes.L, o.json);
   const auto specs = strategies_for(setup.model, o.strategies, o.model.run.attention);
+  require_same_plan_on_every_rank(setup.sizes, specs);
   if (o.train_steps > 0) return check_trajectories(o, setup, specs);
 
   const Sizes& z = setup.sizes;
@@ -276,6 +287,7 @@ void setup_check(CLI::App& app) {
   auto o = std::make_shared<CheckCommandOptions>();
   auto* cmd = app.add_subcommand("check", "Check every strategy's gradients and memory against full, one step each");
   o->model.bind(*cmd);
+  add_tp_option(*cmd, o->model.tp);
   add_freeze_options(*cmd, o->freeze);
   add_lora_options(*cmd, o->lora);
   cmd->add_option("--weights", o->weights, "Take the model, sizes, weights and batch from this HDF5 file instead");

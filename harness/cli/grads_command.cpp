@@ -9,6 +9,7 @@
 #include "harness/cli/commands.hpp"
 #include "harness/cli/model_options.hpp"
 #include "harness/io/output_guard.hpp"
+#include "harness/tensor_layout.hpp"
 #include "step/step.hpp"
 #include "strategies/registry.hpp"
 
@@ -22,6 +23,7 @@ struct GradsOptions {
   std::string strategy = "full";
   std::string data;  // overrides the file's batch
   double router_aux = 0.01;
+  int tp = 1;
   bool force = false;
 };
 
@@ -29,9 +31,11 @@ void run_grads(const GradsOptions& o) {
   if (!o.out.empty()) check_output(o.out, FileKind::gradients, {o.weights, batch_source_file(o.data)}, o.force);
   LoadedWeights w = load_weights(o.weights, o.force);
   w.setup.sizes.router_aux = o.router_aux;  // a training setting, not in the file
+  split_over_ranks(o.tp, w.setup, w.params);
   w.model = models().find(w.setup.model).make(w.setup.sizes);
   const auto specs = strategies_for(w.setup.model, o.strategy, o.run.attention);
   if (specs.size() != 1) throw UserError("remat grads runs one strategy; '" + o.strategy + "' names " + std::to_string(specs.size()));
+  require_same_plan_on_every_rank(w.setup.sizes, specs);
   const Sizes& z = w.setup.sizes;
   require_step_memory(w.setup, o.run.attention, specs, 3, o.force);
   if (!o.data.empty()) {
@@ -48,7 +52,14 @@ void run_grads(const GradsOptions& o) {
   prepare_strategy(*strategy, *w.model, *w.params, *w.batch, o.run.attention, o.run.seed);
   const double loss = forward_backward(*w.model, *w.params, *w.batch, step_options(o.run, strategy.get()));
   require_finite_result(loss, *w.params);
-  if (!o.out.empty()) write_gradients(o.out, w.setup, *w.params, loss);
+  if (w.setup.sizes.tp.split()) {  // the whole model's gradients, from every rank's parts
+    const auto whole = gather_whole(w.setup, *w.params);
+    ModelSetup whole_setup = w.setup;
+    whole_setup.sizes.tp = {};
+    if (!o.out.empty() && w.setup.sizes.tp.rank == 0) write_gradients(o.out, whole_setup, *whole, loss);
+  } else if (!o.out.empty()) {
+    write_gradients(o.out, w.setup, *w.params, loss);
+  }
   std::printf("loss %.9g\n", loss);
   if (!o.out.empty()) std::printf("wrote %s: /loss and /grads for %zu parameters\n", o.out.c_str(), w.params->names().size());
 }
@@ -62,6 +73,7 @@ void setup_grads(CLI::App& app) {
   cmd->add_option("--out", o->out, "Output HDF5 file for /loss and /grads/<name>");
   add_run_options(*cmd, o->run, "Seed of the batch (when the file carries none) and of dropout");
   add_router_aux_option(*cmd, o->router_aux);
+  add_tp_option(*cmd, o->tp);
   cmd->add_option("--data", o->data, "Batch source instead of the file's batch (see `remat check --help`)");
   cmd->add_option("--strategy", o->strategy, "Activation-memory strategy (see `remat strategies`)")
       ->capture_default_str();

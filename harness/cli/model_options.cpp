@@ -123,6 +123,14 @@ void fine_tune(std::unique_ptr<ParamStore>& params, const Model& model, const Ba
   if (!quiet && !said.empty()) std::printf("%s\n", said.c_str());
 }
 
+void add_tp_option(CLI::App& cmd, int& tp) {
+  cmd.add_option("--tp", tp,
+                 "Tensor parallelism over N ranks (start with mpirun -n N): each rank holds 1/N of every layer's "
+                 "heads, hidden units and vocabulary, as Megatron-LM splits them (docs/scale-out.md; gpt2, llama)")
+      ->check(whole_number(1, 1 << 12))
+      ->capture_default_str();
+}
+
 void add_seed_option(CLI::App& cmd, std::uint64_t& seed, const std::string& help) {
   cmd.add_option("--seed", seed, help)->check(seed_number())->capture_default_str();
 }

@@ -24,6 +24,7 @@ struct ModelOptions {
   // weights from a file, a remat HDF5 file or a Hugging Face model folder;
   // --seq and --batch still apply, --model, --preset and --layers are the file's.
   std::string weights;
+  int tp = 1;  // --tp (where a command takes it): tensor-parallel ranks (harness/tensor_layout.hpp)
 
   void bind(CLI::App& cmd);
   // bind() and --weights.
@@ -63,6 +64,9 @@ void add_lora_options(CLI::App& cmd, LoraOptions& lora);
 // what it did on stdout unless `quiet`.
 void fine_tune(std::unique_ptr<ParamStore>& params, const Model& model, const Batch& batch, const FreezeOptions& freeze,
                const LoraOptions& lora, std::uint64_t seed, int layers, bool quiet = false);
+
+// --tp N: tensor parallelism over the job's N ranks.
+void add_tp_option(CLI::App& cmd, int& tp);
 
 // --seed, validated.
 void add_seed_option(CLI::App& cmd, std::uint64_t& seed, const std::string& help);

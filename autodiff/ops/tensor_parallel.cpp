@@ -1,0 +1,187 @@
+// Tensor parallelism's communication as ops (Shoeybi et al. 2019, Megatron's
+// f and g), and the cross-entropy of logits split over the vocabulary. The
+// group is every rank of the job (comm/); a shape-only run allocates what a
+// real one would and sends nothing. Sums over ranks are added in rank order
+// from every rank's gathered part, so every rank gets the same bits and a
+// recomputation the same bits again.
+#include "autodiff/backend.hpp"
+#include "autodiff/elementwise.hpp"
+#include "autodiff/fast_math.hpp"
+#include "autodiff/ops/kernel.hpp"
+#include "autodiff/ops/ops.hpp"
+#include "autodiff/ops/row_kernel.hpp"
+#include "autodiff/shape_only.hpp"
+#include "autodiff/stats.hpp"
+#include "autodiff/tape.hpp"
+#include "comm/comm.hpp"
+#include "core/error.hpp"
+
+namespace remat::ops {
+using namespace detail;
+
+namespace {
+
+void require_group(const char* op, const RankGroup& g) {
+  if (shape_only()) return;
+  if (comm::size() != g.size)
+    throw UserError(std::string(op) + ": a tensor-parallel group of " + std::to_string(g.size) +
+                    " ranks in a job of " + std::to_string(comm::size()) + " process(es): run it under mpirun -n " +
+                    std::to_string(g.size));
+  if (!kHostMemory) throw UserError(std::string(op) + ": tensor parallelism runs on the host backend only");
+}
+
+// [g.size, n] in x's compute type: row r holds rank r's x (widened).
+Tensor gather_parts(const Tensor& x, const RankGroup& g, const char* label) {
+  const DType a = compute_dtype(x.dtype());
+  Tensor parts = Tensor::empty({g.size, x.numel()}, a, label);
+  parts.set_tag(x.tag());
+  if (shape_only()) return parts;
+  const Tensor mine = x.dtype() == a ? x : converted(x, a, label);
+  if (a == DType::f64)
+    comm::gather_all(mine.data<double>(), mine.numel(), parts.data<double>());
+  else
+    comm::gather_all(mine.data<float>(), mine.numel(), parts.data<float>());
+  return parts;
+}
+
+// The sum over ranks of x, in rank order, in x's type.
+Tensor summed(const Tensor& x, const RankGroup& g, const char* label) {
+  require_group(label, g);
+  stats::count_forward(label);
+  const Tensor parts = gather_parts(x, g, "all_reduce_parts");
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), label);
+  out.set_tag(x.tag());
+  const std::int64_t n = x.numel(), ranks = g.size;
+  REMAT_DISPATCH_COMPUTE(x.dtype(), T, {
+    const A* p = parts.data<A>();
+    T* y = out.data<T>();
+    for_each_element(label, n, KOKKOS_LAMBDA(std::int64_t i) {
+      A acc = p[i];
+      for (std::int64_t r = 1; r < ranks; ++r) acc += p[r * n + i];
+      y[i] = T(acc);
+    });
+  });
+  return out;
+}
+
+}  // namespace
+
+Tensor all_reduce(const Tensor& x, const RankGroup& g) {
+  require_float("all_reduce", x, "x");
+  Tensor out = summed(x, g, "all_reduce");
+  OpRecorder rec("all_reduce", {&x});
+  if (rec) rec.finish({&out}, [](BackwardContext& ctx) { ctx.accumulate(0, ctx.grad_out()); });
+  return out;
+}
+
+Tensor all_reduce_in_backward(const Tensor& x, const RankGroup& g) {
+  require_float("all_reduce_in_backward", x, "x");
+  require_group("all_reduce_in_backward", g);
+  // The same bytes: what this rank's part of a split layer reads.
+  Tensor out = x.view_as(x.shape());
+  if (x.recipe()) out.set_recipe(*x.recipe());
+  OpRecorder rec("all_reduce_in_backward", {&x});
+  if (rec)
+    rec.finish({&out}, [g](BackwardContext& ctx) {
+      ctx.accumulate(0, summed(ctx.grad_out(), g, "all_reduce_backward"));
+    });
+  return out;
+}
+
+namespace {
+
+// The forward of cross_entropy_parts: each row's log-sum-exp over every
+// rank's slice into lse, the mean loss into loss.
+void cross_entropy_parts_forward(const Tensor& logits, const Tensor& targets, std::int64_t first, const RankGroup& g,
+                                 const Tensor& lse, const Tensor& loss) {
+  const std::int64_t V = logits.dim(-1), M = rows_of(logits);
+  const DType a = compute_dtype(logits.dtype());
+  // Row maxima over ranks, then each row's [sum of exp, target logit] summed over ranks.
+  const Tensor row_max = Tensor::empty({M}, a, "cross_entropy_max");
+  const Tensor sums = Tensor::empty({M, 2}, a, "cross_entropy_sums");
+  REMAT_DISPATCH_COMPUTE(logits.dtype(), T, {
+    const T* z = logits.data<T>();
+    const std::int32_t* t = targets.data<std::int32_t>();
+    A* pm = row_max.data<A>();
+    for_each_row("cross_entropy_part_max", M, V, KOKKOS_LAMBDA(std::int64_t r, const Row& row) {
+      const T* zr = z + r * V;
+      const A m = row.max<A>([&](std::int64_t j) { return A(zr[j]); });
+      row.once([&] { pm[r] = m; });
+    });
+    {
+      const Tensor maxima = gather_parts(row_max, g, "cross_entropy_max_parts");
+      const A* pp = maxima.data<A>();
+      const std::int64_t ranks = g.size;
+      for_each_element("cross_entropy_max_over_ranks", M, KOKKOS_LAMBDA(std::int64_t r) {
+        A m = pp[r];
+        for (std::int64_t k = 1; k < ranks; ++k) m = pp[k * M + r] > m ? pp[k * M + r] : m;
+        pm[r] = m;
+      });
+    }
+    A* ps = sums.data<A>();
+    for_each_row("cross_entropy_part_sums", M, V, KOKKOS_LAMBDA(std::int64_t r, const Row& row) {
+      const T* zr = z + r * V;
+      const A m = pm[r];
+      const A s = row.sum<A>([&](std::int64_t j) { return fast_exp(A(zr[j]) - m); });
+      const std::int64_t j = std::int64_t(t[r]) - first;
+      row.once([&] {
+        ps[2 * r] = s;
+        ps[2 * r + 1] = (j >= 0 && j < V) ? A(zr[j]) : A(0);
+      });
+    });
+    const Tensor total = summed(sums, g, "cross_entropy_sums_over_ranks");
+    const A* pt = total.data<A>();
+    A* pl = lse.data<A>();
+    double mean = 0;
+    if (!shape_only())
+      Kokkos::parallel_reduce(
+          "cross_entropy_parts_mean", Kokkos::RangePolicy<ExecSpace>(0, M),
+          KOKKOS_LAMBDA(std::int64_t r, double& acc) {
+            pl[r] = pm[r] + kmath::log(pt[2 * r]);
+            acc += double(pl[r]) - double(pt[2 * r + 1]);
+          },
+          mean);
+    A* out = loss.data<A>();
+    const A value = A(mean / double(M));
+    for_each("cross_entropy_parts_store", 1, KOKKOS_LAMBDA(std::int64_t) { out[0] = value; });
+  });
+}
+
+}  // namespace
+
+Tensor cross_entropy_parts(const Tensor& logits, const Tensor& targets, std::int64_t first, const RankGroup& g) {
+  require_float("cross_entropy_parts", logits, "logits");
+  require(targets.dtype() == DType::i32, "cross_entropy_parts: targets must be int32");
+  require_group("cross_entropy_parts", g);
+  const std::int64_t V = logits.dim(-1), M = rows_of(logits);
+  require(targets.numel() == M, "cross_entropy_parts: " + std::to_string(targets.numel()) + " targets for " +
+                                    std::to_string(M) + " rows of logits " + to_string(logits.shape()));
+  stats::count_forward("cross_entropy");
+  Tensor lse = Tensor::empty({M}, compute_dtype(logits.dtype()), "cross_entropy_lse");
+  Tensor loss = Tensor::empty({}, compute_dtype(logits.dtype()), "loss");
+  lse.set_tag("cross_entropy");
+  loss.set_tag("cross_entropy");
+  cross_entropy_parts_forward(logits, targets, first, g, lse, loss);
+
+  OpRecorder rec("cross_entropy", {&logits, nullptr});
+  if (!rec) return loss;
+  const SavedTensor sz = save(logits), sl = save(lse);
+  rec.finish({&loss}, [sz, sl, targets, M, V, first](BackwardContext& ctx) {
+    Tensor dy = ctx.grad_out(), zv = sz.unpack(), lv = sl.unpack();
+    GradTarget dz = ctx.grad_in(0);
+    REMAT_DISPATCH_COMPUTE(zv.dtype(), T, {
+      const T* z = zv.data<T>();
+      const A *pl = lv.data<A>(), *gy = dy.data<A>();
+      const std::int32_t* t = targets.data<std::int32_t>();
+      T* gz = dz.t.data<T>();
+      const A inv_m = A(1) / A(M);
+      write_gradient("cross_entropy_parts_backward", M * V, gz, dz.fresh, KOKKOS_LAMBDA(std::int64_t i) {
+        const std::int64_t r = i / V, j = i % V;
+        return (fast_exp(A(z[i]) - pl[r]) - (j + first == t[r] ? A(1) : A(0))) * gy[0] * inv_m;
+      });
+    });
+  });
+  return loss;
+}
+
+}  // namespace remat::ops

@@ -1,0 +1,13 @@
+#pragma once
+// A group of ranks that split one piece of work, and this process's place in
+// it: tensor parallelism's group splits every split layer of a model into
+// `size` parts, of which this rank holds part `rank`.
+namespace remat {
+
+struct RankGroup {
+  int size = 1;
+  int rank = 0;
+  bool split() const { return size > 1; }
+};
+
+}  // namespace remat

@@ -1,0 +1,117 @@
+#include "zoo/tensor_parallel.hpp"
+
+#include "autodiff/elementwise.hpp"
+#include "autodiff/ops/ops.hpp"
+#include "core/error.hpp"
+#include "core/text.hpp"
+#include "zoo/common.hpp"
+#include "zoo/model.hpp"
+
+namespace remat::tp {
+
+namespace {
+
+std::int64_t part(std::int64_t whole, const RankGroup& g) { return whole / g.size; }
+
+// Calls f(whole offset, part offset, length) for each run of consecutive
+// elements that rank r's part of a parameter split as `s` copies from the
+// whole one of `whole` shape.
+template <class F>
+void for_each_run(const Split& s, const Shape& whole, int r, int ranks, const F& f) {
+  if (s.dim < 0) return f(std::int64_t(0), std::int64_t(0), numel(whole));
+  std::int64_t outer = 1, inner = 1;
+  for (int i = 0; i < s.dim; ++i) outer *= whole[i];
+  for (std::size_t i = s.dim + 1; i < whole.size(); ++i) inner *= whole[i];
+  const std::int64_t n = whole[s.dim], block = n / s.blocks, q = block / ranks;
+  std::int64_t at = 0;
+  for (std::int64_t o = 0; o < outer; ++o)
+    for (std::int64_t b = 0; b < s.blocks; ++b, at += q * inner)
+      f((o * n + b * block + r * q) * inner, at, q * inner);
+}
+
+}  // namespace
+
+void append_column(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t out, std::int64_t in,
+                   const RankGroup& g, Init init, bool bias, int blocks) {
+  if (!g.split()) return append_linear(p, prefix, out, in, init, bias);
+  p.push_back({prefix + ".weight", {part(out, g), in}, init, {0, blocks}});
+  if (bias) p.push_back({prefix + ".bias", {part(out, g)}, Init::zeros, {0, blocks}});
+}
+
+void append_row(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t out, std::int64_t in,
+                const RankGroup& g, Init init, bool bias) {
+  if (!g.split()) return append_linear(p, prefix, out, in, init, bias);
+  p.push_back({prefix + ".weight", {out, part(in, g)}, init, {1, 1}});
+  if (bias) p.push_back({prefix + ".bias", {out}, Init::zeros});
+}
+
+void append_vocabulary(std::vector<ParamSpec>& p, const std::string& name, std::int64_t V, std::int64_t D,
+                       const RankGroup& g) {
+  if (!g.split()) return p.push_back({name, {V, D}});
+  p.push_back({name, {part(V, g), D}, Init::normal, {0, 1}});
+}
+
+Tensor enter(const Tensor& x, const RankGroup& g) { return g.split() ? ops::all_reduce_in_backward(x, g) : x; }
+
+Tensor row_linear(const ParamStore& p, const std::string& prefix, const Tensor& x, const RankGroup& g, bool bias) {
+  if (!g.split()) return linear(p, prefix, x, bias);
+  const Tensor y = ops::all_reduce(linear(p, prefix, x, false), g);
+  return bias && p.has(prefix + ".bias") ? ops::add(y, p[prefix + ".bias"]) : y;
+}
+
+Tensor embedding(const ParamStore& p, const std::string& name, const Tensor& tokens, const RankGroup& g) {
+  if (!g.split()) return ops::embedding(p[name], tokens);
+  const Tensor& table = p[name];
+  return ops::all_reduce(ops::embedding_part(table, tokens, g.rank * table.dim(0)), g);
+}
+
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const RankGroup& g) {
+  if (!g.split()) return ops::cross_entropy(logits, targets);
+  return ops::cross_entropy_parts(logits, targets, g.rank * logits.dim(-1), g);
+}
+
+void validate(const std::string& model, const Sizes& z) {
+  const RankGroup& g = z.tp;
+  if (g.size < 1 || g.rank < 0 || g.rank >= g.size)
+    throw UserError("--tp " + std::to_string(g.size) + ": rank " + std::to_string(g.rank) + " is not in the group");
+  if (!g.split()) return;
+  if (!models().find(model).tensor_parallel)
+    throw UserError("--tp: " + model + " is not split by tensor parallelism yet (models that are: " +
+                    join(tensor_parallel_models(), ", ") + ")");
+  auto divides = [&](std::int64_t n, const std::string& what) {
+    if (n % g.size != 0)
+      throw UserError("--tp " + std::to_string(g.size) + " does not divide " + what + " = " + std::to_string(n));
+  };
+  divides(z.H, "the attention heads H");
+  if (model != "gpt2") divides(z.Hkv, "the key/value heads Hkv (replicating them is not implemented yet)");
+  divides(model == "gpt2" ? 4 * std::int64_t(z.D) : z.F, "the MLP's hidden size");
+  divides(z.V, "the vocabulary V");
+}
+
+std::unique_ptr<ParamStore> part_of(const ParamStore& whole, const std::vector<ParamSpec>& specs,
+                                    const RankGroup& g) {
+  auto parts = std::make_unique<ParamStore>(specs, whole.tensors().empty() ? DType::f32 : whole.tensors()[0].dtype());
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const Tensor& from = whole[specs[i].name];
+    const std::vector<double> all = from.to_host_f64();
+    std::vector<double> mine(std::size_t(numel(specs[i].shape)));
+    for_each_run(specs[i].split, from.shape(), g.rank, g.size, [&](std::int64_t w, std::int64_t p, std::int64_t n) {
+      std::copy(all.begin() + w, all.begin() + w + n, mine.begin() + p);
+    });
+    convert_into(parts->tensors()[i], Tensor::from_host(mine, specs[i].shape));
+  }
+  return parts;
+}
+
+std::vector<double> join_parts(const std::vector<std::vector<double>>& parts, const ParamSpec& spec,
+                               const Shape& whole_shape) {
+  std::vector<double> whole(std::size_t(numel(whole_shape)));
+  const int ranks = spec.split.dim < 0 ? 1 : int(parts.size());
+  for (int r = 0; r < ranks; ++r)
+    for_each_run(spec.split, whole_shape, r, ranks, [&](std::int64_t w, std::int64_t p, std::int64_t n) {
+      std::copy(parts[r].begin() + p, parts[r].begin() + p + n, whole.begin() + w);
+    });
+  return whole;
+}
+
+}  // namespace remat::tp

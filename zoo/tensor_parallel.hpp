@@ -1,0 +1,60 @@
+#pragma once
+// Tensor parallelism (Shoeybi et al. 2019, Megatron-LM's layout) as the zoo's
+// models use it: each rank of the group holds part of every split layer.
+//   column-parallel linear: the output features split; each rank computes
+//     its part of y from the whole x (attention's q/k/v, the MLP's first
+//     projections), its input entered once through enter();
+//   row-parallel linear: the input features split; each rank's partial
+//     x W^T is summed over the ranks, then the bias added (attention's output
+//     projection, the MLP's second);
+//   the vocabulary split: each rank embeds its rows of the table and computes
+//     its slice of the logits, and the cross-entropy combines the slices.
+// With a group of one every function here is the unsplit layer, op for op, so
+// a model written with them runs unchanged without tensor parallelism.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/rank_group.hpp"
+#include "zoo/params.hpp"
+#include "zoo/sizes.hpp"
+
+namespace remat::tp {
+
+// <prefix>.weight [out, in] with this rank's out / g.size rows (each of
+// `blocks` row blocks split alike), and the bias's matching part.
+void append_column(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t out, std::int64_t in,
+                   const RankGroup& g, Init init = Init::normal, bool bias = true, int blocks = 1);
+// <prefix>.weight [out, in] with this rank's in / g.size columns; the bias whole.
+void append_row(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t out, std::int64_t in,
+                const RankGroup& g, Init init = Init::residual_out, bool bias = true);
+// A vocabulary table [V, D]: this rank's V / g.size rows.
+void append_vocabulary(std::vector<ParamSpec>& p, const std::string& name, std::int64_t V, std::int64_t D,
+                       const RankGroup& g);
+
+// x as the column-parallel layers that follow read it: the same values, the
+// gradient summed over the group in backward.
+Tensor enter(const Tensor& x, const RankGroup& g);
+// The row-parallel linear on this rank's part of the features: the parts'
+// x W^T summed over the group, then the bias (if `bias`).
+Tensor row_linear(const ParamStore& p, const std::string& prefix, const Tensor& x, const RankGroup& g,
+                  bool bias = true);
+// tokens through the vocabulary table `name`, whole on every rank.
+Tensor embedding(const ParamStore& p, const std::string& name, const Tensor& tokens, const RankGroup& g);
+// Mean cross-entropy of this rank's logits slice against the targets.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const RankGroup& g);
+
+// Refuses (UserError, one line) a layout `model` cannot run at these sizes:
+// a model not split yet, or a size the group does not divide.
+void validate(const std::string& model, const Sizes& sizes);
+
+// This rank's parts of the whole model's parameters: a store of `specs`
+// (the split model's) filled from `whole` (the unsplit model's, same names).
+std::unique_ptr<ParamStore> part_of(const ParamStore& whole, const std::vector<ParamSpec>& specs,
+                                    const RankGroup& g);
+// The whole parameter from every rank's part, parts[r] being rank r's
+// values (row-major, spec.shape each): `whole_shape`'s values.
+std::vector<double> join_parts(const std::vector<std::vector<double>>& parts, const ParamSpec& spec,
+                               const Shape& whole_shape);
+
+}  // namespace remat::tp
