@@ -204,14 +204,23 @@ void onednn_gemm(Op op_a, Op op_b, std::int64_t m, std::int64_t n, std::int64_t 
     p = it->second;
   }
   // The operands' own storage, no copies (a const input is only read); the
-  // scratchpad for this call, in the tracker's GEMM workspace pool.
-  MemoryTracker::instance().pool_for_label(kScratchpadLabel, detail::kWorkspacePool);
+  // scratchpad for this call, in the tracker's GEMM workspace pool. Before
+  // Kokkos starts (`remat --version` asks which path runs, which probes it)
+  // the scratchpad is plain memory: a View made then would be freed as if
+  // after Kokkos::finalize, which aborts.
   const memory::desc sd = p.pd.scratchpad_desc();
-  Kokkos::View<std::uint8_t*, Kokkos::HostSpace> pad(
-      Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(kScratchpadLabel)),
-      std::max<std::size_t>(1, sd.get_size()));
+  const std::size_t pad_bytes = std::max<std::size_t>(1, sd.get_size());
+  Kokkos::View<std::uint8_t*, Kokkos::HostSpace> pad;
+  std::vector<std::uint8_t> early;
+  if (Kokkos::is_initialized()) {
+    MemoryTracker::instance().pool_for_label(kScratchpadLabel, detail::kWorkspacePool);
+    pad = Kokkos::View<std::uint8_t*, Kokkos::HostSpace>(
+        Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(kScratchpadLabel)), pad_bytes);
+  } else {
+    early.resize(pad_bytes);
+  }
   memory ma(p.pd.src_desc(), e.engine, const_cast<bf16*>(a)), mb(p.pd.weights_desc(), e.engine, const_cast<bf16*>(b)),
-      mc(p.pd.dst_desc(), e.engine, c), ms(sd, e.engine, pad.data());
+      mc(p.pd.dst_desc(), e.engine, c), ms(sd, e.engine, pad.data() ? static_cast<void*>(pad.data()) : early.data());
   dnnl::stream s(e.engine);
   p.matmul.execute(s, {{DNNL_ARG_SRC, ma}, {DNNL_ARG_WEIGHTS, mb}, {DNNL_ARG_DST, mc}, {DNNL_ARG_SCRATCHPAD, ms}});
   s.wait();
