@@ -11,6 +11,7 @@
 #include "optim/optimizer.hpp"
 #include "strategies/registry.hpp"
 #include "train/param_shards.hpp"
+#include "zoo/tensor_parallel.hpp"
 
 namespace remat {
 namespace {
@@ -79,6 +80,7 @@ std::vector<ModelSetup> estimate_points(const EstimateRequest& r) {
   if (r.shard_params && models().find(r.base.model).reversible)
     throw UserError("--shard-params: " + r.base.model + "'s reversible blocks rebuild their inputs in backward, which "
                     "sharded parameters do not support yet");
+  tp::validate(r.base.model, r.base.sizes);
   const std::vector<int> seqs = r.seqs.empty() ? std::vector<int>{r.base.sizes.S} : r.seqs;
   const std::vector<int> batches = r.batches.empty() ? std::vector<int>{r.base.sizes.B} : r.batches;
   for (int s : seqs)

@@ -18,6 +18,7 @@
 #include "zoo/common.hpp"
 #include "zoo/gpt_layers.hpp"
 #include "zoo/model.hpp"
+#include "zoo/tensor_parallel.hpp"
 
 namespace remat {
 namespace {
@@ -31,26 +32,29 @@ class Encdec final : public Model {
 
   std::vector<ParamSpec> params() const override {
     const std::int64_t D = sizes_.D;
-    std::vector<ParamSpec> p = {{"wte.weight", {sizes_.V, D}}, {"enc.wpe.weight", {sizes_.S_max, D}}};
+    const RankGroup& group = sizes_.tp;
+    std::vector<ParamSpec> p;
+    tp::append_vocabulary(p, "wte.weight", sizes_.V, D, group);
+    p.push_back({"enc.wpe.weight", {sizes_.S_max, D}});
     for (int i = 0; i < half(); ++i) {
       const std::string h = "enc.h." + std::to_string(i) + ".";
       append_layer_norm(p, h + "ln_1", D);
-      gpt::append_attention(p, h + "attn", D);
+      gpt::append_attention(p, h + "attn", D, group);
       append_layer_norm(p, h + "ln_2", D);
-      gpt::append_mlp(p, h + "mlp", D);
+      gpt::append_mlp(p, h + "mlp", D, group);
     }
     append_layer_norm(p, "enc.ln_f", D);
     p.push_back({"dec.wpe.weight", {sizes_.S_max, D}});
     for (int i = 0; i < half(); ++i) {
       const std::string h = "dec.h." + std::to_string(i) + ".";
       append_layer_norm(p, h + "ln_1", D);
-      gpt::append_attention(p, h + "attn", D);
+      gpt::append_attention(p, h + "attn", D, group);
       append_layer_norm(p, h + "ln_2", D);
-      append_linear(p, h + "cross.c_q", D, D);
-      append_linear(p, h + "cross.c_kv", 2 * D, D);
-      append_linear(p, h + "cross.c_proj", D, D, Init::residual_out);
+      tp::append_column(p, h + "cross.c_q", D, D, group);
+      tp::append_column(p, h + "cross.c_kv", 2 * D, D, group, Init::normal, true, /*blocks=*/2);
+      tp::append_row(p, h + "cross.c_proj", D, D, group);
       append_layer_norm(p, h + "ln_3", D);
-      gpt::append_mlp(p, h + "mlp", D);
+      gpt::append_mlp(p, h + "mlp", D, group);
     }
     append_layer_norm(p, "dec.ln_f", D);
     return p;
@@ -67,7 +71,7 @@ class Encdec final : public Model {
     for (int i = 0; i < L - Le; ++i)
       d = run_block({Le + i, L, "dec.h." + std::to_string(i), /*context=*/1, /*new_stack=*/i == 0}, d,
                     [this, &p, i](const Tensors& x) { return Tensors{decoder_block(p, i, x[0], x[1]), x[1]}; });
-    return ops::linear(norm(p, "dec.ln_f", d[0]), p["wte.weight"]);
+    return ops::linear(tp::enter(norm(p, "dec.ln_f", d[0]), sizes_.tp), p["wte.weight"]);
   }
 
  private:
@@ -78,30 +82,34 @@ class Encdec final : public Model {
   }
 
   Tensor embed(const ParamStore& p, const Tensor& ids, const std::string& positions_table) const {
-    return ops::dropout(ops::add(ops::embedding(p["wte.weight"], ids), ops::embedding(p[positions_table], positions(ids))),
+    return ops::dropout(ops::add(tp::embedding(p, "wte.weight", ids, sizes_.tp),
+                                 ops::embedding(p[positions_table], positions(ids))),
                         sizes_.dropout);
   }
 
   Tensor encoder_block(const ParamStore& p, int i, const Tensor& x) const {
     const std::string h = "enc.h." + std::to_string(i) + ".";
     const Tensor r = ops::add(x, gpt::attention(p, h + "attn", norm(p, h + "ln_1", x), sizes_.H, sizes_.dropout,
-                                                /*causal=*/false));
-    return ops::add(r, gpt::mlp(p, h + "mlp", norm(p, h + "ln_2", r), sizes_.dropout));
+                                                /*causal=*/false, sizes_.tp));
+    return ops::add(r, gpt::mlp(p, h + "mlp", norm(p, h + "ln_2", r), sizes_.dropout, sizes_.tp));
   }
 
   Tensor decoder_block(const ParamStore& p, int i, const Tensor& x, const Tensor& e) const {
     const std::string h = "dec.h." + std::to_string(i) + ".";
-    const Tensor a = ops::add(x, gpt::attention(p, h + "attn", norm(p, h + "ln_1", x), sizes_.H, sizes_.dropout));
+    const Tensor a = ops::add(x, gpt::attention(p, h + "attn", norm(p, h + "ln_1", x), sizes_.H, sizes_.dropout,
+                                                /*causal=*/true, sizes_.tp));
     const Tensor c = ops::add(a, cross(p, h + "cross", norm(p, h + "ln_2", a), e));
-    return ops::add(c, gpt::mlp(p, h + "mlp", norm(p, h + "ln_3", c), sizes_.dropout));
+    return ops::add(c, gpt::mlp(p, h + "mlp", norm(p, h + "ln_3", c), sizes_.dropout, sizes_.tp));
   }
 
-  // dropout(c_proj(attention(c_q(z), c_kv(e)))), no mask.
+  // dropout(c_proj(attention(c_q(z), c_kv(e)))), no mask; split by heads
+  // under tensor parallelism as the self-attention is (c_kv's k | v alike).
   Tensor cross(const ParamStore& p, const std::string& prefix, const Tensor& z, const Tensor& e) const {
-    const Tensor q = linear(p, prefix + ".c_q", z);
-    const Tensor kv = linear(p, prefix + ".c_kv", e);
-    const Tensor a = ops::attention(q, kv, sizes_.H, /*causal=*/false, sizes_.dropout);
-    return ops::dropout(linear(p, prefix + ".c_proj", a), sizes_.dropout);
+    const RankGroup& group = sizes_.tp;
+    const Tensor q = linear(p, prefix + ".c_q", tp::enter(z, group));
+    const Tensor kv = linear(p, prefix + ".c_kv", tp::enter(e, group));
+    const Tensor a = ops::attention(q, kv, sizes_.H / group.size, /*causal=*/false, sizes_.dropout);
+    return ops::dropout(tp::row_linear(p, prefix + ".c_proj", a, group), sizes_.dropout);
   }
 };
 
@@ -109,7 +117,7 @@ class Encdec final : public Model {
 
 void register_encdec(ModelRegistry& r) {
   r.add({"encdec", "pre-LayerNorm encoder-decoder: gpt2's blocks, cross-attention on the encoder's output, tied head",
-         false, [](const Sizes& s) { return std::make_unique<Encdec>(s); }});
+         false, [](const Sizes& s) { return std::make_unique<Encdec>(s); }, {}, /*tensor_parallel=*/true});
 }
 
 }  // namespace remat

@@ -14,6 +14,7 @@
 #include "zoo/common.hpp"
 #include "zoo/llama_layers.hpp"
 #include "zoo/model.hpp"
+#include "zoo/tensor_parallel.hpp"
 
 namespace remat {
 namespace {
@@ -24,7 +25,9 @@ class Mixtral final : public Model {
 
   std::vector<ParamSpec> params() const override {
     const std::int64_t V = sizes_.V, D = sizes_.D, F = sizes_.F;
-    std::vector<ParamSpec> p = {{"tok_embeddings.weight", {V, D}}};
+    const RankGroup& group = sizes_.tp;
+    std::vector<ParamSpec> p;
+    tp::append_vocabulary(p, "tok_embeddings.weight", V, D, group);
     for (int i = 0; i < sizes_.L; ++i) {
       const std::string l = block_name(i) + ".";
       p.push_back({l + "attention_norm.weight", {D}, Init::ones});
@@ -33,13 +36,13 @@ class Mixtral final : public Model {
       append_linear(p, l + "block_sparse_moe.gate", sizes_.E, D, Init::normal, false);
       for (int e = 0; e < sizes_.E; ++e) {
         const std::string x = expert(i, e);
-        append_linear(p, x + "w1", F, D, Init::normal, false);
-        append_linear(p, x + "w2", D, F, Init::residual_out, false);
-        append_linear(p, x + "w3", F, D, Init::normal, false);
+        tp::append_column(p, x + "w1", F, D, group, Init::normal, false);
+        tp::append_row(p, x + "w2", D, F, group, Init::residual_out, false);
+        tp::append_column(p, x + "w3", F, D, group, Init::normal, false);
       }
     }
     p.push_back({"norm.weight", {D}, Init::ones});
-    append_linear(p, "output", V, D, Init::normal, false);
+    tp::append_column(p, "output", V, D, group, Init::normal, false);
     return p;
   }
 
@@ -47,7 +50,7 @@ class Mixtral final : public Model {
 
   LossTerms loss_terms(const ParamStore& p, const Batch& batch) const override {
     const Tensors out = forward(p, batch);
-    const Tensor ce = ops::cross_entropy(out[0], batch.targets);
+    const Tensor ce = tp::cross_entropy(out[0], batch.targets, sizes_.tp);
     const Tensor aux = ops::load_balancing_loss(out[1], out[2], std::int64_t(sizes_.L) * batch.tokens.numel());
     const Tensor total = sizes_.router_aux > 0 ? ops::add(ce, ops::scale(aux, sizes_.router_aux)) : ce;
     return {total, {{"ce", ce}, {"aux", aux}}, {{"expert_load", out[2]}}};
@@ -64,11 +67,11 @@ class Mixtral final : public Model {
     // The router's statistics are reductions: kept in the compute type
     // (float32 when the step runs in bfloat16).
     const DType dt = compute_dtype(p["tok_embeddings.weight"].dtype());
-    Tensors x = {ops::dropout(ops::embedding(p["tok_embeddings.weight"], batch.tokens), sizes_.dropout),
+    Tensors x = {ops::dropout(tp::embedding(p, "tok_embeddings.weight", batch.tokens, sizes_.tp), sizes_.dropout),
                  Tensor::zeros({sizes_.E}, dt, "router_sums"), Tensor::zeros({sizes_.L, sizes_.E}, dt, "expert_load")};
     for (int i = 0; i < sizes_.L; ++i)
       x = run_block({i, sizes_.L, block_name(i)}, x, [this, &p, i](const Tensors& x) { return block(p, i, x); });
-    return {linear(p, "output", ops::rms_norm(x[0], p["norm.weight"], 1e-5), false), x[1], x[2]};
+    return {linear(p, "output", tp::enter(ops::rms_norm(x[0], p["norm.weight"], 1e-5), sizes_.tp), false), x[1], x[2]};
   }
 
   Tensors block(const ParamStore& p, int i, const Tensors& in) const {
@@ -84,10 +87,16 @@ class Mixtral final : public Model {
       w2.push_back(p[expert(i, e) + "w2.weight"]);
       w3.push_back(p[expert(i, e) + "w3.weight"]);
     }
-    const Tensor rows = ops::dispatch(m, route);
+    // Under tensor parallelism each expert splits as a SwiGLU MLP does; the
+    // router runs whole on every rank (the same bits: the same routing). The
+    // combined partial outputs are summed over the ranks, and the routing
+    // weights' gradient too (each rank's is from its part of the rows).
+    const RankGroup& group = sizes_.tp;
+    const Tensor rows = ops::dispatch(tp::enter(m, group), route);
     const Tensor gated = ops::swiglu(ops::grouped_linear(rows, w1, route), ops::grouped_linear(rows, w3, route));
-    const Tensor y = ops::combine(ops::grouped_linear(gated, w2, route), ops::routing_weights(probs, route), route,
-                                  m.shape());
+    const Tensor weights = tp::enter(ops::routing_weights(probs, route), group);
+    const Tensor parts = ops::combine(ops::grouped_linear(gated, w2, route), weights, route, m.shape());
+    const Tensor y = group.split() ? ops::all_reduce(parts, group) : parts;
     return {ops::add(h, ops::dropout(y, sizes_.dropout)), ops::add(in[1], ops::sum_rows(probs)),
             ops::expert_load(in[2], i, route)};
   }
@@ -97,7 +106,8 @@ class Mixtral final : public Model {
 
 void register_mixtral(ModelRegistry& r) {
   r.add({"mixtral", "llama with a sparse mixture of experts for the FFN: top-k routing, dropless, load-balancing loss",
-         false, [](const Sizes& s) { return std::make_unique<Mixtral>(s); }, {"E", "K", "theta"}});
+         false, [](const Sizes& s) { return std::make_unique<Mixtral>(s); }, {"E", "K", "theta"},
+         /*tensor_parallel=*/true});
 }
 
 }  // namespace remat

@@ -25,7 +25,7 @@ struct Sizes {
   double router_aux = 0.01;  // weight of the load-balancing loss (mixtral)
   // Tensor parallelism (zoo/tensor_parallel.hpp): this rank's part of every
   // split layer; the sizes above stay the whole model's.
-  RankGroup tp;
+  RankGroup tp = {};
 };
 
 struct Preset {

@@ -78,13 +78,14 @@ void validate(const std::string& model, const Sizes& z) {
   if (!models().find(model).tensor_parallel)
     throw UserError("--tp: " + model + " is not split by tensor parallelism yet (models that are: " +
                     join(tensor_parallel_models(), ", ") + ")");
-  auto divides = [&](std::int64_t n, const std::string& what) {
+  auto divides = [&](std::int64_t n, const std::string& what, const std::string& note = "") {
     if (n % g.size != 0)
-      throw UserError("--tp " + std::to_string(g.size) + " does not divide " + what + " = " + std::to_string(n));
+      throw UserError("--tp " + std::to_string(g.size) + " does not divide " + what + " = " + std::to_string(n) + note);
   };
+  const bool gpt = model == "gpt2" || model == "encdec";  // gpt2's blocks: 4D hidden units, every head its own kv
   divides(z.H, "the attention heads H");
-  if (model != "gpt2") divides(z.Hkv, "the key/value heads Hkv (replicating them is not implemented yet)");
-  divides(model == "gpt2" ? 4 * std::int64_t(z.D) : z.F, "the MLP's hidden size");
+  if (!gpt) divides(z.Hkv, "the key/value heads Hkv", " (replicating them is not implemented yet)");
+  divides(gpt ? 4 * std::int64_t(z.D) : z.F, "the MLP's hidden size");
   divides(z.V, "the vocabulary V");
 }
 

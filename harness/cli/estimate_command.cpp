@@ -32,7 +32,7 @@ struct EstimateOptions {
   std::string model = "gpt2", preset = "small", config, strategies = "all", device, optimizer = "adamw", svg;
   ops::AttentionKernel attention = ops::AttentionKernel::fused;
   Precision precision = Precision::fp32;
-  int layers = 0, ranks = 1;
+  int layers = 0, ranks = 1, tp = 1;
   std::vector<int> seq, batch;
   bool json = false, shard_params = false, allow_longer = false;
   bool model_given = false, preset_given = false;  // beside --config: refused, as everywhere
@@ -86,6 +86,7 @@ EstimateRequest request_of(const EstimateOptions& o) {
     r.base = {o.model, o.preset, preset_sizes(o.preset)};
   }
   if (o.layers) r.base.sizes.L = o.layers;
+  r.base.sizes.tp = {o.tp, 0};  // rank 0's parts: every rank's are the same shapes
   r.published = !o.config.empty();
   r.allow_longer = o.allow_longer;
   r.seqs = o.seq;
@@ -100,13 +101,21 @@ EstimateRequest request_of(const EstimateOptions& o) {
   return r;
 }
 
+// ", tensor-parallel 8, 64 data-parallel ranks (parameters sharded)", or nothing.
+std::string layout_text(const EstimateRequest& r) {
+  std::string s;
+  if (r.base.sizes.tp.split()) s += ", tensor-parallel " + std::to_string(r.base.sizes.tp.size);
+  if (r.ranks > 1) s += ", " + std::to_string(r.ranks) + (r.base.sizes.tp.split() ? " data-parallel" : "") + " ranks";
+  if (r.shard_params) s += " (parameters sharded)";
+  return s;
+}
+
 void print_header(const EstimateRequest& r) {
   const Sizes& z = r.base.sizes;
   std::printf("remat estimate: %s %s (L %d, D %d, H %d, Hkv %d, F %d, V %d), %s attention, %s, %s%s, shape-only\n",
               r.base.model.c_str(), r.base.preset.c_str(), z.L, z.D, z.H, z.Hkv, z.F, z.V,
               ops::attention_kernel_name(r.attention), precision_name(r.precision), r.optimizer.c_str(),
-              r.ranks > 1 ? (", " + std::to_string(r.ranks) + " ranks" + (r.shard_params ? " (parameters sharded)" : "")).c_str()
-                          : "");
+              layout_text(r).c_str());
   const Device& d = r.device;
   if (!d.name.empty())
     std::printf("device %s: %.1f GiB, of which %.1f GiB fixed overhead (CUDA context, cuBLAS workspace, allocator "
@@ -120,7 +129,7 @@ void print_point(const EstimateRequest& r, const EstimatePoint& p) {
   const int bits = p.largest_total() >= (std::int64_t(1) << 30) ? 30 : 20;
   const char* unit = bits == 30 ? "GiB" : "MiB";
   const auto size = [&](std::int64_t bytes) { return fixed(double(bytes) / double(std::int64_t(1) << bits), 2) + " " + unit; };
-  const char* per_rank = r.ranks > 1 ? " per rank" : "";
+  const char* per_rank = r.ranks > 1 || r.base.sizes.tp.split() ? " per rank" : "";
   std::printf("\nS %d, B %d%s: parameters %s, gradients %s, optimizer state %s%s%s (%lld parameters)\n",
               p.setup.sizes.S, p.setup.sizes.B, per_rank, size(p.parameters).c_str(), size(p.gradients).c_str(),
               size(p.optimizer).c_str(), p.weight_copy ? (", 16-bit weight copy " + size(p.weight_copy)).c_str() : "",
@@ -163,11 +172,8 @@ void run(const EstimateOptions& o) {
       print_point(r, p);
   }
   if (!o.svg.empty())  // the title says what decides the figures: precision, ranks and sharding too
-    write_svg(o.svg,
-              r.base.model + " " + r.base.preset + ", " + precision_name(r.precision) +
-                  (r.ranks > 1 ? ", " + std::to_string(r.ranks) + " ranks" : "") +
-                  (r.shard_params ? " (parameters sharded)" : ""),
-              curves, r.device, o.json);
+    write_svg(o.svg, r.base.model + " " + r.base.preset + ", " + precision_name(r.precision) + layout_text(r), curves,
+              r.device, o.json);
   if (o.json)
     std::printf("%s\n", rows.dump(1).c_str());
   else
@@ -206,6 +212,10 @@ void setup_estimate(CLI::App& app) {
                   "mem:<size> (e.g. mem:80G); a named device also prices each step on its device model and lets "
                   "budget:... strategies plan (docs/estimates.md)");
   cmd->add_option("--ranks", o->ranks, "Data-parallel ranks: memory is per rank")->check(whole_number(1, 1 << 20));
+  cmd->add_option("--tp", o->tp,
+                  "Tensor-parallel ranks: every layer split over N ranks as Megatron-LM splits it (docs/scale-out.md); "
+                  "memory is per rank, and --ranks counts the data-parallel ranks beside it")
+      ->check(whole_number(1, 1 << 12));
   cmd->add_flag("--shard-params", o->shard_params, "ZeRO-3: each rank keeps 1/ranks of parameters, gradients and optimizer state");
   cmd->add_flag("--allow-longer", o->allow_longer, "Estimate sequences beyond the model's S_max, as if it had those positions");
   cmd->add_option("--svg", o->svg, "Also draw DIR/estimate.svg: memory per rank against S, a panel per batch size, "

@@ -15,7 +15,7 @@ cd "$work"
 mpi=("$mpiexec" --oversubscribe -n 2)
 [ "$(id -u)" -eq 0 ] && mpi=("$mpiexec" --allow-run-as-root --oversubscribe -n 2)
 
-for model in gpt2 llama; do
+for model in gpt2 llama mixtral encdec; do
   # 1. The split model's gradients are the whole model's.
   "$remat" export --model "$model" --preset tiny --out "$model.h5" >/dev/null 2>err.txt || fail "export: $(cat err.txt)"
   expect_ok "$model grads, one process" "$remat" grads --weights "$model.h5" --out one.h5
@@ -38,10 +38,36 @@ PY
     expect_ok "$model check --tp 2 --dropout $dropout" "${mpi[@]}" "$remat" check --model "$model" --tp 2 \
       --dropout "$dropout" --strategies all
   done
+  # 3. Each rank's measured activation peak is what `estimate --tp 2` says, shape-only in one process.
+  for preset in tiny small; do
+    sizes=(--model "$model" --preset "$preset" --strategies all)
+    [ "$preset" = small ] && sizes+=(--layers 2 --seq 64)
+    "${mpi[@]}" "$remat" check "${sizes[@]}" --tp 2 --json >check.json 2>err.txt || fail "check --json: $(cat err.txt)"
+    "$remat" estimate "${sizes[@]}" --tp 2 --json >estimate.json 2>err.txt || fail "estimate --tp 2: $(cat err.txt)"
+    "${PYTHON:-python3}" - check.json estimate.json <<'PY' || fail "$model $preset: measured under --tp 2 is not the estimate"
+import json, sys
+check, estimate = (json.load(open(p)) for p in sys.argv[1:])
+measured = {r["strategy"]: r["activation_peak_bytes"] for r in check["strategies"]}
+estimated = {r["strategy"]: r["activation_peak_bytes"] for r in estimate}
+assert measured == estimated, (measured, estimated)
+assert {r["tp"] for r in estimate} == {2}
+PY
+  done
 done
+# The parameters a rank holds: a half of every split layer (gpt2 tiny: norms, wpe and row biases whole).
+"$remat" estimate --model gpt2 --preset tiny --strategies full --tp 2 --json >estimate.json || fail "estimate"
+"${PYTHON:-python3}" -c "
+import json
+r = json.load(open('estimate.json'))[0]
+D, L, V, S = 32, 2, 64, 16
+split = V * D + L * (3 * D * D + 3 * D + D * D + 4 * D * D + 4 * D + 4 * D * D)
+whole = S * D + L * (4 * D + D + D) + 2 * D
+assert r['parameter_count'] == split // 2 + whole, (r['parameter_count'], split // 2 + whole)
+" || fail "estimate --tp 2 does not count one rank's parts"
 
-# 3. Bad layouts: one line, exit 2.
+# 4. Bad layouts: one line, exit 2.
 expect_error "does not divide the attention heads H = 4" "$remat" check --model gpt2 --tp 3
 expect_error "runs on 2 ranks" "$remat" check --model gpt2 --tp 2
 expect_error "bert is not split by tensor parallelism yet" "$remat" check --model bert --tp 2
+expect_error "does not divide the key/value heads Hkv = 2" "$remat" estimate --model llama --preset tiny --tp 4
 finish tp_test
