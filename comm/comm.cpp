@@ -79,6 +79,23 @@ void gather(const T* data, std::int64_t n, T* all) {
 #endif
 }
 
+template <class T>
+void exchange(const T* send, std::int64_t n, T* recv) {
+  State& s = state();
+  if (s.size == 1) {
+    std::copy(send, send + n, recv);
+    return;
+  }
+#ifdef REMAT_HAVE_MPI
+  Timed timed;
+  if (n > std::int64_t(1) << 30) throw std::logic_error("MPI: an exchange of more than 2^30 values per rank");
+  check(MPI_Alltoall(send, int(n), type_of<T>(), recv, int(n), type_of<T>(), MPI_COMM_WORLD), "Alltoall");
+  // A rank's own part stays here; each other part crosses once each way.
+  s.stats.bytes_sent += std::int64_t(sizeof(T)) * n * (s.size - 1);
+  s.stats.bytes_received += std::int64_t(sizeof(T)) * n * (s.size - 1);
+#endif
+}
+
 }  // namespace
 
 Session::Session(int& argc, char**& argv) {
@@ -188,21 +205,8 @@ void barrier() {
 void gather_all(const float* data, std::int64_t n, float* all) { gather(data, n, all); }
 void gather_all(const double* data, std::int64_t n, double* all) { gather(data, n, all); }
 
-void all_to_all(const float* send, std::int64_t n, float* recv) {
-  State& s = state();
-  if (s.size == 1) {
-    std::copy(send, send + n, recv);
-    return;
-  }
-#ifdef REMAT_HAVE_MPI
-  Timed timed;
-  if (n > std::int64_t(1) << 30) throw std::logic_error("MPI: an exchange of more than 2^30 values per rank");
-  check(MPI_Alltoall(send, int(n), MPI_FLOAT, recv, int(n), MPI_FLOAT, MPI_COMM_WORLD), "Alltoall");
-  // A rank's own part stays here; each other part crosses once each way.
-  s.stats.bytes_sent += std::int64_t(sizeof(float)) * n * (s.size - 1);
-  s.stats.bytes_received += std::int64_t(sizeof(float)) * n * (s.size - 1);
-#endif
-}
+void all_to_all(const float* send, std::int64_t n, float* recv) { exchange(send, n, recv); }
+void all_to_all(const double* send, std::int64_t n, double* recv) { exchange(send, n, recv); }
 
 bool every_rank_failed(double seconds) {
 #ifdef REMAT_HAVE_MPI

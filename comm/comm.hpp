@@ -55,6 +55,7 @@ void gather_all(const double* data, std::int64_t n, double* all);
 // and recv's part r is what rank r sent this rank (a reduce-scatter's
 // exchange: the caller adds the parts in rank order).
 void all_to_all(const float* send, std::int64_t n, float* recv);
+void all_to_all(const double* send, std::int64_t n, double* recv);
 
 // Called by a rank that failed: whether every rank fails too (each calls
 // this within `seconds` of the others), as all do on an error in what was

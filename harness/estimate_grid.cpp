@@ -80,7 +80,6 @@ std::vector<ModelSetup> estimate_points(const EstimateRequest& r) {
   if (r.shard_params && models().find(r.base.model).reversible)
     throw UserError("--shard-params: " + r.base.model + "'s reversible blocks rebuild their inputs in backward, which "
                     "sharded parameters do not support yet");
-  tp::validate(r.base.model, r.base.sizes);
   const std::vector<int> seqs = r.seqs.empty() ? std::vector<int>{r.base.sizes.S} : r.seqs;
   const std::vector<int> batches = r.batches.empty() ? std::vector<int>{r.base.sizes.B} : r.batches;
   for (int s : seqs)
@@ -96,6 +95,7 @@ std::vector<ModelSetup> estimate_points(const EstimateRequest& r) {
       setup.sizes.B = b;
       if (!r.published || s > setup.sizes.S_max) setup.sizes.S_max = s;  // a preset's moves with S, as everywhere
       validate(setup.sizes);
+      tp::validate(setup.model, setup.sizes);
       require_countable(setup.sizes);
       grid.push_back(setup);
     }

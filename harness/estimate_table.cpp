@@ -22,7 +22,7 @@ Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bit
   };
   Table t;
   t.columns = {{"model", ""}, {"preset", ""}, {"strategy", "strategy"}, {"seq", ""}, {"batch", ""}, {"layers", ""},
-               {"attention", ""}, {"precision", ""}, {"tp", ""}, {"ranks", ""}, {"shard_params", ""},
+               {"attention", ""}, {"precision", ""}, {"tp", ""}, {"sp", ""}, {"ranks", ""}, {"shard_params", ""},
                {"parameter_count", ""},
                {"parameter_bytes", ""}, {"gradient_bytes", ""}, {"optimizer_bytes", ""}, {"weight_copy_bytes", ""},
                {"activation_peak_bytes", "act " + u, size}, {"offload_peak_bytes", "offload " + u, size},
@@ -36,7 +36,7 @@ Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bit
   for (const auto& row : p.rows) {
     const Cell none;
     t.add({p.setup.model, p.setup.preset, row.strategy, std::int64_t(z.S), std::int64_t(z.B), std::int64_t(z.L),
-           ops::attention_kernel_name(r.attention), precision_name(r.precision), std::int64_t(z.tp.size), std::int64_t(r.ranks),
+           ops::attention_kernel_name(r.attention), precision_name(r.precision), std::int64_t(z.tp.size), z.tp.sequence, std::int64_t(r.ranks),
            r.shard_params,
            p.parameter_count, p.parameters, p.gradients, p.optimizer, p.weight_copy, row.activation, row.offload,
            row.gathered, row.reducing, row.total, row.flops, row.recompute_flops,

@@ -19,11 +19,12 @@ RankGroup tensor_group(int size) {
   return {size, size > 1 ? comm::rank() : 0};
 }
 
-void split_over_ranks(int size, ModelSetup& setup, std::unique_ptr<ParamStore>& params) {
-  if (size == 1) return;
-  setup.sizes.tp = {size, 0};
+void split_over_ranks(int size, bool sequence, ModelSetup& setup, std::unique_ptr<ParamStore>& params) {
+  if (size == 1 && !sequence) return;
+  setup.sizes.tp = {size, 0, sequence};
   tp::validate(setup.model, setup.sizes);  // a layout that cannot be is said before how to start it
   setup.sizes.tp = tensor_group(size);
+  setup.sizes.tp.sequence = sequence;
   if (!params->adapted().empty() || params->tensors().size() != params->specs().size())
     throw UserError("--tp with --lora: not yet");
   const auto specs = models().find(setup.model).make(setup.sizes)->params();

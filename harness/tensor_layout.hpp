@@ -16,11 +16,12 @@ namespace remat {
 // which must have exactly `size` (UserError saying how to start it otherwise).
 RankGroup tensor_group(int size);
 
-// Splits `setup`'s model over tensor_group(size) (nothing when size is 1):
+// Splits `setup`'s model over tensor_group(size), with sequence parallelism
+// where `sequence` (nothing when size is 1 and not `sequence`):
 // validates the layout, sets setup.sizes.tp and replaces the whole model's
 // `params` by this rank's parts. Ranks other than 0 print nothing on stdout
 // from then on (every rank computes the same tables).
-void split_over_ranks(int size, ModelSetup& setup, std::unique_ptr<ParamStore>& params);
+void split_over_ranks(int size, bool sequence, ModelSetup& setup, std::unique_ptr<ParamStore>& params);
 
 // Refuses a strategy planned from timed costs under a split (each rank would
 // time its own and could plan differently, and the ranks must recompute alike).

@@ -77,13 +77,13 @@ class Encdec final : public Model {
  private:
   int half() const { return sizes_.L / 2; }
 
-  static Tensor norm(const ParamStore& p, const std::string& prefix, const Tensor& x) {
-    return ops::layer_norm(x, p[prefix + ".weight"], p[prefix + ".bias"], 1e-5);
+  Tensor norm(const ParamStore& p, const std::string& prefix, const Tensor& x) const {
+    return gpt::layer_norm(p, prefix, x, sizes_.tp);
   }
 
   Tensor embed(const ParamStore& p, const Tensor& ids, const std::string& positions_table) const {
     return ops::dropout(ops::add(tp::embedding(p, "wte.weight", ids, sizes_.tp),
-                                 ops::embedding(p[positions_table], positions(ids))),
+                                 ops::embedding(tp::shared(p, positions_table, sizes_.tp), tp::positions(ids, sizes_.tp))),
                         sizes_.dropout);
   }
 

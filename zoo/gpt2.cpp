@@ -47,9 +47,9 @@ class Gpt2 final : public Model {
 
   Tensor block(const ParamStore& p, int i, const Tensor& x) const {
     const std::string h = block_name(i) + ".";
-    const Tensor a = ops::layer_norm(x, p[h + "ln_1.weight"], p[h + "ln_1.bias"], 1e-5);
+    const Tensor a = gpt::layer_norm(p, h + "ln_1", x, sizes_.tp);
     const Tensor r = ops::add(x, gpt::attention(p, h + "attn", a, sizes_.H, sizes_.dropout, true, sizes_.tp));
-    const Tensor m = ops::layer_norm(r, p[h + "ln_2.weight"], p[h + "ln_2.bias"], 1e-5);
+    const Tensor m = gpt::layer_norm(p, h + "ln_2", r, sizes_.tp);
     return ops::add(r, gpt::mlp(p, h + "mlp", m, sizes_.dropout, sizes_.tp));
   }
 };

@@ -21,6 +21,10 @@ void append_embeddings(std::vector<ParamSpec>& p, std::int64_t V, std::int64_t D
   p.push_back({"wpe.weight", {S_max, D}});
 }
 
+Tensor layer_norm(const ParamStore& p, const std::string& prefix, const Tensor& x, const RankGroup& group) {
+  return ops::layer_norm(x, tp::shared(p, prefix + ".weight", group), tp::shared(p, prefix + ".bias", group), 1e-5);
+}
+
 Tensor attention(const ParamStore& p, const std::string& prefix, const Tensor& x, int heads, double dropout,
                  bool causal, const RankGroup& group) {
   const Tensor a = ops::attention(linear(p, prefix + ".c_attn", tp::enter(x, group)), heads / group.size, causal, dropout);
@@ -34,12 +38,12 @@ Tensor mlp(const ParamStore& p, const std::string& prefix, const Tensor& x, doub
 
 Tensor embeddings(const ParamStore& p, const Tensor& tokens, double dropout, const RankGroup& group) {
   return ops::dropout(ops::add(tp::embedding(p, "wte.weight", tokens, group),
-                               ops::embedding(p["wpe.weight"], positions(tokens))),
+                               ops::embedding(tp::shared(p, "wpe.weight", group), tp::positions(tokens, group))),
                       dropout);
 }
 
 Tensor tied_head(const ParamStore& p, const Tensor& x, const RankGroup& group) {
-  return ops::linear(tp::enter(ops::layer_norm(x, p["ln_f.weight"], p["ln_f.bias"], 1e-5), group), p["wte.weight"]);
+  return ops::linear(tp::enter(layer_norm(p, "ln_f", x, group), group), p["wte.weight"]);
 }
 
 }  // namespace remat::gpt

@@ -23,6 +23,9 @@ void append_mlp(std::vector<ParamSpec>& p, const std::string& prefix, std::int64
 void append_embeddings(std::vector<ParamSpec>& p, std::int64_t V, std::int64_t D, std::int64_t S_max,
                        const RankGroup& group = {});
 
+// LayerNorm with <prefix>.weight and .bias, epsilon 1e-5.
+Tensor layer_norm(const ParamStore& p, const std::string& prefix, const Tensor& x, const RankGroup& group = {});
+
 // dropout(c_proj(attention(c_attn(x)))), H heads, causal unless told
 // otherwise, dropout on the probabilities too.
 Tensor attention(const ParamStore& p, const std::string& prefix, const Tensor& x, int heads, double dropout,

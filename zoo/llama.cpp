@@ -44,7 +44,7 @@ class Llama final : public Model {
     Tensor x = ops::dropout(tp::embedding(p, "tok_embeddings.weight", tokens, group), sizes_.dropout);
     for (int i = 0; i < sizes_.L; ++i)
       x = run_block({i, sizes_.L, block_name(i)}, x, [this, &p, i](const Tensor& x) { return block(p, i, x); });
-    return linear(p, "output", tp::enter(ops::rms_norm(x, p["norm.weight"], 1e-5), group), false);
+    return linear(p, "output", tp::enter(ops::rms_norm(x, tp::shared(p, "norm.weight", group), 1e-5), group), false);
   }
 
  private:
@@ -53,8 +53,10 @@ class Llama final : public Model {
   Tensor block(const ParamStore& p, int i, const Tensor& x) const {
     const std::string l = block_name(i) + ".";
     const double drop = sizes_.dropout;
-    const Tensor h = ops::add(x, llama::attention(p, l + "attention", ops::rms_norm(x, p[l + "attention_norm.weight"], 1e-5), sizes_));
-    const Tensor m = ops::rms_norm(h, p[l + "ffn_norm.weight"], 1e-5);
+    const RankGroup& group = sizes_.tp;
+    const Tensor a = ops::rms_norm(x, tp::shared(p, l + "attention_norm.weight", group), 1e-5);
+    const Tensor h = ops::add(x, llama::attention(p, l + "attention", a, sizes_));
+    const Tensor m = ops::rms_norm(h, tp::shared(p, l + "ffn_norm.weight", group), 1e-5);
     const Tensor in = tp::enter(m, sizes_.tp);
     const Tensor gated = ops::swiglu(linear(p, l + "feed_forward.w1", in, false), linear(p, l + "feed_forward.w3", in, false));
     return ops::add(h, ops::dropout(tp::row_linear(p, l + "feed_forward.w2", gated, sizes_.tp, false), drop));

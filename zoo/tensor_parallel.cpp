@@ -51,18 +51,42 @@ void append_vocabulary(std::vector<ParamSpec>& p, const std::string& name, std::
   p.push_back({name, {part(V, g), D}, Init::normal, {0, 1}});
 }
 
-Tensor enter(const Tensor& x, const RankGroup& g) { return g.split() ? ops::all_reduce_in_backward(x, g) : x; }
+namespace {
+
+// The sum over the group of every rank's x: whole, or this rank's part of the sequence.
+Tensor summed(const Tensor& x, const RankGroup& g) {
+  return g.sequence ? ops::reduce_scatter_sequence(x, g) : ops::all_reduce(x, g);
+}
+
+}  // namespace
+
+Tensor enter(const Tensor& x, const RankGroup& g) {
+  if (!g.split()) return x;
+  return g.sequence ? ops::all_gather_sequence(x, g) : ops::all_reduce_in_backward(x, g);
+}
+
+Tensor shared(const ParamStore& p, const std::string& name, const RankGroup& g) {
+  return g.sequence ? ops::all_reduce_in_backward(p[name], g) : p[name];
+}
+
+Tensor positions(const Tensor& tokens, const RankGroup& g) {
+  if (!g.sequence) return remat::positions(tokens);
+  const std::int64_t part = tokens.dim(1) / g.size;
+  std::vector<std::int32_t> mine(static_cast<std::size_t>(part));
+  for (std::int64_t i = 0; i < part; ++i) mine[std::size_t(i)] = std::int32_t(g.rank * part + i);
+  return Tensor::from_host(mine, {part}, "positions");
+}
 
 Tensor row_linear(const ParamStore& p, const std::string& prefix, const Tensor& x, const RankGroup& g, bool bias) {
   if (!g.split()) return linear(p, prefix, x, bias);
-  const Tensor y = ops::all_reduce(linear(p, prefix, x, false), g);
-  return bias && p.has(prefix + ".bias") ? ops::add(y, p[prefix + ".bias"]) : y;
+  const Tensor y = summed(linear(p, prefix, x, false), g);
+  return bias && p.has(prefix + ".bias") ? ops::add(y, shared(p, prefix + ".bias", g)) : y;
 }
 
 Tensor embedding(const ParamStore& p, const std::string& name, const Tensor& tokens, const RankGroup& g) {
   if (!g.split()) return ops::embedding(p[name], tokens);
   const Tensor& table = p[name];
-  return ops::all_reduce(ops::embedding_part(table, tokens, g.rank * table.dim(0)), g);
+  return summed(ops::embedding_part(table, tokens, g.rank * table.dim(0)), g);
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const RankGroup& g) {
@@ -74,6 +98,7 @@ void validate(const std::string& model, const Sizes& z) {
   const RankGroup& g = z.tp;
   if (g.size < 1 || g.rank < 0 || g.rank >= g.size)
     throw UserError("--tp " + std::to_string(g.size) + ": rank " + std::to_string(g.rank) + " is not in the group");
+  if (g.sequence && !g.split()) throw UserError("--sp splits the sequence over a tensor-parallel group: give --tp 2 or more");
   if (!g.split()) return;
   if (!models().find(model).tensor_parallel)
     throw UserError("--tp: " + model + " is not split by tensor parallelism yet (models that are: " +
@@ -87,6 +112,9 @@ void validate(const std::string& model, const Sizes& z) {
   if (!gpt) divides(z.Hkv, "the key/value heads Hkv", " (replicating them is not implemented yet)");
   divides(gpt ? 4 * std::int64_t(z.D) : z.F, "the MLP's hidden size");
   divides(z.V, "the vocabulary V");
+  if (!g.sequence) return;
+  if (model == "mixtral") throw UserError("--sp: mixtral's router is not split over the sequence yet");
+  divides(z.S, "the sequence length S");
 }
 
 std::unique_ptr<ParamStore> part_of(const ParamStore& whole, const std::vector<ParamSpec>& specs,

@@ -9,6 +9,12 @@
 //     projection, the MLP's second);
 //   the vocabulary split: each rank embeds its rows of the table and computes
 //     its slice of the logits, and the cross-entropy combines the slices.
+// Sequence parallelism (Korthikanti et al. 2022; g.sequence) splits what runs
+// between the split layers along the sequence: each rank's residual stream,
+// norms and dropout hold S / size positions; enter() all-gathers the
+// sequence, row_linear() and the embedding reduce-scatter it, and the
+// parameters every rank holds whole are read through shared(), whose
+// gradient (each rank's from its positions) is summed over the ranks.
 // With a group of one every function here is the unsplit layer, op for op, so
 // a model written with them runs unchanged without tensor parallelism.
 #include <memory>
@@ -33,13 +39,21 @@ void append_vocabulary(std::vector<ParamSpec>& p, const std::string& name, std::
                        const RankGroup& g);
 
 // x as the column-parallel layers that follow read it: the same values, the
-// gradient summed over the group in backward.
+// gradient summed over the group in backward (under sequence parallelism:
+// every rank's part of the sequence gathered).
 Tensor enter(const Tensor& x, const RankGroup& g);
+// The parameter `name`, held whole on every rank, as a layer of the
+// sequence-parallel region reads it (p[name] otherwise).
+Tensor shared(const ParamStore& p, const std::string& name, const RankGroup& g);
+// The positions of this rank's tokens: 0 .. S-1, or its part of them under
+// sequence parallelism (tokens[B, S] whole on every rank).
+Tensor positions(const Tensor& tokens, const RankGroup& g);
 // The row-parallel linear on this rank's part of the features: the parts'
 // x W^T summed over the group, then the bias (if `bias`).
 Tensor row_linear(const ParamStore& p, const std::string& prefix, const Tensor& x, const RankGroup& g,
                   bool bias = true);
-// tokens through the vocabulary table `name`, whole on every rank.
+// tokens through the vocabulary table `name`: the whole sequence on every
+// rank, or this rank's part of it under sequence parallelism.
 Tensor embedding(const ParamStore& p, const std::string& name, const Tensor& tokens, const RankGroup& g);
 // Mean cross-entropy of this rank's logits slice against the targets.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const RankGroup& g);

@@ -105,6 +105,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
 // same bits on every rank and in every recomputation.
 Tensor all_reduce(const Tensor& x, const RankGroup& g);
 Tensor all_reduce_in_backward(const Tensor& x, const RankGroup& g);
+// Sequence parallelism's pair (Korthikanti et al. 2022's g and g-bar), along
+// dim 1 of x[B, S, ...]: all_gather_sequence joins every rank's part of the
+// sequence, in rank order (backward: the gradient reduce-scattered);
+// reduce_scatter_sequence sums x over the ranks and keeps this rank's part of
+// the sequence, [B, S / size, ...] (backward: the gradient all-gathered).
+Tensor all_gather_sequence(const Tensor& x, const RankGroup& g);
+Tensor reduce_scatter_sequence(const Tensor& x, const RankGroup& g);
 // Mean cross-entropy of logits split over the vocabulary: this rank's
 // logits[..., V_part] for ids [first, first + V_part), against the int32
 // targets[...]; row maxima and sums are combined over the ranks, so the

@@ -81,9 +81,97 @@ Tensor all_reduce_in_backward(const Tensor& x, const RankGroup& g) {
   Tensor out = x.view_as(x.shape());
   if (x.recipe()) out.set_recipe(*x.recipe());
   OpRecorder rec("all_reduce_in_backward", {&x});
+  if (!rec) return out;
+  rec.finish({&out}, [g](BackwardContext& ctx) {
+    ctx.accumulate(0, summed(ctx.grad_out(), g, "all_reduce_backward"));
+  });
+  // The gradient in x's own gradient type: a 16-bit weight copy's is its
+  // float32 master's (sequence parallelism reads shared weights through here).
+  out.slot()->dtype = x.slot()->dtype;
+  return out;
+}
+
+namespace {
+
+// [B, N Sp, ...]: every rank's x [B, Sp, ...] in rank order along dim 1.
+Tensor gathered_sequence(const Tensor& x, const RankGroup& g, const char* label) {
+  require_group(label, g);
+  require(x.rank() >= 2, std::string(label) + ": x must be [B, S, ...], got " + to_string(x.shape()));
+  stats::count_forward(label);
+  const std::int64_t B = x.dim(0), Sp = x.dim(1), n = x.numel(), R = n / std::max<std::int64_t>(1, B * Sp),
+                     N = g.size;
+  const Tensor parts = gather_parts(x, g, "all_gather_parts");
+  Shape shape = x.shape();
+  shape[1] = Sp * N;
+  Tensor out = Tensor::empty(shape, x.dtype(), label);
+  out.set_tag(x.tag());
+  REMAT_DISPATCH_COMPUTE(x.dtype(), T, {
+    const A* p = parts.data<A>();
+    T* y = out.data<T>();
+    for_each_element(label, n * N, KOKKOS_LAMBDA(std::int64_t i) {
+      const std::int64_t c = i % R, s = i / R % (N * Sp), b = i / R / (N * Sp);
+      y[i] = T(p[s / Sp * n + (b * Sp + s % Sp) * R + c]);
+    });
+  });
+  return out;
+}
+
+// This rank's part of the sequence, [B, S / N, ...], of the sum over ranks
+// of x [B, S, ...]: each rank sends every other its part, and adds what it
+// receives in rank order.
+Tensor scattered_sum(const Tensor& x, const RankGroup& g, const char* label) {
+  require_group(label, g);
+  require(x.rank() >= 2 && x.dim(1) % g.size == 0,
+          std::string(label) + ": x must be [B, S, ...] with S a multiple of the group, got " + to_string(x.shape()));
+  stats::count_forward(label);
+  const std::int64_t B = x.dim(0), S = x.dim(1), N = g.size, Sp = S / N,
+                     R = x.numel() / std::max<std::int64_t>(1, B * S), n = B * Sp * R;
+  const DType a = compute_dtype(x.dtype());
+  const Tensor send = Tensor::empty({N, n}, a, "reduce_scatter_send");
+  const Tensor recv = Tensor::empty({N, n}, a, "reduce_scatter_recv");
+  Shape shape = x.shape();
+  shape[1] = Sp;
+  Tensor out = Tensor::empty(shape, x.dtype(), label);
+  out.set_tag(x.tag());
+  REMAT_DISPATCH_COMPUTE(x.dtype(), T, {
+    const T* px = x.data<T>();
+    A* ps = send.data<A>();
+    for_each_element("reduce_scatter_pack", N * n, KOKKOS_LAMBDA(std::int64_t i) {
+      const std::int64_t k = i / n, c = i % n % R, j = i % n / R % Sp, b = i % n / R / Sp;
+      ps[i] = A(px[(b * S + k * Sp + j) * R + c]);
+    });
+    if (!shape_only()) comm::all_to_all(send.data<A>(), n, recv.data<A>());
+    const A* pr = recv.data<A>();
+    T* y = out.data<T>();
+    for_each_element(label, n, KOKKOS_LAMBDA(std::int64_t i) {
+      A acc = pr[i];
+      for (std::int64_t k = 1; k < N; ++k) acc += pr[k * n + i];
+      y[i] = T(acc);
+    });
+  });
+  return out;
+}
+
+}  // namespace
+
+Tensor all_gather_sequence(const Tensor& x, const RankGroup& g) {
+  require_float("all_gather_sequence", x, "x");
+  Tensor out = gathered_sequence(x, g, "all_gather_sequence");
+  OpRecorder rec("all_gather_sequence", {&x});
   if (rec)
     rec.finish({&out}, [g](BackwardContext& ctx) {
-      ctx.accumulate(0, summed(ctx.grad_out(), g, "all_reduce_backward"));
+      ctx.accumulate(0, scattered_sum(ctx.grad_out(), g, "all_gather_sequence_backward"));
+    });
+  return out;
+}
+
+Tensor reduce_scatter_sequence(const Tensor& x, const RankGroup& g) {
+  require_float("reduce_scatter_sequence", x, "x");
+  Tensor out = scattered_sum(x, g, "reduce_scatter_sequence");
+  OpRecorder rec("reduce_scatter_sequence", {&x});
+  if (rec)
+    rec.finish({&out}, [g](BackwardContext& ctx) {
+      ctx.accumulate(0, gathered_sequence(ctx.grad_out(), g, "reduce_scatter_sequence_backward"));
     });
   return out;
 }

@@ -119,7 +119,7 @@ CheckInputs load_inputs(const CheckCommandOptions& o) {
     });
     in.batch = o.model.make_batch(in.setup.sizes);
   }
-  split_over_ranks(o.model.tp, in.setup, in.params);
+  split_over_ranks(o.model.tp, o.model.sp, in.setup, in.params);
   return in;
 }
 
@@ -287,7 +287,7 @@ void setup_check(CLI::App& app) {
   auto o = std::make_shared<CheckCommandOptions>();
   auto* cmd = app.add_subcommand("check", "Check every strategy's gradients and memory against full, one step each");
   o->model.bind(*cmd);
-  add_tp_option(*cmd, o->model.tp);
+  add_tp_options(*cmd, o->model.tp, o->model.sp);
   add_freeze_options(*cmd, o->freeze);
   add_lora_options(*cmd, o->lora);
   cmd->add_option("--weights", o->weights, "Take the model, sizes, weights and batch from this HDF5 file instead");

@@ -33,6 +33,7 @@ struct EstimateOptions {
   ops::AttentionKernel attention = ops::AttentionKernel::fused;
   Precision precision = Precision::fp32;
   int layers = 0, ranks = 1, tp = 1;
+  bool sp = false;
   std::vector<int> seq, batch;
   bool json = false, shard_params = false, allow_longer = false;
   bool model_given = false, preset_given = false;  // beside --config: refused, as everywhere
@@ -86,7 +87,7 @@ EstimateRequest request_of(const EstimateOptions& o) {
     r.base = {o.model, o.preset, preset_sizes(o.preset)};
   }
   if (o.layers) r.base.sizes.L = o.layers;
-  r.base.sizes.tp = {o.tp, 0};  // rank 0's parts: every rank's are the same shapes
+  r.base.sizes.tp = {o.tp, 0, o.sp};  // rank 0's parts: every rank's are the same shapes
   r.published = !o.config.empty();
   r.allow_longer = o.allow_longer;
   r.seqs = o.seq;
@@ -105,6 +106,7 @@ EstimateRequest request_of(const EstimateOptions& o) {
 std::string layout_text(const EstimateRequest& r) {
   std::string s;
   if (r.base.sizes.tp.split()) s += ", tensor-parallel " + std::to_string(r.base.sizes.tp.size);
+  if (r.base.sizes.tp.sequence) s += " with sequence parallelism";
   if (r.ranks > 1) s += ", " + std::to_string(r.ranks) + (r.base.sizes.tp.split() ? " data-parallel" : "") + " ranks";
   if (r.shard_params) s += " (parameters sharded)";
   return s;
@@ -216,6 +218,7 @@ void setup_estimate(CLI::App& app) {
                   "Tensor-parallel ranks: every layer split over N ranks as Megatron-LM splits it (docs/scale-out.md); "
                   "memory is per rank, and --ranks counts the data-parallel ranks beside it")
       ->check(whole_number(1, 1 << 12));
+  cmd->add_flag("--sp", o->sp, "Sequence parallelism with --tp: norms, dropout and residual adds on 1/N of the sequence");
   cmd->add_flag("--shard-params", o->shard_params, "ZeRO-3: each rank keeps 1/ranks of parameters, gradients and optimizer state");
   cmd->add_flag("--allow-longer", o->allow_longer, "Estimate sequences beyond the model's S_max, as if it had those positions");
   cmd->add_option("--svg", o->svg, "Also draw DIR/estimate.svg: memory per rank against S, a panel per batch size, "

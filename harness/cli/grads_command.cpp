@@ -24,6 +24,7 @@ struct GradsOptions {
   std::string data;  // overrides the file's batch
   double router_aux = 0.01;
   int tp = 1;
+  bool sp = false;
   bool force = false;
 };
 
@@ -31,7 +32,7 @@ void run_grads(const GradsOptions& o) {
   if (!o.out.empty()) check_output(o.out, FileKind::gradients, {o.weights, batch_source_file(o.data)}, o.force);
   LoadedWeights w = load_weights(o.weights, o.force);
   w.setup.sizes.router_aux = o.router_aux;  // a training setting, not in the file
-  split_over_ranks(o.tp, w.setup, w.params);
+  split_over_ranks(o.tp, o.sp, w.setup, w.params);
   w.model = models().find(w.setup.model).make(w.setup.sizes);
   const auto specs = strategies_for(w.setup.model, o.strategy, o.run.attention);
   if (specs.size() != 1) throw UserError("remat grads runs one strategy; '" + o.strategy + "' names " + std::to_string(specs.size()));
@@ -73,7 +74,7 @@ void setup_grads(CLI::App& app) {
   cmd->add_option("--out", o->out, "Output HDF5 file for /loss and /grads/<name>");
   add_run_options(*cmd, o->run, "Seed of the batch (when the file carries none) and of dropout");
   add_router_aux_option(*cmd, o->router_aux);
-  add_tp_option(*cmd, o->tp);
+  add_tp_options(*cmd, o->tp, o->sp);
   cmd->add_option("--data", o->data, "Batch source instead of the file's batch (see `remat check --help`)");
   cmd->add_option("--strategy", o->strategy, "Activation-memory strategy (see `remat strategies`)")
       ->capture_default_str();

@@ -123,12 +123,16 @@ void fine_tune(std::unique_ptr<ParamStore>& params, const Model& model, const Ba
   if (!quiet && !said.empty()) std::printf("%s\n", said.c_str());
 }
 
-void add_tp_option(CLI::App& cmd, int& tp) {
+void add_tp_options(CLI::App& cmd, int& tp, bool& sp) {
   cmd.add_option("--tp", tp,
                  "Tensor parallelism over N ranks (start with mpirun -n N): each rank holds 1/N of every layer's "
-                 "heads, hidden units and vocabulary, as Megatron-LM splits them (docs/scale-out.md; gpt2, llama)")
+                 "heads, hidden units and vocabulary, as Megatron-LM splits them (docs/scale-out.md; gpt2, llama, "
+                 "mixtral, encdec)")
       ->check(whole_number(1, 1 << 12))
       ->capture_default_str();
+  cmd.add_flag("--sp", sp,
+               "Sequence parallelism with --tp (Korthikanti et al. 2022): norms, dropout and residual adds run on 1/N "
+               "of the sequence, all-gathers and reduce-scatters in place of the all-reduces (not mixtral)");
 }
 
 void add_seed_option(CLI::App& cmd, std::uint64_t& seed, const std::string& help) {

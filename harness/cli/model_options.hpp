@@ -24,7 +24,8 @@ struct ModelOptions {
   // weights from a file, a remat HDF5 file or a Hugging Face model folder;
   // --seq and --batch still apply, --model, --preset and --layers are the file's.
   std::string weights;
-  int tp = 1;  // --tp (where a command takes it): tensor-parallel ranks (harness/tensor_layout.hpp)
+  int tp = 1;       // --tp (where a command takes it): tensor-parallel ranks (harness/tensor_layout.hpp)
+  bool sp = false;  // --sp: sequence parallelism in the tensor-parallel group
 
   void bind(CLI::App& cmd);
   // bind() and --weights.
@@ -65,8 +66,8 @@ void add_lora_options(CLI::App& cmd, LoraOptions& lora);
 void fine_tune(std::unique_ptr<ParamStore>& params, const Model& model, const Batch& batch, const FreezeOptions& freeze,
                const LoraOptions& lora, std::uint64_t seed, int layers, bool quiet = false);
 
-// --tp N: tensor parallelism over the job's N ranks.
-void add_tp_option(CLI::App& cmd, int& tp);
+// --tp N: tensor parallelism over the job's N ranks; --sp: sequence parallelism with it.
+void add_tp_options(CLI::App& cmd, int& tp, bool& sp);
 
 // --seed, validated.
 void add_seed_option(CLI::App& cmd, std::uint64_t& seed, const std::string& help);

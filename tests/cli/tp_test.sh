@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# Tensor parallelism over 2 ranks (docs/scale-out.md): `mpirun -n 2 remat
-# grads --tp 2` gives the whole model's loss and gradients within float32
-# reduction tolerance of one process (row-parallel and vocabulary-parallel
-# sums change order); every exact strategy stays bitwise `full` under the
-# split, with and without dropout; bad layouts are refused in one line.
+# Tensor parallelism over 2 ranks, with and without sequence parallelism
+# (docs/scale-out.md): `mpirun -n 2 remat grads --tp 2` gives the whole
+# model's loss and gradients within float32 reduction tolerance of one
+# process (row-parallel and vocabulary-parallel sums change order); every
+# exact strategy stays bitwise `full` under the split, with and without
+# dropout, at fp32 and bf16; each rank's measured activation peak is what
+# `estimate --tp 2` says; bad layouts are refused in one line.
 #   tp_test.sh path/to/remat path/to/mpiexec
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -12,16 +14,22 @@ mpiexec=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
+python=${PYTHON:-python3}
 mpi=("$mpiexec" --oversubscribe -n 2)
 [ "$(id -u)" -eq 0 ] && mpi=("$mpiexec" --allow-run-as-root --oversubscribe -n 2)
 
 for model in gpt2 llama mixtral encdec; do
-  # 1. The split model's gradients are the whole model's.
   "$remat" export --model "$model" --preset tiny --out "$model.h5" >/dev/null 2>err.txt || fail "export: $(cat err.txt)"
   expect_ok "$model grads, one process" "$remat" grads --weights "$model.h5" --out one.h5
-  expect_ok "$model grads --tp 2" "${mpi[@]}" "$remat" grads --weights "$model.h5" --tp 2 --out two.h5
-  [ "$(grep -c '^loss' out.txt)" -eq 1 ] || fail "$model: more than one rank printed: $(cat out.txt)"
-  "${PYTHON:-python3}" - one.h5 two.h5 <<'PY' || fail "$model: --tp 2 gradients differ from one process's"
+  layouts=("--tp 2" "--tp 2 --sp")
+  [ "$model" = mixtral ] && layouts=("--tp 2")  # its router is not split over the sequence
+  for layout in "${layouts[@]}"; do
+    # shellcheck disable=SC2206  # the layout's words, as a user types them
+    split=($layout)
+    # 1. The split model's gradients are the whole model's.
+    expect_ok "$model grads $layout" "${mpi[@]}" "$remat" grads --weights "$model.h5" "${split[@]}" --out two.h5
+    [ "$(grep -c '^loss' out.txt)" -eq 1 ] || fail "$model: more than one rank printed: $(cat out.txt)"
+    "$python" - one.h5 two.h5 <<'PY' || fail "$model $layout: gradients differ from one process's"
 import sys, h5py, numpy as np
 one, two = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
 l1, l2 = float(one["loss"][()]), float(two["loss"][()])
@@ -33,18 +41,19 @@ for name in one["grads"]:
     scale = np.abs(a).max() + 1e-30
     assert np.abs(a - b).max() <= 1e-5 * scale, (name, np.abs(a - b).max() / scale)
 PY
-  # 2. Every strategy under the split: exact ones bitwise full, memory as predicted.
-  for dropout in 0 0.1; do
-    expect_ok "$model check --tp 2 --dropout $dropout" "${mpi[@]}" "$remat" check --model "$model" --tp 2 \
-      --dropout "$dropout" --strategies all
-  done
-  # 3. Each rank's measured activation peak is what `estimate --tp 2` says, shape-only in one process.
-  for preset in tiny small; do
-    sizes=(--model "$model" --preset "$preset" --strategies all)
-    [ "$preset" = small ] && sizes+=(--layers 2 --seq 64)
-    "${mpi[@]}" "$remat" check "${sizes[@]}" --tp 2 --json >check.json 2>err.txt || fail "check --json: $(cat err.txt)"
-    "$remat" estimate "${sizes[@]}" --tp 2 --json >estimate.json 2>err.txt || fail "estimate --tp 2: $(cat err.txt)"
-    "${PYTHON:-python3}" - check.json estimate.json <<'PY' || fail "$model $preset: measured under --tp 2 is not the estimate"
+    # 2. Every strategy under the split: exact ones bitwise full.
+    for run in "--dropout 0" "--dropout 0.1" "--precision bf16"; do
+      # shellcheck disable=SC2086
+      expect_ok "$model check $layout $run" "${mpi[@]}" "$remat" check --model "$model" "${split[@]}" $run \
+        --strategies all
+    done
+    # 3. Each rank's measured activation peak is what `estimate` says, shape-only in one process.
+    for preset in tiny small; do
+      sizes=(--model "$model" --preset "$preset" --strategies all)
+      [ "$preset" = small ] && sizes+=(--layers 2 --seq 64)
+      "${mpi[@]}" "$remat" check "${sizes[@]}" "${split[@]}" --json >check.json 2>err.txt || fail "check: $(cat err.txt)"
+      "$remat" estimate "${sizes[@]}" "${split[@]}" --json >estimate.json 2>err.txt || fail "estimate: $(cat err.txt)"
+      "$python" - check.json estimate.json <<'PY' || fail "$model $preset $layout: measured is not the estimate"
 import json, sys
 check, estimate = (json.load(open(p)) for p in sys.argv[1:])
 measured = {r["strategy"]: r["activation_peak_bytes"] for r in check["strategies"]}
@@ -52,11 +61,12 @@ estimated = {r["strategy"]: r["activation_peak_bytes"] for r in estimate}
 assert measured == estimated, (measured, estimated)
 assert {r["tp"] for r in estimate} == {2}
 PY
+    done
   done
 done
 # The parameters a rank holds: a half of every split layer (gpt2 tiny: norms, wpe and row biases whole).
 "$remat" estimate --model gpt2 --preset tiny --strategies full --tp 2 --json >estimate.json || fail "estimate"
-"${PYTHON:-python3}" -c "
+"$python" -c "
 import json
 r = json.load(open('estimate.json'))[0]
 D, L, V, S = 32, 2, 64, 16
@@ -70,4 +80,8 @@ expect_error "does not divide the attention heads H = 4" "$remat" check --model 
 expect_error "runs on 2 ranks" "$remat" check --model gpt2 --tp 2
 expect_error "bert is not split by tensor parallelism yet" "$remat" check --model bert --tp 2
 expect_error "does not divide the key/value heads Hkv = 2" "$remat" estimate --model llama --preset tiny --tp 4
+expect_error "--sp splits the sequence over a tensor-parallel group" "$remat" estimate --model gpt2 --sp
+expect_error "mixtral's router is not split over the sequence" "$remat" estimate --model mixtral --tp 2 --sp
+expect_error "does not divide the sequence length S = 15" "$remat" estimate --model gpt2 --preset tiny --tp 2 --sp \
+  --seq 15
 finish tp_test
