@@ -10,7 +10,7 @@
 using namespace remat;
 
 TEST_CASE("every published configuration has exactly its published parameter count", "[zoo][configs]") {
-  REQUIRE(published_configs().size() == 9);
+  REQUIRE(published_configs().size() == 17);
   for (const auto& c : published_configs()) {
     INFO(c.name);
     CHECK_NOTHROW(validate(c.sizes));
@@ -22,6 +22,8 @@ TEST_CASE("every published configuration has exactly its published parameter cou
   CHECK(published_config("mixtral-8x7b").sizes.E == 8);
   CHECK(published_config("mixtral-8x7b").sizes.K == 2);
   CHECK(published_config("llama-70b").sizes.Hkv == 8);
+  CHECK(published_config("llama3-405b").sizes.theta == 500000);
+  CHECK(published_config("megatron-1t").sizes.V == 51200);
 }
 
 TEST_CASE("an unknown configuration is refused with the known ones", "[zoo][configs][errors]") {

@@ -157,6 +157,15 @@ Tensor scattered_sum(const Tensor& x, const RankGroup& g, const char* label) {
 Tensor all_gather_sequence(const Tensor& x, const RankGroup& g) {
   require_float("all_gather_sequence", x, "x");
   Tensor out = gathered_sequence(x, g, "all_gather_sequence");
+  // Recomputable alone (its tag is x's: a strategy that drops x's kind drops
+  // it too): gathered again from x, made again by x's own recipe where it has
+  // one, so that the recipe keeps no more than x's does. Megatron keeps only
+  // the rank's part and gathers it again in backward; remat's strategies
+  // choose, and count the gather each recomputation performs.
+  if (const auto made = x.recipe())
+    out.set_recipe([made, g] { return gathered_sequence((*made)(), g, "all_gather_sequence"); });
+  else
+    out.set_recipe([x, g] { return gathered_sequence(x, g, "all_gather_sequence"); });
   OpRecorder rec("all_gather_sequence", {&x});
   if (rec)
     rec.finish({&out}, [g](BackwardContext& ctx) {
