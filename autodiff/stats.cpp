@@ -50,6 +50,12 @@ void count_flops(double flops) {
   if (flag()) state().recompute_flops += flops;
 }
 
+void count_communication(double bytes_sent) {
+  state().comm_bytes += bytes_sent;
+  work_done().comm_bytes += bytes_sent;
+  if (flag()) state().recompute_comm_bytes += bytes_sent;
+}
+
 std::vector<GemmCall>*& log_slot() {
   thread_local std::vector<GemmCall>* log = nullptr;
   return log;

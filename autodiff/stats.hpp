@@ -15,6 +15,9 @@ struct Counts {
   std::map<std::string, std::int64_t> recomputed;  // of those, inside recomputation
   double flops = 0;                                // GEMM FLOPs, all
   double recompute_flops = 0;                      // of those, inside recomputation
+  // Bytes this rank sent to the others in collectives (tensor parallelism's
+  // ops), all and inside recomputation; a shape-only run counts what it would send.
+  double comm_bytes = 0, recompute_comm_bytes = 0;
 };
 
 void reset();
@@ -28,6 +31,7 @@ Counts exchange(Counts fresh);
 struct Work {
   double flops = 0;
   double bytes = 0;
+  double comm_bytes = 0;  // sent to other ranks (count_communication)
 };
 const Work& work();
 void count_bytes(double bytes);
@@ -36,6 +40,7 @@ std::map<std::string, std::int64_t> forward_since(const std::map<std::string, st
 const Counts& counts();
 void count_forward(const char* op);
 void count_flops(double flops);
+void count_communication(double bytes_sent);
 bool recomputing();
 
 // Every product through the GEMM front door while a GemmLogScope is open

@@ -60,6 +60,8 @@ template <>
 MPI_Datatype type_of<float>() { return MPI_FLOAT; }
 template <>
 MPI_Datatype type_of<double>() { return MPI_DOUBLE; }
+template <>
+MPI_Datatype type_of<std::uint16_t>() { return MPI_UINT16_T; }
 #endif
 
 template <class T>
@@ -204,9 +206,11 @@ void barrier() {
 
 void gather_all(const float* data, std::int64_t n, float* all) { gather(data, n, all); }
 void gather_all(const double* data, std::int64_t n, double* all) { gather(data, n, all); }
+void gather_all(const std::uint16_t* data, std::int64_t n, std::uint16_t* all) { gather(data, n, all); }
 
 void all_to_all(const float* send, std::int64_t n, float* recv) { exchange(send, n, recv); }
 void all_to_all(const double* send, std::int64_t n, double* recv) { exchange(send, n, recv); }
+void all_to_all(const std::uint16_t* send, std::int64_t n, std::uint16_t* recv) { exchange(send, n, recv); }
 
 bool every_rank_failed(double seconds) {
 #ifdef REMAT_HAVE_MPI

@@ -50,12 +50,15 @@ void barrier();
 // all := every rank's n values, rank 0's first (n * size() values).
 void gather_all(const float* data, std::int64_t n, float* all);
 void gather_all(const double* data, std::int64_t n, double* all);
+// 16-bit values (bfloat16 and half, as their bits): moved as they are.
+void gather_all(const std::uint16_t* data, std::int64_t n, std::uint16_t* all);
 
 // Each rank's send holds size() parts of n values; part r goes to rank r,
 // and recv's part r is what rank r sent this rank (a reduce-scatter's
 // exchange: the caller adds the parts in rank order).
 void all_to_all(const float* send, std::int64_t n, float* recv);
 void all_to_all(const double* send, std::int64_t n, double* recv);
+void all_to_all(const std::uint16_t* send, std::int64_t n, std::uint16_t* recv);
 
 // Called by a rank that failed: whether every rank fails too (each calls
 // this within `seconds` of the others), as all do on an error in what was

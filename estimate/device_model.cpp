@@ -12,7 +12,12 @@ double DeviceModel::seconds_now() const {
   const stats::Work& w = stats::work();
   const double peak = precision != Precision::fp32 ? device.half_flops : device.fp32_flops;
   return w.flops / (peak * gemm_efficiency) +
-         w.bytes * bytes_touched_per_byte_made / (device.memory_bandwidth * memory_efficiency);
+         w.bytes * bytes_touched_per_byte_made / (device.memory_bandwidth * memory_efficiency) + comm_seconds_now();
+}
+
+double DeviceModel::comm_seconds_now() const {
+  const double bytes = stats::work().comm_bytes;
+  return bytes > 0 ? bytes / (device.peer_link * link_efficiency) : 0.0;
 }
 
 double DeviceModel::offload_seconds_per_byte() const { return 2.0 / device.host_link; }

@@ -27,10 +27,15 @@ struct DeviceModel {
   // bf16: GEMMs at the device's 16-bit (tensor-core) peak, and the step
   // shape-only at bf16 (its bytes are 16-bit); fp32: at the fp32 peak.
   Precision precision = Precision::fp32;
+  // Share of the peer link's bandwidth a collective reaches (tensor
+  // parallelism's, between the GPUs of one node).
+  double link_efficiency = 0.8;
 
   // Modelled seconds for the work counted since the process started
   // (autodiff/stats.hpp's work()).
   double seconds_now() const;
+  // Of those, the communication's: the bytes sent to other ranks over the peer link.
+  double comm_seconds_now() const;
   // Moving one byte to the host offload pool and back.
   double offload_seconds_per_byte() const;
 };

@@ -17,6 +17,7 @@ struct Device {
   double half_flops = 0;            // peak FLOP/s, dense, 16-bit inputs with fp32 accumulation (tensor cores)
   double memory_bandwidth = 0;      // bytes/s
   double host_link = 0;             // bytes/s each way to host memory
+  double peer_link = 0;             // bytes/s each way to another GPU of the node (NVLink, else PCIe)
   std::string source;               // where the figures come from
   std::int64_t usable() const { return memory_bytes - overhead_bytes; }
 };

@@ -89,14 +89,16 @@ ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::stri
       }
       strategy->plan(*costs);
     }
-    const double t0 = device ? device->seconds_now() : 0;
+    const double t0 = device ? device->seconds_now() : 0, c0 = device ? device->comm_seconds_now() : 0;
     StepOptions o = step_options(settings, strategy.get());
     o.zero_grad = zero_grad;
     std::map<std::string, std::int64_t> base;
     for (const auto& pool : extras.pools) base[pool] = tracker.stats(pool).live;
     const StepResult r = run_step(*model, params, batch, o);  // (its peaks counted afresh, in its own scope)
     const double seconds = device ? device->seconds_now() - t0 : 0;
-    run.steps.push_back({spec, r.activation_peak, r.offload_peak, r.flops, r.recompute_flops, seconds, {}});
+    const double comm_seconds = device ? device->comm_seconds_now() - c0 : 0;
+    run.steps.push_back({spec, r.activation_peak, r.offload_peak, r.flops, r.recompute_flops,
+                         r.comm_bytes, r.recompute_comm_bytes, seconds, comm_seconds, {}});
     for (const auto& pool : extras.pools) {
       const auto peak = r.pool_peaks.find(pool);
       run.steps.back().pool_peaks[pool] = (peak == r.pool_peaks.end() ? base[pool] : peak->second) - base[pool];

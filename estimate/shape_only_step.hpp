@@ -23,7 +23,9 @@ struct ShapeOnlyStep {
   std::int64_t activation_peak = 0;  // device pool: the step's peak minus what was live before it
   std::int64_t offload_peak = 0;     // the offload pool (host)
   double flops = 0, recompute_flops = 0;  // GEMM FLOPs of the step, and of them those recomputing
+  double comm_bytes = 0, recompute_comm_bytes = 0;  // sent to the other ranks of a split layer (tensor parallelism)
   double modelled_seconds = 0;            // the device model's price of the step (0: no device given)
+  double modelled_comm_seconds = 0;       // of which its collectives
   std::map<std::string, std::int64_t> pool_peaks;  // ShapeOnlyExtras::pools: each one's peak minus its live before
 };
 

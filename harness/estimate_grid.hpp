@@ -35,6 +35,8 @@ struct EstimateRow {
   std::int64_t gathered = 0, reducing = 0;  // --shard-params: whole parameters gathered, whole gradients reducing
   std::int64_t total = 0;                   // the state + the copy + activation + gathered + reducing
   double flops = 0, recompute_flops = 0, modelled_seconds = 0;
+  double comm_bytes = 0, recompute_comm_bytes = 0;  // sent to the other ranks (--tp)
+  double modelled_comm_seconds = 0;                 // of modelled_seconds, the collectives' (a device given)
   std::int64_t headroom = 0;  // the device's usable memory less the total (a device given)
 };
 

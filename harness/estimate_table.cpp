@@ -20,6 +20,8 @@ Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bit
     return headroom >= 0 ? "yes (" + fixed(gib_of(std::int64_t(headroom)), 1) + " GiB free)"
                          : "no (" + fixed(gib_of(std::int64_t(-headroom)), 1) + " GiB over)";
   };
+  const auto seconds = [](const Cell& c) { return fixed(number(c), number(c) < 0.01 ? 6 : 3); };
+  const Sizes& z = p.setup.sizes;
   Table t;
   t.columns = {{"model", ""}, {"preset", ""}, {"strategy", "strategy"}, {"seq", ""}, {"batch", ""}, {"layers", ""},
                {"attention", ""}, {"precision", ""}, {"tp", ""}, {"sp", ""}, {"ranks", ""}, {"shard_params", ""},
@@ -30,18 +32,21 @@ Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bit
                {"reducing_peak_bytes", r.shard_params ? "reducing " + u : "", size}, {"total_bytes", "total " + u, size},
                {"flops", unit_bits == 30 ? "TFLOP/step" : "MFLOP/step", decimals(1, unit_bits == 30 ? 1e12 : 1e6)},
                {"recompute_flops", ""}, {"recompute_share", "recompute", percent(1)},
-               {"device", ""}, {"device_usable_bytes", ""}, {"modelled_step_s", rates ? "model s" : "", [](const Cell& c) { return fixed(number(c), number(c) < 0.01 ? 6 : 3); }},
+               {"comm_bytes", z.tp.split() ? "sent " + u : "", size}, {"recompute_comm_bytes", ""},
+               {"device", ""}, {"device_usable_bytes", ""}, {"modelled_step_s", rates ? "model s" : "", seconds},
+               {"modelled_comm_s", rates && z.tp.split() ? "of it comm s" : "", seconds},
                {"headroom_bytes", device ? "fits (headroom)" : "", fits}, {"fits", ""}};
-  const Sizes& z = p.setup.sizes;
   for (const auto& row : p.rows) {
     const Cell none;
     t.add({p.setup.model, p.setup.preset, row.strategy, std::int64_t(z.S), std::int64_t(z.B), std::int64_t(z.L),
-           ops::attention_kernel_name(r.attention), precision_name(r.precision), std::int64_t(z.tp.size), z.tp.sequence, std::int64_t(r.ranks),
-           r.shard_params,
+           ops::attention_kernel_name(r.attention), precision_name(r.precision), std::int64_t(z.tp.size),
+           z.tp.sequence, std::int64_t(r.ranks), r.shard_params,
            p.parameter_count, p.parameters, p.gradients, p.optimizer, p.weight_copy, row.activation, row.offload,
            row.gathered, row.reducing, row.total, row.flops, row.recompute_flops,
-           row.flops > 0 ? row.recompute_flops / row.flops : 0.0, device ? Cell(r.device.name) : none,
+           row.flops > 0 ? row.recompute_flops / row.flops : 0.0, row.comm_bytes, row.recompute_comm_bytes,
+           device ? Cell(r.device.name) : none,
            device ? Cell(r.device.usable()) : none, rates ? Cell(row.modelled_seconds) : none,
+           rates ? Cell(row.modelled_comm_seconds) : none,
            device ? Cell(row.headroom) : none, device ? Cell(row.headroom >= 0) : none});
   }
   return t;

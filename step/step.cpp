@@ -176,6 +176,8 @@ StepResult run_step(const Model& model, const ParamStore& params, const Batch& b
     r.offload_wait_seconds = transfer::copy_times().wait_seconds;
     r.flops = stats::counts().flops;
     r.recompute_flops = stats::counts().recompute_flops;
+    r.comm_bytes = stats::counts().comm_bytes;
+    r.recompute_comm_bytes = stats::counts().recompute_comm_bytes;
     r.forward_ops = stats::counts().forward;
     r.recomputed_ops = stats::counts().recomputed;
     for (const auto& [name, figures] : tracker.all_stats()) r.pool_peaks[name] = figures.peak;

@@ -71,6 +71,7 @@ struct StepResult {
   std::int64_t weight_copy_bytes = 0;  // the 16-bit copies of the weights (0 at fp32)
   double loss_scale = 1;               // what backward was seeded with
   double flops = 0, recompute_flops = 0;            // GEMM FLOPs
+  double comm_bytes = 0, recompute_comm_bytes = 0;  // sent to other ranks (stats::Counts)
   std::map<std::string, std::int64_t> forward_ops;  // op -> forward runs
   std::map<std::string, std::int64_t> recomputed_ops;  // of those, run again inside recomputation
   std::map<std::string, std::int64_t> pool_peaks;      // every tracker pool's peak during the step (live bytes)

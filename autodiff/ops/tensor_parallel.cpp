@@ -30,36 +30,69 @@ void require_group(const char* op, const RankGroup& g) {
   if (!kHostMemory) throw UserError(std::string(op) + ": tensor parallelism runs on the host backend only");
 }
 
-// [g.size, n] in x's compute type: row r holds rank r's x (widened).
-Tensor gather_parts(const Tensor& x, const RankGroup& g, const char* label) {
-  const DType a = compute_dtype(x.dtype());
-  Tensor parts = Tensor::empty({g.size, x.numel()}, a, label);
-  parts.set_tag(x.tag());
-  if (shape_only()) return parts;
-  const Tensor mine = x.dtype() == a ? x : converted(x, a, label);
-  if (a == DType::f64)
-    comm::gather_all(mine.data<double>(), mine.numel(), parts.data<double>());
+// Values travel in their tensor's own type (16 bits at bf16 and fp16: what
+// a GPU's collectives move) and are added in the compute type on arrival,
+// which widens them exactly: the sums are the same as of widened values.
+template <class T>
+void gather_all_of(const T* mine, std::int64_t n, T* all) {
+  if constexpr (sizeof(T) == 2)
+    comm::gather_all(reinterpret_cast<const std::uint16_t*>(mine), n, reinterpret_cast<std::uint16_t*>(all));
   else
-    comm::gather_all(mine.data<float>(), mine.numel(), parts.data<float>());
+    comm::gather_all(mine, n, all);
+}
+template <class T>
+void all_to_all_of(const T* send, std::int64_t n, T* recv) {
+  if constexpr (sizeof(T) == 2)
+    comm::all_to_all(reinterpret_cast<const std::uint16_t*>(send), n, reinterpret_cast<std::uint16_t*>(recv));
+  else
+    comm::all_to_all(send, n, recv);
+}
+
+// [g.size, n] in x's type: row r holds rank r's x.
+Tensor gather_parts(const Tensor& x, const RankGroup& g, const char* label) {
+  Tensor parts = Tensor::empty({g.size, x.numel()}, x.dtype(), label);
+  parts.set_tag(x.tag());
+  // What comm/ counts for it: this rank's values, once to each other rank.
+  stats::count_communication(double(dtype_size(x.dtype())) * double(x.numel()) * double(g.size - 1));
+  if (shape_only()) return parts;
+  REMAT_DISPATCH_COMPUTE(x.dtype(), T, { gather_all_of(x.data<T>(), x.numel(), parts.data<T>()); });
   return parts;
 }
 
-// The sum over ranks of x, in rank order, in x's type.
+// The sum over ranks of x, in x's type, moved as a ring all-reduce moves it:
+// each rank adds one chunk of every rank's x, in rank order (a
+// reduce-scatter), then every rank gathers the summed chunks (an
+// all-gather). 2 (N - 1) / N of x sent per rank, and every rank gets the
+// same bits: each element is added once, by the rank that owns its chunk.
 Tensor summed(const Tensor& x, const RankGroup& g, const char* label) {
   require_group(label, g);
   stats::count_forward(label);
-  const Tensor parts = gather_parts(x, g, "all_reduce_parts");
-  Tensor out = Tensor::empty(x.shape(), x.dtype(), label);
+  const std::int64_t n = x.numel(), N = g.size, c = (n + N - 1) / N;
+  const DType t = x.dtype();
+  const Tensor send = Tensor::empty({N, c}, t, "all_reduce_send");
+  const Tensor recv = Tensor::empty({N, c}, t, "all_reduce_recv");
+  const Tensor chunk = Tensor::empty({c}, t, "all_reduce_chunk");
+  Tensor out = Tensor::empty(x.shape(), t, label);
   out.set_tag(x.tag());
-  const std::int64_t n = x.numel(), ranks = g.size;
-  REMAT_DISPATCH_COMPUTE(x.dtype(), T, {
-    const A* p = parts.data<A>();
-    T* y = out.data<T>();
-    for_each_element(label, n, KOKKOS_LAMBDA(std::int64_t i) {
-      A acc = p[i];
-      for (std::int64_t r = 1; r < ranks; ++r) acc += p[r * n + i];
-      y[i] = T(acc);
+  stats::count_communication(2.0 * double(dtype_size(t)) * double(c) * double(N - 1));
+  REMAT_DISPATCH_COMPUTE(t, T, {
+    const T* px = x.data<T>();
+    T *ps = send.data<T>(), *pr = recv.data<T>(), *pc = chunk.data<T>();
+    // The chunks of the gather are `out` itself where x divides evenly; else a padded buffer.
+    const Tensor padded = n == N * c ? Tensor() : Tensor::empty({N, c}, t, "all_reduce_chunks");
+    T* pa = padded.defined() ? padded.data<T>() : out.data<T>();
+    for_each_element("all_reduce_pack", N * c, KOKKOS_LAMBDA(std::int64_t i) { ps[i] = i < n ? px[i] : T(0); });
+    if (!shape_only()) all_to_all_of(ps, c, pr);
+    for_each_element("all_reduce_add", c, KOKKOS_LAMBDA(std::int64_t j) {
+      A acc = A(pr[j]);
+      for (std::int64_t r = 1; r < N; ++r) acc += A(pr[r * c + j]);
+      pc[j] = T(acc);
     });
+    if (!shape_only()) gather_all_of(pc, c, pa);
+    if (padded.defined()) {
+      T* y = out.data<T>();
+      for_each_element(label, n, KOKKOS_LAMBDA(std::int64_t i) { y[i] = pa[i]; });
+    }
   });
   return out;
 }
@@ -106,11 +139,11 @@ Tensor gathered_sequence(const Tensor& x, const RankGroup& g, const char* label)
   Tensor out = Tensor::empty(shape, x.dtype(), label);
   out.set_tag(x.tag());
   REMAT_DISPATCH_COMPUTE(x.dtype(), T, {
-    const A* p = parts.data<A>();
+    const T* p = parts.data<T>();
     T* y = out.data<T>();
     for_each_element(label, n * N, KOKKOS_LAMBDA(std::int64_t i) {
       const std::int64_t c = i % R, s = i / R % (N * Sp), b = i / R / (N * Sp);
-      y[i] = T(p[s / Sp * n + (b * Sp + s % Sp) * R + c]);
+      y[i] = p[s / Sp * n + (b * Sp + s % Sp) * R + c];
     });
   });
   return out;
@@ -126,26 +159,26 @@ Tensor scattered_sum(const Tensor& x, const RankGroup& g, const char* label) {
   stats::count_forward(label);
   const std::int64_t B = x.dim(0), S = x.dim(1), N = g.size, Sp = S / N,
                      R = x.numel() / std::max<std::int64_t>(1, B * S), n = B * Sp * R;
-  const DType a = compute_dtype(x.dtype());
-  const Tensor send = Tensor::empty({N, n}, a, "reduce_scatter_send");
-  const Tensor recv = Tensor::empty({N, n}, a, "reduce_scatter_recv");
+  const Tensor send = Tensor::empty({N, n}, x.dtype(), "reduce_scatter_send");
+  const Tensor recv = Tensor::empty({N, n}, x.dtype(), "reduce_scatter_recv");
   Shape shape = x.shape();
   shape[1] = Sp;
   Tensor out = Tensor::empty(shape, x.dtype(), label);
   out.set_tag(x.tag());
   REMAT_DISPATCH_COMPUTE(x.dtype(), T, {
     const T* px = x.data<T>();
-    A* ps = send.data<A>();
+    T* ps = send.data<T>();
     for_each_element("reduce_scatter_pack", N * n, KOKKOS_LAMBDA(std::int64_t i) {
       const std::int64_t k = i / n, c = i % n % R, j = i % n / R % Sp, b = i % n / R / Sp;
-      ps[i] = A(px[(b * S + k * Sp + j) * R + c]);
+      ps[i] = px[(b * S + k * Sp + j) * R + c];
     });
-    if (!shape_only()) comm::all_to_all(send.data<A>(), n, recv.data<A>());
-    const A* pr = recv.data<A>();
+    stats::count_communication(double(sizeof(T)) * double(n) * double(N - 1));  // each other rank's part, once
+    if (!shape_only()) all_to_all_of(send.data<T>(), n, recv.data<T>());
+    const T* pr = recv.data<T>();
     T* y = out.data<T>();
     for_each_element(label, n, KOKKOS_LAMBDA(std::int64_t i) {
-      A acc = pr[i];
-      for (std::int64_t k = 1; k < N; ++k) acc += pr[k * n + i];
+      A acc = A(pr[i]);
+      for (std::int64_t k = 1; k < N; ++k) acc += A(pr[k * n + i]);
       y[i] = T(acc);
     });
   });

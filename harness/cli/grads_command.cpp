@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "weights/weights_file.hpp"
+#include "comm/comm.hpp"
 #include "core/error.hpp"
 #include "datasets/batch_source.hpp"
 #include "harness/check.hpp"
@@ -51,7 +52,9 @@ void run_grads(const GradsOptions& o) {
   // unscaled at fp16.
   PrecisionScope precision(*w.params, o.run.precision);
   prepare_strategy(*strategy, *w.model, *w.params, *w.batch, o.run.attention, o.run.seed);
+  const comm::Stats before = comm::stats();
   const double loss = forward_backward(*w.model, *w.params, *w.batch, step_options(o.run, strategy.get()));
+  const std::int64_t sent = comm::stats().bytes_sent - before.bytes_sent;
   require_finite_result(loss, *w.params);
   if (w.setup.sizes.tp.split()) {  // the whole model's gradients, from every rank's parts
     const auto whole = gather_whole(w.setup, *w.params);
@@ -62,6 +65,7 @@ void run_grads(const GradsOptions& o) {
     write_gradients(o.out, w.setup, *w.params, loss);
   }
   std::printf("loss %.9g\n", loss);
+  if (w.setup.sizes.tp.split()) std::printf("sent %lld bytes to the other ranks\n", static_cast<long long>(sent));
   if (!o.out.empty()) std::printf("wrote %s: /loss and /grads for %zu parameters\n", o.out.c_str(), w.params->names().size());
 }
 

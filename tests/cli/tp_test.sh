@@ -64,6 +64,22 @@ PY
     done
   done
 done
+# 4. The bytes each rank sends in a step's collectives are what the estimate counts, recomputation's included.
+for layout in "--tp 2" "--tp 2 --sp"; do
+  # shellcheck disable=SC2206
+  split=($layout)
+  for strategy in full per-layer selective offload-checkpoint; do
+    "${mpi[@]}" "$remat" grads --weights llama.h5 "${split[@]}" --strategy "$strategy" >out.txt 2>err.txt ||
+      fail "grads --strategy $strategy: $(cat err.txt)"
+    sent=$(sed -n 's/^sent \([0-9]*\) bytes to the other ranks$/\1/p' out.txt)
+    "$remat" estimate --model llama --preset tiny "${split[@]}" --strategies "$strategy" --json >estimate.json ||
+      fail "estimate --strategies $strategy"
+    predicted=$("$python" -c "import json; print(int(json.load(open('estimate.json'))[0]['comm_bytes']))")
+    [ -n "$sent" ] && [ "$sent" = "$predicted" ] ||
+      fail "llama $layout $strategy: sent ${sent:-nothing said} bytes, the estimate says $predicted"
+  done
+done
+
 # The parameters a rank holds: a half of every split layer (gpt2 tiny: norms, wpe and row biases whole).
 "$remat" estimate --model gpt2 --preset tiny --strategies full --tp 2 --json >estimate.json || fail "estimate"
 "$python" -c "
@@ -75,7 +91,7 @@ whole = S * D + L * (4 * D + D + D) + 2 * D
 assert r['parameter_count'] == split // 2 + whole, (r['parameter_count'], split // 2 + whole)
 " || fail "estimate --tp 2 does not count one rank's parts"
 
-# 4. Bad layouts: one line, exit 2.
+# 5. Bad layouts: one line, exit 2.
 expect_error "does not divide the attention heads H = 4" "$remat" check --model gpt2 --tp 3
 expect_error "runs on 2 ranks" "$remat" check --model gpt2 --tp 2
 expect_error "bert is not split by tensor parallelism yet" "$remat" check --model bert --tp 2
