@@ -20,7 +20,8 @@ const std::vector<Device>& named_devices() {
   static const std::vector<Device> devices = {
       // The peer link: NVLink's bandwidth each way (H100 and H200: NVLink 4, 900 GB/s in all; A100: NVLink 3,
       // 600 GB/s), or PCIe 4.0 x16's where a card has no NVLink (L4, RTX 4090).
-      {"h100-80gb", 81559 * kMiB, kOverhead, 67 * kT, 989 * kT, 3350 * kG, 64 * kG, 450 * kG, "NVIDIA H100 SXM5 datasheet"},
+      {"h100-80gb", 81559 * kMiB, kOverhead, 67 * kT, 989 * kT, 3350 * kG, 64 * kG, 450 * kG,
+       "NVIDIA H100 SXM5 datasheet"},
       {"h200-141gb", 143771 * kMiB, kOverhead, 67 * kT, 989 * kT, 4800 * kG, 64 * kG, 450 * kG,
        "NVIDIA H200 SXM datasheet"},
       {"a100-40gb", 40960 * kMiB, kOverhead, 19.5 * kT, 312 * kT, 1555 * kG, 32 * kG, 300 * kG,

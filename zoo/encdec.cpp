@@ -83,7 +83,8 @@ class Encdec final : public Model {
 
   Tensor embed(const ParamStore& p, const Tensor& ids, const std::string& positions_table) const {
     return ops::dropout(ops::add(tp::embedding(p, "wte.weight", ids, sizes_.tp),
-                                 ops::embedding(tp::shared(p, positions_table, sizes_.tp), tp::positions(ids, sizes_.tp))),
+                                 ops::embedding(tp::shared(p, positions_table, sizes_.tp),
+                                                tp::positions(ids, sizes_.tp))),
                         sizes_.dropout);
   }
 

@@ -27,7 +27,8 @@ Tensor layer_norm(const ParamStore& p, const std::string& prefix, const Tensor& 
 
 Tensor attention(const ParamStore& p, const std::string& prefix, const Tensor& x, int heads, double dropout,
                  bool causal, const RankGroup& group) {
-  const Tensor a = ops::attention(linear(p, prefix + ".c_attn", tp::enter(x, group)), heads / group.size, causal, dropout);
+  const Tensor qkv = linear(p, prefix + ".c_attn", tp::enter(x, group));
+  const Tensor a = ops::attention(qkv, heads / group.size, causal, dropout);
   return ops::dropout(tp::row_linear(p, prefix + ".c_proj", a, group), dropout);
 }
 

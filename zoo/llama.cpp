@@ -58,7 +58,8 @@ class Llama final : public Model {
     const Tensor h = ops::add(x, llama::attention(p, l + "attention", a, sizes_));
     const Tensor m = ops::rms_norm(h, tp::shared(p, l + "ffn_norm.weight", group), 1e-5);
     const Tensor in = tp::enter(m, sizes_.tp);
-    const Tensor gated = ops::swiglu(linear(p, l + "feed_forward.w1", in, false), linear(p, l + "feed_forward.w3", in, false));
+    const Tensor gated =
+        ops::swiglu(linear(p, l + "feed_forward.w1", in, false), linear(p, l + "feed_forward.w3", in, false));
     return ops::add(h, ops::dropout(tp::row_linear(p, l + "feed_forward.w2", gated, sizes_.tp, false), drop));
   }
 };

@@ -77,7 +77,8 @@ class Mixtral final : public Model {
   Tensors block(const ParamStore& p, int i, const Tensors& in) const {
     const std::string l = block_name(i) + ".";
     const Tensor& x = in[0];
-    const Tensor h = ops::add(x, llama::attention(p, l + "attention", ops::rms_norm(x, p[l + "attention_norm.weight"], 1e-5), sizes_));
+    const Tensor a = ops::rms_norm(x, p[l + "attention_norm.weight"], 1e-5);
+    const Tensor h = ops::add(x, llama::attention(p, l + "attention", a, sizes_));
     const Tensor m = ops::rms_norm(h, p[l + "ffn_norm.weight"], 1e-5);
     const Tensor probs = ops::softmax(linear(p, l + "block_sparse_moe.gate", m, false));
     const ops::Routing route = ops::route_top_k(probs, sizes_.K);

@@ -98,7 +98,8 @@ void validate(const std::string& model, const Sizes& z) {
   const RankGroup& g = z.tp;
   if (g.size < 1 || g.rank < 0 || g.rank >= g.size)
     throw UserError("--tp " + std::to_string(g.size) + ": rank " + std::to_string(g.rank) + " is not in the group");
-  if (g.sequence && !g.split()) throw UserError("--sp splits the sequence over a tensor-parallel group: give --tp 2 or more");
+  if (g.sequence && !g.split())
+    throw UserError("--sp splits the sequence over a tensor-parallel group: give --tp 2 or more");
   if (!g.split()) return;
   if (!models().find(model).tensor_parallel)
     throw UserError("--tp: " + model + " is not split by tensor parallelism yet (models that are: " +
