@@ -33,8 +33,8 @@ void split_over_ranks(int size, bool sequence, ModelSetup& setup, std::unique_pt
     throw std::runtime_error("rank " + std::to_string(setup.sizes.tp.rank) + ": cannot silence stdout");
 }
 
-void require_same_plan_on_every_rank(const Sizes& sizes, const std::vector<std::string>& strategies) {
-  if (!sizes.tp.split()) return;
+void require_same_plan_on_every_rank(const RankGroup& tp, const std::vector<std::string>& strategies) {
+  if (!tp.split()) return;
   for (const std::string& spec : strategies)
     if (parse_strategy(spec).planned)
       throw UserError("--tp with " + spec + ": not yet (a plan from timed costs could differ between the ranks)");

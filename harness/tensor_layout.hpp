@@ -25,7 +25,7 @@ void split_over_ranks(int size, bool sequence, ModelSetup& setup, std::unique_pt
 
 // Refuses a strategy planned from timed costs under a split (each rank would
 // time its own and could plan differently, and the ranks must recompute alike).
-void require_same_plan_on_every_rank(const Sizes& sizes, const std::vector<std::string>& strategies);
+void require_same_plan_on_every_rank(const RankGroup& tp, const std::vector<std::string>& strategies);
 
 // The whole model's parameters with their gradients (each split one's parts
 // joined from every rank; every rank calls this), for a gradient file.

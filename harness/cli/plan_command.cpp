@@ -18,6 +18,7 @@
 #include "harness/cli/model_options.hpp"
 #include "strategies/planner/solver.hpp"
 #include "strategies/registry.hpp"
+#include "zoo/tensor_parallel.hpp"
 
 namespace remat::cli {
 namespace {
@@ -86,8 +87,20 @@ nlohmann::ordered_json parts_json(const std::vector<planner::PlanPart>& parts, c
   return out;
 }
 
+// --tp and --sp: the plan of one rank's part, from the device model only (a
+// timed probe on each rank could plan differently).
+ModelSetup plan_setup(const PlanOptions& o) {
+  ModelSetup setup = o.model.resolve();
+  if (o.model.tp == 1 && !o.model.sp) return setup;
+  if (o.device.empty())
+    throw UserError("--tp: plan with --device (the device model's costs are every rank's; timed ones could differ)");
+  setup.sizes.tp = {o.model.tp, 0, o.model.sp};
+  tp::validate(setup.model, setup.sizes);
+  return setup;
+}
+
 void run_plan(const PlanOptions& o) {
-  const ModelSetup setup = o.model.resolve();
+  const ModelSetup setup = plan_setup(o);
   if (!o.budget.empty())  // a bad spec is refused before any probe
     strategies_for(setup.model, "budget:" + o.budget + (o.allow_offload ? ":offload" : ""), o.model.run.attention);
   std::string budget;
@@ -130,6 +143,7 @@ void setup_plan(CLI::App& app) {
               "runs), block by block, with its predicted peak and step time");
   o->model.preset = "small";
   o->model.bind(*cmd);
+  add_tp_options(*cmd, o->model.tp, o->model.sp);
   cmd->add_option("--budget", o->budget,
                   "Activation-memory budget: a size (150MB, 1.5G), a percentage of full's measured peak (40%), or min "
                   "(required without --device)");

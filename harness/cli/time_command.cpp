@@ -19,6 +19,7 @@
 #include "harness/cli/model_options.hpp"
 #include "harness/cli/validators.hpp"
 #include "harness/resident_memory.hpp"
+#include "harness/tensor_layout.hpp"
 #include "step/step.hpp"
 #include "strategies/registry.hpp"
 
@@ -45,9 +46,12 @@ struct Timing {
   bool peak_reset = false;                      // false: the peak is since the process began
 };
 
-Timing time_steps(const TimeOptions& o, const ModelSetup& setup, const std::string& spec, std::int64_t memory) {
-  const auto model = models().find(setup.model).make(setup.sizes);
+Timing time_steps(const TimeOptions& o, const ModelSetup& whole, const std::string& spec, std::int64_t memory) {
+  ModelSetup setup = whole;
   auto store = o.model.make_params(setup, o.force);
+  split_over_ranks(o.model.tp, o.model.sp, setup, store);  // --tp: this rank's parts (nothing otherwise)
+  const bool say = !o.json && setup.sizes.tp.rank == 0;
+  const auto model = models().find(setup.model).make(setup.sizes);
   const Batch batch = o.model.make_batch(setup.sizes);
   fine_tune(store, *model, batch, o.freeze, o.lora, o.model.run.seed, setup.sizes.L, o.json);
   ParamStore& params = *store;
@@ -71,7 +75,7 @@ Timing time_steps(const TimeOptions& o, const ModelSetup& setup, const std::stri
       t.offload_peak = std::max(t.offload_peak, r.offload_peak);
     }
     t.loss = r.loss;
-    if (!o.json)
+    if (say)
       std::fprintf(stderr, "%s %d/%d: %.3f s\n", timed ? "step" : "warm-up", timed ? i - o.warmup + 1 : i + 1,
                    timed ? o.steps : o.warmup, r.seconds);
   }
@@ -109,6 +113,9 @@ void print_text(const TimeOptions& o, const ModelSetup& setup, const Timing& t) 
               setup.preset.c_str(), z.L, z.D, z.S, z.B, t.strategy.c_str(), ops::attention_kernel_name(o.model.run.attention),
               precision_name(o.model.run.precision), Runtime::describe().c_str());
   print_precision_path(o.model.run.precision);
+  if (o.model.tp > 1)
+    std::printf("tensor-parallel over %d ranks%s: each rank's figures (rank 0's printed)\n", o.model.tp,
+                o.model.sp ? ", with sequence parallelism" : "");
   std::printf("step time: median %.3f s +- %.3f (half the interquartile range), fastest %.3f s, over %d steps after %d "
               "warm-up\n",
               step_median, spread_of(t.seconds).half_iqr, fastest, o.steps, o.warmup);
@@ -125,6 +132,9 @@ void run_time(const TimeOptions& o) {
   const auto specs = strategies_for(setup.model, o.strategy, o.model.run.attention);
   if (specs.size() != 1) throw UserError("remat time runs one strategy; '" + o.strategy + "' names " +
                                          std::to_string(specs.size()) + " (use `remat matrix` for several)");
+  if ((o.model.tp > 1 || o.model.sp) && (o.freeze.any() || o.lora.any()))
+    throw UserError("--tp with --freeze or --lora: not yet");
+  require_same_plan_on_every_rank(RankGroup{o.model.tp}, specs);
   const std::int64_t memory = require_step_memory(setup, o.model.run.attention, specs, 2, o.force);
   const Timing t = time_steps(o, setup, specs[0], memory);
   if (o.json) print_json(o, setup, t);
@@ -140,6 +150,7 @@ void setup_time(CLI::App& app) {
               "resident set's peak (the measure PyTorch comparisons use)");
   o->model.preset = "small";
   o->model.bind_with_weights(*cmd);
+  add_tp_options(*cmd, o->model.tp, o->model.sp);
   add_freeze_options(*cmd, o->freeze);
   add_lora_options(*cmd, o->lora);
   cmd->add_option("--strategy", o->strategy, "Activation-memory strategy (see `remat strategies`)")

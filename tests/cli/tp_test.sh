@@ -80,6 +80,13 @@ for layout in "--tp 2" "--tp 2 --sp"; do
   done
 done
 
+# time and plan under a split: timed steps on the ranks; a plan from the device model (a timed one is refused).
+expect_ok "time --tp 2 --sp" "${mpi[@]}" "$remat" time --model gpt2 --preset tiny --tp 2 --sp --strategy per-layer \
+  --steps 1 --warmup 0
+grep -q "tensor-parallel over 2 ranks, with sequence parallelism" out.txt || fail "time --tp does not say the layout"
+expect_ok "plan --tp 2 --device" "$remat" plan --config llama-7b --seq 4096 --tp 2 --sp --precision bf16 \
+  --device h100-80gb --json
+
 # The parameters a rank holds: a half of every split layer (gpt2 tiny: norms, wpe and row biases whole).
 "$remat" estimate --model gpt2 --preset tiny --strategies full --tp 2 --json >estimate.json || fail "estimate"
 "$python" -c "
@@ -98,6 +105,7 @@ expect_error "bert is not split by tensor parallelism yet" "$remat" check --mode
 expect_error "does not divide the key/value heads Hkv = 2" "$remat" estimate --model llama --preset tiny --tp 4
 expect_error "--sp splits the sequence over a tensor-parallel group" "$remat" estimate --model gpt2 --sp
 expect_error "mixtral's router is not split over the sequence" "$remat" estimate --model mixtral --tp 2 --sp
+expect_error "plan with --device" "$remat" plan --model gpt2 --tp 2 --budget min
 expect_error "does not divide the sequence length S = 15" "$remat" estimate --model gpt2 --preset tiny --tp 2 --sp \
   --seq 15
 finish tp_test
