@@ -2,10 +2,10 @@
 
 #include <cstdio>
 
-#include "autodiff/elementwise.hpp"
 #include "comm/comm.hpp"
 #include "core/error.hpp"
 #include "strategies/registry.hpp"
+#include "train/tensor_parts.hpp"
 #include "zoo/tensor_parallel.hpp"
 
 namespace remat {
@@ -41,30 +41,7 @@ void require_same_plan_on_every_rank(const RankGroup& tp, const std::vector<std:
 }
 
 std::unique_ptr<ParamStore> gather_whole(const ModelSetup& setup, const ParamStore& parts) {
-  ModelSetup whole_setup = setup;
-  whole_setup.sizes.tp = {};
-  const auto whole_specs = models().find(setup.model).make(whole_setup.sizes)->params();
-  auto whole = std::make_unique<ParamStore>(whole_specs, DType::f32);
-  whole->zero_grad();
-  const int ranks = setup.sizes.tp.size;
-  for (std::size_t i = 0; i < parts.specs().size(); ++i) {
-    const ParamSpec& spec = parts.specs()[i];
-    const Tensor& whole_t = whole->tensors()[i];
-    if (whole->names()[i] != spec.name) throw std::logic_error("gather_whole: parameters out of order at " + spec.name);
-    const auto join = [&](const Tensor& part, const Tensor& into) {
-      const std::vector<double> mine = part.to_host_f64();
-      std::vector<double> all(mine.size() * std::size_t(ranks));
-      comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data());
-      std::vector<std::vector<double>> by_rank(static_cast<std::size_t>(ranks));
-      for (int r = 0; r < ranks; ++r)
-        by_rank[r].assign(all.begin() + std::int64_t(r) * std::int64_t(mine.size()),
-                          all.begin() + std::int64_t(r + 1) * std::int64_t(mine.size()));
-      convert_into(into, Tensor::from_host(tp::join_parts(by_rank, spec, whole_t.shape()), whole_t.shape()));
-    };
-    join(parts.tensors()[i], whole_t);
-    if (parts.trainable(i) && parts.tensors()[i].grad().defined()) join(parts.tensors()[i].grad(), whole_t.grad());
-  }
-  return whole;
+  return whole_store(setup, parts, /*with_gradients=*/true);
 }
 
 }  // namespace remat

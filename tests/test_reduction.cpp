@@ -34,7 +34,7 @@ TEST_CASE("local accumulation sums K micro-batches' gradients in order, bitwise"
         for (std::size_t j = 0; j < g[i].size(); ++j) want[i][j] += g[i][j];
   }
 
-  const auto reduction = make_reduction(*m.params, K, /*shard_params=*/false);
+  const auto reduction = make_reduction(*m.params, K, /*shard_params=*/false, ModelSetup{});
   REQUIRE(reduction->ranks() == 1);
   REQUIRE(reduction->micro_batches() == K);
   double loss = 0;

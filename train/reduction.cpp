@@ -9,6 +9,8 @@
 #include "comm/comm.hpp"
 #include "optim/optimizer.hpp"
 #include "train/param_shards.hpp"
+#include "train/tensor_parts.hpp"
+#include "zoo/tensor_parallel.hpp"
 
 namespace remat {
 namespace {
@@ -25,9 +27,9 @@ double sum_over_ranks(double loss) {
 // One process: each micro-batch's gradient is computed fresh and added to
 // the sum in micro-batch order, sum = g0; sum += g1; ... the additions, in
 // the order, of a data-parallel reduction over ranks.
-class LocalAccumulation final : public GradientReduction {
+class LocalAccumulation : public GradientReduction {
  public:
-  using GradientReduction::GradientReduction;
+  LocalAccumulation(ParamStore& params, int accumulate) : GradientReduction(params, accumulate, 1, 0) {}
   void add(int k, double loss) override {
     loss_ = k == 0 ? loss : loss_ + loss;
     if (accumulate_ == 1) return;  // the gradients are where they belong already
@@ -52,13 +54,48 @@ class LocalAccumulation final : public GradientReduction {
   double loss_ = 0;
 };
 
+// Tensor parallelism: the job's ranks are one replica, each holding its
+// parts of the split parameters (zoo/tensor_parallel.hpp) and training them
+// as one process does its whole ones; every rank reads the same batches.
+// What needs the whole (the gradient norm, a save) is summed or gathered.
+class TensorParallel final : public LocalAccumulation {
+ public:
+  TensorParallel(ParamStore& params, int accumulate, const ModelSetup& setup)
+      : LocalAccumulation(params, accumulate), setup_(setup) {
+    Sizes whole = setup.sizes;
+    whole.tp = {};
+    for (const auto& spec : models().find(setup.model).make(whole)->params()) whole_shapes_.push_back(spec.shape);
+  }
+  double gradient_norm() const override {
+    std::vector<Tensor> grads;
+    for (const Tensor& t : params_.tensors()) grads.push_back(t.grad());
+    return split_gradient_norm(params_, grads, setup_.sizes.tp.size);
+  }
+  // The norm's one value, each way to each other rank (the activations' collectives are the step's own).
+  std::int64_t predicted_bytes(const Strategy&) const override { return 2 * 8 * (setup_.sizes.tp.size - 1); }
+  Tensor whole(std::size_t i, const Tensor& buffer) const override {
+    return whole_of(buffer, params_.specs()[i], whole_shapes_[i], setup_.sizes.tp.size);
+  }
+  std::unique_ptr<ParamStore> whole_params() const override { return whole_store(setup_, params_, false); }
+  std::vector<float> mine(std::size_t i, const std::vector<float>& whole) const override {
+    const auto part = tp::part_values(std::vector<double>(whole.begin(), whole.end()), params_.specs()[i],
+                                      whole_shapes_[i], setup_.sizes.tp);
+    return std::vector<float>(part.begin(), part.end());
+  }
+
+ private:
+  ModelSetup setup_;
+  std::vector<Shape> whole_shapes_;
+};
+
 // Several ranks, whole parameters: micro-batch m of a step runs on rank
 // m % N. After each round of one micro-batch per rank, every rank gathers
 // the round's gradients and losses and adds them to its running sums in
 // micro-batch order, the additions one process makes with --accumulate M.
 class DataParallel final : public GradientReduction {
  public:
-  using GradientReduction::GradientReduction;
+  DataParallel(ParamStore& params, int accumulate)
+      : GradientReduction(params, accumulate, comm::size(), comm::rank()) {}
   void add(int k, double loss) override {
     const int N = ranks_;
     const auto& ts = params_.tensors();
@@ -102,7 +139,8 @@ class DataParallel final : public GradientReduction {
 class ShardedParameters final : public GradientReduction {
  public:
   ShardedParameters(ParamStore& params, int accumulate)
-      : GradientReduction(params, accumulate), shards_(std::make_unique<ParamShards>(params)) {}
+      : GradientReduction(params, accumulate, comm::size(), comm::rank()),
+        shards_(std::make_unique<ParamShards>(params)) {}
   bool zero_grad() const override { return false; }
   void begin(int k) override {
     shards_->begin_micro_batch(k == 0);
@@ -146,11 +184,11 @@ class ShardedParameters final : public GradientReduction {
 
 }  // namespace
 
-GradientReduction::GradientReduction(ParamStore& params, int accumulate)
-    : params_(params), ranks_(comm::size()), accumulate_(accumulate) {}
+GradientReduction::GradientReduction(ParamStore& params, int accumulate, int ranks, int rank)
+    : params_(params), ranks_(ranks), accumulate_(accumulate), rank_(rank) {}
 
 std::uint64_t GradientReduction::micro_batch(int k) const {
-  return std::uint64_t(k) * std::uint64_t(ranks_) + std::uint64_t(comm::rank());
+  return std::uint64_t(k) * std::uint64_t(ranks_) + std::uint64_t(rank_);
 }
 
 double GradientReduction::gradient_norm() const { return remat::gradient_norm(trained()); }
@@ -166,7 +204,9 @@ RankMemory GradientReduction::memory(const Optimizer& optimizer) const {
   return m;
 }
 
-std::unique_ptr<GradientReduction> make_reduction(ParamStore& params, int accumulate, bool shard_params) {
+std::unique_ptr<GradientReduction> make_reduction(ParamStore& params, int accumulate, bool shard_params,
+                                                  const ModelSetup& setup) {
+  if (setup.sizes.tp.split()) return std::make_unique<TensorParallel>(params, accumulate, setup);
   if (shard_params) return std::make_unique<ShardedParameters>(params, accumulate);
   if (comm::size() > 1) return std::make_unique<DataParallel>(params, accumulate);
   return std::make_unique<LocalAccumulation>(params, accumulate);

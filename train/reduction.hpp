@@ -15,6 +15,7 @@
 
 #include "autodiff/tensor.hpp"
 #include "strategies/strategy.hpp"
+#include "zoo/model.hpp"
 #include "zoo/params.hpp"
 
 namespace remat {
@@ -34,7 +35,8 @@ struct RankMemory {
 
 class GradientReduction {
  public:
-  GradientReduction(ParamStore& params, int accumulate);
+  // `ranks` and `rank`: the data-parallel ones (the job's, by default).
+  GradientReduction(ParamStore& params, int accumulate, int ranks, int rank);
   virtual ~GradientReduction() = default;
 
   int ranks() const { return ranks_; }
@@ -64,15 +66,26 @@ class GradientReduction {
   virtual void gather_weights() {}
   virtual void release_weights() {}
   virtual Tensor whole(std::size_t i, const Tensor& buffer) const { (void)i; return buffer; }
+  // The whole parameters where params() holds parts of them (tensor
+  // parallelism: a collective), else null: params() are whole.
+  virtual std::unique_ptr<ParamStore> whole_params() const { return nullptr; }
+  // What this rank keeps of a whole optimizer buffer of parameter i (read
+  // back from a run file): all of it, or its part under tensor parallelism.
+  virtual std::vector<float> mine(std::size_t i, const std::vector<float>& whole) const {
+    (void)i;
+    return whole;
+  }
 
  protected:
   ParamStore& params_;
-  int ranks_, accumulate_;
+  int ranks_, accumulate_, rank_;
 };
 
 // The mode a configuration asks for: sharded, data parallel (several ranks),
-// or local. Sharded parameters take over `params` (train/param_shards.hpp).
-std::unique_ptr<GradientReduction> make_reduction(ParamStore& params, int accumulate, bool shard_params);
+// tensor parallel (`setup`'s sizes split: its ranks one replica), or local.
+// Sharded parameters take over `params` (train/param_shards.hpp).
+std::unique_ptr<GradientReduction> make_reduction(ParamStore& params, int accumulate, bool shard_params,
+                                                  const ModelSetup& setup);
 
 // The bytes a rank sends plus receives in one data-parallel step: each of
 // the accumulate rounds gathers every trainable gradient (float32) and the

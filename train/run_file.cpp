@@ -69,7 +69,9 @@ std::vector<Setting> settings(const TrainConfig& c) {
           {&S::freeze, c.freeze.key()},
           {&S::lora, c.lora.key()},
           {&S::ranks, std::to_string(c.ranks)},
-          {&S::shard_params, c.shard_params ? "yes" : "no"}};
+          {&S::shard_params, c.shard_params ? "yes" : "no"},
+          {&S::tensor_parallel, "tp=" + std::to_string(c.setup.sizes.tp.size) +
+                                    ";sp=" + (c.setup.sizes.tp.sequence ? "yes" : "no")}};
   all.insert(all.end(), model_settings.begin(), model_settings.end());
   return all;
 }
@@ -168,6 +170,14 @@ TrainConfig read_config(const h5::File& f, const ModelSetup& setup) {
     if (*shard != "yes" && *shard != "no")
       throw UserError(f.path() + ": 'train.shard_params' = '" + *shard + "' is neither yes nor no");
     c.shard_params = *shard == "yes";
+  }
+  if (const auto t = run_file::setting::tensor_parallel.read(f, "/")) {  // files before it: none
+    int size = 0;
+    char sp[4] = {};
+    if (std::sscanf(t->c_str(), "tp=%d;sp=%3s", &size, sp) != 2 || size < 1 ||
+        (std::string(sp) != "yes" && std::string(sp) != "no"))
+      throw UserError(f.path() + ": 'train.tensor_parallel' = '" + *t + "' is not tp=N;sp=yes or tp=N;sp=no");
+    c.setup.sizes.tp = {size, 0, std::string(sp) == "yes"};
   }
   // "rank=R;alpha=A;targets=..." (absent or empty: no LoRA).
   if (const auto lora = run_file::setting::lora.read(f, "/"); lora && !lora->empty())

@@ -16,6 +16,7 @@
 #include "step/step.hpp"
 #include "strategies/registry.hpp"
 #include "train/run_file.hpp"
+#include "zoo/tensor_parallel.hpp"
 
 namespace remat {
 namespace {
@@ -23,9 +24,13 @@ namespace {
 void validate(const TrainConfig& c) {
   if (c.steps < 1) throw UserError("--steps must be at least 1");
   if (c.accumulate < 1) throw UserError("--accumulate must be at least 1");
-  if (c.ranks != comm::size())
-    throw UserError("the run is set for " + std::to_string(c.ranks) + " ranks, but " + std::to_string(comm::size()) +
-                    " are running it");
+  const RankGroup& tp = c.setup.sizes.tp;
+  if (c.ranks * tp.size != comm::size())
+    throw UserError("the run is set for " + std::to_string(c.ranks * tp.size) + " ranks, but " +
+                    std::to_string(comm::size()) + " are running it");
+  if (tp.split() && (c.ranks > 1 || c.shard_params || c.lora.any() || c.freeze.any() ||
+                     parse_strategy(c.strategy).planned))
+    throw UserError("--tp with data parallelism, --shard-params, --lora, --freeze or a planned strategy: not yet");
   if (!(c.grad_clip >= 0) || !std::isfinite(c.grad_clip)) throw UserError("--grad-clip must be 0 (none) or positive");
   if (c.eval_every < 0 || c.eval_batches < 1) throw UserError("--eval-every must be >= 0 and --eval-batches >= 1");
   if (c.save_every < 0) throw UserError("--save-every must be >= 0");
@@ -87,21 +92,32 @@ void agree_on_timings(SaveProfile& p) {
   for (std::size_t i = 0; i < fields.size(); ++i) *fields[i] = all[i];  // rank 0's come first
 }
 
+// The whole model's weights a run starts from: initialised from the seed,
+// or read from --weights (its model and sizes are this run's); a resumed
+// run's are read later. Under tensor parallelism each rank keeps its parts
+// of them afterwards.
+std::unique_ptr<ParamStore> starting_weights(const TrainConfig& c, bool resuming) {
+  Sizes whole = c.setup.sizes;
+  whole.tp = {};
+  auto params = std::make_unique<ParamStore>(models().find(c.setup.model).make(whole)->params(), DType::f32);
+  if (resuming) return params;
+  initialize(*params, c.run.seed, whole.L);
+  if (c.init.empty()) return params;
+  const LoadedWeights w = load_weights(c.init, /*force=*/true, /*skip_adapters=*/true);
+  if (w.params->names() != params->names())
+    throw UserError(c.init + ": holds other parameters than " + c.setup.model + " at these sizes");
+  for (std::size_t i = 0; i < params->tensors().size(); ++i) backend::copy(params->tensors()[i], w.params->tensors()[i]);
+  return params;
+}
+
 }  // namespace
 
 Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(config) {
   validate(config_);
   const Sizes& z = config_.setup.sizes;
   model_ = models().find(config_.setup.model).make(z);
-  params_ = std::make_unique<ParamStore>(model_->params(), DType::f32);
-  if (!resume) initialize(*params_, config_.run.seed, z.L);
+  params_ = starting_weights(config_, resume != nullptr);
   if (!resume) state_.scaler.scale = config_.loss_scale;
-  if (!resume && !config_.init.empty()) {  // the initial weights (its model and sizes are this run's)
-    const LoadedWeights w = load_weights(config_.init, /*force=*/true, /*skip_adapters=*/true);
-    if (w.params->names() != params_->names())
-      throw UserError(config_.init + ": holds other parameters than " + config_.setup.model + " at these sizes");
-    for (std::size_t i = 0; i < params_->tensors().size(); ++i) backend::copy(params_->tensors()[i], w.params->tensors()[i]);
-  }
   if (config_.lora.any()) {  // the adapters join the store, the base is frozen
     params_ = with_lora(*params_, config_.lora, config_.run.seed, z.L);
     require_adapters_used(*model_, *params_, random_batch(z.B, z.S, z.V, config_.run.seed));
@@ -128,6 +144,7 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
     for (std::size_t i = 0; i < params_->tensors().size(); ++i)
       backend::copy(params_->tensors()[i], resume->weights.params->tensors()[i]);
   }
+  if (z.tp.split()) params_ = tp::part_of(*params_, model_->params(), z.tp);
   // A planned strategy is planned once, on these weights and a batch of the
   // run's shape (costs depend on shapes, not on values).
   if (strategy_->needs_costs()) {
@@ -139,7 +156,7 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
   }
   // From here on, under --shard-params, each rank keeps its shards of the
   // parameters and the optimizer steps them.
-  reduction_ = make_reduction(*params_, config_.accumulate, config_.shard_params);
+  reduction_ = make_reduction(*params_, config_.accumulate, config_.shard_params, config_.setup);
   std::vector<bool> decays;  // as the whole parameters decay, not as 1-D shards would
   for (const auto& p : params_->tensors()) decays.push_back(remat::decays(p));
   optimizer_ = make_optimizer(config_.optimizer, reduction_->trained(), decays);
@@ -196,7 +213,7 @@ void Trainer::restore_optimizer(const SavedRun& resume) {
       if (found == resume.optimizer_state.end() || found->second[i].empty())
         throw UserError(config_.out + ": missing optimizer state /optimizer/" + name + "/" + params_->names()[i] +
                         "; the run file is damaged or not a remat run file, and cannot be resumed");
-      backend::upload(buffers[i], found->second[i]);
+      backend::upload(buffers[i], reduction_->mine(i, found->second[i]));
     }
   }
 }
@@ -218,6 +235,8 @@ StepRecord Trainer::forward_backward_all(double loss_scale) {
     reduce.begin(k);
     const StepResult s = run_step(*model_, *params_, data_->next(), o);
     r.activation_peak = std::max(r.activation_peak, s.activation_peak);
+    // The step's own collectives (tensor parallelism), each receiving what it sends.
+    r.predicted_comm_bytes += 2 * std::int64_t(s.comm_bytes);
     add_parts(r, s);
     reduce.add(k, s.loss);
   }
@@ -258,7 +277,7 @@ const StepRecord& Trainer::step() {
   const comm::Stats comm1 = comm::stats();
   r.comm_bytes = comm1.bytes_sent + comm1.bytes_received - comm0.bytes_sent - comm0.bytes_received;
   r.comm_seconds = comm1.seconds - comm0.seconds;
-  r.predicted_comm_bytes = reduce.predicted_bytes(*strategy_) + parts_exchange_bytes(r, N);
+  r.predicted_comm_bytes += reduce.predicted_bytes(*strategy_) + parts_exchange_bytes(r, N);
   state_.history.push_back(r);
   stop_if_every_step_overflows();
   state_.memory = rank_memory();
@@ -300,7 +319,8 @@ void Trainer::save() {
   for (auto& named : whole.buffers)
     for (std::size_t i = 0; i < named.second.size(); ++i)
       if (named.second[i].defined()) named.second[i] = reduction_->whole(i, named.second[i]);
-  if (comm::rank() == 0) write_run_file(config_.out, config_, state_, *params_, whole);
+  const auto whole_params = reduction_->whole_params();  // tensor parallelism: every rank's parts joined
+  if (comm::rank() == 0) write_run_file(config_.out, config_, state_, whole_params ? *whole_params : *params_, whole);
   reduction_->release_weights();
 }
 

@@ -123,14 +123,19 @@ std::unique_ptr<ParamStore> part_of(const ParamStore& whole, const std::vector<P
   auto parts = std::make_unique<ParamStore>(specs, whole.tensors().empty() ? DType::f32 : whole.tensors()[0].dtype());
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const Tensor& from = whole[specs[i].name];
-    const std::vector<double> all = from.to_host_f64();
-    std::vector<double> mine(std::size_t(numel(specs[i].shape)));
-    for_each_run(specs[i].split, from.shape(), g.rank, g.size, [&](std::int64_t w, std::int64_t p, std::int64_t n) {
-      std::copy(all.begin() + w, all.begin() + w + n, mine.begin() + p);
-    });
-    convert_into(parts->tensors()[i], Tensor::from_host(mine, specs[i].shape));
+    convert_into(parts->tensors()[i],
+                 Tensor::from_host(part_values(from.to_host_f64(), specs[i], from.shape(), g), specs[i].shape));
   }
   return parts;
+}
+
+std::vector<double> part_values(const std::vector<double>& whole, const ParamSpec& spec, const Shape& whole_shape,
+                                const RankGroup& g) {
+  std::vector<double> mine(std::size_t(numel(spec.shape)));
+  for_each_run(spec.split, whole_shape, g.rank, g.size, [&](std::int64_t w, std::int64_t p, std::int64_t n) {
+    std::copy(whole.begin() + w, whole.begin() + w + n, mine.begin() + p);
+  });
+  return mine;
 }
 
 std::vector<double> join_parts(const std::vector<std::vector<double>>& parts, const ParamSpec& spec,

@@ -66,6 +66,9 @@ void validate(const std::string& model, const Sizes& sizes);
 // (the split model's) filled from `whole` (the unsplit model's, same names).
 std::unique_ptr<ParamStore> part_of(const ParamStore& whole, const std::vector<ParamSpec>& specs,
                                     const RankGroup& g);
+// This rank's part of a whole parameter's values (row-major, `whole_shape`).
+std::vector<double> part_values(const std::vector<double>& whole, const ParamSpec& spec, const Shape& whole_shape,
+                                const RankGroup& g);
 // The whole parameter from every rank's part, parts[r] being rank r's
 // values (row-major, spec.shape each): `whole_shape`'s values.
 std::vector<double> join_parts(const std::vector<std::vector<double>>& parts, const ParamSpec& spec,

@@ -18,6 +18,8 @@
 #include "harness/long_run.hpp"
 #include "harness/cli/format.hpp"
 #include "harness/cli/model_options.hpp"
+#include "harness/tensor_layout.hpp"
+#include "zoo/tensor_parallel.hpp"
 #include "harness/cli/validators.hpp"
 #include "harness/io/output_guard.hpp"
 #include "train/run_file.hpp"
@@ -81,6 +83,15 @@ std::int64_t configure(TrainOptions& o) {
   c.data = o.model.data;
   c.init = o.model.weights;
   c.ranks = comm::size();
+  if (o.model.tp > 1 || o.model.sp) {  // tensor parallelism: the job's ranks are one data-parallel replica
+    c.setup.sizes.tp = {o.model.tp, 0, o.model.sp};
+    tp::validate(c.setup.model, c.setup.sizes);
+    c.setup.sizes.tp = tensor_group(o.model.tp);
+    c.setup.sizes.tp.sequence = o.model.sp;
+    c.ranks = 1;
+    if (c.setup.sizes.tp.rank != 0 && !std::freopen("/dev/null", "w", stdout))
+      throw std::runtime_error("cannot silence stdout on rank " + std::to_string(c.setup.sizes.tp.rank));
+  }
   const auto specs = strategies_for(c.setup.model, o.strategy, c.run.attention);
   if (specs.size() != 1) throw UserError("remat train runs one strategy; '" + o.strategy + "' names " + std::to_string(specs.size()));
   c.strategy = specs[0];
@@ -130,7 +141,10 @@ void print_header(const TrainConfig& c) {
   const Sizes& z = c.setup.sizes;
   std::printf("remat train: %s %s (L %d, D %d, S %d, B %d x %d%s), %s, %s attention, %s, %s %s lr %g, %d steps, %s\n",
               c.setup.model.c_str(), c.setup.preset.c_str(), z.L, z.D, z.S, z.B, c.accumulate,
-              comm::size() > 1 ? (" x " + std::to_string(comm::size()) + " ranks").c_str() : "", c.strategy.c_str(),
+              comm::size() > 1 ? (" x " + std::to_string(comm::size()) + (z.tp.split() ? " tensor-parallel" : "") +
+                                  " ranks" + (z.tp.sequence ? " with sequence parallelism" : "")).c_str()
+                               : "",
+              c.strategy.c_str(),
               ops::attention_kernel_name(c.run.attention), precision_name(c.run.precision), c.optimizer.kind.c_str(),
               c.schedule.kind.c_str(), c.schedule.lr, c.steps, Runtime::describe().c_str());
   print_precision_path(c.run.precision);
@@ -227,6 +241,7 @@ void setup_train(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
   auto* cmd = app.add_subcommand("train", "Train a model under a strategy; record the run and save it so that it resumes");
   o->model.bind_with_weights(*cmd);
+  add_tp_options(*cmd, o->model.tp, o->model.sp);
   add_freeze_options(*cmd, o->config.freeze);
   add_lora_options(*cmd, o->config.lora);
   cmd->add_option("--adapters-out", o->adapters_out,

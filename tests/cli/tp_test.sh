@@ -5,7 +5,9 @@
 # process (row-parallel and vocabulary-parallel sums change order); every
 # exact strategy stays bitwise `full` under the split, with and without
 # dropout, at fp32 and bf16; each rank's measured activation peak is what
-# `estimate --tp 2` says; bad layouts are refused in one line.
+# `estimate --tp 2` says, and so do the bytes sent; training follows one
+# process's losses and resumes bitwise after a kill; time and plan take the
+# layout; bad layouts are refused in one line.
 #   tp_test.sh path/to/remat path/to/mpiexec
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
@@ -87,6 +89,42 @@ grep -q "tensor-parallel over 2 ranks, with sequence parallelism" out.txt || fai
 expect_ok "plan --tp 2 --device" "$remat" plan --config llama-7b --seq 4096 --tp 2 --sp --precision bf16 \
   --device h100-80gb --json
 
+# 5. Training: 100 steps under --tp 2 --sp follow one process's losses within 1e-4; the communication is as
+# predicted; killed and resumed, the run ends bitwise as one left alone.
+T=(train --model llama --preset tiny --lr 3e-3 --grad-clip 1 --data copy --steps 100)
+"$remat" "${T[@]}" --out one-run.h5 >/dev/null 2>err.txt || fail "train, one process: $(cat err.txt)"
+expect_ok "train --tp 2 --sp" "${mpi[@]}" "$remat" "${T[@]}" --tp 2 --sp --out tp-run.h5
+grep -q "communication per step and rank: \([0-9.]*\) MiB (predicted \1 MiB)" out.txt ||
+  fail "train --tp: communication is not as predicted: $(grep communication out.txt)"
+"$python" - one-run.h5 tp-run.h5 <<'PY' || fail "train --tp 2 --sp left one process's trajectory"
+import sys, h5py, numpy as np
+one, two = (h5py.File(p)["history/loss"][:] for p in sys.argv[1:])
+assert len(one) == len(two) == 100 and np.abs(one - two).max() <= 1e-4, np.abs(one - two).max()
+PY
+K=(train --model llama --preset small --layers 2 --seq 64 --lr 3e-3 --grad-clip 1 --data copy --tp 2 --sp
+   --strategy per-layer --dropout 0.1 --steps 20 --save-every 2)
+"${mpi[@]}" "$remat" "${K[@]}" --out whole-run.h5 >/dev/null 2>err.txt || fail "train --tp 2: $(cat err.txt)"
+"${mpi[@]}" "$remat" "${K[@]}" --out cut-run.h5 >/dev/null 2>&1 &
+job=$!
+for _ in $(seq 200); do  # until a save or two, then kill the job (both ranks)
+  sleep 0.05
+  done_steps=$("$python" -c "import h5py; print(len(h5py.File('cut-run.h5')['history/loss']))" 2>/dev/null || echo 0)
+  [ "$done_steps" -ge 2 ] && break
+done
+kill "$job" 2>/dev/null
+wait "$job" 2>/dev/null
+expect_ok "train --tp 2 --resume" "${mpi[@]}" "$remat" "${K[@]}" --out cut-run.h5 --resume
+"$python" - whole-run.h5 cut-run.h5 <<'PY' || fail "train --tp 2, killed and resumed, is not the run left alone"
+import sys, h5py
+a, b = (h5py.File(p) for p in sys.argv[1:])
+assert a["history/loss"][:].tobytes() == b["history/loss"][:].tobytes(), "losses differ"
+for n in a["params"]:
+    assert a["params"][n][:].tobytes() == b["params"][n][:].tobytes(), n
+for k in a["optimizer"]:
+    for n in a["optimizer"][k]:
+        assert a["optimizer"][k][n][:].tobytes() == b["optimizer"][k][n][:].tobytes(), (k, n)
+PY
+
 # The parameters a rank holds: a half of every split layer (gpt2 tiny: norms, wpe and row biases whole).
 "$remat" estimate --model gpt2 --preset tiny --strategies full --tp 2 --json >estimate.json || fail "estimate"
 "$python" -c "
@@ -98,13 +136,16 @@ whole = S * D + L * (4 * D + D + D) + 2 * D
 assert r['parameter_count'] == split // 2 + whole, (r['parameter_count'], split // 2 + whole)
 " || fail "estimate --tp 2 does not count one rank's parts"
 
-# 5. Bad layouts: one line, exit 2.
+# 6. Bad layouts: one line, exit 2.
 expect_error "does not divide the attention heads H = 4" "$remat" check --model gpt2 --tp 3
 expect_error "runs on 2 ranks" "$remat" check --model gpt2 --tp 2
 expect_error "bert is not split by tensor parallelism yet" "$remat" check --model bert --tp 2
 expect_error "does not divide the key/value heads Hkv = 2" "$remat" estimate --model llama --preset tiny --tp 4
 expect_error "--sp splits the sequence over a tensor-parallel group" "$remat" estimate --model gpt2 --sp
 expect_error "mixtral's router is not split over the sequence" "$remat" estimate --model mixtral --tp 2 --sp
+expect_error "--sp splits the sequence over a tensor-parallel group" "$remat" train --model gpt2 --preset tiny --sp \
+  --steps 1
+expect_error "runs on 2 ranks" "$remat" train --model gpt2 --preset tiny --tp 2 --steps 1
 expect_error "plan with --device" "$remat" plan --model gpt2 --tp 2 --budget min
 expect_error "does not divide the sequence length S = 15" "$remat" estimate --model gpt2 --preset tiny --tp 2 --sp \
   --seq 15

@@ -1,0 +1,57 @@
+#include "train/tensor_parts.hpp"
+
+#include <cmath>
+#include <stdexcept>
+
+#include "autodiff/elementwise.hpp"
+#include "comm/comm.hpp"
+#include "zoo/tensor_parallel.hpp"
+
+namespace remat {
+
+Tensor whole_of(const Tensor& part, const ParamSpec& spec, const Shape& whole, int ranks) {
+  const std::vector<double> mine = part.to_host_f64();
+  std::vector<double> all(mine.size() * std::size_t(ranks));
+  comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data());
+  std::vector<std::vector<double>> by_rank(static_cast<std::size_t>(ranks));
+  for (int r = 0; r < ranks; ++r)
+    by_rank[std::size_t(r)].assign(all.begin() + std::int64_t(r) * std::int64_t(mine.size()),
+                                   all.begin() + std::int64_t(r + 1) * std::int64_t(mine.size()));
+  Tensor out = Tensor::empty(whole, part.dtype(), "whole");
+  convert_into(out, Tensor::from_host(tp::join_parts(by_rank, spec, whole), whole));
+  return out;
+}
+
+std::unique_ptr<ParamStore> whole_store(const ModelSetup& setup, const ParamStore& parts, bool with_gradients) {
+  Sizes sizes = setup.sizes;
+  const int ranks = sizes.tp.size;
+  sizes.tp = {};
+  auto whole = std::make_unique<ParamStore>(models().find(setup.model).make(sizes)->params(), DType::f32);
+  if (with_gradients) whole->zero_grad();
+  for (std::size_t i = 0; i < parts.specs().size(); ++i) {
+    const ParamSpec& spec = parts.specs()[i];
+    const Tensor& into = whole->tensors()[i];
+    if (whole->names()[i] != spec.name) throw std::logic_error("whole_store: parameters out of order at " + spec.name);
+    convert_into(into, whole_of(parts.tensors()[i], spec, into.shape(), ranks));
+    const Tensor g = parts.tensors()[i].grad();
+    if (with_gradients && g.defined()) convert_into(into.grad(), whole_of(g, spec, into.shape(), ranks));
+  }
+  return whole;
+}
+
+double split_gradient_norm(const ParamStore& parts, const std::vector<Tensor>& grads, int ranks) {
+  double split = 0, whole = 0;
+  for (std::size_t i = 0; i < grads.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    double sum = 0;
+    for (double v : grads[i].to_host_f64()) sum += v * v;
+    (parts.specs()[i].split.dim >= 0 ? split : whole) += sum;
+  }
+  std::vector<double> all(static_cast<std::size_t>(ranks));
+  comm::gather_all(&split, 1, all.data());
+  double total = whole;
+  for (double s : all) total += s;  // in rank order: every rank the same
+  return std::sqrt(total);
+}
+
+}  // namespace remat

@@ -1,0 +1,28 @@
+#pragma once
+// Training under tensor parallelism (zoo/tensor_parallel.hpp): every rank
+// holds its parts of the split parameters, so what a training needs whole
+// (a run file's weights and optimizer state, the global gradient norm) is
+// gathered or summed over the job's ranks here.
+#include <memory>
+#include <vector>
+
+#include "zoo/model.hpp"
+#include "zoo/params.hpp"
+
+namespace remat {
+
+// The whole tensor of shape `whole` from every rank's `part` of it, split as
+// `spec` says (every rank calls this: a collective).
+Tensor whole_of(const Tensor& part, const ParamSpec& spec, const Shape& whole, int ranks);
+
+// The whole model's parameters from every rank's parts (`parts`, the split
+// model's store; `setup` the split model's), with their gradients where
+// `with_gradients` (a collective).
+std::unique_ptr<ParamStore> whole_store(const ModelSetup& setup, const ParamStore& parts, bool with_gradients);
+
+// The global norm of the gradients of `grads` (parameter i's gradient, or
+// undefined where frozen): the split parameters' parts summed over the ranks,
+// the whole ones once (every rank holds the same); the same on every rank.
+double split_gradient_norm(const ParamStore& parts, const std::vector<Tensor>& grads, int ranks);
+
+}  // namespace remat
