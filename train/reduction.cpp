@@ -69,7 +69,7 @@ class TensorParallel final : public LocalAccumulation {
   double gradient_norm() const override {
     std::vector<Tensor> grads;
     for (const Tensor& t : params_.tensors()) grads.push_back(t.grad());
-    return split_gradient_norm(params_, grads, setup_.sizes.tp.size);
+    return split_gradient_norm(params_, grads, setup_.sizes.tp);
   }
   // The norm's one value, each way to each other rank (the activations' collectives are the step's own).
   std::int64_t predicted_bytes(const Strategy&) const override { return 2 * 8 * (setup_.sizes.tp.size - 1); }

@@ -39,13 +39,16 @@ std::unique_ptr<ParamStore> whole_store(const ModelSetup& setup, const ParamStor
   return whole;
 }
 
-double split_gradient_norm(const ParamStore& parts, const std::vector<Tensor>& grads, int ranks) {
+double split_gradient_norm(const ParamStore& parts, const std::vector<Tensor>& grads, const RankGroup& g) {
+  const int ranks = g.size;
   double split = 0, whole = 0;
   for (std::size_t i = 0; i < grads.size(); ++i) {
-    if (!grads[i].defined()) continue;
+    const Split& s = parts.specs()[i].split;
+    // A part held by several ranks (replicated key/value heads) counts once: its first holder's.
+    if (!grads[i].defined() || (s.parts > 0 && g.rank % (ranks / s.parts) != 0)) continue;
     double sum = 0;
     for (double v : grads[i].to_host_f64()) sum += v * v;
-    (parts.specs()[i].split.dim >= 0 ? split : whole) += sum;
+    (s.dim >= 0 ? split : whole) += sum;
   }
   std::vector<double> all(static_cast<std::size_t>(ranks));
   comm::gather_all(&split, 1, all.data());

@@ -21,8 +21,9 @@ Tensor whole_of(const Tensor& part, const ParamSpec& spec, const Shape& whole, i
 std::unique_ptr<ParamStore> whole_store(const ModelSetup& setup, const ParamStore& parts, bool with_gradients);
 
 // The global norm of the gradients of `grads` (parameter i's gradient, or
-// undefined where frozen): the split parameters' parts summed over the ranks,
-// the whole ones once (every rank holds the same); the same on every rank.
-double split_gradient_norm(const ParamStore& parts, const std::vector<Tensor>& grads, int ranks);
+// undefined where frozen): the split parameters' parts summed over the ranks
+// of `g` (a part several ranks hold, once), the whole ones once (every rank
+// holds the same); the same on every rank.
+double split_gradient_norm(const ParamStore& parts, const std::vector<Tensor>& grads, const RankGroup& g);
 
 }  // namespace remat

@@ -41,10 +41,13 @@ double default_loss_scale(Precision p);
 // How tensor parallelism splits a parameter over its group
 // (zoo/tensor_parallel.hpp): along `dim`, each of `blocks` equal consecutive
 // blocks (c_attn's q | k | v) cut into the group's parts alike; dim -1: the
-// whole parameter on every rank.
+// whole parameter on every rank. `parts` fewer than the group's ranks (0:
+// as many) cuts it into that many, each held by size / parts consecutive
+// ranks (key/value heads fewer than the ranks, replicated as Megatron does).
 struct Split {
   int dim = -1;
   int blocks = 1;
+  int parts = 0;
 };
 
 struct ParamSpec {

@@ -22,20 +22,29 @@ void for_each_run(const Split& s, const Shape& whole, int r, int ranks, const F&
   std::int64_t outer = 1, inner = 1;
   for (int i = 0; i < s.dim; ++i) outer *= whole[i];
   for (std::size_t i = s.dim + 1; i < whole.size(); ++i) inner *= whole[i];
-  const std::int64_t n = whole[s.dim], block = n / s.blocks, q = block / ranks;
+  const int parts = s.parts > 0 ? s.parts : ranks, mine = r * parts / ranks;
+  const std::int64_t n = whole[s.dim], block = n / s.blocks, q = block / parts;
   std::int64_t at = 0;
   for (std::int64_t o = 0; o < outer; ++o)
     for (std::int64_t b = 0; b < s.blocks; ++b, at += q * inner)
-      f((o * n + b * block + r * q) * inner, at, q * inner);
+      f((o * n + b * block + mine * q) * inner, at, q * inner);
 }
 
 }  // namespace
 
 void append_column(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t out, std::int64_t in,
-                   const RankGroup& g, Init init, bool bias, int blocks) {
+                   const RankGroup& g, Init init, bool bias, int blocks, int parts) {
   if (!g.split()) return append_linear(p, prefix, out, in, init, bias);
-  p.push_back({prefix + ".weight", {part(out, g), in}, init, {0, blocks}});
-  if (bias) p.push_back({prefix + ".bias", {part(out, g)}, Init::zeros, {0, blocks}});
+  const std::int64_t rows = parts > 0 ? out / parts : part(out, g);
+  p.push_back({prefix + ".weight", {rows, in}, init, {0, blocks, parts}});
+  if (bias) p.push_back({prefix + ".bias", {rows}, Init::zeros, {0, blocks, parts}});
+}
+
+int kv_parts(int kv_heads, const RankGroup& g) { return g.split() && kv_heads < g.size ? kv_heads : 0; }
+
+Tensor replicated(const ParamStore& p, const std::string& name, int parts, const RankGroup& g) {
+  if (parts <= 0) return p[name];
+  return ops::all_reduce_in_backward(p[name], g, g.size / parts);
 }
 
 void append_row(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t out, std::int64_t in,
@@ -110,7 +119,9 @@ void validate(const std::string& model, const Sizes& z) {
   };
   const bool gpt = model == "gpt2" || model == "encdec";  // gpt2's blocks: 4D hidden units, every head its own kv
   divides(z.H, "the attention heads H");
-  if (!gpt) divides(z.Hkv, "the key/value heads Hkv", " (replicating them is not implemented yet)");
+  if (!gpt && z.Hkv % g.size != 0 && g.size % z.Hkv != 0)
+    throw UserError("--tp " + std::to_string(g.size) + " neither divides the key/value heads Hkv = " +
+                    std::to_string(z.Hkv) + " nor is a multiple of it (to replicate them)");
   divides(gpt ? 4 * std::int64_t(z.D) : z.F, "the MLP's hidden size");
   divides(z.V, "the vocabulary V");
   if (!g.sequence) return;
@@ -142,7 +153,8 @@ std::vector<double> join_parts(const std::vector<std::vector<double>>& parts, co
                                const Shape& whole_shape) {
   std::vector<double> whole(std::size_t(numel(whole_shape)));
   const int ranks = spec.split.dim < 0 ? 1 : int(parts.size());
-  for (int r = 0; r < ranks; ++r)
+  const int share = spec.split.parts > 0 ? ranks / spec.split.parts : 1;  // ranks holding the same part
+  for (int r = 0; r < ranks; r += share)
     for_each_run(spec.split, whole_shape, r, ranks, [&](std::int64_t w, std::int64_t p, std::int64_t n) {
       std::copy(parts[r].begin() + p, parts[r].begin() + p + n, whole.begin() + w);
     });

@@ -29,8 +29,18 @@ namespace remat::tp {
 
 // <prefix>.weight [out, in] with this rank's out / g.size rows (each of
 // `blocks` row blocks split alike), and the bias's matching part.
+// `parts` (0: the group's size) fewer than the ranks: out / parts rows each,
+// the same on size / parts consecutive ranks (replicated key/value heads).
 void append_column(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t out, std::int64_t in,
-                   const RankGroup& g, Init init = Init::normal, bool bias = true, int blocks = 1);
+                   const RankGroup& g, Init init = Init::normal, bool bias = true, int blocks = 1, int parts = 0);
+// The parts key/value projections are cut into: Hkv where the group has more
+// ranks than key/value heads (each rank then holds the one head its query
+// heads use, as Megatron replicates them), else 0 (one part per rank).
+int kv_parts(int kv_heads, const RankGroup& g);
+// A column-parallel weight held by several ranks (`parts` > 0): each one's
+// gradient comes from its own query heads, so backward sums it over the
+// ranks sharing the part; p[name] where every rank holds its own part.
+Tensor replicated(const ParamStore& p, const std::string& name, int parts, const RankGroup& g);
 // <prefix>.weight [out, in] with this rank's in / g.size columns; the bias whole.
 void append_row(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t out, std::int64_t in,
                 const RankGroup& g, Init init = Init::residual_out, bool bias = true);

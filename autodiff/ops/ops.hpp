@@ -105,6 +105,10 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets);
 // same bits on every rank and in every recomputation.
 Tensor all_reduce(const Tensor& x, const RankGroup& g);
 Tensor all_reduce_in_backward(const Tensor& x, const RankGroup& g);
+// The same, the gradient summed only over the `share` consecutive ranks this
+// rank is among (ranks 0..share-1, share..2 share-1, ...): what ranks holding
+// the same replicated part of a weight add up.
+Tensor all_reduce_in_backward(const Tensor& x, const RankGroup& g, int share);
 // Sequence parallelism's pair (Korthikanti et al. 2022's g and g-bar), along
 // dim 1 of x[B, S, ...]: all_gather_sequence joins every rank's part of the
 // sequence, in rank order (backward: the gradient reduce-scattered);

@@ -107,6 +107,44 @@ Tensor all_reduce(const Tensor& x, const RankGroup& g) {
   return out;
 }
 
+namespace {
+
+// The sum of x over the `share` consecutive ranks this rank is among, in rank order.
+Tensor summed_among(const Tensor& x, const RankGroup& g, int share, const char* label) {
+  require_group(label, g);
+  stats::count_forward(label);
+  const Tensor parts = gather_parts(x, g, "all_reduce_parts");
+  Tensor out = Tensor::empty(x.shape(), x.dtype(), label);
+  out.set_tag(x.tag());
+  const std::int64_t n = x.numel(), first = g.rank / share * share, last = first + share;
+  REMAT_DISPATCH_COMPUTE(x.dtype(), T, {
+    const T* p = parts.data<T>();
+    T* y = out.data<T>();
+    for_each_element(label, n, KOKKOS_LAMBDA(std::int64_t i) {
+      A acc = A(p[first * n + i]);
+      for (std::int64_t r = first + 1; r < last; ++r) acc += A(p[r * n + i]);
+      y[i] = T(acc);
+    });
+  });
+  return out;
+}
+
+}  // namespace
+
+Tensor all_reduce_in_backward(const Tensor& x, const RankGroup& g, int share) {
+  require_float("all_reduce_in_backward", x, "x");
+  if (share <= 0 || share >= g.size) return all_reduce_in_backward(x, g);
+  require_group("all_reduce_in_backward", g);
+  Tensor out = x.view_as(x.shape());
+  OpRecorder rec("all_reduce_in_backward", {&x});
+  if (!rec) return out;
+  rec.finish({&out}, [g, share](BackwardContext& ctx) {
+    ctx.accumulate(0, summed_among(ctx.grad_out(), g, share, "all_reduce_backward"));
+  });
+  out.slot()->dtype = x.slot()->dtype;  // as below
+  return out;
+}
+
 Tensor all_reduce_in_backward(const Tensor& x, const RankGroup& g) {
   require_float("all_reduce_in_backward", x, "x");
   require_group("all_reduce_in_backward", g);
