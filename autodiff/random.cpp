@@ -7,6 +7,10 @@ State& current() {
   thread_local State s;
   return s;
 }
+std::uint64_t& part() {  // 0: not in a part; else the part's index + 1
+  thread_local std::uint64_t p = 0;
+  return p;
+}
 
 }  // namespace
 
@@ -17,6 +21,11 @@ std::uint64_t next_op() { return current().cursor++; }
 std::uint64_t cursor() { return current().cursor; }
 void set_cursor(std::uint64_t c) { current().cursor = c; }
 std::uint64_t seed() { return current().seed; }
-std::uint64_t stream(std::uint64_t op) { return rng::splitmix64(rng::splitmix64(current().step) ^ (op + 0x5bd1e995ull)); }
+std::uint64_t stream(std::uint64_t op) {
+  const std::uint64_t s = rng::splitmix64(rng::splitmix64(current().step) ^ (op + 0x5bd1e995ull));
+  return part() == 0 ? s : rng::splitmix64(s ^ rng::splitmix64(part()));
+}
+PartScope::PartScope(std::uint64_t p) : previous_(part()) { part() = p + 1; }
+PartScope::~PartScope() { part() = previous_; }
 
 }  // namespace remat::random_ops

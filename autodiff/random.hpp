@@ -22,6 +22,22 @@ std::uint64_t cursor();
 void set_cursor(std::uint64_t c);
 // The stream an op's draws come from.
 std::uint64_t stream(std::uint64_t op);
+
+// While alive, the streams of the ops drawn are those of part `part` of a
+// tensor split over ranks (tensor parallelism: each rank's heads, or its part
+// of the sequence), so that ranks draw independent masks for their parts
+// where the same element index means another element; none outside it (a
+// replicated tensor draws the same mask on every rank).
+class PartScope {
+ public:
+  explicit PartScope(std::uint64_t part);
+  ~PartScope();
+  PartScope(const PartScope&) = delete;
+  PartScope& operator=(const PartScope&) = delete;
+
+ private:
+  std::uint64_t previous_;
+};
 std::uint64_t seed();
 
 }  // namespace remat::random_ops

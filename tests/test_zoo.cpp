@@ -10,6 +10,7 @@
 #include "helpers.hpp"
 #include "strategies/registry.hpp"
 #include "zoo/model.hpp"
+#include "zoo/tensor_parallel.hpp"
 
 using namespace remat;
 
@@ -114,4 +115,36 @@ TEST_CASE("reversible strategy only for reversible models, and its memory is fla
   const double slope = std::log(double(peaks.back()) / double(peaks.front())) / std::log(8.0);
   INFO("log-log slope " << slope);
   CHECK(std::abs(slope) < 0.05);
+}
+
+TEST_CASE("a parameter split over ranks and joined again is the whole, for every kind of split", "[zoo][tp]") {
+  const Shape whole = {12, 8};
+  std::vector<double> values(96);
+  for (std::size_t i = 0; i < values.size(); ++i) values[i] = double(i);
+  const int ranks = 4;
+  const std::vector<std::pair<Split, Shape>> kinds = {
+      {{0, 1, 0}, {3, 8}},    // rows (a column-parallel weight)
+      {{0, 3, 0}, {3, 8}},    // rows of q | k | v alike
+      {{1, 1, 0}, {12, 2}},   // columns (a row-parallel weight)
+      {{0, 1, 2}, {6, 8}},    // two parts on four ranks (replicated key/value heads)
+      {{-1, 1, 0}, {12, 8}},  // whole on every rank
+  };
+  for (const auto& [split, shape] : kinds) {
+    INFO("split dim " << split.dim << " blocks " << split.blocks << " parts " << split.parts);
+    const ParamSpec spec{"w", shape, Init::normal, split};
+    std::vector<std::vector<double>> parts;
+    for (int r = 0; r < ranks; ++r) parts.push_back(tp::part_values(values, spec, whole, RankGroup{ranks, r}));
+    CHECK(tp::join_parts(parts, spec, whole) == values);
+  }
+  // Rank 1's rows of q | k | v: the second of each block's four.
+  const ParamSpec qkv{"w", {3, 8}, Init::normal, {0, 3, 0}};
+  const auto mine = tp::part_values(values, qkv, whole, RankGroup{ranks, 1});
+  CHECK(mine[0] == 8);
+  CHECK(mine[8] == 5 * 8);
+  CHECK(mine[16] == 9 * 8);
+  // Ranks 2 and 3 share the second of two parts.
+  const ParamSpec kv{"w", {6, 8}, Init::normal, {0, 1, 2}};
+  CHECK(tp::part_values(values, kv, whole, RankGroup{ranks, 2}) == tp::part_values(values, kv, whole, RankGroup{ranks, 3}));
+  CHECK(tp::part_values(values, kv, whole, RankGroup{ranks, 2})[0] == 6 * 8);
+  CHECK_THROWS_AS(tp::part_values(std::vector<double>(5), kv, whole, RankGroup{ranks, 0}), UserError);
 }

@@ -82,10 +82,10 @@ class Encdec final : public Model {
   }
 
   Tensor embed(const ParamStore& p, const Tensor& ids, const std::string& positions_table) const {
-    return ops::dropout(ops::add(tp::embedding(p, "wte.weight", ids, sizes_.tp),
+    return tp::dropout(ops::add(tp::embedding(p, "wte.weight", ids, sizes_.tp),
                                  ops::embedding(tp::shared(p, positions_table, sizes_.tp),
                                                 tp::positions(ids, sizes_.tp))),
-                        sizes_.dropout);
+                        sizes_.dropout, sizes_.tp);
   }
 
   Tensor encoder_block(const ParamStore& p, int i, const Tensor& x) const {
@@ -109,8 +109,9 @@ class Encdec final : public Model {
     const RankGroup& group = sizes_.tp;
     const Tensor q = linear(p, prefix + ".c_q", tp::enter(z, group));
     const Tensor kv = linear(p, prefix + ".c_kv", tp::enter(e, group));
-    const Tensor a = ops::attention(q, kv, sizes_.H / group.size, /*causal=*/false, sizes_.dropout);
-    return ops::dropout(tp::row_linear(p, prefix + ".c_proj", a, group), sizes_.dropout);
+    const Tensor a =
+        tp::on_my_heads(group, [&] { return ops::attention(q, kv, sizes_.H / group.size, false, sizes_.dropout); });
+    return tp::dropout(tp::row_linear(p, prefix + ".c_proj", a, group), sizes_.dropout, group);
   }
 };
 

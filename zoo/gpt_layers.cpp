@@ -28,19 +28,19 @@ Tensor layer_norm(const ParamStore& p, const std::string& prefix, const Tensor& 
 Tensor attention(const ParamStore& p, const std::string& prefix, const Tensor& x, int heads, double dropout,
                  bool causal, const RankGroup& group) {
   const Tensor qkv = linear(p, prefix + ".c_attn", tp::enter(x, group));
-  const Tensor a = ops::attention(qkv, heads / group.size, causal, dropout);
-  return ops::dropout(tp::row_linear(p, prefix + ".c_proj", a, group), dropout);
+  const Tensor a = tp::on_my_heads(group, [&] { return ops::attention(qkv, heads / group.size, causal, dropout); });
+  return tp::dropout(tp::row_linear(p, prefix + ".c_proj", a, group), dropout, group);
 }
 
 Tensor mlp(const ParamStore& p, const std::string& prefix, const Tensor& x, double dropout, const RankGroup& group) {
   const Tensor h = ops::gelu_tanh(linear(p, prefix + ".c_fc", tp::enter(x, group)));
-  return ops::dropout(tp::row_linear(p, prefix + ".c_proj", h, group), dropout);
+  return tp::dropout(tp::row_linear(p, prefix + ".c_proj", h, group), dropout, group);
 }
 
 Tensor embeddings(const ParamStore& p, const Tensor& tokens, double dropout, const RankGroup& group) {
-  return ops::dropout(ops::add(tp::embedding(p, "wte.weight", tokens, group),
+  return tp::dropout(ops::add(tp::embedding(p, "wte.weight", tokens, group),
                                ops::embedding(tp::shared(p, "wpe.weight", group), tp::positions(tokens, group))),
-                      dropout);
+                      dropout, group);
 }
 
 Tensor tied_head(const ParamStore& p, const Tensor& x, const RankGroup& group) {

@@ -41,7 +41,7 @@ class Llama final : public Model {
   Tensor logits(const ParamStore& p, const Batch& batch) const override {
     const Tensor& tokens = batch.tokens;
     const RankGroup& group = sizes_.tp;
-    Tensor x = ops::dropout(tp::embedding(p, "tok_embeddings.weight", tokens, group), sizes_.dropout);
+    Tensor x = tp::dropout(tp::embedding(p, "tok_embeddings.weight", tokens, group), sizes_.dropout, group);
     for (int i = 0; i < sizes_.L; ++i)
       x = run_block({i, sizes_.L, block_name(i)}, x, [this, &p, i](const Tensor& x) { return block(p, i, x); });
     return linear(p, "output", tp::enter(ops::rms_norm(x, tp::shared(p, "norm.weight", group), 1e-5), group), false);
@@ -60,7 +60,7 @@ class Llama final : public Model {
     const Tensor in = tp::enter(m, sizes_.tp);
     const Tensor gated =
         ops::swiglu(linear(p, l + "feed_forward.w1", in, false), linear(p, l + "feed_forward.w3", in, false));
-    return ops::add(h, ops::dropout(tp::row_linear(p, l + "feed_forward.w2", gated, sizes_.tp, false), drop));
+    return ops::add(h, tp::dropout(tp::row_linear(p, l + "feed_forward.w2", gated, sizes_.tp, false), drop, sizes_.tp));
   }
 };
 

@@ -27,8 +27,9 @@ Tensor attention(const ParamStore& p, const std::string& prefix, const Tensor& x
   const Tensor k = ops::rotary(kv(".wk"), hd, z.theta);
   const Tensor v = kv(".wv");
   const int kv_heads = kv_parts > 0 ? 1 : z.Hkv / z.tp.size;
-  const Tensor a = ops::attention(q, k, v, z.H / z.tp.size, kv_heads, /*causal=*/true, z.dropout);
-  return ops::dropout(tp::row_linear(p, prefix + ".wo", a, z.tp, false), z.dropout);
+  const Tensor a =
+      tp::on_my_heads(z.tp, [&] { return ops::attention(q, k, v, z.H / z.tp.size, kv_heads, true, z.dropout); });
+  return tp::dropout(tp::row_linear(p, prefix + ".wo", a, z.tp, false), z.dropout, z.tp);
 }
 
 }  // namespace remat::llama

@@ -2,6 +2,8 @@
 
 #include "autodiff/elementwise.hpp"
 #include "autodiff/ops/ops.hpp"
+#include "autodiff/random.hpp"
+#include "autodiff/shape_only.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "zoo/common.hpp"
@@ -28,6 +30,17 @@ void for_each_run(const Split& s, const Shape& whole, int r, int ranks, const F&
   for (std::int64_t o = 0; o < outer; ++o)
     for (std::int64_t b = 0; b < s.blocks; ++b, at += q * inner)
       f((o * n + b * block + mine * q) * inner, at, q * inner);
+}
+
+// Ids are whole on every rank: one that no rank's part holds is refused alike
+// on every rank, as the unsplit op refuses it.
+void require_ids(const Tensor& ids, std::int64_t vocabulary, const char* op) {
+  if (shape_only()) return;
+  std::int64_t bad = 0;
+  for (const std::int32_t id : ids.to_host_i32()) bad += id < 0 || id >= vocabulary;
+  if (bad)
+    throw UserError(std::string(op) + ": " + std::to_string(bad) + " id(s) outside [0, " + std::to_string(vocabulary) +
+                    ")");
 }
 
 }  // namespace
@@ -95,11 +108,25 @@ Tensor row_linear(const ParamStore& p, const std::string& prefix, const Tensor& 
 Tensor embedding(const ParamStore& p, const std::string& name, const Tensor& tokens, const RankGroup& g) {
   if (!g.split()) return ops::embedding(p[name], tokens);
   const Tensor& table = p[name];
+  require_ids(tokens, table.dim(0) * g.size, "embedding");
   return summed(ops::embedding_part(table, tokens, g.rank * table.dim(0)), g);
+}
+
+Tensor dropout(const Tensor& x, double p, const RankGroup& g) {
+  if (!g.sequence) return ops::dropout(x, p);
+  const random_ops::PartScope mine(std::uint64_t(g.rank));
+  return ops::dropout(x, p);
+}
+
+Tensor on_my_heads(const RankGroup& g, const std::function<Tensor()>& f) {
+  if (!g.split()) return f();
+  const random_ops::PartScope mine(std::uint64_t(g.rank));
+  return f();
 }
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const RankGroup& g) {
   if (!g.split()) return ops::cross_entropy(logits, targets);
+  require_ids(targets, logits.dim(-1) * g.size, "cross_entropy");
   return ops::cross_entropy_parts(logits, targets, g.rank * logits.dim(-1), g);
 }
 
@@ -142,6 +169,9 @@ std::unique_ptr<ParamStore> part_of(const ParamStore& whole, const std::vector<P
 
 std::vector<double> part_values(const std::vector<double>& whole, const ParamSpec& spec, const Shape& whole_shape,
                                 const RankGroup& g) {
+  if (std::int64_t(whole.size()) != numel(whole_shape))
+    throw UserError(spec.name + ": " + std::to_string(whole.size()) + " values for a parameter of shape " +
+                    to_string(whole_shape));
   std::vector<double> mine(std::size_t(numel(spec.shape)));
   for_each_run(spec.split, whole_shape, g.rank, g.size, [&](std::int64_t w, std::int64_t p, std::int64_t n) {
     std::copy(whole.begin() + w, whole.begin() + w + n, mine.begin() + p);

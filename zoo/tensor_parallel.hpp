@@ -17,6 +17,7 @@
 // gradient (each rank's from its positions) is summed over the ranks.
 // With a group of one every function here is the unsplit layer, op for op, so
 // a model written with them runs unchanged without tensor parallelism.
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -65,6 +66,13 @@ Tensor row_linear(const ParamStore& p, const std::string& prefix, const Tensor& 
 // tokens through the vocabulary table `name`: the whole sequence on every
 // rank, or this rank's part of it under sequence parallelism.
 Tensor embedding(const ParamStore& p, const std::string& name, const Tensor& tokens, const RankGroup& g);
+// Dropout on a tensor of the sequence-parallel region (this rank's part of
+// the sequence under --sp: its own masks), or a replicated one (the same
+// masks on every rank).
+Tensor dropout(const Tensor& x, double p, const RankGroup& g);
+// Runs `f` (an op on this rank's heads) drawing this rank's own dropout masks.
+Tensor on_my_heads(const RankGroup& g, const std::function<Tensor()>& f);
+
 // Mean cross-entropy of this rank's logits slice against the targets.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const RankGroup& g);
 

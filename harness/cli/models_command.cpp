@@ -34,6 +34,12 @@ void run_models() {
     for (const auto& st : all_strategies(ModelTraits{m.reversible})) list += (list.empty() ? "" : " ") + st;
     std::printf("%-10s %s, and compositions with +offload\n", m.name.c_str(), list.c_str());
   }
+  std::printf("\nparallelism (docs/scale-out.md): --tp N splits every layer of ");
+  const auto split = tensor_parallel_models();
+  for (std::size_t i = 0; i < split.size(); ++i) std::printf("%s%s", i ? ", " : "", split[i].c_str());
+  std::printf(" over N ranks (heads,\nhidden units and vocabulary, as Megatron-LM); --sp also splits the sequence between "
+              "the split layers\n(not mixtral); MPI data parallelism and --shard-params (ZeRO-3) replicate or shard "
+              "whole models.\n");
   std::printf("\npresets (L D H Hkv F S V B; E experts, K per token: mixtral):\n");
   for (const auto& p : presets()) {
     const Sizes& z = p.sizes;

@@ -33,7 +33,13 @@ void setup_strategies(CLI::App& app) {
         "\n\ncompositions: A+B runs both policies, one decision per saved tensor: keep wins over recompute,\n"
         "recompute over offload (e.g. selective:attn-core+offload recomputes the attention core and offloads the\n"
         "rest). At most one part may choose checkpoint segments (every:K, per-layer, sqrt), a part that would\n"
-        "decide nothing is refused (full+offload), and reversible composes with nothing.\n");
+        "decide nothing is refused (full+offload), and reversible composes with nothing.\n"
+        "\nunder --tp N (tensor parallelism, docs/scale-out.md) every strategy runs on each rank's part of the\n"
+        "layers, and stays bitwise full's: a recomputed block performs its all-reduces (and, under --sp, its\n"
+        "all-gathers and reduce-scatters) again, counted in the estimate's recompute_comm_bytes; a strategy that\n"
+        "drops the norms' outputs under --sp gathers them again in backward, as Megatron-LM always does. The\n"
+        "budget: strategies under --tp plan only from the device model (estimate, plan --device): a timed plan\n"
+        "could differ between the ranks.\n");
   });
 }
 
