@@ -26,7 +26,9 @@ struct State {
   // A communicator of its own for agreeing on a failure: a rank that failed
   // may meet the others there while they are amid collectives of the world's.
   MPI_Comm failures = MPI_COMM_NULL;
+  MPI_Comm tensor = MPI_COMM_NULL, data = MPI_COMM_NULL;  // set_tensor_group's
 #endif
+  int tensor_size = 1;
 };
 State& state() {
   static State s;
@@ -64,37 +66,48 @@ template <>
 MPI_Datatype type_of<std::uint16_t>() { return MPI_UINT16_T; }
 #endif
 
+#ifdef REMAT_HAVE_MPI
+MPI_Comm communicator(Group g) {
+  const State& s = state();
+  if (g == Group::tensor && s.tensor_size > 1) return s.tensor;
+  if (g == Group::data && s.tensor_size > 1) return s.data;
+  return MPI_COMM_WORLD;
+}
+#endif
+
 template <class T>
-void gather(const T* data, std::int64_t n, T* all) {
+void gather(const T* data, std::int64_t n, T* all, Group g) {
   State& s = state();
-  if (s.size == 1) {
+  const int ranks = size(g);
+  if (ranks == 1) {
     std::copy(data, data + n, all);
     return;
   }
 #ifdef REMAT_HAVE_MPI
   Timed timed;
   if (n > std::int64_t(1) << 30) throw std::logic_error("MPI: a gather of more than 2^30 values at once");
-  check(MPI_Allgather(data, int(n), type_of<T>(), all, int(n), type_of<T>(), MPI_COMM_WORLD), "Allgather");
+  check(MPI_Allgather(data, int(n), type_of<T>(), all, int(n), type_of<T>(), communicator(g)), "Allgather");
   // What each rank's part costs on the wire, counted once per other rank.
-  s.stats.bytes_sent += std::int64_t(sizeof(T)) * n * (s.size - 1);
-  s.stats.bytes_received += std::int64_t(sizeof(T)) * n * (s.size - 1);
+  s.stats.bytes_sent += std::int64_t(sizeof(T)) * n * (ranks - 1);
+  s.stats.bytes_received += std::int64_t(sizeof(T)) * n * (ranks - 1);
 #endif
 }
 
 template <class T>
-void exchange(const T* send, std::int64_t n, T* recv) {
+void exchange(const T* send, std::int64_t n, T* recv, Group g) {
   State& s = state();
-  if (s.size == 1) {
+  const int ranks = size(g);
+  if (ranks == 1) {
     std::copy(send, send + n, recv);
     return;
   }
 #ifdef REMAT_HAVE_MPI
   Timed timed;
   if (n > std::int64_t(1) << 30) throw std::logic_error("MPI: an exchange of more than 2^30 values per rank");
-  check(MPI_Alltoall(send, int(n), type_of<T>(), recv, int(n), type_of<T>(), MPI_COMM_WORLD), "Alltoall");
+  check(MPI_Alltoall(send, int(n), type_of<T>(), recv, int(n), type_of<T>(), communicator(g)), "Alltoall");
   // A rank's own part stays here; each other part crosses once each way.
-  s.stats.bytes_sent += std::int64_t(sizeof(T)) * n * (s.size - 1);
-  s.stats.bytes_received += std::int64_t(sizeof(T)) * n * (s.size - 1);
+  s.stats.bytes_sent += std::int64_t(sizeof(T)) * n * (ranks - 1);
+  s.stats.bytes_received += std::int64_t(sizeof(T)) * n * (ranks - 1);
 #endif
 }
 
@@ -129,6 +142,8 @@ Session::Session(int& argc, char**& argv) {
 
 Session::~Session() {
 #ifdef REMAT_HAVE_MPI
+  for (MPI_Comm* c : {&state().tensor, &state().data})
+    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
   if (state().failures != MPI_COMM_NULL) MPI_Comm_free(&state().failures);
   if (state().started) MPI_Finalize();
 #endif
@@ -140,6 +155,40 @@ bool built_with_mpi() {
 #else
   return false;
 #endif
+}
+
+void set_tensor_group(int t) {
+  State& s = state();
+  if (t < 1 || s.size % t != 0)
+    throw std::logic_error("comm: a tensor group of " + std::to_string(t) + " in a job of " + std::to_string(s.size));
+  if (t == s.tensor_size) return;
+#ifdef REMAT_HAVE_MPI
+  for (MPI_Comm* c : {&s.tensor, &s.data})
+    if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
+  if (t > 1) {
+    check(MPI_Comm_split(MPI_COMM_WORLD, s.rank / t, s.rank, &s.tensor), "Comm_split");
+    check(MPI_Comm_split(MPI_COMM_WORLD, s.rank % t, s.rank, &s.data), "Comm_split");
+  }
+#endif
+  s.tensor_size = t;
+}
+
+int rank(Group g) {
+  const State& s = state();
+  switch (g) {
+    case Group::tensor: return s.rank % s.tensor_size;
+    case Group::data: return s.rank / s.tensor_size;
+    default: return s.rank;
+  }
+}
+
+int size(Group g) {
+  const State& s = state();
+  switch (g) {
+    case Group::tensor: return s.tensor_size;
+    case Group::data: return s.size / s.tensor_size;
+    default: return s.size;
+  }
 }
 
 bool any_thread() { return state().threads; }
@@ -204,13 +253,15 @@ void barrier() {
 #endif
 }
 
-void gather_all(const float* data, std::int64_t n, float* all) { gather(data, n, all); }
-void gather_all(const double* data, std::int64_t n, double* all) { gather(data, n, all); }
-void gather_all(const std::uint16_t* data, std::int64_t n, std::uint16_t* all) { gather(data, n, all); }
+void gather_all(const float* data, std::int64_t n, float* all, Group g) { gather(data, n, all, g); }
+void gather_all(const double* data, std::int64_t n, double* all, Group g) { gather(data, n, all, g); }
+void gather_all(const std::uint16_t* data, std::int64_t n, std::uint16_t* all, Group g) { gather(data, n, all, g); }
 
-void all_to_all(const float* send, std::int64_t n, float* recv) { exchange(send, n, recv); }
-void all_to_all(const double* send, std::int64_t n, double* recv) { exchange(send, n, recv); }
-void all_to_all(const std::uint16_t* send, std::int64_t n, std::uint16_t* recv) { exchange(send, n, recv); }
+void all_to_all(const float* send, std::int64_t n, float* recv, Group g) { exchange(send, n, recv, g); }
+void all_to_all(const double* send, std::int64_t n, double* recv, Group g) { exchange(send, n, recv, g); }
+void all_to_all(const std::uint16_t* send, std::int64_t n, std::uint16_t* recv, Group g) {
+  exchange(send, n, recv, g);
+}
 
 bool every_rank_failed(double seconds) {
 #ifdef REMAT_HAVE_MPI

@@ -23,6 +23,18 @@ class Session {
 };
 
 bool built_with_mpi();
+
+// The groups of ranks collectives run over: the whole job; and, once
+// set_tensor_group(t) split it, each rank's tensor group (t consecutive
+// ranks, which hold the parts of one model: tensor parallelism) and its data
+// group (the ranks holding the same part, one per tensor group: data
+// parallelism). Before that (or with t 1) a tensor group is the rank alone
+// and the data group the whole job.
+enum class Group { world, tensor, data };
+// Every rank calls it, with the same t dividing size() (a collective).
+void set_tensor_group(int t);
+int rank(Group g);
+int size(Group g);
 // Whether calls may come from any thread (one at a time), not only main's.
 bool any_thread();
 int rank();
@@ -48,17 +60,18 @@ int receive(int tag, std::vector<char>& bytes);
 void barrier();
 
 // all := every rank's n values, rank 0's first (n * size() values).
-void gather_all(const float* data, std::int64_t n, float* all);
-void gather_all(const double* data, std::int64_t n, double* all);
+// Over group g's ranks, in their order there.
+void gather_all(const float* data, std::int64_t n, float* all, Group g = Group::world);
+void gather_all(const double* data, std::int64_t n, double* all, Group g = Group::world);
 // 16-bit values (bfloat16 and half, as their bits): moved as they are.
-void gather_all(const std::uint16_t* data, std::int64_t n, std::uint16_t* all);
+void gather_all(const std::uint16_t* data, std::int64_t n, std::uint16_t* all, Group g = Group::world);
 
 // Each rank's send holds size() parts of n values; part r goes to rank r,
 // and recv's part r is what rank r sent this rank (a reduce-scatter's
 // exchange: the caller adds the parts in rank order).
-void all_to_all(const float* send, std::int64_t n, float* recv);
-void all_to_all(const double* send, std::int64_t n, double* recv);
-void all_to_all(const std::uint16_t* send, std::int64_t n, std::uint16_t* recv);
+void all_to_all(const float* send, std::int64_t n, float* recv, Group g = Group::world);
+void all_to_all(const double* send, std::int64_t n, double* recv, Group g = Group::world);
+void all_to_all(const std::uint16_t* send, std::int64_t n, std::uint16_t* recv, Group g = Group::world);
 
 // Called by a rank that failed: whether every rank fails too (each calls
 // this within `seconds` of the others), as all do on an error in what was

@@ -10,13 +10,15 @@
 
 namespace remat {
 
-RankGroup tensor_group(int size) {
+RankGroup tensor_group(int size, bool data_parallel) {
   if (size < 1) throw UserError("--tp " + std::to_string(size) + ": a group has at least one rank");
-  if (size > 1 && comm::size() != size)
-    throw UserError("--tp " + std::to_string(size) + " runs on " + std::to_string(size) + " ranks (mpirun -n " +
-                    std::to_string(size) + " remat ...); this job has " + std::to_string(comm::size()) +
-                    (comm::built_with_mpi() ? "" : " (this build has no MPI)"));
-  return {size, size > 1 ? comm::rank() : 0};
+  const bool fits = data_parallel ? comm::size() % size == 0 : comm::size() == size;
+  if (size > 1 && !fits)
+    throw UserError("--tp " + std::to_string(size) + " runs on " + (data_parallel ? "a multiple of " : "") +
+                    std::to_string(size) + " ranks (mpirun -n " + std::to_string(size) + " remat ...); this job has " +
+                    std::to_string(comm::size()) + (comm::built_with_mpi() ? "" : " (this build has no MPI)"));
+  comm::set_tensor_group(size);
+  return {size, comm::rank(comm::Group::tensor)};
 }
 
 void split_over_ranks(int size, bool sequence, ModelSetup& setup, std::unique_ptr<ParamStore>& params) {

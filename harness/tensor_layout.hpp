@@ -12,9 +12,11 @@
 
 namespace remat {
 
-// The group of `size` ranks this process belongs to: every rank of the job,
-// which must have exactly `size` (UserError saying how to start it otherwise).
-RankGroup tensor_group(int size);
+// The tensor-parallel group of `size` ranks this process belongs to: every
+// rank of the job, which must have exactly `size`, or (`data_parallel`) one
+// of the job's consecutive groups of `size`, the groups training data-parallel
+// (UserError saying how to start it otherwise).
+RankGroup tensor_group(int size, bool data_parallel = false);
 
 // Splits `setup`'s model over tensor_group(size), with sequence parallelism
 // where `sequence` (nothing when size is 1 and not `sequence`):

@@ -15,10 +15,10 @@
 namespace remat {
 namespace {
 
-// Every rank's losses, added in rank order.
+// Every data-parallel rank's losses, added in rank order.
 double sum_over_ranks(double loss) {
-  std::vector<double> losses(std::size_t(comm::size()), 0.0);
-  comm::gather_all(&loss, 1, losses.data());
+  std::vector<double> losses(std::size_t(comm::size(comm::Group::data)), 0.0);
+  comm::gather_all(&loss, 1, losses.data(), comm::Group::data);
   double sum = 0;
   for (double l : losses) sum += l;
   return sum;
@@ -27,7 +27,7 @@ double sum_over_ranks(double loss) {
 // One process: each micro-batch's gradient is computed fresh and added to
 // the sum in micro-batch order, sum = g0; sum += g1; ... the additions, in
 // the order, of a data-parallel reduction over ranks.
-class LocalAccumulation : public GradientReduction {
+class LocalAccumulation final : public GradientReduction {
  public:
   LocalAccumulation(ParamStore& params, int accumulate) : GradientReduction(params, accumulate, 1, 0) {}
   void add(int k, double loss) override {
@@ -54,40 +54,6 @@ class LocalAccumulation : public GradientReduction {
   double loss_ = 0;
 };
 
-// Tensor parallelism: the job's ranks are one replica, each holding its
-// parts of the split parameters (zoo/tensor_parallel.hpp) and training them
-// as one process does its whole ones; every rank reads the same batches.
-// What needs the whole (the gradient norm, a save) is summed or gathered.
-class TensorParallel final : public LocalAccumulation {
- public:
-  TensorParallel(ParamStore& params, int accumulate, const ModelSetup& setup)
-      : LocalAccumulation(params, accumulate), setup_(setup) {
-    Sizes whole = setup.sizes;
-    whole.tp = {};
-    for (const auto& spec : models().find(setup.model).make(whole)->params()) whole_shapes_.push_back(spec.shape);
-  }
-  double gradient_norm() const override {
-    std::vector<Tensor> grads;
-    for (const Tensor& t : params_.tensors()) grads.push_back(t.grad());
-    return split_gradient_norm(params_, grads, setup_.sizes.tp);
-  }
-  // The norm's one value, each way to each other rank (the activations' collectives are the step's own).
-  std::int64_t predicted_bytes(const Strategy&) const override { return 2 * 8 * (setup_.sizes.tp.size - 1); }
-  Tensor whole(std::size_t i, const Tensor& buffer) const override {
-    return whole_of(buffer, params_.specs()[i], whole_shapes_[i], setup_.sizes.tp.size);
-  }
-  std::unique_ptr<ParamStore> whole_params() const override { return whole_store(setup_, params_, false); }
-  std::vector<float> mine(std::size_t i, const std::vector<float>& whole) const override {
-    const auto part = tp::part_values(std::vector<double>(whole.begin(), whole.end()), params_.specs()[i],
-                                      whole_shapes_[i], setup_.sizes.tp);
-    return std::vector<float>(part.begin(), part.end());
-  }
-
- private:
-  ModelSetup setup_;
-  std::vector<Shape> whole_shapes_;
-};
-
 // Several ranks, whole parameters: micro-batch m of a step runs on rank
 // m % N. After each round of one micro-batch per rank, every rank gathers
 // the round's gradients and losses and adds them to its running sums in
@@ -95,7 +61,7 @@ class TensorParallel final : public LocalAccumulation {
 class DataParallel final : public GradientReduction {
  public:
   DataParallel(ParamStore& params, int accumulate)
-      : GradientReduction(params, accumulate, comm::size(), comm::rank()) {}
+      : GradientReduction(params, accumulate, comm::size(comm::Group::data), comm::rank(comm::Group::data)) {}
   void add(int k, double loss) override {
     const int N = ranks_;
     const auto& ts = params_.tensors();
@@ -107,7 +73,7 @@ class DataParallel final : public GradientReduction {
       const std::vector<float> mine = g.to_host_f32();
       const std::int64_t n = g.numel();
       std::vector<float> all(std::size_t(n) * std::size_t(N));
-      comm::gather_all(mine.data(), n, all.data());
+      comm::gather_all(mine.data(), n, all.data(), comm::Group::data);
       auto& sum = sums_[i];
       for (int r = 0; r < N; ++r) {
         const float* part = all.data() + std::size_t(r) * std::size_t(n);
@@ -182,6 +148,54 @@ class ShardedParameters final : public GradientReduction {
   double loss_ = 0;
 };
 
+// Tensor parallelism: each tensor group of ranks is one replica, each rank
+// holding its parts of the split parameters (zoo/tensor_parallel.hpp) and
+// training them as one process does its whole ones; the replicas reduce
+// their gradients as `inner` says (one replica: locally; several: data
+// parallel over the data group). What needs the whole (the gradient norm, a
+// save) is summed or gathered over the tensor group.
+class TensorParallel final : public GradientReduction {
+ public:
+  TensorParallel(ParamStore& params, int accumulate, const ModelSetup& setup, std::unique_ptr<GradientReduction> inner)
+      : GradientReduction(params, accumulate, inner->ranks(), comm::rank(comm::Group::data)),
+        setup_(setup),
+        inner_(std::move(inner)) {
+    Sizes whole = setup.sizes;
+    whole.tp = {};
+    for (const auto& spec : models().find(setup.model).make(whole)->params()) whole_shapes_.push_back(spec.shape);
+  }
+  bool zero_grad() const override { return inner_->zero_grad(); }
+  void begin(int k) override { inner_->begin(k); }
+  void add(int k, double loss) override { inner_->add(k, loss); }
+  double finish() override { return inner_->finish(); }
+  const std::vector<Tensor>& trained() const override { return inner_->trained(); }
+  double gradient_norm() const override {
+    std::vector<Tensor> grads;
+    for (const Tensor& t : params_.tensors()) grads.push_back(t.grad());
+    return split_gradient_norm(params_, grads, setup_.sizes.tp);
+  }
+  // The replicas' reduction, and the norm's one value each way to each other rank of the group (the
+  // activations' collectives are the step's own).
+  std::int64_t predicted_bytes(const Strategy& strategy) const override {
+    return inner_->predicted_bytes(strategy) + 2 * 8 * (setup_.sizes.tp.size - 1);
+  }
+  RankMemory memory(const Optimizer& optimizer) const override { return inner_->memory(optimizer); }
+  Tensor whole(std::size_t i, const Tensor& buffer) const override {
+    return whole_of(buffer, params_.specs()[i], whole_shapes_[i], setup_.sizes.tp.size);
+  }
+  std::unique_ptr<ParamStore> whole_params() const override { return whole_store(setup_, params_, false); }
+  std::vector<float> mine(std::size_t i, const std::vector<float>& whole) const override {
+    const auto part = tp::part_values(std::vector<double>(whole.begin(), whole.end()), params_.specs()[i],
+                                      whole_shapes_[i], setup_.sizes.tp);
+    return std::vector<float>(part.begin(), part.end());
+  }
+
+ private:
+  ModelSetup setup_;
+  std::unique_ptr<GradientReduction> inner_;
+  std::vector<Shape> whole_shapes_;
+};
+
 }  // namespace
 
 GradientReduction::GradientReduction(ParamStore& params, int accumulate, int ranks, int rank)
@@ -206,7 +220,12 @@ RankMemory GradientReduction::memory(const Optimizer& optimizer) const {
 
 std::unique_ptr<GradientReduction> make_reduction(ParamStore& params, int accumulate, bool shard_params,
                                                   const ModelSetup& setup) {
-  if (setup.sizes.tp.split()) return std::make_unique<TensorParallel>(params, accumulate, setup);
+  if (setup.sizes.tp.split()) {
+    std::unique_ptr<GradientReduction> replicas;
+    if (comm::size(comm::Group::data) > 1) replicas = std::make_unique<DataParallel>(params, accumulate);
+    else replicas = std::make_unique<LocalAccumulation>(params, accumulate);
+    return std::make_unique<TensorParallel>(params, accumulate, setup, std::move(replicas));
+  }
   if (shard_params) return std::make_unique<ShardedParameters>(params, accumulate);
   if (comm::size() > 1) return std::make_unique<DataParallel>(params, accumulate);
   return std::make_unique<LocalAccumulation>(params, accumulate);

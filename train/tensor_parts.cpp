@@ -12,7 +12,7 @@ namespace remat {
 Tensor whole_of(const Tensor& part, const ParamSpec& spec, const Shape& whole, int ranks) {
   const std::vector<double> mine = part.to_host_f64();
   std::vector<double> all(mine.size() * std::size_t(ranks));
-  comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data());
+  comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data(), comm::Group::tensor);
   std::vector<std::vector<double>> by_rank(static_cast<std::size_t>(ranks));
   for (int r = 0; r < ranks; ++r)
     by_rank[std::size_t(r)].assign(all.begin() + std::int64_t(r) * std::int64_t(mine.size()),
@@ -51,7 +51,7 @@ double split_gradient_norm(const ParamStore& parts, const std::vector<Tensor>& g
     (s.dim >= 0 ? split : whole) += sum;
   }
   std::vector<double> all(static_cast<std::size_t>(ranks));
-  comm::gather_all(&split, 1, all.data());
+  comm::gather_all(&split, 1, all.data(), comm::Group::tensor);
   double total = whole;
   for (double s : all) total += s;  // in rank order: every rank the same
   return std::sqrt(total);

@@ -28,9 +28,8 @@ void validate(const TrainConfig& c) {
   if (c.ranks * tp.size != comm::size())
     throw UserError("the run is set for " + std::to_string(c.ranks * tp.size) + " ranks, but " +
                     std::to_string(comm::size()) + " are running it");
-  if (tp.split() && (c.ranks > 1 || c.shard_params || c.lora.any() || c.freeze.any() ||
-                     parse_strategy(c.strategy).planned))
-    throw UserError("--tp with data parallelism, --shard-params, --lora, --freeze or a planned strategy: not yet");
+  if (tp.split() && (c.shard_params || c.lora.any() || c.freeze.any() || parse_strategy(c.strategy).planned))
+    throw UserError("--tp with --shard-params, --lora, --freeze or a planned strategy: not yet");
   if (!(c.grad_clip >= 0) || !std::isfinite(c.grad_clip)) throw UserError("--grad-clip must be 0 (none) or positive");
   if (c.eval_every < 0 || c.eval_batches < 1) throw UserError("--eval-every must be >= 0 and --eval-batches >= 1");
   if (c.save_every < 0) throw UserError("--save-every must be >= 0");
@@ -183,10 +182,11 @@ void sum_parts_over_ranks(StepRecord& r) {
   for (const auto& p : r.loss_parts) mine.push_back(p.second);
   for (const auto& st : r.stats) mine.insert(mine.end(), st.values.begin(), st.values.end());
   if (mine.empty()) return;
-  std::vector<double> all(mine.size() * std::size_t(comm::size()));
-  comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data());
+  const int ranks = comm::size(comm::Group::data);
+  std::vector<double> all(mine.size() * std::size_t(ranks));
+  comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data(), comm::Group::data);
   std::vector<double> sum(mine.size(), 0.0);
-  for (int rank = 0; rank < comm::size(); ++rank)
+  for (int rank = 0; rank < ranks; ++rank)
     for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += all[std::size_t(rank) * mine.size() + i];
   std::size_t k = 0;
   for (auto& p : r.loss_parts) p.second = sum[k++];

@@ -23,10 +23,9 @@ namespace {
 
 void require_group(const char* op, const RankGroup& g) {
   if (shape_only()) return;
-  if (comm::size() != g.size)
-    throw UserError(std::string(op) + ": a tensor-parallel group of " + std::to_string(g.size) +
-                    " ranks in a job of " + std::to_string(comm::size()) + " process(es): run it under mpirun -n " +
-                    std::to_string(g.size));
+  if (comm::size(comm::Group::tensor) != g.size)
+    throw UserError(std::string(op) + ": a tensor-parallel group of " + std::to_string(g.size) + " ranks, where " +
+                    std::to_string(comm::size(comm::Group::tensor)) + " hold the model's parts: run it under mpirun");
   if (!kHostMemory) throw UserError(std::string(op) + ": tensor parallelism runs on the host backend only");
 }
 
@@ -36,16 +35,18 @@ void require_group(const char* op, const RankGroup& g) {
 template <class T>
 void gather_all_of(const T* mine, std::int64_t n, T* all) {
   if constexpr (sizeof(T) == 2)
-    comm::gather_all(reinterpret_cast<const std::uint16_t*>(mine), n, reinterpret_cast<std::uint16_t*>(all));
+    comm::gather_all(reinterpret_cast<const std::uint16_t*>(mine), n, reinterpret_cast<std::uint16_t*>(all),
+                     comm::Group::tensor);
   else
-    comm::gather_all(mine, n, all);
+    comm::gather_all(mine, n, all, comm::Group::tensor);
 }
 template <class T>
 void all_to_all_of(const T* send, std::int64_t n, T* recv) {
   if constexpr (sizeof(T) == 2)
-    comm::all_to_all(reinterpret_cast<const std::uint16_t*>(send), n, reinterpret_cast<std::uint16_t*>(recv));
+    comm::all_to_all(reinterpret_cast<const std::uint16_t*>(send), n, reinterpret_cast<std::uint16_t*>(recv),
+                     comm::Group::tensor);
   else
-    comm::all_to_all(send, n, recv);
+    comm::all_to_all(send, n, recv, comm::Group::tensor);
 }
 
 // [g.size, n] in x's type: row r holds rank r's x.

@@ -40,7 +40,7 @@ struct TrainOptions {
 // (fp16 adds "  scale 65536", and "  skipped (overflow)" on a skipped step)
 std::string progress_line(const TrainConfig& c, const TrainState& s, double since_start, int first_step) {
   const StepRecord& r = s.history.back();
-  const double tokens = double(c.setup.sizes.B) * c.setup.sizes.S * c.accumulate * comm::size();
+  const double tokens = double(c.setup.sizes.B) * c.setup.sizes.S * c.accumulate * c.ranks;
   const int done_here = s.step - first_step;
   const double per_step = since_start / std::max(1, done_here);
   char buf[200];
@@ -86,11 +86,11 @@ std::int64_t configure(TrainOptions& o) {
   if (o.model.tp > 1 || o.model.sp) {  // tensor parallelism: the job's ranks are one data-parallel replica
     c.setup.sizes.tp = {o.model.tp, 0, o.model.sp};
     tp::validate(c.setup.model, c.setup.sizes);
-    c.setup.sizes.tp = tensor_group(o.model.tp);
+    c.setup.sizes.tp = tensor_group(o.model.tp, /*data_parallel=*/true);
     c.setup.sizes.tp.sequence = o.model.sp;
-    c.ranks = 1;
-    if (c.setup.sizes.tp.rank != 0 && !std::freopen("/dev/null", "w", stdout))
-      throw std::runtime_error("cannot silence stdout on rank " + std::to_string(c.setup.sizes.tp.rank));
+    c.ranks = comm::size(comm::Group::data);
+    if (comm::rank() != 0 && !std::freopen("/dev/null", "w", stdout))
+      throw std::runtime_error("cannot silence stdout on rank " + std::to_string(comm::rank()));
   }
   const auto specs = strategies_for(c.setup.model, o.strategy, c.run.attention);
   if (specs.size() != 1) throw UserError("remat train runs one strategy; '" + o.strategy + "' names " + std::to_string(specs.size()));
@@ -137,13 +137,21 @@ std::unique_ptr<SavedRun> open_outputs(const TrainOptions& o, bool& complete) {
   return resume;
 }
 
+// " x 2 ranks", " x 2 ranks, each tensor-parallel 2 with sequence parallelism", or nothing.
+std::string layout_text(const TrainConfig& c) {
+  const RankGroup& tp = c.setup.sizes.tp;
+  std::string s = c.ranks > 1 ? " x " + std::to_string(c.ranks) + " ranks" : "";
+  if (tp.split())
+    s += std::string(c.ranks > 1 ? ", each" : ",") + " tensor-parallel " + std::to_string(tp.size) +
+         (tp.sequence ? " with sequence parallelism" : "");
+  return s;
+}
+
 void print_header(const TrainConfig& c) {
   const Sizes& z = c.setup.sizes;
   std::printf("remat train: %s %s (L %d, D %d, S %d, B %d x %d%s), %s, %s attention, %s, %s %s lr %g, %d steps, %s\n",
               c.setup.model.c_str(), c.setup.preset.c_str(), z.L, z.D, z.S, z.B, c.accumulate,
-              comm::size() > 1 ? (" x " + std::to_string(comm::size()) + (z.tp.split() ? " tensor-parallel" : "") +
-                                  " ranks" + (z.tp.sequence ? " with sequence parallelism" : "")).c_str()
-                               : "",
+              layout_text(c).c_str(),
               c.strategy.c_str(),
               ops::attention_kernel_name(c.run.attention), precision_name(c.run.precision), c.optimizer.kind.c_str(),
               c.schedule.kind.c_str(), c.schedule.lr, c.steps, Runtime::describe().c_str());
@@ -161,7 +169,7 @@ TrainProgress progress_reporting(int first) {
   // A finite source read more than once says so: its loss curve dips as the
   // model meets the same text again (the trainer's own source tells).
   progress.started = [=](const TrainConfig& cfg, std::uint64_t epoch) {
-    const std::uint64_t reads = std::uint64_t(cfg.steps) * std::uint64_t(cfg.accumulate) * std::uint64_t(comm::size());
+    const std::uint64_t reads = std::uint64_t(cfg.steps) * std::uint64_t(cfg.accumulate) * std::uint64_t(cfg.ranks);
     if (epoch > 0 && reads > epoch)
       std::printf("%s: one pass is %llu batches, so this run reads it %.1f times (every pass starts at another "
                   "position, so its windows differ from the last pass's)\n",

@@ -104,12 +104,18 @@ for name in one["grads"]:
 PY
 expect_ok "llama check --tp 4 --sp" "${mpi4[@]}" "$remat" check --model llama --tp 4 --sp --dropout 0.1 --strategies all
 
-# 5. Training: 100 steps under --tp 2 --sp follow one process's losses within 1e-4; the communication is as
-# predicted; killed and resumed, the run ends bitwise as one left alone.
+# 5. Training: 100 steps under --tp 2 --sp, and under tensor parallelism 2 x data parallelism 2 on four ranks,
+# follow one process's losses (with --accumulate 2 for the two replicas) within 1e-4; the communication is as
+# predicted; killed and resumed, a run ends bitwise as one left alone.
 T=(train --model llama --preset tiny --lr 3e-3 --grad-clip 1 --data copy --steps 100)
 "$remat" "${T[@]}" --out one-run.h5 >/dev/null 2>err.txt || fail "train, one process: $(cat err.txt)"
+"$remat" "${T[@]}" --accumulate 2 --out acc-run.h5 >/dev/null 2>err.txt || fail "train --accumulate 2: $(cat err.txt)"
 expect_ok "train --tp 2 --sp" "${mpi[@]}" "$remat" "${T[@]}" --tp 2 --sp --out tp-run.h5
-"$python" - one-run.h5 tp-run.h5 <<'PY' || fail "train --tp 2 --sp left one process's trajectory, or its communication"
+expect_ok "train --tp 2 --sp on 4 ranks" "${mpi4[@]}" "$remat" "${T[@]}" --tp 2 --sp --out tpdp-run.h5
+grep -q "x 2 ranks, each tensor-parallel 2 with sequence parallelism" out.txt || fail "train: the layout is not said"
+for pair in "one-run.h5 tp-run.h5" "acc-run.h5 tpdp-run.h5"; do
+  # shellcheck disable=SC2086
+  "$python" - $pair <<'PY' || fail "train --tp ($pair): off one process's trajectory, or its communication"
 import sys, h5py, numpy as np
 one, two = (h5py.File(p) for p in sys.argv[1:])
 a, b = one["history/loss"][:], two["history/loss"][:]
@@ -117,10 +123,11 @@ assert len(a) == len(b) == 100 and np.abs(a - b).max() <= 1e-4, np.abs(a - b).ma
 sent, predicted = two["history/comm_bytes"][:], two["history/predicted_comm_bytes"][:]
 assert (sent > 0).all() and (sent == predicted).all(), (sent[:3], predicted[:3])
 PY
+done
 K=(train --model llama --preset small --layers 2 --seq 64 --lr 3e-3 --grad-clip 1 --data copy --tp 2 --sp
    --strategy per-layer --dropout 0.1 --steps 20 --save-every 2)
-"${mpi[@]}" "$remat" "${K[@]}" --out whole-run.h5 >/dev/null 2>err.txt || fail "train --tp 2: $(cat err.txt)"
-"${mpi[@]}" "$remat" "${K[@]}" --out cut-run.h5 >/dev/null 2>&1 &
+"${mpi4[@]}" "$remat" "${K[@]}" --out whole-run.h5 >/dev/null 2>err.txt || fail "train --tp 2: $(cat err.txt)"
+"${mpi4[@]}" "$remat" "${K[@]}" --out cut-run.h5 >/dev/null 2>&1 &
 job=$!
 for _ in $(seq 200); do  # until a save or two, then kill the job (both ranks)
   sleep 0.05
@@ -129,7 +136,7 @@ for _ in $(seq 200); do  # until a save or two, then kill the job (both ranks)
 done
 kill "$job" 2>/dev/null
 wait "$job" 2>/dev/null
-expect_ok "train --tp 2 --resume" "${mpi[@]}" "$remat" "${K[@]}" --out cut-run.h5 --resume
+expect_ok "train --tp 2 --resume" "${mpi4[@]}" "$remat" "${K[@]}" --out cut-run.h5 --resume
 # (A job that finished before the kill resumes nothing: the comparison would then prove little.)
 grep -Eq "resuming cut-run.h5 at step ([1-9]|1[0-9]) of 20" out.txt || fail "the killed run did not resume mid-way: $(cat out.txt)"
 "$python" - whole-run.h5 cut-run.h5 <<'PY' || fail "train --tp 2, killed and resumed, is not the run left alone"
@@ -162,7 +169,7 @@ expect_error "--sp splits the sequence over a tensor-parallel group" "$remat" es
 expect_error "mixtral's router is not split over the sequence" "$remat" estimate --model mixtral --tp 2 --sp
 expect_error "--sp splits the sequence over a tensor-parallel group" "$remat" train --model gpt2 --preset tiny --sp \
   --steps 1
-expect_error "runs on 2 ranks" "$remat" train --model gpt2 --preset tiny --tp 2 --steps 1
+expect_error "runs on a multiple of 2 ranks" "$remat" train --model gpt2 --preset tiny --tp 2 --steps 1
 expect_error "plan with --device" "$remat" plan --model gpt2 --tp 2 --budget min
 expect_error "does not divide the sequence length S = 15" "$remat" estimate --model gpt2 --preset tiny --tp 2 --sp \
   --seq 15
