@@ -1,5 +1,6 @@
 #include "core/error.hpp"
 #include "autodiff/fast_math.hpp"
+#include "autodiff/ops/cross_entropy_grad.hpp"
 #include "autodiff/ops/kernel.hpp"
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/ops/row_kernel.hpp"
@@ -50,21 +51,7 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
   OpRecorder rec("cross_entropy", {&logits, nullptr});
   if (!rec) return loss;
   const SavedTensor sz = save(logits), sl = save(lse);
-  rec.finish({&loss}, [sz, sl, targets, M, V](BackwardContext& ctx) {
-    Tensor dy = ctx.grad_out(), zv = sz.unpack(), lv = sl.unpack();
-    GradTarget dz = ctx.grad_in(0);
-    REMAT_DISPATCH_COMPUTE(zv.dtype(), T, {
-      const T* z = zv.data<T>();
-      const A *pl = lv.data<A>(), *gy = dy.data<A>();
-      const std::int32_t* t = targets.data<std::int32_t>();
-      T* gz = dz.t.data<T>();
-      const A inv_m = A(1) / A(M);
-      write_gradient("cross_entropy_backward", M * V, gz, dz.fresh, KOKKOS_LAMBDA(std::int64_t i) {
-        const std::int64_t r = i / V, j = i % V;
-        return (fast_exp(A(z[i]) - pl[r]) - (j == t[r] ? A(1) : A(0))) * gy[0] * inv_m;
-      });
-    });
-  });
+  rec.finish({&loss}, cross_entropy_backward(sz, sl, targets, M, V, 0));
   return loss;
 }
 

@@ -17,6 +17,11 @@ expect_error() {  # expect_error "fragment" cmd...: exit 2, one line naming the 
   grep -qF -- "$fragment" err.txt || fail "$*: error does not mention '$fragment': $(cat err.txt)"
   [ "$(grep -c . err.txt)" -le 1 ] || fail "$*: error is more than one line: $(cat err.txt)"
 }
+mpi_ranks() {  # mpi_ranks MPIEXEC N: the array `mpi` launches N ranks on however few cores (as root, allowed)
+  mpi=("$1" --oversubscribe -n "$2")
+  [ "$(id -u)" -eq 0 ] && mpi=("$1" --allow-run-as-root --oversubscribe -n "$2")
+  return 0
+}
 finish() {  # finish NAME: the verdict and the exit code
   if [ "$failures" -eq 0 ]; then echo "$1: all checks passed"; else echo "$1: $failures check(s) failed"; exit 1; fi
 }

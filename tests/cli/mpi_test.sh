@@ -15,9 +15,7 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
 python=${PYTHON:-python3}
-# Two ranks on however few cores; as root Open MPI wants to be told.
-mpi=("$mpiexec" --oversubscribe -n 2)
-[ "$(id -u)" -eq 0 ] && mpi=("$mpiexec" --allow-run-as-root --oversubscribe -n 2)
+mpi_ranks "$mpiexec" 2  # two ranks on however few cores; as root Open MPI wants to be told
 cells=(matrix --preset tiny --models gpt2,llama --strategies full,per-layer,sqrt,selective --steps 1 --warmup 0)
 
 # 1. The MPI matrix: 8 cells, each once, all in rank 0's file.

@@ -17,8 +17,9 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
 python=${PYTHON:-python3}
-mpi=("$mpiexec" --oversubscribe -n 2)
-[ "$(id -u)" -eq 0 ] && mpi=("$mpiexec" --allow-run-as-root --oversubscribe -n 2)
+mpi_ranks "$mpiexec" 4
+mpi4=("${mpi[@]}")
+mpi_ranks "$mpiexec" 2
 
 for model in gpt2 llama mixtral encdec; do
   "$remat" export --model "$model" --preset tiny --out "$model.h5" >/dev/null 2>err.txt || fail "export: $(cat err.txt)"
@@ -91,8 +92,6 @@ expect_ok "plan --tp 2 --device" "$remat" plan --config llama-7b --seq 4096 --tp
 
 # Four ranks for llama's two key/value heads: each rank holds the head its query head uses (replicated, as
 # Megatron does), their gradients summed over the ranks sharing them.
-mpi4=("${mpi[@]}")
-mpi4[${#mpi4[@]} - 1]=4
 expect_ok "llama grads --tp 4" "${mpi4[@]}" "$remat" grads --weights llama.h5 --tp 4 --out four.h5
 "$remat" grads --weights llama.h5 --out one.h5 >/dev/null 2>&1
 "$python" - one.h5 four.h5 <<'PY' || fail "llama --tp 4 (replicated key/value heads): gradients differ from one process's"
