@@ -65,6 +65,26 @@ GradientComparison compare_gradients(const ParamStore& params, const std::vector
   return c;
 }
 
+namespace {
+
+// One strategy's step into row.step; false where it ran out of memory (the
+// row says so). Split over ranks, an out-of-memory ends the check instead
+// (every rank is stopped, comm/): one rank's row would leave the others
+// waiting in a collective.
+bool measured_step(const Model& model, const ParamStore& params, const Batch& batch, Strategy& strategy,
+                   const CheckOptions& options, CheckRow& row) {
+  const auto step = [&] {
+    StepOptions o = step_options(options.run, &strategy);
+    o.timeline = options.timeline;
+    row.step = run_step(model, params, batch, o);
+  };
+  if (!model.sizes().tp.split()) return within_limit(options.mem_limit, step);
+  step();
+  return true;
+}
+
+}  // namespace
+
 CheckReport run_check(const Model& model, const ParamStore& params, const Batch& batch,
                                 const std::vector<std::string>& strategies, const CheckOptions& options) {
   // A warm-up step: one-time allocations (gradients, runtime scratch) must
@@ -96,11 +116,7 @@ CheckReport run_check(const Model& model, const ParamStore& params, const Batch&
     CheckRow row;
     row.strategy = spec;
     row.exact = strategy->exact();
-    if (!within_limit(options.mem_limit, [&] {
-          StepOptions o = step_options(run, strategy.get());
-          o.timeline = options.timeline;
-          row.step = run_step(model, params, batch, o);
-        })) {
+    if (!measured_step(model, params, batch, *strategy, options, row)) {
       row.oom = true;
       report.rows.push_back(std::move(row));
       continue;
