@@ -5,10 +5,11 @@
 #include "comm/comm.hpp"
 #include "core/error.hpp"
 #include "strategies/registry.hpp"
-#include "train/tensor_parts.hpp"
 #include "zoo/tensor_parallel.hpp"
 
 namespace remat {
+
+namespace {
 
 RankGroup tensor_group(int size, bool data_parallel) {
   if (size < 1) throw UserError("--tp " + std::to_string(size) + ": a group has at least one rank");
@@ -21,18 +22,24 @@ RankGroup tensor_group(int size, bool data_parallel) {
   return {size, comm::rank(comm::Group::tensor)};
 }
 
-void split_over_ranks(int size, bool sequence, ModelSetup& setup, std::unique_ptr<ParamStore>& params) {
-  if (size == 1 && !sequence) return;
+}  // namespace
+
+bool apply_layout(int size, bool sequence, ModelSetup& setup, bool data_parallel) {
+  if (size == 1 && !sequence) return false;
   setup.sizes.tp = {size, 0, sequence};
   tp::validate(setup.model, setup.sizes);  // a layout that cannot be is said before how to start it
-  setup.sizes.tp = tensor_group(size);
+  setup.sizes.tp = tensor_group(size, data_parallel);
   setup.sizes.tp.sequence = sequence;
+  if (comm::rank() != 0 && !std::freopen("/dev/null", "w", stdout))
+    throw std::runtime_error("rank " + std::to_string(comm::rank()) + ": cannot silence stdout");
+  return true;
+}
+
+void split_over_ranks(int size, bool sequence, ModelSetup& setup, std::unique_ptr<ParamStore>& params) {
+  if (!apply_layout(size, sequence, setup, /*data_parallel=*/false)) return;
   if (!params->adapted().empty() || params->tensors().size() != params->specs().size())
     throw UserError("--tp with --lora: not yet");
-  const auto specs = models().find(setup.model).make(setup.sizes)->params();
-  params = tp::part_of(*params, specs, setup.sizes.tp);
-  if (setup.sizes.tp.rank != 0 && !std::freopen("/dev/null", "w", stdout))
-    throw std::runtime_error("rank " + std::to_string(setup.sizes.tp.rank) + ": cannot silence stdout");
+  params = tp::part_of(*params, models().find(setup.model).make(setup.sizes)->params(), setup.sizes.tp);
 }
 
 void require_same_plan_on_every_rank(const RankGroup& tp, const std::vector<std::string>& strategies) {
@@ -40,10 +47,6 @@ void require_same_plan_on_every_rank(const RankGroup& tp, const std::vector<std:
   for (const std::string& spec : strategies)
     if (parse_strategy(spec).planned)
       throw UserError("--tp with " + spec + ": not yet (a plan from timed costs could differ between the ranks)");
-}
-
-std::unique_ptr<ParamStore> gather_whole(const ModelSetup& setup, const ParamStore& parts) {
-  return whole_store(setup, parts, /*with_gradients=*/true);
 }
 
 }  // namespace remat

@@ -12,25 +12,20 @@
 
 namespace remat {
 
-// The tensor-parallel group of `size` ranks this process belongs to: every
-// rank of the job, which must have exactly `size`, or (`data_parallel`) one
-// of the job's consecutive groups of `size`, the groups training data-parallel
-// (UserError saying how to start it otherwise).
-RankGroup tensor_group(int size, bool data_parallel = false);
+// --tp `size` and --sp (`sequence`) as `setup`'s layout (false: none asked):
+// the layout validated, then setup.sizes.tp set to this rank's place in its
+// tensor group: every rank of the job, which must have exactly `size`, or
+// (`data_parallel`) one of the job's consecutive groups of `size`, the groups
+// training data-parallel (UserError saying how to start it otherwise). Ranks
+// other than 0 print nothing on stdout from then on (they print the same).
+bool apply_layout(int size, bool sequence, ModelSetup& setup, bool data_parallel);
 
-// Splits `setup`'s model over tensor_group(size), with sequence parallelism
-// where `sequence` (nothing when size is 1 and not `sequence`):
-// validates the layout, sets setup.sizes.tp and replaces the whole model's
-// `params` by this rank's parts. Ranks other than 0 print nothing on stdout
-// from then on (every rank computes the same tables).
+// apply_layout (one tensor group) and the whole model's `params` replaced by
+// this rank's parts.
 void split_over_ranks(int size, bool sequence, ModelSetup& setup, std::unique_ptr<ParamStore>& params);
 
 // Refuses a strategy planned from timed costs under a split (each rank would
 // time its own and could plan differently, and the ranks must recompute alike).
 void require_same_plan_on_every_rank(const RankGroup& tp, const std::vector<std::string>& strategies);
-
-// The whole model's parameters with their gradients (each split one's parts
-// joined from every rank; every rank calls this), for a gradient file.
-std::unique_ptr<ParamStore> gather_whole(const ModelSetup& setup, const ParamStore& parts);
 
 }  // namespace remat

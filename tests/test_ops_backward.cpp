@@ -134,7 +134,7 @@ TEST_CASE("tensor parallelism's ops backward, in a group of one rank", "[ops][gr
                     {random_leaf({2, 5}, 2)});
   // A part of a table: rows [3, 8) of a vocabulary; other ids give zeros and no gradient.
   Tensor ids = Tensor::from_host(std::vector<std::int32_t>{0, 3, 7, 7, 9, 4}, {2, 3});
-  require_gradients([&](const Inputs& in) { return ops::embedding_part(in[0], ids, 3); }, {random_leaf({5, 4}, 3)});
+  require_gradients([&](const Inputs& in) { return ops::embedding_part(in[0], ids, 3, 10); }, {random_leaf({5, 4}, 3)});
   // The whole vocabulary in one part: the same loss and gradient as cross_entropy.
   Tensor targets = random_ids({2, 3}, 6, 5);
   require_gradients([&](const Inputs& in) { return ops::cross_entropy_parts(in[0], targets, 0, one); },
@@ -147,7 +147,8 @@ TEST_CASE("tensor parallelism's ops backward, in a group of one rank", "[ops][gr
 TEST_CASE("embedding_part gives zero rows for ids outside its part", "[ops][tp]") {
   Tensor table = random_leaf({2, 3}, 5);
   Tensor ids = Tensor::from_host(std::vector<std::int32_t>{4, 5, 6, 7}, {4});
-  const auto got = ops::embedding_part(table, ids, 5).to_host_f64(), rows = table.to_host_f64();
+  const auto got = ops::embedding_part(table, ids, 5, 8).to_host_f64(), rows = table.to_host_f64();
   const std::vector<double> want = {0, 0, 0, rows[0], rows[1], rows[2], rows[3], rows[4], rows[5], 0, 0, 0};
   CHECK(got == want);
+  CHECK_THROWS_WITH(ops::embedding_part(table, ids, 5, 7), Catch::Contains("1 id(s) outside [0, 7)"));
 }

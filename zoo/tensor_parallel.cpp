@@ -3,7 +3,6 @@
 #include "autodiff/elementwise.hpp"
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/random.hpp"
-#include "autodiff/shape_only.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "zoo/common.hpp"
@@ -30,17 +29,6 @@ void for_each_run(const Split& s, const Shape& whole, int r, int ranks, const F&
   for (std::int64_t o = 0; o < outer; ++o)
     for (std::int64_t b = 0; b < s.blocks; ++b, at += q * inner)
       f((o * n + b * block + mine * q) * inner, at, q * inner);
-}
-
-// Ids are whole on every rank: one that no rank's part holds is refused alike
-// on every rank, as the unsplit op refuses it.
-void require_ids(const Tensor& ids, std::int64_t vocabulary, const char* op) {
-  if (shape_only()) return;
-  std::int64_t bad = 0;
-  for (const std::int32_t id : ids.to_host_i32()) bad += id < 0 || id >= vocabulary;
-  if (bad)
-    throw UserError(std::string(op) + ": " + std::to_string(bad) + " id(s) outside [0, " + std::to_string(vocabulary) +
-                    ")");
 }
 
 }  // namespace
@@ -108,8 +96,7 @@ Tensor row_linear(const ParamStore& p, const std::string& prefix, const Tensor& 
 Tensor embedding(const ParamStore& p, const std::string& name, const Tensor& tokens, const RankGroup& g) {
   if (!g.split()) return ops::embedding(p[name], tokens);
   const Tensor& table = p[name];
-  require_ids(tokens, table.dim(0) * g.size, "embedding");
-  return summed(ops::embedding_part(table, tokens, g.rank * table.dim(0)), g);
+  return summed(ops::embedding_part(table, tokens, g.rank * table.dim(0), table.dim(0) * g.size), g);
 }
 
 Tensor dropout(const Tensor& x, double p, const RankGroup& g) {
@@ -126,7 +113,6 @@ Tensor on_my_heads(const RankGroup& g, const std::function<Tensor()>& f) {
 
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const RankGroup& g) {
   if (!g.split()) return ops::cross_entropy(logits, targets);
-  require_ids(targets, logits.dim(-1) * g.size, "cross_entropy");
   return ops::cross_entropy_parts(logits, targets, g.rank * logits.dim(-1), g);
 }
 

@@ -59,18 +59,22 @@ void require_table(const char* op, const Tensor& weight, const Tensor& ids) {
   require(ids.dtype() == DType::i32, std::string(op) + ": ids must be int32, got " + dtype_name(ids.dtype()));
 }
 
+void require_ids(const Tensor& ids, std::int64_t vocabulary) {
+  if (const auto bad = count_out_of_range(ids, vocabulary))
+    throw UserError("embedding: " + std::to_string(bad) + " id(s) outside [0, " + std::to_string(vocabulary) + ")");
+}
+
 }  // namespace
 
 Tensor embedding(const Tensor& weight, const Tensor& ids) {
   require_table("embedding", weight, ids);
-  const std::int64_t V = weight.dim(0);
-  if (const auto bad = count_out_of_range(ids, V))
-    throw UserError("embedding: " + std::to_string(bad) + " id(s) outside [0, " + std::to_string(V) + ")");
+  require_ids(ids, weight.dim(0));
   return embedding_rows(weight, ids, 0);
 }
 
-Tensor embedding_part(const Tensor& weight, const Tensor& ids, std::int64_t first) {
+Tensor embedding_part(const Tensor& weight, const Tensor& ids, std::int64_t first, std::int64_t vocabulary) {
   require_table("embedding_part", weight, ids);
+  require_ids(ids, vocabulary);
   return embedding_rows(weight, ids, first);
 }
 

@@ -15,10 +15,11 @@ namespace remat::ops {
 // weight[V, D] gathered at int32 ids[...] -> [..., D].
 Tensor embedding(const Tensor& weight, const Tensor& ids);
 
-// Rows [first, first + V) of a vocabulary's table, weight[V, D], gathered at
-// ids[...] -> [..., D]: ids outside the part give zero rows (tensor
-// parallelism's vocabulary-parallel embedding, summed over ranks after).
-Tensor embedding_part(const Tensor& weight, const Tensor& ids, std::int64_t first);
+// Rows [first, first + V) of a vocabulary of `vocabulary` ids, weight[V, D],
+// gathered at ids[...] -> [..., D]: ids outside the part give zero rows
+// (tensor parallelism's vocabulary-parallel embedding, summed over ranks
+// after); ids outside the vocabulary are refused, as embedding() refuses them.
+Tensor embedding_part(const Tensor& weight, const Tensor& ids, std::int64_t first, std::int64_t vocabulary);
 
 // a + b, where b has a's shape or a trailing part of it (broadcast over the
 // leading dimensions, as a position embedding over the batch).
@@ -119,7 +120,8 @@ Tensor reduce_scatter_sequence(const Tensor& x, const RankGroup& g);
 // Mean cross-entropy of logits split over the vocabulary: this rank's
 // logits[..., V_part] for ids [first, first + V_part), against the int32
 // targets[...]; row maxima and sums are combined over the ranks, so the
-// whole logits never exist on one rank. Every rank gets the scalar.
+// whole logits never exist on one rank. Every rank gets the scalar; targets
+// outside the whole vocabulary (V_part x ranks) are refused on every rank.
 Tensor cross_entropy_parts(const Tensor& logits, const Tensor& targets, std::int64_t first, const RankGroup& g);
 
 // Softmax over the last dimension, max-subtracted (a router's probabilities).

@@ -326,6 +326,9 @@ Tensor cross_entropy_parts(const Tensor& logits, const Tensor& targets, std::int
   const std::int64_t V = logits.dim(-1), M = rows_of(logits);
   require(targets.numel() == M, "cross_entropy_parts: " + std::to_string(targets.numel()) + " targets for " +
                                     std::to_string(M) + " rows of logits " + to_string(logits.shape()));
+  if (const auto bad = count_out_of_range(targets, V * g.size))
+    throw UserError("cross_entropy: " + std::to_string(bad) + " target(s) outside [0, " + std::to_string(V * g.size) +
+                    ")");
   stats::count_forward("cross_entropy");
   Tensor lse = Tensor::empty({M}, compute_dtype(logits.dtype()), "cross_entropy_lse");
   Tensor loss = Tensor::empty({}, compute_dtype(logits.dtype()), "loss");

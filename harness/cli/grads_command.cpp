@@ -11,6 +11,7 @@
 #include "harness/cli/model_options.hpp"
 #include "harness/io/output_guard.hpp"
 #include "harness/tensor_layout.hpp"
+#include "train/tensor_parts.hpp"
 #include "step/step.hpp"
 #include "strategies/registry.hpp"
 
@@ -57,7 +58,7 @@ void run_grads(const GradsOptions& o) {
   const std::int64_t sent = comm::stats().bytes_sent - before.bytes_sent;
   require_finite_result(loss, *w.params);
   if (w.setup.sizes.tp.split()) {  // the whole model's gradients, from every rank's parts
-    const auto whole = gather_whole(w.setup, *w.params);
+    const auto whole = whole_store(w.setup, *w.params, /*with_gradients=*/true);
     ModelSetup whole_setup = w.setup;
     whole_setup.sizes.tp = {};
     if (!o.out.empty() && w.setup.sizes.tp.rank == 0) write_gradients(o.out, whole_setup, *whole, loss);

@@ -19,7 +19,6 @@
 #include "harness/cli/format.hpp"
 #include "harness/cli/model_options.hpp"
 #include "harness/tensor_layout.hpp"
-#include "zoo/tensor_parallel.hpp"
 #include "harness/cli/validators.hpp"
 #include "harness/io/output_guard.hpp"
 #include "train/run_file.hpp"
@@ -83,15 +82,8 @@ std::int64_t configure(TrainOptions& o) {
   c.data = o.model.data;
   c.init = o.model.weights;
   c.ranks = comm::size();
-  if (o.model.tp > 1 || o.model.sp) {  // tensor parallelism: the job's ranks are one data-parallel replica
-    c.setup.sizes.tp = {o.model.tp, 0, o.model.sp};
-    tp::validate(c.setup.model, c.setup.sizes);
-    c.setup.sizes.tp = tensor_group(o.model.tp, /*data_parallel=*/true);
-    c.setup.sizes.tp.sequence = o.model.sp;
+  if (apply_layout(o.model.tp, o.model.sp, c.setup, /*data_parallel=*/true))  // each tensor group one replica
     c.ranks = comm::size(comm::Group::data);
-    if (comm::rank() != 0 && !std::freopen("/dev/null", "w", stdout))
-      throw std::runtime_error("cannot silence stdout on rank " + std::to_string(comm::rank()));
-  }
   const auto specs = strategies_for(c.setup.model, o.strategy, c.run.attention);
   if (specs.size() != 1) throw UserError("remat train runs one strategy; '" + o.strategy + "' names " + std::to_string(specs.size()));
   c.strategy = specs[0];
