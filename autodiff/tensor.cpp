@@ -78,6 +78,17 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, const std::string& label) 
   return t;
 }
 
+Tensor Tensor::unfilled(const Shape& shape, DType dtype) {
+  for (auto d : shape)
+    if (d < 0) throw std::invalid_argument("negative dimension in shape " + to_string(shape));
+  Tensor t;
+  t.shape_ = shape;
+  t.numel_ = remat::numel(shape);
+  t.dtype_ = dtype;
+  t.storage_ = std::make_shared<Bytes>();
+  return t;
+}
+
 Tensor Tensor::parameter(const Shape& shape, DType dtype, const std::string& name) {
   Tensor t = zeros(shape, dtype, name);
   auto slot = std::make_shared<GradSlot>();

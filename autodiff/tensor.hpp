@@ -50,6 +50,10 @@ class Tensor {
   Tensor() = default;
   static Tensor empty(const Shape& shape, DType dtype, const std::string& label = "tensor");
   static Tensor zeros(const Shape& shape, DType dtype, const std::string& label = "tensor");
+  // A tensor with no storage yet (not resident, nothing allocated or
+  // counted): refill() gives it some. What a sharded parameter's values are
+  // gathered into.
+  static Tensor unfilled(const Shape& shape, DType dtype);
   // A leaf that collects a gradient which survives backward (and accumulates
   // over several backward calls until zero_grad()).
   static Tensor parameter(const Shape& shape, DType dtype, const std::string& name);

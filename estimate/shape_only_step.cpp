@@ -44,6 +44,25 @@ ShapeOnlyState count_state(ParamStore& params, std::int64_t parameter_bytes, con
   return state;
 }
 
+// The device model's costs, once for every planned strategy (none: nothing
+// planned), measured on parameters with nothing installed (the profile's
+// gradients are whole buffers made before the step, which sharding would
+// free mid-backward).
+std::optional<SaveProfile> costs_to_plan(const std::vector<std::string>& strategies, const Model& model,
+                                         const ParamStore& params, const Batch& batch, ops::AttentionKernel kernel,
+                                         const DeviceModel* device, Precision precision) {
+  for (const auto& spec : strategies) {
+    if (!parse_strategy(spec).planned) continue;
+    if (!device)
+      throw UserError("strategy '" + spec + "': a budget is planned from costs, and a shape-only run has no kernel "
+                      "to time: name a --device to cost it with (docs/estimates.md)");
+    DeviceModel priced = *device;
+    priced.precision = precision;
+    return modelled_costs(model, params, batch, kernel, priced);
+  }
+  return std::nullopt;
+}
+
 }  // namespace
 
 ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::string>& strategies,
@@ -60,9 +79,11 @@ ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::stri
   ParamStore params(model->params(), DType::f32);
   run.state = count_state(params, live() - before, optimizer);
 
+  const Batch batch = shape_only_batch(setup.sizes);
+  // Before anything is installed: as train plans before it shards.
+  const std::optional<SaveProfile> costs = costs_to_plan(strategies, *model, params, batch, kernel, device, precision);
   const std::shared_ptr<void> installed = extras.install ? extras.install(params) : nullptr;
   const bool zero_grad = !installed;
-  const Batch batch = shape_only_batch(setup.sizes);
   // A warm-up step, as run_check makes: one-time allocations are no strategy's.
   const auto say = [&](const std::string& stage) {
     if (extras.progress) extras.progress(stage);
@@ -73,22 +94,11 @@ ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::stri
   StepOptions warm = step_options(settings, full.get());
   warm.zero_grad = zero_grad;
   run.state.weight_copy_bytes = run_step(*model, params, batch, warm).weight_copy_bytes;
-  std::optional<SaveProfile> costs;  // the device model's, once, for every planned strategy
   for (std::size_t i = 0; i < strategies.size(); ++i) {
     const std::string& spec = strategies[i];
     say("strategy " + spec + " (" + std::to_string(i + 1) + " of " + std::to_string(strategies.size()) + ")");
     auto strategy = make_strategy(spec);
-    if (strategy->needs_costs()) {
-      if (!device)
-        throw UserError("strategy '" + spec + "': a budget is planned from costs, and a shape-only run has no kernel "
-                        "to time: name a --device to cost it with (docs/estimates.md)");
-      if (!costs) {
-        DeviceModel priced = *device;
-        priced.precision = precision;
-        costs = modelled_costs(*model, params, batch, kernel, priced);
-      }
-      strategy->plan(*costs);
-    }
+    if (strategy->needs_costs()) strategy->plan(*costs);
     const double t0 = device ? device->seconds_now() : 0, c0 = device ? device->comm_seconds_now() : 0;
     StepOptions o = step_options(settings, strategy.get());
     o.zero_grad = zero_grad;

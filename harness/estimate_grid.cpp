@@ -24,7 +24,7 @@ ShapeOnlyState sharded_state(const ModelSetup& setup, int ranks, const std::stri
   ShapeOnlyScope shape_only;
   const auto model = models().find(setup.model).make(setup.sizes);
   ParamStore params(model->params(), DType::f32);
-  const ParamShards shards(params, ranks);
+  const ParamShards shards(params, Precision::fp32, ranks);
   auto& tracker = MemoryTracker::instance();
   const std::int64_t before = tracker.stats(MemoryTracker::default_pool()).live;
   OptimizerConfig config;
@@ -56,7 +56,10 @@ ShapeOnlyExtras sharding_extras(const EstimateRequest& r) {
   ShapeOnlyExtras extras;
   if (!r.shard_params) return extras;
   const int ranks = r.ranks;
-  extras.install = [ranks](ParamStore& p) { return std::shared_ptr<void>(std::make_shared<ParamShards>(p, ranks)); };
+  const Precision precision = r.precision;
+  extras.install = [ranks, precision](ParamStore& p) {
+    return std::shared_ptr<void>(std::make_shared<ParamShards>(p, precision, ranks));
+  };
   extras.pools = {ParamShards::kGatheredPool, ParamShards::kReducingPool};
   return extras;
 }
@@ -118,7 +121,7 @@ EstimatePoint estimate_point(const EstimateRequest& r, const ModelSetup& setup,
   extras.progress = progress;
   const ShapeOnlyRun run = shape_only_run(setup, r.strategies, r.attention, r.optimizer,
                                           rates ? &device_model : nullptr, r.precision, extras);
-  // Sharded, a rank keeps its shards (the 16-bit copy stays whole: train refuses sharding at 16 bits).
+  // Sharded, a rank keeps its shards (and gathers 16-bit values at 16 bits: no whole 16-bit copy, as the warm-up shows).
   const ShapeOnlyState kept = r.shard_params ? sharded_state(setup, r.ranks, r.optimizer) : run.state;
   EstimatePoint p{setup, run.state.parameter_count, kept.parameter_bytes, kept.gradient_bytes, kept.optimizer_bytes,
                   run.state.weight_copy_bytes, {}};

@@ -5,6 +5,8 @@
 #include <cmath>
 
 #include "autodiff/backend.hpp"
+#include "autodiff/bfloat16.hpp"
+#include "autodiff/float16.hpp"
 #include "autodiff/elementwise.hpp"
 #include "autodiff/memory_tracker.hpp"
 #include "autodiff/shape_only.hpp"
@@ -17,9 +19,22 @@ namespace {
 
 void upload(const std::vector<float>& v, const Tensor& t) { backend::upload(t, v.data(), v.size() * sizeof(float)); }
 
+// Every rank's `mine` (s values each) into `whole`'s new storage: the last
+// part's padding goes.
+template <class T>
+void gather_into(std::vector<T> mine, const Tensor& whole) {
+  std::vector<T> all(mine.size() * std::size_t(comm::size()));
+  comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data());
+  mine = {};
+  whole.refill(Tensor::Bytes(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(ParamShards::kGatheredLabel)),
+                             whole.nbytes()));
+  backend::upload(whole, all.data(), whole.nbytes());
+}
+
 }  // namespace
 
-ParamShards::ParamShards(ParamStore& full, int ranks) : full_(full) {
+ParamShards::ParamShards(ParamStore& full, Precision precision, int ranks)
+    : full_(full), gathered_value_bytes_(std::int64_t(dtype_size(compute_dtype(precision, DType::f32)))) {
   MemoryTracker::instance().pool_for_label(kGatheredLabel, kGatheredPool);
   MemoryTracker::instance().pool_for_label(kReducingLabel, kReducingPool);
   const int N = ranks > 0 ? ranks : comm::size(), r = ranks > 0 ? 0 : comm::rank();
@@ -90,26 +105,38 @@ void ParamShards::accessed(std::size_t i) {
 // Every rank gathers the same parameters in the same order (the same model
 // runs the same schedule on each), so the collectives match.
 void ParamShards::gather(std::size_t i) {
-  const Tensor& t = full_.tensors()[i];
+  const Tensor& whole = gathered(i);
   if (shape_only()) {  // the bytes of the whole values, in the gathered pool, and no exchange
-    if (!shape_only_gathered_[i].defined()) shape_only_gathered_[i] = Tensor::empty(t.shape(), t.dtype(), kGatheredLabel);
+    if (!shape_only_gathered_[i].defined())
+      shape_only_gathered_[i] = Tensor::empty(whole.shape(), whole.dtype(), kGatheredLabel);
     return;
   }
-  if (t.resident()) return;
-  const std::int64_t s = shard_size_[i];
-  const std::vector<float> mine = shards_[i].to_host_f32();
-  std::vector<float> all(std::size_t(s) * std::size_t(comm::size()));
-  comm::gather_all(mine.data(), s, all.data());
-  Tensor::Bytes bytes(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(kGatheredLabel)),
-                      t.nbytes());
-  t.refill(bytes);
-  all.resize(std::size_t(t.numel()));  // the last part's padding goes
-  upload(all, t);
+  if (whole.resident()) return;
+  std::vector<float> mine = shards_[i].to_host_f32();
+  if (whole.dtype() == DType::f32) return gather_into(std::move(mine), whole);
+  // This rank's shard in 16 bits, made afresh (rounded as the unsharded
+  // copy's conversion rounds each element).
+  std::vector<std::uint16_t> low(mine.size());
+  const bool bf = whole.dtype() == DType::bf16;
+  for (std::size_t j = 0; j < mine.size(); ++j) low[j] = bf ? bf16(mine[j]).bits : f16(mine[j]).bits;
+  gather_into(std::move(low), whole);
+}
+
+const Tensor& ParamShards::gathered(std::size_t i) const {
+  const Tensor& master = full_.tensors()[i];
+  if (!full_.copying()) return master;
+  Tensor& copy = full_.copy_of(i);
+  if (!copy.defined()) {  // the store's copy of it, with the master's gradient slot, filled by each gather
+    copy = Tensor::unfilled(master.shape(), full_.copy_dtype());
+    copy.attach_slot(master.slot());
+  }
+  return copy;
 }
 
 void ParamShards::release(std::size_t i) {
-  if (shape_only()) shape_only_gathered_[i] = Tensor();
-  else full_.tensors()[i].release();
+  if (shape_only()) return void(shape_only_gathered_[i] = Tensor());
+  full_.tensors()[i].release();
+  if (full_.copying() && full_.copy_of(i).defined()) full_.copy_of(i).release();
 }
 
 void ParamShards::reduce_scatter(std::size_t i) {
@@ -147,19 +174,21 @@ const std::vector<std::size_t>& ParamShards::members(const std::string& block) {
   return it->second;
 }
 
-// After a recomputation in backward the block's own backward comes next,
-// and a recompute region runs it without passing through the tape's hooks:
-// the parameters are let go and gathered again at once, as FSDP does
-// (reshard after the recomputing forward, unshard before backward). That
-// gather is the extra communication checkpointing costs under sharding.
+// Also after a recomputation in backward, as FSDP reshards after the
+// recomputing forward and unshards before backward: the block whose backward
+// asked for it (its node is running and reads its weights next) gathers
+// again at once; the other blocks of a segment recomputed with it when their
+// backward reaches them (backward_enter comes before each node), so a
+// segment holds one block's parameters at a time. That gather is the extra
+// communication checkpointing costs under sharding.
 void ParamShards::body_done(const std::string& block) {
   for (std::size_t i : members(block)) release(i);
-  if (in_backward_)
+  if (block == in_backward_of_)
     for (std::size_t i : members(block)) gather(i);
 }
 
 void ParamShards::backward_enter(const std::string& block) {
-  in_backward_ = true;
+  in_backward_of_ = block;
   for (std::size_t i : members(block)) gather(i);
 }
 
@@ -171,7 +200,7 @@ void ParamShards::backward_leave(const std::string& block) {
 }
 
 void ParamShards::backward_end() {
-  in_backward_ = false;
+  in_backward_of_.clear();
   for (std::size_t i = 0; i < owner_.size(); ++i) {
     reduce_scatter(i);
     release(i);
@@ -197,10 +226,10 @@ void ParamShards::release_everything() {
 }
 
 std::int64_t ParamShards::predicted_bytes(const std::map<std::string, int>& recomputed) const {
-  // A gather or a reduce-scatter of s values per rank: 4 s bytes to and from
-  // each other rank.
-  const std::int64_t per_value = 2 * 4 * std::int64_t(comm::size() - 1);
-  std::int64_t values = 0;
+  // A gather of s values per rank: s values (of 4 bytes, or 2 at 16 bits)
+  // to and from each other rank; a reduce-scatter: s float32 values.
+  const std::int64_t per_value = 2 * std::int64_t(comm::size() - 1);
+  std::int64_t values = 0, reduced = 0;
   for (std::size_t i = 0; i < shards_.size(); ++i) {
     const std::int64_t s = shard_size_[i];
     if (!seen_[i]) continue;
@@ -212,9 +241,10 @@ std::int64_t ParamShards::predicted_bytes(const std::map<std::string, int>& reco
       const auto it = recomputed.find(owner_[i]);
       values += s * (2 + (it != recomputed.end() ? it->second : 0));
     }
-    if (full_.trainable(i)) values += s;  // the reduce-scatter
+    if (full_.trainable(i)) reduced += s;
   }
-  return per_value * values + 2 * 8 * std::int64_t(comm::size() - 1);  // and the loss, gathered
+  return per_value * (gathered_value_bytes_ * values + 4 * reduced) +
+         2 * 8 * std::int64_t(comm::size() - 1);  // and the loss, gathered
 }
 
 std::int64_t ParamShards::norm_slots() const {

@@ -13,6 +13,11 @@
 //     than under `full` per recomputed block, the trade-off this measures;
 //   - parameters used outside blocks (embeddings, final norm, head) once per
 //     step, until backward ends.
+// At 16 bits (an open PrecisionScope) what is gathered is the 16-bit copy the
+// step reads, as FSDP's mixed precision does: each rank converts its shard
+// and the ranks exchange 16-bit values, so no whole 16-bit copy is kept and
+// a gather moves half the bytes. The conversion is element by element, so
+// the values are the unsharded copy's, in every gather and recomputation.
 // When backward leaves a block its gradients are complete: they are
 // reduce-scattered (each rank receives the other ranks' parts of its shard
 // and adds them in rank order, the additions data-parallel training makes,
@@ -40,12 +45,13 @@ class ParamShards final : public BlockHooks {
 
   // Takes `full`'s values (the same on every rank) and keeps this rank's
   // shards; from now on `full` is gathered on use. Installs the hooks.
+  // `precision`: the steps' (what a gather moves, for predicted_bytes).
   // Made in a shape-only run (remat estimate --shard-params), it shards for
   // `ranks` ranks (0: comm::size()) and exchanges nothing: gathered values
   // and whole gradients are allocated and freed exactly when a real run
   // would, so the tracker's pools kGatheredPool and kReducingPool count what
   // a rank of such a run holds.
-  explicit ParamShards(ParamStore& full, int ranks = 0);
+  explicit ParamShards(ParamStore& full, Precision precision = Precision::fp32, int ranks = 0);
   ~ParamShards() override;
   ParamShards(const ParamShards&) = delete;
   ParamShards& operator=(const ParamShards&) = delete;
@@ -85,12 +91,14 @@ class ParamShards final : public BlockHooks {
  private:
   void accessed(std::size_t i);
   void gather(std::size_t i);
+  const Tensor& gathered(std::size_t i) const;  // what gather(i) fills: the parameter, or its 16-bit copy
   void reduce_scatter(std::size_t i);
   void release(std::size_t i);
   const std::vector<std::size_t>& members(const std::string& block);  // its parameters, in order
   std::int64_t norm_slots() const;  // chunk sums a rank sends for the norm
 
   ParamStore& full_;
+  std::int64_t gathered_value_bytes_;  // 4, or 2 at 16 bits
   std::vector<Tensor> shards_;
   std::vector<std::int64_t> shard_size_;  // values per rank, a multiple of kNormChunk (the tail padded)
   std::vector<std::string> owner_;        // the block that uses it ("" outside blocks or in several)
@@ -99,7 +107,7 @@ class ParamShards final : public BlockHooks {
   std::vector<Tensor> shape_only_gathered_;  // shape-only: each gathered parameter's stand-in (undefined: released)
   std::map<std::string, std::vector<std::size_t>> members_;  // cache of owner_ by block
   bool first_micro_batch_ = true;
-  bool in_backward_ = false;
+  std::string in_backward_of_;  // the block whose backward runs ("": none)
   std::unique_ptr<BlockHooksScope> hooks_;  // this, installed while it lives
 };
 

@@ -104,9 +104,9 @@ class DataParallel final : public GradientReduction {
 // gradient shards (train/param_shards.hpp); the optimizer steps the shards.
 class ShardedParameters final : public GradientReduction {
  public:
-  ShardedParameters(ParamStore& params, int accumulate)
+  ShardedParameters(ParamStore& params, int accumulate, Precision precision)
       : GradientReduction(params, accumulate, comm::size(), comm::rank()),
-        shards_(std::make_unique<ParamShards>(params)) {}
+        shards_(std::make_unique<ParamShards>(params, precision)) {}
   bool zero_grad() const override { return false; }
   void begin(int k) override {
     shards_->begin_micro_batch(k == 0);
@@ -219,14 +219,14 @@ RankMemory GradientReduction::memory(const Optimizer& optimizer) const {
 }
 
 std::unique_ptr<GradientReduction> make_reduction(ParamStore& params, int accumulate, bool shard_params,
-                                                  const ModelSetup& setup) {
+                                                  const ModelSetup& setup, Precision precision) {
   if (setup.sizes.tp.split()) {
     std::unique_ptr<GradientReduction> replicas;
     if (comm::size(comm::Group::data) > 1) replicas = std::make_unique<DataParallel>(params, accumulate);
     else replicas = std::make_unique<LocalAccumulation>(params, accumulate);
     return std::make_unique<TensorParallel>(params, accumulate, setup, std::move(replicas));
   }
-  if (shard_params) return std::make_unique<ShardedParameters>(params, accumulate);
+  if (shard_params) return std::make_unique<ShardedParameters>(params, accumulate, precision);
   if (comm::size() > 1) return std::make_unique<DataParallel>(params, accumulate);
   return std::make_unique<LocalAccumulation>(params, accumulate);
 }

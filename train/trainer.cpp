@@ -155,7 +155,7 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
   }
   // From here on, under --shard-params, each rank keeps its shards of the
   // parameters and the optimizer steps them.
-  reduction_ = make_reduction(*params_, config_.accumulate, config_.shard_params, config_.setup);
+  reduction_ = make_reduction(*params_, config_.accumulate, config_.shard_params, config_.setup, config_.run.precision);
   std::vector<bool> decays;  // as the whole parameters decay, not as 1-D shards would
   for (const auto& p : params_->tensors()) decays.push_back(remat::decays(p));
   optimizer_ = make_optimizer(config_.optimizer, reduction_->trained(), decays);

@@ -100,6 +100,12 @@ class ParamStore {
   // kCopyPool, sharing the parameter's gradient slot (gradients flow into
   // the float32 master's), and freed when the scope closes.
   static constexpr const char* kCopyPool = "16-bit weights";
+  // While such a scope is open: the type a step reads parameters in, and
+  // parameter i's copy (undefined until its first read). Sharded parameters
+  // (train/param_shards.hpp) gather 16-bit values straight into it.
+  bool copying() const { return copying_; }
+  DType copy_dtype() const { return compute_dtype_; }
+  Tensor& copy_of(std::size_t i) const { return copies_.at(i); }
 
  private:
   std::vector<ParamSpec> specs_;

@@ -140,14 +140,20 @@ void print_point(const EstimateRequest& r, const EstimatePoint& p) {
   std::fflush(stdout);  // each grid point's table as it is done, piped or not
 }
 
-void print_footnotes(bool shard_params) {
+void print_footnotes(bool shard_params, Precision precision) {
   std::printf("\nact: the activation peak of one training step, exact (the tracker's count of a shape-only run of the "
               "model's own code);\n");
   if (shard_params)
     std::printf("gathered: the most whole parameters a rank holds at once (those of the block running, and those used "
-                "outside blocks for the whole step); reducing: the most whole gradients awaiting their reduce-scatter;\n");
-  std::printf("total: parameters + gradients + optimizer state (+ the 16-bit weight copy)%s + act, per rank; T/MFLOP/step: "
+                "outside blocks for the whole step%s); reducing: the most whole gradients awaiting their "
+                "reduce-scatter (float32);\n",
+                precision == Precision::fp32 ? ""
+                                             : ", in 16 bits: each rank converts its float32 shard and the ranks "
+                                               "exchange 16-bit values, as FSDP's mixed precision, so no whole 16-bit "
+                                               "copy is kept");
+  std::printf("total: parameters + gradients + optimizer state%s%s + act, per rank; T/MFLOP/step: "
               "GEMM FLOPs of forward and backward, recomputation included.\n",
+              shard_params || precision == Precision::fp32 ? "" : " + the 16-bit weight copy",
               shard_params ? " + gathered + reducing" : "");
 }
 
@@ -179,7 +185,7 @@ void run(const EstimateOptions& o) {
   if (o.json)
     std::printf("%s\n", rows.dump(1).c_str());
   else
-    print_footnotes(r.shard_params);
+    print_footnotes(r.shard_params, r.precision);
 }
 
 }  // namespace

@@ -75,10 +75,6 @@ std::int64_t configure(TrainOptions& o) {
   c.setup.sizes.dropout = o.dropout;
   validate(c.setup.sizes);
   c.run = o.model.run;
-  if (c.shard_params && c.run.precision != Precision::fp32)
-    throw UserError("--precision " + std::string(precision_name(c.run.precision)) +
-                    " with --shard-params: not supported yet (each rank would hold the whole 16-bit copy of the "
-                    "weights, undoing the sharding); train unsharded, or at fp32");
   c.data = o.model.data;
   c.init = o.model.weights;
   c.ranks = comm::size();

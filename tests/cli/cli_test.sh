@@ -153,6 +153,12 @@ expect_error "no schedule fits" "$remat" plan --config llama-7b --device h100-80
 expect_error "no rates" "$remat" plan --preset tiny --device mem:1G
 expect_error "required without --device" "$remat" plan --preset tiny
 expect_error "--ranks 2 or more" "$remat" estimate --preset tiny --shard-params
+# A plan under sharding plans its activations as train does (before sharding), and keeps them.
+expect_ok "estimate --shard-params budget" "$remat" estimate --config llama-7b --ranks 8 --shard-params --precision bf16 \
+  --device h100-80gb --strategies budget:2G,budget:min
+grep -q "^budget:min .* yes (" out.txt || fail "estimate --shard-params does not plan budget:min: $(cat out.txt)"
+grep -q "in 16 bits: each rank converts its float32 shard" out.txt || fail "estimate does not say sharding gathers 16 bits"
+grep -q "16-bit weight copy" out.txt && fail "estimate --shard-params counts a whole 16-bit weight copy: $(cat out.txt)"
 
 # remat time: steps timed in this process, the resident set and the tracker beside it.
 expect_ok "time" "$remat" time --preset tiny --strategy per-layer --steps 2

@@ -161,6 +161,39 @@ for row in json.load(open("estimate.json")):
     print(row["strategy"], "held as estimated:", held)
 PY
 
+# At bf16 a rank gathers 16-bit values (FSDP's mixed precision), never a
+# whole 16-bit copy: bitwise the unsharded bf16 run, communication as
+# predicted (a gather moves 2 bytes a value), and what a rank holds as the
+# estimate says (no weight copy). The estimate runs on one thread, as each
+# rank does here: the fused attention's workspace is per host thread.
+for s in full sqrt; do
+  "${mpi[@]}" "$remat" "${zero[@]}" --precision bf16 --strategy $s --out dp16-$s.h5 >/dev/null 2>err.txt ||
+    fail "mpirun train bf16 $s: $(cat err.txt)"
+  "${mpi[@]}" "$remat" "${zero[@]}" --precision bf16 --strategy $s --shard-params --out zero16-$s.h5 >/dev/null 2>err.txt ||
+    fail "mpirun train bf16 --shard-params $s: $(cat err.txt)"
+done
+OMP_NUM_THREADS=1 "$remat" estimate --model gpt2 --preset tiny --layers 3 --ranks 2 --shard-params --precision bf16 \
+  --strategies full,sqrt --json >estimate16.json 2>err.txt || fail "estimate --shard-params bf16: $(cat err.txt)"
+"$python" - <<'PY' || fail "sharded bf16 training differs from unsharded, or from its prediction, or holds a whole 16-bit copy"
+import h5py, json
+for row in json.load(open("estimate16.json")):
+    s = row["strategy"]
+    dp, zero = h5py.File(f"dp16-{s}.h5"), h5py.File(f"zero16-{s}.h5")
+    for key in ("loss", "grad_norm", "activation_peak"):
+        assert dp["history/" + key][:].tobytes() == zero["history/" + key][:].tobytes(), (s, key)
+    for name in dp["params"]:
+        assert dp["params"][name][:].tobytes() == zero["params"][name][:].tobytes(), (s, name)
+    assert zero["history/comm_bytes"][:].tolist() == zero["history/predicted_comm_bytes"][:].tolist(), s
+    held = {k: int(zero.attrs["rank_memory." + k]) for k in ("parameters", "gradients", "optimizer", "gathered_peak")}
+    got = {"parameters": row["parameter_bytes"], "gradients": row["gradient_bytes"], "optimizer": row["optimizer_bytes"],
+           "gathered_peak": row["gathered_peak_bytes"]}
+    assert got == held, (s, got, held)
+    assert int(zero["history/activation_peak"][-1]) == row["activation_peak_bytes"], s
+    assert row["weight_copy_bytes"] == 0, (s, row["weight_copy_bytes"])
+# Half the gather bytes of fp32 (its reduce-scatter unchanged): fp32 full moves more.
+assert h5py.File("zero-full.h5")["history/comm_bytes"][0] > h5py.File("zero16-full.h5")["history/comm_bytes"][0]
+PY
+
 # LoRA adapters shard like every parameter (the store finds an adapter by
 # its weight's name, gathered or not): bitwise the unsharded LoRA run.
 lora=(train --model llama --preset tiny --steps 3 --lora 4 --lr 3e-3 --strategy per-layer)
