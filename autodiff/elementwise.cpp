@@ -12,6 +12,20 @@ Tensor clone(const Tensor& t) {
   return out;
 }
 
+Tensor rows_copy(const Tensor& t, std::int64_t first, std::int64_t count, const std::string& label) {
+  Shape shape = t.shape();
+  if (shape.empty() || first < 0 || count < 0 || first + count > shape[0])
+    throw std::invalid_argument("rows_copy: rows [" + std::to_string(first) + ", " + std::to_string(first + count) +
+                                ") of " + to_string(t.shape()));
+  shape[0] = count;
+  Tensor out = Tensor::empty(shape, t.dtype(), label);
+  if (shape_only()) return out;
+  const std::size_t row = count ? out.nbytes() / std::size_t(count) : 0;
+  const auto part = std::make_pair(std::size_t(first) * row, std::size_t(first + count) * row);
+  Kokkos::deep_copy(out.bytes(), Kokkos::subview(t.bytes(), part));
+  return out;
+}
+
 namespace {
 
 // f(d, s) over dst's and src's elements, each as its own type.

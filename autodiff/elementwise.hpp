@@ -5,6 +5,9 @@
 namespace remat {
 
 Tensor clone(const Tensor& t);
+// Rows [first, first + count) of t along its first dimension, copied (no
+// gradient: a batch's ids).
+Tensor rows_copy(const Tensor& t, std::int64_t first, std::int64_t count, const std::string& label);
 // dst += src; src may be of another float type (a bfloat16 gradient into a
 // float32 one), converted element by element.
 void add_inplace(const Tensor& dst, const Tensor& src);

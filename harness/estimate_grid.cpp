@@ -11,6 +11,7 @@
 #include "optim/optimizer.hpp"
 #include "strategies/registry.hpp"
 #include "train/param_shards.hpp"
+#include "zoo/expert_parallel.hpp"
 #include "zoo/tensor_parallel.hpp"
 
 namespace remat {
@@ -80,6 +81,7 @@ std::int64_t EstimatePoint::largest_total() const {
 std::vector<ModelSetup> estimate_points(const EstimateRequest& r) {
   if (r.ranks < 1) throw UserError("--ranks: at least 1");
   if (r.shard_params && r.ranks < 2) throw UserError("--shard-params shards across ranks: give --ranks 2 or more");
+  if (r.shard_params && r.base.sizes.ep.split()) throw UserError("--shard-params with --ep: not yet");
   if (r.shard_params && models().find(r.base.model).reversible)
     throw UserError("--shard-params: " + r.base.model + "'s reversible blocks rebuild their inputs in backward, which "
                     "sharded parameters do not support yet");
@@ -99,6 +101,7 @@ std::vector<ModelSetup> estimate_points(const EstimateRequest& r) {
       if (!r.published || s > setup.sizes.S_max) setup.sizes.S_max = s;  // a preset's moves with S, as everywhere
       validate(setup.sizes);
       tp::validate(setup.model, setup.sizes);
+      ep::validate(setup.model, setup.sizes);
       require_countable(setup.sizes);
       grid.push_back(setup);
     }

@@ -24,7 +24,7 @@ Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bit
   const Sizes& z = p.setup.sizes;
   Table t;
   t.columns = {{"model", ""}, {"preset", ""}, {"strategy", "strategy"}, {"seq", ""}, {"batch", ""}, {"layers", ""},
-               {"attention", ""}, {"precision", ""}, {"tp", ""}, {"sp", ""}, {"ranks", ""}, {"shard_params", ""},
+               {"attention", ""}, {"precision", ""}, {"tp", ""}, {"sp", ""}, {"ep", ""}, {"ranks", ""}, {"shard_params", ""},
                {"parameter_count", ""},
                {"parameter_bytes", ""}, {"gradient_bytes", ""}, {"optimizer_bytes", ""}, {"weight_copy_bytes", ""},
                {"activation_peak_bytes", "act " + u, size}, {"offload_peak_bytes", "offload " + u, size},
@@ -32,15 +32,15 @@ Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bit
                {"reducing_peak_bytes", r.shard_params ? "reducing " + u : "", size}, {"total_bytes", "total " + u, size},
                {"flops", unit_bits == 30 ? "TFLOP/step" : "MFLOP/step", decimals(1, unit_bits == 30 ? 1e12 : 1e6)},
                {"recompute_flops", ""}, {"recompute_share", "recompute", percent(1)},
-               {"comm_bytes", z.tp.split() ? "sent " + u : "", size}, {"recompute_comm_bytes", ""},
+               {"comm_bytes", z.tp.split() || z.ep.split() ? "sent " + u : "", size}, {"recompute_comm_bytes", ""},
                {"device", ""}, {"device_usable_bytes", ""}, {"modelled_step_s", rates ? "model s" : "", seconds},
-               {"modelled_comm_s", rates && z.tp.split() ? "of it comm s" : "", seconds},
+               {"modelled_comm_s", rates && (z.tp.split() || z.ep.split()) ? "of it comm s" : "", seconds},
                {"headroom_bytes", device ? "fits (headroom)" : "", fits}, {"fits", ""}};
   for (const auto& row : p.rows) {
     const Cell none;
     t.add({p.setup.model, p.setup.preset, row.strategy, std::int64_t(z.S), std::int64_t(z.B), std::int64_t(z.L),
            ops::attention_kernel_name(r.attention), precision_name(r.precision), std::int64_t(z.tp.size),
-           z.tp.sequence, std::int64_t(r.ranks), r.shard_params,
+           z.tp.sequence, std::int64_t(z.ep.size), std::int64_t(r.ranks), r.shard_params,
            p.parameter_count, p.parameters, p.gradients, p.optimizer, p.weight_copy, row.activation, row.offload,
            row.gathered, row.reducing, row.total, row.flops, row.recompute_flops,
            row.flops > 0 ? row.recompute_flops / row.flops : 0.0, row.comm_bytes, row.recompute_comm_bytes,

@@ -5,21 +5,38 @@
 #include "comm/comm.hpp"
 #include "core/error.hpp"
 #include "strategies/registry.hpp"
+#include "zoo/expert_parallel.hpp"
 #include "zoo/tensor_parallel.hpp"
 
 namespace remat {
 
 namespace {
 
-RankGroup tensor_group(int size, bool data_parallel) {
-  if (size < 1) throw UserError("--tp " + std::to_string(size) + ": a group has at least one rank");
+// comm's split group: `size` consecutive ranks (named by `flag` in errors).
+RankGroup tensor_group(int size, bool data_parallel, const char* flag = "--tp") {
+  if (size < 1) throw UserError(std::string(flag) + " " + std::to_string(size) + ": a group has at least one rank");
   const bool fits = data_parallel ? comm::size() % size == 0 : comm::size() == size;
   if (size > 1 && !fits)
-    throw UserError("--tp " + std::to_string(size) + " runs on " + (data_parallel ? "a multiple of " : "") +
+    throw UserError(std::string(flag) + " " + std::to_string(size) + " runs on " + (data_parallel ? "a multiple of " : "") +
                     std::to_string(size) + " ranks (mpirun -n " + std::to_string(size) + " remat ...); this job has " +
                     std::to_string(comm::size()) + (comm::built_with_mpi() ? "" : " (this build has no MPI)"));
   comm::set_tensor_group(size);
   return {size, comm::rank(comm::Group::tensor)};
+}
+
+void quiet_other_ranks() {
+  if (comm::rank() != 0 && !std::freopen("/dev/null", "w", stdout))
+    throw std::runtime_error("rank " + std::to_string(comm::rank()) + ": cannot silence stdout");
+}
+
+// --ep: every rank of the job one expert group (comm's split group).
+bool apply_expert_layout(int experts, ModelSetup& setup) {
+  if (experts == 1) return false;
+  setup.sizes.ep = {experts, 0, false};
+  ep::validate(setup.model, setup.sizes);
+  setup.sizes.ep = tensor_group(experts, /*data_parallel=*/false, "--ep");
+  quiet_other_ranks();
+  return true;
 }
 
 }  // namespace
@@ -30,23 +47,24 @@ bool apply_layout(int size, bool sequence, ModelSetup& setup, bool data_parallel
   tp::validate(setup.model, setup.sizes);  // a layout that cannot be is said before how to start it
   setup.sizes.tp = tensor_group(size, data_parallel);
   setup.sizes.tp.sequence = sequence;
-  if (comm::rank() != 0 && !std::freopen("/dev/null", "w", stdout))
-    throw std::runtime_error("rank " + std::to_string(comm::rank()) + ": cannot silence stdout");
+  quiet_other_ranks();
   return true;
 }
 
-void split_over_ranks(int size, bool sequence, ModelSetup& setup, std::unique_ptr<ParamStore>& params) {
-  if (!apply_layout(size, sequence, setup, /*data_parallel=*/false)) return;
+void split_over_ranks(int size, bool sequence, int experts, ModelSetup& setup, std::unique_ptr<ParamStore>& params) {
+  if (experts > 1 && (size > 1 || sequence)) throw UserError("--ep with --tp: not yet");
+  if (!apply_expert_layout(experts, setup) && !apply_layout(size, sequence, setup, /*data_parallel=*/false)) return;
   if (!params->adapted().empty() || params->tensors().size() != params->specs().size())
-    throw UserError("--tp with --lora: not yet");
+    throw UserError(std::string(experts > 1 ? "--ep" : "--tp") + " with --lora: not yet");
   params = tp::part_of(*params, models().find(setup.model).make(setup.sizes)->params(), setup.sizes.tp);
 }
 
-void require_same_plan_on_every_rank(const RankGroup& tp, const std::vector<std::string>& strategies) {
-  if (!tp.split()) return;
+void require_same_plan_on_every_rank(const Sizes& z, const std::vector<std::string>& strategies) {
+  if (!z.tp.split() && !z.ep.split()) return;
   for (const std::string& spec : strategies)
     if (parse_strategy(spec).planned)
-      throw UserError("--tp with " + spec + ": not yet (a plan from timed costs could differ between the ranks)");
+      throw UserError(std::string(z.ep.split() ? "--ep" : "--tp") + " with " + spec +
+                      ": not yet (a plan from timed costs could differ between the ranks)");
 }
 
 }  // namespace remat

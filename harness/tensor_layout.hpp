@@ -20,12 +20,13 @@ namespace remat {
 // other than 0 print nothing on stdout from then on (they print the same).
 bool apply_layout(int size, bool sequence, ModelSetup& setup, bool data_parallel);
 
-// apply_layout (one tensor group) and the whole model's `params` replaced by
-// this rank's parts.
-void split_over_ranks(int size, bool sequence, ModelSetup& setup, std::unique_ptr<ParamStore>& params);
+// apply_layout (one tensor group), or --ep `experts` (expert parallelism,
+// zoo/expert_parallel.hpp: every rank of the job in one expert group), and
+// the whole model's `params` replaced by this rank's parts.
+void split_over_ranks(int size, bool sequence, int experts, ModelSetup& setup, std::unique_ptr<ParamStore>& params);
 
 // Refuses a strategy planned from timed costs under a split (each rank would
 // time its own and could plan differently, and the ranks must recompute alike).
-void require_same_plan_on_every_rank(const RankGroup& tp, const std::vector<std::string>& strategies);
+void require_same_plan_on_every_rank(const Sizes& z, const std::vector<std::string>& strategies);
 
 }  // namespace remat

@@ -144,6 +144,20 @@ TEST_CASE("tensor parallelism's ops backward, in a group of one rank", "[ops][gr
         Approx(ops::cross_entropy(logits, targets).item()).epsilon(1e-14));
 }
 
+TEST_CASE("expert parallelism's exchange backward, in a group of one rank", "[ops][gradcheck][ep]") {
+  // Across ranks under mpirun (tests/cli/ep_test.sh); here every expert is
+  // this process's, and the exchange hands the rows to itself.
+  const RankGroup one;
+  const Tensor probs = ops::softmax(random_leaf({6, 4}, 1, DType::f64, -2, 2));
+  const ops::Routing route = ops::route_top_k(probs, 2);
+  const ops::ExpertExchange x = ops::plan_expert_exchange(route, one);
+  CHECK(x.sent == std::vector<std::int64_t>{12});
+  CHECK(x.local.offsets == route.offsets);
+  require_gradients([&](const Inputs& in) { return ops::to_experts(in[0], x, one); }, {random_leaf({12, 3}, 2)});
+  require_gradients([&](const Inputs& in) { return ops::from_experts(in[0], x, one); }, {random_leaf({12, 3}, 3)});
+  CHECK_THROWS_WITH(ops::to_experts(random_leaf({11, 3}, 4), x, one), Catch::Contains("for 12 routed rows"));
+}
+
 TEST_CASE("embedding_part gives zero rows for ids outside its part", "[ops][tp]") {
   Tensor table = random_leaf({2, 3}, 5);
   Tensor ids = Tensor::from_host(std::vector<std::int32_t>{4, 5, 6, 7}, {4});

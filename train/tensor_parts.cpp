@@ -1,10 +1,12 @@
 #include "train/tensor_parts.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
 #include "autodiff/elementwise.hpp"
 #include "comm/comm.hpp"
+#include "zoo/expert_parallel.hpp"
 #include "zoo/tensor_parallel.hpp"
 
 namespace remat {
@@ -22,7 +24,50 @@ Tensor whole_of(const Tensor& part, const ParamSpec& spec, const Shape& whole, i
   return out;
 }
 
+namespace {
+
+// Every rank's values of `t` (zeros where this rank does not hold it).
+std::vector<double> from_every_rank(const Tensor* t, std::int64_t n) {
+  const std::vector<double> mine = t ? t->to_host_f64() : std::vector<double>(std::size_t(n), 0.0);
+  std::vector<double> all(mine.size() * std::size_t(comm::size(comm::Group::tensor)));
+  comm::gather_all(mine.data(), n, all.data(), comm::Group::tensor);
+  return all;
+}
+
+// Under expert parallelism: an expert's parameter (and gradient) from the
+// rank holding it; a parameter every rank holds from rank 0 (they are the
+// same), its gradient the sum of every rank's (each from its own sequences),
+// added in rank order.
+std::unique_ptr<ParamStore> whole_over_experts(const ModelSetup& setup, const ParamStore& parts, bool with_gradients) {
+  Sizes sizes = setup.sizes;
+  sizes.ep = {};
+  auto whole = std::make_unique<ParamStore>(models().find(setup.model).make(sizes)->params(), DType::f32);
+  if (with_gradients) whole->zero_grad();
+  const int ranks = setup.sizes.ep.size;
+  for (std::size_t i = 0; i < whole->names().size(); ++i) {
+    const std::string& name = whole->names()[i];
+    const Tensor& into = whole->tensors()[i];
+    const std::int64_t n = into.numel();
+    const int owner = ep::owner(name, setup.sizes);
+    const Tensor* mine = parts.has(name) ? &parts[name] : nullptr;
+    const std::vector<double> values = from_every_rank(mine, n);
+    const std::int64_t at = std::max(owner, 0) * n;
+    convert_into(into, Tensor::from_host(std::vector<double>(values.begin() + at, values.begin() + at + n), into.shape()));
+    if (!with_gradients || !into.requires_grad()) continue;
+    const Tensor g = mine ? mine->grad() : Tensor();
+    const std::vector<double> grads = from_every_rank(g.defined() ? &g : nullptr, n);
+    std::vector<double> sum(grads.begin() + at, grads.begin() + at + n);
+    for (int r = 1; owner < 0 && r < ranks; ++r)
+      for (std::int64_t j = 0; j < n; ++j) sum[std::size_t(j)] += grads[std::size_t(r * n + j)];
+    convert_into(into.grad(), Tensor::from_host(sum, into.shape()));
+  }
+  return whole;
+}
+
+}  // namespace
+
 std::unique_ptr<ParamStore> whole_store(const ModelSetup& setup, const ParamStore& parts, bool with_gradients) {
+  if (setup.sizes.ep.split()) return whole_over_experts(setup, parts, with_gradients);
   Sizes sizes = setup.sizes;
   const int ranks = sizes.tp.size;
   sizes.tp = {};

@@ -17,7 +17,9 @@ Tensor whole_of(const Tensor& part, const ParamSpec& spec, const Shape& whole, i
 
 // The whole model's parameters from every rank's parts (`parts`, the split
 // model's store; `setup` the split model's), with their gradients where
-// `with_gradients` (a collective).
+// `with_gradients` (a collective). Under expert parallelism a parameter
+// every rank holds has, on each, the gradient of its own sequences: the
+// whole one is their sum.
 std::unique_ptr<ParamStore> whole_store(const ModelSetup& setup, const ParamStore& parts, bool with_gradients);
 
 // The global norm of the gradients of `grads` (parameter i's gradient, or

@@ -8,10 +8,15 @@
 // Mixtral). The blocks carry, beside the hidden state, the running sums of
 // the router's probabilities (P, differentiable) and the tokens each expert
 // received per layer (no gradient), so that the loss needs nothing kept from
-// the blocks beyond what they hand on.
+// the blocks beyond what they hand on. Under expert parallelism
+// (zoo/expert_parallel.hpp) a rank runs its part of the sequences and holds
+// its part of the experts, and the loss and statistics are summed over ranks.
+#include <optional>
+
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/region.hpp"
 #include "zoo/common.hpp"
+#include "zoo/expert_parallel.hpp"
 #include "zoo/llama_layers.hpp"
 #include "zoo/model.hpp"
 #include "zoo/tensor_parallel.hpp"
@@ -34,7 +39,7 @@ class Mixtral final : public Model {
       llama::append_attention(p, l + "attention", sizes_);
       p.push_back({l + "ffn_norm.weight", {D}, Init::ones});
       append_linear(p, l + "block_sparse_moe.gate", sizes_.E, D, Init::normal, false);
-      for (int e = 0; e < sizes_.E; ++e) {
+      for (int e = ep::first_expert(sizes_); e < ep::first_expert(sizes_) + ep::experts_here(sizes_); ++e) {
         const std::string x = expert(i, e);
         tp::append_column(p, x + "w1", F, D, group, Init::normal, false);
         tp::append_row(p, x + "w2", D, F, group, Init::residual_out, false);
@@ -49,8 +54,14 @@ class Mixtral final : public Model {
   Tensor logits(const ParamStore& p, const Batch& batch) const override { return forward(p, batch)[0]; }
 
   LossTerms loss_terms(const ParamStore& p, const Batch& batch) const override {
-    const Tensors out = forward(p, batch);
-    const Tensor ce = tp::cross_entropy(out[0], batch.targets, sizes_.tp);
+    Tensors out = forward(p, batch);
+    Tensor ce = tp::cross_entropy(out[0], ep::my_sequences(batch.targets, sizes_.ep), sizes_.tp);
+    const RankGroup& g = sizes_.ep;
+    if (g.split()) {  // the whole batch's: each rank's mean over its part, and the router's counts, summed
+      ce = ops::all_reduce(ops::scale(ce, 1.0 / g.size), g);
+      out[1] = ops::all_reduce(out[1], g);
+      out[2] = ops::all_reduce(out[2], g);
+    }
     const Tensor aux = ops::load_balancing_loss(out[1], out[2], std::int64_t(sizes_.L) * batch.tokens.numel());
     const Tensor total = sizes_.router_aux > 0 ? ops::add(ce, ops::scale(aux, sizes_.router_aux)) : ce;
     return {total, {{"ce", ce}, {"aux", aux}}, {{"expert_load", out[2]}}};
@@ -67,14 +78,21 @@ class Mixtral final : public Model {
     // The router's statistics are reductions: kept in the compute type
     // (float32 when the step runs in bfloat16).
     const DType dt = compute_dtype(p["tok_embeddings.weight"].dtype());
-    Tensors x = {ops::dropout(tp::embedding(p, "tok_embeddings.weight", batch.tokens, sizes_.tp), sizes_.dropout),
+    const Tensor tokens = ep::my_sequences(batch.tokens, sizes_.ep);
+    Tensors x = {embedded(p, tokens),
                  Tensor::zeros({sizes_.E}, dt, "router_sums"), Tensor::zeros({sizes_.L, sizes_.E}, dt, "expert_load")};
     for (int i = 0; i < sizes_.L; ++i)
       x = run_block({i, sizes_.L, block_name(i)}, x, [this, &p, i](const Tensors& x) { return block(p, i, x); });
     return {linear(p, "output", tp::enter(ops::rms_norm(x[0], p["norm.weight"], 1e-5), sizes_.tp), false), x[1], x[2]};
   }
 
+  Tensor embedded(const ParamStore& p, const Tensor& tokens) const {
+    const ep::OwnMasks masks(sizes_.ep);
+    return ops::dropout(tp::embedding(p, "tok_embeddings.weight", tokens, sizes_.tp), sizes_.dropout);
+  }
+
   Tensors block(const ParamStore& p, int i, const Tensors& in) const {
+    const ep::OwnMasks masks(sizes_.ep);
     const std::string l = block_name(i) + ".";
     const Tensor& x = in[0];
     const Tensor a = ops::rms_norm(x, p[l + "attention_norm.weight"], 1e-5);
@@ -83,7 +101,7 @@ class Mixtral final : public Model {
     const Tensor probs = ops::softmax(linear(p, l + "block_sparse_moe.gate", m, false));
     const ops::Routing route = ops::route_top_k(probs, sizes_.K);
     std::vector<Tensor> w1, w2, w3;
-    for (int e = 0; e < sizes_.E; ++e) {
+    for (int e = ep::first_expert(sizes_); e < ep::first_expert(sizes_) + ep::experts_here(sizes_); ++e) {
       w1.push_back(p[expert(i, e) + "w1.weight"]);
       w2.push_back(p[expert(i, e) + "w2.weight"]);
       w3.push_back(p[expert(i, e) + "w3.weight"]);
@@ -92,11 +110,18 @@ class Mixtral final : public Model {
     // router runs whole on every rank (the same bits: the same routing). The
     // combined partial outputs are summed over the ranks, and the routing
     // weights' gradient too (each rank's is from its part of the rows).
+    // Under expert parallelism the rows go to their experts' ranks and back.
     const RankGroup& group = sizes_.tp;
     const Tensor rows = ops::dispatch(tp::enter(m, group), route);
-    const Tensor gated = ops::swiglu(ops::grouped_linear(rows, w1, route), ops::grouped_linear(rows, w3, route));
+    const std::optional<ops::ExpertExchange> exchange =
+        sizes_.ep.split() ? std::optional(ops::plan_expert_exchange(route, sizes_.ep)) : std::nullopt;
+    const ops::Routing& mine = exchange ? exchange->local : route;
+    const Tensor here = exchange ? ops::to_experts(rows, *exchange, sizes_.ep) : rows;
+    const Tensor gated = ops::swiglu(ops::grouped_linear(here, w1, mine), ops::grouped_linear(here, w3, mine));
+    const Tensor done = ops::grouped_linear(gated, w2, mine);
     const Tensor weights = tp::enter(ops::routing_weights(probs, route), group);
-    const Tensor parts = ops::combine(ops::grouped_linear(gated, w2, route), weights, route, m.shape());
+    const Tensor back = exchange ? ops::from_experts(done, *exchange, sizes_.ep) : done;
+    const Tensor parts = ops::combine(back, weights, route, m.shape());
     const Tensor y = group.split() ? ops::all_reduce(parts, group) : parts;
     return {ops::add(h, ops::dropout(y, sizes_.dropout)), ops::add(in[1], ops::sum_rows(probs)),
             ops::expert_load(in[2], i, route)};

@@ -26,6 +26,9 @@ struct Sizes {
   // Tensor parallelism (zoo/tensor_parallel.hpp): this rank's part of every
   // split layer; the sizes above stay the whole model's.
   RankGroup tp = {};
+  // Expert parallelism (zoo/expert_parallel.hpp): this rank's experts and
+  // its part of the batch's sequences.
+  RankGroup ep = {};
 };
 
 struct Preset {

@@ -159,4 +159,24 @@ Tensor sum_rows(const Tensor& x);
 // (no gradient), P_e = prob_sums[e] (the router probabilities' sums).
 Tensor load_balancing_loss(const Tensor& prob_sums, const Tensor& load, std::int64_t rows);
 
+// Expert parallelism (autodiff/ops/expert_parallel.cpp): the group's ranks
+// hold E / N experts each, rank q experts [q E/N, (q+1) E/N). A block's
+// exchange, planned from this rank's routing (a small all-to-all of
+// counts): which rows go to which rank, and which rows this rank's experts
+// receive from each rank.
+struct ExpertExchange {
+  int ranks = 1, rank = 0, experts_here = 0;
+  std::vector<std::int64_t> sent;      // [N]: rows this rank sends rank q (its rows for q's experts)
+  std::vector<std::int64_t> received;  // [El N]: rows rank q sends this rank's expert e, at e N + q
+  Routing local;  // the received rows grouped by this rank's experts (offsets over El), for grouped_linear
+};
+ExpertExchange plan_expert_exchange(const Routing& r, const RankGroup& g);
+// Dispatched rows [T k, D] (grouped by expert) to the ranks holding their
+// experts: [R, D], this rank's experts' rows from every rank, grouped by
+// expert and, within an expert, by rank (so in the tokens' order when the
+// ranks hold consecutive sequences). Backward returns the gradients.
+Tensor to_experts(const Tensor& rows, const ExpertExchange& x, const RankGroup& g);
+// Its reverse: this rank's experts' outputs [R, D] back to their tokens' ranks, [T k, D].
+Tensor from_experts(const Tensor& rows, const ExpertExchange& x, const RankGroup& g);
+
 }  // namespace remat::ops

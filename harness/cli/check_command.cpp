@@ -119,7 +119,7 @@ CheckInputs load_inputs(const CheckCommandOptions& o) {
     });
     in.batch = o.model.make_batch(in.setup.sizes);
   }
-  split_over_ranks(o.model.tp, o.model.sp, in.setup, in.params);
+  split_over_ranks(o.model.tp, o.model.sp, o.model.ep, in.setup, in.params);
   return in;
 }
 
@@ -216,9 +216,10 @@ void print_json(const CheckCommandOptions& o, const ModelSetup& setup, const Che
 void refuse_combinations(const CheckCommandOptions& o, const Sizes& sizes) {
   if ((o.freeze.any() || o.lora.any()) && o.train_steps > 0)
     throw UserError("--freeze or --lora with --train-steps: not together yet");
-  if (sizes.tp.split() && (o.freeze.any() || o.lora.any() || o.train_steps > 0 || !o.save_golden.empty() ||
-                           !o.golden.empty()))
-    throw UserError("--tp with --freeze, --lora, --train-steps or a golden file: not yet");
+  if ((sizes.tp.split() || sizes.ep.split()) &&
+      (o.freeze.any() || o.lora.any() || o.train_steps > 0 || !o.save_golden.empty() || !o.golden.empty()))
+    throw UserError(std::string(sizes.ep.split() ? "--ep" : "--tp") +
+                    " with --freeze, --lora, --train-steps or a golden file: not yet");
 }
 
 int run_check_command(const CheckCommandOptions& o) {
@@ -233,7 +234,7 @@ int run_check_command(const CheckCommandOptions& o) {
   refuse_combinations(o, setup.sizes);
   fine_tune(params, *model, batch, o.freeze, o.lora, o.model.run.seed, setup.sizes.L, o.json);
   const auto specs = strategies_for(setup.model, o.strategies, o.model.run.attention);
-  require_same_plan_on_every_rank(setup.sizes.tp, specs);
+  require_same_plan_on_every_rank(setup.sizes, specs);
   if (o.train_steps > 0) return check_trajectories(o, setup, specs);
 
   const Sizes& z = setup.sizes;
@@ -288,6 +289,7 @@ void setup_check(CLI::App& app) {
   auto* cmd = app.add_subcommand("check", "Check every strategy's gradients and memory against full, one step each");
   o->model.bind(*cmd);
   add_tp_options(*cmd, o->model.tp, o->model.sp);
+  add_ep_option(*cmd, o->model.ep);
   add_freeze_options(*cmd, o->freeze);
   add_lora_options(*cmd, o->lora);
   cmd->add_option("--weights", o->weights, "Take the model, sizes, weights and batch from this HDF5 file instead");

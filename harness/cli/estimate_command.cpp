@@ -24,6 +24,7 @@
 #include "step/probe.hpp"
 #include "strategies/registry.hpp"
 #include "zoo/configs.hpp"
+#include "zoo/expert_parallel.hpp"
 
 namespace remat::cli {
 namespace {
@@ -32,7 +33,7 @@ struct EstimateOptions {
   std::string model = "gpt2", preset = "small", config, strategies = "all", device, optimizer = "adamw", svg;
   ops::AttentionKernel attention = ops::AttentionKernel::fused;
   Precision precision = Precision::fp32;
-  int layers = 0, ranks = 1, tp = 1;
+  int layers = 0, ranks = 1, tp = 1, ep = 1, experts = 0, top_k = 0;
   bool sp = false;
   std::vector<int> seq, batch;
   bool json = false, shard_params = false, allow_longer = false;
@@ -87,7 +88,9 @@ EstimateRequest request_of(const EstimateOptions& o) {
     r.base = {o.model, o.preset, preset_sizes(o.preset)};
   }
   if (o.layers) r.base.sizes.L = o.layers;
+  ep::override_experts(r.base.model, r.base.sizes, o.experts, o.top_k);
   r.base.sizes.tp = {o.tp, 0, o.sp};  // rank 0's parts: every rank's are the same shapes
+  r.base.sizes.ep = {o.ep, 0, false};  // (and under expert parallelism, for a balanced routing)
   r.published = !o.config.empty();
   r.allow_longer = o.allow_longer;
   r.seqs = o.seq;
@@ -107,6 +110,8 @@ std::string layout_text(const EstimateRequest& r) {
   std::string s;
   if (r.base.sizes.tp.split()) s += ", tensor-parallel " + std::to_string(r.base.sizes.tp.size);
   if (r.base.sizes.tp.sequence) s += " with sequence parallelism";
+  if (r.base.sizes.ep.split())
+    s += ", expert-parallel " + std::to_string(r.base.sizes.ep.size) + " (routing assumed balanced)";
   if (r.ranks > 1) s += ", " + std::to_string(r.ranks) + (r.base.sizes.tp.split() ? " data-parallel" : "") + " ranks";
   if (r.shard_params) s += " (parameters sharded)";
   return s;
@@ -131,9 +136,14 @@ void print_point(const EstimateRequest& r, const EstimatePoint& p) {
   const int bits = p.largest_total() >= (std::int64_t(1) << 30) ? 30 : 20;
   const char* unit = bits == 30 ? "GiB" : "MiB";
   const auto size = [&](std::int64_t bytes) { return fixed(double(bytes) / double(std::int64_t(1) << bits), 2) + " " + unit; };
-  const char* per_rank = r.ranks > 1 || r.base.sizes.tp.split() ? " per rank" : "";
-  std::printf("\nS %d, B %d%s: parameters %s, gradients %s, optimizer state %s%s%s (%lld parameters)\n",
-              p.setup.sizes.S, p.setup.sizes.B, per_rank, size(p.parameters).c_str(), size(p.gradients).c_str(),
+  const RankGroup& ep = p.setup.sizes.ep;
+  const char* per_rank = r.ranks > 1 || r.base.sizes.tp.split() || ep.split() ? " per rank" : "";
+  // Under expert parallelism B is the group's batch, B / N sequences on each rank.
+  const std::string batch = ep.split() ? std::to_string(p.setup.sizes.B) + " over the expert-parallel group (" +
+                                             std::to_string(p.setup.sizes.B / ep.size) + " per rank)"
+                                       : std::to_string(p.setup.sizes.B) + per_rank;
+  std::printf("\nS %d, B %s: parameters %s, gradients %s, optimizer state %s%s%s (%lld parameters)\n",
+              p.setup.sizes.S, batch.c_str(), size(p.parameters).c_str(), size(p.gradients).c_str(),
               size(p.optimizer).c_str(), p.weight_copy ? (", 16-bit weight copy " + size(p.weight_copy)).c_str() : "",
               per_rank, (long long)p.parameter_count);
   std::printf("%s", render_text(point_table(r, p, bits)).c_str());
@@ -204,6 +214,8 @@ void setup_estimate(CLI::App& app) {
                   "sizes, S its S_max and B 1 unless --seq and --batch say otherwise")
       ->check(CLI::IsMember(config_names()));
   cmd->add_option("--layers", o->layers, "Override the number of blocks L")->check(whole_number(1, 1 << 16));
+  cmd->add_option("--experts", o->experts, "Override a mixture's number of experts E")->check(whole_number(1, 1 << 12));
+  cmd->add_option("--top-k", o->top_k, "Override the experts K each token is routed to")->check(whole_number(1, 1 << 12));
   cmd->add_option("--seq", o->seq, "Sequence lengths S (comma-separated: a grid with --batch)")
       ->delimiter(',')
       ->check(whole_number(1, 1 << 24));
@@ -225,6 +237,10 @@ void setup_estimate(CLI::App& app) {
                   "memory is per rank, and --ranks counts the data-parallel ranks beside it")
       ->check(whole_number(1, 1 << 12));
   cmd->add_flag("--sp", o->sp, "Sequence parallelism with --tp: norms, dropout and residual adds on 1/N of the sequence");
+  cmd->add_option("--ep", o->ep,
+                  "Expert-parallel ranks (mixtral): each holds E/N experts and runs B/N of the sequences, tokens sent "
+                  "to their experts' ranks by all-to-all; a rank's memory for a balanced routing")
+      ->check(whole_number(1, 1 << 12));
   cmd->add_flag("--shard-params", o->shard_params, "ZeRO-3: each rank keeps 1/ranks of parameters, gradients and optimizer state");
   cmd->add_flag("--allow-longer", o->allow_longer, "Estimate sequences beyond the model's S_max, as if it had those positions");
   cmd->add_option("--svg", o->svg, "Also draw DIR/estimate.svg: memory per rank against S, a panel per batch size, "

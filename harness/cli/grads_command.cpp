@@ -25,7 +25,7 @@ struct GradsOptions {
   std::string strategy = "full";
   std::string data;  // overrides the file's batch
   double router_aux = 0.01;
-  int tp = 1;
+  int tp = 1, ep = 1;
   bool sp = false;
   bool force = false;
 };
@@ -34,11 +34,11 @@ void run_grads(const GradsOptions& o) {
   if (!o.out.empty()) check_output(o.out, FileKind::gradients, {o.weights, batch_source_file(o.data)}, o.force);
   LoadedWeights w = load_weights(o.weights, o.force);
   w.setup.sizes.router_aux = o.router_aux;  // a training setting, not in the file
-  split_over_ranks(o.tp, o.sp, w.setup, w.params);
+  split_over_ranks(o.tp, o.sp, o.ep, w.setup, w.params);
   w.model = models().find(w.setup.model).make(w.setup.sizes);
   const auto specs = strategies_for(w.setup.model, o.strategy, o.run.attention);
   if (specs.size() != 1) throw UserError("remat grads runs one strategy; '" + o.strategy + "' names " + std::to_string(specs.size()));
-  require_same_plan_on_every_rank(w.setup.sizes.tp, specs);
+  require_same_plan_on_every_rank(w.setup.sizes, specs);
   const Sizes& z = w.setup.sizes;
   require_step_memory(w.setup, o.run.attention, specs, 3, o.force);
   if (!o.data.empty()) {
@@ -57,17 +57,20 @@ void run_grads(const GradsOptions& o) {
   const double loss = forward_backward(*w.model, *w.params, *w.batch, step_options(o.run, strategy.get()));
   const std::int64_t sent = comm::stats().bytes_sent - before.bytes_sent;
   require_finite_result(loss, *w.params);
-  if (w.setup.sizes.tp.split()) {  // the whole model's gradients, from every rank's parts
+  const bool split = z.tp.split() || z.ep.split();
+  std::size_t written = w.params->names().size();
+  if (split) {  // the whole model's gradients, from every rank's parts
     const auto whole = whole_store(w.setup, *w.params, /*with_gradients=*/true);
+    written = whole->names().size();
     ModelSetup whole_setup = w.setup;
-    whole_setup.sizes.tp = {};
-    if (!o.out.empty() && w.setup.sizes.tp.rank == 0) write_gradients(o.out, whole_setup, *whole, loss);
+    whole_setup.sizes.tp = whole_setup.sizes.ep = {};
+    if (!o.out.empty() && comm::rank() == 0) write_gradients(o.out, whole_setup, *whole, loss);
   } else if (!o.out.empty()) {
     write_gradients(o.out, w.setup, *w.params, loss);
   }
   std::printf("loss %.9g\n", loss);
-  if (w.setup.sizes.tp.split()) std::printf("sent %lld bytes to the other ranks\n", static_cast<long long>(sent));
-  if (!o.out.empty()) std::printf("wrote %s: /loss and /grads for %zu parameters\n", o.out.c_str(), w.params->names().size());
+  if (split) std::printf("sent %lld bytes to the other ranks\n", static_cast<long long>(sent));
+  if (!o.out.empty()) std::printf("wrote %s: /loss and /grads for %zu parameters\n", o.out.c_str(), written);
 }
 
 }  // namespace
@@ -80,6 +83,7 @@ void setup_grads(CLI::App& app) {
   add_run_options(*cmd, o->run, "Seed of the batch (when the file carries none) and of dropout");
   add_router_aux_option(*cmd, o->router_aux);
   add_tp_options(*cmd, o->tp, o->sp);
+  add_ep_option(*cmd, o->ep);
   cmd->add_option("--data", o->data, "Batch source instead of the file's batch (see `remat check --help`)");
   cmd->add_option("--strategy", o->strategy, "Activation-memory strategy (see `remat strategies`)")
       ->capture_default_str();

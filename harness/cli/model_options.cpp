@@ -6,6 +6,7 @@
 #include "estimate/step_need.hpp"
 #include "harness/cli/validators.hpp"
 #include "zoo/configs.hpp"
+#include "zoo/expert_parallel.hpp"
 
 #include <cstdio>
 
@@ -27,7 +28,11 @@ void ModelOptions::bind(CLI::App& cmd) {
       cmd.add_option("--config", config,
                      "A published configuration instead of a preset, at real size (docs/models.md: e.g. llama-7b, "
                      "gpt2-124m, mixtral-8x7b); S is its S_max and B 1 unless --seq and --batch say otherwise")
-          ->check(CLI::IsMember(config_names()))};
+          ->check(CLI::IsMember(config_names())),
+      cmd.add_option("--experts", experts, "Override a mixture's number of experts E (mixtral)")
+          ->check(whole_number(1, 1 << 12)),
+      cmd.add_option("--top-k", top_k, "Override the experts K each token is routed to (mixtral)")
+          ->check(whole_number(1, 1 << 12))};
   cmd.add_option("--seq", seq, "Override the preset's sequence length S")->check(whole_number(1, 1 << 20));
   cmd.add_option("--batch", batch, "Override the preset's batch size B")->check(whole_number(1, 1 << 16));
   cmd.add_option("--data", data, "Batch source: random, copy, reverse, text:PATH, h5:PATH[:DATASET]")
@@ -135,6 +140,15 @@ void add_tp_options(CLI::App& cmd, int& tp, bool& sp) {
                "of the sequence, all-gathers and reduce-scatters in place of the all-reduces (not mixtral)");
 }
 
+void add_ep_option(CLI::App& cmd, int& ep) {
+  cmd.add_option("--ep", ep,
+                 "Expert parallelism over N ranks (mixtral; start with mpirun -n N): each rank holds E/N experts and "
+                 "runs B/N of the sequences, rows sent to their experts' ranks and back by all-to-all "
+                 "(docs/scale-out.md)")
+      ->check(whole_number(1, 1 << 12))
+      ->capture_default_str();
+}
+
 void add_seed_option(CLI::App& cmd, std::uint64_t& seed, const std::string& help) {
   cmd.add_option("--seed", seed, help)->check(seed_number())->capture_default_str();
 }
@@ -182,6 +196,7 @@ ModelSetup ModelOptions::resolve() const {
     if (seq) s.sizes.S = s.sizes.S_max = seq;
   }
   if (batch) s.sizes.B = batch;
+  ep::override_experts(s.model, s.sizes, experts, top_k);
   s.sizes.router_aux = router_aux;
   validate(s.sizes);
   models().find(s.model);

@@ -16,7 +16,7 @@ struct ModelOptions {
   std::string model = "gpt2";
   std::string preset = "tiny";
   std::string config;  // a published configuration (zoo/configs.hpp), instead of a preset
-  int layers = 0, seq = 0, batch = 0;  // 0: the preset's
+  int layers = 0, seq = 0, batch = 0, experts = 0, top_k = 0;  // 0: the preset's
   RunSettings run;               // --seed, --attention, --precision
   std::string data = "random";  // batch source (datasets/batch_source.hpp)
   double router_aux = 0.01;  // mixtral's load-balancing loss weight
@@ -26,6 +26,7 @@ struct ModelOptions {
   std::string weights;
   int tp = 1;       // --tp (where a command takes it): tensor-parallel ranks (harness/tensor_layout.hpp)
   bool sp = false;  // --sp: sequence parallelism in the tensor-parallel group
+  int ep = 1;       // --ep: expert-parallel ranks (zoo/expert_parallel.hpp)
 
   void bind(CLI::App& cmd);
   // bind() and --weights.
@@ -39,7 +40,7 @@ struct ModelOptions {
   std::unique_ptr<ParamStore> make_params(const ModelSetup& setup, bool force) const;
 
  private:
-  std::vector<const CLI::Option*> decided_by_weights_;  // --model, --preset, --layers, --config
+  std::vector<const CLI::Option*> decided_by_weights_;  // --model, --preset, --layers, --config, --experts, --top-k
 };
 
 // --seed, --attention and --precision into `run`: the one way a command
@@ -68,6 +69,7 @@ void fine_tune(std::unique_ptr<ParamStore>& params, const Model& model, const Ba
 
 // --tp N: tensor parallelism over the job's N ranks; --sp: sequence parallelism with it.
 void add_tp_options(CLI::App& cmd, int& tp, bool& sp);
+void add_ep_option(CLI::App& cmd, int& ep);
 
 // --seed, validated.
 void add_seed_option(CLI::App& cmd, std::uint64_t& seed, const std::string& help);

@@ -39,7 +39,8 @@ void setup_strategies(CLI::App& app) {
         "all-gathers and reduce-scatters) again, counted in the estimate's recompute_comm_bytes; a strategy that\n"
         "drops the norms' outputs under --sp gathers them again in backward, as Megatron-LM always does. The\n"
         "budget: strategies under --tp plan only from the device model (estimate, plan --device): a timed plan\n"
-        "could differ between the ranks.\n");
+        "could differ between the ranks. Under --ep N (expert parallelism) a recomputed block sends its rows to\n"
+        "their experts' ranks and back again, counted the same way.\n");
   });
 }
 

@@ -49,7 +49,7 @@ struct Timing {
 Timing time_steps(const TimeOptions& o, const ModelSetup& whole, const std::string& spec, std::int64_t memory) {
   ModelSetup setup = whole;
   auto store = o.model.make_params(setup, o.force);
-  split_over_ranks(o.model.tp, o.model.sp, setup, store);  // --tp: this rank's parts (nothing otherwise)
+  split_over_ranks(o.model.tp, o.model.sp, o.model.ep, setup, store);  // --tp: this rank's parts (nothing otherwise)
   const bool say = !o.json && setup.sizes.tp.rank == 0;
   const auto model = models().find(setup.model).make(setup.sizes);
   const Batch batch = o.model.make_batch(setup.sizes);
@@ -116,6 +116,8 @@ void print_text(const TimeOptions& o, const ModelSetup& setup, const Timing& t) 
   if (o.model.tp > 1)
     std::printf("tensor-parallel over %d ranks%s: each rank's figures (rank 0's printed)\n", o.model.tp,
                 o.model.sp ? ", with sequence parallelism" : "");
+  if (o.model.ep > 1)
+    std::printf("expert-parallel over %d ranks: each rank's figures (rank 0's printed)\n", o.model.ep);
   std::printf("step time: median %.3f s +- %.3f (half the interquartile range), fastest %.3f s, over %d steps after %d "
               "warm-up\n",
               step_median, spread_of(t.seconds).half_iqr, fastest, o.steps, o.warmup);
@@ -132,9 +134,12 @@ void run_time(const TimeOptions& o) {
   const auto specs = strategies_for(setup.model, o.strategy, o.model.run.attention);
   if (specs.size() != 1) throw UserError("remat time runs one strategy; '" + o.strategy + "' names " +
                                          std::to_string(specs.size()) + " (use `remat matrix` for several)");
-  if ((o.model.tp > 1 || o.model.sp) && (o.freeze.any() || o.lora.any()))
-    throw UserError("--tp with --freeze or --lora: not yet");
-  require_same_plan_on_every_rank(RankGroup{o.model.tp}, specs);
+  if ((o.model.tp > 1 || o.model.sp || o.model.ep > 1) && (o.freeze.any() || o.lora.any()))
+    throw UserError(std::string(o.model.ep > 1 ? "--ep" : "--tp") + " with --freeze or --lora: not yet");
+  Sizes layout;
+  layout.tp.size = o.model.tp;
+  layout.ep.size = o.model.ep;
+  require_same_plan_on_every_rank(layout, specs);
   const std::int64_t memory = require_step_memory(setup, o.model.run.attention, specs, 2, o.force);
   const Timing t = time_steps(o, setup, specs[0], memory);
   if (o.json) print_json(o, setup, t);
@@ -151,6 +156,7 @@ void setup_time(CLI::App& app) {
   o->model.preset = "small";
   o->model.bind_with_weights(*cmd);
   add_tp_options(*cmd, o->model.tp, o->model.sp);
+  add_ep_option(*cmd, o->model.ep);
   add_freeze_options(*cmd, o->freeze);
   add_lora_options(*cmd, o->lora);
   cmd->add_option("--strategy", o->strategy, "Activation-memory strategy (see `remat strategies`)")

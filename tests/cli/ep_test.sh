@@ -1,0 +1,93 @@
+#!/usr/bin/env bash
+# Expert parallelism over 2 ranks (docs/scale-out.md): `mpirun -n 2 remat
+# grads --ep 2` gives mixtral's whole loss and gradients within float32
+# reduction tolerance of one process (each rank's mean loss and the shared
+# layers' gradients are summed over the ranks); every exact strategy stays
+# bitwise `full` under the split, with dropout and at bf16; where the routing
+# is balanced by construction (every token to both of 2 experts) each rank's
+# activation peak and the bytes it sends are what `estimate --ep 2` says;
+# bad layouts are refused in one line.
+#   ep_test.sh path/to/remat path/to/mpiexec
+set -uo pipefail
+source "$(dirname "$0")/lib.sh"
+remat=$1
+mpiexec=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+python=${PYTHON:-python3}
+mpi_ranks "$mpiexec" 2
+
+# 1. The split model's loss and gradients are the whole model's.
+"$remat" export --model mixtral --preset tiny --out mixtral.h5 >/dev/null 2>err.txt || fail "export: $(cat err.txt)"
+expect_ok "grads, one process" "$remat" grads --weights mixtral.h5 --out one.h5
+expect_ok "grads --ep 2" "${mpi[@]}" "$remat" grads --weights mixtral.h5 --ep 2 --out two.h5
+[ "$(grep -c '^loss' out.txt)" -eq 1 ] || fail "more than one rank printed: $(cat out.txt)"
+grep -q "/grads for 41 parameters" out.txt || fail "grads --ep does not write the whole model's: $(cat out.txt)"
+"$python" - one.h5 two.h5 <<'PY' || fail "grads --ep 2: gradients differ from one process's"
+import sys, h5py, numpy as np
+one, two = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+l1, l2 = float(one["loss"][()]), float(two["loss"][()])
+assert abs(l1 - l2) <= 1e-6 * abs(l1), (l1, l2)
+assert sorted(one["grads"]) == sorted(two["grads"])
+for name in one["grads"]:
+    a, b = one["grads"][name][:], two["grads"][name][:]
+    scale = np.abs(a).max() + 1e-30
+    assert np.abs(a - b).max() <= 1e-5 * scale, (name, np.abs(a - b).max() / scale)
+PY
+
+# 2. Every strategy under the split: exact ones bitwise full.
+for run in "--dropout 0" "--dropout 0.1" "--precision bf16"; do
+  # shellcheck disable=SC2086
+  expect_ok "check --ep 2 $run" "${mpi[@]}" "$remat" check --model mixtral --ep 2 $run --strategies all
+done
+
+# Four ranks, one expert each (a batch of 4: a sequence each).
+mpi_ranks "$mpiexec" 4
+expect_ok "check --ep 4" "${mpi[@]}" "$remat" check --model mixtral --ep 4 --batch 4 --dropout 0.1 --strategies all
+mpi_ranks "$mpiexec" 2
+
+# 3. Memory and communication as estimated, where every token goes to both of
+# 2 experts (a balanced routing, which the estimate assumes). One thread, as
+# each rank has here: the fused attention's workspace is per host thread.
+balanced=(--model mixtral --preset tiny --experts 2 --top-k 2)
+"${mpi[@]}" "$remat" check "${balanced[@]}" --ep 2 --strategies all --json >check.json 2>err.txt ||
+  fail "check: $(cat err.txt)"
+OMP_NUM_THREADS=1 "$remat" estimate "${balanced[@]}" --ep 2 --strategies all --json >estimate.json 2>err.txt ||
+  fail "estimate: $(cat err.txt)"
+"$python" - check.json estimate.json <<'PY' || fail "measured is not the estimate under --ep 2"
+import json, sys
+check, estimate = (json.load(open(p)) for p in sys.argv[1:])
+measured = {r["strategy"]: r["activation_peak_bytes"] for r in check["strategies"]}
+estimated = {r["strategy"]: r["activation_peak_bytes"] for r in estimate}
+assert measured == estimated, (measured, estimated)
+assert {r["ep"] for r in estimate} == {2}
+PY
+"$remat" export "${balanced[@]}" --out balanced.h5 >/dev/null 2>err.txt || fail "export: $(cat err.txt)"
+for strategy in full per-layer selective; do
+  "${mpi[@]}" "$remat" grads --weights balanced.h5 --ep 2 --strategy "$strategy" >out.txt 2>err.txt ||
+    fail "grads --strategy $strategy: $(cat err.txt)"
+  sent=$(sed -n 's/^sent \([0-9]*\) bytes to the other ranks$/\1/p' out.txt)
+  "$remat" estimate "${balanced[@]}" --ep 2 --strategies "$strategy" --json >estimate.json ||
+    fail "estimate --strategies $strategy"
+  predicted=$("$python" -c "import json; print(int(json.load(open('estimate.json'))[0]['comm_bytes']))")
+  [ -n "$sent" ] && [ "$sent" = "$predicted" ] || fail "$strategy: sent ${sent:-nothing said} bytes, the estimate says $predicted"
+done
+
+# 4. time takes the layout.
+expect_ok "time --ep 2" "${mpi[@]}" "$remat" time --model mixtral --preset tiny --ep 2 --strategy per-layer --steps 1 \
+  --warmup 0
+grep -q "expert-parallel over 2 ranks" out.txt || fail "time --ep does not say the layout: $(cat out.txt)"
+
+# 5. Bad layouts: one line, exit 2.
+expect_error "does not divide the experts E = 4" "$remat" estimate --model mixtral --preset tiny --ep 3
+expect_error "gpt2 has none" "$remat" check --model gpt2 --ep 2
+expect_error "does not divide the batch B = 3" "$remat" estimate --model mixtral --preset tiny --batch 3 --ep 2
+expect_error "--ep with --tp: not yet" "$remat" check --model mixtral --ep 2 --tp 2
+expect_error "runs on 2 ranks" "$remat" check --model mixtral --ep 2
+# (each rank says it: two lines)
+"${mpi[@]}" "$remat" check --model mixtral --ep 2 --strategies budget:min >out.txt 2>err.txt
+[ $? -eq 2 ] && grep -q -- "--ep with budget:min: not yet" err.txt || fail "check --ep budget:min: $(cat err.txt)"
+expect_error "has no experts" "$remat" estimate --model llama --experts 2
+
+finish ep
