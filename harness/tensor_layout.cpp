@@ -29,7 +29,8 @@ void quiet_other_ranks() {
     throw std::runtime_error("rank " + std::to_string(comm::rank()) + ": cannot silence stdout");
 }
 
-// --ep: every rank of the job one expert group (comm's split group).
+}  // namespace
+
 bool apply_expert_layout(int experts, ModelSetup& setup) {
   if (experts == 1) return false;
   setup.sizes.ep = {experts, 0, false};
@@ -38,8 +39,6 @@ bool apply_expert_layout(int experts, ModelSetup& setup) {
   quiet_other_ranks();
   return true;
 }
-
-}  // namespace
 
 bool apply_layout(int size, bool sequence, ModelSetup& setup, bool data_parallel) {
   if (size == 1 && !sequence) return false;

@@ -20,6 +20,10 @@ namespace remat {
 // other than 0 print nothing on stdout from then on (they print the same).
 bool apply_layout(int size, bool sequence, ModelSetup& setup, bool data_parallel);
 
+// --ep `experts` (expert parallelism, zoo/expert_parallel.hpp): every rank
+// of the job in one expert group (false: none asked).
+bool apply_expert_layout(int experts, ModelSetup& setup);
+
 // apply_layout (one tensor group), or --ep `experts` (expert parallelism,
 // zoo/expert_parallel.hpp: every rank of the job in one expert group), and
 // the whole model's `params` replaced by this rank's parts.

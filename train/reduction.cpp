@@ -1,6 +1,7 @@
 #include "train/reduction.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "autodiff/backend.hpp"
@@ -10,6 +11,7 @@
 #include "optim/optimizer.hpp"
 #include "train/param_shards.hpp"
 #include "train/tensor_parts.hpp"
+#include "zoo/expert_parallel.hpp"
 #include "zoo/tensor_parallel.hpp"
 
 namespace remat {
@@ -196,7 +198,72 @@ class TensorParallel final : public GradientReduction {
   std::vector<Shape> whole_shapes_;
 };
 
+// Expert parallelism (zoo/expert_parallel.hpp): the job's ranks hold the
+// experts between them and run the batch's sequences between them. After the
+// micro-batches a layer every rank holds has, on each, the gradient of its
+// own sequences: summed here over the group, in rank order, so every rank
+// steps it alike; an expert's gradient is whole on the rank holding it.
+class ExpertParallel final : public GradientReduction {
+ public:
+  ExpertParallel(ParamStore& params, int accumulate, const ModelSetup& setup)
+      : GradientReduction(params, accumulate, 1, 0), setup_(setup), inner_(params, accumulate) {}
+  void add(int k, double loss) override { inner_.add(k, loss); }
+  double finish() override {
+    const double loss = inner_.finish();
+    const int N = setup_.sizes.ep.size;
+    for (std::size_t i = 0; i < params_.tensors().size(); ++i) {
+      const Tensor g = params_.tensors()[i].grad();
+      if (!g.defined() || ep::owner(params_.names()[i], setup_.sizes) >= 0) continue;
+      const std::vector<float> mine = g.to_host_f32();
+      std::vector<float> all(mine.size() * std::size_t(N)), sum(mine.size(), 0.0f);
+      comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data(), comm::Group::tensor);
+      for (std::size_t j = 0; j < mine.size(); ++j) {
+        sum[j] = all[j];
+        for (int r = 1; r < N; ++r) sum[j] += all[std::size_t(r) * mine.size() + j];
+      }
+      backend::upload(g, sum);
+    }
+    return loss;
+  }
+  double gradient_norm() const override {
+    double shared = 0, mine = 0;  // the shared layers' (the same on every rank), this rank's experts'
+    for (std::size_t i = 0; i < params_.tensors().size(); ++i) {
+      const Tensor g = params_.tensors()[i].grad();
+      if (!g.defined()) continue;
+      double sum = 0;
+      for (double v : g.to_host_f64()) sum += v * v;
+      (ep::owner(params_.names()[i], setup_.sizes) < 0 ? shared : mine) += sum;
+    }
+    std::vector<double> all(std::size_t(setup_.sizes.ep.size));
+    comm::gather_all(&mine, 1, all.data(), comm::Group::tensor);
+    for (double s : all) shared += s;  // in rank order: every rank the same
+    return std::sqrt(shared);
+  }
+  // The shared layers' gradients, each rank's to every other, and the norm's one value.
+  std::int64_t predicted_bytes(const Strategy&) const override {
+    std::int64_t shared = 0;
+    for (std::size_t i = 0; i < params_.tensors().size(); ++i)
+      if (params_.trainable(i) && ep::owner(params_.names()[i], setup_.sizes) < 0) shared += params_.tensors()[i].numel();
+    return 2 * (4 * shared + 8) * std::int64_t(setup_.sizes.ep.size - 1);
+  }
+  std::unique_ptr<ParamStore> whole_params() const override { return whole_store(setup_, params_, false); }
+  std::vector<Tensor> whole_buffers(const std::vector<Tensor>& buffers) const override {
+    return whole_expert_buffers(setup_, params_, buffers);
+  }
+
+ private:
+  ModelSetup setup_;
+  LocalAccumulation inner_;
+};
+
 }  // namespace
+
+std::vector<Tensor> GradientReduction::whole_buffers(const std::vector<Tensor>& buffers) const {
+  std::vector<Tensor> whole(buffers.size());
+  for (std::size_t i = 0; i < buffers.size(); ++i)
+    if (buffers[i].defined()) whole[i] = this->whole(i, buffers[i]);
+  return whole;
+}
 
 GradientReduction::GradientReduction(ParamStore& params, int accumulate, int ranks, int rank)
     : params_(params), ranks_(ranks), accumulate_(accumulate), rank_(rank) {}
@@ -220,6 +287,7 @@ RankMemory GradientReduction::memory(const Optimizer& optimizer) const {
 
 std::unique_ptr<GradientReduction> make_reduction(ParamStore& params, int accumulate, bool shard_params,
                                                   const ModelSetup& setup, Precision precision) {
+  if (setup.sizes.ep.split()) return std::make_unique<ExpertParallel>(params, accumulate, setup);
   if (setup.sizes.tp.split()) {
     std::unique_ptr<GradientReduction> replicas;
     if (comm::size(comm::Group::data) > 1) replicas = std::make_unique<DataParallel>(params, accumulate);

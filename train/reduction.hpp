@@ -66,6 +66,9 @@ class GradientReduction {
   virtual void gather_weights() {}
   virtual void release_weights() {}
   virtual Tensor whole(std::size_t i, const Tensor& buffer) const { (void)i; return buffer; }
+  // An optimizer state's buffers (one per parameter here, undefined where
+  // frozen) as the whole model's, in whole_params()' order (a collective).
+  virtual std::vector<Tensor> whole_buffers(const std::vector<Tensor>& buffers) const;
   // The whole parameters where params() holds parts of them (tensor
   // parallelism: a collective), else null: params() are whole.
   virtual std::unique_ptr<ParamStore> whole_params() const { return nullptr; }
@@ -82,7 +85,8 @@ class GradientReduction {
 };
 
 // The mode a configuration asks for: sharded, data parallel (several ranks),
-// tensor parallel (`setup`'s sizes split: its ranks one replica), or local.
+// tensor parallel (`setup`'s sizes split: its ranks one replica), expert
+// parallel (the job one expert group), or local.
 // Sharded parameters take over `params` (train/param_shards.hpp) and gather
 // in the steps' `precision`.
 std::unique_ptr<GradientReduction> make_reduction(ParamStore& params, int accumulate, bool shard_params,

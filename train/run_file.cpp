@@ -71,7 +71,8 @@ std::vector<Setting> settings(const TrainConfig& c) {
           {&S::ranks, std::to_string(c.ranks)},
           {&S::shard_params, c.shard_params ? "yes" : "no"},
           {&S::tensor_parallel, "tp=" + std::to_string(c.setup.sizes.tp.size) +
-                                    ";sp=" + (c.setup.sizes.tp.sequence ? "yes" : "no")}};
+                                    ";sp=" + (c.setup.sizes.tp.sequence ? "yes" : "no")},
+          {&S::expert_parallel, "ep=" + std::to_string(c.setup.sizes.ep.size)}};
   all.insert(all.end(), model_settings.begin(), model_settings.end());
   return all;
 }
@@ -125,6 +126,25 @@ std::vector<T> history_or(const h5::File& f, const h5::Dataset<T>& d, std::size_
   return d.exists_in(f, "") ? history(f, d, n) : std::vector<T>(n, missing);
 }
 
+// The tensor- and expert-parallel layouts a run was trained under (files
+// before them: none).
+void read_layout(const h5::File& f, Sizes& z) {
+  if (const auto t = run_file::setting::tensor_parallel.read(f, "/")) {
+    int size = 0;
+    char sp[4] = {};
+    if (std::sscanf(t->c_str(), "tp=%d;sp=%3s", &size, sp) != 2 || size < 1 ||
+        (std::string(sp) != "yes" && std::string(sp) != "no"))
+      throw UserError(f.path() + ": 'train.tensor_parallel' = '" + *t + "' is not tp=N;sp=yes or tp=N;sp=no");
+    z.tp = {size, 0, std::string(sp) == "yes"};
+  }
+  if (const auto e = run_file::setting::expert_parallel.read(f, "/")) {
+    int size = 0;
+    if (std::sscanf(e->c_str(), "ep=%d", &size) != 1 || size < 1)
+      throw UserError(f.path() + ": 'train.expert_parallel' = '" + *e + "' is not ep=N");
+    z.ep = {size, 0, false};
+  }
+}
+
 TrainConfig read_config(const h5::File& f, const ModelSetup& setup) {
   TrainConfig c;
   c.setup = setup;
@@ -171,14 +191,7 @@ TrainConfig read_config(const h5::File& f, const ModelSetup& setup) {
       throw UserError(f.path() + ": 'train.shard_params' = '" + *shard + "' is neither yes nor no");
     c.shard_params = *shard == "yes";
   }
-  if (const auto t = run_file::setting::tensor_parallel.read(f, "/")) {  // files before it: none
-    int size = 0;
-    char sp[4] = {};
-    if (std::sscanf(t->c_str(), "tp=%d;sp=%3s", &size, sp) != 2 || size < 1 ||
-        (std::string(sp) != "yes" && std::string(sp) != "no"))
-      throw UserError(f.path() + ": 'train.tensor_parallel' = '" + *t + "' is not tp=N;sp=yes or tp=N;sp=no");
-    c.setup.sizes.tp = {size, 0, std::string(sp) == "yes"};
-  }
+  read_layout(f, c.setup.sizes);
   // "rank=R;alpha=A;targets=..." (absent or empty: no LoRA).
   if (const auto lora = run_file::setting::lora.read(f, "/"); lora && !lora->empty())
     c.lora = LoraOptions::parse(*lora, f.path() + ": 'train.lora'");

@@ -26,6 +26,11 @@ Tensor whole_of(const Tensor& part, const ParamSpec& spec, const Shape& whole, i
 
 namespace {
 
+std::size_t index_of(const ParamStore& store, const std::string& name) {
+  const auto& names = store.names();
+  return std::size_t(std::find(names.begin(), names.end(), name) - names.begin());
+}
+
 // Every rank's values of `t` (zeros where this rank does not hold it).
 std::vector<double> from_every_rank(const Tensor* t, std::int64_t n) {
   const std::vector<double> mine = t ? t->to_host_f64() : std::vector<double>(std::size_t(n), 0.0);
@@ -65,6 +70,27 @@ std::unique_ptr<ParamStore> whole_over_experts(const ModelSetup& setup, const Pa
 }
 
 }  // namespace
+
+std::vector<Tensor> whole_expert_buffers(const ModelSetup& setup, const ParamStore& parts,
+                                         const std::vector<Tensor>& buffers) {
+  Sizes sizes = setup.sizes;
+  sizes.ep = {};
+  std::vector<Tensor> whole;
+  for (const auto& spec : models().find(setup.model).make(sizes)->params()) {
+    const int owner = ep::owner(spec.name, setup.sizes);
+    const std::size_t i = parts.has(spec.name) ? index_of(parts, spec.name) : parts.names().size();
+    const Tensor* mine = i < buffers.size() && buffers[i].defined() ? &buffers[i] : nullptr;
+    if (owner < 0) {
+      whole.push_back(mine ? *mine : Tensor());
+      continue;
+    }
+    const std::int64_t n = numel(spec.shape);
+    const std::vector<double> all = from_every_rank(mine, n);
+    whole.push_back(Tensor::from_host(std::vector<float>(all.begin() + owner * n, all.begin() + (owner + 1) * n),
+                                      spec.shape));
+  }
+  return whole;
+}
 
 std::unique_ptr<ParamStore> whole_store(const ModelSetup& setup, const ParamStore& parts, bool with_gradients) {
   if (setup.sizes.ep.split()) return whole_over_experts(setup, parts, with_gradients);

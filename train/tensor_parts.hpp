@@ -22,6 +22,12 @@ Tensor whole_of(const Tensor& part, const ParamSpec& spec, const Shape& whole, i
 // whole one is their sum.
 std::unique_ptr<ParamStore> whole_store(const ModelSetup& setup, const ParamStore& parts, bool with_gradients);
 
+// Under expert parallelism: an optimizer buffer per parameter of `parts`
+// (this rank's) as the whole model's, in its order: an expert's from the
+// rank holding it, a shared layer's this rank's (every rank's is the same).
+std::vector<Tensor> whole_expert_buffers(const ModelSetup& setup, const ParamStore& parts,
+                                         const std::vector<Tensor>& buffers);
+
 // The global norm of the gradients of `grads` (parameter i's gradient, or
 // undefined where frozen): the split parameters' parts summed over the ranks
 // of `g` (a part several ranks hold, once), the whole ones once (every rank

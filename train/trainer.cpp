@@ -1,5 +1,6 @@
 #include "train/trainer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cmath>
@@ -25,9 +26,13 @@ void validate(const TrainConfig& c) {
   if (c.steps < 1) throw UserError("--steps must be at least 1");
   if (c.accumulate < 1) throw UserError("--accumulate must be at least 1");
   const RankGroup& tp = c.setup.sizes.tp;
-  if (c.ranks * tp.size != comm::size())
-    throw UserError("the run is set for " + std::to_string(c.ranks * tp.size) + " ranks, but " +
+  const int group = tp.size * c.setup.sizes.ep.size;
+  if (c.ranks * group != comm::size())
+    throw UserError("the run is set for " + std::to_string(c.ranks * group) + " ranks, but " +
                     std::to_string(comm::size()) + " are running it");
+  if (c.setup.sizes.ep.split() &&
+      (c.shard_params || c.lora.any() || c.freeze.any() || parse_strategy(c.strategy).planned))
+    throw UserError("--ep with --shard-params, --lora, --freeze or a planned strategy: not yet");
   if (tp.split() && (c.shard_params || c.lora.any() || c.freeze.any() || parse_strategy(c.strategy).planned))
     throw UserError("--tp with --shard-params, --lora, --freeze or a planned strategy: not yet");
   if (!(c.grad_clip >= 0) || !std::isfinite(c.grad_clip)) throw UserError("--grad-clip must be 0 (none) or positive");
@@ -97,7 +102,7 @@ void agree_on_timings(SaveProfile& p) {
 // of them afterwards.
 std::unique_ptr<ParamStore> starting_weights(const TrainConfig& c, bool resuming) {
   Sizes whole = c.setup.sizes;
-  whole.tp = {};
+  whole.tp = whole.ep = {};
   auto params = std::make_unique<ParamStore>(models().find(c.setup.model).make(whole)->params(), DType::f32);
   if (resuming) return params;
   initialize(*params, c.run.seed, whole.L);
@@ -143,7 +148,7 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
     for (std::size_t i = 0; i < params_->tensors().size(); ++i)
       backend::copy(params_->tensors()[i], resume->weights.params->tensors()[i]);
   }
-  if (z.tp.split()) params_ = tp::part_of(*params_, model_->params(), z.tp);
+  if (z.tp.split() || z.ep.split()) params_ = tp::part_of(*params_, model_->params(), z.tp);
   // A planned strategy is planned once, on these weights and a batch of the
   // run's shape (costs depend on shapes, not on values).
   if (strategy_->needs_costs()) {
@@ -205,15 +210,19 @@ std::int64_t parts_exchange_bytes(const StepRecord& r, int ranks) {
 
 void Trainer::restore_optimizer(const SavedRun& resume) {
   optimizer_->set_steps_taken(resume.optimizer_steps);
+  // The file's buffers are the whole model's, in its order; this rank may
+  // hold fewer parameters (expert parallelism): each found by name.
+  const std::vector<std::string>& whole = resume.weights.params->names();
   for (const auto& name : optimizer_->state_names()) {
     auto& buffers = optimizer_->state(name);
     const auto found = resume.optimizer_state.find(name);
     for (std::size_t i = 0; i < buffers.size(); ++i) {
       if (!buffers[i].defined()) continue;  // frozen
-      if (found == resume.optimizer_state.end() || found->second[i].empty())
+      const auto j = std::size_t(std::find(whole.begin(), whole.end(), params_->names()[i]) - whole.begin());
+      if (found == resume.optimizer_state.end() || j >= found->second.size() || found->second[j].empty())
         throw UserError(config_.out + ": missing optimizer state /optimizer/" + name + "/" + params_->names()[i] +
                         "; the run file is damaged or not a remat run file, and cannot be resumed");
-      backend::upload(buffers[i], reduction_->mine(i, found->second[i]));
+      backend::upload(buffers[i], reduction_->mine(i, found->second[j]));
     }
   }
 }
@@ -316,9 +325,7 @@ void Trainer::save() {
   // Every rank gathers (collectives), rank 0 writes whole weights and state.
   reduction_->gather_weights();
   OptimizerState whole = optimizer_state(*optimizer_);
-  for (auto& named : whole.buffers)
-    for (std::size_t i = 0; i < named.second.size(); ++i)
-      if (named.second[i].defined()) named.second[i] = reduction_->whole(i, named.second[i]);
+  for (auto& named : whole.buffers) named.second = reduction_->whole_buffers(named.second);
   const auto whole_params = reduction_->whole_params();  // tensor parallelism: every rank's parts joined
   if (comm::rank() == 0) write_run_file(config_.out, config_, state_, whole_params ? *whole_params : *params_, whole);
   reduction_->release_weights();

@@ -78,7 +78,10 @@ std::int64_t configure(TrainOptions& o) {
   c.data = o.model.data;
   c.init = o.model.weights;
   c.ranks = comm::size();
-  if (apply_layout(o.model.tp, o.model.sp, c.setup, /*data_parallel=*/true))  // each tensor group one replica
+  if (o.model.ep > 1 && (o.model.tp > 1 || o.model.sp)) throw UserError("--ep with --tp: not yet");
+  if (apply_expert_layout(o.model.ep, c.setup))  // the job one expert group
+    c.ranks = 1;
+  else if (apply_layout(o.model.tp, o.model.sp, c.setup, /*data_parallel=*/true))  // each tensor group one replica
     c.ranks = comm::size(comm::Group::data);
   const auto specs = strategies_for(c.setup.model, o.strategy, c.run.attention);
   if (specs.size() != 1) throw UserError("remat train runs one strategy; '" + o.strategy + "' names " + std::to_string(specs.size()));
@@ -132,6 +135,7 @@ std::string layout_text(const TrainConfig& c) {
   if (tp.split())
     s += std::string(c.ranks > 1 ? ", each" : ",") + " tensor-parallel " + std::to_string(tp.size) +
          (tp.sequence ? " with sequence parallelism" : "");
+  if (c.setup.sizes.ep.split()) s += ", expert-parallel " + std::to_string(c.setup.sizes.ep.size);
   return s;
 }
 
@@ -238,6 +242,7 @@ void setup_train(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "Train a model under a strategy; record the run and save it so that it resumes");
   o->model.bind_with_weights(*cmd);
   add_tp_options(*cmd, o->model.tp, o->model.sp);
+  add_ep_option(*cmd, o->model.ep);
   add_freeze_options(*cmd, o->config.freeze);
   add_lora_options(*cmd, o->config.lora);
   cmd->add_option("--adapters-out", o->adapters_out,

@@ -6,6 +6,7 @@
 # bitwise `full` under the split, with dropout and at bf16; where the routing
 # is balanced by construction (every token to both of 2 experts) each rank's
 # activation peak and the bytes it sends are what `estimate --ep 2` says;
+# training follows one process's losses and resumes bitwise after a kill;
 # bad layouts are refused in one line.
 #   ep_test.sh path/to/remat path/to/mpiexec
 set -uo pipefail
@@ -74,12 +75,54 @@ for strategy in full per-layer selective; do
   [ -n "$sent" ] && [ "$sent" = "$predicted" ] || fail "$strategy: sent ${sent:-nothing said} bytes, the estimate says $predicted"
 done
 
-# 4. time takes the layout.
+# 4. Training under --ep 2 follows one process's losses within 1e-4 over 100 steps, its communication as
+# predicted, and writes the whole model; killed and resumed, a run ends bitwise as one left alone.
+T=(train --model mixtral --preset tiny --lr 3e-3 --grad-clip 1 --data copy --steps 100)
+"$remat" "${T[@]}" --out one-run.h5 >/dev/null 2>err.txt || fail "train, one process: $(cat err.txt)"
+expect_ok "train --ep 2" "${mpi[@]}" "$remat" "${T[@]}" --ep 2 --out ep-run.h5
+grep -q "expert-parallel 2" out.txt || fail "train: the layout is not said: $(cat out.txt)"
+"$python" - one-run.h5 ep-run.h5 <<'PY' || fail "train --ep 2: off one process's trajectory, or its communication"
+import sys, h5py, numpy as np
+one, two = (h5py.File(p) for p in sys.argv[1:])
+a, b = one["history/loss"][:], two["history/loss"][:]
+assert len(a) == len(b) == 100 and np.abs(a - b).max() <= 1e-4, np.abs(a - b).max()
+sent, predicted = two["history/comm_bytes"][:], two["history/predicted_comm_bytes"][:]
+assert (sent > 0).all() and (sent == predicted).all(), (sent[:3], predicted[:3])
+assert sorted(one["params"]) == sorted(two["params"])
+for k in one["optimizer"]:
+    assert sorted(one["optimizer"][k]) == sorted(two["optimizer"][k]), k
+PY
+K=(train --model mixtral --preset tiny --seq 128 --batch 8 --lr 3e-3 --grad-clip 1 --data copy --ep 2
+   --strategy per-layer --dropout 0.1 --steps 200 --save-every 10)
+"${mpi[@]}" "$remat" "${K[@]}" --out whole-run.h5 >/dev/null 2>err.txt || fail "train --ep 2: $(cat err.txt)"
+"${mpi[@]}" "$remat" "${K[@]}" --out cut-run.h5 >/dev/null 2>&1 &
+job=$!
+for _ in $(seq 3000); do  # killed as soon as the first save exists (a file test every 10 ms)
+  [ -e cut-run.h5 ] && break
+  sleep 0.01
+done
+kill "$job" 2>/dev/null
+wait "$job" 2>/dev/null
+expect_ok "train --ep 2 --resume" "${mpi[@]}" "$remat" "${K[@]}" --out cut-run.h5 --resume
+grep -Eq "resuming cut-run.h5 at step ([1-9]|[1-9][0-9]|1[0-9][0-9]) of 200" out.txt ||
+  fail "the killed run did not resume mid-way: $(cat out.txt)"
+"$python" - whole-run.h5 cut-run.h5 <<'PY' || fail "train --ep 2, killed and resumed, is not the run left alone"
+import sys, h5py
+a, b = (h5py.File(p) for p in sys.argv[1:])
+assert a["history/loss"][:].tobytes() == b["history/loss"][:].tobytes(), "losses differ"
+for n in a["params"]:
+    assert a["params"][n][:].tobytes() == b["params"][n][:].tobytes(), n
+for k in a["optimizer"]:
+    for n in a["optimizer"][k]:
+        assert a["optimizer"][k][n][:].tobytes() == b["optimizer"][k][n][:].tobytes(), (k, n)
+PY
+
+# 5. time takes the layout.
 expect_ok "time --ep 2" "${mpi[@]}" "$remat" time --model mixtral --preset tiny --ep 2 --strategy per-layer --steps 1 \
   --warmup 0
 grep -q "expert-parallel over 2 ranks" out.txt || fail "time --ep does not say the layout: $(cat out.txt)"
 
-# 5. Bad layouts: one line, exit 2.
+# 6. Bad layouts: one line, exit 2.
 expect_error "does not divide the experts E = 4" "$remat" estimate --model mixtral --preset tiny --ep 3
 expect_error "gpt2 has none" "$remat" check --model gpt2 --ep 2
 expect_error "does not divide the batch B = 3" "$remat" estimate --model mixtral --preset tiny --batch 3 --ep 2
@@ -89,5 +132,7 @@ expect_error "runs on 2 ranks" "$remat" check --model mixtral --ep 2
 "${mpi[@]}" "$remat" check --model mixtral --ep 2 --strategies budget:min >out.txt 2>err.txt
 [ $? -eq 2 ] && grep -q -- "--ep with budget:min: not yet" err.txt || fail "check --ep budget:min: $(cat err.txt)"
 expect_error "has no experts" "$remat" estimate --model llama --experts 2
+"${mpi[@]}" "$remat" train --model mixtral --preset tiny --ep 2 --shard-params --steps 1 >out.txt 2>err.txt
+[ $? -eq 2 ] && grep -q -- "--ep with --shard-params" err.txt || fail "train --ep --shard-params: $(cat err.txt)"
 
 finish ep
