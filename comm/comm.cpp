@@ -263,33 +263,37 @@ void all_to_all(const std::uint16_t* send, std::int64_t n, std::uint16_t* recv, 
   exchange(send, n, recv, g);
 }
 
-void all_to_all_bytes(const void* send, const std::vector<std::int64_t>& send_bytes, void* recv,
-                      const std::vector<std::int64_t>& recv_bytes, Group g) {
+void all_to_all_rows(const void* send, const std::vector<std::int64_t>& send_rows, void* recv,
+                     const std::vector<std::int64_t>& recv_rows, std::size_t row_bytes, Group g) {
   const int ranks = size(g), me = rank(g);
-  if (int(send_bytes.size()) != ranks || int(recv_bytes.size()) != ranks)
-    throw std::logic_error("all_to_all_bytes: counts for " + std::to_string(send_bytes.size()) + " ranks, not " +
+  if (int(send_rows.size()) != ranks || int(recv_rows.size()) != ranks)
+    throw std::logic_error("all_to_all_rows: counts for " + std::to_string(send_rows.size()) + " ranks, not " +
                            std::to_string(ranks));
   if (ranks == 1) {
-    std::copy_n(static_cast<const char*>(send), send_bytes[0], static_cast<char*>(recv));
+    std::copy_n(static_cast<const char*>(send), std::size_t(send_rows[0]) * row_bytes, static_cast<char*>(recv));
     return;
   }
 #ifdef REMAT_HAVE_MPI
   Timed timed;
   State& s = state();
   const std::size_t n = static_cast<std::size_t>(ranks);
-  std::vector<int> sc(n), rc(n), sd(n), rd(n);
+  std::vector<int> sc(n), rc(n), sd(n), rd(n);  // in rows: a row is one element of MPI's type
   std::int64_t sent = 0, received = 0;
-  for (int r = 0; r < ranks; ++r) {
-    if (sent + send_bytes[std::size_t(r)] > INT32_MAX || received + recv_bytes[std::size_t(r)] > INT32_MAX)
-      throw std::logic_error("MPI: an exchange of more than 2^31 bytes per rank");
-    sc[std::size_t(r)] = int(send_bytes[std::size_t(r)]), sd[std::size_t(r)] = int(sent);
-    rc[std::size_t(r)] = int(recv_bytes[std::size_t(r)]), rd[std::size_t(r)] = int(received);
-    sent += send_bytes[std::size_t(r)], received += recv_bytes[std::size_t(r)];
+  for (std::size_t r = 0; r < n; ++r) {
+    if (sent + send_rows[r] > INT32_MAX || received + recv_rows[r] > INT32_MAX || row_bytes > INT32_MAX)
+      throw std::logic_error("MPI: an exchange of more than 2^31 rows per rank");
+    sc[r] = int(send_rows[r]), sd[r] = int(sent), rc[r] = int(recv_rows[r]), rd[r] = int(received);
+    sent += send_rows[r], received += recv_rows[r];
   }
-  check(MPI_Alltoallv(send, sc.data(), sd.data(), MPI_BYTE, recv, rc.data(), rd.data(), MPI_BYTE, communicator(g)),
-        "Alltoallv");
-  s.stats.bytes_sent += sent - send_bytes[std::size_t(me)];  // a rank's own part stays here
-  s.stats.bytes_received += received - recv_bytes[std::size_t(me)];
+  MPI_Datatype row;
+  check(MPI_Type_contiguous(int(row_bytes), MPI_BYTE, &row), "Type_contiguous");
+  check(MPI_Type_commit(&row), "Type_commit");
+  const int rc_all = MPI_Alltoallv(send, sc.data(), sd.data(), row, recv, rc.data(), rd.data(), row, communicator(g));
+  MPI_Type_free(&row);
+  check(rc_all, "Alltoallv");
+  const auto bytes = [&](std::int64_t rows) { return rows * std::int64_t(row_bytes); };
+  s.stats.bytes_sent += bytes(sent - send_rows[std::size_t(me)]);  // a rank's own part stays here
+  s.stats.bytes_received += bytes(received - recv_rows[std::size_t(me)]);
 #else
   (void)me;
 #endif

@@ -73,13 +73,13 @@ void all_to_all(const float* send, std::int64_t n, float* recv, Group g = Group:
 void all_to_all(const double* send, std::int64_t n, double* recv, Group g = Group::world);
 void all_to_all(const std::uint16_t* send, std::int64_t n, std::uint16_t* recv, Group g = Group::world);
 
-// Parts of different sizes, as bytes: part r of `send` (send_bytes[r] bytes,
-// the parts one after another in rank order) goes to rank r, and what rank
-// r sends this rank lands in `recv` at part r (recv_bytes[r] bytes, the same
-// order), as expert parallelism sends tokens to the ranks holding their
-// experts. Every rank's counts must agree with its peers'.
-void all_to_all_bytes(const void* send, const std::vector<std::int64_t>& send_bytes, void* recv,
-                      const std::vector<std::int64_t>& recv_bytes, Group g = Group::world);
+// Parts of different sizes, in rows of `row_bytes` bytes: part r of `send`
+// (send_rows[r] rows, the parts one after another in rank order) goes to
+// rank r, and what rank r sends this rank lands in `recv` at part r
+// (recv_rows[r] rows, the same order), as expert parallelism sends tokens to
+// the ranks holding their experts. Every rank's counts must agree with its peers'.
+void all_to_all_rows(const void* send, const std::vector<std::int64_t>& send_rows, void* recv,
+                     const std::vector<std::int64_t>& recv_rows, std::size_t row_bytes, Group g = Group::world);
 
 // Called by a rank that failed: whether every rank fails too (each calls
 // this within `seconds` of the others), as all do on an error in what was

@@ -98,7 +98,10 @@ ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::stri
     const std::string& spec = strategies[i];
     say("strategy " + spec + " (" + std::to_string(i + 1) + " of " + std::to_string(strategies.size()) + ")");
     auto strategy = make_strategy(spec);
-    if (strategy->needs_costs()) strategy->plan(*costs);
+    if (strategy->needs_costs()) {
+      if (!costs) throw std::logic_error("shape_only_run: '" + spec + "' needs costs that were not made");
+      strategy->plan(*costs);
+    }
     const double t0 = device ? device->seconds_now() : 0, c0 = device ? device->comm_seconds_now() : 0;
     StepOptions o = step_options(settings, strategy.get());
     o.zero_grad = zero_grad;

@@ -112,6 +112,10 @@ void ParamShards::gather(std::size_t i) {
     return;
   }
   if (whole.resident()) return;
+  // A step's gathers are what predicted_bytes counts (a save's, outside a step, gathers float32).
+  if (full_.copying() && std::int64_t(dtype_size(whole.dtype())) != gathered_value_bytes_)
+    throw std::logic_error("ParamShards: gathering " + std::string(dtype_name(whole.dtype())) +
+                           " values, made for a precision of " + std::to_string(gathered_value_bytes_) + "-byte ones");
   std::vector<float> mine = shards_[i].to_host_f32();
   if (whole.dtype() == DType::f32) return gather_into(std::move(mine), whole);
   // This rank's shard in 16 bits, made afresh (rounded as the unsharded

@@ -54,7 +54,8 @@ std::unique_ptr<ParamStore> whole_over_experts(const ModelSetup& setup, const Pa
     const Tensor& into = whole->tensors()[i];
     const std::int64_t n = into.numel();
     const int owner = ep::owner(name, setup.sizes);
-    const Tensor* mine = parts.has(name) ? &parts[name] : nullptr;
+    // (Through tensors(), not operator[]: no access hook, no 16-bit copy.)
+    const Tensor* mine = parts.has(name) ? &parts.tensors()[index_of(parts, name)] : nullptr;
     const std::vector<double> values = from_every_rank(mine, n);
     const std::int64_t at = std::max(owner, 0) * n;
     convert_into(into, Tensor::from_host(std::vector<double>(values.begin() + at, values.begin() + at + n), into.shape()));

@@ -34,6 +34,14 @@ std::int64_t total_of(const std::vector<std::int64_t>& v) {
   return n;
 }
 
+// [N]: the rows this rank's experts receive from each rank.
+std::vector<std::int64_t> rows_from(const ExpertExchange& x) {
+  std::vector<std::int64_t> rows(std::size_t(x.ranks), 0);
+  for (int r = 0; r < x.ranks; ++r)
+    for (int e = 0; e < x.experts_here; ++e) rows[std::size_t(r)] += x.received[std::size_t(e * x.ranks + r)];
+  return rows;
+}
+
 // Rows from every rank, by rank, each rank's grouped by this rank's experts
 // (the order they arrive in), into [R, D] grouped by expert, rank by rank
 // within each (`to_expert_major`), or back.
@@ -64,15 +72,10 @@ Tensor sent_to_experts(const Tensor& rows, const ExpertExchange& x, const char* 
   const Tensor arrived = Tensor::empty({R, D}, rows.dtype(), "expert_exchange");
   Tensor out = Tensor::empty({R, D}, rows.dtype(), label);
   out.set_tag(label);
-  std::vector<std::int64_t> send(std::size_t(x.ranks)), recv(std::size_t(x.ranks), 0);
-  for (int r = 0; r < x.ranks; ++r) {
-    send[std::size_t(r)] = x.sent[std::size_t(r)] * std::int64_t(row_bytes);
-    for (int e = 0; e < x.experts_here; ++e) recv[std::size_t(r)] += x.received[std::size_t(e * x.ranks + r)];
-    recv[std::size_t(r)] *= std::int64_t(row_bytes);
-  }
-  stats::count_communication(double(total_of(send) - send[std::size_t(x.rank)]));
+  const std::vector<std::int64_t> send = x.sent, recv = rows_from(x);
+  stats::count_communication(double(total_of(send) - send[std::size_t(x.rank)]) * double(row_bytes));
   if (shape_only()) return out;
-  comm::all_to_all_bytes(rows.raw(), send, arrived.raw(), recv, comm::Group::tensor);
+  comm::all_to_all_rows(rows.raw(), send, arrived.raw(), recv, row_bytes, comm::Group::tensor);
   reorder(static_cast<const unsigned char*>(arrived.raw()), static_cast<unsigned char*>(out.raw()), x, row_bytes, true);
   return out;
 }
@@ -86,17 +89,12 @@ Tensor returned_from_experts(const Tensor& rows, const ExpertExchange& x, const 
   const Tensor leaving = Tensor::empty(rows.shape(), rows.dtype(), "expert_exchange");
   Tensor out = Tensor::empty({Tk, D}, rows.dtype(), label);
   out.set_tag(label);
-  std::vector<std::int64_t> send(std::size_t(x.ranks), 0), recv(std::size_t(x.ranks));
-  for (int r = 0; r < x.ranks; ++r) {
-    for (int e = 0; e < x.experts_here; ++e) send[std::size_t(r)] += x.received[std::size_t(e * x.ranks + r)];
-    send[std::size_t(r)] *= std::int64_t(row_bytes);
-    recv[std::size_t(r)] = x.sent[std::size_t(r)] * std::int64_t(row_bytes);
-  }
-  stats::count_communication(double(total_of(send) - send[std::size_t(x.rank)]));
+  const std::vector<std::int64_t> send = rows_from(x), recv = x.sent;
+  stats::count_communication(double(total_of(send) - send[std::size_t(x.rank)]) * double(row_bytes));
   if (shape_only()) return out;
   reorder(static_cast<const unsigned char*>(rows.raw()), static_cast<unsigned char*>(leaving.raw()), x, row_bytes,
           false);
-  comm::all_to_all_bytes(leaving.raw(), send, out.raw(), recv, comm::Group::tensor);
+  comm::all_to_all_rows(leaving.raw(), send, out.raw(), recv, row_bytes, comm::Group::tensor);
   return out;
 }
 

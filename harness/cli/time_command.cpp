@@ -13,6 +13,7 @@
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "harness/check.hpp"
+#include "comm/comm.hpp"
 #include "harness/cli/commands.hpp"
 #include "harness/long_run.hpp"
 #include "harness/cli/format.hpp"
@@ -50,7 +51,7 @@ Timing time_steps(const TimeOptions& o, const ModelSetup& whole, const std::stri
   ModelSetup setup = whole;
   auto store = o.model.make_params(setup, o.force);
   split_over_ranks(o.model.tp, o.model.sp, o.model.ep, setup, store);  // --tp: this rank's parts (nothing otherwise)
-  const bool say = !o.json && setup.sizes.tp.rank == 0;
+  const bool say = !o.json && comm::rank() == 0;
   const auto model = models().find(setup.model).make(setup.sizes);
   const Batch batch = o.model.make_batch(setup.sizes);
   fine_tune(store, *model, batch, o.freeze, o.lora, o.model.run.seed, setup.sizes.L, o.json);
