@@ -31,11 +31,11 @@ void quiet_other_ranks() {
 
 }  // namespace
 
-bool apply_expert_layout(int experts, ModelSetup& setup) {
+bool apply_expert_layout(int experts, ModelSetup& setup, bool data_parallel) {
   if (experts == 1) return false;
   setup.sizes.ep = {experts, 0, false};
   ep::validate(setup.model, setup.sizes);
-  setup.sizes.ep = tensor_group(experts, /*data_parallel=*/false, "--ep");
+  setup.sizes.ep = tensor_group(experts, data_parallel, "--ep");
   quiet_other_ranks();
   return true;
 }

@@ -21,8 +21,10 @@ namespace remat {
 bool apply_layout(int size, bool sequence, ModelSetup& setup, bool data_parallel);
 
 // --ep `experts` (expert parallelism, zoo/expert_parallel.hpp): every rank
-// of the job in one expert group (false: none asked).
-bool apply_expert_layout(int experts, ModelSetup& setup);
+// of the job in one expert group, or (`data_parallel`) one of its
+// consecutive groups of `experts`, the groups training data-parallel (false:
+// none asked).
+bool apply_expert_layout(int experts, ModelSetup& setup, bool data_parallel = false);
 
 // apply_layout (one tensor group), or --ep `experts` (expert parallelism,
 // zoo/expert_parallel.hpp: every rank of the job in one expert group), and

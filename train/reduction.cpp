@@ -198,18 +198,23 @@ class TensorParallel final : public GradientReduction {
   std::vector<Shape> whole_shapes_;
 };
 
-// Expert parallelism (zoo/expert_parallel.hpp): the job's ranks hold the
-// experts between them and run the batch's sequences between them. After the
-// micro-batches a layer every rank holds has, on each, the gradient of its
-// own sequences: summed here over the group, in rank order, so every rank
-// steps it alike; an expert's gradient is whole on the rank holding it.
+// Expert parallelism (zoo/expert_parallel.hpp): each group of ranks holds
+// the experts between them and runs its batches' sequences between them;
+// the groups train data-parallel (`inner`: the same rank of every group
+// holds the same experts). After the micro-batches a layer every rank holds
+// has, on each, the gradient of its own sequences: summed here over the
+// group, in rank order, so every rank steps it alike; an expert's gradient
+// is whole on the rank holding it.
 class ExpertParallel final : public GradientReduction {
  public:
-  ExpertParallel(ParamStore& params, int accumulate, const ModelSetup& setup)
-      : GradientReduction(params, accumulate, 1, 0), setup_(setup), inner_(params, accumulate) {}
-  void add(int k, double loss) override { inner_.add(k, loss); }
+  ExpertParallel(ParamStore& params, int accumulate, const ModelSetup& setup, std::unique_ptr<GradientReduction> inner)
+      : GradientReduction(params, accumulate, inner->ranks(), comm::rank(comm::Group::data)),
+        setup_(setup),
+        inner_(std::move(inner)) {}
+  void begin(int k) override { inner_->begin(k); }
+  void add(int k, double loss) override { inner_->add(k, loss); }
   double finish() override {
-    const double loss = inner_.finish();
+    const double loss = inner_->finish();
     const int N = setup_.sizes.ep.size;
     for (std::size_t i = 0; i < params_.tensors().size(); ++i) {
       const Tensor g = params_.tensors()[i].grad();
@@ -239,12 +244,13 @@ class ExpertParallel final : public GradientReduction {
     for (double s : all) shared += s;  // in rank order: every rank the same
     return std::sqrt(shared);
   }
-  // The shared layers' gradients, each rank's to every other, and the norm's one value.
-  std::int64_t predicted_bytes(const Strategy&) const override {
+  // The groups' reduction; in the group, the shared layers' gradients, each rank's to every other, and the
+  // norm's one value.
+  std::int64_t predicted_bytes(const Strategy& strategy) const override {
     std::int64_t shared = 0;
     for (std::size_t i = 0; i < params_.tensors().size(); ++i)
       if (params_.trainable(i) && ep::owner(params_.names()[i], setup_.sizes) < 0) shared += params_.tensors()[i].numel();
-    return 2 * (4 * shared + 8) * std::int64_t(setup_.sizes.ep.size - 1);
+    return inner_->predicted_bytes(strategy) + 2 * (4 * shared + 8) * std::int64_t(setup_.sizes.ep.size - 1);
   }
   std::unique_ptr<ParamStore> whole_params() const override { return whole_store(setup_, params_, false); }
   std::vector<Tensor> whole_buffers(const std::vector<Tensor>& buffers) const override {
@@ -253,7 +259,7 @@ class ExpertParallel final : public GradientReduction {
 
  private:
   ModelSetup setup_;
-  LocalAccumulation inner_;
+  std::unique_ptr<GradientReduction> inner_;
 };
 
 }  // namespace
@@ -287,11 +293,11 @@ RankMemory GradientReduction::memory(const Optimizer& optimizer) const {
 
 std::unique_ptr<GradientReduction> make_reduction(ParamStore& params, int accumulate, bool shard_params,
                                                   const ModelSetup& setup, Precision precision) {
-  if (setup.sizes.ep.split()) return std::make_unique<ExpertParallel>(params, accumulate, setup);
-  if (setup.sizes.tp.split()) {
+  if (setup.sizes.tp.split() || setup.sizes.ep.split()) {
     std::unique_ptr<GradientReduction> replicas;
     if (comm::size(comm::Group::data) > 1) replicas = std::make_unique<DataParallel>(params, accumulate);
     else replicas = std::make_unique<LocalAccumulation>(params, accumulate);
+    if (setup.sizes.ep.split()) return std::make_unique<ExpertParallel>(params, accumulate, setup, std::move(replicas));
     return std::make_unique<TensorParallel>(params, accumulate, setup, std::move(replicas));
   }
   if (shard_params) return std::make_unique<ShardedParameters>(params, accumulate, precision);

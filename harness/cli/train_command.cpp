@@ -79,9 +79,8 @@ std::int64_t configure(TrainOptions& o) {
   c.init = o.model.weights;
   c.ranks = comm::size();
   if (o.model.ep > 1 && (o.model.tp > 1 || o.model.sp)) throw UserError("--ep with --tp: not yet");
-  if (apply_expert_layout(o.model.ep, c.setup))  // the job one expert group
-    c.ranks = 1;
-  else if (apply_layout(o.model.tp, o.model.sp, c.setup, /*data_parallel=*/true))  // each tensor group one replica
+  if (apply_expert_layout(o.model.ep, c.setup, /*data_parallel=*/true) ||  // each expert group one replica
+      apply_layout(o.model.tp, o.model.sp, c.setup, /*data_parallel=*/true))   // each tensor group one replica
     c.ranks = comm::size(comm::Group::data);
   const auto specs = strategies_for(c.setup.model, o.strategy, c.run.attention);
   if (specs.size() != 1) throw UserError("remat train runs one strategy; '" + o.strategy + "' names " + std::to_string(specs.size()));
@@ -135,7 +134,8 @@ std::string layout_text(const TrainConfig& c) {
   if (tp.split())
     s += std::string(c.ranks > 1 ? ", each" : ",") + " tensor-parallel " + std::to_string(tp.size) +
          (tp.sequence ? " with sequence parallelism" : "");
-  if (c.setup.sizes.ep.split()) s += ", expert-parallel " + std::to_string(c.setup.sizes.ep.size);
+  if (c.setup.sizes.ep.split())
+    s += std::string(c.ranks > 1 ? ", each" : ",") + " expert-parallel " + std::to_string(c.setup.sizes.ep.size);
   return s;
 }
 

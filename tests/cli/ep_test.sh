@@ -76,7 +76,8 @@ for strategy in full per-layer selective; do
 done
 
 # 4. Training under --ep 2 follows one process's losses within 1e-4 over 100 steps, its communication as
-# predicted, and writes the whole model; killed and resumed, a run ends bitwise as one left alone.
+# predicted, and writes the whole model; so does --ep 2 beside data parallelism on four ranks against
+# --accumulate 2; killed and resumed, a run ends bitwise as one left alone.
 T=(train --model mixtral --preset tiny --lr 3e-3 --grad-clip 1 --data copy --steps 100)
 "$remat" "${T[@]}" --out one-run.h5 >/dev/null 2>err.txt || fail "train, one process: $(cat err.txt)"
 expect_ok "train --ep 2" "${mpi[@]}" "$remat" "${T[@]}" --ep 2 --out ep-run.h5
@@ -91,6 +92,20 @@ assert (sent > 0).all() and (sent == predicted).all(), (sent[:3], predicted[:3])
 assert sorted(one["params"]) == sorted(two["params"])
 for k in one["optimizer"]:
     assert sorted(one["optimizer"][k]) == sorted(two["optimizer"][k]), k
+PY
+# Expert parallelism 2 x data parallelism 2 on four ranks: one process with --accumulate 2.
+"$remat" "${T[@]}" --accumulate 2 --out acc-run.h5 >/dev/null 2>err.txt || fail "train --accumulate 2: $(cat err.txt)"
+mpi_ranks "$mpiexec" 4
+expect_ok "train --ep 2 on 4 ranks" "${mpi[@]}" "$remat" "${T[@]}" --ep 2 --out epdp-run.h5
+mpi_ranks "$mpiexec" 2
+grep -q "x 2 ranks, each expert-parallel 2" out.txt || fail "train: the layout on 4 ranks is not said: $(cat out.txt)"
+"$python" - acc-run.h5 epdp-run.h5 <<'PY' || fail "train --ep 2 on 4 ranks: off one process's --accumulate 2, or its communication"
+import sys, h5py, numpy as np
+one, two = (h5py.File(p) for p in sys.argv[1:])
+a, b = one["history/loss"][:], two["history/loss"][:]
+assert len(a) == len(b) == 100 and np.abs(a - b).max() <= 1e-4, np.abs(a - b).max()
+sent, predicted = two["history/comm_bytes"][:], two["history/predicted_comm_bytes"][:]
+assert (sent > 0).all() and (sent == predicted).all(), (sent[:3], predicted[:3])
 PY
 K=(train --model mixtral --preset tiny --seq 128 --batch 8 --lr 3e-3 --grad-clip 1 --data copy --ep 2
    --strategy per-layer --dropout 0.1 --steps 200 --save-every 10)
