@@ -32,15 +32,20 @@ std::vector<double> chunk_squares(const Tensor& g, std::int64_t n) {
   return g.dtype() == DType::f32 ? chunk_sums(g.data<float>(), n) : chunk_sums(g.data<double>(), n);
 }
 
-double gradient_norm(const std::vector<Tensor>& params) {
-  double total = 0;
+std::vector<double> gradient_squares(const std::vector<Tensor>& params) {
+  std::vector<double> squares;
   for (const auto& p : params) {
     const Tensor g = p.grad();
-    if (!g.defined()) continue;
-    double squares = 0;  // the parameter's, then added: ParamShards::gradient_norm adds alike
-    for (double c : chunk_squares(g, g.numel())) squares += c;
-    total += squares;
+    squares.push_back(0);  // the parameter's chunks, added in order: ParamShards adds alike
+    if (g.defined())
+      for (double c : chunk_squares(g, g.numel())) squares.back() += c;
   }
+  return squares;
+}
+
+double gradient_norm(const std::vector<Tensor>& params) {
+  double total = 0;
+  for (double s : gradient_squares(params)) total += s;
   return std::sqrt(total);
 }
 

@@ -59,6 +59,9 @@ std::unique_ptr<Optimizer> make_optimizer(const OptimizerConfig& config, const s
 // bitwise this one.
 constexpr std::int64_t kNormChunk = 1024;
 double gradient_norm(const std::vector<Tensor>& params);
+// Per parameter, the sum of squares of its gradient as gradient_norm adds
+// it (0 where it has none).
+std::vector<double> gradient_squares(const std::vector<Tensor>& params);
 // The sums of squares of g's first n values, a chunk of kNormChunk values
 // each (the last one shorter), in order.
 std::vector<double> chunk_squares(const Tensor& g, std::int64_t n);

@@ -17,14 +17,18 @@
 namespace remat {
 namespace {
 
+// The ranks the parameters are sharded over: the data group (the whole job
+// without tensor parallelism; under it, the ranks holding the same parts).
+constexpr comm::Group kGroup = comm::Group::data;
+
 void upload(const std::vector<float>& v, const Tensor& t) { backend::upload(t, v.data(), v.size() * sizeof(float)); }
 
 // Every rank's `mine` (s values each) into `whole`'s new storage: the last
 // part's padding goes.
 template <class T>
 void gather_into(std::vector<T> mine, const Tensor& whole) {
-  std::vector<T> all(mine.size() * std::size_t(comm::size()));
-  comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data());
+  std::vector<T> all(mine.size() * std::size_t(comm::size(kGroup)));
+  comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data(), kGroup);
   mine = {};
   whole.refill(Tensor::Bytes(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(ParamShards::kGatheredLabel)),
                              whole.nbytes()));
@@ -37,7 +41,7 @@ ParamShards::ParamShards(ParamStore& full, Precision precision, int ranks)
     : full_(full), gathered_value_bytes_(std::int64_t(dtype_size(compute_dtype(precision, DType::f32)))) {
   MemoryTracker::instance().pool_for_label(kGatheredLabel, kGatheredPool);
   MemoryTracker::instance().pool_for_label(kReducingLabel, kReducingPool);
-  const int N = ranks > 0 ? ranks : comm::size(), r = ranks > 0 ? 0 : comm::rank();
+  const int N = ranks > 0 ? ranks : comm::size(kGroup), r = ranks > 0 ? 0 : comm::rank(kGroup);
   const auto& ts = full.tensors();
   shape_only_gathered_.resize(ts.size());
   for (std::size_t i = 0; i < ts.size(); ++i) {
@@ -151,11 +155,11 @@ void ParamShards::reduce_scatter(std::size_t i) {
     t.slot()->grad.reset();
     return;
   }
-  const int N = comm::size();
+  const int N = comm::size(kGroup);
   const std::int64_t s = shard_size_[i];
   std::vector<float> parts = g.to_host_f32(), received(std::size_t(s) * std::size_t(N));
   parts.resize(std::size_t(s) * std::size_t(N), 0.0f);
-  comm::all_to_all(parts.data(), s, received.data());
+  comm::all_to_all(parts.data(), s, received.data(), kGroup);
   t.slot()->grad.reset();  // the full gradient goes
   // sum = part 0 + part 1 + ... (first micro-batch), or sum + part 0 + ...:
   // the additions, in the order, of the unsharded data-parallel reduction.
@@ -214,8 +218,8 @@ void ParamShards::backward_end() {
 Tensor ParamShards::unshard(std::size_t i, const Tensor& shard) const {
   const std::int64_t s = shard_size_[i];
   const std::vector<float> mine = shard.to_host_f32();
-  std::vector<float> all(std::size_t(s) * std::size_t(comm::size()));
-  comm::gather_all(mine.data(), s, all.data());
+  std::vector<float> all(std::size_t(s) * std::size_t(comm::size(kGroup)));
+  comm::gather_all(mine.data(), s, all.data(), kGroup);
   const Tensor& whole = full_.tensors()[i];
   all.resize(std::size_t(whole.numel()));
   return Tensor::from_host(all, whole.shape(), "unsharded");
@@ -232,7 +236,7 @@ void ParamShards::release_everything() {
 std::int64_t ParamShards::predicted_bytes(const std::map<std::string, int>& recomputed) const {
   // A gather of s values per rank: s values (of 4 bytes, or 2 at 16 bits)
   // to and from each other rank; a reduce-scatter: s float32 values.
-  const std::int64_t per_value = 2 * std::int64_t(comm::size() - 1);
+  const std::int64_t per_value = 2 * std::int64_t(comm::size(kGroup) - 1);
   std::int64_t values = 0, reduced = 0;
   for (std::size_t i = 0; i < shards_.size(); ++i) {
     const std::int64_t s = shard_size_[i];
@@ -248,7 +252,7 @@ std::int64_t ParamShards::predicted_bytes(const std::map<std::string, int>& reco
     if (full_.trainable(i)) reduced += s;
   }
   return per_value * (gathered_value_bytes_ * values + 4 * reduced) +
-         2 * 8 * std::int64_t(comm::size() - 1);  // and the loss, gathered
+         2 * 8 * std::int64_t(comm::size(kGroup) - 1);  // and the loss, gathered
 }
 
 std::int64_t ParamShards::norm_slots() const {
@@ -262,9 +266,15 @@ std::int64_t ParamShards::norm_slots() const {
 // the ranks exchange their chunks' sums of squares, and every rank adds them
 // as gradient_norm adds the unsharded gradient's.
 double ParamShards::gradient_norm() const {
-  const int r = comm::rank();
+  double total = 0;
+  for (double s : gradient_squares()) total += s;
+  return std::sqrt(total);
+}
+
+std::vector<double> ParamShards::gradient_squares() const {
+  const int r = comm::rank(kGroup);
   const std::int64_t slots = norm_slots();
-  std::vector<double> mine(std::size_t(slots), 0.0), all(std::size_t(slots) * std::size_t(comm::size()));
+  std::vector<double> mine(std::size_t(slots), 0.0), all(std::size_t(slots) * std::size_t(comm::size(kGroup)));
   std::int64_t at = 0;
   for (std::size_t i = 0; i < shards_.size(); ++i) {
     if (!full_.trainable(i)) continue;
@@ -274,22 +284,20 @@ double ParamShards::gradient_norm() const {
     std::copy(sums.begin(), sums.end(), mine.begin() + at);
     at += s / kNormChunk;
   }
-  comm::gather_all(mine.data(), slots, all.data());
-  double total = 0;
+  comm::gather_all(mine.data(), slots, all.data(), kGroup);
+  std::vector<double> squares(shards_.size(), 0.0);
   at = 0;
   for (std::size_t i = 0; i < shards_.size(); ++i) {
     if (!full_.trainable(i)) continue;
     const std::int64_t per_rank = shard_size_[i] / kNormChunk;
     const std::int64_t chunks = (full_.tensors()[i].numel() + kNormChunk - 1) / kNormChunk;
-    double squares = 0;
-    for (std::int64_t c = 0; c < chunks; ++c) squares += all[std::size_t((c / per_rank) * slots + at + c % per_rank)];
-    total += squares;
+    for (std::int64_t c = 0; c < chunks; ++c) squares[i] += all[std::size_t((c / per_rank) * slots + at + c % per_rank)];
     at += per_rank;
   }
-  return std::sqrt(total);
+  return squares;
 }
 
-std::int64_t ParamShards::norm_bytes() const { return 2 * 8 * std::int64_t(comm::size() - 1) * norm_slots(); }
+std::int64_t ParamShards::norm_bytes() const { return 2 * 8 * std::int64_t(comm::size(kGroup) - 1) * norm_slots(); }
 
 std::int64_t ParamShards::shard_bytes() const {
   std::int64_t b = 0;

@@ -79,6 +79,9 @@ class ParamShards final : public BlockHooks {
   // unsharded gradient_norm (a collective), and the bytes it sends plus
   // receives on this rank.
   double gradient_norm() const;
+  // Per parameter, its gradient's sum of squares as gradient_squares (optim/)
+  // adds the unsharded one's, bitwise (a collective, the norm's bytes).
+  std::vector<double> gradient_squares() const;
   std::int64_t norm_bytes() const;
   std::int64_t shard_bytes() const;     // this rank's parameter shards
   std::int64_t gradient_bytes() const;  // its gradient shards

@@ -107,7 +107,7 @@ class DataParallel final : public GradientReduction {
 class ShardedParameters final : public GradientReduction {
  public:
   ShardedParameters(ParamStore& params, int accumulate, Precision precision)
-      : GradientReduction(params, accumulate, comm::size(), comm::rank()),
+      : GradientReduction(params, accumulate, comm::size(comm::Group::data), comm::rank(comm::Group::data)),
         shards_(std::make_unique<ParamShards>(params, precision)) {}
   bool zero_grad() const override { return false; }
   void begin(int k) override {
@@ -125,6 +125,7 @@ class ShardedParameters final : public GradientReduction {
   double finish() override { return loss_; }
   const std::vector<Tensor>& trained() const override { return shards_->shards(); }
   double gradient_norm() const override { return shards_->gradient_norm(); }
+  std::vector<double> gradient_squares() const override { return shards_->gradient_squares(); }
   std::int64_t predicted_bytes(const Strategy& strategy) const override {
     std::map<std::string, int> recomputed;
     const auto& blocks = shards_->blocks();
@@ -172,10 +173,11 @@ class TensorParallel final : public GradientReduction {
   double finish() override { return inner_->finish(); }
   const std::vector<Tensor>& trained() const override { return inner_->trained(); }
   double gradient_norm() const override {
-    std::vector<Tensor> grads;
-    for (const Tensor& t : params_.tensors()) grads.push_back(t.grad());
-    return split_gradient_norm(params_, grads, setup_.sizes.tp);
+    return split_gradient_norm(params_, inner_->gradient_squares(), setup_.sizes.tp);
   }
+  // Sharded over the data group, a rank's parts are gathered and released by the shards.
+  void gather_weights() override { inner_->gather_weights(); }
+  void release_weights() override { inner_->release_weights(); }
   // The replicas' reduction, and the norm's one value each way to each other rank of the group (the
   // activations' collectives are the step's own).
   std::int64_t predicted_bytes(const Strategy& strategy) const override {
@@ -183,7 +185,7 @@ class TensorParallel final : public GradientReduction {
   }
   RankMemory memory(const Optimizer& optimizer) const override { return inner_->memory(optimizer); }
   Tensor whole(std::size_t i, const Tensor& buffer) const override {
-    return whole_of(buffer, params_.specs()[i], whole_shapes_[i], setup_.sizes.tp.size);
+    return whole_of(inner_->whole(i, buffer), params_.specs()[i], whole_shapes_[i], setup_.sizes.tp.size);
   }
   std::unique_ptr<ParamStore> whole_params() const override { return whole_store(setup_, params_, false); }
   std::vector<float> mine(std::size_t i, const std::vector<float>& whole) const override {
@@ -280,6 +282,8 @@ std::uint64_t GradientReduction::micro_batch(int k) const {
 
 double GradientReduction::gradient_norm() const { return remat::gradient_norm(trained()); }
 
+std::vector<double> GradientReduction::gradient_squares() const { return remat::gradient_squares(params_.tensors()); }
+
 RankMemory GradientReduction::memory(const Optimizer& optimizer) const {
   RankMemory m;
   for (const auto& name : optimizer.state_names())
@@ -295,7 +299,8 @@ std::unique_ptr<GradientReduction> make_reduction(ParamStore& params, int accumu
                                                   const ModelSetup& setup, Precision precision) {
   if (setup.sizes.tp.split() || setup.sizes.ep.split()) {
     std::unique_ptr<GradientReduction> replicas;
-    if (comm::size(comm::Group::data) > 1) replicas = std::make_unique<DataParallel>(params, accumulate);
+    if (shard_params) replicas = std::make_unique<ShardedParameters>(params, accumulate, precision);
+    else if (comm::size(comm::Group::data) > 1) replicas = std::make_unique<DataParallel>(params, accumulate);
     else replicas = std::make_unique<LocalAccumulation>(params, accumulate);
     if (setup.sizes.ep.split()) return std::make_unique<ExpertParallel>(params, accumulate, setup, std::move(replicas));
     return std::make_unique<TensorParallel>(params, accumulate, setup, std::move(replicas));

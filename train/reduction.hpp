@@ -56,6 +56,9 @@ class GradientReduction {
   virtual const std::vector<Tensor>& trained() const { return params_.tensors(); }
   // The global norm of those gradients (every rank's the same).
   virtual double gradient_norm() const;
+  // Per parameter of params(), its gradient's sum of squares (every rank's
+  // the same; a collective where sharded).
+  virtual std::vector<double> gradient_squares() const;
   // Bytes this rank sends plus receives in one step under `strategy`.
   virtual std::int64_t predicted_bytes(const Strategy& strategy) const = 0;
   virtual RankMemory memory(const Optimizer& optimizer) const;

@@ -111,16 +111,14 @@ std::unique_ptr<ParamStore> whole_store(const ModelSetup& setup, const ParamStor
   return whole;
 }
 
-double split_gradient_norm(const ParamStore& parts, const std::vector<Tensor>& grads, const RankGroup& g) {
+double split_gradient_norm(const ParamStore& parts, const std::vector<double>& squares, const RankGroup& g) {
   const int ranks = g.size;
   double split = 0, whole = 0;
-  for (std::size_t i = 0; i < grads.size(); ++i) {
+  for (std::size_t i = 0; i < squares.size(); ++i) {
     const Split& s = parts.specs()[i].split;
     // A part held by several ranks (replicated key/value heads) counts once: its first holder's.
-    if (!grads[i].defined() || (s.parts > 0 && g.rank % (ranks / s.parts) != 0)) continue;
-    double sum = 0;
-    for (double v : grads[i].to_host_f64()) sum += v * v;
-    (s.dim >= 0 ? split : whole) += sum;
+    if (s.parts > 0 && g.rank % (ranks / s.parts) != 0) continue;
+    (s.dim >= 0 ? split : whole) += squares[i];
   }
   std::vector<double> all(static_cast<std::size_t>(ranks));
   comm::gather_all(&split, 1, all.data(), comm::Group::tensor);

@@ -28,10 +28,11 @@ std::unique_ptr<ParamStore> whole_store(const ModelSetup& setup, const ParamStor
 std::vector<Tensor> whole_expert_buffers(const ModelSetup& setup, const ParamStore& parts,
                                          const std::vector<Tensor>& buffers);
 
-// The global norm of the gradients of `grads` (parameter i's gradient, or
-// undefined where frozen): the split parameters' parts summed over the ranks
-// of `g` (a part several ranks hold, once), the whole ones once (every rank
-// holds the same); the same on every rank.
-double split_gradient_norm(const ParamStore& parts, const std::vector<Tensor>& grads, const RankGroup& g);
+// The global norm of the gradients whose sums of squares are `squares`
+// (parameter i's, of this rank's part; 0 where frozen): the split
+// parameters' parts summed over the ranks of `g` (a part several ranks
+// hold, once), the whole ones once (every rank holds the same); the same on
+// every rank.
+double split_gradient_norm(const ParamStore& parts, const std::vector<double>& squares, const RankGroup& g);
 
 }  // namespace remat

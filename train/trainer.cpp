@@ -33,8 +33,8 @@ void validate(const TrainConfig& c) {
   if (c.setup.sizes.ep.split() &&
       (c.shard_params || c.lora.any() || c.freeze.any() || parse_strategy(c.strategy).planned))
     throw UserError("--ep with --shard-params, --lora, --freeze or a planned strategy: not yet");
-  if (tp.split() && (c.shard_params || c.lora.any() || c.freeze.any() || parse_strategy(c.strategy).planned))
-    throw UserError("--tp with --shard-params, --lora, --freeze or a planned strategy: not yet");
+  if (tp.split() && (c.lora.any() || c.freeze.any() || parse_strategy(c.strategy).planned))
+    throw UserError("--tp with --lora, --freeze or a planned strategy: not yet");
   if (!(c.grad_clip >= 0) || !std::isfinite(c.grad_clip)) throw UserError("--grad-clip must be 0 (none) or positive");
   if (c.eval_every < 0 || c.eval_batches < 1) throw UserError("--eval-every must be >= 0 and --eval-batches >= 1");
   if (c.save_every < 0) throw UserError("--save-every must be >= 0");
@@ -55,9 +55,13 @@ void validate(const TrainConfig& c) {
                     " gradients do not underflow and nothing is scaled");
   if (c.save_every > 0 && c.out.empty()) throw UserError("--save-every needs --out, the run file to save to");
   if (c.shard_params) {
-    if (comm::size() < 2)
+    if (comm::size(comm::Group::data) < 2)
       throw UserError("--shard-params shards the parameters across MPI ranks: run it under mpirun with 2 or more "
-                      "ranks" + std::string(comm::built_with_mpi() ? "" : " (this remat was built without MPI)"));
+                      "ranks" + std::string(tp.split() ? " per tensor-parallel part (mpirun -n " +
+                                                            std::to_string(2 * tp.size) + " with --tp " +
+                                                            std::to_string(tp.size) + ")"
+                                                      : "") +
+                      std::string(comm::built_with_mpi() ? "" : " (this remat was built without MPI)"));
     if (models().find(c.setup.model).reversible)
       throw UserError("--shard-params: " + c.setup.model + "'s reversible blocks rebuild their inputs in backward, "
                       "which sharded parameters do not support yet");

@@ -151,6 +151,36 @@ for k in a["optimizer"]:
         assert a["optimizer"][k][n][:].tobytes() == b["optimizer"][k][n][:].tobytes(), (k, n)
 PY
 
+# Tensor parallelism 2 x ZeRO-3 over the data group (4 ranks): bitwise tensor parallelism 2 x data
+# parallelism 2, at fp32 and at bf16 under --sp with dropout; communication as predicted, and what a rank
+# holds (its parts' shards, gathered and reducing peaks, activations) as `estimate --tp 2 --ranks 2
+# --shard-params` says, on one thread as each rank here.
+for run in "--model llama --strategy per-layer" "--model gpt2 --sp --strategy sqrt --precision bf16"; do
+  # shellcheck disable=SC2206  # the run's words, as a user types them
+  words=($run)
+  Z=(train --preset tiny --lr 3e-3 --grad-clip 0.05 --data copy --steps 3 --accumulate 2 --dropout 0.1 --tp 2 "${words[@]}")
+  "${mpi4[@]}" "$remat" "${Z[@]}" --out tpdp.h5 --force >/dev/null 2>err.txt || fail "train $run: $(cat err.txt)"
+  "${mpi4[@]}" "$remat" "${Z[@]}" --shard-params --out tpzero.h5 --force >/dev/null 2>err.txt ||
+    fail "train $run --shard-params: $(cat err.txt)"
+  OMP_NUM_THREADS=1 "$remat" estimate --preset tiny --tp 2 --ranks 2 --shard-params "${words[@]/--strategy/--strategies}" \
+    --json >estimate.json 2>err.txt || fail "estimate: $(cat err.txt)"
+  "$python" - tpdp.h5 tpzero.h5 estimate.json <<'PY' || fail "$run: --tp 2 --shard-params is not --tp 2 x data 2, or its estimate"
+import sys, json, h5py
+a, b = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+for key in ("loss", "grad_norm", "activation_peak"):
+    assert a["history/" + key][:].tobytes() == b["history/" + key][:].tobytes(), key
+for name in a["params"]:
+    assert a["params"][name][:].tobytes() == b["params"][name][:].tobytes(), name
+assert b["history/comm_bytes"][:].tolist() == b["history/predicted_comm_bytes"][:].tolist()
+row = json.load(open(sys.argv[3]))[0]
+held = {k: int(b.attrs["rank_memory." + k]) for k in ("parameters", "gradients", "optimizer", "gathered_peak", "reducing_peak")}
+said = {"parameters": row["parameter_bytes"], "gradients": row["gradient_bytes"], "optimizer": row["optimizer_bytes"],
+        "gathered_peak": row["gathered_peak_bytes"], "reducing_peak": row["reducing_peak_bytes"]}
+assert held == said, (held, said)
+assert int(b["history/activation_peak"][-1]) == row["activation_peak_bytes"]
+PY
+done
+
 # The parameters a rank holds: a half of every split layer (gpt2 tiny: norms, wpe and row biases whole).
 "$remat" estimate --model gpt2 --preset tiny --strategies full --tp 2 --json >estimate.json || fail "estimate"
 "$python" -c "
