@@ -81,7 +81,6 @@ std::int64_t EstimatePoint::largest_total() const {
 std::vector<ModelSetup> estimate_points(const EstimateRequest& r) {
   if (r.ranks < 1) throw UserError("--ranks: at least 1");
   if (r.shard_params && r.ranks < 2) throw UserError("--shard-params shards across ranks: give --ranks 2 or more");
-  if (r.shard_params && r.base.sizes.ep.split()) throw UserError("--shard-params with --ep: not yet");
   if (r.shard_params && models().find(r.base.model).reversible)
     throw UserError("--shard-params: " + r.base.model + "'s reversible blocks rebuild their inputs in backward, which "
                     "sharded parameters do not support yet");

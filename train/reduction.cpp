@@ -213,14 +213,17 @@ class ExpertParallel final : public GradientReduction {
       : GradientReduction(params, accumulate, inner->ranks(), comm::rank(comm::Group::data)),
         setup_(setup),
         inner_(std::move(inner)) {}
+  bool zero_grad() const override { return inner_->zero_grad(); }
   void begin(int k) override { inner_->begin(k); }
   void add(int k, double loss) override { inner_->add(k, loss); }
+  // The shared layers' gradients (or, sharded, their shards: every rank of
+  // the group holds the same slices) summed over the group.
   double finish() override {
     const double loss = inner_->finish();
     const int N = setup_.sizes.ep.size;
     for (std::size_t i = 0; i < params_.tensors().size(); ++i) {
-      const Tensor g = params_.tensors()[i].grad();
-      if (!g.defined() || ep::owner(params_.names()[i], setup_.sizes) >= 0) continue;
+      const Tensor g = inner_->trained()[i].grad();
+      if (!g.defined() || !shared(i)) continue;
       const std::vector<float> mine = g.to_host_f32();
       std::vector<float> all(mine.size() * std::size_t(N)), sum(mine.size(), 0.0f);
       comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data(), comm::Group::tensor);
@@ -232,34 +235,38 @@ class ExpertParallel final : public GradientReduction {
     }
     return loss;
   }
+  const std::vector<Tensor>& trained() const override { return inner_->trained(); }
   double gradient_norm() const override {
-    double shared = 0, mine = 0;  // the shared layers' (the same on every rank), this rank's experts'
-    for (std::size_t i = 0; i < params_.tensors().size(); ++i) {
-      const Tensor g = params_.tensors()[i].grad();
-      if (!g.defined()) continue;
-      double sum = 0;
-      for (double v : g.to_host_f64()) sum += v * v;
-      (ep::owner(params_.names()[i], setup_.sizes) < 0 ? shared : mine) += sum;
-    }
+    double total = 0, experts = 0;  // the shared layers' (the same on every rank), this rank's experts'
+    const std::vector<double> squares = inner_->gradient_squares();
+    for (std::size_t i = 0; i < squares.size(); ++i) (shared(i) ? total : experts) += squares[i];
     std::vector<double> all(std::size_t(setup_.sizes.ep.size));
-    comm::gather_all(&mine, 1, all.data(), comm::Group::tensor);
-    for (double s : all) shared += s;  // in rank order: every rank the same
-    return std::sqrt(shared);
+    comm::gather_all(&experts, 1, all.data(), comm::Group::tensor);
+    for (double s : all) total += s;  // in rank order: every rank the same
+    return std::sqrt(total);
   }
-  // The groups' reduction; in the group, the shared layers' gradients, each rank's to every other, and the
-  // norm's one value.
+  // The groups' reduction (its norm's part included); in the group, the
+  // shared layers' gradients, each rank's to every other, and the norm's one value.
   std::int64_t predicted_bytes(const Strategy& strategy) const override {
-    std::int64_t shared = 0;
+    std::int64_t values = 0;
     for (std::size_t i = 0; i < params_.tensors().size(); ++i)
-      if (params_.trainable(i) && ep::owner(params_.names()[i], setup_.sizes) < 0) shared += params_.tensors()[i].numel();
-    return inner_->predicted_bytes(strategy) + 2 * (4 * shared + 8) * std::int64_t(setup_.sizes.ep.size - 1);
+      if (params_.trainable(i) && shared(i)) values += inner_->trained()[i].numel();
+    return inner_->predicted_bytes(strategy) + 2 * (4 * values + 8) * std::int64_t(setup_.sizes.ep.size - 1);
   }
+  RankMemory memory(const Optimizer& optimizer) const override { return inner_->memory(optimizer); }
+  void gather_weights() override { inner_->gather_weights(); }
+  void release_weights() override { inner_->release_weights(); }
   std::unique_ptr<ParamStore> whole_params() const override { return whole_store(setup_, params_, false); }
   std::vector<Tensor> whole_buffers(const std::vector<Tensor>& buffers) const override {
-    return whole_expert_buffers(setup_, params_, buffers);
+    std::vector<Tensor> mine(buffers.size());  // whole parameters' shapes, unsharded where sharded
+    for (std::size_t i = 0; i < buffers.size(); ++i)
+      if (buffers[i].defined()) mine[i] = inner_->whole(i, buffers[i]);
+    return whole_expert_buffers(setup_, params_, mine);
   }
 
  private:
+  bool shared(std::size_t i) const { return ep::owner(params_.names()[i], setup_.sizes) < 0; }
+
   ModelSetup setup_;
   std::unique_ptr<GradientReduction> inner_;
 };

@@ -30,9 +30,8 @@ void validate(const TrainConfig& c) {
   if (c.ranks * group != comm::size())
     throw UserError("the run is set for " + std::to_string(c.ranks * group) + " ranks, but " +
                     std::to_string(comm::size()) + " are running it");
-  if (c.setup.sizes.ep.split() &&
-      (c.shard_params || c.lora.any() || c.freeze.any() || parse_strategy(c.strategy).planned))
-    throw UserError("--ep with --shard-params, --lora, --freeze or a planned strategy: not yet");
+  if (c.setup.sizes.ep.split() && (c.lora.any() || c.freeze.any() || parse_strategy(c.strategy).planned))
+    throw UserError("--ep with --lora, --freeze or a planned strategy: not yet");
   if (tp.split() && (c.lora.any() || c.freeze.any() || parse_strategy(c.strategy).planned))
     throw UserError("--tp with --lora, --freeze or a planned strategy: not yet");
   if (!(c.grad_clip >= 0) || !std::isfinite(c.grad_clip)) throw UserError("--grad-clip must be 0 (none) or positive");
@@ -57,10 +56,10 @@ void validate(const TrainConfig& c) {
   if (c.shard_params) {
     if (comm::size(comm::Group::data) < 2)
       throw UserError("--shard-params shards the parameters across MPI ranks: run it under mpirun with 2 or more "
-                      "ranks" + std::string(tp.split() ? " per tensor-parallel part (mpirun -n " +
-                                                            std::to_string(2 * tp.size) + " with --tp " +
-                                                            std::to_string(tp.size) + ")"
-                                                      : "") +
+                      "ranks" + std::string(group > 1 ? " per tensor- or expert-parallel group (mpirun -n " +
+                                                           std::to_string(2 * group) + " for a group of " +
+                                                           std::to_string(group) + ")"
+                                                     : "") +
                       std::string(comm::built_with_mpi() ? "" : " (this remat was built without MPI)"));
     if (models().find(c.setup.model).reversible)
       throw UserError("--shard-params: " + c.setup.model + "'s reversible blocks rebuild their inputs in backward, "

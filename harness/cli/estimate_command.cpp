@@ -112,7 +112,7 @@ std::string layout_text(const EstimateRequest& r) {
   if (r.base.sizes.tp.sequence) s += " with sequence parallelism";
   if (r.base.sizes.ep.split())
     s += ", expert-parallel " + std::to_string(r.base.sizes.ep.size) + " (routing assumed balanced)";
-  if (r.ranks > 1) s += ", " + std::to_string(r.ranks) + (r.base.sizes.tp.split() ? " data-parallel" : "") + " ranks";
+  if (r.ranks > 1) s += ", " + std::to_string(r.ranks) + (r.base.sizes.tp.split() || r.base.sizes.ep.split() ? " data-parallel" : "") + " ranks";
   if (r.shard_params) s += " (parameters sharded)";
   return s;
 }

@@ -107,6 +107,38 @@ assert len(a) == len(b) == 100 and np.abs(a - b).max() <= 1e-4, np.abs(a - b).ma
 sent, predicted = two["history/comm_bytes"][:], two["history/predicted_comm_bytes"][:]
 assert (sent > 0).all() and (sent == predicted).all(), (sent[:3], predicted[:3])
 PY
+# Expert parallelism 2 x ZeRO-3 over the data group (4 ranks): bitwise ep 2 x data 2, at fp32 and bf16;
+# communication as predicted; what a rank holds as `estimate --ep 2 --ranks 2 --shard-params` says (the
+# activations where the routing is balanced: 2 experts, both chosen).
+for precision in fp32 bf16; do
+  Z=(train --model mixtral --preset tiny --experts 2 --top-k 2 --lr 3e-3 --grad-clip 0.05 --data copy --steps 3
+     --accumulate 2 --ep 2 --strategy per-layer --precision "$precision")
+  mpi_ranks "$mpiexec" 4
+  "${mpi[@]}" "$remat" "${Z[@]}" --out epdp.h5 --force >/dev/null 2>err.txt || fail "train $precision: $(cat err.txt)"
+  "${mpi[@]}" "$remat" "${Z[@]}" --shard-params --out epzero.h5 --force >/dev/null 2>err.txt ||
+    fail "train $precision --shard-params: $(cat err.txt)"
+  mpi_ranks "$mpiexec" 2
+  OMP_NUM_THREADS=1 "$remat" estimate "${balanced[@]}" --ep 2 --ranks 2 --shard-params --precision "$precision" \
+    --strategies per-layer --json >estimate.json 2>err.txt || fail "estimate: $(cat err.txt)"
+  "$python" - epdp.h5 epzero.h5 estimate.json <<'PY' || fail "$precision: --ep 2 --shard-params is not --ep 2 x data 2, or its estimate"
+import sys, json, h5py
+a, b = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+for key in ("loss", "grad_norm", "activation_peak"):
+    assert a["history/" + key][:].tobytes() == b["history/" + key][:].tobytes(), key
+for name in a["params"]:
+    assert a["params"][name][:].tobytes() == b["params"][name][:].tobytes(), name
+for k in a["optimizer"]:
+    for name in a["optimizer"][k]:
+        assert a["optimizer"][k][name][:].tobytes() == b["optimizer"][k][name][:].tobytes(), (k, name)
+assert b["history/comm_bytes"][:].tolist() == b["history/predicted_comm_bytes"][:].tolist()
+row = json.load(open(sys.argv[3]))[0]
+held = {k: int(b.attrs["rank_memory." + k]) for k in ("parameters", "gradients", "optimizer", "gathered_peak", "reducing_peak")}
+said = {"parameters": row["parameter_bytes"], "gradients": row["gradient_bytes"], "optimizer": row["optimizer_bytes"],
+        "gathered_peak": row["gathered_peak_bytes"], "reducing_peak": row["reducing_peak_bytes"]}
+assert held == said, (held, said)
+assert int(b["history/activation_peak"][-1]) == row["activation_peak_bytes"]
+PY
+done
 K=(train --model mixtral --preset tiny --seq 128 --batch 8 --lr 3e-3 --grad-clip 1 --data copy --ep 2
    --strategy per-layer --dropout 0.1 --steps 200 --save-every 10)
 "${mpi[@]}" "$remat" "${K[@]}" --out whole-run.h5 >/dev/null 2>err.txt || fail "train --ep 2: $(cat err.txt)"
@@ -148,6 +180,6 @@ expect_error "runs on 2 ranks" "$remat" check --model mixtral --ep 2
 [ $? -eq 2 ] && grep -q -- "--ep with budget:min: not yet" err.txt || fail "check --ep budget:min: $(cat err.txt)"
 expect_error "has no experts" "$remat" estimate --model llama --experts 2
 "${mpi[@]}" "$remat" train --model mixtral --preset tiny --ep 2 --shard-params --steps 1 >out.txt 2>err.txt
-[ $? -eq 2 ] && grep -q -- "--ep with --shard-params" err.txt || fail "train --ep --shard-params: $(cat err.txt)"
+[ $? -eq 2 ] && grep -q -- "--shard-params shards the parameters" err.txt || fail "train --ep 2 --shard-params on 2: $(cat err.txt)"
 
 finish ep
