@@ -41,13 +41,18 @@ struct ShapeOnlyStorage {
 
 }  // namespace
 
-Tensor Tensor::empty(const Shape& shape, DType dtype, const std::string& label) {
+Tensor Tensor::described(const Shape& shape, DType dtype) {
   for (auto d : shape)
     if (d < 0) throw std::invalid_argument("negative dimension in shape " + to_string(shape));
   Tensor t;
   t.shape_ = shape;
   t.numel_ = remat::numel(shape);
   t.dtype_ = dtype;
+  return t;
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, const std::string& label) {
+  Tensor t = described(shape, dtype);
   MemoryTracker::instance().check_allocation(std::int64_t(t.nbytes()));
   stats::count_bytes(double(t.nbytes()));
   if (shape_only()) {
@@ -79,12 +84,7 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, const std::string& label) 
 }
 
 Tensor Tensor::unfilled(const Shape& shape, DType dtype) {
-  for (auto d : shape)
-    if (d < 0) throw std::invalid_argument("negative dimension in shape " + to_string(shape));
-  Tensor t;
-  t.shape_ = shape;
-  t.numel_ = remat::numel(shape);
-  t.dtype_ = dtype;
+  Tensor t = described(shape, dtype);
   t.storage_ = std::make_shared<Bytes>();
   return t;
 }

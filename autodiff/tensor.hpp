@@ -118,6 +118,7 @@ class Tensor {
   double item() const;  // a one-element float tensor's value
 
  private:
+  static Tensor described(const Shape& shape, DType dtype);  // shape and type checked, no storage
   void check_dtype(DType want) const;
   std::shared_ptr<Bytes> storage_;
   Shape shape_;
