@@ -22,6 +22,30 @@ mpi_ranks() {  # mpi_ranks MPIEXEC N: the array `mpi` launches N ranks on howeve
   [ "$(id -u)" -eq 0 ] && mpi=("$1" --allow-run-as-root --oversubscribe -n "$2")
   return 0
 }
+cut_at_first_save() {  # cut_at_first_save FILE CMD...: runs CMD, killed (every rank) once FILE exists
+  # Saves replace the file atomically; a file test every 10 ms cuts the run after its first save on any machine.
+  "${@:2}" >/dev/null 2>&1 &
+  local job=$! _
+  for _ in $(seq 3000); do
+    [ -e "$1" ] && break
+    sleep 0.01
+  done
+  kill "$job" 2>/dev/null
+  wait "$job" 2>/dev/null
+  return 0
+}
+same_run() {  # same_run A B: two training run files bitwise alike (losses, weights, optimizer state)
+  "${PYTHON:-python3}" - "$1" "$2" <<'PY'
+import sys, h5py
+a, b = (h5py.File(p) for p in sys.argv[1:])
+assert a["history/loss"][:].tobytes() == b["history/loss"][:].tobytes(), "losses differ"
+for n in a["params"]:
+    assert a["params"][n][:].tobytes() == b["params"][n][:].tobytes(), n
+for k in a["optimizer"]:
+    for n in a["optimizer"][k]:
+        assert a["optimizer"][k][n][:].tobytes() == b["optimizer"][k][n][:].tobytes(), (k, n)
+PY
+}
 finish() {  # finish NAME: the verdict and the exit code
   if [ "$failures" -eq 0 ]; then echo "$1: all checks passed"; else echo "$1: $failures check(s) failed"; exit 1; fi
 }
