@@ -31,10 +31,13 @@ void quiet_other_ranks() {
 
 }  // namespace
 
-bool apply_expert_layout(int experts, ModelSetup& setup, bool data_parallel) {
+bool apply_expert_layout(int experts, int tp, bool sequence, ModelSetup& setup, bool data_parallel) {
   if (experts == 1) return false;
-  setup.sizes.ep = {experts, 0, false};
-  ep::validate(setup.model, setup.sizes);
+  Sizes asked = setup.sizes;
+  asked.ep = {experts, 0, false};
+  asked.tp = {tp, 0, sequence};
+  ep::validate(setup.model, asked);
+  setup.sizes.ep = asked.ep;
   setup.sizes.ep = tensor_group(experts, data_parallel, "--ep");
   quiet_other_ranks();
   return true;
@@ -51,8 +54,7 @@ bool apply_layout(int size, bool sequence, ModelSetup& setup, bool data_parallel
 }
 
 void split_over_ranks(int size, bool sequence, int experts, ModelSetup& setup, std::unique_ptr<ParamStore>& params) {
-  if (experts > 1 && (size > 1 || sequence)) throw UserError("--ep with --tp: not yet");
-  if (!apply_expert_layout(experts, setup) && !apply_layout(size, sequence, setup, /*data_parallel=*/false)) return;
+  if (!apply_expert_layout(experts, size, sequence, setup) && !apply_layout(size, sequence, setup, /*data_parallel=*/false)) return;
   if (!params->adapted().empty() || params->tensors().size() != params->specs().size())
     throw UserError(std::string(experts > 1 ? "--ep" : "--tp") + " with --lora: not yet");
   params = tp::part_of(*params, models().find(setup.model).make(setup.sizes)->params(), setup.sizes.tp);

@@ -23,8 +23,9 @@ bool apply_layout(int size, bool sequence, ModelSetup& setup, bool data_parallel
 // --ep `experts` (expert parallelism, zoo/expert_parallel.hpp): every rank
 // of the job in one expert group, or (`data_parallel`) one of its
 // consecutive groups of `experts`, the groups training data-parallel (false:
-// none asked).
-bool apply_expert_layout(int experts, ModelSetup& setup, bool data_parallel = false);
+// none asked). `tp` and `sequence`: the tensor-parallel layout also asked
+// for (refused beside it).
+bool apply_expert_layout(int experts, int tp, bool sequence, ModelSetup& setup, bool data_parallel = false);
 
 // apply_layout (one tensor group), or --ep `experts` (expert parallelism,
 // zoo/expert_parallel.hpp: every rank of the job in one expert group), and

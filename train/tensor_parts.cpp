@@ -26,11 +26,6 @@ Tensor whole_of(const Tensor& part, const ParamSpec& spec, const Shape& whole, i
 
 namespace {
 
-std::size_t index_of(const ParamStore& store, const std::string& name) {
-  const auto& names = store.names();
-  return std::size_t(std::find(names.begin(), names.end(), name) - names.begin());
-}
-
 // Every rank's values of `t` (zeros where this rank does not hold it).
 std::vector<double> from_every_rank(const Tensor* t, std::int64_t n) {
   const std::vector<double> mine = t ? t->to_host_f64() : std::vector<double>(std::size_t(n), 0.0);
@@ -54,8 +49,7 @@ std::unique_ptr<ParamStore> whole_over_experts(const ModelSetup& setup, const Pa
     const Tensor& into = whole->tensors()[i];
     const std::int64_t n = into.numel();
     const int owner = ep::owner(name, setup.sizes);
-    // (Through tensors(), not operator[]: no access hook, no 16-bit copy.)
-    const Tensor* mine = parts.has(name) ? &parts.tensors()[index_of(parts, name)] : nullptr;
+    const Tensor* mine = parts.has(name) ? &parts.tensors()[parts.index_of(name)] : nullptr;
     const std::vector<double> values = from_every_rank(mine, n);
     const std::int64_t at = std::max(owner, 0) * n;
     convert_into(into, Tensor::from_host(std::vector<double>(values.begin() + at, values.begin() + at + n), into.shape()));
@@ -79,7 +73,7 @@ std::vector<Tensor> whole_expert_buffers(const ModelSetup& setup, const ParamSto
   std::vector<Tensor> whole;
   for (const auto& spec : models().find(setup.model).make(sizes)->params()) {
     const int owner = ep::owner(spec.name, setup.sizes);
-    const std::size_t i = parts.has(spec.name) ? index_of(parts, spec.name) : parts.names().size();
+    const std::size_t i = parts.has(spec.name) ? parts.index_of(spec.name) : parts.names().size();
     const Tensor* mine = i < buffers.size() && buffers[i].defined() ? &buffers[i] : nullptr;
     if (owner < 0) {
       whole.push_back(mine ? *mine : Tensor());

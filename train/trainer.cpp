@@ -215,15 +215,16 @@ void Trainer::restore_optimizer(const SavedRun& resume) {
   optimizer_->set_steps_taken(resume.optimizer_steps);
   // The file's buffers are the whole model's, in its order; this rank may
   // hold fewer parameters (expert parallelism): each found by name.
-  const std::vector<std::string>& whole = resume.weights.params->names();
+  const ParamStore& whole = *resume.weights.params;
   for (const auto& name : optimizer_->state_names()) {
     auto& buffers = optimizer_->state(name);
     const auto found = resume.optimizer_state.find(name);
     for (std::size_t i = 0; i < buffers.size(); ++i) {
       if (!buffers[i].defined()) continue;  // frozen
-      const auto j = std::size_t(std::find(whole.begin(), whole.end(), params_->names()[i]) - whole.begin());
+      const std::string& param = params_->names()[i];
+      const std::size_t j = whole.has(param) ? whole.index_of(param) : whole.names().size();
       if (found == resume.optimizer_state.end() || j >= found->second.size() || found->second[j].empty())
-        throw UserError(config_.out + ": missing optimizer state /optimizer/" + name + "/" + params_->names()[i] +
+        throw UserError(config_.out + ": missing optimizer state /optimizer/" + name + "/" + param +
                         "; the run file is damaged or not a remat run file, and cannot be resumed");
       backend::upload(buffers[i], reduction_->mine(i, found->second[j]));
     }

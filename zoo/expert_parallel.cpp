@@ -7,15 +7,25 @@
 #include "zoo/model.hpp"
 
 namespace remat::ep {
+namespace {
+
+// Whether `model` is a mixture: it reads E (experts) from its sizes.
+bool has_experts(const std::string& model) {
+  const auto& attributes = models().find(model).attributes;
+  return std::find(attributes.begin(), attributes.end(), "E") != attributes.end();
+}
+
+}  // namespace
 
 void validate(const std::string& model, const Sizes& z) {
   const RankGroup& g = z.ep;
   if (g.size < 1 || g.rank < 0 || g.rank >= g.size)
     throw UserError("--ep " + std::to_string(g.size) + ": rank " + std::to_string(g.rank) + " is not in the group");
   if (!g.split()) return;
-  if (model != "mixtral")
+  if (!has_experts(model))
     throw UserError("--ep splits a mixture's experts over ranks: " + model + " has none (mixtral has)");
-  if (z.tp.split()) throw UserError("--ep with --tp: not yet (expert parallelism runs on its own group of ranks)");
+  if (z.tp.split() || z.tp.sequence)
+    throw UserError("--ep with --tp: not yet (expert parallelism runs on its own group of ranks)");
   if (z.E % g.size != 0)
     throw UserError("--ep " + std::to_string(g.size) + " does not divide the experts E = " + std::to_string(z.E));
   if (z.B % g.size != 0)
@@ -25,8 +35,7 @@ void validate(const std::string& model, const Sizes& z) {
 
 void override_experts(const std::string& model, Sizes& z, int experts, int top_k) {
   if (!experts && !top_k) return;
-  const auto& attributes = models().find(model).attributes;
-  if (std::find(attributes.begin(), attributes.end(), "E") == attributes.end())
+  if (!has_experts(model))
     throw UserError("--experts and --top-k: " + model + " has no experts (mixtral has)");
   if (experts) z.E = experts;
   if (top_k) z.K = top_k;

@@ -50,6 +50,12 @@ namespace {
 constexpr const char* kCopyLabel = "weights_16bit";
 }
 
+std::size_t ParamStore::index_of(const std::string& name) const {
+  auto it = index_.find(name);
+  if (it == index_.end()) throw std::logic_error("no parameter named '" + name + "'");
+  return it->second;
+}
+
 const Tensor& ParamStore::operator[](const std::string& name) const {
   auto it = index_.find(name);
   if (it == index_.end()) throw std::logic_error("no parameter named '" + name + "'");

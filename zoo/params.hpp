@@ -64,6 +64,9 @@ class ParamStore {
 
   const Tensor& operator[](const std::string& name) const;
   bool has(const std::string& name) const { return index_.count(name) > 0; }
+  // Its position in tensors() and names() (logic_error if there is none);
+  // unlike operator[], no access hook and no 16-bit copy.
+  std::size_t index_of(const std::string& name) const;
   const std::vector<Tensor>& tensors() const { return tensors_; }
   const std::vector<std::string>& names() const { return names_; }
   const std::vector<ParamSpec>& specs() const { return specs_; }

@@ -9,6 +9,7 @@
 #include "autodiff/backend.hpp"
 #include "autodiff/ops/kernel.hpp"
 #include "autodiff/ops/ops.hpp"
+#include "autodiff/ops/split_group.hpp"
 #include "autodiff/shape_only.hpp"
 #include "autodiff/stats.hpp"
 #include "autodiff/tape.hpp"
@@ -19,14 +20,6 @@ namespace remat::ops {
 using namespace detail;
 
 namespace {
-
-void require_expert_group(const char* op, const RankGroup& g) {
-  if (shape_only()) return;
-  if (comm::size(comm::Group::tensor) != g.size)
-    throw UserError(std::string(op) + ": an expert-parallel group of " + std::to_string(g.size) + " ranks, where " +
-                    std::to_string(comm::size(comm::Group::tensor)) + " hold the experts: run it under mpirun");
-  if (!kHostMemory) throw UserError(std::string(op) + ": expert parallelism runs on the host backend only");
-}
 
 std::int64_t total_of(const std::vector<std::int64_t>& v) {
   std::int64_t n = 0;
@@ -101,7 +94,7 @@ Tensor returned_from_experts(const Tensor& rows, const ExpertExchange& x, const 
 }  // namespace
 
 ExpertExchange plan_expert_exchange(const Routing& r, const RankGroup& g) {
-  require_expert_group("plan_expert_exchange", g);
+  require_split_group("plan_expert_exchange", g, "expert");
   require(r.experts % g.size == 0 && std::int64_t(r.offsets.size()) == r.experts + 1,
           "plan_expert_exchange: " + std::to_string(r.experts) + " experts over " + std::to_string(g.size) + " ranks");
   ExpertExchange x;
@@ -143,7 +136,7 @@ ExpertExchange plan_expert_exchange(const Routing& r, const RankGroup& g) {
 
 Tensor to_experts(const Tensor& rows, const ExpertExchange& x, const RankGroup& g) {
   require_float("to_experts", rows, "rows");
-  require_expert_group("to_experts", g);
+  require_split_group("to_experts", g, "expert");
   require(rows.rank() == 2 && rows.dim(0) == total_of(x.sent),
           "to_experts: rows " + to_string(rows.shape()) + " for " + std::to_string(total_of(x.sent)) + " routed rows");
   Tensor out = sent_to_experts(rows, x, "to_experts");
@@ -156,7 +149,7 @@ Tensor to_experts(const Tensor& rows, const ExpertExchange& x, const RankGroup& 
 
 Tensor from_experts(const Tensor& rows, const ExpertExchange& x, const RankGroup& g) {
   require_float("from_experts", rows, "rows");
-  require_expert_group("from_experts", g);
+  require_split_group("from_experts", g, "expert");
   require(rows.rank() == 2 && rows.dim(0) == x.local.offsets.back(),
           "from_experts: rows " + to_string(rows.shape()) + " for " + std::to_string(x.local.offsets.back()) +
               " rows of this rank's experts");

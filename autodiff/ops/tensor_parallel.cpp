@@ -11,6 +11,7 @@
 #include "autodiff/ops/kernel.hpp"
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/ops/row_kernel.hpp"
+#include "autodiff/ops/split_group.hpp"
 #include "autodiff/shape_only.hpp"
 #include "autodiff/stats.hpp"
 #include "autodiff/tape.hpp"
@@ -18,17 +19,20 @@
 #include "core/error.hpp"
 
 namespace remat::ops {
+namespace detail {
+
+void require_split_group(const char* op, const RankGroup& g, const char* what) {
+  if (shape_only()) return;
+  if (comm::size(comm::Group::tensor) != g.size)
+    throw UserError(std::string(op) + ": " + what + " parallelism over " + std::to_string(g.size) + " ranks, where " +
+                    std::to_string(comm::size(comm::Group::tensor)) + " run this job's group: run it under mpirun");
+  if (!kHostMemory) throw UserError(std::string(op) + ": " + what + " parallelism runs on the host backend only");
+}
+
+}  // namespace detail
 using namespace detail;
 
 namespace {
-
-void require_group(const char* op, const RankGroup& g) {
-  if (shape_only()) return;
-  if (comm::size(comm::Group::tensor) != g.size)
-    throw UserError(std::string(op) + ": a tensor-parallel group of " + std::to_string(g.size) + " ranks, where " +
-                    std::to_string(comm::size(comm::Group::tensor)) + " hold the model's parts: run it under mpirun");
-  if (!kHostMemory) throw UserError(std::string(op) + ": tensor parallelism runs on the host backend only");
-}
 
 // Values travel in their tensor's own type (16 bits at bf16 and fp16: what
 // a GPU's collectives move) and are added in the compute type on arrival,
@@ -67,7 +71,7 @@ Tensor gather_parts(const Tensor& x, const RankGroup& g, const char* label) {
 // all-gather). 2 (N - 1) / N of x sent per rank, and every rank gets the
 // same bits: each element is added once, by the rank that owns its chunk.
 Tensor summed(const Tensor& x, const RankGroup& g, const char* label) {
-  require_group(label, g);
+  require_split_group(label, g, "tensor");
   stats::count_forward(label);
   const std::int64_t n = x.numel(), N = g.size, c = (n + N - 1) / N;
   const DType t = x.dtype();
@@ -113,7 +117,7 @@ namespace {
 
 // The sum of x over the `share` consecutive ranks this rank is among, in rank order.
 Tensor summed_among(const Tensor& x, const RankGroup& g, int share, const char* label) {
-  require_group(label, g);
+  require_split_group(label, g, "tensor");
   stats::count_forward(label);
   const Tensor parts = gather_parts(x, g, "all_reduce_parts");
   Tensor out = Tensor::empty(x.shape(), x.dtype(), label);
@@ -136,7 +140,7 @@ Tensor summed_among(const Tensor& x, const RankGroup& g, int share, const char* 
 Tensor all_reduce_in_backward(const Tensor& x, const RankGroup& g, int share) {
   require_float("all_reduce_in_backward", x, "x");
   if (share <= 0 || share >= g.size) return all_reduce_in_backward(x, g);
-  require_group("all_reduce_in_backward", g);
+  require_split_group("all_reduce_in_backward", g, "tensor");
   Tensor out = x.view_as(x.shape());
   OpRecorder rec("all_reduce_in_backward", {&x});
   if (!rec) return out;
@@ -149,7 +153,7 @@ Tensor all_reduce_in_backward(const Tensor& x, const RankGroup& g, int share) {
 
 Tensor all_reduce_in_backward(const Tensor& x, const RankGroup& g) {
   require_float("all_reduce_in_backward", x, "x");
-  require_group("all_reduce_in_backward", g);
+  require_split_group("all_reduce_in_backward", g, "tensor");
   // The same bytes: what this rank's part of a split layer reads.
   Tensor out = x.view_as(x.shape());
   if (x.recipe()) out.set_recipe(*x.recipe());
@@ -168,7 +172,7 @@ namespace {
 
 // [B, N Sp, ...]: every rank's x [B, Sp, ...] in rank order along dim 1.
 Tensor gathered_sequence(const Tensor& x, const RankGroup& g, const char* label) {
-  require_group(label, g);
+  require_split_group(label, g, "tensor");
   require(x.rank() >= 2, std::string(label) + ": x must be [B, S, ...], got " + to_string(x.shape()));
   stats::count_forward(label);
   const std::int64_t B = x.dim(0), Sp = x.dim(1), n = x.numel(), R = n / std::max<std::int64_t>(1, B * Sp),
@@ -193,7 +197,7 @@ Tensor gathered_sequence(const Tensor& x, const RankGroup& g, const char* label)
 // of x [B, S, ...]: each rank sends every other its part, and adds what it
 // receives in rank order.
 Tensor scattered_sum(const Tensor& x, const RankGroup& g, const char* label) {
-  require_group(label, g);
+  require_split_group(label, g, "tensor");
   require(x.rank() >= 2 && x.dim(1) % g.size == 0,
           std::string(label) + ": x must be [B, S, ...] with S a multiple of the group, got " + to_string(x.shape()));
   stats::count_forward(label);
@@ -322,7 +326,7 @@ void cross_entropy_parts_forward(const Tensor& logits, const Tensor& targets, st
 Tensor cross_entropy_parts(const Tensor& logits, const Tensor& targets, std::int64_t first, const RankGroup& g) {
   require_float("cross_entropy_parts", logits, "logits");
   require(targets.dtype() == DType::i32, "cross_entropy_parts: targets must be int32");
-  require_group("cross_entropy_parts", g);
+  require_split_group("cross_entropy_parts", g, "tensor");
   const std::int64_t V = logits.dim(-1), M = rows_of(logits);
   require(targets.numel() == M, "cross_entropy_parts: " + std::to_string(targets.numel()) + " targets for " +
                                     std::to_string(M) + " rows of logits " + to_string(logits.shape()));

@@ -78,8 +78,7 @@ std::int64_t configure(TrainOptions& o) {
   c.data = o.model.data;
   c.init = o.model.weights;
   c.ranks = comm::size();
-  if (o.model.ep > 1 && (o.model.tp > 1 || o.model.sp)) throw UserError("--ep with --tp: not yet");
-  if (apply_expert_layout(o.model.ep, c.setup, /*data_parallel=*/true) ||  // each expert group one replica
+  if (apply_expert_layout(o.model.ep, o.model.tp, o.model.sp, c.setup, /*data_parallel=*/true) ||  // each expert group one replica
       apply_layout(o.model.tp, o.model.sp, c.setup, /*data_parallel=*/true))   // each tensor group one replica
     c.ranks = comm::size(comm::Group::data);
   const auto specs = strategies_for(c.setup.model, o.strategy, c.run.attention);
