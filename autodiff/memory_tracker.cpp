@@ -69,8 +69,31 @@ void MemoryTracker::pool_for_label(const std::string& label, const std::string& 
   label_pools_[label] = pool;
 }
 
+void MemoryTracker::notify() {
+  std::size_t event = 0;
+  std::function<void(std::size_t)> observer;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (!recording_ || !observer_ || timeline_.empty()) return;
+    event = timeline_.size() - 1;
+    observer = observer_;
+  }
+  observer(event);
+}
+
+void MemoryTracker::observe_timeline(std::function<void(std::size_t event)> observer) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  observer_ = std::move(observer);
+}
+
 void MemoryTracker::on_allocate(const std::string& pool, const void* ptr, std::uint64_t bytes,
                                 const std::string& label) {
+  record_allocation(pool, ptr, bytes, label);
+  notify();
+}
+
+void MemoryTracker::record_allocation(const std::string& pool, const void* ptr, std::uint64_t bytes,
+                                      const std::string& label) {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto named = label.empty() ? label_pools_.end() : label_pools_.find(label);
   record(named == label_pools_.end() ? pool : named->second, std::int64_t(bytes), true);
@@ -86,10 +109,13 @@ void MemoryTracker::on_allocate(const std::string& pool, const void* ptr, std::u
 
 void MemoryTracker::on_deallocate(const std::string& pool, const void* ptr, std::uint64_t bytes,
                                   const std::string& label) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  if (ledger_on_) ledger_.erase(ptr);
-  const auto named = label.empty() ? label_pools_.end() : label_pools_.find(label);
-  record(named == label_pools_.end() ? pool : named->second, -std::int64_t(bytes));
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (ledger_on_) ledger_.erase(ptr);
+    const auto named = label.empty() ? label_pools_.end() : label_pools_.find(label);
+    record(named == label_pools_.end() ? pool : named->second, -std::int64_t(bytes));
+  }
+  notify();
 }
 
 void MemoryTracker::transfer(const std::string& from, const std::string& to, std::uint64_t bytes) {

@@ -4,6 +4,7 @@
 // reports to directly (an offload pool). A phase label marks what the program
 // was doing, and an optional timeline records live bytes after every event.
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
@@ -98,11 +99,16 @@ class MemoryTracker {
   void start_timeline();  // clears and starts recording
   void stop_timeline();
   std::vector<Event> timeline() const;
+  // Called after each event a running timeline records, with its index
+  // there (outside the tracker's lock; none: {}): a profile notes what else
+  // holds the tensors it keeps at every moment (strategies/profile.cpp).
+  void observe_timeline(std::function<void(std::size_t event)> observer);
 
  private:
   friend class MemoryLimitScope;
   MemoryTracker() = default;
   void record(const std::string& pool, std::int64_t delta, bool allocation = false);
+  void record_allocation(const std::string& pool, const void* ptr, std::uint64_t bytes, const std::string& label);
 
   mutable std::mutex mutex_;
   bool installed_ = false;
@@ -115,6 +121,8 @@ class MemoryTracker {
   bool recording_ = false;
   double t0_ = 0;
   std::vector<Event> timeline_;
+  std::function<void(std::size_t)> observer_;
+  void notify();  // observer_ of the last event, if a timeline records
   bool counting_ = false;
   bool ledger_on_ = false;
   std::uint64_t ledger_serial_ = 0;

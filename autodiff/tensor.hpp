@@ -3,6 +3,7 @@
 // in the default execution space's memory. Copies share the data. A tensor
 // that takes part in differentiation also points to a GradSlot, where its
 // gradient accumulates during backward.
+#include <algorithm>
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 #include <functional>
@@ -75,6 +76,10 @@ class Tensor {
   // Which buffer this is, for telling tensors apart (the same for every copy
   // and view): its data, or in a shape-only run (no data) its storage.
   const void* id() const { return raw() ? raw() : static_cast<const void*>(storage_.get()); }
+  // How many handles hold this buffer: Tensors sharing its storage and any
+  // other View of it (what a profile asks to know whether anything but the
+  // saved copies still holds a saved tensor).
+  long holders() const { return storage_ ? storage_.use_count() + std::max(0L, long(storage_->use_count()) - 1) : 0; }
   // The storage (a handle: shares it); an empty View for an undefined
   // tensor, made fresh, as no View may outlive Kokkos::finalize.
   Bytes bytes() const { return storage_ ? *storage_ : Bytes(); }

@@ -181,12 +181,15 @@ std::int64_t recompute_peak(const SaveProfile& p, int first, int last, const Pol
       continue;
     }
     std::int64_t dropped = 0;
+    std::vector<bool> drops(b.tensors.size(), false);
     if (inner)
-      for (const auto& x : b.tensors)
-        if (x.recomputable &&
-            inner->decision({x.tag, info, x.shape, x.bytes, true, false, x.block_input}) == Decision::recompute)
-          dropped += x.bytes;
-    peak = std::max({peak, held + saved + b.forward_peak + b.input - dropped, held + saved + b.backward_peak});
+      for (std::size_t t = 0; t < b.tensors.size(); ++t) {
+        const auto& x = b.tensors[t];
+        drops[t] = x.recomputable &&
+                   inner->decision({x.tag, info, x.shape, x.bytes, true, false, x.block_input}) == Decision::recompute;
+        if (drops[t]) dropped += x.bytes;
+      }
+    peak = std::max({peak, held + saved + forward_peak_dropping(b, drops) + b.input, held + saved + b.backward_peak});
     saved += b.saved - dropped;
   }
   return peak;
@@ -261,17 +264,19 @@ MemoryPrediction predict_policy(const SaveProfile& p, const Policy& policy) {
       }
       continue;
     }
-    std::int64_t kept = 0, offloaded = 0, recomputed = 0;
-    for (const auto& x : b.tensors) {
+    std::int64_t kept = 0, offloaded = 0;
+    std::vector<bool> recomputed(b.tensors.size(), false);
+    for (std::size_t k = 0; k < b.tensors.size(); ++k) {
+      const auto& x = b.tensors[k];
       const SavedTensorInfo t{x.tag, info, x.shape, x.bytes, x.recomputable, false, x.block_input};
       const Decision d = policy.decision(t);
-      if (d == Decision::recompute && x.recomputable) recomputed += x.bytes;
+      if (d == Decision::recompute && x.recomputable) recomputed[k] = true;
       else if (d == Decision::offload) offloaded += x.bytes;
       else kept += x.bytes;
     }
     const std::int64_t prefetched = offloaded > 0 ? groups.last : 0;
-    m.device = std::max(
-        {m.device, device + groups.in_flight + b.forward_peak - recomputed, device + prefetched + b.backward_peak});
+    m.device = std::max({m.device, device + groups.in_flight + forward_peak_dropping(b, recomputed),
+                         device + prefetched + b.backward_peak});
     groups.made(offloaded);
     m.offload += offloaded;
     device += kept;

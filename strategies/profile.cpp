@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <limits>
 #include <map>
 #include <set>
 
@@ -22,6 +23,8 @@ class ReportedKept final : public Packed {
     }
   }
   Tensor unpack() override { return t_; }
+  // Whether only saved copies hold the tensor (the model's code let it go).
+  bool held_only_saved() const { return t_.holders() <= handles()[t_.id()]; }
 
  private:
   // Handles to each tensor kept, per thread: a profile runs on the thread
@@ -45,19 +48,48 @@ class BlockProbe final : public SavedTensorHooks {
   std::shared_ptr<Packed> pack(const Tensor& t) override {
     // Context is kept once for every block (SaveProfile's `context`), in a pool of its own.
     if (context_.count(t.id())) return std::make_shared<ReportedKept>(t, SaveProfiler::kContextPool);
+    auto kept = std::make_shared<ReportedKept>(t, pool_);
     if (seen_.insert(t.id()).second) {
       block_.saved += std::int64_t(t.nbytes());
       block_.tensors.push_back(
           {t.tag(), t.shape(), std::int64_t(t.nbytes()), t.recipe() != nullptr, 0, inputs_.count(t.id()) > 0});
+      kept_.push_back(kept);
     }
-    return std::make_shared<ReportedKept>(t, pool_);
+    return kept;
+  }
+  // Which of the block's saved tensors only their saved copies hold now.
+  std::vector<int> held_only_saved() const {
+    std::vector<int> out;
+    for (std::size_t k = 0; k < kept_.size(); ++k)
+      if (const auto kept = kept_[k].lock(); kept && kept->held_only_saved()) out.push_back(int(k));
+    return out;
   }
 
  private:
   BlockSaves& block_;
   std::string pool_;
   std::set<const void*> seen_, inputs_, context_;
+  std::vector<std::weak_ptr<ReportedKept>> kept_;  // the first copy of each of block_.tensors
 };
+
+// Of a block's forward moments, those that can be its peak under some set of
+// drops: a moment whose live bytes are at most another's with every drop it
+// allows taken is never above that one.
+void keep_possible_peaks(BlockSaves& b) {
+  const auto freed_all = [&](const BlockSaves::Moment& m) {
+    std::int64_t live = m.live;
+    for (const int k : m.held_only_saved) live -= b.tensors[std::size_t(k)].bytes;
+    return live;
+  };
+  std::int64_t floor = std::numeric_limits<std::int64_t>::min();
+  std::size_t lowest = 0;
+  for (std::size_t i = 0; i < b.forward_moments.size(); ++i)
+    if (const std::int64_t f = freed_all(b.forward_moments[i]); f > floor) floor = f, lowest = i;
+  std::vector<BlockSaves::Moment> kept;
+  for (std::size_t i = 0; i < b.forward_moments.size(); ++i)
+    if (i == lowest || b.forward_moments[i].live > floor) kept.push_back(std::move(b.forward_moments[i]));
+  b.forward_moments = std::move(kept);
+}
 
 }  // namespace
 
@@ -86,6 +118,11 @@ Tensors SaveProfiler::run(const BlockInfo& info, const Tensors& inputs, const Bl
   }
   BlockProbe probe(b, inputs, std::size_t(info.context));
   SavedTensorHooksScope scope(probe);
+  MemoryTracker::instance().observe_timeline(
+      [this, &probe](std::size_t event) { held_only_saved_[event] = probe.held_only_saved(); });
+  struct StopObserving {
+    ~StopObserving() { MemoryTracker::instance().observe_timeline({}); }
+  } stop;
   return body(inputs);
 }
 
@@ -129,6 +166,9 @@ SaveProfile SaveProfiler::finish(const std::vector<MemoryTracker::Event>& timeli
     if (auto f = block_of_forward.find(phase); f != block_of_forward.end()) {
       auto& b = profile_.blocks[f->second];
       b.forward_peak = std::max(b.forward_peak, live - base - (all_saved - saved[f->second]));
+      const auto held = held_only_saved_.find(i);  // none: no drop frees anything then
+      b.forward_moments.push_back({live - base - (all_saved - saved[f->second]),
+                                   held == held_only_saved_.end() ? std::vector<int>{} : held->second});
     } else if (auto g = block_of_backward.find(phase); g != block_of_backward.end()) {
       auto& b = profile_.blocks[g->second];
       b.backward_peak = std::max(b.backward_peak, live - base - (all_saved - saved[g->second]));
@@ -137,6 +177,7 @@ SaveProfile SaveProfiler::finish(const std::vector<MemoryTracker::Event>& timeli
       peak = std::max(peak, live - base - all_saved);
     }
   }
+  for (BlockSaves& b : profile_.blocks) keep_possible_peaks(b);
   return profile_;
 }
 
@@ -184,6 +225,24 @@ Tensors CostTimer::run(const BlockInfo&, const Tensors& inputs, const BlockBody&
     t.recipes.push_back(now() - t0);
   }
   return out;
+}
+
+std::int64_t forward_peak_dropping(const BlockSaves& b, const std::vector<bool>& dropped) {
+  const auto is_dropped = [&](std::size_t k) { return k < dropped.size() && dropped[k]; };
+  if (b.forward_moments.empty()) {
+    std::int64_t peak = b.forward_peak;
+    for (std::size_t k = 0; k < b.tensors.size(); ++k)
+      if (is_dropped(k)) peak -= b.tensors[k].bytes;
+    return peak;
+  }
+  std::int64_t peak = std::numeric_limits<std::int64_t>::min();
+  for (const BlockSaves::Moment& m : b.forward_moments) {
+    std::int64_t live = m.live;
+    for (const int k : m.held_only_saved)
+      if (is_dropped(std::size_t(k))) live -= b.tensors[std::size_t(k)].bytes;
+    peak = std::max(peak, live);
+  }
+  return peak;
 }
 
 }  // namespace remat

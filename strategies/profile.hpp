@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <unordered_map>
 #include <vector>
 
 #include "autodiff/memory_tracker.hpp"
@@ -39,7 +40,25 @@ struct BlockSaves {
   // them, as under full) and its working set.
   std::int64_t forward_peak = 0, backward_peak = 0;
   double forward_seconds = 0;  // the block's forward (timed profiles only)
+  // The forward, moment by moment, as far as a strategy that drops saved
+  // tensors changes it: the bytes live then (as forward_peak counts them)
+  // and which of `tensors` (by index) nothing but their saved copies held
+  // then. Dropping one of those frees its bytes at that moment; dropping
+  // any other does not (the model's code still holds it, as the input of
+  // a row-parallel product is held through its all-reduce). Only the
+  // moments that can be the peak under some drops are kept. Empty (made-up
+  // profiles): every drop frees its bytes at forward_peak.
+  struct Moment {
+    std::int64_t live = 0;
+    std::vector<int> held_only_saved;
+  };
+  std::vector<Moment> forward_moments;
 };
+
+// The block's forward peak when the tensors marked in `dropped` (indices
+// into b.tensors) are not kept: forward_peak less what dropping frees at
+// each moment.
+std::int64_t forward_peak_dropping(const BlockSaves& b, const std::vector<bool>& dropped);
 
 struct SaveProfile {
   std::vector<BlockSaves> blocks;  // in forward order
@@ -91,6 +110,9 @@ class SaveProfiler final : public BlockRunner, public SavedTensorHooks {
  private:
   SaveProfile profile_;
   std::vector<const void*> context_;  // the context tensors met so far
+  // At each event of a block's forward (by timeline index), which of its
+  // saved tensors only their saved copies held (BlockSaves::forward_moments).
+  std::unordered_map<std::size_t, std::vector<int>> held_only_saved_;
 };
 
 // Times each block's forward and each recipe of what it saves, while a

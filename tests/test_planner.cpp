@@ -301,3 +301,30 @@ TEST_CASE("random plans on real models are never under-predicted and are bitwise
     }
   }
 }
+
+TEST_CASE("dropping a saved tensor lowers the forward peak only at moments when nothing else holds it",
+          "[planner][moments]") {
+  BlockSaves b;
+  b.forward_peak = 1000;
+  b.tensors = {{"gelu_tanh", {25}, 100, true}, {"attention", {12}, 50, true}};
+  const std::vector<bool> none{false, false}, first{true, false}, second{false, true}, both{true, true};
+  SECTION("without moments (a made-up profile) every drop frees its bytes at the peak") {
+    CHECK(forward_peak_dropping(b, none) == 1000);
+    CHECK(forward_peak_dropping(b, both) == 850);
+  }
+  SECTION("with them, a tensor the model's code still holds at the peak frees nothing there") {
+    // At the peak (an all-reduce's buffers, say) the model still holds the second
+    // tensor; at a later, lower moment neither is held but by its saved copy.
+    b.forward_moments = {{1000, {0}}, {900, {0, 1}}};
+    CHECK(forward_peak_dropping(b, none) == 1000);
+    CHECK(forward_peak_dropping(b, first) == 900);
+    CHECK(forward_peak_dropping(b, second) == 1000);
+    CHECK(forward_peak_dropping(b, both) == 900);
+    planner::ChainCosts c = planner::chain_costs(SaveProfile{{b}}, false);
+    for (const auto& v : c.blocks[0].variants) {
+      std::vector<bool> dropped{false, false};
+      for (const auto& tag : v.tags) dropped[tag == "attention" ? 1 : 0] = true;
+      CHECK(v.forward_peak == forward_peak_dropping(b, dropped));
+    }
+  }
+}

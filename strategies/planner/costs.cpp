@@ -24,6 +24,58 @@ double recipe_seconds(const BlockSaves& b, const std::vector<std::string>& tags,
   return s;
 }
 
+namespace {
+
+// A block's variants: which of its tags' saved tensors it drops (recomputing
+// them in backward), those on the Pareto front of bytes kept, time spent
+// and forward peak.
+std::vector<Variant> variants(const BlockSaves& b, bool timed) {
+  std::set<std::string> tag_set;
+  for (const auto& x : b.tensors)
+    if (x.recomputable && !x.block_input) tag_set.insert(x.tag);
+  const std::vector<std::string> tags(tag_set.begin(), tag_set.end());
+  std::vector<std::vector<std::string>> subsets;
+  if (tags.size() <= kMaxTagsEnumerated) {
+    for (std::size_t mask = 0; mask < (std::size_t(1) << tags.size()); ++mask) {
+      std::vector<std::string> s;
+      for (std::size_t i = 0; i < tags.size(); ++i)
+        if (mask >> i & 1) s.push_back(tags[i]);
+      subsets.push_back(s);
+    }
+  } else {
+    subsets.push_back({});
+    for (const auto& t : tags) subsets.push_back({t});
+    subsets.push_back(tags);
+  }
+  std::vector<Variant> all;
+  for (const auto& s : subsets) {
+    Variant v{s, 0, recipe_seconds(b, s, timed)};
+    std::vector<bool> dropped(b.tensors.size(), false);
+    for (std::size_t i = 0; i < b.tensors.size(); ++i) {
+      const auto& x = b.tensors[i];
+      dropped[i] = x.recomputable && !x.block_input && std::find(s.begin(), s.end(), x.tag) != s.end();
+      if (dropped[i]) v.dropped += x.bytes;
+    }
+    v.forward_peak = forward_peak_dropping(b, dropped);
+    all.push_back(std::move(v));
+  }
+  // Keep the Pareto front (the empty subset always survives: it costs nothing).
+  std::vector<Variant> front;
+  for (std::size_t i = 0; i < all.size(); ++i) {
+    bool dominated = false;
+    for (std::size_t j = 0; j < all.size() && !dominated; ++j)
+      dominated = j != i && all[j].dropped >= all[i].dropped && all[j].seconds <= all[i].seconds &&
+                  all[j].forward_peak <= all[i].forward_peak &&
+                  (all[j].dropped > all[i].dropped || all[j].seconds < all[i].seconds ||
+                   all[j].forward_peak < all[i].forward_peak || j < i);
+    if (!dominated) front.push_back(all[i]);
+  }
+  std::sort(front.begin(), front.end(), [](const Variant& a, const Variant& b) { return a.dropped < b.dropped; });
+  return front;
+}
+
+}  // namespace
+
 ChainCosts chain_costs(const SaveProfile& p, bool allow_offload) {
   ChainCosts c;
   c.allow_offload = allow_offload;
@@ -45,39 +97,7 @@ ChainCosts chain_costs(const SaveProfile& p, bool allow_offload) {
     k.new_stack = b.new_stack;
     k.forward_seconds = p.timed ? b.forward_seconds : kSecondsPerByte * double(b.saved);
     k.offload_seconds = p.offload_seconds_per_byte * double(b.saved);
-    std::set<std::string> tag_set;
-    for (const auto& x : b.tensors)
-      if (x.recomputable && !x.block_input) tag_set.insert(x.tag);
-    const std::vector<std::string> tags(tag_set.begin(), tag_set.end());
-    std::vector<std::vector<std::string>> subsets;
-    if (tags.size() <= kMaxTagsEnumerated) {
-      for (std::size_t mask = 0; mask < (std::size_t(1) << tags.size()); ++mask) {
-        std::vector<std::string> s;
-        for (std::size_t i = 0; i < tags.size(); ++i)
-          if (mask >> i & 1) s.push_back(tags[i]);
-        subsets.push_back(s);
-      }
-    } else {
-      subsets.push_back({});
-      for (const auto& t : tags) subsets.push_back({t});
-      subsets.push_back(tags);
-    }
-    std::vector<Variant> all;
-    for (const auto& s : subsets) {
-      Variant v{s, 0, recipe_seconds(b, s, p.timed)};
-      for (const auto& x : b.tensors)
-        if (x.recomputable && !x.block_input && std::find(s.begin(), s.end(), x.tag) != s.end()) v.dropped += x.bytes;
-      all.push_back(std::move(v));
-    }
-    // Keep the Pareto front (the empty subset always survives: it costs nothing).
-    for (std::size_t i = 0; i < all.size(); ++i) {
-      bool dominated = false;
-      for (std::size_t j = 0; j < all.size() && !dominated; ++j)
-        dominated = j != i && all[j].dropped >= all[i].dropped && all[j].seconds <= all[i].seconds &&
-                    (all[j].dropped > all[i].dropped || all[j].seconds < all[i].seconds || j < i);
-      if (!dominated) k.variants.push_back(all[i]);
-    }
-    std::sort(k.variants.begin(), k.variants.end(), [](const Variant& a, const Variant& b) { return a.dropped < b.dropped; });
+    k.variants = variants(b, p.timed);
     c.blocks.push_back(std::move(k));
   }
   return c;

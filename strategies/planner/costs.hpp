@@ -20,6 +20,7 @@ struct Variant {
   std::vector<std::string> tags;
   std::int64_t dropped = 0;  // bytes not kept
   double seconds = 0;        // running their recipes again
+  std::int64_t forward_peak = 0;  // the block's forward peak without them (forward_peak_dropping)
 };
 
 struct BlockCosts {

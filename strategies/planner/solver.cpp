@@ -71,7 +71,7 @@ class Program {
     std::int16_t choice = kInfeasible;
     for (std::size_t v = 0; v < blk.variants.size(); ++v) {
       const auto& var = blk.variants[v];
-      if (std::max(units(blk.forward_peak + blk.input - var.dropped), backward_[std::size_t(k)]) > m) continue;
+      if (std::max(units(var.forward_peak + blk.input), backward_[std::size_t(k)]) > m) continue;
       const float rest = k == b ? 0.f : span(k + 1, b, m - units(blk.saved - var.dropped));
       const float cost = float(blk.forward_seconds + var.seconds) + rest;
       if (cost < best) best = cost, choice = std::int16_t(v);
@@ -108,7 +108,7 @@ class Program {
       const auto& blk = c_.blocks[std::size_t(i)];
       for (std::size_t v = 0; v < blk.variants.size(); ++v) {
         const auto& var = blk.variants[v];
-        if (std::max(units(blk.forward_peak - var.dropped) + f, backward_[std::size_t(i)]) > m) continue;
+        if (std::max(units(var.forward_peak) + f, backward_[std::size_t(i)]) > m) continue;
         const float cost = float(var.seconds) + top(i + 1, g, m - units(blk.saved - var.dropped));
         if (cost < best) best = cost, choice = std::int16_t(v);
       }
