@@ -4,7 +4,6 @@
 
 #include "comm/comm.hpp"
 #include "core/error.hpp"
-#include "strategies/registry.hpp"
 #include "zoo/expert_parallel.hpp"
 #include "zoo/tensor_parallel.hpp"
 
@@ -58,14 +57,6 @@ void split_over_ranks(int size, bool sequence, int experts, ModelSetup& setup, s
   if (!params->adapted().empty() || params->tensors().size() != params->specs().size())
     throw UserError(std::string(experts > 1 ? "--ep" : "--tp") + " with --lora: not yet");
   params = tp::part_of(*params, models().find(setup.model).make(setup.sizes)->params(), setup.sizes.tp);
-}
-
-void require_same_plan_on_every_rank(const Sizes& z, const std::vector<std::string>& strategies) {
-  if (!z.tp.split() && !z.ep.split()) return;
-  for (const std::string& spec : strategies)
-    if (parse_strategy(spec).planned)
-      throw UserError(std::string(z.ep.split() ? "--ep" : "--tp") + " with " + spec +
-                      ": not yet (a plan from timed costs could differ between the ranks)");
 }
 
 }  // namespace remat

@@ -32,8 +32,4 @@ bool apply_expert_layout(int experts, int tp, bool sequence, ModelSetup& setup, 
 // the whole model's `params` replaced by this rank's parts.
 void split_over_ranks(int size, bool sequence, int experts, ModelSetup& setup, std::unique_ptr<ParamStore>& params);
 
-// Refuses a strategy planned from timed costs under a split (each rank would
-// time its own and could plan differently, and the ranks must recompute alike).
-void require_same_plan_on_every_rank(const Sizes& z, const std::vector<std::string>& strategies);
-
 }  // namespace remat

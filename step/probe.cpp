@@ -9,6 +9,7 @@
 #include "autodiff/backend.hpp"
 #include "autodiff/memory_tracker.hpp"
 #include "autodiff/tape.hpp"
+#include "comm/comm.hpp"
 #include "core/error.hpp"
 #include "step/step.hpp"
 #include "step/step_scope.hpp"
@@ -40,6 +41,93 @@ SaveProfile profile_saves(const Model& model, const ParamStore& params, const Ba
   SaveProfile p = profiler.finish(tracker.timeline(), tracker.phases(), pool, base);
   p.copies_in_flight = backend::offload_copies();
   return p;
+}
+
+namespace {
+
+// Calls f on every figure of a timed profile a planner reads: times and bytes.
+template <class F>
+void each_figure(SaveProfile& p, F f) {
+  const auto bytes = [&](std::int64_t& b) {
+    double v = double(b);
+    f(v);
+    b = std::int64_t(v);
+  };
+  for (BlockSaves& b : p.blocks) {
+    for (std::int64_t* n : {&b.saved, &b.input, &b.context, &b.forward_peak, &b.backward_peak}) bytes(*n);
+    for (SavedRecord& t : b.tensors) {
+      bytes(t.bytes);
+      f(t.recompute_seconds);
+    }
+    for (SavedRecord& t : b.inputs) bytes(t.bytes);
+    for (BlockSaves::Moment& m : b.forward_moments) bytes(m.live);
+    f(b.forward_seconds);
+  }
+  for (std::int64_t* n : {&p.outside_peak, &p.tail_peak, &p.measured_peak}) bytes(*n);
+  f(p.step_seconds);
+  f(p.offload_seconds_per_byte);
+}
+
+// Every rank's `mine` (as many values on each), gathered over g.
+std::vector<double> gathered(const std::vector<double>& mine, comm::Group g) {
+  const int ranks = comm::size(g);
+  const double count = double(mine.size());
+  std::vector<double> counts(std::size_t(ranks), 0.0);
+  comm::gather_all(&count, 1, counts.data(), g);
+  for (const double c : counts)
+    if (c != count) throw std::logic_error("agree_on_costs: the ranks profiled different blocks");
+  std::vector<double> all(mine.size() * std::size_t(ranks));
+  comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data(), g);
+  return all;
+}
+
+// The blocks' forward moments alike on every rank: where every rank has as
+// many, a drop frees bytes at a moment only where it does on every rank
+// (their live bytes are agreed with the other figures); elsewhere (routing
+// made the ranks allocate differently) one moment, the forward peak, at
+// which no drop frees anything.
+void agree_on_moments(SaveProfile& p, comm::Group g) {
+  const int ranks = comm::size(g);
+  std::vector<double> counts;
+  for (const BlockSaves& b : p.blocks) counts.push_back(double(b.forward_moments.size()));
+  const std::vector<double> all_counts = gathered(counts, g);
+  std::vector<double> flags;
+  for (std::size_t b = 0; b < p.blocks.size(); ++b) {
+    BlockSaves& block = p.blocks[b];
+    bool alike = true;
+    for (int r = 0; r < ranks; ++r) alike = alike && all_counts[std::size_t(r) * counts.size() + b] == counts[b];
+    if (!alike) block.forward_moments = {{block.forward_peak, {}}};
+    for (const BlockSaves::Moment& m : block.forward_moments)
+      for (std::size_t k = 0; k < block.tensors.size(); ++k)
+        flags.push_back(std::count(m.held_only_saved.begin(), m.held_only_saved.end(), int(k)) ? 1.0 : 0.0);
+  }
+  const std::vector<double> all_flags = gathered(flags, g);
+  std::size_t i = 0;
+  for (BlockSaves& block : p.blocks)
+    for (BlockSaves::Moment& m : block.forward_moments) {
+      m.held_only_saved.clear();
+      for (std::size_t k = 0; k < block.tensors.size(); ++k, ++i) {
+        bool everywhere = true;
+        for (int r = 0; r < ranks; ++r) everywhere = everywhere && all_flags[std::size_t(r) * flags.size() + i] > 0;
+        if (everywhere) m.held_only_saved.push_back(int(k));
+      }
+    }
+}
+
+}  // namespace
+
+void agree_on_costs(SaveProfile& p, comm::Group g) {
+  const int ranks = comm::size(g);
+  if (ranks == 1) return;
+  agree_on_moments(p, g);
+  std::vector<double> mine;
+  each_figure(p, [&](double& v) { mine.push_back(v); });
+  const std::vector<double> all = gathered(mine, g);
+  std::size_t i = 0;
+  each_figure(p, [&](double& v) {
+    for (int r = 0; r < ranks; ++r) v = std::max(v, all[std::size_t(r) * mine.size() + i]);
+    ++i;
+  });
 }
 
 SaveProfile measure_costs(const Model& model, const ParamStore& params, const Batch& batch,
@@ -88,7 +176,16 @@ SaveProfile measure_costs(const Model& model, const ParamStore& params, const Ba
   p.offload_seconds_per_byte =
       clock ? clock->offload_seconds_per_byte : backend::offload_seconds_per_byte(std::size_t(16) << 20, repeats);
   p.timed = true;
+  agree_on_costs(p, comm::Group::tensor);  // the ranks of a split layer recompute alike
   return p;
+}
+
+void refuse_planned_under_experts(const Sizes& z, const std::vector<std::string>& strategies) {
+  if (!z.ep.split()) return;
+  for (const std::string& spec : strategies)
+    if (parse_strategy(spec).planned)
+      throw UserError("--ep with " + spec + ": not yet (each rank's memory follows its routing, and one plan for "
+                      "every rank is not yet bound to fit each)");
 }
 
 void prepare_strategy(Strategy& strategy, const Model& model, const ParamStore& params, const Batch& batch,

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "autodiff/ops/ops.hpp"
+#include "comm/comm.hpp"
 #include "datasets/batch.hpp"
 #include "strategies/profile.hpp"
 #include "strategies/strategy.hpp"
@@ -33,10 +34,25 @@ struct CostClock {
 // step under `full` timed `repeats` times (its median time and measured
 // activation peak), and each block's forward and each recipe timed as many
 // times (the fastest: what load from elsewhere cannot inflate). With a
-// `clock`, times are read from it.
+// `clock`, times are read from it. Under a split layer (--tp, --ep), agreed
+// over its group (agree_on_costs).
 SaveProfile measure_costs(const Model& model, const ParamStore& params, const Batch& batch,
                           ops::AttentionKernel attention, std::uint64_t seed, int repeats = 3,
                           const CostClock* clock = nullptr);
+
+// Makes a timed profile the same on every rank of group g, each figure (time
+// or bytes) the group's largest: ranks that run blocks together, or gather
+// weights at their boundaries (--tp, --ep, --shard-params), recompute alike
+// and so must plan alike, and the largest is what every rank fits within
+// (bytes differ only where routing sends a rank more tokens). A collective.
+void agree_on_costs(SaveProfile& p, comm::Group g);
+
+// Refuses a strategy planned from timed costs under --ep: the ranks must
+// recompute alike, so they plan from one profile, but each rank's tokens (and
+// so its memory) follow the routing, and a profile agreed from the ranks'
+// figures is not yet a bound on every rank's peak. Under --tp the ranks'
+// shapes are the same and their plans agree (step/probe.hpp agree_on_costs).
+void refuse_planned_under_experts(const Sizes& z, const std::vector<std::string>& strategies);
 
 // Plans `strategy` if it needs costs, measuring them unless `costs` (a timed
 // profile of the same model, weights and batch) is given.

@@ -33,7 +33,7 @@ const std::map<std::string, std::set<std::string>>& allowed() {
       {"zoo", {"core", "autodiff", "datasets"}},
       {"strategies", {"core", "autodiff"}},
       {"weights", {"core", "autodiff", "h5", "datasets", "zoo"}},
-      {"step", {"core", "autodiff", "datasets", "zoo", "strategies"}},
+      {"step", {"core", "autodiff", "comm", "datasets", "zoo", "strategies"}},
       {"finetune", {"core", "autodiff", "h5", "datasets", "zoo", "weights"}},
       {"train", {"core", "autodiff", "h5", "comm", "datasets", "optim", "zoo", "strategies", "weights", "step",
                  "finetune"}},

@@ -30,10 +30,9 @@ void validate(const TrainConfig& c) {
   if (c.ranks * group != comm::size())
     throw UserError("the run is set for " + std::to_string(c.ranks * group) + " ranks, but " +
                     std::to_string(comm::size()) + " are running it");
-  if (c.setup.sizes.ep.split() && (c.lora.any() || c.freeze.any() || parse_strategy(c.strategy).planned))
-    throw UserError("--ep with --lora, --freeze or a planned strategy: not yet");
-  if (tp.split() && (c.lora.any() || c.freeze.any() || parse_strategy(c.strategy).planned))
-    throw UserError("--tp with --lora, --freeze or a planned strategy: not yet");
+  if ((c.setup.sizes.ep.split() || tp.split()) && (c.lora.any() || c.freeze.any()))
+    throw UserError(std::string(c.setup.sizes.ep.split() ? "--ep" : "--tp") + " with --lora or --freeze: not yet");
+  refuse_planned_under_experts(c.setup.sizes, {c.strategy});
   if (!(c.grad_clip >= 0) || !std::isfinite(c.grad_clip)) throw UserError("--grad-clip must be 0 (none) or positive");
   if (c.eval_every < 0 || c.eval_batches < 1) throw UserError("--eval-every must be >= 0 and --eval-batches >= 1");
   if (c.save_every < 0) throw UserError("--save-every must be >= 0");
@@ -81,22 +80,6 @@ double validation_loss(const Model& model, const ParamStore& params, BatchSource
   double sum = 0;
   for (int b = 0; b < batches; ++b) sum += model.loss(params, source.next()).item();
   return sum / batches;
-}
-
-// Every rank takes rank 0's timings of a planner's probe: plans are made from
-// timings, and ranks that plan differently run different schedules, which
-// under --shard-params means different collectives, in a different order (a
-// deadlock). The byte counts in the probe are the same on every rank.
-void agree_on_timings(SaveProfile& p) {
-  std::vector<double*> fields{&p.step_seconds, &p.offload_seconds_per_byte};
-  for (auto& b : p.blocks) {
-    fields.push_back(&b.forward_seconds);
-    for (auto& t : b.tensors) fields.push_back(&t.recompute_seconds);
-  }
-  std::vector<double> mine, all(fields.size() * std::size_t(comm::size()));
-  for (const double* f : fields) mine.push_back(*f);
-  comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data());
-  for (std::size_t i = 0; i < fields.size(); ++i) *fields[i] = all[i];  // rank 0's come first
 }
 
 // The whole model's weights a run starts from: initialised from the seed,
@@ -158,7 +141,7 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
     PrecisionScope precision(*params_, config_.run.precision);
     SaveProfile costs = measure_costs(*model_, *params_, random_batch(z.B, z.S, z.V, config_.run.seed), config_.run.attention,
                                       config_.run.seed);
-    if (comm::size() > 1) agree_on_timings(costs);
+    agree_on_costs(costs, comm::Group::world);  // every rank plans alike
     strategy_->plan(costs);
   }
   // From here on, under --shard-params, each rank keeps its shards of the

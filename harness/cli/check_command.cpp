@@ -234,7 +234,7 @@ int run_check_command(const CheckCommandOptions& o) {
   refuse_combinations(o, setup.sizes);
   fine_tune(params, *model, batch, o.freeze, o.lora, o.model.run.seed, setup.sizes.L, o.json);
   const auto specs = strategies_for(setup.model, o.strategies, o.model.run.attention);
-  require_same_plan_on_every_rank(setup.sizes, specs);
+  refuse_planned_under_experts(setup.sizes, specs);
   if (o.train_steps > 0) return check_trajectories(o, setup, specs);
 
   const Sizes& z = setup.sizes;

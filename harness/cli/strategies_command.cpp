@@ -38,9 +38,10 @@ void setup_strategies(CLI::App& app) {
         "layers, and stays bitwise full's: a recomputed block performs its all-reduces (and, under --sp, its\n"
         "all-gathers and reduce-scatters) again, counted in the estimate's recompute_comm_bytes; a strategy that\n"
         "drops the norms' outputs under --sp gathers them again in backward, as Megatron-LM always does. The\n"
-        "budget: strategies under --tp plan only from the device model (estimate, plan --device): a timed plan\n"
-        "could differ between the ranks. Under --ep N (expert parallelism) a recomputed block sends its rows to\n"
-        "their experts' ranks and back again, counted the same way.\n");
+        "budget: strategies under --tp plan from one profile the ranks agree on (every time the slowest rank's),\n"
+        "so every rank runs the same plan. Under --ep N (expert parallelism) a recomputed block sends its rows\n"
+        "to their experts' ranks and back again, counted the same way; budget: is not yet allowed there (each\n"
+        "rank's memory follows its routing).\n");
   });
 }
 

@@ -138,9 +138,8 @@ void run_time(const TimeOptions& o) {
   if ((o.model.tp > 1 || o.model.sp || o.model.ep > 1) && (o.freeze.any() || o.lora.any()))
     throw UserError(std::string(o.model.ep > 1 ? "--ep" : "--tp") + " with --freeze or --lora: not yet");
   Sizes layout;
-  layout.tp.size = o.model.tp;
   layout.ep.size = o.model.ep;
-  require_same_plan_on_every_rank(layout, specs);
+  refuse_planned_under_experts(layout, specs);
   const std::int64_t memory = require_step_memory(setup, o.model.run.attention, specs, 2, o.force);
   const Timing t = time_steps(o, setup, specs[0], memory);
   if (o.json) print_json(o, setup, t);

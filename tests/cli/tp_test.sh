@@ -44,11 +44,18 @@ for name in one["grads"]:
     scale = np.abs(a).max() + 1e-30
     assert np.abs(a - b).max() <= 1e-5 * scale, (name, np.abs(a - b).max() / scale)
 PY
-    # 2. Every strategy under the split: exact ones bitwise full.
+    # 2. Every strategy under the split: exact ones bitwise full; planned ones
+    # (from timed costs the ranks agree on) within their budgets.
     for run in "--dropout 0" "--dropout 0.1" "--precision bf16"; do
       # shellcheck disable=SC2086
       expect_ok "$model check $layout $run" "${mpi[@]}" "$remat" check --model "$model" "${split[@]}" $run \
-        --strategies all
+        --strategies all,budget:min,budget:range:30%
+    done
+    # A plan from the device model keeps its budget too (the model's code holds a row-parallel
+    # product's input through its all-reduce: dropping it frees nothing there).
+    for preset in tiny small; do
+      expect_ok "$model estimate $layout $preset budgets" "$remat" estimate --model "$model" --preset "$preset" \
+        "${split[@]}" --strategies budget:min,budget:range:10%,budget:range:60%,budget:min:offload --device h100-80gb
     done
     # 3. Each rank's measured activation peak is what `estimate` says, shape-only in one process.
     for preset in tiny small; do
@@ -162,6 +169,19 @@ assert held == said, (held, said)
 assert int(b["history/activation_peak"][-1]) == row["activation_peak_bytes"]
 PY
 done
+# A planned strategy under tp 2 x data 2, timed on every rank: the ranks agree on one profile (the
+# slowest's times), so all run one plan, sharded or not, bitwise alike and within its budget (each
+# run times its own: the two may plan differently, never their ranks).
+B=(train --model gpt2 --preset tiny --lr 3e-3 --data copy --steps 3 --dropout 0.1 --tp 2 --strategy budget:range:30%)
+"${mpi4[@]}" "$remat" "${B[@]}" --out plan-dp.h5 --force >/dev/null 2>err.txt || fail "train budget: $(cat err.txt)"
+"${mpi4[@]}" "$remat" "${B[@]}" --shard-params --out plan-zero.h5 --force >/dev/null 2>err.txt ||
+  fail "train budget --shard-params: $(cat err.txt)"
+"$python" - plan-dp.h5 plan-zero.h5 <<'PY' || fail "train --tp 2 budget: sharded is not unsharded"
+import sys, h5py
+a, b = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+for key in ("loss", "grad_norm"):
+    assert a["history/" + key][:].tobytes() == b["history/" + key][:].tobytes(), key
+PY
 
 # The parameters a rank holds: a half of every split layer (gpt2 tiny: norms, wpe and row biases whole).
 "$remat" estimate --model gpt2 --preset tiny --strategies full --tp 2 --json >estimate.json || fail "estimate"
