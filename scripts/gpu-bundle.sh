@@ -22,18 +22,26 @@ say() { printf '[gpu-bundle] %s\n' "$*"; }
 # The CUDA build; and a host build for any x86-64 CPU, which makes the
 # reference gradients on the GPU machine (golden files of every model's
 # `small` weights would be hundreds of MB).
-[ -x "$root/build-cuda/remat" ] && [ -x "$root/build-cuda/tests/remat_tests" ] || "$root/scripts/setup.sh" --cuda
-cmake --build "$root/build-cuda" --target remat remat_tests >/dev/null
+# Always through setup.sh: it rebuilds Kokkos and build-cuda when they were
+# made for other GPUs than asked for now (CUDA_EXTRA_SM, default Hopper's 90),
+# and only builds what changed otherwise.
+"$root/scripts/setup.sh" --cuda
 # Every unit must carry code for every GPU the build is for: an object left
 # from a build without one has kernels that GPU cannot start (a crash at
-# their first launch, not an error).
+# their first launch, not an error). And the GPUs asked for must be there:
+# a build for Ampere alone stops at Kokkos::initialize on an H100 or H200.
 for b in remat tests/remat_tests; do
   counts=$(cuobjdump --list-elf "$root/build-cuda/$b" | sed -n 's/.*\.\(sm_[0-9]*\)\.cubin$/\1/p' | sort | uniq -c)
   if [ "$(echo "$counts" | awk '{print $1}' | sort -u | wc -l)" -ne 1 ]; then
     say "build-cuda/$b lacks some GPUs' code in some units (cubins per GPU below): rerun scripts/setup.sh --cuda"
     echo "$counts"; exit 1
   fi
+  for sm in ${CUDA_EXTRA_SM-90}; do
+    echo "$counts" | grep -qw "sm_$sm" ||
+      { say "build-cuda/$b has no code for sm_$sm (it has: $(echo $counts)): rerun scripts/setup.sh --cuda"; exit 1; }
+  done
 done
+say "GPU code in the bundle: $(echo "$counts" | awk '{print $2}' | tr '\n' ' ')"
 host_build="$root/build-bundle-host"
 say "portable host build in $host_build"
 mkdir -p "$host_build"
