@@ -14,6 +14,10 @@
 #                                time, by soname)
 #   run.sh                       the checks; see its header
 # Unpack and run there:  tar -xJf remat-gpu.tar.xz && remat-gpu/run.sh
+# Kokkos_ROOT is the CUDA build's Kokkos, as for setup.sh --cuda (default: ours,
+# in .deps/kokkos-cuda); HOST_Kokkos_ROOT the host build's (default: .deps/kokkos,
+# which scripts/setup.sh makes). Never one for the other: a host Kokkos given
+# to the CUDA build compiles it with that Kokkos' nvcc_wrapper for no GPU we run.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 out=$(mkdir -p "${1:-$root/dist}" && cd "${1:-$root/dist}" && pwd)
@@ -43,10 +47,12 @@ for b in remat tests/remat_tests; do
 done
 say "GPU code in the bundle: $(echo "$counts" | awk '{print $2}' | tr '\n' ' ')"
 host_build="$root/build-bundle-host"
+host_kokkos="${HOST_Kokkos_ROOT:-$root/.deps/kokkos}"
+[ -d "$host_kokkos" ] || { say "no host Kokkos in $host_kokkos: run scripts/setup.sh, or set HOST_Kokkos_ROOT"; exit 1; }
 say "portable host build in $host_build"
 mkdir -p "$host_build"
 cmake -S "$root" -B "$host_build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DREMAT_NATIVE=OFF -DREMAT_BUILD_TESTS=OFF \
-  -DREMAT_BUILD_BENCH=OFF -DKokkos_ROOT="${Kokkos_ROOT:-$root/.deps/kokkos}" >"$host_build/configure.log" 2>&1 ||
+  -DREMAT_BUILD_BENCH=OFF -DKokkos_ROOT="$host_kokkos" >"$host_build/configure.log" 2>&1 ||
   { cat "$host_build/configure.log"; exit 1; }
 cmake --build "$host_build" --target remat -j "$(nproc)" >/dev/null
 
