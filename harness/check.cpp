@@ -25,8 +25,7 @@ std::vector<std::vector<float>> gradients(const ParamStore& params) {
       out.emplace_back();
       continue;
     }
-    const auto g = t.grad().to_host_f64();
-    out.emplace_back(g.begin(), g.end());
+    out.push_back(t.grad().to_host_f32());  // float32 gradients as they are (no float64 detour)
   }
   return out;
 }

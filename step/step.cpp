@@ -104,7 +104,7 @@ void require_finite_result(double loss, const ParamStore& params) {
   for (std::size_t i = 0; i < params.tensors().size() && first.empty(); ++i) {
     const Tensor g = params.tensors()[i].grad();
     if (!g.defined()) continue;
-    for (double v : g.to_host_f64())
+    for (float v : g.to_host_f32())
       if (!std::isfinite(v)) {
         first = params.names()[i];
         break;
