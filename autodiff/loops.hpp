@@ -11,6 +11,7 @@
 #include <type_traits>
 
 #include "autodiff/kmath.hpp"
+#include "autodiff/scratch.hpp"
 #include "autodiff/shape_only.hpp"
 #include "autodiff/tensor.hpp"
 
@@ -135,8 +136,7 @@ void column_sums_chunked(const char* name, std::int64_t M, std::int64_t D, T* ou
     });
     return;
   }
-  Kokkos::View<A*, MemSpace> partial(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(name) + "_partial"),
-                                     std::size_t(chunks * D));
+  const Scratch<A, MemSpace> partial(std::string(name) + "_partial", std::size_t(chunks * D));
   A* pp = partial.data();
   for_each(name, chunks * D, KOKKOS_LAMBDA(std::int64_t x) {
     const std::int64_t c = x / D, j = x % D, hi = M * (c + 1) / chunks;

@@ -7,7 +7,7 @@
 
 #include "autodiff/fast_math.hpp"
 #include "autodiff/gemm.hpp"
-#include "autodiff/memory_tracker.hpp"
+#include "autodiff/scratch.hpp"
 #include "autodiff/ops/softmax_row.hpp"
 
 namespace remat::ops::fused {
@@ -18,23 +18,15 @@ constexpr std::int64_t kTile = 64;  // query rows per tile
 
 // Runs task(index, workspace) for every index in [0, tasks): each host thread
 // takes a contiguous run of indices and owns one slice of a workspace that
-// is allocated once per call (a Kokkos allocation, so the memory tracker
-// counts it), so the loop over tiles allocates nothing.
+// is allocated once per call (a Scratch: the memory tracker counts it), so
+// the loop over tiles allocates nothing.
 template <class T, class Task>
 void for_each_task(const char* name, std::int64_t tasks, std::int64_t workspace_per_worker, const Task& task) {
   using Host = Kokkos::DefaultHostExecutionSpace;
   const std::int64_t workers = std::min<std::int64_t>(Host().concurrency(), tasks);
-  const std::size_t elements = std::size_t(workers * workspace_per_worker);
-  if (shape_only()) {  // the workspace counted as its View would be (bytes rounded up to 8), nothing allocated
-    const std::uint64_t counted = (std::uint64_t(elements * sizeof(T)) + 7) & ~std::uint64_t(7);
-    const int at = 0;  // a stand-in address, held only between the two calls
-    MemoryTracker::instance().on_allocate(Kokkos::HostSpace::name(), &at, counted, name);
-    MemoryTracker::instance().on_deallocate(Kokkos::HostSpace::name(), &at, counted, name);
-    return;
-  }
-  Kokkos::View<T*, Kokkos::HostSpace> workspace(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string(name)),
-                                                elements);
+  const Scratch<T, Kokkos::HostSpace> workspace(name, std::size_t(workers * workspace_per_worker));
   T* base = workspace.data();
+  if (shape_only()) return;  // the workspace counted, no tile run
   Kokkos::parallel_for(name, Kokkos::RangePolicy<Host>(0, workers), [=](std::int64_t w) {
     for (std::int64_t t = tasks * w / workers; t < tasks * (w + 1) / workers; ++t)
       task(t, base + w * workspace_per_worker);

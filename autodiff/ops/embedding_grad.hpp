@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "autodiff/ops/kernel.hpp"
+#include "autodiff/scratch.hpp"
 
 namespace remat::ops::detail {
 
@@ -49,8 +50,7 @@ void embedding_grad_by_token(const std::int32_t* id, const T* gy, std::int64_t N
                              std::int64_t first, compute_t<T>* g, bool fresh) {
   using A = compute_t<T>;
   Kokkos::View<std::int64_t*, MemSpace> start("embedding_backward_start", std::size_t(V + 1));
-  Kokkos::View<std::int64_t*, MemSpace> keys(Kokkos::view_alloc(Kokkos::WithoutInitializing, "embedding_backward_keys"),
-                                             std::size_t(N));
+  const Scratch<std::int64_t, MemSpace> keys("embedding_backward_keys", std::size_t(N));
   std::int64_t *ps = start.data(), *pk = keys.data();
   if (shape_only()) return;  // the workspaces counted, nothing sorted
   // Counts are integers: atomics give the same counts in any order.
@@ -67,7 +67,7 @@ void embedding_grad_by_token(const std::int32_t* id, const T* gy, std::int64_t N
         sum += ps[v];
         if (last) ps[v] = sum;
       });
-  Kokkos::sort(keys);
+  Kokkos::sort(keys.view());
   for_each("embedding_backward", V * D, KOKKOS_LAMBDA(std::int64_t i) {
     const std::int64_t v = i / D, d = i % D;
     A acc = fresh ? A(0) : g[i];

@@ -3,6 +3,7 @@
 
 #include "autodiff/ops/kernel.hpp"
 #include "autodiff/ops/ops.hpp"
+#include "autodiff/scratch.hpp"
 #include "autodiff/stats.hpp"
 #include "autodiff/tape.hpp"
 
@@ -26,8 +27,7 @@ Tensor rotate(const Tensor& x, int head_dim, double theta, double sign) {
     // Interleaved in a flat array (cos, sin, cos, sin...): a View<A*[2]>
     // would be laid out column-major on a GPU (Kokkos' LayoutLeft there),
     // and the rows read it through a pointer.
-    Kokkos::View<A*, MemSpace> table(Kokkos::view_alloc(Kokkos::WithoutInitializing, std::string("rotary_table")),
-                                     std::size_t(2 * S * half));
+    const Scratch<A, MemSpace> table("rotary_table", std::size_t(2 * S * half));
     A* pt = table.data();
     for_each("rotary_table", S * half, KOKKOS_LAMBDA(std::int64_t i) {
       const double pos = double(i / half), j = double(i % half);
