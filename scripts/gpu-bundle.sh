@@ -125,6 +125,12 @@ run() {
 step "versions"
 run 30 "$here/bin/remat" --version
 nvidia-smi -L 2>/dev/null
+# One command that starts the GPU (Kokkos::initialize, cuBLAS): where it
+# fails, every part would fail the same way, and device time is scarce.
+if ! "$here/bin/remat" models >/dev/null; then
+  echo "STOPPED: this CUDA build does not start on this GPU (above); nothing else can run"
+  exit 1
+fi
 
 step "checks: device against host gradients, strategies against full"
 for m in gpt2 llama bert revformer parallel mixtral encdec; do
