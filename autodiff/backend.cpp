@@ -57,7 +57,7 @@ OffloadCopiesScope::~OffloadCopiesScope() { copies_override() = previous_; }
 // as Kokkos reports it), in the pool of the label, while the buffer is held;
 // the memory comes from the pinned cache (none in a shape-only run).
 HostBuffer::HostBuffer(std::size_t bytes, const std::string& label)
-    : bytes_(bytes), label_(label), counted_((std::uint64_t(bytes) + 7) & ~std::uint64_t(7)) {
+    : bytes_(bytes), label_(label), counted_(MemoryTracker::counted_bytes(bytes)) {
   MemoryTracker::instance().on_allocate(MemoryTracker::default_pool(), this, counted_, label_);
   if (!shape_only()) view_ = pinned::take(bytes);
 }

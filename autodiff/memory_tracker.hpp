@@ -47,6 +47,9 @@ class MemoryTracker {
   // module reports to directly), unless its label was given a pool.
   void on_allocate(const std::string& pool, const void* ptr, std::uint64_t bytes, const std::string& label = "");
   void on_deallocate(const std::string& pool, const void* ptr, std::uint64_t bytes, const std::string& label = "");
+  // The bytes Kokkos reports for a View of `bytes` (rounded up to 8): what an
+  // allocation counted by hand (shape-only, pinned buffers) reports too.
+  static std::uint64_t counted_bytes(std::uint64_t bytes) { return (bytes + 7) & ~std::uint64_t(7); }
   // Bytes that change pools without being copied (an offload pool that is the
   // device's own memory): live and peak move, nothing is allocated.
   void transfer(const std::string& from, const std::string& to, std::uint64_t bytes);

@@ -1,7 +1,7 @@
 #pragma once
 // A kernel's scratch buffer: a Kokkos allocation in Space, so the memory
 // tracker counts it like any View. In a shape-only run it is counted (the
-// bytes Kokkos would report, rounded up to 8) and not made: data() is null
+// bytes Kokkos would report: MemoryTracker::counted_bytes) and not made: data() is null
 // and no kernel runs to read it. At real sizes a shape-only step would
 // otherwise map and free gigabytes it never touches (every rotary table,
 // every attention tile's workspace).
@@ -19,7 +19,7 @@ class Scratch {
  public:
   Scratch(const std::string& label, std::size_t n) : label_(label) {
     if (shape_only()) {
-      counted_ = (std::uint64_t(n * sizeof(T)) + 7) & ~std::uint64_t(7);
+      counted_ = MemoryTracker::counted_bytes(std::uint64_t(n * sizeof(T)));
       MemoryTracker::instance().on_allocate(Space::name(), this, counted_, label_);
     } else {
       view_ = Kokkos::View<T*, Space>(Kokkos::view_alloc(Kokkos::WithoutInitializing, label_), n);

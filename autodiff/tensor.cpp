@@ -58,7 +58,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, const std::string& label) 
   if (shape_only()) {
     // Kokkos rounds every View's allocation up to a multiple of 8 bytes, and
     // reports that size to the tracker: so does a shape-only one.
-    const std::uint64_t padded = (std::uint64_t(t.nbytes()) + 7) & ~std::uint64_t(7);
+    const std::uint64_t padded = MemoryTracker::counted_bytes(std::uint64_t(t.nbytes()));
     auto* b = new Bytes();
     t.storage_ = std::shared_ptr<Bytes>(b, ShapeOnlyStorage{label, padded});
     MemoryTracker::instance().on_allocate(MemoryTracker::default_pool(), b, padded, label);
