@@ -16,8 +16,9 @@ namespace remat {
 
 // bf16 and f16 are compute precisions (docs/precision.md): activations and
 // the per-step copy of the weights; parameters, gradients and optimizer
-// state stay float32.
-enum class DType { f32, f64, i32, bf16, f16 };
+// state stay float32. u8 holds bytes: a quantized weight's codes and scales
+// (autodiff/quantized.hpp).
+enum class DType { f32, f64, i32, bf16, f16, u8 };
 
 inline std::size_t dtype_size(DType t) {
   switch (t) {
@@ -26,6 +27,7 @@ inline std::size_t dtype_size(DType t) {
     case DType::i32: return 4;
     case DType::bf16: return 2;
     case DType::f16: return 2;
+    case DType::u8: return 1;
   }
   return 0;
 }
@@ -37,6 +39,7 @@ inline const char* dtype_name(DType t) {
     case DType::i32: return "int32";
     case DType::bf16: return "bfloat16";
     case DType::f16: return "float16";
+    case DType::u8: return "uint8";
   }
   return "?";
 }
@@ -47,6 +50,7 @@ template <> struct DTypeOf<double> { static constexpr DType value = DType::f64; 
 template <> struct DTypeOf<std::int32_t> { static constexpr DType value = DType::i32; };
 template <> struct DTypeOf<bf16> { static constexpr DType value = DType::bf16; };
 template <> struct DTypeOf<f16> { static constexpr DType value = DType::f16; };
+template <> struct DTypeOf<std::uint8_t> { static constexpr DType value = DType::u8; };
 
 // The element type a kernel computes and keeps statistics in for tensors of
 // type t (float32 for the 16-bit types; t itself otherwise): a norm's mean and rstd,
@@ -61,7 +65,8 @@ inline DType require_float_dtype(DType t) {
   return t;
 }
 inline DType require_compute_dtype(DType t) {
-  if (t == DType::i32) throw std::invalid_argument("expected a float tensor, got int32");
+  if (t == DType::i32 || t == DType::u8)
+    throw std::invalid_argument(std::string("expected a float tensor, got ") + dtype_name(t));
   return t;
 }
 

@@ -152,6 +152,7 @@ std::vector<double> Tensor::to_host_f64() const {
       case DType::i32: out[i] = reinterpret_cast<const std::int32_t*>(p)[i]; break;
       case DType::bf16: out[i] = double(reinterpret_cast<const bf16*>(p)[i]); break;
       case DType::f16: out[i] = double(reinterpret_cast<const f16*>(p)[i]); break;
+      case DType::u8: out[i] = p[i]; break;
     }
   }
   return out;
@@ -169,14 +170,19 @@ std::vector<float> Tensor::to_host_f32() const {
   return std::vector<float>(d.begin(), d.end());
 }
 
-std::vector<std::int32_t> Tensor::to_host_i32() const {
-  check_dtype(DType::i32);
-  std::vector<std::int32_t> out(numel_);
+template <class T>
+std::vector<T> Tensor::to_host() const {
+  check_dtype(DTypeOf<T>::value);
+  std::vector<T> out(numel_);
   if (shape_only()) return out;
   auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bytes());
   std::memcpy(out.data(), host.data(), nbytes());
   return out;
 }
+template std::vector<std::int32_t> Tensor::to_host() const;
+template std::vector<std::uint8_t> Tensor::to_host() const;
+
+std::vector<std::int32_t> Tensor::to_host_i32() const { return to_host<std::int32_t>(); }
 
 template <class T>
 Tensor Tensor::from_host(const std::vector<T>& v, const Shape& shape, const std::string& label) {
@@ -194,6 +200,7 @@ template Tensor Tensor::from_host(const std::vector<double>&, const Shape&, cons
 template Tensor Tensor::from_host(const std::vector<std::int32_t>&, const Shape&, const std::string&);
 template Tensor Tensor::from_host(const std::vector<bf16>&, const Shape&, const std::string&);
 template Tensor Tensor::from_host(const std::vector<f16>&, const Shape&, const std::string&);
+template Tensor Tensor::from_host(const std::vector<std::uint8_t>&, const Shape&, const std::string&);
 
 double Tensor::item() const {
   if (numel_ != 1) throw std::invalid_argument("item() on a tensor of shape " + to_string(shape_));

@@ -118,6 +118,7 @@ class Tensor {
   std::vector<double> to_host_f64() const;
   std::vector<float> to_host_f32() const;  // float64 rounded: what weight files store
   std::vector<std::int32_t> to_host_i32() const;
+  template <class T> std::vector<T> to_host() const;  // as stored: int32 or uint8
   template <class T> static Tensor from_host(const std::vector<T>& v, const Shape& shape,
                                              const std::string& label = "from_host");
   double item() const;  // a one-element float tensor's value

@@ -6,6 +6,7 @@ std::string FineTuning::key() const {
   std::string k;
   if (freeze.any()) k += "freeze:" + freeze.key();
   if (lora.any()) k += std::string(k.empty() ? "" : "|") + "lora:" + lora.key();
+  if (quantize != QuantFormat::none) k += std::string(k.empty() ? "" : "|") + "quantize:" + quant_format_name(quantize);
   return k;
 }
 
@@ -14,6 +15,7 @@ std::string FineTuning::label() const {
   if (freeze.below > 0) l += "freeze-below " + std::to_string(freeze.below);
   for (const auto& p : freeze.patterns) l += (l.empty() ? "freeze " : ",") + p;
   if (lora.any()) l += (l.empty() ? "" : ", ") + std::string("lora ") + std::to_string(lora.rank);
+  if (quantize != QuantFormat::none) l += (l.empty() ? "" : ", ") + std::string(quant_format_name(quantize));
   for (auto& c : l)
     if (c == '/') c = '_';  // group names
   return l;
@@ -26,14 +28,17 @@ std::string apply_fine_tuning(std::unique_ptr<ParamStore>& params, const Model& 
     require_adapters_used(model, *params, batch);
   }
   if (f.freeze.any()) apply_freeze(*params, f.freeze, layers);
-  if (!f.any()) return "";
+  if (!f.any()) return quantize_frozen(*params, model, batch, f.quantize);  // "", or refused: nothing is frozen
   std::int64_t frozen = 0, tensors = 0;
   for (std::size_t i = 0; i < params->names().size(); ++i)
-    if (!params->trainable(i)) frozen += params->tensors()[i].numel(), ++tensors;
-  return "fine-tuning (" + f.label() + "): " + std::to_string(frozen) + " of " + std::to_string(params->count()) +
-         " parameter values frozen (" + std::to_string(tensors) + " of " + std::to_string(params->names().size()) +
-         " tensors)" +
-         (f.lora.any() ? ", LoRA " + f.lora.key() + " on " + std::to_string(params->adapted().size()) + " weights" : "");
+    if (!params->trainable(i)) frozen += numel(params->specs()[i].shape), ++tensors;
+  const std::string said =
+      "fine-tuning (" + f.label() + "): " + std::to_string(frozen) + " of " + std::to_string(params->count()) +
+      " parameter values frozen (" + std::to_string(tensors) + " of " + std::to_string(params->names().size()) +
+      " tensors)" +
+      (f.lora.any() ? ", LoRA " + f.lora.key() + " on " + std::to_string(params->adapted().size()) + " weights" : "");
+  const std::string quantized = quantize_frozen(*params, model, batch, f.quantize);
+  return quantized.empty() ? said : said + "\n" + quantized;
 }
 
 }  // namespace remat

@@ -5,22 +5,25 @@
 
 #include "finetune/freeze.hpp"
 #include "finetune/lora.hpp"
+#include "finetune/quantize.hpp"
 
 namespace remat {
 
 struct FineTuning {
   FreezeOptions freeze;
   LoraOptions lora;
+  QuantFormat quantize = QuantFormat::none;  // the frozen linear weights' format (finetune/quantize.hpp)
   bool any() const { return freeze.any() || lora.any(); }
-  // For run keys and results: "" for none, else e.g. "freeze:patterns=;below=6" and/or "lora:rank=8;...".
+  // For run keys and results: "" for none, else e.g. "freeze:patterns=;below=6" and/or "lora:rank=8;...",
+  // then "|quantize:nf4".
   std::string key() const;
-  // Short, for tables and group names: "freeze-below 6", "lora 8", "freeze wte.*".
+  // Short, for tables and group names: "freeze-below 6", "lora 8", "freeze wte.*", "lora 8, nf4".
   std::string label() const;
 };
 
 // Applies LoRA (a new store with the adapters, every base parameter frozen,
-// each adapter checked to serve a linear on `batch`), then freezing. Returns
-// a one-line summary ("" if nothing was applied).
+// each adapter checked to serve a linear on `batch`), then freezing, then
+// quantization. Returns a summary, a line per step ("" if nothing was applied).
 std::string apply_fine_tuning(std::unique_ptr<ParamStore>& params, const Model& model, const Batch& batch,
                               const FineTuning& f, std::uint64_t seed, int layers);
 

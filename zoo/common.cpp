@@ -20,7 +20,9 @@ void append_layer_norm(std::vector<ParamSpec>& p, const std::string& prefix, std
 
 Tensor linear(const ParamStore& p, const std::string& prefix, const Tensor& x, bool bias) {
   const std::string weight = prefix + ".weight", b = prefix + ".bias";
-  const Tensor out = ops::linear(x, p[weight], bias && p.has(b) ? p[b] : Tensor());
+  const Tensor bias_t = bias && p.has(b) ? p[b] : Tensor();
+  const QuantizedWeight* q = p.quantized(weight);
+  const Tensor out = q ? ops::linear(x, *q, bias_t) : ops::linear(x, p.linear_weight(weight), bias_t);
   const ParamStore::Adapter* a = p.adapter(weight);
   if (!a) return out;
   return ops::add(out, ops::scale(ops::linear(ops::linear(x, p[a->a]), p[a->b]), a->scale));

@@ -59,6 +59,8 @@ std::size_t ParamStore::index_of(const std::string& name) const {
 const Tensor& ParamStore::operator[](const std::string& name) const {
   auto it = index_.find(name);
   if (it == index_.end()) throw std::logic_error("no parameter named '" + name + "'");
+  if (quantized_.count(name)) throw std::logic_error("parameter '" + name + "' is quantized: only a linear reads it");
+  if (recording_) other_reads_.insert(name);
   if (on_access_) on_access_(it->second);
   if (!copying_) return tensors_[it->second];
   Tensor& copy = copies_[it->second];
@@ -98,6 +100,43 @@ void ParamStore::freeze(const std::string& name) {
   auto it = index_.find(name);
   if (it == index_.end()) throw std::logic_error("no parameter named '" + name + "'");
   tensors_[it->second].attach_slot(nullptr);
+}
+
+void ParamStore::quantize(const std::string& name, QuantFormat format) {
+  const std::size_t i = index_of(name);
+  if (tensors_[i].requires_grad()) throw std::logic_error("quantize: '" + name + "' is trainable");
+  if (quantized_.count(name)) throw std::logic_error("quantize: '" + name + "' is quantized already");
+  MemoryTracker::instance().pool_for_label(kQuantLabel, kQuantPool);
+  QuantizedWeight q = remat::quantize(tensors_[i], format);
+  tensors_[i] = q.bytes;
+  quantized_.emplace(name, std::move(q));
+}
+
+const QuantizedWeight* ParamStore::quantized(const std::string& name) const {
+  auto it = quantized_.find(name);
+  return it == quantized_.end() ? nullptr : &it->second;
+}
+
+const Tensor& ParamStore::linear_weight(const std::string& name) const {
+  const bool recording = std::exchange(recording_, false);
+  const Tensor& t = (*this)[name];
+  recording_ = recording;
+  if (recording_) linear_reads_.insert(name);
+  return t;
+}
+
+void ParamStore::record_reads() const {
+  recording_ = true;
+  linear_reads_.clear();
+  other_reads_.clear();
+}
+
+std::vector<std::string> ParamStore::linear_only_reads() const {
+  recording_ = false;
+  std::vector<std::string> out;
+  for (const auto& name : names_)
+    if (linear_reads_.count(name) && !other_reads_.count(name)) out.push_back(name);
+  return out;
 }
 
 void ParamStore::attach_adapter(const std::string& weight, const std::string& a, const std::string& b, double scale) {

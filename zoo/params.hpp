@@ -93,6 +93,23 @@ class ParamStore {
   std::vector<std::string> adapted() const;
   // Which adapted weights a linear used since the last call (and forgets them).
   std::set<std::string> take_adapter_uses() const;
+  // QLoRA: frozen weight `name` kept quantized (autodiff/quantized.hpp). Its
+  // tensor becomes the quantized bytes (uint8, in the tracker's pool
+  // kQuantPool): the float values are gone. The zoo's linear reads it
+  // through quantized(); operator[] refuses it.
+  void quantize(const std::string& name, QuantFormat format);
+  // `name`'s quantized weight, or null if it is kept in floats.
+  const QuantizedWeight* quantized(const std::string& name) const;
+  // What the zoo's linear reads a dense weight through: operator[], noted as
+  // a linear's read while reads are recorded.
+  const Tensor& linear_weight(const std::string& name) const;
+  // Records which parameters a forward pass reads, and how, from
+  // record_reads() until linear_only_reads(): the weights read by linears
+  // alone, in the store's order (what --quantize may quantize: not a tied
+  // embedding, not a norm).
+  void record_reads() const;
+  std::vector<std::string> linear_only_reads() const;
+
   // Called with a parameter's index whenever a model reads it through
   // operator[] (sharded parameters are gathered on first use); none by default.
   void set_access_hook(std::function<void(std::size_t)> hook) { on_access_ = std::move(hook); }
@@ -118,6 +135,9 @@ class ParamStore {
   std::vector<std::pair<std::string, Adapter>> adapters_;
   mutable std::set<std::string> adapter_uses_;
   std::function<void(std::size_t)> on_access_;
+  std::unordered_map<std::string, QuantizedWeight> quantized_;
+  mutable bool recording_ = false;
+  mutable std::set<std::string> linear_reads_, other_reads_;
   // A step's precision, not the store's contents: set by a PrecisionScope
   // over a const store, as steps take the store.
   friend class PrecisionScope;

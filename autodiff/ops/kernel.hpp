@@ -33,7 +33,8 @@ inline void require(bool ok, const std::string& what) {
 
 inline void require_float(const char* op, const Tensor& t, const char* name) {
   require(t.defined(), std::string(op) + ": " + name + " is undefined");
-  require(t.dtype() != DType::i32, std::string(op) + ": " + name + " must be a float tensor, got int32");
+  require(t.dtype() != DType::i32 && t.dtype() != DType::u8,
+          std::string(op) + ": " + name + " must be a float tensor, got " + dtype_name(t.dtype()));
 }
 
 // A window on tensor memory for the GEMM front door: rows x cols, rows `ld`

@@ -7,6 +7,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "autodiff/quantized.hpp"
 #include "autodiff/tensor.hpp"
 #include "core/rank_group.hpp"
 
@@ -27,6 +28,10 @@ Tensor add(const Tensor& a, const Tensor& b);
 
 // x[..., in] W[out, in]^T + bias[out] (bias may be undefined).
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = Tensor());
+// The same with a quantized weight, which is frozen: each product (forward,
+// backward's dx, a recomputation) dequantizes it into x's type in a scratch
+// buffer the tracker counts ("dequantized_weight"), freed after the product.
+Tensor linear(const Tensor& x, const QuantizedWeight& weight, const Tensor& bias = Tensor());
 
 // LayerNorm over the last dimension with gain and bias.
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps);

@@ -205,8 +205,7 @@ void setup_matrix(CLI::App& app) {
   cmd->add_option("--seq", o->matrix.seq, "Sequence lengths S to sweep")->delimiter(',')->check(whole_number(1, 1 << 20));
   cmd->add_option("--batch", o->matrix.batch, "Batch sizes B to sweep")->delimiter(',')->check(whole_number(1, 1 << 16));
   add_timing_options(*cmd, o->matrix);
-  add_freeze_options(*cmd, o->matrix.finetune.freeze);
-  add_lora_options(*cmd, o->matrix.finetune.lora);
+  add_fine_tuning_options(*cmd, o->matrix.finetune);
   add_router_aux_option(*cmd, o->matrix.router_aux);
   cmd->add_option("--dropout", o->matrix.dropout, "Dropout probability (masks replay exactly under recomputation)")
       ->check(CLI::Range(0.0, 0.99).description("from 0 to 0.99"));

@@ -122,9 +122,25 @@ void add_lora_options(CLI::App& cmd, LoraOptions& lora) {
       ->delimiter(',');
 }
 
-void fine_tune(std::unique_ptr<ParamStore>& params, const Model& model, const Batch& batch, const FreezeOptions& freeze,
-               const LoraOptions& lora, std::uint64_t seed, int layers, bool quiet) {
-  const std::string said = apply_fine_tuning(params, model, batch, {freeze, lora}, seed, layers);
+void add_quantize_option(CLI::App& cmd, QuantFormat& format) {
+  cmd.add_option_function<std::string>(
+         "--quantize", [&format](const std::string& name) { format = parse_quant_format(name); },
+         "Keep the frozen linear weights in nf4 (QLoRA's 4-bit NormalFloat, double-quantized scales) or int8 "
+         "(blockwise absmax), dequantized for each product (docs/fine-tuning.md); with --lora, --freeze or "
+         "--freeze-below")
+      ->check(CLI::IsMember({"nf4", "int8", "none"}))
+      ->default_str("none");
+}
+
+void add_fine_tuning_options(CLI::App& cmd, FineTuning& finetune) {
+  add_freeze_options(cmd, finetune.freeze);
+  add_lora_options(cmd, finetune.lora);
+  add_quantize_option(cmd, finetune.quantize);
+}
+
+void fine_tune(std::unique_ptr<ParamStore>& params, const Model& model, const Batch& batch, const FineTuning& finetune,
+               std::uint64_t seed, int layers, bool quiet) {
+  const std::string said = apply_fine_tuning(params, model, batch, finetune, seed, layers);
   if (!quiet && !said.empty()) std::printf("%s\n", said.c_str());
 }
 

@@ -61,11 +61,15 @@ void add_router_aux_option(CLI::App& cmd, double& weight);
 void add_freeze_options(CLI::App& cmd, FreezeOptions& freeze);
 // --lora R, --lora-alpha A, --lora-targets PATTERN,...
 void add_lora_options(CLI::App& cmd, LoraOptions& lora);
+// --quantize nf4|int8: the frozen linear weights' format.
+void add_quantize_option(CLI::App& cmd, QuantFormat& format);
+// The three above, into one FineTuning.
+void add_fine_tuning_options(CLI::App& cmd, FineTuning& finetune);
 // Applies --lora (a store with the adapters, every base parameter frozen,
-// each adapter checked to serve a linear on `batch`) and --freeze, and says
-// what it did on stdout unless `quiet`.
-void fine_tune(std::unique_ptr<ParamStore>& params, const Model& model, const Batch& batch, const FreezeOptions& freeze,
-               const LoraOptions& lora, std::uint64_t seed, int layers, bool quiet = false);
+// each adapter checked to serve a linear on `batch`), --freeze and
+// --quantize, and says what it did on stdout unless `quiet`.
+void fine_tune(std::unique_ptr<ParamStore>& params, const Model& model, const Batch& batch, const FineTuning& finetune,
+               std::uint64_t seed, int layers, bool quiet = false);
 
 // --tp N: tensor parallelism over the job's N ranks; --sp: sequence parallelism with it.
 void add_tp_options(CLI::App& cmd, int& tp, bool& sp);

@@ -29,8 +29,7 @@ namespace {
 
 struct TimeOptions {
   ModelOptions model;
-  FreezeOptions freeze;
-  LoraOptions lora;
+  FineTuning finetune;  // --freeze, --lora, --quantize
   std::string strategy = "full";
   int steps = 5, warmup = 1;
   bool json = false, force = false;
@@ -54,7 +53,7 @@ Timing time_steps(const TimeOptions& o, const ModelSetup& whole, const std::stri
   const bool say = !o.json && comm::rank() == 0;
   const auto model = models().find(setup.model).make(setup.sizes);
   const Batch batch = o.model.make_batch(setup.sizes);
-  fine_tune(store, *model, batch, o.freeze, o.lora, o.model.run.seed, setup.sizes.L, o.json);
+  fine_tune(store, *model, batch, o.finetune, o.model.run.seed, setup.sizes.L, o.json);
   ParamStore& params = *store;
   auto strategy = make_strategy(spec);
   {  // a plan is made at the precision it will run at
@@ -135,7 +134,7 @@ void run_time(const TimeOptions& o) {
   const auto specs = strategies_for(setup.model, o.strategy, o.model.run.attention);
   if (specs.size() != 1) throw UserError("remat time runs one strategy; '" + o.strategy + "' names " +
                                          std::to_string(specs.size()) + " (use `remat matrix` for several)");
-  if ((o.model.tp > 1 || o.model.sp || o.model.ep > 1) && (o.freeze.any() || o.lora.any()))
+  if ((o.model.tp > 1 || o.model.sp || o.model.ep > 1) && o.finetune.any())
     throw UserError(std::string(o.model.ep > 1 ? "--ep" : "--tp") + " with --freeze or --lora: not yet");
   Sizes layout;
   layout.ep.size = o.model.ep;
@@ -157,8 +156,7 @@ void setup_time(CLI::App& app) {
   o->model.bind_with_weights(*cmd);
   add_tp_options(*cmd, o->model.tp, o->model.sp);
   add_ep_option(*cmd, o->model.ep);
-  add_freeze_options(*cmd, o->freeze);
-  add_lora_options(*cmd, o->lora);
+  add_fine_tuning_options(*cmd, o->finetune);
   cmd->add_option("--strategy", o->strategy, "Activation-memory strategy (see `remat strategies`)")
       ->capture_default_str();
   cmd->add_option("--steps", o->steps, "Timed steps (the median is reported)")

@@ -1,0 +1,191 @@
+#include "autodiff/quantized.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include "autodiff/loops.hpp"
+#include "autodiff/shape_only.hpp"
+#include "core/error.hpp"
+
+namespace remat {
+
+namespace {
+
+// The levels as a kernel reads them: a local array, which device code can
+// index (a namespace-scope one lives in host memory only).
+KOKKOS_INLINE_FUNCTION float level_of(int code) {
+  constexpr float levels[16] = {-1.0f,
+                                -0.6961928009986877f,
+                                -0.5250730514526367f,
+                                -0.39491748809814453f,
+                                -0.28444138169288635f,
+                                -0.18477343022823334f,
+                                -0.09105003625154495f,
+                                0.0f,
+                                0.07958029955625534f,
+                                0.16093020141124725f,
+                                0.24611230194568634f,
+                                0.33791524171829224f,
+                                0.44070982775878906f,
+                                0.5626170039176941f,
+                                0.7229568362236023f,
+                                1.0f};
+  return levels[code];
+}
+
+std::int64_t aligned4(std::int64_t n) { return (n + 3) / 4 * 4; }
+
+// round(v / scale * 127), ties to even, within [-127, 127]; 0 for a zero scale.
+std::int8_t code8(float v, float scale) {
+  if (scale == 0) return 0;
+  const float q = std::nearbyint((v / scale) * 127.0f);
+  return std::int8_t(std::clamp(q, -127.0f, 127.0f));
+}
+
+void put_float(std::vector<std::uint8_t>& out, std::int64_t at, float v) { std::memcpy(out.data() + at, &v, 4); }
+
+// The blocks' absmax: the largest magnitude of each kQuantBlock weights.
+std::vector<float> block_absmax(const std::vector<float>& w) {
+  std::vector<float> absmax(w.size() / kQuantBlock, 0.0f);
+  for (std::size_t i = 0; i < w.size(); ++i)
+    absmax[i / kQuantBlock] = std::max(absmax[i / kQuantBlock], std::fabs(w[i]));
+  return absmax;
+}
+
+void quantize_nf4(const std::vector<float>& w, const QuantLayout& l, std::vector<std::uint8_t>& out) {
+  const std::vector<float> absmax = block_absmax(w);
+  // The nearest level: the number of midpoints below x (a tie goes to the lower level).
+  float mid[15];
+  for (int k = 0; k < 15; ++k) mid[k] = (level_of(k) + level_of(k + 1)) * 0.5f;
+  for (std::size_t i = 0; i < w.size(); ++i) {
+    const float a = absmax[i / kQuantBlock];
+    const float x = a == 0 ? 0.0f : w[i] / a;
+    int code = 0;
+    while (code < 15 && mid[code] < x) ++code;
+    out[l.codes + i / 2] |= std::uint8_t(i % 2 == 0 ? code << 4 : code);
+  }
+  // Double quantization: the absmax values less their mean, in signed 8
+  // bits, with a float32 scale per kScaleBlock of them.
+  double sum = 0;
+  for (float a : absmax) sum += a;
+  const float mean = float(sum / double(absmax.size()));
+  put_float(out, l.offset, mean);
+  for (std::size_t g = 0; g * kScaleBlock < absmax.size(); ++g) {
+    const std::size_t lo = g * kScaleBlock, hi = std::min(absmax.size(), lo + kScaleBlock);
+    float scale = 0;
+    for (std::size_t b = lo; b < hi; ++b) scale = std::max(scale, std::fabs(absmax[b] - mean));
+    put_float(out, l.scales + 4 * std::int64_t(g), scale);
+    for (std::size_t b = lo; b < hi; ++b) out[l.absmax + b] = std::uint8_t(code8(absmax[b] - mean, scale));
+  }
+}
+
+void quantize_int8(const std::vector<float>& w, const QuantLayout& l, std::vector<std::uint8_t>& out) {
+  const std::vector<float> absmax = block_absmax(w);
+  for (std::size_t b = 0; b < absmax.size(); ++b) put_float(out, l.absmax + 4 * std::int64_t(b), absmax[b]);
+  for (std::size_t i = 0; i < w.size(); ++i) out[l.codes + i] = std::uint8_t(code8(w[i], absmax[i / kQuantBlock]));
+}
+
+}  // namespace
+
+float nf4_level(int code) {
+  if (code < 0 || code > 15) throw std::out_of_range("nf4_level: code " + std::to_string(code));
+  return level_of(code);
+}
+
+const char* quant_format_name(QuantFormat f) {
+  switch (f) {
+    case QuantFormat::nf4: return "nf4";
+    case QuantFormat::int8: return "int8";
+    default: return "none";
+  }
+}
+
+QuantFormat parse_quant_format(const std::string& name) {
+  if (name == "nf4") return QuantFormat::nf4;
+  if (name == "int8") return QuantFormat::int8;
+  if (name == "none") return QuantFormat::none;
+  throw UserError("unknown quantization '" + name + "' (nf4, int8, none)");
+}
+
+QuantLayout quant_layout(QuantFormat f, std::int64_t numel) {
+  const std::int64_t blocks = numel / kQuantBlock;
+  QuantLayout l;
+  if (f == QuantFormat::int8) {
+    l.absmax = aligned4(numel);
+    l.scales = l.offset = l.total = l.absmax + 4 * blocks;
+  } else if (f == QuantFormat::nf4) {
+    l.absmax = aligned4(numel / 2);
+    l.scales = aligned4(l.absmax + blocks);
+    l.offset = l.scales + 4 * ((blocks + kScaleBlock - 1) / kScaleBlock);
+    l.total = l.offset + 4;
+  }
+  return l;
+}
+
+std::vector<std::uint8_t> quantize_values(const std::vector<float>& w, QuantFormat f) {
+  if (f == QuantFormat::none) throw std::invalid_argument("quantize: no format");
+  if (w.empty() || std::int64_t(w.size()) % kQuantBlock != 0)
+    throw std::invalid_argument("quantize: " + std::to_string(w.size()) + " values are not whole blocks of " +
+                                std::to_string(kQuantBlock));
+  const QuantLayout l = quant_layout(f, std::int64_t(w.size()));
+  std::vector<std::uint8_t> out(std::size_t(l.total), 0);
+  if (f == QuantFormat::nf4)
+    quantize_nf4(w, l, out);
+  else
+    quantize_int8(w, l, out);
+  return out;
+}
+
+QuantizedWeight quantize(const Tensor& weight, QuantFormat f) {
+  if (f == QuantFormat::none) throw std::invalid_argument("quantize: no format");
+  if (weight.numel() == 0 || weight.numel() % kQuantBlock != 0)
+    throw std::invalid_argument("quantize: " + std::to_string(weight.numel()) + " values are not whole blocks of " +
+                                std::to_string(kQuantBlock));
+  QuantizedWeight q{f, weight.shape(), Tensor()};
+  const std::int64_t total = quant_layout(f, weight.numel()).total;
+  q.bytes = shape_only() ? Tensor::empty({total}, DType::u8, kQuantLabel)
+                         : Tensor::from_host(quantize_values(weight.to_host_f32(), f), {total}, kQuantLabel);
+  return q;
+}
+
+template <class T>
+void dequantize(const QuantizedWeight& q, T* out) {
+  const std::uint8_t* b = q.bytes.data<std::uint8_t>();
+  const QuantLayout l = quant_layout(q.format, q.numel());
+  const std::int64_t blocks = q.numel() / kQuantBlock;
+  if (q.format == QuantFormat::int8) {
+    backend::for_each("dequantize_int8", blocks, KOKKOS_LAMBDA(std::int64_t blk) {
+      const float step = reinterpret_cast<const float*>(b + l.absmax)[blk] / 127.0f;
+      for (std::int64_t i = blk * kQuantBlock; i < (blk + 1) * kQuantBlock; ++i)
+        out[i] = T(float(std::int8_t(b[l.codes + i])) * step);
+    });
+    return;
+  }
+  backend::for_each("dequantize_nf4", blocks, KOKKOS_LAMBDA(std::int64_t blk) {
+    // The block's absmax back from 8 bits: code * (scale / 127) + mean. The
+    // product is exact in double, so the one rounding to float32 is the
+    // same whether or not a compiler fuses the multiply and add.
+    const float step = reinterpret_cast<const float*>(b + l.scales)[blk / kScaleBlock] / 127.0f;
+    const float mean = reinterpret_cast<const float*>(b + l.offset)[0];
+    const float absmax = float(double(std::int8_t(b[l.absmax + blk])) * double(step) + double(mean));
+    for (std::int64_t i = blk * kQuantBlock; i < (blk + 1) * kQuantBlock; i += 2) {
+      const std::uint8_t pair = b[l.codes + i / 2];
+      out[i] = T(level_of(pair >> 4) * absmax);
+      out[i + 1] = T(level_of(pair & 15) * absmax);
+    }
+  });
+}
+template void dequantize(const QuantizedWeight&, float*);
+template void dequantize(const QuantizedWeight&, double*);
+template void dequantize(const QuantizedWeight&, bf16*);
+template void dequantize(const QuantizedWeight&, f16*);
+
+Tensor dequantized(const QuantizedWeight& q, const std::string& label) {
+  Tensor t = Tensor::empty(q.shape, DType::f32, label);
+  dequantize(q, t.data<float>());
+  return t;
+}
+
+}  // namespace remat

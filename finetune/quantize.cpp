@@ -1,0 +1,53 @@
+#include "finetune/quantize.hpp"
+
+#include "autodiff/tape.hpp"
+#include "core/error.hpp"
+#include "core/text.hpp"
+
+namespace remat {
+
+namespace {
+
+// The frozen weights a forward pass reads through linear layers alone.
+std::vector<std::string> frozen_linear_weights(const ParamStore& params, const Model& model, const Batch& batch) {
+  params.record_reads();
+  {
+    NoGradScope no_grad;
+    model.loss(params, batch);
+  }
+  current_tape().clear();
+  std::vector<std::string> out;
+  for (const auto& name : params.linear_only_reads())
+    if (!params.trainable(params.index_of(name))) out.push_back(name);
+  return out;
+}
+
+}  // namespace
+
+std::string quantize_frozen(ParamStore& params, const Model& model, const Batch& batch, QuantFormat format) {
+  if (format == QuantFormat::none) return "";
+  const std::string flag = std::string("--quantize ") + quant_format_name(format);
+  bool any_frozen = false;
+  for (std::size_t i = 0; i < params.names().size(); ++i) any_frozen = any_frozen || !params.trainable(i);
+  if (!any_frozen)
+    throw UserError(flag + ": nothing is frozen (only frozen weights are quantized): add --lora, --freeze or "
+                           "--freeze-below");
+  const std::vector<std::string> names = frozen_linear_weights(params, model, batch);
+  if (names.empty()) throw UserError(flag + ": no frozen weight is a linear layer's: nothing to quantize");
+  for (const auto& name : names) {
+    const Shape& shape = params.specs()[params.index_of(name)].shape;
+    if (numel(shape) % kQuantBlock != 0)
+      throw UserError(flag + ": '" + name + "' " + to_string(shape) + " has " + std::to_string(numel(shape)) +
+                      " values, not whole blocks of " + std::to_string(kQuantBlock));
+  }
+  std::int64_t before = 0, after = 0;
+  for (const auto& name : names) {
+    before += std::int64_t(params.tensors()[params.index_of(name)].nbytes());
+    params.quantize(name, format);
+    after += std::int64_t(params.tensors()[params.index_of(name)].nbytes());
+  }
+  return "quantized (" + std::string(quant_format_name(format)) + "): " + std::to_string(names.size()) +
+         " frozen linear weights, " + human_bytes(double(before)) + " -> " + human_bytes(double(after));
+}
+
+}  // namespace remat

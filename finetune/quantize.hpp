@@ -1,0 +1,20 @@
+#pragma once
+// QLoRA's base (Dettmers et al. 2023): `--quantize nf4|int8` keeps every
+// frozen linear weight quantized (autodiff/quantized.hpp; the formats in
+// docs/fine-tuning.md). Norms, embeddings (a tied output head included) and
+// biases stay as they are: they are small, and QLoRA keeps them so too.
+#include <string>
+
+#include "autodiff/quantized.hpp"
+#include "datasets/batch.hpp"
+#include "zoo/model.hpp"
+
+namespace remat {
+
+// Quantizes the frozen weights that only linear layers read in a forward
+// pass of `model` on `batch`. Returns a one-line summary. UserError if
+// nothing is frozen, no frozen weight is a linear's, or one's element count
+// is not whole blocks of kQuantBlock.
+std::string quantize_frozen(ParamStore& params, const Model& model, const Batch& batch, QuantFormat format);
+
+}  // namespace remat
