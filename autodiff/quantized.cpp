@@ -6,6 +6,7 @@
 #include <stdexcept>
 
 #include "autodiff/loops.hpp"
+#include "autodiff/memory_tracker.hpp"
 #include "autodiff/shape_only.hpp"
 #include "core/error.hpp"
 
@@ -143,11 +144,18 @@ QuantizedWeight quantize(const Tensor& weight, QuantFormat f) {
   if (weight.numel() == 0 || weight.numel() % kQuantBlock != 0)
     throw std::invalid_argument("quantize: " + std::to_string(weight.numel()) + " values are not whole blocks of " +
                                 std::to_string(kQuantBlock));
-  QuantizedWeight q{f, weight.shape(), Tensor()};
-  const std::int64_t total = quant_layout(f, weight.numel()).total;
-  q.bytes = shape_only() ? Tensor::empty({total}, DType::u8, kQuantLabel)
-                         : Tensor::from_host(quantize_values(weight.to_host_f32(), f), {total}, kQuantLabel);
-  return q;
+  if (!shape_only()) return quantized_from_bytes(f, weight.shape(), quantize_values(weight.to_host_f32(), f));
+  MemoryTracker::instance().pool_for_label(kQuantLabel, kQuantPool);
+  return {f, weight.shape(), Tensor::empty({quant_layout(f, weight.numel()).total}, DType::u8, kQuantLabel)};
+}
+
+QuantizedWeight quantized_from_bytes(QuantFormat f, const Shape& shape, const std::vector<std::uint8_t>& bytes) {
+  const std::int64_t total = quant_layout(f, numel(shape)).total;
+  if (std::int64_t(bytes.size()) != total)
+    throw std::invalid_argument("quantized_from_bytes: " + std::to_string(bytes.size()) + " bytes, expected " +
+                                std::to_string(total));
+  MemoryTracker::instance().pool_for_label(kQuantLabel, kQuantPool);
+  return {f, shape, Tensor::from_host(bytes, {total}, kQuantLabel)};
 }
 
 template <class T>

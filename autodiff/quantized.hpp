@@ -56,6 +56,9 @@ inline constexpr const char* kQuantPool = "quantized weights";
 QuantizedWeight quantize(const Tensor& weight, QuantFormat f);
 // The same from host values (what a weight file and the tests hold).
 std::vector<std::uint8_t> quantize_values(const std::vector<float>& w, QuantFormat f);
+// A quantized weight of `shape` from its bytes (as quantize_values writes
+// them, quant_layout(f, numel).total of them), in the pool kQuantPool.
+QuantizedWeight quantized_from_bytes(QuantFormat f, const Shape& shape, const std::vector<std::uint8_t>& bytes);
 // Writes the weight's values, as T, into `out` (numel elements in tensor
 // memory). Nothing runs in a shape-only run.
 template <class T>

@@ -1,5 +1,9 @@
 #include "finetune/fine_tuning.hpp"
 
+#include <algorithm>
+
+#include "core/error.hpp"
+
 namespace remat {
 
 std::string FineTuning::key() const {
@@ -21,8 +25,19 @@ std::string FineTuning::label() const {
   return l;
 }
 
+void require_quantized_frozen(const ParamStore& params, const FineTuning& f, int layers) {
+  if (!params.any_quantized() || f.lora.any()) return;  // LoRA freezes every base parameter
+  std::vector<std::string> frozen;
+  if (f.freeze.any()) frozen = frozen_names(params, f.freeze, layers);
+  for (const auto& name : params.names())
+    if (params.quantized(name) && std::find(frozen.begin(), frozen.end(), name) == frozen.end())
+      throw UserError("'" + name + "' is quantized (" + quant_format_name(params.quantized(name)->format) +
+                      ") and cannot train: fine-tune with --lora, or freeze it (--freeze, --freeze-below)");
+}
+
 std::string apply_fine_tuning(std::unique_ptr<ParamStore>& params, const Model& model, const Batch& batch,
                               const FineTuning& f, std::uint64_t seed, int layers) {
+  require_quantized_frozen(*params, f, layers);
   if (f.lora.any()) {
     params = with_lora(*params, f.lora, seed, layers);
     require_adapters_used(model, *params, batch);

@@ -21,6 +21,10 @@ struct FineTuning {
   std::string label() const;
 };
 
+// UserError unless `f` freezes every quantized weight of `params` (a weight
+// file's, remat import --quantize): a quantized weight cannot train.
+void require_quantized_frozen(const ParamStore& params, const FineTuning& f, int layers);
+
 // Applies LoRA (a new store with the adapters, every base parameter frozen,
 // each adapter checked to serve a linear on `batch`), then freezing, then
 // quantization. Returns a summary, a line per step ("" if nothing was applied).

@@ -74,14 +74,17 @@ std::unique_ptr<ParamStore> with_lora(const ParamStore& base, const LoraOptions&
   if (targets.empty()) throw UserError("--lora: no default target in this model; name them with --lora-targets");
   std::vector<ParamSpec> specs = base.specs();
   for (const auto& name : targets) {
-    const Shape& w = base[name].shape();
+    const Shape& w = base.specs()[base.index_of(name)].shape;
     specs.push_back({name + ".lora_A", {o.rank, w[1]}, Init::normal});
     specs.push_back({name + ".lora_B", {w[0], o.rank}, Init::zeros});
   }
   auto store = std::make_unique<ParamStore>(specs, base.tensors().front().dtype());
   initialize(*store, seed, layers);
   for (std::size_t i = 0; i < base.tensors().size(); ++i) {
-    backend::copy(store->tensors()[i], base.tensors()[i]);
+    if (const QuantizedWeight* q = base.quantized(base.names()[i]))
+      store->set_quantized(base.names()[i], *q);  // its bytes, shared: frozen, never written
+    else
+      backend::copy(store->tensors()[i], base.tensors()[i]);
     store->freeze(base.names()[i]);
   }
   for (const auto& name : targets) store->attach_adapter(name, name + ".lora_A", name + ".lora_B", o.scale());

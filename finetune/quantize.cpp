@@ -1,15 +1,21 @@
 #include "finetune/quantize.hpp"
 
+#include <algorithm>
+
+#include "autodiff/shape_only.hpp"
 #include "autodiff/tape.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
+#include "finetune/freeze.hpp"
 
 namespace remat {
 
 namespace {
 
-// The frozen weights a forward pass reads through linear layers alone.
-std::vector<std::string> frozen_linear_weights(const ParamStore& params, const Model& model, const Batch& batch) {
+// The weights inside blocks that a forward pass reads through linear layers
+// alone. An output head (outside the blocks) stays as it is: QLoRA keeps it
+// in 16 bits (bitsandbytes skips lm_head).
+std::vector<std::string> linear_only(const ParamStore& params, const Model& model, const Batch& batch) {
   params.record_reads();
   {
     NoGradScope no_grad;
@@ -18,6 +24,14 @@ std::vector<std::string> frozen_linear_weights(const ParamStore& params, const M
   current_tape().clear();
   std::vector<std::string> out;
   for (const auto& name : params.linear_only_reads())
+    if (block_of(name) >= 0) out.push_back(name);
+  return out;
+}
+
+// Of those, the frozen ones.
+std::vector<std::string> frozen_linear_weights(const ParamStore& params, const Model& model, const Batch& batch) {
+  std::vector<std::string> out;
+  for (const auto& name : linear_only(params, model, batch))
     if (!params.trainable(params.index_of(name))) out.push_back(name);
   return out;
 }
@@ -33,6 +47,7 @@ std::string quantize_frozen(ParamStore& params, const Model& model, const Batch&
     throw UserError(flag + ": nothing is frozen (only frozen weights are quantized): add --lora, --freeze or "
                            "--freeze-below");
   const std::vector<std::string> names = frozen_linear_weights(params, model, batch);
+  if (names.empty() && params.any_quantized()) return "";  // a quantized weight file's, and nothing more
   if (names.empty()) throw UserError(flag + ": no frozen weight is a linear layer's: nothing to quantize");
   for (const auto& name : names) {
     const Shape& shape = params.specs()[params.index_of(name)].shape;
@@ -48,6 +63,17 @@ std::string quantize_frozen(ParamStore& params, const Model& model, const Batch&
   }
   return "quantized (" + std::string(quant_format_name(format)) + "): " + std::to_string(names.size()) +
          " frozen linear weights, " + human_bytes(double(before)) + " -> " + human_bytes(double(after));
+}
+
+std::vector<std::string> linear_weight_names(const ModelSetup& setup) {
+  ShapeOnlyScope shape_only;
+  Sizes z = setup.sizes;
+  z.B = 1;
+  z.S = std::min(z.S, 8);  // which weights a forward reads does not depend on its length
+  const auto model = models().find(setup.model).make(z);
+  const ParamStore params(model->params(), DType::f32);
+  const Batch batch{Tensor::empty({z.B, z.S}, DType::i32, "tokens"), Tensor::empty({z.B, z.S}, DType::i32, "targets")};
+  return linear_only(params, *model, batch);
 }
 
 }  // namespace remat

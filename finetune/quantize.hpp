@@ -11,10 +11,15 @@
 
 namespace remat {
 
-// Quantizes the frozen weights that only linear layers read in a forward
-// pass of `model` on `batch`. Returns a one-line summary. UserError if
+// Quantizes the frozen weights of the blocks that only linear layers read
+// in a forward pass of `model` on `batch`. Returns a one-line summary. UserError if
 // nothing is frozen, no frozen weight is a linear's, or one's element count
 // is not whole blocks of kQuantBlock.
 std::string quantize_frozen(ParamStore& params, const Model& model, const Batch& batch, QuantFormat format);
+
+// The weights of the blocks that only linear layers read in a forward pass of the model
+// `setup` names, found shape-only (nothing allocated, no kernel): what
+// `remat import --quantize` quantizes.
+std::vector<std::string> linear_weight_names(const ModelSetup& setup);
 
 }  // namespace remat

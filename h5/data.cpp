@@ -29,6 +29,7 @@ Kind kind_of(hid_t type) {
   if (cls == H5T_FLOAT && size == 4) return Kind::float32;
   if (cls == H5T_FLOAT && size == 8) return Kind::float64;
   if (cls == H5T_INTEGER && size == 4 && H5Tget_sign(type) == H5T_SGN_2) return Kind::int32;
+  if (cls == H5T_INTEGER && size == 1 && H5Tget_sign(type) == H5T_SGN_NONE) return Kind::uint8;
   return Kind::other;
 }
 
@@ -202,6 +203,9 @@ void write(const File& f, const std::string& path, const std::vector<std::int32_
 void write(const File& f, const std::string& path, const std::vector<std::int64_t>& d, const Shape& s) {
   write_array(f, path, d, s, H5T_NATIVE_INT64, H5T_STD_I64LE);
 }
+void write(const File& f, const std::string& path, const std::vector<std::uint8_t>& d, const Shape& s) {
+  write_array(f, path, d, s, H5T_NATIVE_UINT8, H5T_STD_U8LE);
+}
 
 void write(const File& f, const std::string& path, const std::vector<std::string>& strings) {
   std::size_t width = 1;
@@ -230,6 +234,9 @@ std::vector<std::int32_t> read_i32(const File& f, const std::string& path) {
 }
 std::vector<std::int64_t> read_i64(const File& f, const std::string& path) {
   return read_array<std::int64_t>(f, path, H5T_NATIVE_INT64, "int64");
+}
+std::vector<std::uint8_t> read_u8(const File& f, const std::string& path) {
+  return read_array<std::uint8_t>(f, path, H5T_NATIVE_UINT8, "uint8");
 }
 
 double read_scalar_f64(const File& f, const std::string& path) {

@@ -73,7 +73,7 @@ class File {
   bool in_memory_ = false;
 };
 
-enum class Kind { float32, float64, int32, other };
+enum class Kind { float32, float64, int32, uint8, other };
 struct DatasetInfo {
   Shape shape;
   Kind kind = Kind::other;
@@ -95,12 +95,14 @@ void write(const File& f, const std::string& path, const float* data, const Shap
 void write(const File& f, const std::string& path, const std::vector<double>& data, const Shape& shape);
 void write(const File& f, const std::string& path, const std::vector<std::int32_t>& data, const Shape& shape);
 void write(const File& f, const std::string& path, const std::vector<std::int64_t>& data, const Shape& shape);
+void write(const File& f, const std::string& path, const std::vector<std::uint8_t>& data, const Shape& shape);
 void write(const File& f, const std::string& path, const std::vector<std::string>& strings);  // fixed-length UTF-8
 // Reads a dataset that must hold exactly this element kind.
 std::vector<float> read_f32(const File& f, const std::string& path);
 std::vector<double> read_f64(const File& f, const std::string& path);
 std::vector<std::int32_t> read_i32(const File& f, const std::string& path);
 std::vector<std::int64_t> read_i64(const File& f, const std::string& path);
+std::vector<std::uint8_t> read_u8(const File& f, const std::string& path);
 std::vector<std::string> read_strings(const File& f, const std::string& path);  // fixed-length
 // A float64 scalar dataset (e.g. /loss).
 double read_scalar_f64(const File& f, const std::string& path);

@@ -92,6 +92,7 @@ TEST_CASE("the docs' tables are the schemas'", "[schema]") {
   check_doc_table("docs/training.md", "run.datasets", h5::markdown_table(run_file::dataset_docs()));
   check_doc_table("docs/models.md", "weights.root", h5::markdown_table(weights_file::root_docs()));
   check_doc_table("docs/models.md", "weights.datasets", h5::markdown_table(weights_file::dataset_docs()));
+  check_doc_table("docs/models.md", "weights.param", h5::markdown_table(weights_file::param_attribute_docs()));
 }
 
 TEST_CASE("a golden file holds what the weight file's schema declares", "[schema]") {

@@ -8,6 +8,7 @@
 
 #include "autodiff/backend.hpp"
 #include "weights/hf_folder.hpp"
+#include "weights/quantized_param.hpp"
 #include "core/error.hpp"
 #include "weights/weights_schema.hpp"
 #include "core/memory.hpp"
@@ -143,10 +144,10 @@ void write_model_file(const std::string& path, const ModelSetup& setup, const Pa
   if (loss) {
     h5::write(f, D::loss.path(""), std::vector<double>{*loss}, Shape{});
     for (std::size_t i = 0; i < params.names().size(); ++i) {
-      const Tensor& p = params.tensors()[i];
-      const Tensor g = p.grad();
-      h5::write(f, "/" + D::grad.at(params.names()[i]), g.defined() ? g.to_host_f32() : std::vector<float>(p.numel(), 0.0f),
-                p.shape());
+      const Shape& shape = params.specs()[i].shape;  // a quantized parameter's tensor holds its bytes
+      const Tensor g = params.tensors()[i].grad();
+      h5::write(f, "/" + D::grad.at(params.names()[i]),
+                g.defined() ? g.to_host_f32() : std::vector<float>(std::size_t(numel(shape)), 0.0f), shape);
     }
   }
   f.save();
@@ -155,9 +156,13 @@ void write_model_file(const std::string& path, const ModelSetup& setup, const Pa
 }  // namespace
 
 void write_params(const h5::File& f, const ParamStore& params) {
-  for (std::size_t i = 0; i < params.names().size(); ++i)
-    h5::write(f, "/" + weights_file::data::param.at(params.names()[i]), params.tensors()[i].to_host_f32(),
-              params.tensors()[i].shape());
+  for (std::size_t i = 0; i < params.names().size(); ++i) {
+    const std::string path = "/" + weights_file::data::param.at(params.names()[i]);
+    if (const QuantizedWeight* q = params.quantized(params.names()[i]))
+      write_quantized_param(f, path, *q);
+    else
+      h5::write(f, path, params.tensors()[i].to_host_f32(), params.tensors()[i].shape());
+  }
 }
 
 void write_model_setup(const h5::File& f, const ModelSetup& setup, const std::string& object) {
@@ -226,7 +231,8 @@ LoadedWeights load_hf_folder(const std::string& path, bool force) {
 }  // namespace
 
 void write_weights_streaming(const std::string& path, const ModelSetup& setup, const std::vector<ParamSpec>& specs,
-                             const std::function<void(std::size_t, float*)>& values) {
+                             const std::function<void(std::size_t, float*)>& values,
+                             const std::vector<QuantFormat>& formats) {
   std::int64_t bytes = 0;
   for (const auto& s : specs) bytes += 4 * numel(s.shape);
   // HDF5 writes this file itself and does not survive a failed close: the
@@ -252,7 +258,12 @@ void write_weights_streaming(const std::string& path, const ModelSetup& setup, c
       next.get();  // parameter i is in buffers[i % 2] (or its error is thrown here)
       if (i + 1 < specs.size())
         next = std::async(std::launch::async, [&, i] { values(i + 1, buffers[(i + 1) % 2].get()); });
-      h5::write(f, "/" + weights_file::data::param.at(specs[i].name), buffers[i % 2].get(), specs[i].shape);
+      const std::string p = "/" + weights_file::data::param.at(specs[i].name);
+      const float* v = buffers[i % 2].get();
+      if (i < formats.size() && formats[i] != QuantFormat::none)
+        write_quantized_param(f, p, formats[i], quantize_values({v, v + numel(specs[i].shape)}, formats[i]));
+      else
+        h5::write(f, p, v, specs[i].shape);
     }
     f.close();
   }
@@ -273,6 +284,42 @@ ModelSetup read_weights_setup(const std::string& path) {
     read_batch(f, setup, has_attribute(f, weights_file::root::B), has_attribute(f, weights_file::root::S));
   return setup;
 }
+
+namespace {
+
+// The parameters of `specs` from the file, each checked (present, its shape
+// and type, finite values; quantized bytes as weights/quantized_param.hpp
+// checks them) before any is read.
+std::unique_ptr<ParamStore> read_params(const h5::File& f, const std::vector<ParamSpec>& specs, const std::string& path) {
+  std::vector<std::optional<QuantFormat>> formats;
+  for (const auto& s : specs) {
+    const std::string p = "/" + weights_file::data::param.at(s.name);
+    if (!h5::exists(f, p)) throw UserError(path + ": missing parameter '" + s.name + "' " + to_string(s.shape));
+    formats.push_back(stored_format(f, p, path));
+    if (formats.back()) continue;  // checked as it is read
+    const auto di = h5::info(f, p);
+    if (di.shape != s.shape)
+      throw UserError(path + ": parameter '" + s.name + "' has shape " + to_string(di.shape) + ", expected " +
+                      to_string(s.shape));
+    if (di.kind != h5::Kind::float32)
+      throw UserError(path + ": parameter '" + s.name + "' holds " + di.type_name + ", expected float32");
+  }
+
+  auto params = std::make_unique<ParamStore>(specs, DType::f32);
+  for (std::size_t i = 0; i < specs.size(); ++i) {
+    const std::string p = "/" + weights_file::data::param.at(specs[i].name);
+    if (formats[i]) {
+      params->set_quantized(specs[i].name, read_quantized_param(f, p, specs[i], *formats[i], path));
+      continue;
+    }
+    const auto values = h5::read_f32(f, p);
+    require_finite(values, path, "parameter '" + specs[i].name + "'");
+    backend::upload(params->tensors()[i], values);
+  }
+  return params;
+}
+
+}  // namespace
 
 LoadedWeights load_weights(const std::string& path, bool force, bool skip_adapters) {
   if (hf::is_hf_folder(path)) return load_hf_folder(path, force);
@@ -312,23 +359,7 @@ LoadedWeights load_weights(const std::string& path, bool force, bool skip_adapte
       throw UserError(path + ": unexpected parameter '" + name + "' " + to_string(h5::info(f, "/" + weights_file::data::param.at(name)).shape) +
                       " for " + w.setup.model + " with L = " + std::to_string(w.setup.sizes.L));
   }
-  for (const auto& s : specs) {
-    const std::string p = "/" + weights_file::data::param.at(s.name);
-    if (!h5::exists(f, p)) throw UserError(path + ": missing parameter '" + s.name + "' " + to_string(s.shape));
-    const auto di = h5::info(f, p);
-    if (di.shape != s.shape)
-      throw UserError(path + ": parameter '" + s.name + "' has shape " + to_string(di.shape) + ", expected " +
-                      to_string(s.shape));
-    if (di.kind != h5::Kind::float32)
-      throw UserError(path + ": parameter '" + s.name + "' holds " + di.type_name + ", expected float32");
-  }
-
-  w.params = std::make_unique<ParamStore>(specs, DType::f32);
-  for (std::size_t i = 0; i < specs.size(); ++i) {
-    const auto values = h5::read_f32(f, "/" + weights_file::data::param.at(specs[i].name));
-    require_finite(values, path, "parameter '" + specs[i].name + "'");
-    backend::upload(w.params->tensors()[i], values);
-  }
+  w.params = read_params(f, specs, path);
   if (h5::exists(f, weights_file::data::tokens.group()))
     w.batch = read_batch(f, w.setup, has_attribute(f, weights_file::root::B), has_attribute(f, weights_file::root::S));
   return w;

@@ -37,8 +37,11 @@ void write_params(const h5::File& f, const ParamStore& params);
 // parameter i's float32 values, numel of them): a model too big to
 // hold twice in memory (remat import). Atomic like the others; UserError
 // before anything is written if the file system has too little space.
+// `formats`, if given, says per parameter which to store quantized (remat
+// import --quantize: weights/quantized_param.hpp).
 void write_weights_streaming(const std::string& path, const ModelSetup& setup, const std::vector<ParamSpec>& specs,
-                             const std::function<void(std::size_t, float*)>& values);
+                             const std::function<void(std::size_t, float*)>& values,
+                             const std::vector<QuantFormat>& formats = {});
 
 // Loads any file in the layout, or a Hugging Face model folder (a folder with
 // config.json and safetensors, or a .safetensors file with a config.json

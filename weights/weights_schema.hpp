@@ -34,9 +34,16 @@
   X(lora, "lora", std::string, "",                                                                                   \
     "adapter files and LoRA runs only: `rank=R;alpha=A;targets=...` (docs/fine-tuning.md)")
 
+// Attributes of a parameter's dataset.
+#define REMAT_WEIGHTS_PARAM_ATTRS(X)                                                                                  \
+  X(quantized, "quantized", std::string, "",                                                                         \
+    "a quantized frozen weight only (`remat import --quantize`, QLoRA): `nf4` or `int8`; its dataset then holds "    \
+    "the uint8 bytes of that format (docs/fine-tuning.md) in place of float32 values")
+
 // Datasets: X(identifier, path from the root, element type, shape, unit, meaning)
 #define REMAT_WEIGHTS_DATASETS(X)                                                                                     \
-  X(param, "params/<name>", float, "[...]", "", "one per parameter, of the shape its model's section gives")          \
+  X(param, "params/<name>", float, "[...]", "",                                                                      \
+    "one per parameter, of the shape its model's section gives (a quantized one: uint8 [bytes], below)")          \
   X(tokens, "batch/tokens", std::int32_t, "[B, S]", "",                                                              \
     "optional: the batch to run, ids in [0, V); where the file has `S` and `B` attributes they must agree")         \
   X(targets, "batch/targets", std::int32_t, "[B, S]", "", "with `batch/tokens`: the next token of each")           \
@@ -49,6 +56,9 @@ namespace root {
 #define REMAT_WEIGHTS_DECLARE_ATTR(id, name, T, unit, meaning) inline constexpr h5::Attr<T> id{name, unit, meaning};
 REMAT_WEIGHTS_ROOT(REMAT_WEIGHTS_DECLARE_ATTR)
 }  // namespace root
+namespace param_attr {
+REMAT_WEIGHTS_PARAM_ATTRS(REMAT_WEIGHTS_DECLARE_ATTR)
+}  // namespace param_attr
 namespace data {
 #define REMAT_WEIGHTS_DECLARE_DATASET(id, name, T, shape, unit, meaning) \
   inline constexpr h5::Dataset<T> id{name, shape, unit, meaning};
@@ -57,6 +67,7 @@ REMAT_WEIGHTS_DATASETS(REMAT_WEIGHTS_DECLARE_DATASET)
 
 // The tables of docs/models.md, made from the declarations above.
 std::vector<h5::FieldDoc> root_docs();
+std::vector<h5::FieldDoc> param_attribute_docs();
 std::vector<h5::FieldDoc> dataset_docs();
 
 }  // namespace remat::weights_file

@@ -106,10 +106,21 @@ void ParamStore::quantize(const std::string& name, QuantFormat format) {
   const std::size_t i = index_of(name);
   if (tensors_[i].requires_grad()) throw std::logic_error("quantize: '" + name + "' is trainable");
   if (quantized_.count(name)) throw std::logic_error("quantize: '" + name + "' is quantized already");
-  MemoryTracker::instance().pool_for_label(kQuantLabel, kQuantPool);
-  QuantizedWeight q = remat::quantize(tensors_[i], format);
-  tensors_[i] = q.bytes;
-  quantized_.emplace(name, std::move(q));
+  set_quantized(name, remat::quantize(tensors_[i], format));
+}
+
+void ParamStore::set_quantized(const std::string& name, QuantizedWeight q) {
+  const std::size_t i = index_of(name);
+  if (q.shape != specs_[i].shape) throw std::logic_error("set_quantized: '" + name + "' has another shape");
+  tensors_[i] = q.bytes;  // no gradient slot: frozen
+  quantized_[name] = std::move(q);
+}
+
+void ParamStore::dequantize(const std::string& name) {
+  auto it = quantized_.find(name);
+  if (it == quantized_.end()) throw std::logic_error("dequantize: '" + name + "' is not quantized");
+  tensors_[index_of(name)] = dequantized(it->second, name);
+  quantized_.erase(it);
 }
 
 const QuantizedWeight* ParamStore::quantized(const std::string& name) const {

@@ -98,6 +98,11 @@ class ParamStore {
   // kQuantPool): the float values are gone. The zoo's linear reads it
   // through quantized(); operator[] refuses it.
   void quantize(const std::string& name, QuantFormat format);
+  // The same with the quantized weight given (read from a file), freezing `name`.
+  void set_quantized(const std::string& name, QuantizedWeight q);
+  bool any_quantized() const { return !quantized_.empty(); }
+  // The other way: `name` back in float32, its dequantized values (frozen).
+  void dequantize(const std::string& name);
   // `name`'s quantized weight, or null if it is kept in floats.
   const QuantizedWeight* quantized(const std::string& name) const;
   // What the zoo's linear reads a dense weight through: operator[], noted as

@@ -113,14 +113,27 @@ void write_export(const ExportHfOptions& o, const hf::ExportOptions& options, co
     const LoadedWeights w = load_weights(o.weights, o.force, /*skip_adapters=*/true);
     hf::family_of_model(w.setup.model);  // a model with a layout, before anything is written
     std::vector<hf::ExportTensor> tensors;
+    std::size_t quantized = 0;
     for (std::size_t i = 0; i < w.params->names().size(); ++i) {
       const Tensor& t = w.params->tensors()[i];
+      if (const QuantizedWeight* q = w.params->quantized(w.params->names()[i])) {
+        // Hugging Face's files hold floats: a quantized weight (QLoRA's base) goes out dequantized.
+        ++quantized;
+        tensors.push_back({w.params->names()[i], q->shape, [q = *q](float* out) {
+                             const auto v = dequantized(q, "export").to_host_f32();
+                             std::copy(v.begin(), v.end(), out);
+                           }});
+        continue;
+      }
       tensors.push_back({w.params->names()[i], t.shape(), [t](float* out) {
                            const auto v = t.to_host_f32();
                            std::copy(v.begin(), v.end(), out);
                          }});
     }
     for (const auto& f : hf::export_folder(w.setup, tensors, folder.path(), options)) written.push_back(f);
+    if (quantized > 0)
+      std::printf("%s: %zu quantized weights written dequantized (their values, not their bytes)\n",
+                  o.weights.c_str(), quantized);
   }
   if (!o.adapters.empty()) {
     const AdapterFile a = read_adapters(o.adapters);

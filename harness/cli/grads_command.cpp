@@ -33,6 +33,11 @@ struct GradsOptions {
 void run_grads(const GradsOptions& o) {
   if (!o.out.empty()) check_output(o.out, FileKind::gradients, {o.weights, batch_source_file(o.data)}, o.force);
   LoadedWeights w = load_weights(o.weights, o.force);
+  for (const auto& name : w.params->names())
+    if (const QuantizedWeight* q = w.params->quantized(name))
+      throw UserError(o.weights + ": '" + name + "' is quantized (" + quant_format_name(q->format) +
+                      "): remat grads writes every parameter's gradient, and a quantized weight has none (fine-tune "
+                      "it: check or train with --lora)");
   w.setup.sizes.router_aux = o.router_aux;  // a training setting, not in the file
   split_over_ranks(o.tp, o.sp, o.ep, w.setup, w.params);
   w.model = models().find(w.setup.model).make(w.setup.sizes);

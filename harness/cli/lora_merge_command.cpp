@@ -20,11 +20,18 @@ void run_lora_merge(const LoraMergeOptions& o) {
   check_output(o.out, FileKind::weights, {o.weights, o.adapters}, o.force);
   LoadedWeights w = load_weights(o.weights, o.force, /*skip_adapters=*/true);  // a --lora run holds both
   const AdapterFile adapters = read_adapters(o.adapters);
+  // A quantized base (QLoRA) merges into its dequantized values: the
+  // merged weights are plain float32.
+  std::size_t dequantized = 0;
+  for (const auto& name : w.params->names())
+    if (w.params->quantized(name)) w.params->dequantize(name), ++dequantized;
   merge_adapters(*w.params, w.setup, adapters, o.adapters);
   write_weights(o.out, w.setup, *w.params, w.batch ? &*w.batch : nullptr);
   // --weights is read, never changed: the merge is in --out alone.
-  std::printf("wrote %s: the weights of %s with %zu adapters (%s) of %s folded in (plain weights)\n", o.out.c_str(),
+  std::printf("wrote %s: the weights of %s with %zu adapters (%s) of %s folded in (plain weights", o.out.c_str(),
               o.weights.c_str(), adapters.weights().size(), adapters.options.key().c_str(), o.adapters.c_str());
+  if (dequantized > 0) std::printf("; its %zu quantized weights dequantized to float32 first", dequantized);
+  std::printf(")\n");
 }
 
 }  // namespace

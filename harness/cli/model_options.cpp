@@ -122,12 +122,13 @@ void add_lora_options(CLI::App& cmd, LoraOptions& lora) {
       ->delimiter(',');
 }
 
-void add_quantize_option(CLI::App& cmd, QuantFormat& format) {
+void add_quantize_option(CLI::App& cmd, QuantFormat& format, const std::string& help) {
   cmd.add_option_function<std::string>(
          "--quantize", [&format](const std::string& name) { format = parse_quant_format(name); },
-         "Keep the frozen linear weights in nf4 (QLoRA's 4-bit NormalFloat, double-quantized scales) or int8 "
-         "(blockwise absmax), dequantized for each product (docs/fine-tuning.md); with --lora, --freeze or "
-         "--freeze-below")
+         !help.empty() ? help
+                       : "Keep the frozen linear weights in nf4 (QLoRA's 4-bit NormalFloat, double-quantized scales) "
+                         "or int8 (blockwise absmax), dequantized for each product (docs/fine-tuning.md); with "
+                         "--lora, --freeze or --freeze-below")
       ->check(CLI::IsMember({"nf4", "int8", "none"}))
       ->default_str("none");
 }

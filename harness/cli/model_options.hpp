@@ -62,7 +62,7 @@ void add_freeze_options(CLI::App& cmd, FreezeOptions& freeze);
 // --lora R, --lora-alpha A, --lora-targets PATTERN,...
 void add_lora_options(CLI::App& cmd, LoraOptions& lora);
 // --quantize nf4|int8: the frozen linear weights' format.
-void add_quantize_option(CLI::App& cmd, QuantFormat& format);
+void add_quantize_option(CLI::App& cmd, QuantFormat& format, const std::string& help = "");
 // The three above, into one FineTuning.
 void add_fine_tuning_options(CLI::App& cmd, FineTuning& finetune);
 // Applies --lora (a store with the adapters, every base parameter frozen,

@@ -115,5 +115,42 @@ for model in gpt2 llama; do
   ok "PEFT merge = remat's" pyrun "$here/check_hf.py" peft peft base merged
 done
 
+# QLoRA's base: import --quantize, used only frozen, refused where it would
+# train, its file checked as strictly as float weights.
+for model in llama mixtral; do
+  rm -rf hf && ok "export-hf $model" "$remat" export-hf --weights "$model.h5" --out hf
+  ok "import --quantize nf4 $model" "$remat" import hf --quantize nf4 --out "q-$model.h5"
+  grep -q "linear weights in nf4" out.txt || fail "import --quantize does not say what it quantized: $(cat out.txt)"
+  ok "check on quantized $model" "$remat" check --weights "q-$model.h5" --lora 2 --strategies all
+  refused "is quantized (nf4) and cannot train" "$remat" check --weights "q-$model.h5"
+  refused "is quantized (nf4) and cannot train" "$remat" check --weights "q-$model.h5" --freeze 'layers.0.*'
+done
+refused "a quantized weight has none" "$remat" grads --weights q-llama.h5 --out out.h5
+refused "nothing is frozen" "$remat" check --model llama --quantize nf4
+refused "--quantize" "$remat" import hf --quantize nf3 --out out.h5
+cat > damage.py <<'PY'
+import sys, h5py, numpy as np
+name, how = sys.argv[1], sys.argv[2]
+with h5py.File("bad.h5", "r+") as f:
+    d = f["params/" + name]
+    if how == "format":
+        d.attrs["quantized"] = "nf5"
+    else:
+        b, attrs = d[()], dict(d.attrs)
+        if how == "nan":  # the last second-level scale
+            b[-8:-4] = np.frombuffer(np.float32("nan").tobytes(), np.uint8)
+        else:
+            b = b[:-4]
+        del f["params/" + name]
+        f["params/" + name] = b
+        for k, v in attrs.items():
+            f["params/" + name].attrs[k] = v
+PY
+for flaw in "format|which this build does not know" "short|expected uint8" "nan|not valid nf4"; do
+  cp q-llama.h5 bad.h5
+  pyrun damage.py layers.0.attention.wq.weight "${flaw%%|*}" || fail "could not damage bad.h5 ($flaw)"
+  refused "${flaw#*|}" "$remat" check --weights bad.h5 --lora 2
+done
+
 if [ "$failures" -ne 0 ]; then echo "$failures model folder check(s) failed"; exit 1; fi
 echo "Hugging Face checks passed"
