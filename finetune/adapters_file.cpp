@@ -39,7 +39,7 @@ void require_fit(const ParamStore& params, const AdapterFile& adapters, const st
   const int R = adapters.options.rank;
   for (const auto& w : adapters.weights()) {
     if (!params.has(w)) throw UserError(path + ": adapters for '" + w + "', which the model does not have");
-    const Shape& s = params[w].shape();
+    const Shape& s = params.specs()[params.index_of(w)].shape;  // a quantized weight's tensor holds its bytes
     const Shape& a = adapters.params.at(w + kA).shape;
     const Shape& b = adapters.params.at(w + kB).shape;
     if (s.size() != 2 || a != Shape{R, s[1]} || b != Shape{s[0], R})

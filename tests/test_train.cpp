@@ -451,3 +451,46 @@ TEST_CASE("training LoRA adapters: the base stays, every strategy follows full, 
   CHECK(losses(resumed.state) == losses(whole.state));
   CHECK(weights(*resumed.params) == weights(*whole.params));
 }
+
+TEST_CASE("QLoRA training: every strategy follows full bitwise, the quantized base stays, resume is bitwise",
+          "[train][finetune][quantize]") {
+  test::TempDir dir("remat-train");
+  for (QuantFormat format : {QuantFormat::nf4, QuantFormat::int8}) {
+    INFO(quant_format_name(format));
+    TrainConfig c = tiny("llama", 0.1);
+    c.steps = 8;
+    c.lora.rank = 4;
+    c.quantize = format;
+    c.out = dir.file(std::string("q-") + quant_format_name(format) + ".h5");
+    const TrainResult whole = train(c);
+    std::size_t quantized = 0;
+    for (const auto& name : whole.params->names()) quantized += whole.params->quantized(name) ? 1 : 0;
+    CHECK(quantized == 2 * 7);  // every linear weight of the 2 blocks
+    for (const char* spec : {"per-layer", "offload-checkpoint", "selective"}) {
+      TrainConfig s = c;
+      s.out.clear();
+      s.strategy = spec;
+      INFO(spec);
+      CHECK(losses(train(s).state) == losses(whole.state));
+    }
+    // The run file holds the quantized bytes as they were made.
+    const SavedRun done = read_run_file(c.out);
+    CHECK(done.config.quantize == format);
+    CHECK(weights(*done.weights.params) == weights(*whole.params));
+    struct Interrupted {};
+    c.out = dir.file(std::string("cut-") + quant_format_name(format) + ".h5");
+    c.save_every = 3;
+    TrainProgress stop;
+    stop.step = [](const TrainConfig&, const TrainState& s) {
+      if (s.step == 5) throw Interrupted{};
+    };
+    CHECK_THROWS_AS(train(c, stop), Interrupted);
+    const SavedRun saved = read_run_file(c.out);
+    TrainConfig other = c;
+    other.quantize = QuantFormat::none;
+    CHECK_THROWS_WITH(require_same_run(c.out, saved.config, other), test::Contains("was trained with quantize"));
+    const TrainResult resumed = train(c, {}, &saved);
+    CHECK(losses(resumed.state) == losses(whole.state));
+    CHECK(weights(*resumed.params) == weights(*whole.params));
+  }
+}

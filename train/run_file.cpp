@@ -68,6 +68,7 @@ std::vector<Setting> settings(const TrainConfig& c) {
           {&S::save_every, std::to_string(c.save_every)},
           {&S::freeze, c.freeze.key()},
           {&S::lora, c.lora.key()},
+          {&S::quantize, c.quantize == QuantFormat::none ? "" : quant_format_name(c.quantize)},
           {&S::ranks, std::to_string(c.ranks)},
           {&S::shard_params, c.shard_params ? "yes" : "no"},
           {&S::tensor_parallel, "tp=" + std::to_string(c.setup.sizes.tp.size) +
@@ -195,6 +196,11 @@ TrainConfig read_config(const h5::File& f, const ModelSetup& setup) {
   // "rank=R;alpha=A;targets=..." (absent or empty: no LoRA).
   if (const auto lora = run_file::setting::lora.read(f, "/"); lora && !lora->empty())
     c.lora = LoraOptions::parse(*lora, f.path() + ": 'train.lora'");
+  // "nf4" or "int8" (absent or empty: none).
+  if (const auto q = run_file::setting::quantize.read(f, "/"); q && !q->empty()) {
+    if (*q != "nf4" && *q != "int8") throw UserError(f.path() + ": 'train.quantize' = '" + *q + "' is not nf4 or int8");
+    c.quantize = parse_quant_format(*q);
+  }
   c.out = f.path();
   return c;
 }

@@ -53,6 +53,7 @@
   X(save_every, "train.save_every", "steps between saves")                                                           \
   X(freeze, "train.freeze", "frozen parameters, `patterns=a,b;below=N` (docs/fine-tuning.md; empty: none)")          \
   X(lora, "train.lora", "LoRA, `rank=R;alpha=A;targets=...` (docs/fine-tuning.md; empty: none)")                    \
+  X(quantize, "train.quantize", "the frozen linear weights' format, `nf4` or `int8` (QLoRA, docs/fine-tuning.md; empty: none)") \
   X(ranks, "train.ranks", "data-parallel ranks (docs/scale-out.md)")                                                 \
   X(shard_params, "train.shard_params", "`yes` or `no`: ZeRO-3 sharding")                                            \
   X(tensor_parallel, "train.tensor_parallel", "tensor parallelism, `tp=N;sp=yes` or `tp=N;sp=no` (absent: none)")                \

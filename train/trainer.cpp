@@ -17,6 +17,7 @@
 #include "step/step.hpp"
 #include "strategies/registry.hpp"
 #include "train/run_file.hpp"
+#include "finetune/fine_tuning.hpp"
 #include "zoo/tensor_parallel.hpp"
 
 namespace remat {
@@ -32,6 +33,8 @@ void validate(const TrainConfig& c) {
                     std::to_string(comm::size()) + " are running it");
   if ((c.setup.sizes.ep.split() || tp.split()) && (c.lora.any() || c.freeze.any()))
     throw UserError(std::string(c.setup.sizes.ep.split() ? "--ep" : "--tp") + " with --lora or --freeze: not yet");
+  if (c.quantize != QuantFormat::none && c.shard_params)
+    throw UserError("--quantize with --shard-params: not yet (quantized weights are not sharded)");
   refuse_planned_under_experts(c.setup.sizes, {c.strategy});
   if (!(c.grad_clip >= 0) || !std::isfinite(c.grad_clip)) throw UserError("--grad-clip must be 0 (none) or positive");
   if (c.eval_every < 0 || c.eval_batches < 1) throw UserError("--eval-every must be >= 0 and --eval-batches >= 1");
@@ -96,7 +99,12 @@ std::unique_ptr<ParamStore> starting_weights(const TrainConfig& c, bool resuming
   const LoadedWeights w = load_weights(c.init, /*force=*/true, /*skip_adapters=*/true);
   if (w.params->names() != params->names())
     throw UserError(c.init + ": holds other parameters than " + c.setup.model + " at these sizes");
-  for (std::size_t i = 0; i < params->tensors().size(); ++i) backend::copy(params->tensors()[i], w.params->tensors()[i]);
+  for (std::size_t i = 0; i < params->tensors().size(); ++i) {
+    if (const QuantizedWeight* q = w.params->quantized(params->names()[i]))
+      params->set_quantized(params->names()[i], *q);  // QLoRA's base from `remat import --quantize`
+    else
+      backend::copy(params->tensors()[i], w.params->tensors()[i]);
+  }
   return params;
 }
 
@@ -108,11 +116,15 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
   model_ = models().find(config_.setup.model).make(z);
   params_ = starting_weights(config_, resume != nullptr);
   if (!resume) state_.scaler.scale = config_.loss_scale;
+  require_quantized_frozen(*params_, {config_.freeze, config_.lora, config_.quantize}, z.L);
   if (config_.lora.any()) {  // the adapters join the store, the base is frozen
     params_ = with_lora(*params_, config_.lora, config_.run.seed, z.L);
     require_adapters_used(*model_, *params_, random_batch(z.B, z.S, z.V, config_.run.seed));
   }
   apply_freeze(*params_, config_.freeze, z.L);  // before the optimizer sees the parameters
+  // QLoRA: the frozen linear weights quantized (a resumed run's bytes are
+  // the run file's, copied over these below).
+  quantize_frozen(*params_, *model_, random_batch(z.B, z.S, z.V, config_.run.seed), config_.quantize);
   strategy_ = make_strategy(config_.strategy);
   schedule_ = config_.schedule;
   schedule_.steps = config_.steps;

@@ -14,6 +14,7 @@
 #include "weights/weights_file.hpp"
 #include "finetune/freeze.hpp"
 #include "finetune/lora.hpp"
+#include "finetune/quantize.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/schedule.hpp"
 #include "step/step.hpp"
@@ -40,6 +41,7 @@ struct TrainConfig {
   std::string out;       // the run file; "" for none
   FreezeOptions freeze;  // fine-tuning: parameters that do not train
   LoraOptions lora;      // fine-tuning: low-rank adapters on a frozen base
+  QuantFormat quantize = QuantFormat::none;  // QLoRA: the frozen linear weights' format (finetune/quantize.hpp)
   int ranks = 1;         // MPI ranks training data-parallel (comm::size() when run)
   bool shard_params = false;  // ZeRO-3: each rank keeps 1/N of the parameters (train/param_shards.hpp)
 };

@@ -125,6 +125,12 @@ for model in llama mixtral; do
   refused "is quantized (nf4) and cannot train" "$remat" check --weights "q-$model.h5"
   refused "is quantized (nf4) and cannot train" "$remat" check --weights "q-$model.h5" --freeze 'layers.0.*'
 done
+# QLoRA end to end: adapters trained on the quantized base merge into its dequantized values.
+ok "train on quantized" "$remat" train --weights q-llama.h5 --lora 2 --steps 3 --out qrun.h5 --adapters-out qad.h5
+ok "merge onto quantized" "$remat" lora-merge --weights q-llama.h5 --adapters qad.h5 --out qmerged.h5
+grep -q "quantized weights dequantized to float32" out.txt || fail "lora-merge does not say it dequantized: $(cat out.txt)"
+ok "merged is plain" "$remat" check --weights qmerged.h5 --strategies full
+refused "cannot train" "$remat" train --weights q-llama.h5 --steps 2 --out out.h5
 refused "a quantized weight has none" "$remat" grads --weights q-llama.h5 --out out.h5
 refused "nothing is frozen" "$remat" check --model llama --quantize nf4
 refused "--quantize" "$remat" import hf --quantize nf3 --out out.h5
