@@ -74,12 +74,15 @@ ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::stri
   const auto live = [&] { return tracker.stats(pool).live; };
 
   ShapeOnlyRun run;
-  const std::int64_t before = live();
   const auto model = models().find(setup.model).make(setup.sizes);
-  ParamStore params(model->params(), DType::f32);
-  run.state = count_state(params, live() - before, optimizer);
-
   const Batch batch = shape_only_batch(setup.sizes);
+  const std::int64_t before = live(), quantized_before = tracker.stats(kQuantPool).live;
+  auto store = std::make_unique<ParamStore>(model->params(), DType::f32);
+  if (extras.prepare) extras.prepare(store, *model, batch);
+  ParamStore& params = *store;
+  run.state = count_state(params, live() - before, optimizer);
+  run.state.quantized_bytes = tracker.stats(kQuantPool).live - quantized_before;
+
   // Before anything is installed: as train plans before it shards.
   const std::optional<SaveProfile> costs = costs_to_plan(strategies, *model, params, batch, kernel, device, precision);
   const std::shared_ptr<void> installed = extras.install ? extras.install(params) : nullptr;

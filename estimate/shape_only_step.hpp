@@ -36,6 +36,7 @@ struct ShapeOnlyState {
   std::int64_t gradient_bytes = 0;   // one gradient buffer per trainable parameter
   std::int64_t optimizer_bytes = 0;  // the optimizer's state (AdamW: m and v)
   std::int64_t weight_copy_bytes = 0;  // the per-step 16-bit copy of the weights (0 at fp32)
+  std::int64_t quantized_bytes = 0;    // quantized frozen weights (QLoRA), scales included: their own pool
 };
 
 struct ShapeOnlyRun {
@@ -50,6 +51,10 @@ struct DeviceModel;
 // sharding: train/param_shards.hpp), which then own the gradients (the
 // steps do not zero them), and the tracker pools to report a peak of.
 struct ShapeOnlyExtras {
+  // Applied to the store before its state is counted (fine-tuning: frozen
+  // parameters, LoRA adapters, quantized weights), with the model and the
+  // shape-only batch; null: the model as it is.
+  std::function<void(std::unique_ptr<ParamStore>&, const Model&, const Batch&)> prepare;
   std::function<std::shared_ptr<void>(ParamStore&)> install;  // null: nothing installed
   std::vector<std::string> pools;
   std::function<void(const std::string& stage)> progress;  // told the stage: "warm-up step", "strategy sqrt (3 of 9)"

@@ -73,7 +73,7 @@ std::int64_t pool_peak(const ShapeOnlyStep& step, const char* pool) {
 }  // namespace
 
 std::int64_t EstimatePoint::largest_total() const {
-  std::int64_t largest = parameters + gradients + optimizer + weight_copy;
+  std::int64_t largest = parameters + quantized + gradients + optimizer + weight_copy;
   for (const auto& row : rows) largest = std::max(largest, row.total);
   return largest;
 }
@@ -81,6 +81,9 @@ std::int64_t EstimatePoint::largest_total() const {
 std::vector<ModelSetup> estimate_points(const EstimateRequest& r) {
   if (r.ranks < 1) throw UserError("--ranks: at least 1");
   if (r.shard_params && r.ranks < 2) throw UserError("--shard-params shards across ranks: give --ranks 2 or more");
+  if ((r.finetune.any() || r.finetune.quantize != QuantFormat::none) &&
+      (r.shard_params || r.base.sizes.tp.split() || r.base.sizes.ep.split()))
+    throw UserError("--freeze, --lora or --quantize with --shard-params, --tp or --ep: not yet");
   if (r.shard_params && models().find(r.base.model).reversible)
     throw UserError("--shard-params: " + r.base.model + "'s reversible blocks rebuild their inputs in backward, which "
                     "sharded parameters do not support yet");
@@ -121,13 +124,17 @@ EstimatePoint estimate_point(const EstimateRequest& r, const ModelSetup& setup,
   const bool rates = r.device.fp32_flops > 0;
   ShapeOnlyExtras extras = sharding_extras(r);
   extras.progress = progress;
+  if (r.finetune.any() || r.finetune.quantize != QuantFormat::none)
+    extras.prepare = [&r, &setup](std::unique_ptr<ParamStore>& params, const Model& model, const Batch& batch) {
+      apply_fine_tuning(params, model, batch, r.finetune, r.seed, setup.sizes.L);
+    };
   const ShapeOnlyRun run = shape_only_run(setup, r.strategies, r.attention, r.optimizer,
                                           rates ? &device_model : nullptr, r.precision, extras);
   // Sharded, a rank keeps its shards (and gathers 16-bit values at 16 bits: no whole 16-bit copy, as the warm-up shows).
   const ShapeOnlyState kept = r.shard_params ? sharded_state(setup, r.ranks, r.optimizer) : run.state;
   EstimatePoint p{setup, run.state.parameter_count, kept.parameter_bytes, kept.gradient_bytes, kept.optimizer_bytes,
-                  run.state.weight_copy_bytes, {}};
-  const std::int64_t state = p.parameters + p.gradients + p.optimizer + p.weight_copy;
+                  run.state.weight_copy_bytes, run.state.quantized_bytes, {}};
+  const std::int64_t state = p.parameters + p.quantized + p.gradients + p.optimizer + p.weight_copy;
   for (const auto& step : run.steps) {
     EstimateRow row{step.strategy, step.activation_peak, step.offload_peak,
                     pool_peak(step, ParamShards::kGatheredPool), pool_peak(step, ParamShards::kReducingPool),

@@ -10,6 +10,7 @@
 
 #include "autodiff/ops/ops.hpp"
 #include "estimate/devices.hpp"
+#include "finetune/fine_tuning.hpp"
 #include "zoo/model.hpp"
 
 namespace remat {
@@ -25,6 +26,8 @@ struct EstimateRequest {
   std::string optimizer = "adamw";
   int ranks = 1;
   bool shard_params = false;
+  FineTuning finetune;     // frozen parameters, LoRA, quantized weights (QLoRA)
+  std::uint64_t seed = 1;  // LoRA's initialisation (shapes only: no value is computed)
   Device device;  // name "": none
 };
 
@@ -44,6 +47,7 @@ struct EstimatePoint {
   ModelSetup setup;
   std::int64_t parameter_count = 0;
   std::int64_t parameters = 0, gradients = 0, optimizer = 0, weight_copy = 0;  // per rank
+  std::int64_t quantized = 0;  // the quantized frozen weights (QLoRA), scales included
   std::vector<EstimateRow> rows;  // a row per strategy, in the order asked
   std::int64_t largest_total() const;
 };

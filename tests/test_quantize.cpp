@@ -9,6 +9,7 @@
 #include "autodiff/tape.hpp"
 #include "catch.hpp"
 #include "core/error.hpp"
+#include "estimate/shape_only_step.hpp"
 #include "finetune/fine_tuning.hpp"
 #include "fixtures.hpp"
 #include "harness/check.hpp"
@@ -216,4 +217,40 @@ TEST_CASE("bad quantization is one clear error", "[quantize][errors]") {
   store.quantize("l.weight", QuantFormat::int8);
   CHECK_THROWS_WITH(store["l.weight"], Catch::Contains("is quantized"));
   CHECK(store.tensors()[0].dtype() == DType::u8);
+}
+
+TEST_CASE("shape-only: a QLoRA step holds the measured bytes, the quantized base in its pool", "[quantize][shape_only]") {
+  for (const char* name : {"gpt2", "llama", "encdec"})
+    for (Precision precision : {Precision::fp32, Precision::bf16}) {
+      INFO(name << " " << precision_name(precision));
+      test::TinyModel s = test::tiny_model(name, 2, 1, 0.1);
+      FineTuning ft;
+      ft.lora.rank = 4;
+      ft.quantize = QuantFormat::nf4;
+      const auto specs = strategies_for(name, "all", ops::AttentionKernel::fused);
+      ShapeOnlyExtras extras;
+      extras.prepare = [&](std::unique_ptr<ParamStore>& p, const Model& model, const Batch& batch) {
+        apply_fine_tuning(p, model, batch, ft, 1, 2);
+      };
+      const ShapeOnlyRun shape = shape_only_run(s.setup, specs, ops::AttentionKernel::fused, "adamw", nullptr, precision,
+                                                extras);
+      auto q = qlora(s, QuantFormat::nf4, 2);
+      std::int64_t quantized = 0;
+      for (const auto& n : q->names())
+        if (q->quantized(n)) quantized += std::int64_t(q->tensors()[q->index_of(n)].nbytes() + 7) / 8 * 8;
+      CHECK(shape.state.quantized_bytes == quantized);
+      auto full = make_strategy("full");
+      StepOptions warm{full.get(), 1, 0, false, ops::AttentionKernel::fused};
+      warm.precision = precision;
+      forward_backward(*s.model, *q, s.batch, warm);
+      for (std::size_t i = 0; i < specs.size(); ++i) {
+        INFO(specs[i]);
+        auto strategy = make_strategy(specs[i]);
+        StepOptions o{strategy.get(), 1, 0, false, ops::AttentionKernel::fused};
+        o.precision = precision;
+        const StepResult r = run_step(*s.model, *q, s.batch, o);
+        CHECK(shape.steps[i].activation_peak == r.activation_peak);
+        CHECK(shape.steps[i].flops == r.flops);
+      }
+    }
 }

@@ -38,6 +38,7 @@ struct EstimateOptions {
   std::vector<int> seq, batch;
   bool json = false, shard_params = false, allow_longer = false;
   bool model_given = false, preset_given = false;  // beside --config: refused, as everywhere
+  FineTuning finetune;  // --freeze, --lora, --quantize
 };
 
 double gib(std::int64_t bytes) { return double(bytes) / double(std::int64_t(1) << 30); }
@@ -101,6 +102,7 @@ EstimateRequest request_of(const EstimateOptions& o) {
   r.optimizer = o.optimizer;
   r.ranks = o.ranks;
   r.shard_params = o.shard_params;
+  r.finetune = o.finetune;
   if (!o.device.empty()) r.device = find_device(o.device);
   return r;
 }
@@ -142,15 +144,16 @@ void print_point(const EstimateRequest& r, const EstimatePoint& p) {
   const std::string batch = ep.split() ? std::to_string(p.setup.sizes.B) + " over the expert-parallel group (" +
                                              std::to_string(p.setup.sizes.B / ep.size) + " per rank)"
                                        : std::to_string(p.setup.sizes.B) + per_rank;
-  std::printf("\nS %d, B %s: parameters %s, gradients %s, optimizer state %s%s%s (%lld parameters)\n",
-              p.setup.sizes.S, batch.c_str(), size(p.parameters).c_str(), size(p.gradients).c_str(),
+  std::printf("\nS %d, B %s: parameters %s%s, gradients %s, optimizer state %s%s%s (%lld parameters)\n",
+              p.setup.sizes.S, batch.c_str(), size(p.parameters).c_str(),
+              p.quantized ? (" and quantized base " + size(p.quantized)).c_str() : "", size(p.gradients).c_str(),
               size(p.optimizer).c_str(), p.weight_copy ? (", 16-bit weight copy " + size(p.weight_copy)).c_str() : "",
               per_rank, (long long)p.parameter_count);
   std::printf("%s", render_text(point_table(r, p, bits)).c_str());
   std::fflush(stdout);  // each grid point's table as it is done, piped or not
 }
 
-void print_footnotes(bool shard_params, Precision precision) {
+void print_footnotes(bool shard_params, Precision precision, bool quantized) {
   std::printf("\nact: the activation peak of one training step, exact (the tracker's count of a shape-only run of the "
               "model's own code);\n");
   if (shard_params)
@@ -161,10 +164,14 @@ void print_footnotes(bool shard_params, Precision precision) {
                                              : ", in 16 bits: each rank converts its float32 shard and the ranks "
                                                "exchange 16-bit values, as FSDP's mixed precision, so no whole 16-bit "
                                                "copy is kept");
-  std::printf("total: parameters + gradients + optimizer state%s%s + act, per rank; T/MFLOP/step: "
+  std::printf("total: parameters%s + gradients + optimizer state%s%s + act, per rank; T/MFLOP/step: "
               "GEMM FLOPs of forward and backward, recomputation included.\n",
+              quantized ? " + quantized base" : "",
               shard_params || precision == Precision::fp32 ? "" : " + the 16-bit weight copy",
               shard_params ? " + gathered + reducing" : "");
+  if (quantized)
+    std::printf("quantized base: the frozen block weights in their format, scales included (docs/fine-tuning.md); act "
+                "includes the one weight at a time each product dequantizes.\n");
 }
 
 void run(const EstimateOptions& o) {
@@ -195,7 +202,7 @@ void run(const EstimateOptions& o) {
   if (o.json)
     std::printf("%s\n", rows.dump(1).c_str());
   else
-    print_footnotes(r.shard_params, r.precision);
+    print_footnotes(r.shard_params, r.precision, r.finetune.quantize != QuantFormat::none);
 }
 
 }  // namespace
@@ -241,6 +248,7 @@ void setup_estimate(CLI::App& app) {
                   "Expert-parallel ranks (mixtral): each holds E/N experts and runs B/N of the sequences, tokens sent "
                   "to their experts' ranks by all-to-all; a rank's memory for a balanced routing")
       ->check(whole_number(1, 1 << 12));
+  add_fine_tuning_options(*cmd, o->finetune);
   cmd->add_flag("--shard-params", o->shard_params, "ZeRO-3: each rank keeps 1/ranks of parameters, gradients and optimizer state");
   cmd->add_flag("--allow-longer", o->allow_longer, "Estimate sequences beyond the model's S_max, as if it had those positions");
   cmd->add_option("--svg", o->svg, "Also draw DIR/estimate.svg: memory per rank against S, a panel per batch size, "
