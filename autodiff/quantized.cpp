@@ -178,10 +178,15 @@ void dequantize(const QuantizedWeight& q, T* out) {
     const float step = reinterpret_cast<const float*>(b + l.scales)[blk / kScaleBlock] / 127.0f;
     const float mean = reinterpret_cast<const float*>(b + l.offset)[0];
     const float absmax = float(double(std::int8_t(b[l.absmax + blk])) * double(step) + double(mean));
-    for (std::int64_t i = blk * kQuantBlock; i < (blk + 1) * kQuantBlock; i += 2) {
-      const std::uint8_t pair = b[l.codes + i / 2];
-      out[i] = T(level_of(pair >> 4) * absmax);
-      out[i + 1] = T(level_of(pair & 15) * absmax);
+    // The block's 16 values, each level * absmax in float32 rounded once to
+    // T: the 64 weights are then lookups.
+    T value[16];
+    for (int k = 0; k < 16; ++k) value[k] = T(level_of(k) * absmax);
+    const std::uint8_t* pairs = b + l.codes + blk * (kQuantBlock / 2);
+    T* o = out + blk * kQuantBlock;
+    for (std::int64_t j = 0; j < kQuantBlock / 2; ++j) {
+      o[2 * j] = value[pairs[j] >> 4];
+      o[2 * j + 1] = value[pairs[j] & 15];
     }
   });
 }
