@@ -292,6 +292,7 @@ void setup_check(CLI::App& app) {
   add_tp_options(*cmd, o->model.tp, o->model.sp);
   add_ep_option(*cmd, o->model.ep);
   add_fine_tuning_options(*cmd, o->finetune);
+  quantized_precision_default(*cmd, o->finetune.quantize, o->model.run.precision);
   cmd->add_option("--weights", o->weights, "Take the model, sizes, weights and batch from this HDF5 file instead");
   cmd->add_option("--strategies", o->strategies, "'all' or a comma-separated list (see `remat strategies`)")
       ->capture_default_str();

@@ -249,6 +249,7 @@ void setup_estimate(CLI::App& app) {
                   "to their experts' ranks by all-to-all; a rank's memory for a balanced routing")
       ->check(whole_number(1, 1 << 12));
   add_fine_tuning_options(*cmd, o->finetune);
+  quantized_precision_default(*cmd, o->finetune.quantize, o->precision);
   cmd->add_flag("--shard-params", o->shard_params, "ZeRO-3: each rank keeps 1/ranks of parameters, gradients and optimizer state");
   cmd->add_flag("--allow-longer", o->allow_longer, "Estimate sequences beyond the model's S_max, as if it had those positions");
   cmd->add_option("--svg", o->svg, "Also draw DIR/estimate.svg: memory per rank against S, a panel per batch size, "

@@ -206,6 +206,7 @@ void setup_matrix(CLI::App& app) {
   cmd->add_option("--batch", o->matrix.batch, "Batch sizes B to sweep")->delimiter(',')->check(whole_number(1, 1 << 16));
   add_timing_options(*cmd, o->matrix);
   add_fine_tuning_options(*cmd, o->matrix.finetune);
+  quantized_precision_default(*cmd, o->matrix.finetune.quantize, o->matrix.precisions);
   add_router_aux_option(*cmd, o->matrix.router_aux);
   cmd->add_option("--dropout", o->matrix.dropout, "Dropout probability (masks replay exactly under recomputation)")
       ->check(CLI::Range(0.0, 0.99).description("from 0 to 0.99"));

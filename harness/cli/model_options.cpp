@@ -128,9 +128,21 @@ void add_quantize_option(CLI::App& cmd, QuantFormat& format, const std::string& 
          !help.empty() ? help
                        : "Keep the frozen linear weights in nf4 (QLoRA's 4-bit NormalFloat, double-quantized scales) "
                          "or int8 (blockwise absmax), dequantized for each product (docs/fine-tuning.md); with "
-                         "--lora, --freeze or --freeze-below")
+                         "--lora, --freeze or --freeze-below. nf4 computes in bf16 unless --precision says otherwise")
       ->check(CLI::IsMember({"nf4", "int8", "none"}))
       ->default_str("none");
+}
+
+void quantized_precision_default(CLI::App& cmd, const QuantFormat& format, Precision& precision) {
+  cmd.parse_complete_callback([&cmd, &format, &precision] {
+    if (format == QuantFormat::nf4 && cmd.count("--precision") == 0) precision = Precision::bf16;
+  });
+}
+
+void quantized_precision_default(CLI::App& cmd, const QuantFormat& format, std::vector<Precision>& precisions) {
+  cmd.parse_complete_callback([&cmd, &format, &precisions] {
+    if (format == QuantFormat::nf4 && cmd.count("--precisions") == 0) precisions = {Precision::bf16};
+  });
 }
 
 void add_fine_tuning_options(CLI::App& cmd, FineTuning& finetune) {

@@ -63,6 +63,10 @@ void add_freeze_options(CLI::App& cmd, FreezeOptions& freeze);
 void add_lora_options(CLI::App& cmd, LoraOptions& lora);
 // --quantize nf4|int8: the frozen linear weights' format.
 void add_quantize_option(CLI::App& cmd, QuantFormat& format, const std::string& help = "");
+// With --quantize nf4 and no --precision (or --precisions), a step computes
+// in bf16, as QLoRA does: set once `cmd` is parsed (both options bound on it).
+void quantized_precision_default(CLI::App& cmd, const QuantFormat& format, Precision& precision);
+void quantized_precision_default(CLI::App& cmd, const QuantFormat& format, std::vector<Precision>& precisions);
 // The three above, into one FineTuning.
 void add_fine_tuning_options(CLI::App& cmd, FineTuning& finetune);
 // Applies --lora (a store with the adapters, every base parameter frozen,

@@ -157,6 +157,7 @@ void setup_time(CLI::App& app) {
   add_tp_options(*cmd, o->model.tp, o->model.sp);
   add_ep_option(*cmd, o->model.ep);
   add_fine_tuning_options(*cmd, o->finetune);
+  quantized_precision_default(*cmd, o->finetune.quantize, o->model.run.precision);
   cmd->add_option("--strategy", o->strategy, "Activation-memory strategy (see `remat strategies`)")
       ->capture_default_str();
   cmd->add_option("--steps", o->steps, "Timed steps (the median is reported)")

@@ -245,6 +245,7 @@ void setup_train(CLI::App& app) {
   add_freeze_options(*cmd, o->config.freeze);
   add_lora_options(*cmd, o->config.lora);
   add_quantize_option(*cmd, o->config.quantize);
+  quantized_precision_default(*cmd, o->config.quantize, o->model.run.precision);
   cmd->add_option("--adapters-out", o->adapters_out,
                   "With --lora: also write the trained adapters alone to this file (for remat lora-merge)");
   TrainConfig& c = o->config;
