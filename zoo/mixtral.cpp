@@ -24,6 +24,18 @@
 namespace remat {
 namespace {
 
+// One of a block's three expert matrices, expert by expert: dense weights
+// (read as a linear reads them), or quantized ones (QLoRA's frozen experts).
+struct Experts {
+  std::vector<Tensor> dense;
+  std::vector<QuantizedWeight> quantized;
+  void add(const ParamStore& p, const std::string& name) {
+    const QuantizedWeight* q = p.quantized(name);
+    dense.push_back(q ? Tensor() : p.linear_weight(name));
+    quantized.push_back(q ? *q : QuantizedWeight());
+  }
+};
+
 class Mixtral final : public Model {
  public:
   using Model::Model;
@@ -100,11 +112,11 @@ class Mixtral final : public Model {
     const Tensor m = ops::rms_norm(h, p[l + "ffn_norm.weight"], 1e-5);
     const Tensor probs = ops::softmax(linear(p, l + "block_sparse_moe.gate", m, false));
     const ops::Routing route = ops::route_top_k(probs, sizes_.K);
-    std::vector<Tensor> w1, w2, w3;
+    Experts w1, w2, w3;
     for (int e = ep::first_expert(sizes_); e < ep::first_expert(sizes_) + ep::experts_here(sizes_); ++e) {
-      w1.push_back(p[expert(i, e) + "w1.weight"]);
-      w2.push_back(p[expert(i, e) + "w2.weight"]);
-      w3.push_back(p[expert(i, e) + "w3.weight"]);
+      w1.add(p, expert(i, e) + "w1.weight");
+      w2.add(p, expert(i, e) + "w2.weight");
+      w3.add(p, expert(i, e) + "w3.weight");
     }
     // Under tensor parallelism each expert splits as a SwiGLU MLP does; the
     // router runs whole on every rank (the same bits: the same routing). The
@@ -117,8 +129,9 @@ class Mixtral final : public Model {
         sizes_.ep.split() ? std::optional(ops::plan_expert_exchange(route, sizes_.ep)) : std::nullopt;
     const ops::Routing& mine = exchange ? exchange->local : route;
     const Tensor here = exchange ? ops::to_experts(rows, *exchange, sizes_.ep) : rows;
-    const Tensor gated = ops::swiglu(ops::grouped_linear(here, w1, mine), ops::grouped_linear(here, w3, mine));
-    const Tensor done = ops::grouped_linear(gated, w2, mine);
+    const Tensor gated = ops::swiglu(ops::grouped_linear(here, w1.dense, mine, w1.quantized),
+                                     ops::grouped_linear(here, w3.dense, mine, w3.quantized));
+    const Tensor done = ops::grouped_linear(gated, w2.dense, mine, w2.quantized);
     const Tensor weights = tp::enter(ops::routing_weights(probs, route), group);
     const Tensor back = exchange ? ops::from_experts(done, *exchange, sizes_.ep) : done;
     const Tensor parts = ops::combine(back, weights, route, m.shape());

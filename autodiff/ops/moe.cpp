@@ -61,21 +61,6 @@ Tensor dispatch_forward(const Tensor& x, const Tensor& slots, std::int64_t k) {
   return out;
 }
 
-Tensor grouped_forward(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<std::int64_t>& offsets) {
-  stats::count_forward("grouped_linear");
-  const std::int64_t N = rows_of(x), in = x.dim(-1), out_f = weights.front().dim(0);
-  Tensor out = Tensor::empty({N, out_f}, x.dtype(), "grouped_linear");
-  out.set_tag("grouped_linear");
-  REMAT_DISPATCH_COMPUTE(x.dtype(), V, {
-    for (std::size_t e = 0; e < weights.size(); ++e) {
-      const std::int64_t first = offsets[e], rows = offsets[e + 1] - first;
-      gemm::gemm(ExecSpace(), Op::N, Op::T, A(1), mat(x.data<V>() + first * in, rows, in),
-                 mat(weights[e].data<V>(), out_f, in), A(0), mat(out.data<V>() + first * out_f, rows, out_f));
-    }
-  });
-  return out;
-}
-
 Tensor combine_forward(const Tensor& y, const Tensor& w, const Tensor& slots, const Shape& shape) {
   stats::count_forward("combine");
   const std::int64_t k = w.dim(-1), T = rows_of(w), D = y.dim(-1);
@@ -253,55 +238,6 @@ Tensor dispatch(const Tensor& x, const Routing& r) {
           accumulate(dst[d], acc, fresh);
         }
       });
-    });
-  });
-  return out;
-}
-
-Tensor grouped_linear(const Tensor& x, const std::vector<Tensor>& weights, const Routing& r) {
-  require_float("grouped_linear", x, "x");
-  require(int(weights.size()) == r.experts && std::int64_t(r.offsets.size()) == r.experts + 1,
-          "grouped_linear: " + std::to_string(weights.size()) + " weights for " + std::to_string(r.experts) +
-              " experts");
-  require(x.rank() == 2 && x.dim(0) == r.offsets.back(),
-          "grouped_linear: x " + to_string(x.shape()) + " for " + std::to_string(r.offsets.back()) + " routed rows");
-  for (const auto& w : weights)
-    require(w.rank() == 2 && w.shape() == weights.front().shape() && w.dim(1) == x.dim(1) && w.dtype() == x.dtype(),
-            "grouped_linear: weight " + to_string(w.shape()) + " for x " + to_string(x.shape()));
-  std::vector<const Tensor*> inputs{&x};
-  for (const auto& w : weights) inputs.push_back(&w);
-  OpRecorder rec("grouped_linear", inputs);
-  bool any_weight_trains = false;
-  for (const auto& w : weights) any_weight_trains = any_weight_trains || w.requires_grad();
-  // Only the weights' gradients read x (as linear).
-  const SavedTensor sx = rec && any_weight_trains ? save(x) : SavedTensor();
-  Tensor out = grouped_forward(x, weights, r.offsets);
-  if (!rec) return out;
-  const std::vector<std::int64_t> offsets = r.offsets;
-  if (any_weight_trains) out.set_recipe([sx, weights, offsets] { return grouped_forward(sx.unpack(), weights, offsets); });
-  const std::int64_t in = x.dim(1), out_f = weights.front().dim(0);
-  rec.finish({&out}, [sx, weights, offsets, in, out_f](BackwardContext& ctx) {
-    Tensor dy = ctx.grad_out(), xv;
-    for (std::size_t e = 0; e < weights.size() && !xv.defined(); ++e)
-      if (ctx.needs_grad(int(e) + 1)) xv = sx.unpack();
-    GradTarget dx = ctx.grad_in(0);
-    REMAT_DISPATCH_COMPUTE(dy.dtype(), V, {
-      const V* gy = dy.data<V>();
-      for (std::size_t e = 0; e < weights.size(); ++e) {
-        const std::int64_t first = offsets[e], rows = offsets[e + 1] - first;
-        if (dx)
-          gemm::gemm(ExecSpace(), Op::N, Op::N, A(1), mat(gy + first * out_f, rows, out_f),
-                     mat(weights[e].data<V>(), out_f, in), A(dx.fresh ? 0 : 1), mat(dx.t.data<V>() + first * in, rows, in));
-        if (GradTarget dw = ctx.grad_in(int(e) + 1)) {
-          if (rows == 0) {  // an expert no token chose: no gradient from this batch
-            if (dw.fresh) fill(dw.t, 0.0);
-            continue;
-          }
-          gemm::gemm(ExecSpace(), Op::T, Op::N, A(1), mat(gy + first * out_f, rows, out_f),
-                     mat(xv.data<V>() + first * in, rows, in), A(dw.fresh ? 0 : 1),
-                     mat(weight_grad<V>(dw, "grouped_linear"), out_f, in));
-        }
-      }
     });
   });
   return out;

@@ -151,8 +151,12 @@ Routing route_top_k(const Tensor& probs, int k);
 Tensor routing_weights(const Tensor& probs, const Routing& r);
 // x[T, D] gathered into [T k, D], each token once per chosen expert.
 Tensor dispatch(const Tensor& x, const Routing& r);
-// [T k, out]: each expert's rows through its own weight[out, in] (one GEMM per expert).
-Tensor grouped_linear(const Tensor& x, const std::vector<Tensor>& weights, const Routing& r);
+// [T k, out]: each expert's rows through its own weight[out, in] (one GEMM
+// per expert). An expert whose entry of `quantized` is defined (QLoRA: a
+// frozen expert) uses it instead of its dense weight (then undefined),
+// dequantized for each product as the quantized linear does.
+Tensor grouped_linear(const Tensor& x, const std::vector<Tensor>& weights, const Routing& r,
+                      const std::vector<QuantizedWeight>& quantized = {});
 // y[t] = sum_j weights[t, j] * rows[slot(t, j)], shaped `shape` (T rows of D).
 Tensor combine(const Tensor& rows, const Tensor& weights, const Routing& r, const Shape& shape);
 // Not differentiable: `load` [L, E] with the routed rows of this block added to row `layer`.
