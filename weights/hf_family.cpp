@@ -166,7 +166,8 @@ class LlamaFamily : public HfFamily {
                                " has heads of hidden_size / num_attention_heads");
     z.theta = c.number_or("rope_theta", default_theta());
     if (!(z.theta > 0)) c.refuse("rope_theta", "is not a positive rotary base");
-    c.require_number("rms_norm_eps", default_eps(), 1e-5, "RMSNorm with eps 1e-5");
+    z.eps = c.number_or("rms_norm_eps", default_eps());
+    if (!(z.eps > 0 && z.eps < 0.1)) c.refuse("rms_norm_eps", "is not a norm epsilon in (0, 0.1)");
     c.require_string("hidden_act", {"silu"}, "SwiGLU with silu");
     c.require_bool("tie_word_embeddings", false, false, "an output head of its own (untied)");
     c.require_bool("attention_bias", false, false, "attention without biases");
@@ -182,7 +183,7 @@ class LlamaFamily : public HfFamily {
                                 {"vocab_size", z.V}, {"hidden_size", z.D}, {"intermediate_size", z.F},
                                 {"num_hidden_layers", z.L}, {"num_attention_heads", z.H},
                                 {"num_key_value_heads", z.Hkv}, {"head_dim", z.D / z.H}, {"hidden_act", "silu"},
-                                {"max_position_embeddings", z.S_max}, {"rms_norm_eps", 1e-5},
+                                {"max_position_embeddings", z.S_max}, {"rms_norm_eps", z.eps},
                                 {"rope_theta", z.theta}, {"rope_scaling", nullptr}, {"attention_bias", false},
                                 {"attention_dropout", 0.0}, {"tie_word_embeddings", false},
                                 {"torch_dtype", "float32"}};

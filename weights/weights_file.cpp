@@ -42,6 +42,7 @@ void write_setup(const h5::File& f, const ModelSetup& s, const std::string& obje
     if (a == "E") W::E.write(f, object, z.E);
     if (a == "K") W::K.write(f, object, z.K);
     if (a == "theta") W::theta.write(f, object, z.theta);
+    if (a == "eps") W::eps.write(f, object, z.eps);
   }
 }
 
@@ -83,6 +84,12 @@ ModelSetup read_setup(const h5::File& f) {
       if (t && !(*t > 0 && *t < 1e12))
         throw UserError(f.path() + ": attribute 'theta' = " + std::to_string(*t) + " is not a rotary base");
       z.theta = t.value_or(10000.0);
+    }
+    if (a == "eps") {  // 1e-5 where absent (files written before it was recorded)
+      const auto e = W::eps.read(f, "/");
+      if (e && !(*e > 0 && *e < 0.1))
+        throw UserError(f.path() + ": attribute 'eps' = " + std::to_string(*e) + " is not a norm epsilon");
+      z.eps = e.value_or(1e-5);
     }
   }
   try {

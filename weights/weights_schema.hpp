@@ -26,7 +26,8 @@
   X(B, "B", std::int64_t, "", "sequences per batch")                                                                 \
   X(E, "E", std::int64_t, "", "mixtral only: experts")                                                               \
   X(K, "K", std::int64_t, "", "mixtral only: experts per token")                                                     \
-  X(theta, "theta", double, "", "llama and mixtral only: the rotary base")
+  X(theta, "theta", double, "", "llama and mixtral only: the rotary base")                                            \
+  X(eps, "eps", double, "", "llama and mixtral only: the RMSNorm epsilon (1e-5 where absent)")
 
 // Attributes of a weight file's `/`: the model setup, and LoRA's setting.
 #define REMAT_WEIGHTS_ROOT(X)                                                                                         \

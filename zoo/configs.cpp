@@ -13,6 +13,12 @@ PublishedConfig row(const char* name, const char* model, int L, int D, int H, in
   return {name, model, z, parameters};
 }
 
+// LLaMA-1's RMSNorm epsilon (its config.json: rms_norm_eps 1e-6).
+PublishedConfig llama1(PublishedConfig c) {
+  c.sizes.eps = 1e-6;
+  return c;
+}
+
 }  // namespace
 
 const std::vector<PublishedConfig>& published_configs() {
@@ -28,8 +34,8 @@ const std::vector<PublishedConfig>& published_configs() {
       row("llama-70b", "llama", 80, 8192, 64, 8, 28672, 32000, 4096, 68976648192),
       row("llama3-8b", "llama", 32, 4096, 32, 8, 14336, 128256, 8192, 8030261248, 500000),
       row("mixtral-8x7b", "mixtral", 32, 4096, 32, 8, 14336, 32000, 32768, 46702792704, 1e6, 8, 2),
-      row("llama-33b", "llama", 60, 6656, 52, 52, 17920, 32000, 2048, 32528943616),
-      row("llama-65b", "llama", 80, 8192, 64, 64, 22016, 32000, 2048, 65285660672),
+      llama1(row("llama-33b", "llama", 60, 6656, 52, 52, 17920, 32000, 2048, 32528943616)),
+      llama1(row("llama-65b", "llama", 80, 8192, 64, 64, 22016, 32000, 2048, 65285660672)),
       row("llama3-70b", "llama", 80, 8192, 64, 8, 28672, 128256, 8192, 70553706496, 500000),
       row("llama3-405b", "llama", 126, 16384, 128, 8, 53248, 128256, 8192, 405853388800, 500000),
       // Korthikanti et al. 2022's models: gpt2's architecture, its vocabulary padded to 51200 as Megatron pads it.

@@ -44,7 +44,7 @@ class Llama final : public Model {
     Tensor x = tp::dropout(tp::embedding(p, "tok_embeddings.weight", tokens, group), sizes_.dropout, group);
     for (int i = 0; i < sizes_.L; ++i)
       x = run_block({i, sizes_.L, block_name(i)}, x, [this, &p, i](const Tensor& x) { return block(p, i, x); });
-    return linear(p, "output", tp::enter(ops::rms_norm(x, tp::shared(p, "norm.weight", group), 1e-5), group), false);
+    return linear(p, "output", tp::enter(ops::rms_norm(x, tp::shared(p, "norm.weight", group), sizes_.eps), group), false);
   }
 
  private:
@@ -54,9 +54,9 @@ class Llama final : public Model {
     const std::string l = block_name(i) + ".";
     const double drop = sizes_.dropout;
     const RankGroup& group = sizes_.tp;
-    const Tensor a = ops::rms_norm(x, tp::shared(p, l + "attention_norm.weight", group), 1e-5);
+    const Tensor a = ops::rms_norm(x, tp::shared(p, l + "attention_norm.weight", group), sizes_.eps);
     const Tensor h = ops::add(x, llama::attention(p, l + "attention", a, sizes_));
-    const Tensor m = ops::rms_norm(h, tp::shared(p, l + "ffn_norm.weight", group), 1e-5);
+    const Tensor m = ops::rms_norm(h, tp::shared(p, l + "ffn_norm.weight", group), sizes_.eps);
     const Tensor in = tp::enter(m, sizes_.tp);
     const Tensor gated =
         ops::swiglu(linear(p, l + "feed_forward.w1", in, false), linear(p, l + "feed_forward.w3", in, false));
@@ -68,7 +68,7 @@ class Llama final : public Model {
 
 void register_llama(ModelRegistry& r) {
   r.add({"llama", "decoder, RMSNorm, rotary positions, SwiGLU, grouped-query attention, untied head", false,
-         [](const Sizes& s) { return std::make_unique<Llama>(s); }, {"theta"}, /*tensor_parallel=*/true});
+         [](const Sizes& s) { return std::make_unique<Llama>(s); }, {"theta", "eps"}, /*tensor_parallel=*/true});
 }
 
 }  // namespace remat

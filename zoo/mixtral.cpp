@@ -95,7 +95,7 @@ class Mixtral final : public Model {
                  Tensor::zeros({sizes_.E}, dt, "router_sums"), Tensor::zeros({sizes_.L, sizes_.E}, dt, "expert_load")};
     for (int i = 0; i < sizes_.L; ++i)
       x = run_block({i, sizes_.L, block_name(i)}, x, [this, &p, i](const Tensors& x) { return block(p, i, x); });
-    return {linear(p, "output", tp::enter(ops::rms_norm(x[0], p["norm.weight"], 1e-5), sizes_.tp), false), x[1], x[2]};
+    return {linear(p, "output", tp::enter(ops::rms_norm(x[0], p["norm.weight"], sizes_.eps), sizes_.tp), false), x[1], x[2]};
   }
 
   Tensor embedded(const ParamStore& p, const Tensor& tokens) const {
@@ -107,9 +107,9 @@ class Mixtral final : public Model {
     const ep::OwnMasks masks(sizes_.ep);
     const std::string l = block_name(i) + ".";
     const Tensor& x = in[0];
-    const Tensor a = ops::rms_norm(x, p[l + "attention_norm.weight"], 1e-5);
+    const Tensor a = ops::rms_norm(x, p[l + "attention_norm.weight"], sizes_.eps);
     const Tensor h = ops::add(x, llama::attention(p, l + "attention", a, sizes_));
-    const Tensor m = ops::rms_norm(h, p[l + "ffn_norm.weight"], 1e-5);
+    const Tensor m = ops::rms_norm(h, p[l + "ffn_norm.weight"], sizes_.eps);
     const Tensor probs = ops::softmax(linear(p, l + "block_sparse_moe.gate", m, false));
     const ops::Routing route = ops::route_top_k(probs, sizes_.K);
     Experts w1, w2, w3;
@@ -145,7 +145,7 @@ class Mixtral final : public Model {
 
 void register_mixtral(ModelRegistry& r) {
   r.add({"mixtral", "llama with a sparse mixture of experts for the FFN: top-k routing, dropless, load-balancing loss",
-         false, [](const Sizes& s) { return std::make_unique<Mixtral>(s); }, {"E", "K", "theta"},
+         false, [](const Sizes& s) { return std::make_unique<Mixtral>(s); }, {"E", "K", "theta", "eps"},
          /*tensor_parallel=*/true});
 }
 

@@ -57,6 +57,7 @@ void validate(const Sizes& s) {
   need(s.E >= 0 && s.K >= 0 && s.K <= s.E, "K = " + std::to_string(s.K) + " experts per token must be in [0, E = " +
                                                std::to_string(s.E) + "]");
   need(s.theta > 0 && s.theta < 1e12, "the rotary base theta must be positive and finite");
+  need(s.eps > 0 && s.eps < 0.1, "the norm epsilon eps must be in (0, 0.1)");
   need(s.router_aux >= 0 && s.router_aux < 1e6, "the router's auxiliary loss weight must be >= 0");
 }
 

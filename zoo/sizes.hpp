@@ -20,6 +20,7 @@ struct Sizes {
   int E = 0;      // experts of a mixture-of-experts block (mixtral)
   int K = 0;      // experts each token is routed to (top-k)
   double theta = 10000;  // rotary base (llama, mixtral)
+  double eps = 1e-5;     // RMSNorm epsilon (llama, mixtral; LLaMA-1 used 1e-6)
   // Training settings, not sizes, but the models read them here:
   double dropout = 0;       // probability
   double router_aux = 0.01;  // weight of the load-balancing loss (mixtral)

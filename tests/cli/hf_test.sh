@@ -115,6 +115,24 @@ for model in gpt2 llama; do
   ok "PEFT merge = remat's" pyrun "$here/check_hf.py" peft peft base merged
 done
 
+# A LLaMA-1 checkpoint's norm epsilon (rms_norm_eps 1e-6) becomes the model's
+# attribute, used as the folder says, and written back by export-hf.
+rm -rf hf && ok "export-hf llama" "$remat" export-hf --weights llama.h5 --out hf
+cat > eps.py <<'PY'
+import json, sys
+c = json.load(open("hf/config.json"))
+c["rms_norm_eps"] = 1e-6
+json.dump(c, open("hf/config.json", "w"))
+PY
+pyrun eps.py || fail "could not edit hf/config.json"
+ok "import eps 1e-6" "$remat" import hf --out eps.h5
+[ "$(h5dump -a /eps eps.h5 | grep -c '1e-06')" -ge 1 ] || fail "the imported file's eps is not 1e-6: $(h5dump -a /eps eps.h5)"
+ok "grads on the folder" "$remat" grads --weights hf --out via-folder.h5
+ok "grads on the import" "$remat" grads --weights eps.h5 --out via-import.h5
+same_grads via-folder.h5 via-import.h5
+rm -rf eps-hf && ok "export-hf eps" "$remat" export-hf --weights eps.h5 --out eps-hf
+grep -q '"rms_norm_eps": 1e-06' eps-hf/config.json || fail "export-hf did not write rms_norm_eps 1e-6: $(cat eps-hf/config.json)"
+
 # QLoRA's base: import --quantize, used only frozen, refused where it would
 # train, its file checked as strictly as float weights.
 for model in llama mixtral; do

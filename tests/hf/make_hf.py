@@ -159,7 +159,8 @@ def main():
         tensors[-1] = (name, t)
     config = config_of(model, attrs)
     if a.broken == "eps":
-        config["rms_norm_eps" if model != "gpt2" else "layer_norm_epsilon"] = 1e-6
+        # gpt2's epsilon is fixed; llama's is the model's own, refused only outside (0, 0.1)
+        config["rms_norm_eps" if model != "gpt2" else "layer_norm_epsilon"] = 0.5 if model != "gpt2" else 1e-6
     if a.broken == "bias":
         config["attention_bias" if model != "gpt2" else "add_cross_attention"] = True
     if a.broken == "tied":

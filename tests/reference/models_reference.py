@@ -94,7 +94,7 @@ def gqa(q, k, v, H, Hkv, causal):
 
 
 def llama_attention(p, l, x, z):
-    a = rms_norm(x, p[l + "attention_norm.weight"])
+    a = rms_norm(x, p[l + "attention_norm.weight"], z.get("eps", 1e-5))
     theta = z.get("theta", 10000.0)
     q = rotary(linear(a, p, l + "attention.wq", False), z["H"], theta)
     k = rotary(linear(a, p, l + "attention.wk", False), z["Hkv"], theta)
@@ -107,10 +107,10 @@ def llama(p, tokens, z, targets):
     for i in range(z["L"]):
         l = f"layers.{i}."
         x = x + llama_attention(p, l, x, z)
-        m = rms_norm(x, p[l + "ffn_norm.weight"])
+        m = rms_norm(x, p[l + "ffn_norm.weight"], z.get("eps", 1e-5))
         gate = torch.nn.functional.silu(linear(m, p, l + "feed_forward.w1", False))
         x = x + linear(gate * linear(m, p, l + "feed_forward.w3", False), p, l + "feed_forward.w2", False)
-    return linear(rms_norm(x, p["norm.weight"]), p, "output", False)
+    return linear(rms_norm(x, p["norm.weight"], z.get("eps", 1e-5)), p, "output", False)
 
 
 def bert(p, tokens, z, targets):
@@ -186,7 +186,7 @@ def mixtral(p, tokens, z, targets, router_aux=0.01):
     for i in range(z["L"]):
         l = f"layers.{i}."
         x = x + llama_attention(p, l, x, z)
-        m = rms_norm(x, p[l + "ffn_norm.weight"]).reshape(B * S, D)
+        m = rms_norm(x, p[l + "ffn_norm.weight"], z.get("eps", 1e-5)).reshape(B * S, D)
         probs = torch.softmax(m @ p[l + "block_sparse_moe.gate.weight"].T, dim=-1)
         sel = top_k_first(probs, K)
         w = probs.gather(1, sel)
@@ -206,7 +206,7 @@ def mixtral(p, tokens, z, targets, router_aux=0.01):
         prob_sums = prob_sums + probs.sum(dim=0)
     N = z["L"] * B * S
     aux = E * ((counts / N) * (prob_sums / N)).sum()
-    logits = linear(rms_norm(x, p["norm.weight"]), p, "output", False)
+    logits = linear(rms_norm(x, p["norm.weight"], z.get("eps", 1e-5)), p, "output", False)
     return logits, router_aux * aux
 
 
@@ -250,8 +250,9 @@ def read_weights(weights_path):
         for k in ("Hkv", "F", "E", "K"):
             if k in f.attrs:
                 z[k] = int(f.attrs[k])
-        if "theta" in f.attrs:
-            z["theta"] = float(f.attrs["theta"])
+        for k in ("theta", "eps"):
+            if k in f.attrs:
+                z[k] = float(f.attrs[k])
         model = f.attrs["model"]
         model = model.decode() if isinstance(model, bytes) else str(model)
         values = {n: f["params"][n][()] for n in f["params"]}
