@@ -148,3 +148,25 @@ TEST_CASE("a parameter split over ranks and joined again is the whole, for every
   CHECK(tp::part_values(values, kv, whole, RankGroup{ranks, 2})[0] == 6 * 8);
   CHECK_THROWS_AS(tp::part_values(std::vector<double>(5), kv, whole, RankGroup{ranks, 0}), UserError);
 }
+
+TEST_CASE("llama with q/k/v biases (Qwen2): its biases are parameters with gradients, refused under --tp", "[zoo][qwen2]") {
+  Sizes z = preset_sizes("tiny");
+  z.qkv_bias = true;
+  const auto model = models().find("llama").make(z);
+  std::vector<std::string> biases;
+  for (const auto& spec : model->params())
+    if (spec.name.size() > 5 && spec.name.compare(spec.name.size() - 5, 5, ".bias") == 0) biases.push_back(spec.name);
+  CHECK(biases.size() == 3 * std::size_t(z.L));
+  ParamStore params(model->params(), DType::f32);
+  initialize(params, 1, z.L);
+  for (const auto& b : biases) test::upload(params[b], test::random_values(params[b].numel(), 3, -0.5, 0.5));
+  auto full = make_strategy("full");
+  forward_backward(*model, params, random_batch(z.B, z.S, z.V, 1), {full.get(), 1, 0});
+  for (const auto& b : biases) {
+    INFO(b);
+    const auto g = params[b].grad().to_host_f64();
+    CHECK(std::any_of(g.begin(), g.end(), [](double v) { return v != 0; }));
+  }
+  z.tp = {2, 0, false};
+  CHECK_THROWS_WITH(tp::validate("llama", z), Catch::Contains("q/k/v biases"));
+}

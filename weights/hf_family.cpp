@@ -132,6 +132,9 @@ std::string llama_name(const std::string& param) {
       {std::regex(R"(^layers\.(\d+)\.attention\.wk\.weight$)"), "model.layers.$1.self_attn.k_proj.weight"},
       {std::regex(R"(^layers\.(\d+)\.attention\.wv\.weight$)"), "model.layers.$1.self_attn.v_proj.weight"},
       {std::regex(R"(^layers\.(\d+)\.attention\.wo\.weight$)"), "model.layers.$1.self_attn.o_proj.weight"},
+      {std::regex(R"(^layers\.(\d+)\.attention\.wq\.bias$)"), "model.layers.$1.self_attn.q_proj.bias"},  // Qwen2
+      {std::regex(R"(^layers\.(\d+)\.attention\.wk\.bias$)"), "model.layers.$1.self_attn.k_proj.bias"},
+      {std::regex(R"(^layers\.(\d+)\.attention\.wv\.bias$)"), "model.layers.$1.self_attn.v_proj.bias"},
       {std::regex(R"(^layers\.(\d+)\.ffn_norm\.weight$)"), "model.layers.$1.post_attention_layernorm.weight"},
       {std::regex(R"(^layers\.(\d+)\.feed_forward\.w1\.weight$)"), "model.layers.$1.mlp.gate_proj.weight"},
       {std::regex(R"(^layers\.(\d+)\.feed_forward\.w2\.weight$)"), "model.layers.$1.mlp.down_proj.weight"},
@@ -150,6 +153,7 @@ class LlamaFamily : public HfFamily {
   std::string model() const override { return "llama"; }
   std::string architecture() const override { return "LlamaForCausalLM"; }
   std::string model_type() const override { return "llama"; }
+  bool serves(const Sizes& z) const override { return !z.qkv_bias; }
 
   Sizes sizes(const Json& config, const std::string& file) const override {
     const ConfigReader c(config, file, model());
@@ -205,6 +209,26 @@ class LlamaFamily : public HfFamily {
   virtual void add_config(nlohmann::ordered_json& j, const Sizes&) const { j["mlp_bias"] = false; }
 };
 
+// Qwen2: llama with biases on the query, key and value projections (the
+// zoo's llama with its qkv_bias attribute).
+class Qwen2Family final : public LlamaFamily {
+ public:
+  std::string architecture() const override { return "Qwen2ForCausalLM"; }
+  std::string model_type() const override { return "qwen2"; }
+  bool serves(const Sizes& z) const override { return z.qkv_bias; }
+
+ protected:
+  void check_more(const ConfigReader& c, Sizes& z) const override {
+    z.qkv_bias = true;
+    c.require_bool("use_sliding_window", false, false, "full causal attention (no sliding window)");
+  }
+  void add_config(nlohmann::ordered_json& j, const Sizes&) const override {
+    j.erase("attention_bias");  // Qwen2's are fixed: q, k and v have them, o has none
+    j["use_sliding_window"] = false;
+    j["sliding_window"] = nullptr;
+  }
+};
+
 class MixtralFamily final : public LlamaFamily {
  public:
   std::string model() const override { return "mixtral"; }
@@ -234,7 +258,8 @@ const std::vector<const HfFamily*>& families() {
   static const Gpt2Family gpt2;
   static const LlamaFamily llama;
   static const MixtralFamily mixtral;
-  static const std::vector<const HfFamily*> all = {&gpt2, &llama, &mixtral};
+  static const Qwen2Family qwen2;
+  static const std::vector<const HfFamily*> all = {&gpt2, &llama, &mixtral, &qwen2};
   return all;
 }
 
@@ -274,9 +299,10 @@ const HfFamily& family_of_config(const Json& config, const std::string& file) {
   throw UserError(file + ": 'model_type' = \"" + type + "\" is not one remat reads (" + known_families() + ")");
 }
 
-const HfFamily& family_of_model(const std::string& model) {
+const HfFamily& family_of_model(const ModelSetup& setup) {
+  const std::string& model = setup.model;
   for (const HfFamily* f : families())
-    if (f->model() == model) return *f;
+    if (f->model() == model && f->serves(setup.sizes)) return *f;
   std::string zoo;
   for (const HfFamily* f : families()) zoo += (zoo.empty() ? "" : ", ") + f->model();
   throw UserError("model '" + model + "' has no Hugging Face layout in remat (" + zoo + " have)");

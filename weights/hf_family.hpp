@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "zoo/model.hpp"
 #include "zoo/sizes.hpp"
 
 namespace remat::hf {
@@ -25,6 +26,8 @@ class HfFamily {
   virtual std::string model() const = 0;         // the zoo's model: "gpt2"
   virtual std::string architecture() const = 0;  // "GPT2LMHeadModel"
   virtual std::string model_type() const = 0;    // config.json's "model_type": "gpt2"
+  // Whether this family writes a model of these sizes (Qwen2: a llama with q/k/v biases; llama: one without).
+  virtual bool serves(const Sizes& z) const { (void)z; return true; }
   // The sizes a config.json describes (S and B are not a model folder's:
   // S = min(S_max, 256), B = 1, for commands that run it). UserError naming
   // `file` and the key for anything the zoo's model does not implement.
@@ -50,6 +53,6 @@ class HfFamily {
 // UserError naming the key and the families remat reads.
 const HfFamily& family_of_config(const nlohmann::json& config, const std::string& file);
 // The family of a zoo model, or UserError if it has none ("bert": none).
-const HfFamily& family_of_model(const std::string& model);
+const HfFamily& family_of_model(const ModelSetup& setup);
 
 }  // namespace remat::hf

@@ -353,7 +353,7 @@ std::vector<std::string> write_shards(const std::string& dir, const std::vector<
 
 std::vector<std::string> export_folder(const ModelSetup& setup, const std::vector<ExportTensor>& tensors,
                                            const std::string& dir, const ExportOptions& options) {
-  const HfFamily& family = family_of_model(setup.model);
+  const HfFamily& family = family_of_model(setup);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw UserError(dir + ": cannot create the folder (" + ec.message() + ")");
@@ -386,7 +386,7 @@ std::vector<std::string> export_folder(const ModelSetup& setup, const std::vecto
 
 std::vector<std::string> export_adapters(const ModelSetup& setup, const std::vector<ExportAdapter>& adapters,
                                          int rank, double alpha, const std::string& dir, const std::string& dtype) {
-  const HfFamily& family = family_of_model(setup.model);
+  const HfFamily& family = family_of_model(setup);
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) throw UserError(dir + ": cannot create the folder (" + ec.message() + ")");

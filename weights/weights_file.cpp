@@ -43,6 +43,7 @@ void write_setup(const h5::File& f, const ModelSetup& s, const std::string& obje
     if (a == "K") W::K.write(f, object, z.K);
     if (a == "theta") W::theta.write(f, object, z.theta);
     if (a == "eps") W::eps.write(f, object, z.eps);
+    if (a == "qkv_bias") W::qkv_bias.write(f, object, std::int64_t(z.qkv_bias));
   }
 }
 
@@ -90,6 +91,12 @@ ModelSetup read_setup(const h5::File& f) {
       if (e && !(*e > 0 && *e < 0.1))
         throw UserError(f.path() + ": attribute 'eps' = " + std::to_string(*e) + " is not a norm epsilon");
       z.eps = e.value_or(1e-5);
+    }
+    if (a == "qkv_bias") {  // 0 where absent
+      const auto b = W::qkv_bias.read(f, "/");
+      if (b && *b != 0 && *b != 1)
+        throw UserError(f.path() + ": attribute 'qkv_bias' = " + std::to_string(*b) + " is neither 0 nor 1");
+      z.qkv_bias = b.value_or(0) == 1;
     }
   }
   try {

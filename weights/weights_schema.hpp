@@ -27,7 +27,8 @@
   X(E, "E", std::int64_t, "", "mixtral only: experts")                                                               \
   X(K, "K", std::int64_t, "", "mixtral only: experts per token")                                                     \
   X(theta, "theta", double, "", "llama and mixtral only: the rotary base")                                            \
-  X(eps, "eps", double, "", "llama and mixtral only: the RMSNorm epsilon (1e-5 where absent)")
+  X(eps, "eps", double, "", "llama and mixtral only: the RMSNorm epsilon (1e-5 where absent)")                      \
+  X(qkv_bias, "qkv_bias", std::int64_t, "", "llama and mixtral only: 1 where the query, key and value projections have biases (Qwen2; 0 where absent)")
 
 // Attributes of a weight file's `/`: the model setup, and LoRA's setting.
 #define REMAT_WEIGHTS_ROOT(X)                                                                                         \

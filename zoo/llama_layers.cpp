@@ -8,21 +8,21 @@ namespace remat::llama {
 
 void append_attention(std::vector<ParamSpec>& p, const std::string& prefix, const Sizes& z) {
   const std::int64_t D = z.D, hd = D / z.H, q = z.H * hd, kv = z.Hkv * hd;
-  tp::append_column(p, prefix + ".wq", q, D, z.tp, Init::normal, false);
+  tp::append_column(p, prefix + ".wq", q, D, z.tp, Init::normal, z.qkv_bias);
   const int kv_parts = tp::kv_parts(z.Hkv, z.tp);
-  tp::append_column(p, prefix + ".wk", kv, D, z.tp, Init::normal, false, 1, kv_parts);
-  tp::append_column(p, prefix + ".wv", kv, D, z.tp, Init::normal, false, 1, kv_parts);
+  tp::append_column(p, prefix + ".wk", kv, D, z.tp, Init::normal, z.qkv_bias, 1, kv_parts);
+  tp::append_column(p, prefix + ".wv", kv, D, z.tp, Init::normal, z.qkv_bias, 1, kv_parts);
   tp::append_row(p, prefix + ".wo", D, q, z.tp, Init::residual_out, false);
 }
 
 Tensor attention(const ParamStore& p, const std::string& prefix, const Tensor& x, const Sizes& z) {
   const int hd = z.D / z.H;
   const Tensor in = tp::enter(x, z.tp);
-  const Tensor q = ops::rotary(linear(p, prefix + ".wq", in, false), hd, z.theta);
+  const Tensor q = ops::rotary(linear(p, prefix + ".wq", in, z.qkv_bias), hd, z.theta);
   const int kv_parts = tp::kv_parts(z.Hkv, z.tp);
   const auto kv = [&](const char* name) {
     return kv_parts > 0 ? ops::linear(in, tp::replicated(p, prefix + name + ".weight", kv_parts, z.tp))
-                        : linear(p, prefix + name, in, false);
+                        : linear(p, prefix + name, in, z.qkv_bias);
   };
   const Tensor k = ops::rotary(kv(".wk"), hd, z.theta);
   const Tensor v = kv(".wv");

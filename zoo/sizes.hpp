@@ -21,6 +21,7 @@ struct Sizes {
   int K = 0;      // experts each token is routed to (top-k)
   double theta = 10000;  // rotary base (llama, mixtral)
   double eps = 1e-5;     // RMSNorm epsilon (llama, mixtral; LLaMA-1 used 1e-6)
+  bool qkv_bias = false;  // llama: biases on the query, key and value projections (Qwen2)
   // Training settings, not sizes, but the models read them here:
   double dropout = 0;       // probability
   double router_aux = 0.01;  // weight of the load-balancing loss (mixtral)

@@ -130,6 +130,7 @@ void validate(const std::string& model, const Sizes& z) {
     if (n % g.size != 0)
       throw UserError("--tp " + std::to_string(g.size) + " does not divide " + what + " = " + std::to_string(n) + note);
   };
+  if (z.qkv_bias) throw UserError("--tp: llama with q/k/v biases (Qwen2) is not split by tensor parallelism yet");
   const bool gpt = model == "gpt2" || model == "encdec";  // gpt2's blocks: 4D hidden units, every head its own kv
   divides(z.H, "the attention heads H");
   if (!gpt && z.Hkv % g.size != 0 && g.size % z.Hkv != 0)

@@ -111,7 +111,7 @@ void write_export(const ExportHfOptions& o, const hf::ExportOptions& options, co
   std::vector<std::string> written;
   if (!o.weights.empty()) {
     const LoadedWeights w = load_weights(o.weights, o.force, /*skip_adapters=*/true);
-    hf::family_of_model(w.setup.model);  // a model with a layout, before anything is written
+    hf::family_of_model(w.setup);  // a model with a layout, before anything is written
     std::vector<hf::ExportTensor> tensors;
     std::size_t quantized = 0;
     for (std::size_t i = 0; i < w.params->names().size(); ++i) {
@@ -137,7 +137,7 @@ void write_export(const ExportHfOptions& o, const hf::ExportOptions& options, co
   }
   if (!o.adapters.empty()) {
     const AdapterFile a = read_adapters(o.adapters);
-    hf::family_of_model(a.setup.model);
+    hf::family_of_model(a.setup);
     std::vector<hf::ExportAdapter> adapters;
     for (const auto& weight : a.weights()) {
       const auto& A = a.params.at(weight + ".lora_A");

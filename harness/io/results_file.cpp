@@ -52,6 +52,7 @@ std::string model_attributes(const std::string& model, const Sizes& z) {
     if (a == "E") text += ";E=" + std::to_string(z.E) + ";router_aux=" + exact(z.router_aux);
     if (a == "K") text += ";K=" + std::to_string(z.K);
     if (a == "theta") text += ";theta=" + exact(z.theta);
+    if (a == "qkv_bias" && z.qkv_bias) text += ";qkv_bias=1";
     if (a == "eps" && z.eps != 1e-5) text += ";eps=" + exact(z.eps);  // absent: the default (earlier files' keys)
   }
   return text;

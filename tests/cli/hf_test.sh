@@ -133,6 +133,26 @@ same_grads via-folder.h5 via-import.h5
 rm -rf eps-hf && ok "export-hf eps" "$remat" export-hf --weights eps.h5 --out eps-hf
 grep -q '"rms_norm_eps": 1e-06' eps-hf/config.json || fail "export-hf did not write rms_norm_eps 1e-6: $(cat eps-hf/config.json)"
 
+# Qwen2 (llama with q/k/v biases, the model attribute qkv_bias): out to a
+# Qwen2ForCausalLM folder and back, bitwise, the folder's gradients the file's.
+cp llama.h5 qwen.h5
+cat > qwen.py <<'PY'
+import h5py, numpy as np
+with h5py.File("qwen.h5", "r+") as f:
+    f.attrs["qkv_bias"] = np.int64(1)
+    rng = np.random.default_rng(3)
+    for w in [n for n in f["params"] if n.endswith((".wq.weight", ".wk.weight", ".wv.weight"))]:
+        f["params"][w[:-len("weight")] + "bias"] = rng.uniform(-0.5, 0.5, f["params"][w].shape[0]).astype(np.float32)
+PY
+pyrun qwen.py || fail "could not make qwen.h5"
+rm -rf qwen-hf && ok "export-hf qwen2" "$remat" export-hf --weights qwen.h5 --out qwen-hf
+grep -q '"model_type": "qwen2"' qwen-hf/config.json || fail "export-hf of a llama with q/k/v biases is not a qwen2 folder"
+ok "import qwen2" "$remat" import qwen-hf --out qwen-back.h5
+ok "qwen2 same params" pyrun "$here/check_hf.py" params qwen.h5 qwen-back.h5
+ok "grads on the qwen2 import" "$remat" grads --weights qwen-back.h5 --out qwen-file.h5
+ok "grads on the qwen2 folder" "$remat" grads --weights qwen-hf --out qwen-folder.h5
+same_grads qwen-file.h5 qwen-folder.h5
+
 # QLoRA's base: import --quantize, used only frozen, refused where it would
 # train, its file checked as strictly as float weights.
 for model in llama mixtral; do

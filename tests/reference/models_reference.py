@@ -96,9 +96,10 @@ def gqa(q, k, v, H, Hkv, causal):
 def llama_attention(p, l, x, z):
     a = rms_norm(x, p[l + "attention_norm.weight"], z.get("eps", 1e-5))
     theta = z.get("theta", 10000.0)
-    q = rotary(linear(a, p, l + "attention.wq", False), z["H"], theta)
-    k = rotary(linear(a, p, l + "attention.wk", False), z["Hkv"], theta)
-    v = linear(a, p, l + "attention.wv", False)
+    bias = bool(z.get("qkv_bias", 0))  # Qwen2
+    q = rotary(linear(a, p, l + "attention.wq", bias), z["H"], theta)
+    k = rotary(linear(a, p, l + "attention.wk", bias), z["Hkv"], theta)
+    v = linear(a, p, l + "attention.wv", bias)
     return linear(gqa(q, k, v, z["H"], z["Hkv"], True), p, l + "attention.wo", False)
 
 
@@ -253,6 +254,8 @@ def read_weights(weights_path):
         for k in ("theta", "eps"):
             if k in f.attrs:
                 z[k] = float(f.attrs[k])
+        if "qkv_bias" in f.attrs:
+            z["qkv_bias"] = int(f.attrs["qkv_bias"])
         model = f.attrs["model"]
         model = model.decode() if isinstance(model, bytes) else str(model)
         values = {n: f["params"][n][()] for n in f["params"]}
