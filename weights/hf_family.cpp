@@ -176,10 +176,31 @@ class LlamaFamily : public HfFamily {
     c.require_bool("tie_word_embeddings", false, false, "an output head of its own (untied)");
     c.require_bool("attention_bias", false, false, "attention without biases");
     c.require_bool("mlp_bias", false, false, "a feed-forward without biases");
-    c.require_null("rope_scaling", "plain rotary positions (no scaling)");
+    rope_scaling_of(config, file, z);
     check_more(c, z);
     run_sizes(z);
     return z;
+  }
+
+  // "rope_scaling": none, or Llama 3.1's ({"rope_type": "llama3", "factor": 8, ...}).
+  void rope_scaling_of(const Json& config, const std::string& file, Sizes& z) const {
+    const ConfigReader c(config, file, model());
+    if (!c.has("rope_scaling")) return;
+    const Json& r = config["rope_scaling"];
+    const auto text = [&](const char* key) { return r.contains(key) && r[key].is_string() ? r[key].get<std::string>() : ""; };
+    if (!r.is_object() || (text("rope_type") != "llama3" && text("type") != "llama3"))
+      c.refuse("rope_scaling", "= " + r.dump() + ": remat's " + model() +
+                                   " implements plain rotary positions and Llama 3.1's scaling (rope_type llama3)");
+    const ConfigReader s(r, file + " (rope_scaling)", model());
+    const double nan = std::nan("");
+    z.rope_factor = s.number_or("factor", nan);
+    z.rope_low_freq = s.number_or("low_freq_factor", nan);
+    z.rope_high_freq = s.number_or("high_freq_factor", nan);
+    z.rope_original = s.number_or("original_max_position_embeddings", nan);
+    for (double v : {z.rope_factor, z.rope_low_freq, z.rope_high_freq, z.rope_original})
+      if (!std::isfinite(v))
+        c.refuse("rope_scaling", "= " + r.dump() + " lacks factor, low_freq_factor, high_freq_factor or "
+                                                    "original_max_position_embeddings");
   }
 
   nlohmann::ordered_json config(const Sizes& z) const override {
@@ -191,6 +212,10 @@ class LlamaFamily : public HfFamily {
                                 {"rope_theta", z.theta}, {"rope_scaling", nullptr}, {"attention_bias", false},
                                 {"attention_dropout", 0.0}, {"tie_word_embeddings", false},
                                 {"torch_dtype", "float32"}};
+    if (z.rope_factor > 0)
+      j["rope_scaling"] = {{"rope_type", "llama3"}, {"factor", z.rope_factor}, {"low_freq_factor", z.rope_low_freq},
+                           {"high_freq_factor", z.rope_high_freq},
+                           {"original_max_position_embeddings", z.rope_original}};
     add_config(j, z);
     return j;
   }

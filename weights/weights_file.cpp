@@ -44,6 +44,28 @@ void write_setup(const h5::File& f, const ModelSetup& s, const std::string& obje
     if (a == "theta") W::theta.write(f, object, z.theta);
     if (a == "eps") W::eps.write(f, object, z.eps);
     if (a == "qkv_bias") W::qkv_bias.write(f, object, std::int64_t(z.qkv_bias));
+    if (a == "rope_scaling") {
+      W::rope_factor.write(f, object, z.rope_factor);
+      W::rope_low_freq_factor.write(f, object, z.rope_low_freq);
+      W::rope_high_freq_factor.write(f, object, z.rope_high_freq);
+      W::rope_original_positions.write(f, object, z.rope_original);
+    }
+  }
+}
+
+// Llama 3.1's rotary scaling, where the file has it (none where absent);
+// validate() checks the values together.
+void read_rope_scaling(const h5::File& f, Sizes& z) {
+  namespace W = weights_file::root;
+  using Field = std::pair<const h5::Attr<double>*, double*>;
+  for (auto [field, v] : std::initializer_list<Field>{{&W::rope_factor, &z.rope_factor},
+                                                      {&W::rope_low_freq_factor, &z.rope_low_freq},
+                                                      {&W::rope_high_freq_factor, &z.rope_high_freq},
+                                                      {&W::rope_original_positions, &z.rope_original}}) {
+    const auto value = field->read(f, "/");
+    if (value && !std::isfinite(*value))
+      throw UserError(f.path() + ": attribute '" + std::string(field->name) + "' is not finite");
+    if (value) *v = *value;
   }
 }
 
@@ -98,6 +120,7 @@ ModelSetup read_setup(const h5::File& f) {
         throw UserError(f.path() + ": attribute 'qkv_bias' = " + std::to_string(*b) + " is neither 0 nor 1");
       z.qkv_bias = b.value_or(0) == 1;
     }
+    if (a == "rope_scaling") read_rope_scaling(f, z);
   }
   try {
     validate(z);

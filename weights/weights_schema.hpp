@@ -28,6 +28,12 @@
   X(K, "K", std::int64_t, "", "mixtral only: experts per token")                                                     \
   X(theta, "theta", double, "", "llama and mixtral only: the rotary base")                                            \
   X(eps, "eps", double, "", "llama and mixtral only: the RMSNorm epsilon (1e-5 where absent)")                      \
+  X(rope_factor, "rope_factor", double, "",                                                                          \
+    "llama and mixtral only: Llama 3.1's rotary scaling factor (0 or absent: none; docs/models.md)")                  \
+  X(rope_low_freq_factor, "rope_low_freq_factor", double, "", "with rope_factor: its low_freq_factor")             \
+  X(rope_high_freq_factor, "rope_high_freq_factor", double, "", "with rope_factor: its high_freq_factor")          \
+  X(rope_original_positions, "rope_original_positions", double, "",                                                 \
+    "with rope_factor: its original_max_position_embeddings")                                                        \
   X(qkv_bias, "qkv_bias", std::int64_t, "", "llama and mixtral only: 1 where the query, key and value projections have biases (Qwen2; 0 where absent)")
 
 // Attributes of a weight file's `/`: the model setup, and LoRA's setting.

@@ -18,13 +18,14 @@ void append_attention(std::vector<ParamSpec>& p, const std::string& prefix, cons
 Tensor attention(const ParamStore& p, const std::string& prefix, const Tensor& x, const Sizes& z) {
   const int hd = z.D / z.H;
   const Tensor in = tp::enter(x, z.tp);
-  const Tensor q = ops::rotary(linear(p, prefix + ".wq", in, z.qkv_bias), hd, z.theta);
+  const ops::RopeScaling scaling{z.rope_factor, z.rope_low_freq, z.rope_high_freq, z.rope_original};
+  const Tensor q = ops::rotary(linear(p, prefix + ".wq", in, z.qkv_bias), hd, z.theta, scaling);
   const int kv_parts = tp::kv_parts(z.Hkv, z.tp);
   const auto kv = [&](const char* name) {
     return kv_parts > 0 ? ops::linear(in, tp::replicated(p, prefix + name + ".weight", kv_parts, z.tp))
                         : linear(p, prefix + name, in, z.qkv_bias);
   };
-  const Tensor k = ops::rotary(kv(".wk"), hd, z.theta);
+  const Tensor k = ops::rotary(kv(".wk"), hd, z.theta, scaling);
   const Tensor v = kv(".wv");
   const int kv_heads = kv_parts > 0 ? 1 : z.Hkv / z.tp.size;
   const Tensor a =

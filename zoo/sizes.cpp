@@ -58,6 +58,9 @@ void validate(const Sizes& s) {
                                                std::to_string(s.E) + "]");
   need(s.theta > 0 && s.theta < 1e12, "the rotary base theta must be positive and finite");
   need(s.eps > 0 && s.eps < 0.1, "the norm epsilon eps must be in (0, 0.1)");
+  need(s.rope_factor == 0 || (s.rope_factor >= 1 && s.rope_factor < 1e6 && s.rope_low_freq > 0 &&
+                              s.rope_high_freq > s.rope_low_freq && s.rope_original >= 1 && s.rope_original < 1e9),
+       "the rotary scaling needs factor >= 1, 0 < low_freq_factor < high_freq_factor and original positions >= 1");
   need(s.router_aux >= 0 && s.router_aux < 1e6, "the router's auxiliary loss weight must be >= 0");
 }
 

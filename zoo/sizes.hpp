@@ -22,6 +22,8 @@ struct Sizes {
   double theta = 10000;  // rotary base (llama, mixtral)
   double eps = 1e-5;     // RMSNorm epsilon (llama, mixtral; LLaMA-1 used 1e-6)
   bool qkv_bias = false;  // llama: biases on the query, key and value projections (Qwen2)
+  // Llama 3.1's rotary scaling (ops::RopeScaling; factor 0: none).
+  double rope_factor = 0, rope_low_freq = 1, rope_high_freq = 4, rope_original = 8192;
   // Training settings, not sizes, but the models read them here:
   double dropout = 0;       // probability
   double router_aux = 0.01;  // weight of the load-balancing loss (mixtral)

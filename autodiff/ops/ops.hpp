@@ -84,7 +84,15 @@ Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps);
 // Rotary position embedding, "rotate half": per head of `head_dim`, for
 // position p and j < head_dim/2 the pair (j, j + head_dim/2) turns by
 // p * theta^(-2j/head_dim). x is [B, S, heads * head_dim].
-Tensor rotary(const Tensor& x, int head_dim, double theta = 10000.0);
+// Llama 3.1's scaling of the rotary frequencies ("rope_type": "llama3"): a
+// frequency whose wavelength is beyond original / low_freq is divided by
+// factor, one within original / high_freq kept, and those between blended
+// (docs/models.md). factor 0: none.
+struct RopeScaling {
+  double factor = 0, low_freq = 1, high_freq = 4, original = 8192;
+  bool any() const { return factor > 0; }
+};
+Tensor rotary(const Tensor& x, int head_dim, double theta = 10000.0, const RopeScaling& scaling = {});
 
 // GELU, exact: 0.5 x (1 + erf(x / sqrt 2)).
 Tensor gelu_erf(const Tensor& x);

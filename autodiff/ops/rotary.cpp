@@ -14,14 +14,15 @@ namespace {
 
 // Rotates every (j, j + half) pair of every head by +angle (forward) or
 // -angle (backward: the transpose of a rotation is its inverse).
-Tensor rotate(const Tensor& x, int head_dim, double theta, double sign) {
+Tensor rotate(const Tensor& x, int head_dim, double theta, const RopeScaling& scaling, double sign) {
   const std::int64_t S = x.dim(1), W = x.dim(2), half = head_dim / 2, rows = rows_of(x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), "rotary");
   out.set_tag("rotary");
   REMAT_DISPATCH_COMPUTE(x.dtype(), T, {
     const T* px = x.data<T>();
     T* y = out.data<T>();
-    const double log_theta = std::log(theta);
+    const double log_theta = std::log(theta), factor = scaling.factor, low = scaling.low_freq,
+                 high = scaling.high_freq, original = scaling.original;
     // cos and sin of each (position, frequency), once per call: the
     // transcendental calls, in double, are worth hoisting out of the rows.
     // Interleaved in a flat array (cos, sin, cos, sin...): a View<A*[2]>
@@ -31,7 +32,17 @@ Tensor rotate(const Tensor& x, int head_dim, double theta, double sign) {
     A* pt = table.data();
     for_each("rotary_table", S * half, KOKKOS_LAMBDA(std::int64_t i) {
       const double pos = double(i / half), j = double(i % half);
-      const double angle = pos * kmath::exp(-2.0 * j / double(head_dim) * log_theta);
+      double frequency = kmath::exp(-2.0 * j / double(head_dim) * log_theta);
+      if (factor > 0) {  // Llama 3.1's scaling, as Hugging Face computes it
+        const double wavelength = 2.0 * 3.14159265358979323846 / frequency;
+        if (wavelength > original / low) {
+          frequency /= factor;
+        } else if (wavelength >= original / high) {
+          const double smooth = (original / wavelength - low) / (high - low);
+          frequency = (1 - smooth) * frequency / factor + smooth * frequency;
+        }
+      }
+      const double angle = pos * frequency;
       pt[2 * i] = A(kmath::cos(angle));
       pt[2 * i + 1] = A(sign * kmath::sin(angle));
     });
@@ -51,17 +62,17 @@ Tensor rotate(const Tensor& x, int head_dim, double theta, double sign) {
 
 }  // namespace
 
-Tensor rotary(const Tensor& x, int head_dim, double theta) {
+Tensor rotary(const Tensor& x, int head_dim, double theta, const RopeScaling& scaling) {
   require_float("rotary", x, "x");
   require(x.rank() == 3 && head_dim > 0 && head_dim % 2 == 0 && x.dim(2) % head_dim == 0,
           "rotary: x " + to_string(x.shape()) + " is not [B, S, heads * " + std::to_string(head_dim) +
               "] with an even head size");
   stats::count_forward("rotary");
-  Tensor out = rotate(x, head_dim, theta, 1.0);
+  Tensor out = rotate(x, head_dim, theta, scaling, 1.0);
   OpRecorder rec("rotary", {&x});
   if (rec)
-    rec.finish({&out}, [head_dim, theta](BackwardContext& ctx) {
-      ctx.accumulate(0, rotate(ctx.grad_out(), head_dim, theta, -1.0));
+    rec.finish({&out}, [head_dim, theta, scaling](BackwardContext& ctx) {
+      ctx.accumulate(0, rotate(ctx.grad_out(), head_dim, theta, scaling, -1.0));
     });
   return out;
 }

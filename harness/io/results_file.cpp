@@ -53,6 +53,9 @@ std::string model_attributes(const std::string& model, const Sizes& z) {
     if (a == "K") text += ";K=" + std::to_string(z.K);
     if (a == "theta") text += ";theta=" + exact(z.theta);
     if (a == "qkv_bias" && z.qkv_bias) text += ";qkv_bias=1";
+    if (a == "rope_scaling" && z.rope_factor > 0)
+      text += ";rope=" + exact(z.rope_factor) + "," + exact(z.rope_low_freq) + "," + exact(z.rope_high_freq) + "," +
+              exact(z.rope_original);
     if (a == "eps" && z.eps != 1e-5) text += ";eps=" + exact(z.eps);  // absent: the default (earlier files' keys)
   }
   return text;

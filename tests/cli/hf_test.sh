@@ -133,6 +133,26 @@ same_grads via-folder.h5 via-import.h5
 rm -rf eps-hf && ok "export-hf eps" "$remat" export-hf --weights eps.h5 --out eps-hf
 grep -q '"rms_norm_eps": 1e-06' eps-hf/config.json || fail "export-hf did not write rms_norm_eps 1e-6: $(cat eps-hf/config.json)"
 
+# Llama 3.1's rotary scaling (rope_type llama3) becomes the model's, used as
+# the folder says and written back; another kind of scaling is refused.
+rm -rf hf && ok "export-hf llama" "$remat" export-hf --weights llama.h5 --out hf
+cat > rope.py <<'PY'
+import json, sys
+c = json.load(open("hf/config.json"))
+c["rope_scaling"] = {"rope_type": sys.argv[1], "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 8}
+json.dump(c, open("hf/config.json", "w"))
+PY
+pyrun rope.py llama3 || fail "could not edit hf/config.json"
+ok "import llama3 scaling" "$remat" import hf --out rope.h5
+ok "grads on the folder" "$remat" grads --weights hf --out rope-folder.h5
+ok "grads on the import" "$remat" grads --weights rope.h5 --out rope-import.h5
+same_grads rope-folder.h5 rope-import.h5
+rm -rf rope-hf && ok "export-hf rope" "$remat" export-hf --weights rope.h5 --out rope-hf
+grep -q '"rope_type": "llama3"' rope-hf/config.json || fail "export-hf did not write the rope scaling: $(cat rope-hf/config.json)"
+pyrun rope.py dynamic || fail "could not edit hf/config.json"
+refused "rope_type llama3" "$remat" import hf --out out.h5
+
 # Qwen2 (llama with q/k/v biases, the model attribute qkv_bias): out to a
 # Qwen2ForCausalLM folder and back, bitwise, the folder's gradients the file's.
 cp llama.h5 qwen.h5

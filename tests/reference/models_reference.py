@@ -68,7 +68,18 @@ def rms_norm(x, w, eps=1e-5):
     return x * torch.rsqrt((x * x).mean(-1, keepdim=True) + eps) * w
 
 
-def rotary(x, H, theta=10000.0):
+def llama3_frequencies(freq, scaling):
+    """Llama 3.1's rope_type llama3, as its paper's code writes it: long wavelengths slowed by factor,
+    short ones kept, the band between blended."""
+    factor, low, high, original = scaling
+    wavelen = 2 * math.pi / freq
+    smooth = (original / wavelen - low) / (high - low)
+    blended = (1 - smooth) * freq / factor + smooth * freq
+    return torch.where(wavelen > original / low, freq / factor,
+                       torch.where(wavelen < original / high, freq, blended))
+
+
+def rotary(x, H, theta=10000.0, scaling=None):
     """Rotate-half: for position p and j < hd/2 the pair (j, j + hd/2) turns by p * theta^(-2j/hd)."""
     B, S, W = x.shape
     hd = W // H
@@ -77,7 +88,10 @@ def rotary(x, H, theta=10000.0):
     # (precision_reference.py runs the same code under autocast).
     dt = torch.float64 if x.dtype == torch.float64 else torch.float32
     j = torch.arange(hd // 2, dtype=dt)
-    angle = torch.arange(S, dtype=dt)[:, None] * theta ** (-2 * j / hd)  # [S, hd/2]
+    freq = theta ** (-2 * j / hd)
+    if scaling:
+        freq = llama3_frequencies(freq, scaling)
+    angle = torch.arange(S, dtype=dt)[:, None] * freq  # [S, hd/2]
     cos, sin = torch.cos(angle)[None, :, None, :], torch.sin(angle)[None, :, None, :]
     a, b = x[..., : hd // 2], x[..., hd // 2 :]
     return torch.cat([a * cos - b * sin, b * cos + a * sin], dim=-1).view(B, S, W)
@@ -97,8 +111,9 @@ def llama_attention(p, l, x, z):
     a = rms_norm(x, p[l + "attention_norm.weight"], z.get("eps", 1e-5))
     theta = z.get("theta", 10000.0)
     bias = bool(z.get("qkv_bias", 0))  # Qwen2
-    q = rotary(linear(a, p, l + "attention.wq", bias), z["H"], theta)
-    k = rotary(linear(a, p, l + "attention.wk", bias), z["Hkv"], theta)
+    scaling = z.get("rope")  # Llama 3.1
+    q = rotary(linear(a, p, l + "attention.wq", bias), z["H"], theta, scaling)
+    k = rotary(linear(a, p, l + "attention.wk", bias), z["Hkv"], theta, scaling)
     v = linear(a, p, l + "attention.wv", bias)
     return linear(gqa(q, k, v, z["H"], z["Hkv"], True), p, l + "attention.wo", False)
 
@@ -256,6 +271,9 @@ def read_weights(weights_path):
                 z[k] = float(f.attrs[k])
         if "qkv_bias" in f.attrs:
             z["qkv_bias"] = int(f.attrs["qkv_bias"])
+        if f.attrs.get("rope_factor", 0) > 0:
+            z["rope"] = tuple(float(f.attrs[k]) for k in ("rope_factor", "rope_low_freq_factor",
+                                                          "rope_high_freq_factor", "rope_original_positions"))
         model = f.attrs["model"]
         model = model.decode() if isinstance(model, bytes) else str(model)
         values = {n: f["params"][n][()] for n in f["params"]}
