@@ -10,6 +10,7 @@
 
 #include "core/error.hpp"
 #include "core/text.hpp"
+#include "autodiff/shape_only.hpp"
 #include "estimate/device_model.hpp"
 #include "estimate/shape_only_step.hpp"
 #include "harness/check.hpp"
@@ -25,6 +26,7 @@ namespace {
 
 struct PlanOptions {
   ModelOptions model;
+  FineTuning finetune;  // --freeze, --lora, --quantize: the plan of a fine-tuning
   std::string budget, device;
   bool json = false, force = false, allow_offload = false;
 };
@@ -32,6 +34,24 @@ struct PlanOptions {
 // The costs and the budget spec: from a timed probe, or (--device) from the
 // device model over a shape-only run, the budget defaulting to the memory the
 // device leaves beside weights, gradients and optimizer state.
+// The fine-tuning --freeze, --lora and --quantize ask for, applied to a store
+// (in a shape-only run too).
+void fine_tuned(const PlanOptions& o, std::unique_ptr<ParamStore>& params, const Model& model, const Batch& batch,
+                const ModelSetup& setup) {
+  if (o.finetune.any() || o.finetune.quantize != QuantFormat::none)
+    apply_fine_tuning(params, model, batch, o.finetune, o.model.run.seed, setup.sizes.L);
+}
+
+// The device model's costs of the fine-tuned model, shape-only.
+SaveProfile device_costs(const PlanOptions& o, const ModelSetup& setup, const DeviceModel& device) {
+  ShapeOnlyScope shape_only;
+  const auto model = models().find(setup.model).make(setup.sizes);
+  auto params = std::make_unique<ParamStore>(model->params(), DType::f32);
+  const Batch batch = shape_only_batch(setup.sizes);
+  fine_tuned(o, params, *model, batch, setup);
+  return modelled_costs(*model, *params, batch, o.model.run.attention, device);
+}
+
 SaveProfile plan_costs(const PlanOptions& o, const ModelSetup& setup, std::string& budget) {
   budget = o.budget;
   if (!o.device.empty()) {
@@ -39,8 +59,14 @@ SaveProfile plan_costs(const PlanOptions& o, const ModelSetup& setup, std::strin
     device.device = find_device(o.device);
     require_rates(device.device);
     if (budget.empty()) {
-      const ShapeOnlyState state = shape_only_run(setup, {}, o.model.run.attention).state;
-      const std::int64_t held = state.parameter_bytes + state.gradient_bytes + state.optimizer_bytes;
+      ShapeOnlyExtras extras;
+      extras.prepare = [&](std::unique_ptr<ParamStore>& p, const Model& model, const Batch& batch) {
+        fine_tuned(o, p, model, batch, setup);
+      };
+      const ShapeOnlyState state = shape_only_run(setup, {}, o.model.run.attention, "adamw", nullptr, Precision::fp32,
+                                                  extras).state;
+      const std::int64_t held =
+          state.parameter_bytes + state.quantized_bytes + state.gradient_bytes + state.optimizer_bytes;
       const std::int64_t left = device.device.usable() - held;
       if (left <= 0)
         throw UserError(o.device + ": weights, gradients and optimizer state (and a 16-bit weight copy) alone take " + human_bytes(double(held)) +
@@ -54,19 +80,20 @@ SaveProfile plan_costs(const PlanOptions& o, const ModelSetup& setup, std::strin
     }
     if (!o.json) std::printf("costing %s %s on the %s model (shape-only, no probe timed)...\n", setup.model.c_str(),
                              setup.preset.c_str(), o.device.c_str());
-    return modelled_costs(setup, o.model.run.attention, device);
+    return device_costs(o, setup, device);
   }
   if (budget.empty()) throw UserError("--budget: required without --device (a size, a percentage of full's, or min)");
   require_step_memory(setup, o.model.run.attention, {"full"}, 2, o.force);
   const auto model = models().find(setup.model).make(setup.sizes);
-  ParamStore params(model->params(), DType::f32);
-  initialize(params, o.model.run.seed, setup.sizes.L);
+  auto params = std::make_unique<ParamStore>(model->params(), DType::f32);
+  initialize(*params, o.model.run.seed, setup.sizes.L);
   const Batch batch = o.model.make_batch(setup.sizes);
+  fine_tuned(o, params, *model, batch, setup);
   if (!o.json) {
     std::printf("probing %s %s (timed full steps and blocks)...\n", setup.model.c_str(), setup.preset.c_str());
     std::fflush(stdout);
   }
-  return measure_costs(*model, params, batch, o.model.run.attention, o.model.run.seed);
+  return measure_costs(*model, *params, batch, o.model.run.attention, o.model.run.seed);
 }
 
 // A plan's parts as JSON (fields in this order): each its first and last block and its action
@@ -96,6 +123,8 @@ ModelSetup plan_setup(const PlanOptions& o) {
     throw UserError("--tp: plan with --device (the device model's costs are every rank's; timed ones could differ)");
   setup.sizes.tp = {o.model.tp, 0, o.model.sp};
   tp::validate(setup.model, setup.sizes);
+  if (o.finetune.any() || o.finetune.quantize != QuantFormat::none)
+    throw UserError("--tp with --freeze, --lora or --quantize: not yet");
   return setup;
 }
 
@@ -144,6 +173,7 @@ void setup_plan(CLI::App& app) {
   o->model.preset = "small";
   o->model.bind(*cmd);
   add_tp_options(*cmd, o->model.tp, o->model.sp);
+  add_fine_tuning_options(*cmd, o->finetune);
   cmd->add_option("--budget", o->budget,
                   "Activation-memory budget: a size (150MB, 1.5G), a percentage of full's measured peak (40%), or min "
                   "(required without --device)");

@@ -150,6 +150,9 @@ expect_ok "plan --device" "$remat" plan --config gpt2-124m --seq 256 --device l4
 grep -q "a budget of .* for activations" out.txt && grep -q "^predicted step" out.txt ||
   fail "plan --device does not plan within what the device leaves: $(cat out.txt)"
 expect_error "no schedule fits" "$remat" plan --config llama-7b --device h100-80gb
+# QLoRA makes room: the 4-bit base and the adapters' state fit where full training did not.
+expect_ok "plan --quantize" "$remat" plan --config llama-7b --device h100-80gb --lora 8 --quantize nf4
+expect_ok "plan --quantize, timed" "$remat" plan --preset tiny --layers 6 --lora 2 --quantize int8 --budget min
 expect_error "no rates" "$remat" plan --preset tiny --device mem:1G
 expect_error "required without --device" "$remat" plan --preset tiny
 expect_error "--ranks 2 or more" "$remat" estimate --preset tiny --shard-params
