@@ -44,6 +44,19 @@ ShapeOnlyState count_state(ParamStore& params, std::int64_t parameter_bytes, con
   return state;
 }
 
+// What fine-tuning leaves of the weights: the trainable ones' bytes (LoRA's
+// adapters), and the largest buffer a quantized weight is dequantized into
+// at `precision` (a step's activations hold one at a time).
+void count_fine_tuning(const ParamStore& params, Precision precision, ShapeOnlyState& state) {
+  const std::size_t compute_size = dtype_size(compute_dtype(precision, DType::f32));
+  for (std::size_t i = 0; i < params.names().size(); ++i) {
+    if (params.trainable(i)) state.trainable_bytes += std::int64_t(params.tensors()[i].nbytes());
+    if (const QuantizedWeight* q = params.quantized(params.names()[i]))
+      state.dequantize_bytes = std::max(
+          state.dequantize_bytes, std::int64_t(MemoryTracker::counted_bytes(std::uint64_t(q->numel()) * compute_size)));
+  }
+}
+
 // The device model's costs, once for every planned strategy (none: nothing
 // planned), measured on parameters with nothing installed (the profile's
 // gradients are whole buffers made before the step, which sharding would
@@ -82,6 +95,7 @@ ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::stri
   ParamStore& params = *store;
   run.state = count_state(params, live() - before, optimizer);
   run.state.quantized_bytes = tracker.stats(kQuantPool).live - quantized_before;
+  count_fine_tuning(params, precision, run.state);
 
   // Before anything is installed: as train plans before it shards.
   const std::optional<SaveProfile> costs = costs_to_plan(strategies, *model, params, batch, kernel, device, precision);

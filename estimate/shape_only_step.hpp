@@ -37,6 +37,8 @@ struct ShapeOnlyState {
   std::int64_t optimizer_bytes = 0;  // the optimizer's state (AdamW: m and v)
   std::int64_t weight_copy_bytes = 0;  // the per-step 16-bit copy of the weights (0 at fp32)
   std::int64_t quantized_bytes = 0;    // quantized frozen weights (QLoRA), scales included: their own pool
+  std::int64_t trainable_bytes = 0;    // of parameter_bytes, the trainable parameters' (LoRA: the adapters)
+  std::int64_t dequantize_bytes = 0;   // the largest buffer a quantized weight is dequantized into (part of activations)
 };
 
 struct ShapeOnlyRun {

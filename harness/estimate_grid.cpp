@@ -133,7 +133,8 @@ EstimatePoint estimate_point(const EstimateRequest& r, const ModelSetup& setup,
   // Sharded, a rank keeps its shards (and gathers 16-bit values at 16 bits: no whole 16-bit copy, as the warm-up shows).
   const ShapeOnlyState kept = r.shard_params ? sharded_state(setup, r.ranks, r.optimizer) : run.state;
   EstimatePoint p{setup, run.state.parameter_count, kept.parameter_bytes, kept.gradient_bytes, kept.optimizer_bytes,
-                  run.state.weight_copy_bytes, run.state.quantized_bytes, {}};
+                  run.state.weight_copy_bytes, run.state.quantized_bytes, run.state.trainable_bytes,
+                  run.state.dequantize_bytes, {}};
   const std::int64_t state = p.parameters + p.quantized + p.gradients + p.optimizer + p.weight_copy;
   for (const auto& step : run.steps) {
     EstimateRow row{step.strategy, step.activation_peak, step.offload_peak,

@@ -48,6 +48,8 @@ struct EstimatePoint {
   std::int64_t parameter_count = 0;
   std::int64_t parameters = 0, gradients = 0, optimizer = 0, weight_copy = 0;  // per rank
   std::int64_t quantized = 0;  // the quantized frozen weights (QLoRA), scales included
+  std::int64_t trainable = 0;  // of `parameters`, the trainable ones' (LoRA: the adapters)
+  std::int64_t dequantize = 0;  // of each step's activations, the largest dequantization workspace
   std::vector<EstimateRow> rows;  // a row per strategy, in the order asked
   std::int64_t largest_total() const;
 };

@@ -239,6 +239,13 @@ TEST_CASE("shape-only: a QLoRA step holds the measured bytes, the quantized base
       for (const auto& n : q->names())
         if (q->quantized(n)) quantized += std::int64_t(q->tensors()[q->index_of(n)].nbytes() + 7) / 8 * 8;
       CHECK(shape.state.quantized_bytes == quantized);
+      std::int64_t adapters = 0, widest = 0;
+      for (std::size_t i = 0; i < q->names().size(); ++i) {
+        if (q->trainable(i)) adapters += std::int64_t(q->tensors()[i].nbytes());
+        if (const QuantizedWeight* w = q->quantized(q->names()[i])) widest = std::max(widest, w->numel());
+      }
+      CHECK(shape.state.trainable_bytes == adapters);
+      CHECK(shape.state.dequantize_bytes == (widest * (precision == Precision::fp32 ? 4 : 2) + 7) / 8 * 8);
       auto full = make_strategy("full");
       StepOptions warm{full.get(), 1, 0, false, ops::AttentionKernel::fused};
       warm.precision = precision;

@@ -144,9 +144,15 @@ void print_point(const EstimateRequest& r, const EstimatePoint& p) {
   const std::string batch = ep.split() ? std::to_string(p.setup.sizes.B) + " over the expert-parallel group (" +
                                              std::to_string(p.setup.sizes.B / ep.size) + " per rank)"
                                        : std::to_string(p.setup.sizes.B) + per_rank;
-  std::printf("\nS %d, B %s: parameters %s%s, gradients %s, optimizer state %s%s%s (%lld parameters)\n",
-              p.setup.sizes.S, batch.c_str(), size(p.parameters).c_str(),
-              p.quantized ? (" and quantized base " + size(p.quantized)).c_str() : "", size(p.gradients).c_str(),
+  const std::string trainable =
+      p.trainable < p.parameters ? " (trainable " + size(p.trainable) + ")" : std::string();
+  const std::string quantized =
+      p.quantized ? " and quantized base " + size(p.quantized) + " (dequantized a weight at a time: at most " +
+                        size(p.dequantize) + " of act)"
+                  : std::string();
+  std::printf("\nS %d, B %s: parameters %s%s%s, gradients %s, optimizer state %s%s%s (%lld parameters)\n",
+              p.setup.sizes.S, batch.c_str(), size(p.parameters).c_str(), trainable.c_str(), quantized.c_str(),
+              size(p.gradients).c_str(),
               size(p.optimizer).c_str(), p.weight_copy ? (", 16-bit weight copy " + size(p.weight_copy)).c_str() : "",
               per_rank, (long long)p.parameter_count);
   std::printf("%s", render_text(point_table(r, p, bits)).c_str());
