@@ -498,7 +498,8 @@ TEST_CASE("QLoRA training: every strategy follows full bitwise, the quantized ba
   }
 }
 
-TEST_CASE("QLoRA on real text: within 3% of the same LoRA training's validation loss at bf16", "[train][quantize][learning]") {
+TEST_CASE("QLoRA on real text: within 3% of the same LoRA training's validation loss at bf16",
+          "[train][quantize][learning][slow]") {
   // A base that has learned something (full training on the text), then the
   // same LoRA fine-tuning of it with its frozen weights in float32 and in
   // nf4: NF4's error is small beside what the adapters learn.
