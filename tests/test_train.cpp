@@ -54,6 +54,24 @@ std::vector<double> losses(const TrainState& s) {
 
 }  // namespace
 
+namespace {
+
+// `c` run to its save at step 3 and killed at step 5 (out: `file`), and the
+// run file it left.
+SavedRun interrupted(TrainConfig& c, const std::string& file) {
+  struct Interrupted {};
+  c.out = file;
+  c.save_every = 3;
+  TrainProgress stop;
+  stop.step = [](const TrainConfig&, const TrainState& s) {
+    if (s.step == 5) throw Interrupted{};
+  };
+  CHECK_THROWS_AS(train(c, stop), Interrupted);
+  return read_run_file(c.out);
+}
+
+}  // namespace
+
 TEST_CASE("AdamW and SGD follow their definitions, with no weight decay on 1-D parameters", "[train][optim]") {
   const std::vector<double> p0 = {0.5, -1.0, 2.0, 0.25}, g = {0.1, -0.2, 0.3, 0.0};
   auto make = [&](const Shape& shape) {
@@ -437,15 +455,7 @@ TEST_CASE("training LoRA adapters: the base stays, every strategy follows full, 
     INFO(spec);
     CHECK(losses(train(s).state) == losses(whole.state));
   }
-  struct Interrupted {};
-  c.out = dir.file("cut.h5");
-  c.save_every = 3;
-  TrainProgress stop;
-  stop.step = [](const TrainConfig&, const TrainState& s) {
-    if (s.step == 5) throw Interrupted{};
-  };
-  CHECK_THROWS_AS(train(c, stop), Interrupted);
-  const SavedRun saved = read_run_file(c.out);
+  const SavedRun saved = interrupted(c, dir.file("cut.h5"));
   CHECK(saved.config.lora.key() == c.lora.key());
   TrainConfig other = c;
   other.lora.rank = 2;
@@ -480,15 +490,7 @@ TEST_CASE("QLoRA training: every strategy follows full bitwise, the quantized ba
     const SavedRun done = read_run_file(c.out);
     CHECK(done.config.quantize == format);
     CHECK(weights(*done.weights.params) == weights(*whole.params));
-    struct Interrupted {};
-    c.out = dir.file(std::string("cut-") + quant_format_name(format) + ".h5");
-    c.save_every = 3;
-    TrainProgress stop;
-    stop.step = [](const TrainConfig&, const TrainState& s) {
-      if (s.step == 5) throw Interrupted{};
-    };
-    CHECK_THROWS_AS(train(c, stop), Interrupted);
-    const SavedRun saved = read_run_file(c.out);
+    const SavedRun saved = interrupted(c, dir.file(std::string("cut-") + quant_format_name(format) + ".h5"));
     TrainConfig other = c;
     other.quantize = QuantFormat::none;
     CHECK_THROWS_WITH(require_same_run(c.out, saved.config, other), test::Contains("was trained with quantize"));
