@@ -211,6 +211,21 @@ assert zero["history/comm_bytes"][:].tolist() == zero["history/predicted_comm_by
 PY
 expect_error "run it under mpirun with 2 or more ranks" "$remat" "${zero[@]}" --shard-params
 
+# QLoRA on 2 ranks: the quantized base on every rank, the adapters' gradients
+# gathered: bitwise --accumulate 2, communication as predicted.
+qlora=(train --model llama --preset tiny --steps 3 --lora 4 --quantize nf4 --lr 3e-3 --dropout 0.1 --strategy per-layer)
+"${mpi[@]}" "$remat" "${qlora[@]}" --out dp-qlora.h5 >/dev/null 2>err.txt || fail "mpirun train --quantize: $(cat err.txt)"
+"$remat" "${qlora[@]}" --accumulate 2 --out acc-qlora.h5 >/dev/null 2>err.txt || fail "train --quantize --accumulate 2: $(cat err.txt)"
+"$python" - <<'PY' || fail "QLoRA on 2 ranks did not train bitwise as --accumulate 2, or communicated other than predicted"
+import h5py
+dp, acc = h5py.File("dp-qlora.h5"), h5py.File("acc-qlora.h5")
+assert dp["history/loss"][:].tobytes() == acc["history/loss"][:].tobytes(), "losses differ"
+for name in acc["params"]:
+    assert dp["params"][name][:].tobytes() == acc["params"][name][:].tobytes(), name
+assert any("quantized" in dp["params"][n].attrs for n in dp["params"]), "nothing quantized"
+assert dp["history/comm_bytes"][:].tolist() == dp["history/predicted_comm_bytes"][:].tolist()
+PY
+
 # A planned schedule (budget:min nests segments: block 0 is recomputed once per
 # level) is one plan on every rank (rank 0's probe timings), trains bitwise as
 # unsharded, keeps its activation budget (whole gradients awaiting their
