@@ -59,7 +59,8 @@ std::size_t ParamStore::index_of(const std::string& name) const {
 const Tensor& ParamStore::operator[](const std::string& name) const {
   auto it = index_.find(name);
   if (it == index_.end()) throw std::logic_error("no parameter named '" + name + "'");
-  if (quantized_.count(name)) throw std::logic_error("parameter '" + name + "' is quantized: only a linear reads it");
+  if (!quantized_.empty() && quantized_.count(name))
+    throw std::logic_error("parameter '" + name + "' is quantized: only a linear reads it");
   if (recording_) other_reads_.insert(name);
   if (on_access_) on_access_(it->second);
   if (!copying_) return tensors_[it->second];
@@ -124,6 +125,7 @@ void ParamStore::dequantize(const std::string& name) {
 }
 
 const QuantizedWeight* ParamStore::quantized(const std::string& name) const {
+  if (quantized_.empty()) return nullptr;  // the common case, on every linear's read
   auto it = quantized_.find(name);
   return it == quantized_.end() ? nullptr : &it->second;
 }
