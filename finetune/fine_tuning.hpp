@@ -13,7 +13,8 @@ struct FineTuning {
   FreezeOptions freeze;
   LoraOptions lora;
   QuantFormat quantize = QuantFormat::none;  // the frozen linear weights' format (finetune/quantize.hpp)
-  bool any() const { return freeze.any() || lora.any(); }
+  bool any() const { return freeze.any() || lora.any(); }       // freezes something
+  bool applies() const { return any() || quantize != QuantFormat::none; }  // changes the store at all
   // For run keys and results: "" for none, else e.g. "freeze:patterns=;below=6" and/or "lora:rank=8;...",
   // then "|quantize:nf4".
   std::string key() const;

@@ -38,6 +38,13 @@ std::vector<std::string> frozen_linear_weights(const ParamStore& params, const M
 
 }  // namespace
 
+void require_whole_blocks(const std::string& name, const Shape& shape, QuantFormat format) {
+  if (numel(shape) % kQuantBlock != 0)
+    throw UserError(std::string("--quantize ") + quant_format_name(format) + ": '" + name + "' " + to_string(shape) +
+                    " has " + std::to_string(numel(shape)) + " values, not whole blocks of " +
+                    std::to_string(kQuantBlock));
+}
+
 std::string quantize_frozen(ParamStore& params, const Model& model, const Batch& batch, QuantFormat format) {
   if (format == QuantFormat::none) return "";
   const std::string flag = std::string("--quantize ") + quant_format_name(format);
@@ -49,12 +56,7 @@ std::string quantize_frozen(ParamStore& params, const Model& model, const Batch&
   const std::vector<std::string> names = frozen_linear_weights(params, model, batch);
   if (names.empty() && params.any_quantized()) return "";  // a quantized weight file's, and nothing more
   if (names.empty()) throw UserError(flag + ": no frozen weight is a linear layer's: nothing to quantize");
-  for (const auto& name : names) {
-    const Shape& shape = params.specs()[params.index_of(name)].shape;
-    if (numel(shape) % kQuantBlock != 0)
-      throw UserError(flag + ": '" + name + "' " + to_string(shape) + " has " + std::to_string(numel(shape)) +
-                      " values, not whole blocks of " + std::to_string(kQuantBlock));
-  }
+  for (const auto& name : names) require_whole_blocks(name, params.specs()[params.index_of(name)].shape, format);
   std::int64_t before = 0, after = 0;
   for (const auto& name : names) {
     before += std::int64_t(params.tensors()[params.index_of(name)].nbytes());

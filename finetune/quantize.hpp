@@ -1,8 +1,8 @@
 #pragma once
 // QLoRA's base (Dettmers et al. 2023): `--quantize nf4|int8` keeps every
-// frozen linear weight quantized (autodiff/quantized.hpp; the formats in
-// docs/fine-tuning.md). Norms, embeddings (a tied output head included) and
-// biases stay as they are: they are small, and QLoRA keeps them so too.
+// frozen weight of the blocks that only linear layers read quantized
+// (autodiff/quantized.hpp; the formats in docs/fine-tuning.md). Norms,
+// embeddings, biases and the output head stay as they are, as QLoRA keeps them.
 #include <string>
 
 #include "autodiff/quantized.hpp"
@@ -16,6 +16,9 @@ namespace remat {
 // nothing is frozen, no frozen weight is a linear's, or one's element count
 // is not whole blocks of kQuantBlock.
 std::string quantize_frozen(ParamStore& params, const Model& model, const Batch& batch, QuantFormat format);
+
+// UserError unless weight `name` of `shape` is whole blocks of kQuantBlock values.
+void require_whole_blocks(const std::string& name, const Shape& shape, QuantFormat format);
 
 // The weights of the blocks that only linear layers read in a forward pass of the model
 // `setup` names, found shape-only (nothing allocated, no kernel): what

@@ -81,7 +81,7 @@ std::int64_t EstimatePoint::largest_total() const {
 std::vector<ModelSetup> estimate_points(const EstimateRequest& r) {
   if (r.ranks < 1) throw UserError("--ranks: at least 1");
   if (r.shard_params && r.ranks < 2) throw UserError("--shard-params shards across ranks: give --ranks 2 or more");
-  if ((r.finetune.any() || r.finetune.quantize != QuantFormat::none) &&
+  if (r.finetune.applies() &&
       (r.shard_params || r.base.sizes.tp.split() || r.base.sizes.ep.split()))
     throw UserError("--freeze, --lora or --quantize with --shard-params, --tp or --ep: not yet");
   if (r.shard_params && models().find(r.base.model).reversible)
@@ -124,7 +124,7 @@ EstimatePoint estimate_point(const EstimateRequest& r, const ModelSetup& setup,
   const bool rates = r.device.fp32_flops > 0;
   ShapeOnlyExtras extras = sharding_extras(r);
   extras.progress = progress;
-  if (r.finetune.any() || r.finetune.quantize != QuantFormat::none)
+  if (r.finetune.applies())
     extras.prepare = [&r, &setup](std::unique_ptr<ParamStore>& params, const Model& model, const Batch& batch) {
       apply_fine_tuning(params, model, batch, r.finetune, r.seed, setup.sizes.L);
     };

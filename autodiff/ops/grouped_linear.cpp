@@ -1,10 +1,12 @@
 // A mixture's expert products (autodiff/ops/moe.cpp routes the rows): each
 // expert's rows through its own weight, dense or quantized.
+#include <optional>
+
 #include "autodiff/elementwise.hpp"
+#include "autodiff/ops/dequantized_weight.hpp"
 #include "autodiff/ops/kernel.hpp"
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/saved_tensor.hpp"
-#include "autodiff/scratch.hpp"
 #include "autodiff/stats.hpp"
 #include "autodiff/tape.hpp"
 
@@ -15,23 +17,19 @@ using gemm::Op;
 namespace {
 
 // Expert e's weight for one product: its dense values, or its quantized ones
-// dequantized into a scratch buffer that lives as long as this object.
+// dequantized for as long as this object lives.
 template <class V>
 class ExpertWeight {
  public:
-  ExpertWeight(const Tensor& dense, const QuantizedWeight* q)
-      : values_(q ? nullptr : dense.data<V>()),
-        scratch_(q ? new Scratch<V, MemSpace>("dequantized_weight", std::size_t(q->numel())) : nullptr) {
-    if (!q) return;
-    stats::count_forward("dequantize");
-    dequantize(*q, scratch_->data());
-    values_ = scratch_->data();
+  ExpertWeight(const Tensor& dense, const QuantizedWeight* q) {
+    if (q) dequantized_.emplace(*q);
+    values_ = q ? dequantized_->data() : dense.data<V>();
   }
   V* data() const { return values_; }
 
  private:
-  V* values_;
-  std::unique_ptr<Scratch<V, MemSpace>> scratch_;
+  std::optional<DequantizedWeight<V>> dequantized_;
+  V* values_ = nullptr;
 };
 
 const QuantizedWeight* quantized_at(const std::vector<QuantizedWeight>& q, std::size_t e) {

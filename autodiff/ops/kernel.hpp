@@ -62,6 +62,15 @@ gemm::Matrices<T, MemSpace> mats(T* p, std::int64_t count, std::int64_t stride, 
 // (seen on an H100). With internal linkage each file keeps its own pair.
 namespace {
 
+// Every row of y [rows, cols] set to bias [cols]: a linear's output before
+// the GEMM adds x W^T to it.
+template <class T>
+void broadcast_rows(T* y, const T* bias, std::int64_t rows, std::int64_t cols) {
+  for_each("linear_bias", rows, KOKKOS_LAMBDA(std::int64_t r) {
+    for (std::int64_t j = 0; j < cols; ++j) y[r * cols + j] = bias[j];
+  });
+}
+
 // Number of ids outside [0, limit).
 inline std::int64_t count_out_of_range(const Tensor& ids, std::int64_t limit) {
   const std::int32_t* p = ids.data<std::int32_t>();

@@ -21,10 +21,7 @@ Tensor linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias)
     T* y = out.data<T>();
     A beta = 0;
     if (bias.defined()) {  // y = bias, then y += x W^T inside the GEMM
-      const T* b = bias.data<T>();
-      for_each("linear_bias", M, KOKKOS_LAMBDA(std::int64_t r) {
-        for (std::int64_t j = 0; j < out_f; ++j) y[r * out_f + j] = b[j];
-      });
+      broadcast_rows(y, bias.data<T>(), M, out_f);
       beta = 1;
     }
     gemm::gemm(ExecSpace(), Op::N, Op::T, A(1), mat(x.data<T>(), M, in), mat(weight.data<T>(), out_f, in), beta,

@@ -1,8 +1,8 @@
 // The linear layer over a quantized, frozen weight (autodiff/quantized.hpp).
+#include "autodiff/ops/dequantized_weight.hpp"
 #include "autodiff/ops/kernel.hpp"
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/saved_tensor.hpp"
-#include "autodiff/scratch.hpp"
 #include "autodiff/stats.hpp"
 #include "autodiff/tape.hpp"
 
@@ -12,16 +12,12 @@ using gemm::Op;
 
 namespace {
 
-constexpr const char* kWorkspace = "dequantized_weight";
-
 // y (+)= x W^T, or with `transposed` y (+)= x W (backward's dx = dy W), W
 // dequantized for this one product.
 void product(const Tensor& x, const QuantizedWeight& w, bool transposed, const Tensor& y, bool accumulate) {
-  stats::count_forward("dequantize");
   const std::int64_t M = rows_of(x), out_f = w.shape[0], in = w.shape[1];
   REMAT_DISPATCH_COMPUTE(x.dtype(), T, {
-    const Scratch<T, MemSpace> weight(kWorkspace, std::size_t(w.numel()));
-    dequantize(w, weight.data());
+    const DequantizedWeight<T> weight(w);
     const A beta = accumulate ? 1 : 0;
     if (transposed)
       gemm::gemm(ExecSpace(), Op::N, Op::N, A(1), mat(x.data<T>(), M, out_f), mat(weight.data(), out_f, in), beta,
@@ -40,13 +36,7 @@ Tensor forward(const Tensor& x, const QuantizedWeight& w, const Tensor& bias) {
   Tensor out = Tensor::empty(shape, x.dtype(), "linear");
   out.set_tag("linear");
   if (bias.defined())  // y = bias, then y += x W^T
-    REMAT_DISPATCH_COMPUTE(x.dtype(), T, {
-      T* y = out.data<T>();
-      const T* b = bias.data<T>();
-      for_each("linear_bias", M, KOKKOS_LAMBDA(std::int64_t r) {
-        for (std::int64_t j = 0; j < out_f; ++j) y[r * out_f + j] = b[j];
-      });
-    });
+    REMAT_DISPATCH_COMPUTE(x.dtype(), T, { broadcast_rows(out.data<T>(), bias.data<T>(), M, out_f); });
   product(x, w, false, out, bias.defined());
   return out;
 }

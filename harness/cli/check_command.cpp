@@ -216,7 +216,7 @@ void refuse_combinations(const CheckCommandOptions& o, const Sizes& sizes) {
   if (o.finetune.any() && o.train_steps > 0)
     throw UserError("--freeze or --lora with --train-steps: not together yet");
   if (o.finetune.quantize != QuantFormat::none && (!o.save_golden.empty() || !o.golden.empty()))
-    throw UserError("--quantize with a golden file: not yet (a weight file does not hold quantized weights yet)");
+    throw UserError("--quantize with a golden file: not yet");
   if ((sizes.tp.split() || sizes.ep.split()) &&
       (o.finetune.any() || o.train_steps > 0 || !o.save_golden.empty() || !o.golden.empty()))
     throw UserError(std::string(sizes.ep.split() ? "--ep" : "--tp") +

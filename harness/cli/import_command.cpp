@@ -30,10 +30,7 @@ std::vector<QuantFormat> formats_for(const ModelSetup& setup, const std::vector<
   std::vector<QuantFormat> out;
   for (const auto& s : specs) {
     const bool quantize = std::find(linear.begin(), linear.end(), s.name) != linear.end();
-    if (quantize && numel(s.shape) % kQuantBlock != 0)
-      throw UserError(std::string("--quantize ") + quant_format_name(f) + ": '" + s.name + "' " + to_string(s.shape) +
-                      " has " + std::to_string(numel(s.shape)) + " values, not whole blocks of " +
-                      std::to_string(kQuantBlock));
+    if (quantize) require_whole_blocks(s.name, s.shape, f);
     out.push_back(quantize ? f : QuantFormat::none);
   }
   return out;

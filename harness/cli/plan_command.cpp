@@ -38,7 +38,7 @@ struct PlanOptions {
 // (in a shape-only run too).
 void fine_tuned(const PlanOptions& o, std::unique_ptr<ParamStore>& params, const Model& model, const Batch& batch,
                 const ModelSetup& setup) {
-  if (o.finetune.any() || o.finetune.quantize != QuantFormat::none)
+  if (o.finetune.applies())
     apply_fine_tuning(params, model, batch, o.finetune, o.model.run.seed, setup.sizes.L);
 }
 
@@ -123,7 +123,7 @@ ModelSetup plan_setup(const PlanOptions& o) {
     throw UserError("--tp: plan with --device (the device model's costs are every rank's; timed ones could differ)");
   setup.sizes.tp = {o.model.tp, 0, o.model.sp};
   tp::validate(setup.model, setup.sizes);
-  if (o.finetune.any() || o.finetune.quantize != QuantFormat::none)
+  if (o.finetune.applies())
     throw UserError("--tp with --freeze, --lora or --quantize: not yet");
   return setup;
 }

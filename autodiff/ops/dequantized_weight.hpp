@@ -1,0 +1,28 @@
+#pragma once
+// A quantized weight's values in the compute type T for one product
+// (autodiff/quantized.hpp): a counted scratch buffer ("dequantized_weight"),
+// filled when made and freed when it goes, so a step holds one weight's
+// values at a time. The quantized linear and the grouped expert product
+// multiply by it; each counts as a run of the op "dequantize".
+#include <cstddef>
+
+#include "autodiff/quantized.hpp"
+#include "autodiff/scratch.hpp"
+#include "autodiff/stats.hpp"
+
+namespace remat::ops::detail {
+
+template <class T>
+class DequantizedWeight {
+ public:
+  explicit DequantizedWeight(const QuantizedWeight& q) : buffer_("dequantized_weight", std::size_t(q.numel())) {
+    stats::count_forward("dequantize");
+    dequantize(q, buffer_.data());
+  }
+  T* data() const { return buffer_.data(); }
+
+ private:
+  Scratch<T, MemSpace> buffer_;
+};
+
+}  // namespace remat::ops::detail
