@@ -58,7 +58,7 @@ echo "not hdf5" > bad.h5
 expect_error "not an HDF5 file" "$remat" grads --weights bad.h5 --out r.h5
 head -c 4000 w.h5 > truncated.h5
 expect_error "truncated.h5" "$remat" grads --weights truncated.h5 --out r.h5
-"${PYTHON:-python3}" - <<'PY' || fail "could not prepare the malformed files with h5py"
+py <<'PY' || fail "could not prepare the malformed files with h5py"
 import h5py, shutil
 for name, edit in {
     "missing.h5": lambda f: f["params"].pop("h.0.attn.c_proj.bias"),
@@ -82,7 +82,7 @@ expect_ok "save golden" "$remat" check --preset tiny --strategies full --save-go
 expect_ok "golden" "$remat" check --golden golden.h5 --strategies full,per-layer
 grep -q "golden golden.h5: pass: 2 of 2 strategies within tolerance (loss: relative" out.txt ||
   fail "check --golden ends without a verdict naming the tolerance: $(tail -2 out.txt)"
-"${PYTHON:-python3}" -c "
+py -c "
 import h5py
 with h5py.File('golden.h5', 'r+') as f:
     f['grads/h.1.mlp.c_fc.weight'][0, 0] += 1.0
@@ -168,11 +168,11 @@ expect_ok "time" "$remat" time --preset tiny --strategy per-layer --steps 2
 grep -q "step time: median" out.txt || fail "time does not print the median step time"
 grep -q "resident set: peak" out.txt || fail "time does not print the resident set"
 expect_ok "check --json" "$remat" check --preset tiny --strategies full,per-layer --json
-"${PYTHON:-python3}" -c "import json,sys; d=json.load(open('out.txt')); r=d['strategies']; sys.exit(0 if [x['strategy'] for x in r] == ['full', 'per-layer'] and r[1]['bitwise'] and d['not_bitwise_exact'] == 0 else 1)" \
+py -c "import json,sys; d=json.load(open('out.txt')); r=d['strategies']; sys.exit(0 if [x['strategy'] for x in r] == ['full', 'per-layer'] and r[1]['bitwise'] and d['not_bitwise_exact'] == 0 else 1)" \
   || fail "check --json is not the expected JSON: $(cat out.txt)"
 expect_error "excludes" "$remat" check --preset tiny --json --trace
 expect_ok "time --json" "$remat" time --preset tiny --model llama --strategy full --steps 1 --json
-"${PYTHON:-python3}" -c "import json,sys; d=json.load(open('out.txt')); sys.exit(0 if d['median_s'] > 0 and d['activation_peak_bytes'] > 0 else 1)" \
+py -c "import json,sys; d=json.load(open('out.txt')); sys.exit(0 if d['median_s'] > 0 and d['activation_peak_bytes'] > 0 else 1)" \
   || fail "time --json is not the expected JSON: $(cat out.txt)"
 expect_error "runs one strategy" "$remat" time --preset tiny --strategy all
 expect_error "reversible" "$remat" time --preset tiny --model gpt2 --strategy reversible
@@ -307,7 +307,7 @@ expect_error "holds no LoRA adapters" "$remat" lora-merge --weights llama.h5 --a
 expect_error "needs --lora" "$remat" train --steps 2 --adapters-out r.h5
 
 # Non-finite weights are refused; a non-finite result is an error, not "loss nan".
-"${PYTHON:-python3}" - <<'PY' || fail "could not prepare the non-finite files"
+py <<'PY' || fail "could not prepare the non-finite files"
 import h5py, shutil, numpy as np
 shutil.copy("w.h5", "nan.h5")
 with h5py.File("nan.h5", "r+") as f:

@@ -16,7 +16,6 @@ mpiexec=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
-python=${PYTHON:-python3}
 mpi_ranks "$mpiexec" 2
 
 # 1. The split model's loss and gradients are the whole model's.
@@ -25,7 +24,7 @@ expect_ok "grads, one process" "$remat" grads --weights mixtral.h5 --out one.h5
 expect_ok "grads --ep 2" "${mpi[@]}" "$remat" grads --weights mixtral.h5 --ep 2 --out two.h5
 [ "$(grep -c '^loss' out.txt)" -eq 1 ] || fail "more than one rank printed: $(cat out.txt)"
 grep -q "/grads for 41 parameters" out.txt || fail "grads --ep does not write the whole model's: $(cat out.txt)"
-"$python" - one.h5 two.h5 <<'PY' || fail "grads --ep 2: gradients differ from one process's"
+py one.h5 two.h5 <<'PY' || fail "grads --ep 2: gradients differ from one process's"
 import sys, h5py, numpy as np
 one, two = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
 l1, l2 = float(one["loss"][()]), float(two["loss"][()])
@@ -56,7 +55,7 @@ balanced=(--model mixtral --preset tiny --experts 2 --top-k 2)
   fail "check: $(cat err.txt)"
 OMP_NUM_THREADS=1 "$remat" estimate "${balanced[@]}" --ep 2 --strategies all --json >estimate.json 2>err.txt ||
   fail "estimate: $(cat err.txt)"
-"$python" - check.json estimate.json <<'PY' || fail "measured is not the estimate under --ep 2"
+py check.json estimate.json <<'PY' || fail "measured is not the estimate under --ep 2"
 import json, sys
 check, estimate = (json.load(open(p)) for p in sys.argv[1:])
 measured = {r["strategy"]: r["activation_peak_bytes"] for r in check["strategies"]}
@@ -71,7 +70,7 @@ for strategy in full per-layer selective; do
   sent=$(sed -n 's/^sent \([0-9]*\) bytes to the other ranks$/\1/p' out.txt)
   "$remat" estimate "${balanced[@]}" --ep 2 --strategies "$strategy" --json >estimate.json ||
     fail "estimate --strategies $strategy"
-  predicted=$("$python" -c "import json; print(int(json.load(open('estimate.json'))[0]['comm_bytes']))")
+  predicted=$(py -c "import json; print(int(json.load(open('estimate.json'))[0]['comm_bytes']))")
   [ -n "$sent" ] && [ "$sent" = "$predicted" ] || fail "$strategy: sent ${sent:-nothing said} bytes, the estimate says $predicted"
 done
 
@@ -83,7 +82,7 @@ T=(train --model mixtral --preset tiny --lr 3e-3 --grad-clip 1 --data copy --ste
 expect_ok "train --ep 2" "${mpi[@]}" "$remat" "${T[@]}" --ep 2 --out ep-run.h5
 grep -q "expert-parallel 2" out.txt || fail "train: the layout is not said: $(cat out.txt)"
 follows() {  # follows ONE SPLIT: the split run's 100 losses within 1e-4 of ONE's, its communication as predicted
-  "$python" - "$1" "$2" <<'PY'
+  py "$1" "$2" <<'PY'
 import sys, h5py, numpy as np
 one, two = (h5py.File(p) for p in sys.argv[1:])
 a, b = one["history/loss"][:], two["history/loss"][:]
@@ -116,7 +115,7 @@ for precision in fp32 bf16; do
   mpi_ranks "$mpiexec" 2
   OMP_NUM_THREADS=1 "$remat" estimate "${balanced[@]}" --ep 2 --ranks 2 --shard-params --precision "$precision" \
     --strategies per-layer --json >estimate.json 2>err.txt || fail "estimate: $(cat err.txt)"
-  "$python" - epdp.h5 epzero.h5 estimate.json <<'PY' || fail "$precision: --ep 2 --shard-params is not --ep 2 x data 2, or its estimate"
+  py epdp.h5 epzero.h5 estimate.json <<'PY' || fail "$precision: --ep 2 --shard-params is not --ep 2 x data 2, or its estimate"
 import sys, json, h5py
 a, b = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
 for key in ("loss", "grad_norm", "activation_peak"):

@@ -12,11 +12,10 @@
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 remat=$1
-python=${PYTHON:-python3}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
-runs_in() { "$python" -c "import h5py, sys; print(len(h5py.File(sys.argv[1])['runs']))" "$1"; }
+runs_in() { py -c "import h5py, sys; print(len(h5py.File(sys.argv[1])['runs']))" "$1"; }
 
 cell=(matrix --models gpt2 --preset tiny --layers 1 --strategies full --warmup 0 --steps 1)
 
@@ -25,7 +24,7 @@ for size in 512M 1M 2G 350k 4096; do
   "$remat" "${cell[@]}" --mem-limit $size --out "mem-$size.h5" >out.txt 2>err.txt ||
     fail "--mem-limit $size: $(cat err.txt)"
 done
-"$python" - <<'PY' || fail "--mem-limit 512M was not recorded as 512 MiB"
+py <<'PY' || fail "--mem-limit 512M was not recorded as 512 MiB"
 import h5py
 f = h5py.File("mem-512M.h5")
 (run,) = f["runs"].values()
@@ -37,7 +36,7 @@ expect_error "--mem-limit" "$remat" "${cell[@]}" --mem-limit 12Q --out x.h5
 "$remat" train --preset tiny --steps 2 --out run.h5 >/dev/null 2>err.txt || fail "train: $(cat err.txt)"
 # A run stopped at step 2 of 4 (as a --save-every save leaves it), then
 # its optimizer state lost.
-"$python" -c "
+py -c "
 import h5py
 f = h5py.File('run.h5', 'r+')
 f.attrs['train.steps'] = '4'
@@ -55,26 +54,26 @@ grep -q "out of memory" err.txt && [ "$(grep -vc "^  step " err.txt)" -eq 1 ] ||
 # 4. Adapters whose alpha is not finite are refused, and nothing is written.
 "$remat" export --preset tiny --out base.h5 >/dev/null
 "$remat" train --preset tiny --steps 1 --lora 2 --out lora.h5 >/dev/null 2>err.txt || fail "train --lora: $(cat err.txt)"
-"$python" - <<'PY'
+py <<'PY'
 import h5py
 f = h5py.File("lora.h5", "r+")
 f.attrs["lora"] = f.attrs["lora"].replace("alpha=", "alpha=inf;was=")
 PY
-"$python" -c "import h5py; print(h5py.File('lora.h5').attrs['lora'])" | grep -q "alpha=inf" || fail "could not plant alpha=inf"
+py -c "import h5py; print(h5py.File('lora.h5').attrs['lora'])" | grep -q "alpha=inf" || fail "could not plant alpha=inf"
 expect_error "not a LoRA setting" "$remat" lora-merge --weights base.h5 --adapters lora.h5 --out merged.h5
 [ ! -e merged.h5 ] || fail "lora-merge with alpha inf wrote a file"
 
 # 5. merge refuses a run that lacks a series a report reads.
 "$remat" "${cell[@]}" --out whole.h5 >/dev/null 2>&1 || fail "matrix for merge"
 cp whole.h5 cut.h5
-"$python" -c "
+py -c "
 import h5py
 f = h5py.File('cut.h5', 'r+')
 (run,) = f['runs'].values()
 del run['timeline']"
 expect_error "lacks /timeline/seconds" "$remat" merge cut.h5 --out merged.h5
 cp whole.h5 cut.h5
-"$python" -c "
+py -c "
 import h5py
 f = h5py.File('cut.h5', 'r+')
 (run,) = f['runs'].values()
@@ -119,7 +118,7 @@ touch run2.h5.partial.2147483646.1
 "$remat" export-hf --weights s1.h5 --out hf --max-shard-size 300000 >/dev/null || fail "export-hf into a new folder"
 (cd hf && sha1sum * >../hf.sha)
 cp s2.h5 huge.h5
-"$python" - <<'PY'
+py <<'PY'
 import h5py
 f = h5py.File("huge.h5", "r+")
 d = f["params/wte.weight"]
@@ -139,7 +138,7 @@ ls -d hf.partial.* fresh.partial.* >/dev/null 2>&1 && fail "a refused export lef
 # exactly one of the two exports, never a mix; the next export removes what
 # the killed ones left beside it.
 same_params() {  # same_params A.h5 B.h5: every parameter equal
-  "$python" - "$1" "$2" <<'PY'
+  py "$1" "$2" <<'PY'
 import sys, h5py, numpy as np
 a, b = h5py.File(sys.argv[1])["params"], h5py.File(sys.argv[2])["params"]
 sys.exit(0 if sorted(a) == sorted(b) and all(np.array_equal(a[k][...], b[k][...]) for k in a) else 1)
@@ -233,7 +232,7 @@ grep -c "^step " err.txt | grep -qx 9 || fail "50 overflows: the run went on pas
 # 16. Messages that tell the truth: a key of the wrong type says so; a NaN
 # or infinite number is refused wherever given, used or not.
 rm -rf typed && cp -r sharded typed
-"$python" - <<'PY'
+py <<'PY'
 import json
 c = json.load(open("typed/config.json"))
 c["model_type"] = 7
@@ -247,7 +246,7 @@ expect_error "--dropout: must be a finite number" "$remat" check --preset tiny -
 # 17. A shape-only estimate stays small at any size: its memory grows with
 # the tensors it records, not the tokens it models (mixtral's routing at
 # 2^31 tokens); past ten seconds it says what it is doing.
-"$python" - "$remat" <<'PY' || fail "estimate mixtral-8x7b at S 32768 B 65536 is not small"
+py "$remat" <<'PY' || fail "estimate mixtral-8x7b at S 32768 B 65536 is not small"
 import resource, subprocess, sys
 r = subprocess.run([sys.argv[1], "estimate", "--config", "mixtral-8x7b", "--seq", "32768", "--batch", "65536",
                     "--strategies", "full,per-layer"], capture_output=True, text=True, timeout=600)

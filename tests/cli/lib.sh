@@ -51,15 +51,29 @@ finish() {  # finish NAME: the verdict and the exit code
 }
 # pyrun SCRIPT ARGS...: as "$PYTHON" SCRIPT ARGS..., in one Python process for
 # the whole test (py_worker.py), so torch is imported once, not once a script.
+# The worker's pipes are copied to descriptors of our own: bash closes a
+# coprocess's in every subshell, and $(pyrun ...) or pyrun | grep is one.
 pyrun() {
   if [ -z "${PY_WORKER_PID:-}" ]; then
     py_files=$(mktemp -d)
     coproc PY_WORKER { exec "${PYTHON:-python3}" "$cli_tests/py_worker.py" "$py_files"; }
+    exec {py_to}>&"${PY_WORKER[1]}" {py_from}<&"${PY_WORKER[0]}"
   fi
   local rc
-  printf '%s\0' "$#" "$PWD" "$py_files/out" "$py_files/err" "$@" >&"${PY_WORKER[1]}"
-  read -r rc <&"${PY_WORKER[0]}" || { echo "pyrun: the Python worker died" >&2; return 1; }
+  printf '%s\0' "$#" "$PWD" "$py_files/out" "$py_files/err" "$@" >&"$py_to"
+  read -r rc <&"$py_from" || { echo "pyrun: the Python worker died" >&2; return 1; }
   cat "$py_files/out"
   cat "$py_files/err" >&2
+  return "$rc"
+}
+# py [-c CODE] ARGS...: as "$PYTHON" - ARGS... with the script on stdin (a
+# heredoc), or "$PYTHON" -c CODE ARGS..., in the same shared worker (h5py and
+# numpy imported once: a quarter of a second each time otherwise).
+py() {
+  local script rc
+  script=$(mktemp "${TMPDIR:-/tmp}/remat-py.XXXXXX")
+  if [ "${1:-}" = -c ]; then printf '%s\n' "$2" >"$script"; shift 2; else cat >"$script"; fi
+  pyrun "$script" "$@"; rc=$?
+  rm -f "$script"
   return "$rc"
 }

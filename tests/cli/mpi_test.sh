@@ -14,14 +14,13 @@ mpiexec=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
-python=${PYTHON:-python3}
 mpi_ranks "$mpiexec" 2  # two ranks on however few cores; as root Open MPI wants to be told
 cells=(matrix --preset tiny --models gpt2,llama --strategies full,per-layer,sqrt,selective --steps 1 --warmup 0)
 
 # 1. The MPI matrix: 8 cells, each once, all in rank 0's file.
 "${mpi[@]}" "$remat" "${cells[@]}" --out mpi.h5 >out.txt 2>err.txt || fail "mpirun matrix: $(cat err.txt)"
 grep -q "2 MPI ranks share the 8 runs" out.txt || fail "the MPI matrix does not say how it shares the runs: $(cat out.txt)"
-"$python" - mpi.h5 8 <<'PY' || fail "the MPI matrix's file does not hold each cell once"
+py mpi.h5 8 <<'PY' || fail "the MPI matrix's file does not hold each cell once"
 import sys, h5py
 f = h5py.File(sys.argv[1])
 keys = [f["runs"][r].attrs["key"] for r in f["runs"]]
@@ -29,7 +28,7 @@ assert len(keys) == int(sys.argv[2]) and len(set(keys)) == len(keys), keys
 assert {int(f["runs"][r].attrs["threads"]) for r in f["runs"]} == {1}, "each rank should take its share of 2 cores"
 PY
 "${mpi[@]}" "$remat" "${cells[@]}" --out mpi.h5 --resume >out.txt 2>err.txt || fail "mpirun matrix --resume: $(cat err.txt)"
-"$python" -c "import h5py,sys; assert len(h5py.File('mpi.h5')['runs']) == 8" || fail "--resume under MPI ran cells again"
+py -c "import h5py,sys; assert len(h5py.File('mpi.h5')['runs']) == 8" || fail "--resume under MPI ran cells again"
 
 # 2. Shards of a job array, merged: the same 8 cells.
 "$remat" "${cells[@]}" --shard 0/3 --out p0.h5 >/dev/null 2>&1 || fail "shard 0/3"
@@ -37,7 +36,7 @@ PY
 "$remat" "${cells[@]}" --shard 2/3 --out p2.h5 >/dev/null 2>&1 || fail "shard 2/3"
 "$remat" merge p0.h5 p1.h5 p2.h5 --out all.h5 >out.txt 2>err.txt || fail "merge: $(cat err.txt)"
 grep -q "merged 8 runs from 3 files" out.txt || fail "merge did not join 8 runs: $(cat out.txt)"
-"$python" - all.h5 mpi.h5 <<'PY' || fail "the merged shards do not hold the MPI matrix's cells"
+py all.h5 mpi.h5 <<'PY' || fail "the merged shards do not hold the MPI matrix's cells"
 import sys, h5py
 a, b = (sorted(h5py.File(p)["runs"][r].attrs["key"] for r in h5py.File(p)["runs"]) for p in sys.argv[1:])
 assert a == b, (a, b)
@@ -48,7 +47,7 @@ expect_error "both hold run" "$remat" merge p0.h5 p0.h5 --out dup.h5
 expect_error "already holds a run" "$remat" merge p1.h5 --out all.h5
 "$remat" export --model gpt2 --preset tiny --out w.h5 >/dev/null
 expect_error "not a remat results file" "$remat" merge p0.h5 w.h5 --out x.h5
-"$python" -c "
+py -c "
 import h5py, shutil
 shutil.copy('p1.h5', 'old.h5')
 with h5py.File('old.h5', 'r+') as f: f.attrs['remat_results'] = 1
@@ -61,7 +60,7 @@ expect_error "at least 1" "$remat" "${cells[@]}" --shard 0/0 --out x.h5
 train=(train --model llama --preset tiny --steps 6 --dropout 0.1 --strategy per-layer --lr 3e-3 --weight-decay 0.1)
 "${mpi[@]}" "$remat" "${train[@]}" --out dp.h5 >out.txt 2>err.txt || fail "mpirun train: $(cat err.txt)"
 "$remat" "${train[@]}" --accumulate 2 --out acc.h5 >/dev/null 2>err.txt || fail "train --accumulate 2: $(cat err.txt)"
-"$python" - dp.h5 acc.h5 <<'PY' || fail "2 ranks did not train bitwise as --accumulate 2"
+py dp.h5 acc.h5 <<'PY' || fail "2 ranks did not train bitwise as --accumulate 2"
 import sys, h5py
 dp, acc = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
 assert dp["history/loss"][:].tobytes() == acc["history/loss"][:].tobytes(), "losses differ"
@@ -83,7 +82,7 @@ expect_error "was trained with ranks 2" "$remat" "${train[@]}" --out dp.h5 --res
 fp16=("${train[@]}" --precision fp16 --loss-scale 1099511627776)
 "${mpi[@]}" "$remat" "${fp16[@]}" --out dp16.h5 >out.txt 2>err.txt || fail "mpirun train at fp16: $(cat err.txt)"
 "$remat" "${fp16[@]}" --accumulate 2 --out acc16.h5 >/dev/null 2>err.txt || fail "train at fp16 --accumulate 2: $(cat err.txt)"
-"$python" - dp16.h5 acc16.h5 <<'PY' || fail "2 ranks at fp16 did not train bitwise as --accumulate 2"
+py dp16.h5 acc16.h5 <<'PY' || fail "2 ranks at fp16 did not train bitwise as --accumulate 2"
 import sys, h5py
 dp, acc = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
 for h in ("loss", "loss_scale", "skipped"):
@@ -98,7 +97,7 @@ PY
 moe=(train --model mixtral --preset tiny --steps 2 --strategy per-layer --lr 3e-3)
 "${mpi[@]}" "$remat" "${moe[@]}" --out moe-dp.h5 >/dev/null 2>err.txt || fail "mpirun train mixtral: $(cat err.txt)"
 "$remat" "${moe[@]}" --accumulate 2 --out moe-acc.h5 >/dev/null 2>err.txt || fail "train mixtral --accumulate 2: $(cat err.txt)"
-"$python" - moe-dp.h5 moe-acc.h5 <<'PY' || fail "mixtral on 2 ranks did not train bitwise as --accumulate 2, or communicated other than predicted"
+py moe-dp.h5 moe-acc.h5 <<'PY' || fail "mixtral on 2 ranks did not train bitwise as --accumulate 2, or communicated other than predicted"
 import sys, h5py
 dp, acc = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
 assert dp["history/loss"][:].tobytes() == acc["history/loss"][:].tobytes(), "losses differ"
@@ -119,7 +118,7 @@ for s in full per-layer; do
     fail "mpirun train --shard-params $s: $(cat err.txt)"
   grep -q "per rank (rank 0): parameter shards" out.txt || fail "--shard-params does not report what a rank holds: $(cat out.txt)"
 done
-"$python" - <<'PY' || fail "sharded parameters did not train bitwise as unsharded, or communicated other than predicted"
+py <<'PY' || fail "sharded parameters did not train bitwise as unsharded, or communicated other than predicted"
 import h5py
 for s in ("full", "per-layer"):
     dp, zero = h5py.File(f"dp-{s}.h5"), h5py.File(f"zero-{s}.h5")
@@ -149,7 +148,7 @@ PY
   fail "mpirun train --shard-params sqrt: $(cat err.txt)"
 "$remat" estimate --model gpt2 --preset tiny --layers 3 --ranks 2 --shard-params --strategies full,per-layer,sqrt \
   --json >estimate.json 2>err.txt || fail "estimate --shard-params: $(cat err.txt)"
-"$python" - <<'PY' || fail "remat estimate --shard-params does not predict what a sharded rank held"
+py <<'PY' || fail "remat estimate --shard-params does not predict what a sharded rank held"
 import h5py, json
 for row in json.load(open("estimate.json")):
     f = h5py.File(f"zero-{row['strategy']}.h5")
@@ -174,7 +173,7 @@ for s in full sqrt; do
 done
 OMP_NUM_THREADS=1 "$remat" estimate --model gpt2 --preset tiny --layers 3 --ranks 2 --shard-params --precision bf16 \
   --strategies full,sqrt --json >estimate16.json 2>err.txt || fail "estimate --shard-params bf16: $(cat err.txt)"
-"$python" - <<'PY' || fail "sharded bf16 training differs from unsharded, or from its prediction, or holds a whole 16-bit copy"
+py <<'PY' || fail "sharded bf16 training differs from unsharded, or from its prediction, or holds a whole 16-bit copy"
 import h5py, json
 for row in json.load(open("estimate16.json")):
     s = row["strategy"]
@@ -200,7 +199,7 @@ lora=(train --model llama --preset tiny --steps 3 --lora 4 --lr 3e-3 --strategy 
 "${mpi[@]}" "$remat" "${lora[@]}" --out dp-lora.h5 >/dev/null 2>err.txt || fail "mpirun train --lora: $(cat err.txt)"
 "${mpi[@]}" "$remat" "${lora[@]}" --shard-params --out zero-lora.h5 >/dev/null 2>err.txt ||
   fail "mpirun train --lora --shard-params: $(cat err.txt)"
-"$python" - <<'PY' || fail "sharded LoRA did not train bitwise as unsharded LoRA, or communicated other than predicted"
+py <<'PY' || fail "sharded LoRA did not train bitwise as unsharded LoRA, or communicated other than predicted"
 import h5py
 dp, zero = h5py.File("dp-lora.h5"), h5py.File("zero-lora.h5")
 assert dp["history/loss"][:].tobytes() == zero["history/loss"][:].tobytes(), "losses differ"
@@ -216,7 +215,7 @@ expect_error "run it under mpirun with 2 or more ranks" "$remat" "${zero[@]}" --
 qlora=(train --model llama --preset tiny --steps 3 --lora 4 --quantize nf4 --lr 3e-3 --dropout 0.1 --strategy per-layer)
 "${mpi[@]}" "$remat" "${qlora[@]}" --out dp-qlora.h5 >/dev/null 2>err.txt || fail "mpirun train --quantize: $(cat err.txt)"
 "$remat" "${qlora[@]}" --accumulate 2 --out acc-qlora.h5 >/dev/null 2>err.txt || fail "train --quantize --accumulate 2: $(cat err.txt)"
-"$python" - <<'PY' || fail "QLoRA on 2 ranks did not train bitwise as --accumulate 2, or communicated other than predicted"
+py <<'PY' || fail "QLoRA on 2 ranks did not train bitwise as --accumulate 2, or communicated other than predicted"
 import h5py
 dp, acc = h5py.File("dp-qlora.h5"), h5py.File("acc-qlora.h5")
 assert dp["history/loss"][:].tobytes() == acc["history/loss"][:].tobytes(), "losses differ"
@@ -235,7 +234,7 @@ plan=(train --model gpt2 --preset tiny --layers 6 --steps 2 --accumulate 2 --str
 timeout 120 "${mpi[@]}" "$remat" "${plan[@]}" --out dp-plan.h5 >/dev/null 2>err.txt || fail "mpirun train budget:min: $(cat err.txt)"
 timeout 120 "${mpi[@]}" "$remat" "${plan[@]}" --shard-params --out zero-plan.h5 >/dev/null 2>err.txt ||
   fail "mpirun train budget:min --shard-params (a timeout: the ranks planned differently): $(cat err.txt)"
-"$python" - <<'PY' || fail "a planned schedule under --shard-params differs from unsharded, or from its prediction"
+py <<'PY' || fail "a planned schedule under --shard-params differs from unsharded, or from its prediction"
 import h5py
 dp, zero = h5py.File("dp-plan.h5"), h5py.File("zero-plan.h5")
 for key in ("loss", "grad_norm", "activation_peak"):
@@ -266,14 +265,14 @@ done
 [ -n "$victim" ] && kill -9 "$victim"
 wait "$job"
 [ -n "$victim" ] || fail "could not find rank 1 to kill (the matrix finished first?)"
-"$python" -c "
+py -c "
 import h5py
 f = h5py.File('killed.h5')
 keys = [f['runs'][r].attrs['key'] for r in f['runs']]
 assert 1 <= len(keys) < 12 and len(set(keys)) == len(keys), keys
 " || fail "after a rank died, the file does not hold the runs finished before (each once)"
 "${mpi[@]}" "$remat" "${slow[@]}" --out killed.h5 --resume >/dev/null 2>err.txt || fail "--resume after a dead rank: $(cat err.txt)"
-"$python" -c "
+py -c "
 import h5py
 f = h5py.File('killed.h5')
 keys = [f['runs'][r].attrs['key'] for r in f['runs']]

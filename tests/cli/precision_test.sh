@@ -21,16 +21,16 @@ run=(train --preset small --layers 2 --seq 32 --batch 4 --steps 300 --lr 2e-3 --
 "$remat" "${run[@]}" --out fp32.h5 >fp32.txt 2>&1 || fail "the fp32 run failed: $(tail -3 fp32.txt)"
 "$remat" "${run[@]}" --precision bf16 --out bf16.h5 >bf16.txt 2>&1 || fail "the bf16 run failed: $(tail -3 bf16.txt)"
 grep -q "attention, bf16," bf16.txt || fail "the bf16 run does not say its precision: $(head -1 bf16.txt)"
-last_eval() { "${PYTHON:-python3}" -c "import h5py,sys; print(h5py.File(sys.argv[1],'r')['/history/eval_loss'][-1])" "$1"; }
+last_eval() { py -c "import h5py,sys; print(h5py.File(sys.argv[1],'r')['/history/eval_loss'][-1])" "$1"; }
 a=$(last_eval fp32.h5) b=$(last_eval bf16.h5)
 echo "eval loss after 300 steps: fp32 $a, bf16 $b"
-"${PYTHON:-python3}" -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(b - a) > 0.02 * a)" "$a" "$b" ||
+py -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(b - a) > 0.02 * a)" "$a" "$b" ||
   fail "bf16's eval loss $b is more than 2% from fp32's $a"
 "$remat" "${run[@]}" --precision fp16 --save-every 50 --out fp16.h5 >fp16.txt 2>&1 ||
   fail "the fp16 run failed: $(tail -3 fp16.txt)"
 c=$(last_eval fp16.h5)
 echo "eval loss after 300 steps: fp16 $c"
-"${PYTHON:-python3}" -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(b - a) > 0.02 * a)" "$a" "$c" ||
+py -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(b - a) > 0.02 * a)" "$a" "$c" ||
   fail "fp16's eval loss $c is more than 2% from fp32's $a"
 grep -q "^fp16 loss scale: [0-9]* now, [0-9]* of 300 steps skipped on overflow$" fp16.txt ||
   fail "the fp16 run does not report its loss scale: $(tail -3 fp16.txt)"
@@ -60,7 +60,7 @@ done
 # untouched) and halves the scale, until the gradients fit.
 expect_ok "fp16 from a scale of 2^40" "$remat" train --preset tiny --precision fp16 --loss-scale 1099511627776 \
   --steps 30 --out over.h5
-"${PYTHON:-python3}" - <<'PY' || fail "the fp16 scaler did not back off as GradScaler does"
+py <<'PY' || fail "the fp16 scaler did not back off as GradScaler does"
 import h5py, sys
 f = h5py.File("over.h5", "r")
 scale, skipped = list(f["/history/loss_scale"]), list(f["/history/skipped"])
@@ -86,7 +86,7 @@ done
 # A matrix over both precisions: four runs, each named by its precision, read by the report.
 expect_ok "matrix over fp32 and bf16" "$remat" matrix --preset tiny --strategies full,sqrt --precisions fp32,bf16 \
   --steps 1 --out both.h5
-runs=$("${PYTHON:-python3}" -c "import h5py; print(';'.join(h5py.File('both.h5', 'r')['runs']))")
+runs=$(py -c "import h5py; print(';'.join(h5py.File('both.h5', 'r')['runs']))")
 [ "$runs" = "gpt2 full L2 S16 B2;gpt2 full L2 S16 B2 bf16;gpt2 sqrt L2 S16 B2;gpt2 sqrt L2 S16 B2 bf16" ] ||
   fail "both.h5 holds runs '$runs'"
 "$remat" report both.h5 >report.md 2>err.txt || fail "report of both precisions: $(cat err.txt)"

@@ -19,6 +19,7 @@ the next could read must undo it; torch's default dtype is reset to float32
 before each. A script that sets the environment before torch is imported
 (tests/reference/precision_reference.py) must run on its own.
 """
+import gc
 import os
 import runpy
 import shutil
@@ -57,6 +58,8 @@ def run(cwd, out, err, argv):
             code = exit_.code
             if code is None:
                 code = 0
+            elif isinstance(code, bool):  # sys.exit(a > b), as a python3 process exits
+                code = int(code)
             elif not isinstance(code, int):
                 print(code, file=sys.stderr)
                 code = 1
@@ -69,6 +72,7 @@ def run(cwd, out, err, argv):
             os.dup2(saved[1], 2)
             os.close(saved[0]), os.close(saved[1])
             sys.path.pop(0)
+            gc.collect()  # files the script left open are closed before the shell's next command
     return code
 
 

@@ -19,14 +19,21 @@ same() {  # same A B OBJECT...: every object identical in both files
 base=(train --preset small --layers 2 --seq 32 --batch 4 --steps 60 --dropout 0.1 --eval-every 10
       --warmup 5 --grad-clip 1 --weight-decay 0.1 --save-every 4)
 args=("${base[@]}" --model gpt2 --lr 2e-3)
+begin=$(date +%s%N)
 "$remat" "${args[@]}" --out whole.h5 >/dev/null 2>&1 || fail "the uninterrupted run failed"
+whole_ms=$(( ($(date +%s%N) - begin) / 1000000 ))
 
-# Killed at random moments and resumed until it completes.
+# Killed at random moments and resumed until it completes: each attempt
+# lives a random share of the uninterrupted run's time (the first two 10% to
+# 30%, so that they cannot finish; then 10% to 70%), so that on a fast or a
+# loaded machine alike it is killed a few times, mid-step or mid-save.
 kills=0
 for attempt in $(seq 60); do
   "$remat" "${args[@]}" --out cut.h5 --resume >run.txt 2>&1 &
   pid=$!
-  sleep "0.$(( RANDOM % 9 + 1 ))"
+  share=$(( attempt <= 2 ? 10 + RANDOM % 21 : 10 + RANDOM % 61 ))
+  ms=$(( whole_ms * share / 100 + 1 ))
+  sleep "$((ms / 1000)).$(printf '%03d' $((ms % 1000)))"
   if kill -9 $pid 2>/dev/null; then kills=$((kills + 1)); fi
   wait $pid 2>/dev/null
   grep -q "is complete" run.txt && break

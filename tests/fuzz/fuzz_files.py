@@ -9,6 +9,9 @@ must end in exit 0 with a finite result, or exit 2 with one line on stderr:
 never a signal, a hang, another exit code, or a temporary file left behind.
 
     fuzz_files.py path/to/remat [--cases N] [--seed S] [--timeout SECONDS]
+
+Without --seed, each run draws its seed (printed; REMAT_SAMPLE_SEED=N
+repeats a run), so that runs together cover more mutations than any one.
 """
 import argparse
 import os
@@ -280,9 +283,12 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("remat")
     ap.add_argument("--cases", type=int, default=384)
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seed", type=int, default=None, help="default: REMAT_SAMPLE_SEED, else drawn per run")
     ap.add_argument("--timeout", type=float, default=60)
     a = ap.parse_args()
+    if a.seed is None:
+        a.seed = int(os.environ.get("REMAT_SAMPLE_SEED") or random.SystemRandom().randrange(1 << 30))
+    print(f"fuzz: sample seed {a.seed} (REMAT_SAMPLE_SEED={a.seed} repeats this run)", flush=True)
     remat = os.path.abspath(a.remat)
     work = tempfile.mkdtemp(prefix="remat-fuzz-")
     base = tempfile.mkdtemp(prefix="remat-fuzz-base-")
