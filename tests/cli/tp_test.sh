@@ -44,8 +44,8 @@ for name in one["grads"]:
     assert np.abs(a - b).max() <= 1e-5 * scale, (name, np.abs(a - b).max() / scale)
 PY
     # 2. Every strategy under the split: exact ones bitwise full; planned ones
-    # (from timed costs the ranks agree on) within their budgets.
-    for run in "--dropout 0" "--dropout 0.1" "--precision bf16"; do
+    # (from timed costs the ranks agree on) within their budgets (without dropout at fp32: in 3).
+    for run in "--dropout 0.1" "--precision bf16"; do
       # shellcheck disable=SC2086
       expect_ok "$model check $layout $run" "${mpi[@]}" "$remat" check --model "$model" "${split[@]}" $run \
         --strategies all,budget:min,budget:range:30%
@@ -56,18 +56,20 @@ PY
       expect_ok "$model estimate $layout $preset budgets" "$remat" estimate --model "$model" --preset "$preset" \
         "${split[@]}" --strategies budget:min,budget:range:10%,budget:range:60%,budget:min:offload --device h100-80gb
     done
-    # 3. Each rank's measured activation peak is what `estimate` says, shape-only in one process.
+    # 3. Each rank's measured activation peak is what `estimate` says, shape-only in one process
+    # (on tiny, the check also runs 2's planned strategies, without dropout at fp32).
     for preset in tiny small; do
       sizes=(--model "$model" --preset "$preset" --strategies all)
-      [ "$preset" = small ] && sizes+=(--layers 2 --seq 64)
-      "${mpi[@]}" "$remat" check "${sizes[@]}" "${split[@]}" --json >check.json 2>err.txt ||
-        fail "check: $(cat err.txt)"
+      checked=all,budget:min,budget:range:30%
+      [ "$preset" = small ] && sizes+=(--layers 2 --seq 64) && checked=all
+      "${mpi[@]}" "$remat" check "${sizes[@]/#all/$checked}" "${split[@]}" --json >check.json 2>err.txt ||
+        fail "check $model $preset $layout: $(cat err.txt)"
       "$remat" estimate "${sizes[@]}" "${split[@]}" --json >estimate.json 2>err.txt || fail "estimate: $(cat err.txt)"
       py check.json estimate.json <<'PY' || fail "$model $preset $layout: measured is not the estimate"
 import json, sys
 check, estimate = (json.load(open(p)) for p in sys.argv[1:])
-measured = {r["strategy"]: r["activation_peak_bytes"] for r in check["strategies"]}
 estimated = {r["strategy"]: r["activation_peak_bytes"] for r in estimate}
+measured = {r["strategy"]: r["activation_peak_bytes"] for r in check["strategies"] if r["strategy"] in estimated}
 assert measured == estimated, (measured, estimated)
 assert {r["tp"] for r in estimate} == {2}
 PY
