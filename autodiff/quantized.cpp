@@ -158,6 +158,11 @@ QuantizedWeight quantized_from_bytes(QuantFormat f, const Shape& shape, const st
   return {f, shape, Tensor::from_host(bytes, {total}, kQuantLabel)};
 }
 
+double dequantize_flops(const QuantizedWeight& q) {
+  const double blocks = double(q.numel() / kQuantBlock);
+  return q.format == QuantFormat::int8 ? double(q.numel()) + blocks : 19.0 * blocks;
+}
+
 template <class T>
 void dequantize(const QuantizedWeight& q, T* out) {
   const std::uint8_t* b = q.bytes.data<std::uint8_t>();

@@ -63,6 +63,10 @@ QuantizedWeight quantized_from_bytes(QuantFormat f, const Shape& shape, const st
 // memory). Nothing runs in a shape-only run.
 template <class T>
 void dequantize(const QuantizedWeight& q, T* out);
+// The arithmetic of one dequantization (docs/fine-tuning.md): int8 a
+// multiply a weight and a division a block; nf4 a block's absmax (3) and its
+// 16 values (16), its weights then lookups.
+double dequantize_flops(const QuantizedWeight& q);
 // A dequantized copy as a float32 tensor (export, merging, tests).
 Tensor dequantized(const QuantizedWeight& q, const std::string& label);
 

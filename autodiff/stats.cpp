@@ -56,6 +56,14 @@ void count_communication(double bytes_sent) {
   if (flag()) state().recompute_comm_bytes += bytes_sent;
 }
 
+void count_dequantize(double flops, double seconds) {
+  state().dequantize_flops += flops;
+  state().dequantize_seconds += seconds;
+  if (!flag()) return;
+  state().recompute_dequantize_flops += flops;
+  state().recompute_dequantize_seconds += seconds;
+}
+
 std::vector<GemmCall>*& log_slot() {
   thread_local std::vector<GemmCall>* log = nullptr;
   return log;

@@ -18,6 +18,10 @@ struct Counts {
   // Bytes this rank sent to the others in collectives (tensor parallelism's
   // ops), all and inside recomputation; a shape-only run counts what it would send.
   double comm_bytes = 0, recompute_comm_bytes = 0;
+  // Quantized weights dequantized for their products (autodiff/quantized.hpp):
+  // FLOPs (dequantize_flops) and seconds, all and inside recomputation.
+  double dequantize_flops = 0, recompute_dequantize_flops = 0;
+  double dequantize_seconds = 0, recompute_dequantize_seconds = 0;
 };
 
 void reset();
@@ -41,6 +45,7 @@ const Counts& counts();
 void count_forward(const char* op);
 void count_flops(double flops);
 void count_communication(double bytes_sent);
+void count_dequantize(double flops, double seconds);
 bool recomputing();
 
 // Every product through the GEMM front door while a GemmLogScope is open

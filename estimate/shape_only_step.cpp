@@ -128,7 +128,8 @@ ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::stri
     const double seconds = device ? device->seconds_now() - t0 : 0;
     const double comm_seconds = device ? device->comm_seconds_now() - c0 : 0;
     run.steps.push_back({spec, r.activation_peak, r.offload_peak, r.flops, r.recompute_flops,
-                         r.comm_bytes, r.recompute_comm_bytes, seconds, comm_seconds, {}});
+                         r.comm_bytes, r.recompute_comm_bytes, seconds, comm_seconds, {}, r.dequantize_flops,
+                         r.recompute_dequantize_flops});
     for (const auto& pool : extras.pools) {
       const auto peak = r.pool_peaks.find(pool);
       run.steps.back().pool_peaks[pool] = (peak == r.pool_peaks.end() ? base[pool] : peak->second) - base[pool];

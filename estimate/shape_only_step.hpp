@@ -27,6 +27,7 @@ struct ShapeOnlyStep {
   double modelled_seconds = 0;            // the device model's price of the step (0: no device given)
   double modelled_comm_seconds = 0;       // of which its collectives
   std::map<std::string, std::int64_t> pool_peaks;  // ShapeOnlyExtras::pools: each one's peak minus its live before
+  double dequantize_flops = 0, recompute_dequantize_flops = 0;  // quantized weights' dequantizations (QLoRA)
 };
 
 // What does not depend on the strategy: the model's state.

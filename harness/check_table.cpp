@@ -5,7 +5,8 @@
 namespace remat {
 namespace {
 
-std::vector<Column> check_columns() {
+// Dequantization's columns are in the JSON always, in the text where weights are quantized.
+std::vector<Column> check_columns(bool quantized) {
   const double mib = 1 << 20;
   const auto sci = [](const Cell& c) {
     char buf[32];
@@ -23,6 +24,10 @@ std::vector<Column> check_columns() {
           {"offload_peak_bytes", "offl. MiB", decimals(2, mib)},
           {"recompute_share", "recomp.", percent(1)},
           {"step_seconds", "time s", decimals(3)},
+          {"dequantize_flops", "", nullptr},
+          {"recompute_dequantize_flops", "", nullptr},
+          {"dequantize_seconds", quantized ? "deq. s" : "", decimals(3)},
+          {"recompute_dequantize_seconds", quantized ? "recomp. deq. s" : "", decimals(3)},
           {"exact", "", nullptr}};  // JSON only: whether the strategy is meant to be bitwise full
 }
 
@@ -35,14 +40,20 @@ const char* const kCheckLegend =
 
 CheckSummary check_summary(const CheckReport& report, ops::AttentionKernel attention) {
   CheckSummary out;
-  out.table.columns = check_columns();
+  const bool quantized = report.full.dequantize_flops > 0;
+  out.table.columns = check_columns(quantized);
+  out.legend = kCheckLegend;
+  if (quantized)
+    out.legend += "deq. s: the step's time dequantizing quantized weights for their products (fenced; its FLOPs in "
+                  "--json), and of it recomp. deq. s inside recomputation.\n";
   for (const auto& r : report.rows) {
     const StepResult& s = r.step;
     const bool ok = !r.exact || r.vs_full.bitwise;
     out.failures += ok ? 0 : 1;
     out.table.add({r.strategy, s.loss, r.vs_full.max_abs, r.vs_full.max_rel, r.vs_full.bitwise, s.activation_peak,
                    r.predicted.device, double(s.activation_peak) / double(report.full.activation_peak), s.offload_peak,
-                   s.flops > 0 ? s.recompute_flops / s.flops : 0.0, s.seconds, r.exact});
+                   s.flops > 0 ? s.recompute_flops / s.flops : 0.0, s.seconds, s.dequantize_flops,
+                   s.recompute_dequantize_flops, s.dequantize_seconds, s.recompute_dequantize_seconds, r.exact});
     if (!ok) out.notes.push_back(r.strategy + ": NOT BITWISE EQUAL TO full (an exact strategy)");
     const std::string same = same_as_full(r.strategy, s, report.full, attention);
     if (!same.empty()) out.notes.push_back(r.strategy + " " + same);

@@ -14,6 +14,7 @@ struct CheckSummary {
   Table table;
   std::vector<std::string> notes;  // where a strategy ran as full does ("= full here"), and each failure
   int failures = 0;                // exact strategies that are not bitwise full
+  std::string legend;              // what the text table's columns mean (kCheckLegend, and more where they show)
 };
 
 CheckSummary check_summary(const CheckReport& report, ops::AttentionKernel attention);

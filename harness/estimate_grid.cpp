@@ -140,7 +140,8 @@ EstimatePoint estimate_point(const EstimateRequest& r, const ModelSetup& setup,
     EstimateRow row{step.strategy, step.activation_peak, step.offload_peak,
                     pool_peak(step, ParamShards::kGatheredPool), pool_peak(step, ParamShards::kReducingPool),
                     0, step.flops, step.recompute_flops, step.modelled_seconds, step.comm_bytes,
-                    step.recompute_comm_bytes, step.modelled_comm_seconds, 0};
+                    step.recompute_comm_bytes, step.modelled_comm_seconds, 0, step.dequantize_flops,
+                    step.recompute_dequantize_flops};
     row.total = state + row.activation + row.gathered + row.reducing;
     row.headroom = r.device.name.empty() ? 0 : r.device.usable() - row.total;
     p.rows.push_back(row);

@@ -41,6 +41,7 @@ struct EstimateRow {
   double comm_bytes = 0, recompute_comm_bytes = 0;  // sent to the other ranks (--tp)
   double modelled_comm_seconds = 0;                 // of modelled_seconds, the collectives' (a device given)
   std::int64_t headroom = 0;  // the device's usable memory less the total (a device given)
+  double dequantize_flops = 0, recompute_dequantize_flops = 0;  // quantized weights' dequantizations (QLoRA)
 };
 
 struct EstimatePoint {

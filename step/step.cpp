@@ -178,6 +178,10 @@ StepResult run_step(const Model& model, const ParamStore& params, const Batch& b
     r.recompute_flops = stats::counts().recompute_flops;
     r.comm_bytes = stats::counts().comm_bytes;
     r.recompute_comm_bytes = stats::counts().recompute_comm_bytes;
+    r.dequantize_flops = stats::counts().dequantize_flops;
+    r.recompute_dequantize_flops = stats::counts().recompute_dequantize_flops;
+    r.dequantize_seconds = stats::counts().dequantize_seconds;
+    r.recompute_dequantize_seconds = stats::counts().recompute_dequantize_seconds;
     r.forward_ops = stats::counts().forward;
     r.recomputed_ops = stats::counts().recomputed;
     for (const auto& [name, figures] : tracker.all_stats()) r.pool_peaks[name] = figures.peak;

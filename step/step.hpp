@@ -72,6 +72,9 @@ struct StepResult {
   double loss_scale = 1;               // what backward was seeded with
   double flops = 0, recompute_flops = 0;            // GEMM FLOPs
   double comm_bytes = 0, recompute_comm_bytes = 0;  // sent to other ranks (stats::Counts)
+  // Dequantizing quantized weights (QLoRA), all and inside recomputation.
+  double dequantize_flops = 0, recompute_dequantize_flops = 0;
+  double dequantize_seconds = 0, recompute_dequantize_seconds = 0;
   std::map<std::string, std::int64_t> forward_ops;  // op -> forward runs
   std::map<std::string, std::int64_t> recomputed_ops;  // of those, run again inside recomputation
   std::map<std::string, std::int64_t> pool_peaks;      // every tracker pool's peak during the step (live bytes)

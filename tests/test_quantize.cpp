@@ -169,9 +169,33 @@ TEST_CASE("under nf4 and int8 every strategy is bitwise full, dequantizing again
         // Every recomputed product over a quantized weight dequantized it again.
         if (linear != r.recomputed_ops.end() && linear->second > 0 && spec != "selective")
           CHECK((again != r.recomputed_ops.end() && again->second > 0));
+        // Dequantization's FLOPs and time beside recomputation's: what a
+        // strategy dequantizes beyond full's is exactly its recomputation's.
+        CHECK(r.dequantize_flops - r.recompute_dequantize_flops == reference.dequantize_flops);
+        CHECK((r.recompute_dequantize_flops > 0) == (again != r.recomputed_ops.end() && again->second > 0));
+        CHECK((r.recompute_dequantize_seconds > 0) == (r.recompute_dequantize_flops > 0));
+        CHECK(r.dequantize_seconds >= r.recompute_dequantize_seconds);
       }
+      // full recomputes nothing; dequantizing is counted whatever the strategy.
+      CHECK(reference.dequantize_flops > 0);
+      CHECK(reference.dequantize_seconds > 0);
+      CHECK(reference.recompute_dequantize_flops == 0);
     }
   }
+}
+
+TEST_CASE("a dequantization's FLOPs: int8 a multiply a weight and a division a block, nf4 19 a block",
+          "[quantize]") {
+  Tensor w = Tensor::from_host(std::vector<float>(128 * 64, 0.5f), {128, 64}, "w");
+  const std::int64_t blocks = 128 * 64 / kQuantBlock;
+  CHECK(dequantize_flops(quantize(w, QuantFormat::int8)) == double(128 * 64 + blocks));
+  CHECK(dequantize_flops(quantize(w, QuantFormat::nf4)) == double(19 * blocks));
+  // A dense model dequantizes nothing.
+  test::TinyModel s = test::tiny_model("gpt2", 2, 1, 0.0);
+  auto full = make_strategy("full");
+  const StepResult r = run_step(*s.model, *s.params, s.batch, {full.get(), 1, 0});
+  CHECK(r.dequantize_flops == 0);
+  CHECK(r.dequantize_seconds == 0);
 }
 
 TEST_CASE("no dequantized copy of the model: one weight's workspace at a time", "[quantize][memory]") {

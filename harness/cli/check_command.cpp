@@ -126,7 +126,7 @@ CheckInputs load_inputs(const CheckCommandOptions& o) {
 void print_rows(const CheckSummary& summary) {
   std::printf("\n%s", render_text(summary.table).c_str());
   for (const auto& note : summary.notes) std::printf("  %s\n", note.c_str());
-  std::printf("\n%s", kCheckLegend);
+  std::printf("\n%s", summary.legend.c_str());
 }
 
 // Reversible strategies' reconstruction errors, and traces where asked.

@@ -243,6 +243,10 @@ void write_measures(const h5::File& f, const std::string& g, const RunRecord& r)
   R::offload_wait_seconds.write(f, g, st.offload_wait_seconds);
   R::gemm_flops.write(f, g, st.flops);
   R::recompute_share.write(f, g, st.flops > 0 ? st.recompute_flops / st.flops : 0);
+  R::dequantize_flops.write(f, g, st.dequantize_flops);
+  R::recompute_dequantize_flops.write(f, g, st.recompute_dequantize_flops);
+  R::dequantize_seconds.write(f, g, st.dequantize_seconds);
+  R::recompute_dequantize_seconds.write(f, g, st.recompute_dequantize_seconds);
   R::grad_max_abs.write(f, g, r.check.vs_full.max_abs);
   R::grad_max_rel.write(f, g, r.check.vs_full.max_rel);
   R::bitwise.write(f, g, r.check.vs_full.bitwise ? 1 : 0);

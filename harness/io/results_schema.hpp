@@ -79,6 +79,11 @@
     "behind compute")                                                                                                 \
   X(gemm_flops, "gemm_flops", double, "FLOP", "GEMM FLOPs of the measured step, recomputation included")             \
   X(recompute_share, "recompute_flops_share", double, "", "share of those spent recomputing")                        \
+  X(dequantize_flops, "dequantize_flops", double, "FLOP",                                                             \
+    "the measured step's dequantizations of quantized weights (`--quantize`; 0 without), recomputation's included")  \
+  X(recompute_dequantize_flops, "recompute_dequantize_flops", double, "FLOP", "of those, inside recomputation")      \
+  X(dequantize_seconds, "dequantize_seconds", double, "s", "the measured step's time dequantizing (fenced)")          \
+  X(recompute_dequantize_seconds, "recompute_dequantize_seconds", double, "s", "of it, inside recomputation")        \
   X(grad_max_abs, "grad_max_abs_error", double, "", "largest gradient error against `full` on the same weights and " \
     "batch")                                                                                                          \
   X(grad_max_rel, "grad_max_rel_error", double, "",                                                                   \
