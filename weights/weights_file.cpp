@@ -168,8 +168,10 @@ Batch read_batch(const h5::File& f, ModelSetup& setup, bool has_b, bool has_s) {
 }
 
 // The one writer of the docs/models.md layout: any of parameters, batch, result.
+// With `loss`, the gradients too: every parameter's (a frozen one's zeros:
+// a golden file holds them all), or with `trainable_only` the trainable ones'.
 void write_model_file(const std::string& path, const ModelSetup& setup, const ParamStore& params, bool with_params,
-                      const Batch* batch, const double* loss) {
+                      const Batch* batch, const double* loss, bool trainable_only = false) {
   namespace D = weights_file::data;
   h5::File f = h5::File::create(path);
   write_setup(f, setup, "/");
@@ -181,6 +183,7 @@ void write_model_file(const std::string& path, const ModelSetup& setup, const Pa
   if (loss) {
     h5::write(f, D::loss.path(""), std::vector<double>{*loss}, Shape{});
     for (std::size_t i = 0; i < params.names().size(); ++i) {
+      if (trainable_only && !params.trainable(i)) continue;
       const Shape& shape = params.specs()[i].shape;  // a quantized parameter's tensor holds its bytes
       const Tensor g = params.tensors()[i].grad();
       h5::write(f, "/" + D::grad.at(params.names()[i]),
@@ -212,7 +215,7 @@ void write_weights(const std::string& path, const ModelSetup& setup, const Param
 }
 
 void write_gradients(const std::string& path, const ModelSetup& setup, const ParamStore& params, double loss) {
-  write_model_file(path, setup, params, false, nullptr, &loss);
+  write_model_file(path, setup, params, false, nullptr, &loss, /*trainable_only=*/true);
 }
 
 void write_golden(const std::string& path, const ModelSetup& setup, const ParamStore& params, const Batch& batch,

@@ -61,7 +61,8 @@ ModelSetup read_weights_setup(const std::string& path);
 // ".lora_B" (finetune/adapters_file.hpp writes them beside a model's).
 bool is_adapter_name(const std::string& name);
 
-// Writes /loss and /grads/<name> (and the setup's attributes).
+// Writes /loss and /grads/<name> of every trainable parameter (a frozen or
+// quantized one has no gradient), and the setup's attributes.
 void write_gradients(const std::string& path, const ModelSetup& setup, const ParamStore& params, double loss);
 
 // A golden file: weights, batch, loss and gradients in one file.

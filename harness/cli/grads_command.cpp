@@ -27,17 +27,15 @@ struct GradsOptions {
   double router_aux = 0.01;
   int tp = 1, ep = 1;
   bool sp = false;
+  FineTuning finetune;  // --freeze, --lora, --quantize: the gradients of what trains
   bool force = false;
 };
 
 void run_grads(const GradsOptions& o) {
   if (!o.out.empty()) check_output(o.out, FileKind::gradients, {o.weights, batch_source_file(o.data)}, o.force);
   LoadedWeights w = load_weights(o.weights, o.force);
-  for (const auto& name : w.params->names())
-    if (const QuantizedWeight* q = w.params->quantized(name))
-      throw UserError(o.weights + ": '" + name + "' is quantized (" + quant_format_name(q->format) +
-                      "): remat grads writes every parameter's gradient, and a quantized weight has none (fine-tune "
-                      "it: check or train with --lora)");
+  if ((o.tp > 1 || o.ep > 1) && (o.finetune.applies() || w.params->any_quantized()))
+    throw UserError(std::string(o.ep > 1 ? "--ep" : "--tp") + " with --freeze, --lora or quantized weights: not yet");
   w.setup.sizes.router_aux = o.router_aux;  // a training setting, not in the file
   split_over_ranks(o.tp, o.sp, o.ep, w.setup, w.params);
   w.model = models().find(w.setup.model).make(w.setup.sizes);
@@ -53,6 +51,7 @@ void run_grads(const GradsOptions& o) {
                 static_cast<unsigned long long>(o.run.seed));
     w.batch = random_batch(z.B, z.S, z.V, o.run.seed);
   }
+  fine_tune(w.params, *w.model, *w.batch, o.finetune, o.run.seed, z.L);
   auto strategy = make_strategy(specs[0]);
   // At 16 bits the gradients written are the float32 masters' (docs/precision.md),
   // unscaled at fp16.
@@ -63,7 +62,8 @@ void run_grads(const GradsOptions& o) {
   const std::int64_t sent = comm::stats().bytes_sent - before.bytes_sent;
   require_finite_result(loss, *w.params);
   const bool split = z.tp.split() || z.ep.split();
-  std::size_t written = w.params->names().size();
+  std::size_t written = 0;
+  for (std::size_t i = 0; i < w.params->names().size(); ++i) written += w.params->trainable(i) ? 1 : 0;
   if (split) {  // the whole model's gradients, from every rank's parts
     const auto whole = whole_store(w.setup, *w.params, /*with_gradients=*/true);
     written = whole->names().size();
@@ -90,6 +90,8 @@ void setup_grads(CLI::App& app) {
   add_tp_options(*cmd, o->tp, o->sp);
   add_ep_option(*cmd, o->ep);
   cmd->add_option("--data", o->data, "Batch source instead of the file's batch (see `remat check --help`)");
+  add_fine_tuning_options(*cmd, o->finetune);
+  quantized_precision_default(*cmd, o->finetune.quantize, o->run.precision);
   cmd->add_option("--strategy", o->strategy, "Activation-memory strategy (see `remat strategies`)")
       ->capture_default_str();
   cmd->add_flag("--force", o->force, "Replace an existing file of another kind; skip the memory check");

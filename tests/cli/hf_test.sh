@@ -189,7 +189,15 @@ ok "merge onto quantized" "$remat" lora-merge --weights q-llama.h5 --adapters qa
 grep -q "quantized weights dequantized to float32" out.txt || fail "lora-merge does not say it dequantized: $(cat out.txt)"
 ok "merged is plain" "$remat" check --weights qmerged.h5 --strategies full
 refused "cannot train" "$remat" train --weights q-llama.h5 --steps 2 --out out.h5
-refused "a quantized weight has none" "$remat" grads --weights q-llama.h5 --out out.h5
+refused "is quantized (nf4) and cannot train" "$remat" grads --weights q-llama.h5 --out out.h5
+# grads of a QLoRA step: the adapters' gradients alone.
+ok "grads on quantized" "$remat" grads --weights q-llama.h5 --lora 2 --out qgrads.h5
+py qgrads.h5 <<'PY' || fail "grads --lora on a quantized base does not hold the adapters' gradients alone"
+import sys, h5py, numpy as np
+g = h5py.File(sys.argv[1])["grads"]
+assert len(g) > 0 and all(".lora_" in n for n in g), list(g)
+assert any(np.abs(g[n][:]).max() > 0 for n in g)
+PY
 refused "nothing is frozen" "$remat" check --model llama --quantize nf4
 refused "--quantize" "$remat" import hf --quantize nf3 --out out.h5
 cat > damage.py <<'PY'
