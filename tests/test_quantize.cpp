@@ -173,13 +173,14 @@ TEST_CASE("under nf4 and int8 every strategy is bitwise full, dequantizing again
         // strategy dequantizes beyond full's is exactly its recomputation's.
         CHECK(r.dequantize_flops - r.recompute_dequantize_flops == reference.dequantize_flops);
         CHECK((r.recompute_dequantize_flops > 0) == (again != r.recomputed_ops.end() && again->second > 0));
-        CHECK((r.recompute_dequantize_seconds > 0) == (r.recompute_dequantize_flops > 0));
+        // (Seconds are the clock's: only what holds whatever its resolution.)
+        CHECK((r.recompute_dequantize_flops > 0 || r.recompute_dequantize_seconds == 0));
         CHECK(r.dequantize_seconds >= r.recompute_dequantize_seconds);
       }
       // full recomputes nothing; dequantizing is counted whatever the strategy.
       CHECK(reference.dequantize_flops > 0);
-      CHECK(reference.dequantize_seconds > 0);
       CHECK(reference.recompute_dequantize_flops == 0);
+      CHECK(reference.recompute_dequantize_seconds == 0);
     }
   }
 }

@@ -3,7 +3,7 @@
 # A check that fails is counted and the script goes on, so one run lists
 # every failure; `finish NAME` ends the script with the verdict.
 failures=0
-cli_tests=$(cd "$(dirname "$0")" && pwd)  # this folder, wherever the script was started from (before its cd)
+cli_tests=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)  # this folder, whoever sources it, from wherever (before its cd)
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 expect_ok() {  # expect_ok "what" cmd...: exit 0
   local what=$1; shift

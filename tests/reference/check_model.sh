@@ -16,7 +16,6 @@ remat=$1 preset=$3 precision=${4:-fp32}
 IFS=, read -r -a models <<<"$2"
 here=$(cd "$(dirname "$0")" && pwd)
 source "$here/../cli/lib.sh"
-cli_tests="$here/../cli"  # lib.sh's worker lives there
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
