@@ -10,10 +10,6 @@
 #include <Kokkos_Core.hpp>
 #include <cstdint>
 #include <cstring>
-#if defined(__F16C__) && !defined(__CUDACC__)
-#include <immintrin.h>
-#define REMAT_F16C 1
-#endif
 
 #include "autodiff/bfloat16.hpp"
 
@@ -38,17 +34,41 @@ struct f16 {
     return widen_branchless(h);
 #endif
   }
-  // Rounding uses the host's F16C instruction where the build targets it,
-  // else the portable code below. Infinities and NaNs take the portable
-  // path: the instruction would raise the invalid-operation flag on a
-  // signalling NaN (a trap where traps are on, as in the tests).
+  // Rounding on the host is branch-free too, so that a loop of stores
+  // vectorises (a scalar F16C instruction per element, or a branch, keeps it
+  // one element at a time: a tenth of an fp16 step at small widths); on a
+  // device, the portable code below. The two agree bit for bit
+  // (tests/test_precision.cpp).
   KOKKOS_INLINE_FUNCTION static std::uint16_t round(float f) {
-#ifdef REMAT_F16C
+#ifdef __CUDA_ARCH__
+    return round_portable(f);
+#else
+    return round_branchless(f);
+#endif
+  }
+
+  // Every case computed, the right one selected. A normal result: the
+  // exponent rebased and 13 mantissa bits rounded off, to even (adding
+  // 0xfff plus the kept last bit carries exactly when the rest is over half,
+  // or half with an odd last bit; a carry into the exponent is the next
+  // binade's correct value). A subnormal result (below 2^-14): one float
+  // addition of 0.5, whose unit in the last place is 2^-24, float16's least
+  // subnormal, so the sum's low bits are the float16 rounded to nearest even
+  // by the addition itself. The addition sees only subnormal-range operands
+  // (others are replaced by 0 first), so no input raises an IEEE flag beyond
+  // inexact.
+  KOKKOS_INLINE_FUNCTION static std::uint16_t round_branchless(float f) {
     std::uint32_t b;
     std::memcpy(&b, &f, sizeof b);
-    if ((b & 0x7f800000u) != 0x7f800000u) return std::uint16_t(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
-#endif
-    return round_portable(f);
+    const std::uint32_t sign = (b >> 16) & 0x8000u, ax = b & 0x7fffffffu;
+    const std::uint32_t normal = ((ax + 0xfffu + ((ax >> 13) & 1u)) >> 13) - (112u << 10);
+    const bool tiny = ax < 0x38800000u;
+    float sum = from_bits(tiny ? ax : 0u) + 0.5f;
+    std::uint32_t sum_bits;
+    std::memcpy(&sum_bits, &sum, sizeof sum_bits);
+    const std::uint32_t subnormal = sum_bits - 0x3f000000u;
+    const std::uint32_t h = ax > 0x7f800000u ? 0x7e00u : ax >= 0x477ff000u ? 0x7c00u : tiny ? subnormal : normal;
+    return std::uint16_t(sign | h);
   }
 
   // The exponent and mantissa bits moved to a float's place are the value

@@ -61,9 +61,10 @@ TEST_CASE("float16 rounds to nearest even, keeps subnormals, overflows to infini
     const float x = f16::widen(std::uint16_t(h));
     REQUIRE(f16::round(x) == h);
   }
-  // The conversions a build uses (branch-free widening, F16C rounding where the CPU has it) are
-  // the portable ones, bit for bit:
-  // every float16, and floats of every exponent and sign at a stride through their mantissas.
+  // The conversions a host build uses (branch-free widening and rounding) are the portable
+  // ones, bit for bit: every float16; floats of every exponent and sign at a stride through
+  // their mantissas; and every float whose rounding is a tie or one below or above it (the 13
+  // bits rounded off 0x0fff, 0x1000 or 0x1001, the other 19 bits all of theirs).
   std::int64_t first_wide = -1, first_round = -1;
   for (std::uint32_t h = 0; h < 0x10000u && first_wide < 0; ++h) {
     const float a = f16::widen(std::uint16_t(h)), b = f16::widen_portable(std::uint16_t(h));
@@ -75,6 +76,13 @@ TEST_CASE("float16 rounds to nearest even, keeps subnormals, overflows to infini
     std::memcpy(&x, &bits, sizeof x);
     if (f16::round(x) != f16::round_portable(x)) first_round = bits;
   }
+  for (std::uint32_t top = 0; top < (1u << 19) && first_round < 0; ++top)
+    for (const std::uint32_t low : {0x0fffu, 0x1000u, 0x1001u}) {
+      float x;
+      const std::uint32_t bits = top << 13 | low;
+      std::memcpy(&x, &bits, sizeof x);
+      if (f16::round_branchless(x) != f16::round_portable(x)) first_round = bits;
+    }
   CHECK(first_wide == -1);   // the first float16 whose widening differs
   CHECK(first_round == -1);  // the bits of the first float whose rounding differs
 #if defined(__FLT16_MAX__) && !defined(__CUDACC__)
