@@ -8,8 +8,8 @@ written (`build/remat` is the built binary; of the README only "Using it"),
 made quick: where a command runs a model at a preset other than `tiny` and
 sets no --seq, --batch or --layers, it gets `--seq 32`, `--batch 2` and
 (unless it freezes layers or sets a budget) `--layers 4`; `matrix` and `time` get
-`--steps 1 --warmup 0` unless they say otherwise; `--steps N` above 20
-becomes 20. Every flag, file name and order of steps is the page's
+`--steps 1 --warmup 0` unless they say otherwise; `--steps N` and
+`--warmup N` above 10 become 10. Every flag, file name and order of steps is the page's
 own, so a command that reuses a file name for another kind of file, or needs
 a step the page leaves out, fails here.
 
@@ -114,7 +114,7 @@ def quick(command):
             command += " --warmup 0"
     if words[0] == "mpirun":  # more ranks than cores here, and CI runs as root (as the README says)
         command = command.replace("mpirun", mpiexec + " --oversubscribe" + (" --allow-run-as-root" if os.geteuid() == 0 else ""), 1)
-    return re.sub(r"--steps (\d+)", lambda m: f"--steps {min(int(m.group(1)), 20)}", command)
+    return re.sub(r"--(steps|warmup) (\d+)", lambda m: f"--{m.group(1)} {min(int(m.group(2)), 10)}", command)
 
 
 def bring(work):
