@@ -3,8 +3,10 @@
 //   x = wte[tokens] + wpe[0..S)
 //   for i: a = LN_i(x);  x = x + Attn_i(a) + MLP_i(a)
 //   logits = LN_f(x) @ wte^T
-// Attn and MLP as in gpt2 (zoo/gpt_layers.hpp). Added by following
-// docs/adding-a-model.md.
+// Attn and MLP as in gpt2 (zoo/gpt_layers.hpp), split alike by tensor
+// parallelism: each branch's row-parallel output is summed over the ranks
+// on its own (under sequence parallelism each gathers the LayerNorm's
+// output for itself). Added by following docs/adding-a-model.md.
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/region.hpp"
 #include "zoo/common.hpp"
@@ -21,12 +23,13 @@ class Parallel final : public Model {
   std::vector<ParamSpec> params() const override {
     const std::int64_t D = sizes_.D;
     std::vector<ParamSpec> p;
-    gpt::append_embeddings(p, sizes_.V, D, sizes_.S_max);
+    const RankGroup& group = sizes_.tp;
+    gpt::append_embeddings(p, sizes_.V, D, sizes_.S_max, group);
     for (int i = 0; i < sizes_.L; ++i) {
       const std::string h = block_name(i) + ".";
       append_layer_norm(p, h + "ln", D);
-      gpt::append_attention(p, h + "attn", D);
-      gpt::append_mlp(p, h + "mlp", D);
+      gpt::append_attention(p, h + "attn", D, group);
+      gpt::append_mlp(p, h + "mlp", D, group);
     }
     append_layer_norm(p, "ln_f", D);
     return p;
@@ -34,10 +37,10 @@ class Parallel final : public Model {
 
   Tensor logits(const ParamStore& p, const Batch& batch) const override {
     const Tensor& tokens = batch.tokens;
-    Tensor x = gpt::embeddings(p, tokens, sizes_.dropout);
+    Tensor x = gpt::embeddings(p, tokens, sizes_.dropout, sizes_.tp);
     for (int i = 0; i < sizes_.L; ++i)
       x = run_block({i, sizes_.L, block_name(i)}, x, [this, &p, i](const Tensor& x) { return block(p, i, x); });
-    return gpt::tied_head(p, x);
+    return gpt::tied_head(p, x, sizes_.tp);
   }
 
  private:
@@ -45,9 +48,9 @@ class Parallel final : public Model {
 
   Tensor block(const ParamStore& p, int i, const Tensor& x) const {
     const std::string h = block_name(i) + ".";
-    const Tensor a = ops::layer_norm(x, p[h + "ln.weight"], p[h + "ln.bias"], 1e-5);
-    const Tensor attn = gpt::attention(p, h + "attn", a, sizes_.H, sizes_.dropout);
-    return ops::add(ops::add(x, attn), gpt::mlp(p, h + "mlp", a, sizes_.dropout));
+    const Tensor a = gpt::layer_norm(p, h + "ln", x, sizes_.tp);
+    const Tensor attn = gpt::attention(p, h + "attn", a, sizes_.H, sizes_.dropout, true, sizes_.tp);
+    return ops::add(ops::add(x, attn), gpt::mlp(p, h + "mlp", a, sizes_.dropout, sizes_.tp));
   }
 };
 
@@ -55,7 +58,7 @@ class Parallel final : public Model {
 
 void register_parallel(ModelRegistry& r) {
   r.add({"parallel", "GPT-J/NeoX-style decoder: attention and MLP in parallel on one LayerNorm, tied head", false,
-         [](const Sizes& s) { return std::make_unique<Parallel>(s); }});
+         [](const Sizes& s) { return std::make_unique<Parallel>(s); }, {}, /*tensor_parallel=*/true});
 }
 
 }  // namespace remat

@@ -20,11 +20,13 @@ mpi_ranks "$mpiexec" 4
 mpi4=("${mpi[@]}")
 mpi_ranks "$mpiexec" 2
 
-for model in gpt2 llama mixtral encdec; do
+for model in gpt2 llama mixtral encdec parallel; do
   "$remat" export --model "$model" --preset tiny --out "$model.h5" >/dev/null 2>err.txt || fail "export: $(cat err.txt)"
   expect_ok "$model grads, one process" "$remat" grads --weights "$model.h5" --out one.h5
   layouts=("--tp 2" "--tp 2 --sp")
   [ "$model" = mixtral ] && layouts=("--tp 2")  # its router is not split over the sequence
+  # gpt2's branches side by side, on one LayerNorm: each gathers its input and sums its output.
+  [ "$model" = parallel ] && layouts=("--tp 2 --sp")
   for layout in "${layouts[@]}"; do
     # shellcheck disable=SC2206  # the layout's words, as a user types them
     split=($layout)
