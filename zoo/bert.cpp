@@ -3,10 +3,16 @@
 //   x = LN_e(word[tokens] + pos[0..S))
 //   for i: h = LN1_i(x + Attn_i(x));  x = LN2_i(h + MLP_i(h))
 //   logits = x @ cls.weight^T + cls.bias
+// Split by tensor parallelism as gpt2 (zoo/tensor_parallel.hpp): query, key,
+// value and the first MLP projection column-parallel (whole heads on each
+// rank), the output projections row-parallel, the word table and the head
+// (its bias with it) over the vocabulary; the post-LayerNorms run where the
+// residual stream is (the sequence's part under --sp).
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/region.hpp"
 #include "zoo/common.hpp"
 #include "zoo/model.hpp"
+#include "zoo/tensor_parallel.hpp"
 
 namespace remat {
 namespace {
@@ -19,47 +25,59 @@ class Bert final : public Model {
 
   std::vector<ParamSpec> params() const override {
     const std::int64_t V = sizes_.V, D = sizes_.D, Smax = sizes_.S_max;
-    std::vector<ParamSpec> p = {{"embeddings.word_embeddings.weight", {V, D}},
-                                {"embeddings.position_embeddings.weight", {Smax, D}}};
+    const RankGroup& g = sizes_.tp;
+    std::vector<ParamSpec> p;
+    tp::append_vocabulary(p, "embeddings.word_embeddings.weight", V, D, g);
+    p.push_back({"embeddings.position_embeddings.weight", {Smax, D}});
     append_layer_norm(p, "embeddings.LayerNorm", D);
     for (int i = 0; i < sizes_.L; ++i) {
       const std::string l = block_name(i) + ".";
-      for (const char* proj : {"query", "key", "value"}) append_linear(p, l + "attention.self." + proj, D, D);
-      append_linear(p, l + "attention.output.dense", D, D, Init::residual_out);
+      for (const char* proj : {"query", "key", "value"}) tp::append_column(p, l + "attention.self." + proj, D, D, g);
+      tp::append_row(p, l + "attention.output.dense", D, D, g);
       append_layer_norm(p, l + "attention.output.LayerNorm", D);
-      append_linear(p, l + "intermediate.dense", 4 * D, D);
-      append_linear(p, l + "output.dense", D, 4 * D, Init::residual_out);
+      tp::append_column(p, l + "intermediate.dense", 4 * D, D, g);
+      tp::append_row(p, l + "output.dense", D, 4 * D, g);
       append_layer_norm(p, l + "output.LayerNorm", D);
     }
-    append_linear(p, "cls", V, D);
+    tp::append_column(p, "cls", V, D, g);
     return p;
   }
 
   Tensor logits(const ParamStore& p, const Batch& batch) const override {
     const Tensor& tokens = batch.tokens;
-    Tensor x = ops::add(ops::embedding(p["embeddings.word_embeddings.weight"], tokens),
-                        ops::embedding(p["embeddings.position_embeddings.weight"], positions(tokens)));
-    x = ops::dropout(ops::layer_norm(x, p["embeddings.LayerNorm.weight"], p["embeddings.LayerNorm.bias"], kEps),
-                     sizes_.dropout);
+    const RankGroup& g = sizes_.tp;
+    const std::string e = "embeddings.";
+    Tensor x = ops::add(tp::embedding(p, e + "word_embeddings.weight", tokens, g),
+                        ops::embedding(tp::shared(p, e + "position_embeddings.weight", g), tp::positions(tokens, g)));
+    x = tp::dropout(norm(p, e + "LayerNorm", x), sizes_.dropout, g);
     for (int i = 0; i < sizes_.L; ++i)
       x = run_block({i, sizes_.L, block_name(i)}, x, [this, &p, i](const Tensor& x) { return block(p, i, x); });
-    return linear(p, "cls", x);
+    return linear(p, "cls", tp::enter(x, g));
   }
 
  private:
   static std::string block_name(int i) { return "encoder.layer." + std::to_string(i); }
 
+  Tensor norm(const ParamStore& p, const std::string& prefix, const Tensor& x) const {
+    const RankGroup& g = sizes_.tp;
+    return ops::layer_norm(x, tp::shared(p, prefix + ".weight", g), tp::shared(p, prefix + ".bias", g), kEps);
+  }
+
   Tensor block(const ParamStore& p, int i, const Tensor& x) const {
     const std::string l = block_name(i) + ".", a = l + "attention.";
     const double drop = sizes_.dropout;
+    const RankGroup& g = sizes_.tp;
+    const Tensor in = tp::enter(x, g);
     auto lin = [&](const Tensor& t, const std::string& name) { return linear(p, name, t); };
-    const Tensor ctx = ops::attention(lin(x, a + "self.query"), lin(x, a + "self.key"), lin(x, a + "self.value"),
-                                      sizes_.H, sizes_.H, /*causal=*/false, drop);
-    const Tensor h = ops::layer_norm(ops::add(x, ops::dropout(lin(ctx, a + "output.dense"), drop)),
-                                     p[a + "output.LayerNorm.weight"], p[a + "output.LayerNorm.bias"], kEps);
-    const Tensor m = lin(ops::gelu_erf(lin(h, l + "intermediate.dense")), l + "output.dense");
-    return ops::layer_norm(ops::add(h, ops::dropout(m, drop)), p[l + "output.LayerNorm.weight"],
-                           p[l + "output.LayerNorm.bias"], kEps);
+    const Tensor ctx = tp::on_my_heads(g, [&] {
+      const int heads = sizes_.H / g.size;
+      return ops::attention(lin(in, a + "self.query"), lin(in, a + "self.key"), lin(in, a + "self.value"), heads,
+                            heads, /*causal=*/false, drop);
+    });
+    const Tensor h =
+        norm(p, a + "output.LayerNorm", ops::add(x, tp::dropout(tp::row_linear(p, a + "output.dense", ctx, g), drop, g)));
+    const Tensor m = tp::row_linear(p, l + "output.dense", ops::gelu_erf(lin(tp::enter(h, g), l + "intermediate.dense")), g);
+    return norm(p, l + "output.LayerNorm", ops::add(h, tp::dropout(m, drop, g)));
   }
 };
 
@@ -67,7 +85,7 @@ class Bert final : public Model {
 
 void register_bert(ModelRegistry& r) {
   r.add({"bert", "encoder, post-LayerNorm, bidirectional attention, exact GELU, untied head with bias", false,
-         [](const Sizes& s) { return std::make_unique<Bert>(s); }});
+         [](const Sizes& s) { return std::make_unique<Bert>(s); }, {}, /*tensor_parallel=*/true});
 }
 
 }  // namespace remat

@@ -131,7 +131,8 @@ void validate(const std::string& model, const Sizes& z) {
       throw UserError("--tp " + std::to_string(g.size) + " does not divide " + what + " = " + std::to_string(n) + note);
   };
   if (z.qkv_bias) throw UserError("--tp: llama with q/k/v biases (Qwen2) is not split by tensor parallelism yet");
-  const bool gpt = model == "gpt2" || model == "encdec";  // gpt2's blocks: 4D hidden units, every head its own kv
+  // gpt2's blocks (and bert's): 4D hidden units, every head its own kv
+  const bool gpt = model == "gpt2" || model == "encdec" || model == "parallel" || model == "bert";
   divides(z.H, "the attention heads H");
   if (!gpt && z.Hkv % g.size != 0 && g.size % z.Hkv != 0)
     throw UserError("--tp " + std::to_string(g.size) + " neither divides the key/value heads Hkv = " +
@@ -140,6 +141,10 @@ void validate(const std::string& model, const Sizes& z) {
   divides(z.V, "the vocabulary V");
   if (!g.sequence) return;
   if (model == "mixtral") throw UserError("--sp: mixtral's router is not split over the sequence yet");
+  // Its fixed strategies are exact under --sp, but the planner's block costs
+  // under-count some plans of its post-LayerNorm blocks (12 layers of small:
+  // 10% over budget); until that is found, the whole layout is refused.
+  if (model == "bert") throw UserError("--sp: bert is not split over the sequence yet (--tp alone splits it)");
   divides(z.S, "the sequence length S");
 }
 
