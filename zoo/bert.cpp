@@ -74,9 +74,10 @@ class Bert final : public Model {
       return ops::attention(lin(in, a + "self.query"), lin(in, a + "self.key"), lin(in, a + "self.value"), heads,
                             heads, /*causal=*/false, drop);
     });
-    const Tensor h =
-        norm(p, a + "output.LayerNorm", ops::add(x, tp::dropout(tp::row_linear(p, a + "output.dense", ctx, g), drop, g)));
-    const Tensor m = tp::row_linear(p, l + "output.dense", ops::gelu_erf(lin(tp::enter(h, g), l + "intermediate.dense")), g);
+    const Tensor attended = tp::dropout(tp::row_linear(p, a + "output.dense", ctx, g), drop, g);
+    const Tensor h = norm(p, a + "output.LayerNorm", ops::add(x, attended));
+    const Tensor hidden = ops::gelu_erf(lin(tp::enter(h, g), l + "intermediate.dense"));
+    const Tensor m = tp::row_linear(p, l + "output.dense", hidden, g);
     return norm(p, l + "output.LayerNorm", ops::add(h, tp::dropout(m, drop, g)));
   }
 };
@@ -85,7 +86,11 @@ class Bert final : public Model {
 
 void register_bert(ModelRegistry& r) {
   r.add({"bert", "encoder, post-LayerNorm, bidirectional attention, exact GELU, untied head with bias", false,
-         [](const Sizes& s) { return std::make_unique<Bert>(s); }, {}, /*tensor_parallel=*/true});
+         [](const Sizes& s) { return std::make_unique<Bert>(s); }, {}, /*tensor_parallel=*/true,
+         // Its fixed strategies are exact under --sp, but the planner's block
+         // costs under-count some plans of its post-LayerNorm blocks there (12
+         // layers of small: 10% over budget); refused until that is found.
+         "bert is not split over the sequence yet (--tp alone splits it)"});
 }
 
 }  // namespace remat

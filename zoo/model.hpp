@@ -61,6 +61,9 @@ struct ModelInfo {
   std::vector<std::string> attributes = {};
   // Whether its layers split over a tensor-parallel group (zoo/tensor_parallel.hpp).
   bool tensor_parallel = false;
+  // Why --sp (the sequence split between its split layers) is refused for
+  // it, said after "--sp: "; empty where it splits that way too.
+  std::string no_sequence_split = {};
 };
 
 // find() throws UserError listing the models if a name is not one.

@@ -140,11 +140,8 @@ void validate(const std::string& model, const Sizes& z) {
   divides(gpt ? 4 * std::int64_t(z.D) : z.F, "the MLP's hidden size");
   divides(z.V, "the vocabulary V");
   if (!g.sequence) return;
-  if (model == "mixtral") throw UserError("--sp: mixtral's router is not split over the sequence yet");
-  // Its fixed strategies are exact under --sp, but the planner's block costs
-  // under-count some plans of its post-LayerNorm blocks (12 layers of small:
-  // 10% over budget); until that is found, the whole layout is refused.
-  if (model == "bert") throw UserError("--sp: bert is not split over the sequence yet (--tp alone splits it)");
+  const std::string& refused = models().find(model).no_sequence_split;
+  if (!refused.empty()) throw UserError("--sp: " + refused);
   divides(z.S, "the sequence length S");
 }
 

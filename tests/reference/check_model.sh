@@ -30,9 +30,10 @@ for i in "${!models[@]}"; do
   model=${models[$i]}
   shape=()
   if [ "$preset" = small ]; then
+    depth="every layer of small"
     shape=(--batch 2)
-    if [ "$seed" -ne 0 ] && [ $(((seed + i) % 7)) -ne 0 ]; then shape+=(--layers 2); fi
-    echo "$model: ${shape[*]}$([ ${#shape[@]} -eq 2 ] && echo ' (every layer of small)')"
+    if [ "$seed" -ne 0 ] && [ $(((seed + i) % 7)) -ne 0 ]; then shape+=(--layers 2) depth="2 layers"; fi
+    echo "$model: $depth, batch 2"
   fi
   if "$remat" export --model "$model" --preset "$preset" "${shape[@]}" --seed 1 --out w.h5 >/dev/null 2>err.txt &&
      "$remat" grads --weights w.h5 --precision "$precision" --out r.h5 >/dev/null 2>>err.txt &&
