@@ -50,6 +50,19 @@ ExecSpace copy_space() {
 
 void release() { instance().reset(); }
 
+namespace {
+CopyListener*& listener_slot() {
+  thread_local CopyListener* listener = nullptr;
+  return listener;
+}
+}  // namespace
+
+CopyListener* copy_listener() { return listener_slot(); }
+CopyListener* exchange_copy_listener(CopyListener* listener) {
+  std::swap(listener_slot(), listener);
+  return listener;
+}
+
 CopyTimes copy_times() { return times(); }
 void reset_copy_times() { times() = {}; }
 CopyTimes exchange_copy_times(CopyTimes fresh) {

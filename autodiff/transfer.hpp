@@ -6,6 +6,7 @@
 // are the plain host space and the default instance.
 #include <Kokkos_Core.hpp>
 #include <chrono>
+#include <cstdint>
 #include <memory>
 
 #include "autodiff/tensor.hpp"
@@ -64,5 +65,22 @@ class WaitClock {
  private:
   std::chrono::steady_clock::time_point start_;
 };
+
+// A shape-only run copies nothing: offloaded bytes change pools at once. A
+// device model that prices such a run (estimate/device_model.hpp) listens
+// to what a device would copy: an offload group's bytes out at the end of its
+// forward, back in when it is fetched or prefetched, and the points where
+// the step waits for a group's copy. Groups are named by address, valid
+// from their copy out until the wait that ends it.
+class CopyListener {
+ public:
+  virtual ~CopyListener() = default;
+  virtual void copy_out(const void* group, std::int64_t bytes) = 0;
+  virtual void copy_in(const void* group, std::int64_t bytes) = 0;
+  virtual void wait(const void* group) = 0;
+};
+// The listener (null: none; per thread) and putting one in its place.
+CopyListener* copy_listener();
+CopyListener* exchange_copy_listener(CopyListener* listener);
 
 }  // namespace remat::transfer

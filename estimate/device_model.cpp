@@ -1,5 +1,7 @@
 #include "estimate/device_model.hpp"
 
+#include <algorithm>
+
 #include "autodiff/shape_only.hpp"
 #include "autodiff/stats.hpp"
 #include "core/error.hpp"
@@ -12,8 +14,11 @@ double DeviceModel::seconds_now() const {
   const stats::Work& w = stats::work();
   const double peak = precision != Precision::fp32 ? device.half_flops : device.fp32_flops;
   return w.flops / (peak * gemm_efficiency) +
-         w.bytes * bytes_touched_per_byte_made / (device.memory_bandwidth * memory_efficiency) + comm_seconds_now();
+         w.bytes * bytes_touched_per_byte_made / (device.memory_bandwidth * memory_efficiency) + comm_seconds_now() +
+         copy_wait_seconds_now();
 }
+
+double DeviceModel::copy_wait_seconds_now() const { return stats::work().copy_wait_seconds; }
 
 double DeviceModel::comm_seconds_now() const {
   const double bytes = stats::work().comm_bytes;
@@ -21,6 +26,35 @@ double DeviceModel::comm_seconds_now() const {
 }
 
 double DeviceModel::offload_seconds_per_byte() const { return 2.0 / device.host_link; }
+
+ModelledCopies::ModelledCopies(const DeviceModel& device)
+    : device_(device), previous_(transfer::exchange_copy_listener(this)) {}
+
+ModelledCopies::~ModelledCopies() { transfer::exchange_copy_listener(previous_); }
+
+double ModelledCopies::enqueue(std::int64_t bytes) {
+  stream_free_ = std::max(stream_free_, device_.seconds_now()) + double(bytes) / device_.device.host_link;
+  return stream_free_;
+}
+
+void ModelledCopies::copy_out(const void* group, std::int64_t bytes) { pending_[group] = {enqueue(bytes), true}; }
+
+void ModelledCopies::copy_in(const void* group, std::int64_t bytes) {
+  // A group whose copy out was not waited for still has its tensors on the
+  // device (storage.cpp keeps them while the copy reads them): nothing comes
+  // back, and waiting for it is waiting for that copy out.
+  const auto it = pending_.find(group);
+  if (it != pending_.end() && it->second.out) return;
+  pending_[group] = {enqueue(bytes), false};
+}
+
+void ModelledCopies::wait(const void* group) {
+  const auto it = pending_.find(group);
+  if (it == pending_.end()) return;
+  const double late = it->second.done - device_.seconds_now();
+  if (late > 0) stats::count_copy_wait(late);
+  pending_.erase(it);
+}
 
 void require_rates(const Device& device) {
   if (device.fp32_flops <= 0)

@@ -5,7 +5,11 @@
 // memory bandwidth, each at one efficiency factor per op class (documented in
 // docs/estimates.md): the costs a planner needs (SaveProfile), the same
 // object a timed probe produces, so `budget:...` plans at any size.
+#include <cstdint>
 #include <functional>
+#include <map>
+
+#include "autodiff/transfer.hpp"
 
 #include "estimate/devices.hpp"
 #include "strategies/profile.hpp"
@@ -36,8 +40,40 @@ struct DeviceModel {
   double seconds_now() const;
   // Of those, the communication's: the bytes sent to other ranks over the peer link.
   double comm_seconds_now() const;
+  // Of those, the waits for offload copies the compute did not hide (while
+  // a ModelledCopies lives).
+  double copy_wait_seconds_now() const;
   // Moving one byte to the host offload pool and back.
   double offload_seconds_per_byte() const;
+};
+
+// While it lives, a shape-only run's offload copies are priced on this
+// thread: each crosses the host link at the device's stated bandwidth, one
+// copy at a time on a copy stream of its own (as autodiff/transfer.hpp's),
+// beside the compute that runs meanwhile; where the step waits for a copy
+// not yet done, the rest of it is added to the clock (copy_wait_seconds_now).
+class ModelledCopies final : public transfer::CopyListener {
+ public:
+  explicit ModelledCopies(const DeviceModel& device);
+  ~ModelledCopies() override;
+  ModelledCopies(const ModelledCopies&) = delete;
+  ModelledCopies& operator=(const ModelledCopies&) = delete;
+
+  void copy_out(const void* group, std::int64_t bytes) override;
+  void copy_in(const void* group, std::int64_t bytes) override;
+  void wait(const void* group) override;
+
+ private:
+  double enqueue(std::int64_t bytes);  // when a copy issued now is done
+
+  struct Pending {
+    double done = 0;   // modelled time its copy is done
+    bool out = false;  // a copy out (not yet waited for)
+  };
+  const DeviceModel& device_;
+  double stream_free_ = 0;  // when the copy stream has done all it was given
+  std::map<const void*, Pending> pending_;
+  transfer::CopyListener* previous_;
 };
 
 // UserError for a device without rates (mem:<size>).

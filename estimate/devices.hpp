@@ -18,6 +18,9 @@ struct Device {
   double memory_bandwidth = 0;      // bytes/s
   double host_link = 0;             // bytes/s each way to host memory
   double peer_link = 0;             // bytes/s each way to another GPU of the node (NVLink, else PCIe)
+  // The host memory one GPU may fill with offloaded tensors: its share of
+  // the machine it is sold in (0: not known, not checked).
+  std::int64_t host_memory_bytes = 0;
   std::string source;               // where the figures come from
   std::int64_t usable() const { return memory_bytes - overhead_bytes; }
 };

@@ -76,6 +76,15 @@ std::optional<SaveProfile> costs_to_plan(const std::vector<std::string>& strateg
   return std::nullopt;
 }
 
+// The device model's clocks (all 0 without one).
+struct ModelledClocks {
+  double step = 0, comm = 0, copy_wait = 0;
+};
+ModelledClocks modelled_clocks(const DeviceModel* device) {
+  if (!device) return {};
+  return {device->seconds_now(), device->comm_seconds_now(), device->copy_wait_seconds_now()};
+}
+
 }  // namespace
 
 ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::string>& strategies,
@@ -100,6 +109,8 @@ ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::stri
   // Before anything is installed: as train plans before it shards.
   const std::optional<SaveProfile> costs = costs_to_plan(strategies, *model, params, batch, kernel, device, precision);
   const std::shared_ptr<void> installed = extras.install ? extras.install(params) : nullptr;
+  std::optional<ModelledCopies> copies;  // after the costs: the planner prices offloading on its own
+  if (device) copies.emplace(*device);
   const bool zero_grad = !installed;
   // A warm-up step, as run_check makes: one-time allocations are no strategy's.
   const auto say = [&](const std::string& stage) {
@@ -119,17 +130,16 @@ ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::stri
       if (!costs) throw std::logic_error("shape_only_run: '" + spec + "' needs costs that were not made");
       strategy->plan(*costs);
     }
-    const double t0 = device ? device->seconds_now() : 0, c0 = device ? device->comm_seconds_now() : 0;
+    const ModelledClocks before = modelled_clocks(device);
     StepOptions o = step_options(settings, strategy.get());
     o.zero_grad = zero_grad;
     std::map<std::string, std::int64_t> base;
     for (const auto& pool : extras.pools) base[pool] = tracker.stats(pool).live;
     const StepResult r = run_step(*model, params, batch, o);  // (its peaks counted afresh, in its own scope)
-    const double seconds = device ? device->seconds_now() - t0 : 0;
-    const double comm_seconds = device ? device->comm_seconds_now() - c0 : 0;
-    run.steps.push_back({spec, r.activation_peak, r.offload_peak, r.flops, r.recompute_flops,
-                         r.comm_bytes, r.recompute_comm_bytes, seconds, comm_seconds, {}, r.dequantize_flops,
-                         r.recompute_dequantize_flops});
+    const ModelledClocks now = modelled_clocks(device);
+    run.steps.push_back({spec, r.activation_peak, r.offload_peak, r.flops, r.recompute_flops, r.comm_bytes,
+                         r.recompute_comm_bytes, now.step - before.step, now.comm - before.comm,
+                         now.copy_wait - before.copy_wait, {}, r.dequantize_flops, r.recompute_dequantize_flops});
     for (const auto& pool : extras.pools) {
       const auto peak = r.pool_peaks.find(pool);
       run.steps.back().pool_peaks[pool] = (peak == r.pool_peaks.end() ? base[pool] : peak->second) - base[pool];

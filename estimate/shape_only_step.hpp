@@ -26,6 +26,7 @@ struct ShapeOnlyStep {
   double comm_bytes = 0, recompute_comm_bytes = 0;  // sent to the other ranks of a split layer (tensor parallelism)
   double modelled_seconds = 0;            // the device model's price of the step (0: no device given)
   double modelled_comm_seconds = 0;       // of which its collectives
+  double modelled_copy_wait_seconds = 0;  // of which waits for offload copies its compute did not hide
   std::map<std::string, std::int64_t> pool_peaks;  // ShapeOnlyExtras::pools: each one's peak minus its live before
   double dequantize_flops = 0, recompute_dequantize_flops = 0;  // quantized weights' dequantizations (QLoRA)
 };

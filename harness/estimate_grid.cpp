@@ -143,7 +143,9 @@ EstimatePoint estimate_point(const EstimateRequest& r, const ModelSetup& setup,
                     step.recompute_comm_bytes, step.modelled_comm_seconds, 0, step.dequantize_flops,
                     step.recompute_dequantize_flops};
     row.total = state + row.activation + row.gathered + row.reducing;
+    row.modelled_copy_wait_seconds = step.modelled_copy_wait_seconds;
     row.headroom = r.device.name.empty() ? 0 : r.device.usable() - row.total;
+    row.host_headroom = r.device.host_memory_bytes > 0 ? r.device.host_memory_bytes - row.offload : 0;
     p.rows.push_back(row);
   }
   return p;

@@ -42,6 +42,10 @@ struct EstimateRow {
   double modelled_comm_seconds = 0;                 // of modelled_seconds, the collectives' (a device given)
   std::int64_t headroom = 0;  // the device's usable memory less the total (a device given)
   double dequantize_flops = 0, recompute_dequantize_flops = 0;  // quantized weights' dequantizations (QLoRA)
+  double modelled_copy_wait_seconds = 0;  // of modelled_seconds, waits for offload copies not hidden
+  // The device's host memory less the offload peak (a device with a host memory size given; else 0).
+  std::int64_t host_headroom = 0;
+  bool fits() const { return headroom >= 0 && host_headroom >= 0; }
 };
 
 struct EstimatePoint {

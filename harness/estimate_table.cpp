@@ -20,7 +20,10 @@ Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bit
     return headroom >= 0 ? "yes (" + fixed(gib_of(std::int64_t(headroom)), 1) + " GiB free)"
                          : "no (" + fixed(gib_of(std::int64_t(-headroom)), 1) + " GiB over)";
   };
-  const auto seconds = [](const Cell& c) { return fixed(number(c), number(c) < 0.01 ? 6 : 3); };
+  const auto seconds = [](const Cell& c) { return fixed(number(c), number(c) > 0 && number(c) < 0.01 ? 6 : 3); };
+  bool offloads = false;
+  for (const auto& row : p.rows) offloads = offloads || row.offload > 0;
+  const bool host = r.device.host_memory_bytes > 0 && offloads;
   const Sizes& z = p.setup.sizes;
   Table t;
   t.columns = {{"model", ""}, {"preset", ""}, {"strategy", "strategy"}, {"seq", ""}, {"batch", ""}, {"layers", ""},
@@ -34,10 +37,12 @@ Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bit
                {"flops", unit_bits == 30 ? "TFLOP/step" : "MFLOP/step", decimals(1, unit_bits == 30 ? 1e12 : 1e6)},
                {"recompute_flops", ""}, {"recompute_share", "recompute", percent(1)},
                {"dequantize_flops", ""}, {"recompute_dequantize_flops", ""},
-               {"comm_bytes", z.tp.split() || z.ep.split() ? "sent " + u : "", size}, {"recompute_comm_bytes", ""},
+               {"comm_bytes", z.tp.split() || z.ep.split() || r.shard_params ? "sent " + u : "", size}, {"recompute_comm_bytes", ""},
                {"device", ""}, {"device_usable_bytes", ""}, {"modelled_step_s", rates ? "model s" : "", seconds},
-               {"modelled_comm_s", rates && (z.tp.split() || z.ep.split()) ? "of it comm s" : "", seconds},
-               {"headroom_bytes", device ? "fits (headroom)" : "", fits}, {"fits", ""}};
+               {"modelled_comm_s", rates && (z.tp.split() || z.ep.split() || r.shard_params) ? "of it comm s" : "", seconds},
+               {"modelled_copy_wait_s", rates && offloads ? "of it copy wait s" : "", seconds},
+               {"headroom_bytes", device ? (host ? "device fits (headroom)" : "fits (headroom)") : "", fits},
+               {"host_headroom_bytes", host ? "host fits (headroom)" : "", fits}, {"fits", ""}};
   for (const auto& row : p.rows) {
     const Cell none;
     t.add({p.setup.model, p.setup.preset, row.strategy, std::int64_t(z.S), std::int64_t(z.B), std::int64_t(z.L),
@@ -50,7 +55,8 @@ Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bit
            device ? Cell(r.device.name) : none,
            device ? Cell(r.device.usable()) : none, rates ? Cell(row.modelled_seconds) : none,
            rates ? Cell(row.modelled_comm_seconds) : none,
-           device ? Cell(row.headroom) : none, device ? Cell(row.headroom >= 0) : none});
+           rates ? Cell(row.modelled_copy_wait_seconds) : none, device ? Cell(row.headroom) : none,
+           r.device.host_memory_bytes > 0 ? Cell(row.host_headroom) : none, device ? Cell(row.fits()) : none});
   }
   return t;
 }

@@ -66,6 +66,12 @@ struct OffloadStorage::Group {
         if (!e.host) move_pool(e.device, OffloadStorage::kPool, MemoryTracker::default_pool());
   }
 
+  std::int64_t bytes() const {
+    std::int64_t n = 0;
+    for (const auto& e : entries) n += std::int64_t(e.device.nbytes());
+    return n;
+  }
+
   static void move_pool(const Tensor& t, const std::string& from, const std::string& to) {
     MemoryTracker::instance().transfer(from, to, t.nbytes());
   }
@@ -74,6 +80,8 @@ struct OffloadStorage::Group {
   // (they were kept while the copy read them); after a copy in the host
   // buffers go.
   void settle() {
+    if (!copies)
+      if (auto* l = transfer::copy_listener()) l->wait(this);
     if (!copying) return;
     {
       transfer::WaitClock wait;
@@ -101,6 +109,7 @@ struct OffloadStorage::Group {
     resident = false;
     if (!copies) {
       for (auto& e : entries) move_pool(e.device, MemoryTracker::default_pool(), OffloadStorage::kPool);
+      if (auto* l = transfer::copy_listener()) l->copy_out(this, bytes());
       return;
     }
     backend::fence_compute();
@@ -129,10 +138,10 @@ struct OffloadStorage::Group {
       return;
     }
     if (!entries.empty() && !entries.front().host) {  // moved, not copied: all or none come back
-      std::int64_t bytes = 0;
-      for (auto& e : entries) bytes += std::int64_t(e.device.nbytes());
+      const std::int64_t bytes = this->bytes();
       MemoryTracker::instance().check_allocation(bytes);
       for (auto& e : entries) move_pool(e.device, OffloadStorage::kPool, MemoryTracker::default_pool());
+      if (auto* l = transfer::copy_listener()) l->copy_in(this, bytes);
       resident = true;
       release_done();
       return;

@@ -14,6 +14,7 @@
 #include "datasets/batch.hpp"
 #include "estimate/device_model.hpp"
 #include "estimate/shape_only_step.hpp"
+#include "harness/estimate_grid.hpp"
 #include "helpers.hpp"
 #include "optim/optimizer.hpp"
 #include "step/probe.hpp"
@@ -211,6 +212,73 @@ TEST_CASE("shape-only: a plan costed by a device model keeps its budget, measure
       CHECK(shape.steps[0].modelled_seconds > 0);
     }
   }
+}
+
+// Offloaded bytes cross the host link twice; the step waits where the
+// compute beside a copy did not hide it. With a link too fast to matter the
+// step costs what full's does; with one far too slow it costs at least the
+// link's busy time (every byte out and back, one copy at a time) and at most
+// that and the compute; and a host memory smaller than the offload pool
+// does not fit.
+TEST_CASE("the device model prices offload copies on the host link, and checks the host memory",
+          "[shape_only][estimate]") {
+  const ModelSetup setup = sized("gpt2", "tiny", 4);
+  const auto priced = [&](double host_link) {
+    DeviceModel device;
+    device.device = find_device("a100-40gb");
+    device.device.host_link = host_link;
+    return shape_only_run(setup, {"full", "offload"}, ops::AttentionKernel::fused, "adamw", &device);
+  };
+  const ShapeOnlyRun fast = priced(1e30);
+  const ShapeOnlyStep &full = fast.steps[0], &hidden = fast.steps[1];
+  REQUIRE(hidden.offload_peak > 0);
+  CHECK(full.modelled_copy_wait_seconds == 0);
+  CHECK(hidden.modelled_copy_wait_seconds == Approx(0).margin(1e-15));
+  CHECK(hidden.modelled_seconds == Approx(full.modelled_seconds).epsilon(1e-9));
+
+  // Copies ten times the compute (no slower: the clocks read totals since
+  // the process began, and other tests read differences of them).
+  const double slow_link = 2.0 * double(hidden.offload_peak) / (10 * full.modelled_seconds);
+  const ShapeOnlyRun slow = priced(slow_link);
+  const ShapeOnlyStep& waited = slow.steps[1];
+  const double link_busy = 2.0 * double(waited.offload_peak) / slow_link;
+  CHECK(waited.modelled_seconds >= link_busy * (1 - 1e-12));
+  CHECK(waited.modelled_seconds <= link_busy + full.modelled_seconds);
+  CHECK(waited.modelled_copy_wait_seconds == Approx(waited.modelled_seconds - full.modelled_seconds).epsilon(1e-9));
+
+  EstimateRequest r;
+  r.base = setup;
+  r.strategies = {"full", "offload"};
+  r.device = find_device("a100-40gb");
+  const EstimatePoint roomy = estimate_point(r, setup);
+  CHECK(roomy.rows[1].host_headroom == r.device.host_memory_bytes - roomy.rows[1].offload);
+  CHECK(roomy.rows[1].fits());
+  r.device.host_memory_bytes = roomy.rows[1].offload - 1;
+  const EstimatePoint cramped = estimate_point(r, setup);
+  CHECK(cramped.rows[0].fits());  // full offloads nothing
+  CHECK(cramped.rows[1].host_headroom == -1);
+  CHECK_FALSE(cramped.rows[1].fits());
+}
+
+// Sharded (ZeRO-3), each gather of a parameter and each reduce-scatter of
+// its gradient crosses the peer link: a recomputing strategy gathers again.
+TEST_CASE("the device model prices sharded gathers and reduce-scatters on the peer link", "[shape_only][estimate]") {
+  EstimateRequest r;
+  r.base = sized("gpt2", "tiny", 4);
+  r.strategies = {"full", "per-layer"};
+  r.device = find_device("a100-40gb");
+  r.ranks = 4;
+  r.shard_params = true;
+  const EstimatePoint p = estimate_point(r, r.base);
+  const EstimateRow &full = p.rows[0], &per_layer = p.rows[1];
+  // At least every parameter gathered and every gradient reduced: 3/4 of the model each way.
+  CHECK(full.comm_bytes >= 2 * 0.75 * double(p.parameters) * 4);
+  CHECK(full.recompute_comm_bytes == 0);
+  CHECK(per_layer.recompute_comm_bytes > 0);
+  CHECK(per_layer.comm_bytes == full.comm_bytes + per_layer.recompute_comm_bytes);
+  const DeviceModel model;
+  CHECK(full.modelled_comm_seconds ==
+        Approx(full.comm_bytes / (r.device.peer_link * model.link_efficiency)).epsilon(1e-9));
 }
 
 // The planner's costs under a busy neighbour: a clock (a device model's, so

@@ -10,6 +10,7 @@
 #include "autodiff/elementwise.hpp"
 #include "autodiff/memory_tracker.hpp"
 #include "autodiff/shape_only.hpp"
+#include "autodiff/stats.hpp"
 #include "comm/comm.hpp"
 #include "core/error.hpp"
 #include "optim/optimizer.hpp"
@@ -42,6 +43,7 @@ ParamShards::ParamShards(ParamStore& full, Precision precision, int ranks)
   MemoryTracker::instance().pool_for_label(kGatheredLabel, kGatheredPool);
   MemoryTracker::instance().pool_for_label(kReducingLabel, kReducingPool);
   const int N = ranks > 0 ? ranks : comm::size(kGroup), r = ranks > 0 ? 0 : comm::rank(kGroup);
+  ranks_ = N;
   const auto& ts = full.tensors();
   shape_only_gathered_.resize(ts.size());
   for (std::size_t i = 0; i < ts.size(); ++i) {
@@ -111,8 +113,10 @@ void ParamShards::accessed(std::size_t i) {
 void ParamShards::gather(std::size_t i) {
   const Tensor& whole = gathered(i);
   if (shape_only()) {  // the bytes of the whole values, in the gathered pool, and no exchange
-    if (!shape_only_gathered_[i].defined())
+    if (!shape_only_gathered_[i].defined()) {
       shape_only_gathered_[i] = Tensor::empty(whole.shape(), whole.dtype(), kGatheredLabel);
+      count_modelled_exchange(i, dtype_size(whole.dtype()));
+    }
     return;
   }
   if (whole.resident()) return;
@@ -128,6 +132,13 @@ void ParamShards::gather(std::size_t i) {
   const bool bf = whole.dtype() == DType::bf16;
   for (std::size_t j = 0; j < mine.size(); ++j) low[j] = bf ? bf16(mine[j]).bits : f16(mine[j]).bits;
   gather_into(std::move(low), whole);
+}
+
+// What a device model prices a shape-only step's exchanges by: this rank's
+// shard of `i`, sent to each other rank. (A real step's exchanges are not in
+// its stats: the trainer predicts them apart, with predicted_bytes.)
+void ParamShards::count_modelled_exchange(std::size_t i, std::size_t value_bytes) const {
+  stats::count_communication(double(value_bytes) * double(shard_size_[i]) * double(ranks_ - 1));
 }
 
 const Tensor& ParamShards::gathered(std::size_t i) const {
@@ -153,6 +164,7 @@ void ParamShards::reduce_scatter(std::size_t i) {
   if (!g.defined()) return;  // frozen, or already reduced
   if (shape_only()) {  // the whole gradient goes; the shard's sum has no values to add
     t.slot()->grad.reset();
+    count_modelled_exchange(i, sizeof(float));
     return;
   }
   const int N = comm::size(kGroup);

@@ -96,6 +96,7 @@ class ParamShards final : public BlockHooks {
   void gather(std::size_t i);
   const Tensor& gathered(std::size_t i) const;  // what gather(i) fills: the parameter, or its 16-bit copy
   void reduce_scatter(std::size_t i);
+  void count_modelled_exchange(std::size_t i, std::size_t value_bytes) const;
   void release(std::size_t i);
   const std::vector<std::size_t>& members(const std::string& block);  // its parameters, in order
   std::int64_t norm_slots() const;  // chunk sums a rank sends for the norm
@@ -103,6 +104,7 @@ class ParamShards final : public BlockHooks {
   ParamStore& full_;
   std::int64_t gathered_value_bytes_;  // 4, or 2 at 16 bits
   std::vector<Tensor> shards_;
+  int ranks_ = 1;                          // the group the parameters are sharded over
   std::vector<std::int64_t> shard_size_;  // values per rank, a multiple of kNormChunk (the tail padded)
   std::vector<std::string> owner_;        // the block that uses it ("" outside blocks or in several)
   std::vector<bool> seen_;

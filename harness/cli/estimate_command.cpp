@@ -11,6 +11,7 @@
 
 #include "core/error.hpp"
 #include "core/text.hpp"
+#include "estimate/device_model.hpp"
 #include "estimate/devices.hpp"
 #include "harness/cli/commands.hpp"
 #include "harness/cli/model_options.hpp"
@@ -180,6 +181,24 @@ void print_footnotes(bool shard_params, Precision precision, bool quantized) {
                 "includes the one weight at a time each product dequantizes.\n");
 }
 
+// What the device figures assume, beside them (docs/estimates.md says why).
+void print_device_assumptions(const EstimateRequest& r) {
+  const Device& d = r.device;
+  if (d.fp32_flops <= 0) return;
+  const DeviceModel m;
+  const bool half = r.precision != Precision::fp32;
+  std::printf("model s: %s's GEMM FLOPs at %.0f%% of %.0f TFLOP/s (%s), each byte of a tensor made touched %.0f times at "
+              "%.0f%% of %.0f GB/s; collectives at %.0f%% of the peer link's %.0f GB/s, not overlapped; offload copies at "
+              "the host link's %.0f GB/s each way, one at a time, hidden only behind the compute beside them (copy "
+              "wait: what was not hidden).\n",
+              d.name.c_str(), 100 * m.gemm_efficiency, (half ? d.half_flops : d.fp32_flops) / 1e12,
+              half ? "16-bit" : "fp32", m.bytes_touched_per_byte_made, 100 * m.memory_efficiency,
+              d.memory_bandwidth / 1e9, 100 * m.link_efficiency, d.peer_link / 1e9, d.host_link / 1e9);
+  if (d.host_memory_bytes > 0)
+    std::printf("host: %.0f GiB of host memory per GPU for the offload pool (%s).\n", gib(d.host_memory_bytes),
+                d.source.c_str());
+}
+
 void run(const EstimateOptions& o) {
   const EstimateRequest r = request_of(o);
   const std::vector<ModelSetup> grid = estimate_points(r);  // every refusal before any output
@@ -207,8 +226,10 @@ void run(const EstimateOptions& o) {
               r.device, o.json);
   if (o.json)
     std::printf("%s\n", rows.dump(1).c_str());
-  else
+  else {
     print_footnotes(r.shard_params, r.precision, r.finetune.quantize != QuantFormat::none);
+    print_device_assumptions(r);
+  }
 }
 
 }  // namespace
