@@ -35,11 +35,12 @@ const std::map<std::string, std::set<std::string>>& allowed() {
       {"weights", {"core", "autodiff", "h5", "datasets", "zoo"}},
       {"step", {"core", "autodiff", "comm", "datasets", "zoo", "strategies"}},
       {"finetune", {"core", "autodiff", "h5", "datasets", "zoo", "weights"}},
+      {"pipeline", {"core", "autodiff", "comm", "datasets", "zoo", "strategies", "step"}},
       {"train", {"core", "autodiff", "h5", "comm", "datasets", "optim", "zoo", "strategies", "weights", "step",
-                 "finetune"}},
-      {"estimate", {"core", "autodiff", "datasets", "optim", "zoo", "strategies", "step"}},
+                 "finetune", "pipeline"}},
+      {"estimate", {"core", "autodiff", "datasets", "optim", "zoo", "strategies", "step", "pipeline"}},
       {"harness", {"core", "autodiff", "h5", "comm", "datasets", "optim", "zoo", "strategies", "weights", "step",
-                   "finetune", "train", "estimate"}},
+                   "finetune", "pipeline", "train", "estimate"}},
   };
   return rules;
 }
