@@ -154,10 +154,14 @@ void OpRecorder::finish(std::initializer_list<Tensor*> outputs, BackwardFn fn) {
 
 void backward(const Tensor& out, const Tensor& grad_out) {
   if (!out.requires_grad()) throw std::invalid_argument("backward: the tensor does not require a gradient");
-  if (grad_out.shape() != out.shape())
+  backward(*out.slot(), grad_out);
+}
+
+void backward(GradSlot& slot, const Tensor& grad_out) {
+  if (grad_out.shape() != slot.shape)
     throw std::invalid_argument("backward: gradient shape " + to_string(grad_out.shape()) + " for output " +
-                                to_string(out.shape()));
-  out.slot()->grad = std::make_shared<Tensor>(grad_out);
+                                to_string(slot.shape));
+  slot.grad = std::make_shared<Tensor>(grad_out);
   current_tape().run_backward();
 }
 

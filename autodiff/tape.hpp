@@ -120,5 +120,8 @@ class OpRecorder {
 void backward(const Tensor& loss);
 // Seeds the gradient of `out` with `grad_out` and runs the current tape.
 void backward(const Tensor& out, const Tensor& grad_out);
+// The same from the slot of a tensor no longer kept (a pipeline stage's
+// output, whose values went to the next stage).
+void backward(GradSlot& slot, const Tensor& grad_out);
 
 }  // namespace remat

@@ -34,24 +34,23 @@ class Gpt2 final : public Model {
     return p;
   }
 
-  Tensor logits(const ParamStore& p, const Batch& batch) const override {
-    const Tensor& tokens = batch.tokens;
-    Tensor x = gpt::embeddings(p, tokens, sizes_.dropout, sizes_.tp);
-    for (int i = 0; i < sizes_.L; ++i)
-      x = run_block({i, sizes_.L, block_name(i)}, x, [this, &p, i](const Tensor& x) { return block(p, i, x); });
-    return gpt::tied_head(p, x, sizes_.tp);
+  bool staged() const override { return true; }
+  Tensor embed(const ParamStore& p, const Batch& batch) const override {
+    return gpt::embeddings(p, batch.tokens, sizes_.dropout, sizes_.tp);
   }
+  std::string layer_name(int i) const override { return block_name(i); }
+  Tensor head_logits(const ParamStore& p, const Tensor& x) const override { return gpt::tied_head(p, x, sizes_.tp); }
 
- private:
-  static std::string block_name(int i) { return "h." + std::to_string(i); }
-
-  Tensor block(const ParamStore& p, int i, const Tensor& x) const {
+  Tensor layer(const ParamStore& p, int i, const Tensor& x) const override {
     const std::string h = block_name(i) + ".";
     const Tensor a = gpt::layer_norm(p, h + "ln_1", x, sizes_.tp);
     const Tensor r = ops::add(x, gpt::attention(p, h + "attn", a, sizes_.H, sizes_.dropout, true, sizes_.tp));
     const Tensor m = gpt::layer_norm(p, h + "ln_2", r, sizes_.tp);
     return ops::add(r, gpt::mlp(p, h + "mlp", m, sizes_.dropout, sizes_.tp));
   }
+
+ private:
+  static std::string block_name(int i) { return "h." + std::to_string(i); }
 };
 
 }  // namespace

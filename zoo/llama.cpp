@@ -38,19 +38,18 @@ class Llama final : public Model {
     return p;
   }
 
-  Tensor logits(const ParamStore& p, const Batch& batch) const override {
-    const Tensor& tokens = batch.tokens;
+  bool staged() const override { return true; }
+  Tensor embed(const ParamStore& p, const Batch& batch) const override {
     const RankGroup& group = sizes_.tp;
-    Tensor x = tp::dropout(tp::embedding(p, "tok_embeddings.weight", tokens, group), sizes_.dropout, group);
-    for (int i = 0; i < sizes_.L; ++i)
-      x = run_block({i, sizes_.L, block_name(i)}, x, [this, &p, i](const Tensor& x) { return block(p, i, x); });
+    return tp::dropout(tp::embedding(p, "tok_embeddings.weight", batch.tokens, group), sizes_.dropout, group);
+  }
+  std::string layer_name(int i) const override { return block_name(i); }
+  Tensor head_logits(const ParamStore& p, const Tensor& x) const override {
+    const RankGroup& group = sizes_.tp;
     return linear(p, "output", tp::enter(ops::rms_norm(x, tp::shared(p, "norm.weight", group), sizes_.eps), group), false);
   }
 
- private:
-  static std::string block_name(int i) { return "layers." + std::to_string(i); }
-
-  Tensor block(const ParamStore& p, int i, const Tensor& x) const {
+  Tensor layer(const ParamStore& p, int i, const Tensor& x) const override {
     const std::string l = block_name(i) + ".";
     const double drop = sizes_.dropout;
     const RankGroup& group = sizes_.tp;
@@ -62,6 +61,9 @@ class Llama final : public Model {
         ops::swiglu(linear(p, l + "feed_forward.w1", in, false), linear(p, l + "feed_forward.w3", in, false));
     return ops::add(h, tp::dropout(tp::row_linear(p, l + "feed_forward.w2", gated, sizes_.tp, false), drop, sizes_.tp));
   }
+
+ private:
+  static std::string block_name(int i) { return "layers." + std::to_string(i); }
 };
 
 }  // namespace

@@ -32,11 +32,27 @@ class Model {
 
   virtual std::vector<ParamSpec> params() const = 0;
   // logits[B, S, V] for the batch's int32 tokens[B, S] (an encoder-decoder
-  // also reads its targets: the decoder's input is them shifted right).
-  virtual Tensor logits(const ParamStore& p, const Batch& batch) const = 0;
+  // also reads its targets: the decoder's input is them shifted right). A
+  // staged model need not write it: by default, its stages in order.
+  virtual Tensor logits(const ParamStore& p, const Batch& batch) const;
   // The loss and its parts: by default the mean cross-entropy of the
   // logits against the targets; a model with auxiliary losses adds them.
   virtual LossTerms loss_terms(const ParamStore& p, const Batch& batch) const;
+
+  // The forward as pipeline stages split it (pipeline/): what comes before
+  // the first block (embed), block i (layer, named layer_name(i)), and the
+  // logits from the last block's output (head_logits). A model that has
+  // them says so (staged()); the rest refuse --pp.
+  virtual bool staged() const { return false; }
+  virtual Tensor embed(const ParamStore& p, const Batch& batch) const;
+  virtual Tensor layer(const ParamStore& p, int i, const Tensor& x) const;
+  virtual std::string layer_name(int i) const;
+  virtual Tensor head_logits(const ParamStore& p, const Tensor& x) const;
+  // Blocks [first, last) from x, each through run_block: a stage's share.
+  Tensor layers(const ParamStore& p, const Tensor& x, int first, int last) const;
+  // The loss terms of a staged model from its last block's output (the
+  // cross-entropy of head_logits against the targets).
+  LossTerms head_loss(const ParamStore& p, const Tensor& x, const Batch& batch) const;
   // loss_terms(...).total.
   Tensor loss(const ParamStore& p, const Batch& batch) const { return loss_terms(p, batch).total; }
 

@@ -1,6 +1,10 @@
 #include "core/error.hpp"
 #include "autodiff/ops/ops.hpp"
 #include "zoo/model.hpp"
+
+#include <stdexcept>
+
+#include "autodiff/region.hpp"
 #include "zoo/model_list.hpp"
 #include "zoo/tensor_parallel.hpp"
 
@@ -12,6 +16,32 @@ REMAT_MODELS(REMAT_DECLARE_MODEL)
 
 LossTerms Model::loss_terms(const ParamStore& p, const Batch& batch) const {
   return {tp::cross_entropy(logits(p, batch), batch.targets, sizes_.tp), {}, {}};
+}
+
+namespace {
+[[noreturn]] void not_staged(const char* what) {
+  throw std::logic_error(std::string("Model::") + what + ": the model has no stages (staged() is false)");
+}
+}  // namespace
+
+Tensor Model::logits(const ParamStore& p, const Batch& batch) const {
+  if (!staged()) not_staged("logits");
+  return head_logits(p, layers(p, embed(p, batch), 0, sizes_.L));
+}
+Tensor Model::embed(const ParamStore&, const Batch&) const { not_staged("embed"); }
+Tensor Model::layer(const ParamStore&, int, const Tensor&) const { not_staged("layer"); }
+std::string Model::layer_name(int) const { not_staged("layer_name"); }
+Tensor Model::head_logits(const ParamStore&, const Tensor&) const { not_staged("head_logits"); }
+
+Tensor Model::layers(const ParamStore& p, const Tensor& x, int first, int last) const {
+  Tensor y = x;
+  for (int i = first; i < last; ++i)
+    y = run_block({i, sizes_.L, layer_name(i)}, y, [this, &p, i](const Tensor& in) { return layer(p, i, in); });
+  return y;
+}
+
+LossTerms Model::head_loss(const ParamStore& p, const Tensor& x, const Batch& batch) const {
+  return {tp::cross_entropy(head_logits(p, x), batch.targets, sizes_.tp), {}, {}};
 }
 
 const ModelRegistry& models() {

@@ -1,0 +1,153 @@
+#include "pipeline/stage_runner.hpp"
+
+#include <algorithm>
+#include <optional>
+#include <stdexcept>
+#include <tuple>
+
+#include "autodiff/elementwise.hpp"
+#include "autodiff/ops/ops.hpp"
+#include "autodiff/region.hpp"
+#include "core/error.hpp"
+#include "strategies/strategy.hpp"
+
+namespace remat::pipeline {
+
+Layout make_layout(const Schedule& schedule, int layers, int stages, const std::string& given_layers) {
+  Layout l;
+  l.stages = stages;
+  l.virtual_stages = schedule.virtual_stages;
+  const std::vector<int> counts =
+      schedule.virtual_stages > 1 ? std::vector<int>(std::size_t(l.count()), layers / l.count())
+                                  : stage_layers(layers, stages, given_layers);
+  l.first = {0};
+  for (int c : counts) l.first.push_back(l.first.back() + c);
+  return l;
+}
+
+StageRunner::StageRunner(const StageStep& step, const Layout& layout, int rank, StageLink& link)
+    : step_(step), layout_(layout), rank_(rank), link_(link) {
+  if (!step.model->staged()) throw UserError("--pp: this model is not split into stages yet");
+  // Dropout's draws are numbered in a step's forward order; a stage would
+  // have to start where the stages before it left off.
+  if (step.model->sizes().dropout > 0) throw UserError("--pp with dropout: not yet");
+  const StepOptions& o = step.options;
+  loss_scale_ = o.loss_scale > 0 ? o.loss_scale : default_loss_scale(o.precision);
+}
+
+void StageRunner::run(const Pass& pass) {
+  const int v = pass.chunk * layout_.stages + rank_;
+  if (pass.kind == PassKind::forward)
+    forward(pass.micro_batch, v);
+  else
+    backward(pass.micro_batch, v);
+}
+
+void StageRunner::forward(int micro_batch, int v) {
+  auto f = std::make_unique<InFlight>();
+  const Model& model = *step_.model;
+  const ParamStore& params = *step_.params;
+  const Batch& batch = step_.micro_batches->at(std::size_t(micro_batch));
+  MemoryPhase phase("forward");
+  TapeScope tape(f->tape);
+  Strategy* strategy = step_.options.strategy;
+  std::optional<BlockRunnerScope> runner;
+  if (strategy) {
+    strategy->begin_step();  // as each micro-batch of an accumulating rank begins its own step
+    runner.emplace(*strategy);
+  }
+  Tensor x;
+  if (v == 0) {
+    x = model.embed(params, batch);
+  } else {
+    // A leaf of this tape whose gradient stays after backward, to be sent back.
+    x = link_.receive({v - 1, micro_batch, false});
+    f->input = std::make_shared<GradSlot>();
+    f->input->shape = x.shape();
+    f->input->dtype = x.dtype();
+    f->input->retain = true;
+    x.attach_slot(f->input);
+  }
+  const Tensor y = model.layers(params, x, layout_.begin(v), layout_.end(v));
+  x = Tensor();
+  if (v == layout_.count() - 1) {
+    const LossTerms terms = model.head_loss(params, y, batch);
+    losses_[micro_batch] = terms.total.item();
+    f->output = terms.total.slot();
+  } else {
+    link_.send({v, micro_batch, false}, y);
+    f->output = y.slot();
+  }
+  in_flight_[{micro_batch, v}] = std::move(f);
+}
+
+void StageRunner::backward(int micro_batch, int v) {
+  const auto it = in_flight_.find({micro_batch, v});
+  if (it == in_flight_.end())
+    throw std::logic_error("pipeline: backward of micro-batch " + std::to_string(micro_batch) + " on virtual stage " +
+                           std::to_string(v) + " before its forward");
+  InFlight& f = *it->second;
+  {
+    MemoryPhase phase("backward");
+    TapeScope tape(f.tape);
+    if (v == layout_.count() - 1) {
+      Tensor seed = Tensor::empty(f.output->shape, f.output->dtype, "grad_loss");
+      fill(seed, loss_scale_);
+      remat::backward(*f.output, seed);
+    } else {
+      remat::backward(*f.output, link_.receive({v, micro_batch, true}));
+    }
+  }
+  if (v > 0) {
+    const std::shared_ptr<GradSlot>& slot = f.input;
+    if (!slot->grad) throw std::logic_error("pipeline: no gradient reached the input of virtual stage " + std::to_string(v));
+    link_.send({v - 1, micro_batch, true}, *slot->grad);
+  }
+  in_flight_.erase(it);
+}
+
+namespace {
+
+// Tensors handed over inside one process: the receiver gets a copy of its own.
+class LocalLink final : public StageLink {
+ public:
+  void send(const Edge& e, const Tensor& t) override { sent_[key(e)] = t; }
+  Tensor receive(const Edge& e) override {
+    const auto it = sent_.find(key(e));
+    if (it == sent_.end()) throw std::logic_error("pipeline: received before it was sent");
+    Tensor copy = Tensor::empty(it->second.shape(), it->second.dtype(), e.gradient ? "stage_output_grad" : "stage_input");
+    convert_into(copy, it->second);
+    sent_.erase(it);
+    return copy;
+  }
+
+ private:
+  static std::tuple<int, int, bool> key(const Edge& e) { return {e.boundary, e.micro_batch, e.gradient}; }
+  std::map<std::tuple<int, int, bool>, Tensor> sent_;
+};
+
+}  // namespace
+
+std::vector<double> run_in_process(const StageStep& step, const Schedule& schedule, const Layout& layout) {
+  const int N = layout.stages, M = int(step.micro_batches->size());
+  const auto lists = passes(schedule, N, M);
+  const Simulation sim = simulate(schedule, N, M, 1, 2);
+  // Every pass, in the order of its start in the replay (ties: by rank); a
+  // pass's inputs ended no later than it starts, so they are there.
+  std::vector<std::tuple<double, int, std::size_t>> order;
+  for (int r = 0; r < N; ++r)
+    for (std::size_t i = 0; i < lists[std::size_t(r)].size(); ++i)
+      order.emplace_back(sim.times[std::size_t(r)][i].first, r, i);
+  std::stable_sort(order.begin(), order.end());
+  LocalLink link;
+  std::vector<std::unique_ptr<StageRunner>> runners;
+  for (int r = 0; r < N; ++r) runners.push_back(std::make_unique<StageRunner>(step, layout, r, link));
+  ops::AttentionKernelScope kernel(step.options.attention);
+  PrecisionScope precision(*step.params, step.options.precision);
+  for (const auto& [start, r, i] : order) runners[std::size_t(r)]->run(lists[std::size_t(r)][i]);
+  std::vector<double> losses;
+  for (const auto& [m, loss] : runners[std::size_t(layout.rank_of(layout.count() - 1))]->losses()) losses.push_back(loss);
+  return losses;
+}
+
+}  // namespace remat::pipeline

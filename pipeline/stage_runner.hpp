@@ -1,0 +1,98 @@
+#pragma once
+// One pipeline rank's share of a training step: the passes a schedule gives
+// it (pipeline/schedule.hpp) over its model chunks. Each micro-batch's
+// forward through a chunk is recorded on a tape of its own, so its backward
+// comes whenever the schedule says, with other micro-batches' forwards in
+// between. What crosses a chunk's edges (the activation forward, its
+// gradient back) goes through a StageLink: MPI to the neighbouring rank,
+// tensors handed over inside one process, or (shape-only) shapes alone.
+//
+// A chunk's input is a leaf of its tape whose gradient is kept; a chunk's
+// output is what backward starts from, with the gradient received for it.
+// Backward passes run micro-batches in order, so every parameter's gradient
+// sums them in the order of a single rank's gradient accumulation.
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "autodiff/tape.hpp"
+#include "datasets/batch.hpp"
+#include "pipeline/schedule.hpp"
+#include "step/step.hpp"
+#include "zoo/model.hpp"
+
+namespace remat::pipeline {
+
+// Which layers each virtual stage runs: virtual stage v = chunk * N + rank
+// (interleaved: rank r runs chunks r, r + N, ...; otherwise one per rank).
+struct Layout {
+  int stages = 1;          // N, pipeline ranks
+  int virtual_stages = 1;  // V, chunks per rank
+  std::vector<int> first;  // per virtual stage: its first layer; and one past the last at the end
+  int count() const { return stages * virtual_stages; }
+  int rank_of(int v) const { return v % stages; }
+  int begin(int v) const { return first[std::size_t(v)]; }
+  int end(int v) const { return first[std::size_t(v) + 1]; }
+};
+// The layout of `layers` under `schedule` over N ranks (validate() first).
+Layout make_layout(const Schedule& schedule, int layers, int stages, const std::string& given_layers);
+
+// A tensor at an edge between virtual stages `boundary` and `boundary + 1`.
+struct Edge {
+  int boundary = 0;
+  int micro_batch = 0;
+  bool gradient = false;  // the gradient going back, not the activation going forward
+};
+
+class StageLink {
+ public:
+  virtual ~StageLink() = default;
+  virtual void send(const Edge& e, const Tensor& t) = 0;
+  // A fresh tensor holding what was sent for `e` (made here, so its bytes
+  // are the receiving rank's).
+  virtual Tensor receive(const Edge& e) = 0;
+};
+
+// What every rank's passes compute with.
+struct StageStep {
+  const Model* model = nullptr;
+  const ParamStore* params = nullptr;
+  const std::vector<Batch>* micro_batches = nullptr;  // all M: the first stage reads tokens, the last targets
+  StepOptions options;  // strategy, seed, attention, precision, loss scale (zero_grad: the caller's)
+};
+
+class StageRunner {
+ public:
+  StageRunner(const StageStep& step, const Layout& layout, int rank, StageLink& link);
+  void run(const Pass& pass);
+  // Of the last virtual stage: each micro-batch's loss, in order (empty elsewhere).
+  const std::map<int, double>& losses() const { return losses_; }
+  double loss_scale() const { return loss_scale_; }
+
+ private:
+  struct InFlight {
+    Tape tape;
+    // The slots alone, not the values: the tape keeps what its strategy
+    // saves of the received input, and the output's values went on.
+    std::shared_ptr<GradSlot> input;   // of the received activation, a leaf (none on the first virtual stage)
+    std::shared_ptr<GradSlot> output;  // what backward starts from: the chunk's output, or the loss on the last
+  };
+  void forward(int micro_batch, int v);
+  void backward(int micro_batch, int v);
+
+  StageStep step_;
+  Layout layout_;
+  int rank_;
+  StageLink& link_;
+  double loss_scale_ = 1;
+  std::map<std::pair<int, int>, std::unique_ptr<InFlight>> in_flight_;  // (micro-batch, virtual stage)
+  std::map<int, double> losses_;
+};
+
+// Every rank's passes in one process, in the order a replay of the
+// schedule runs them (simulate's start times), the links handing tensors
+// over: the pipeline's arithmetic, on one rank, for its tests. Returns the
+// losses of the micro-batches in order. The caller zeroes the gradients.
+std::vector<double> run_in_process(const StageStep& step, const Schedule& schedule, const Layout& layout);
+
+}  // namespace remat::pipeline
