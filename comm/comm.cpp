@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <list>
 #include <stdexcept>
 #include <thread>
 
@@ -29,6 +30,10 @@ struct State {
   MPI_Comm tensor = MPI_COMM_NULL, data = MPI_COMM_NULL;  // set_tensor_group's
 #endif
   int tensor_size = 1;
+#ifdef REMAT_HAVE_MPI
+  // post()'s messages not known to be delivered, each with its bytes.
+  std::list<std::pair<MPI_Request, std::vector<char>>> posted;
+#endif
 };
 State& state() {
   static State s;
@@ -242,6 +247,50 @@ int receive(int tag, std::vector<char>& bytes) {
 #else
   (void)tag, (void)bytes;
   throw std::logic_error("comm::receive without MPI");
+#endif
+}
+
+void post(int to, int tag, std::vector<char> bytes) {
+#ifdef REMAT_HAVE_MPI
+  Timed timed;
+  if (bytes.size() > std::size_t(1) << 30) throw std::logic_error("MPI: a message of more than 1 GiB");
+  auto& posted = state().posted;
+  posted.emplace_back(MPI_REQUEST_NULL, std::move(bytes));
+  auto& [request, kept] = posted.back();
+  check(MPI_Isend(kept.data(), int(kept.size()), MPI_BYTE, to, tag, MPI_COMM_WORLD, &request), "Isend");
+  state().stats.bytes_sent += std::int64_t(kept.size());
+  for (auto it = posted.begin(); it != posted.end();) {  // let the delivered ones go
+    int done = 0;
+    check(MPI_Test(&it->first, &done, MPI_STATUS_IGNORE), "Test");
+    it = done ? posted.erase(it) : std::next(it);
+  }
+#else
+  (void)to, (void)tag, (void)bytes;
+  throw std::logic_error("comm::post without MPI");
+#endif
+}
+
+void receive_from(int from, int tag, std::vector<char>& bytes) {
+#ifdef REMAT_HAVE_MPI
+  Timed timed;
+  MPI_Status status;
+  check(MPI_Probe(from, tag, MPI_COMM_WORLD, &status), "Probe");
+  int count = 0;
+  MPI_Get_count(&status, MPI_BYTE, &count);
+  bytes.resize(std::size_t(count));
+  check(MPI_Recv(bytes.data(), count, MPI_BYTE, from, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "Recv");
+  state().stats.bytes_received += count;
+#else
+  (void)from, (void)tag, (void)bytes;
+  throw std::logic_error("comm::receive_from without MPI");
+#endif
+}
+
+void settle_posted() {
+#ifdef REMAT_HAVE_MPI
+  Timed timed;
+  for (auto& [request, bytes] : state().posted) check(MPI_Wait(&request, MPI_STATUS_IGNORE), "Wait");
+  state().posted.clear();
 #endif
 }
 

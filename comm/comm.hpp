@@ -59,6 +59,15 @@ bool waiting(int tag);
 int receive(int tag, std::vector<char>& bytes);
 void barrier();
 
+// Between pipeline stages: post() returns at once and keeps the bytes until
+// they are delivered (two ranks posting to each other never wait on one
+// another, as blocking sends of large messages would); receive_from()
+// blocks for the message with `tag` from rank `from`; settle_posted() waits
+// until every posted message is delivered.
+void post(int to, int tag, std::vector<char> bytes);
+void receive_from(int from, int tag, std::vector<char>& bytes);
+void settle_posted();
+
 // all := every rank's n values, rank 0's first (n * size() values).
 // Over group g's ranks, in their order there.
 void gather_all(const float* data, std::int64_t n, float* all, Group g = Group::world);

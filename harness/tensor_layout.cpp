@@ -23,12 +23,19 @@ RankGroup tensor_group(int size, bool data_parallel, const char* flag = "--tp") 
   return {size, comm::rank(comm::Group::tensor)};
 }
 
+}  // namespace
+
 void quiet_other_ranks() {
   if (comm::rank() != 0 && !std::freopen("/dev/null", "w", stdout))
     throw std::runtime_error("rank " + std::to_string(comm::rank()) + ": cannot silence stdout");
 }
 
-}  // namespace
+void require_pipeline_ranks(int stages) {
+  if (comm::size() == stages) return;
+  throw UserError("--pp " + std::to_string(stages) + ": start " + std::to_string(stages) + " ranks (mpirun -n " +
+                  std::to_string(stages) + " remat ...); this job has " + std::to_string(comm::size()) +
+                  (comm::built_with_mpi() ? "" : " (this build has no MPI)"));
+}
 
 bool apply_expert_layout(int experts, int tp, bool sequence, ModelSetup& setup, bool data_parallel) {
   if (experts == 1) return false;

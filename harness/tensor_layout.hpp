@@ -27,6 +27,11 @@ bool apply_layout(int size, bool sequence, ModelSetup& setup, bool data_parallel
 // for (refused beside it).
 bool apply_expert_layout(int experts, int tp, bool sequence, ModelSetup& setup, bool data_parallel = false);
 
+// Ranks other than 0 print nothing on stdout from now on (they print the same).
+void quiet_other_ranks();
+// UserError unless the job has exactly `stages` ranks (--pp: one stage each).
+void require_pipeline_ranks(int stages);
+
 // apply_layout (one tensor group), or --ep `experts` (expert parallelism,
 // zoo/expert_parallel.hpp: every rank of the job in one expert group), and
 // the whole model's `params` replaced by this rank's parts.

@@ -20,6 +20,15 @@
 
 namespace remat::pipeline {
 
+// What --pp, --micro-batches, --schedule and --stage-layers ask for.
+struct PipelineSettings {
+  int stages = 1;         // N, pipeline ranks
+  int micro_batches = 1;  // M per step, B sequences each
+  std::string schedule = "1f1b";
+  std::string stage_layers;  // "" for an even split
+  bool split() const { return stages > 1; }
+};
+
 enum class PassKind { forward, backward };
 
 struct Pass {

@@ -1,14 +1,17 @@
 #include "pipeline/stage_runner.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <optional>
 #include <stdexcept>
 #include <tuple>
 
 #include "autodiff/elementwise.hpp"
+#include "autodiff/memory_tracker.hpp"
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/region.hpp"
 #include "core/error.hpp"
+#include "step/step_scope.hpp"
 #include "strategies/strategy.hpp"
 
 namespace remat::pipeline {
@@ -23,6 +26,15 @@ Layout make_layout(const Schedule& schedule, int layers, int stages, const std::
   l.first = {0};
   for (int c : counts) l.first.push_back(l.first.back() + c);
   return l;
+}
+
+std::string Layout::layers_of(int rank) const {
+  std::string out;
+  for (int v = rank; v < count(); v += stages) {
+    const int a = begin(v), b = end(v) - 1;
+    out += (out.empty() ? "" : ", ") + std::to_string(a) + (b > a ? "-" + std::to_string(b) : "");
+  }
+  return out;
 }
 
 StageRunner::StageRunner(const StageStep& step, const Layout& layout, int rank, StageLink& link)
@@ -111,7 +123,11 @@ namespace {
 // Tensors handed over inside one process: the receiver gets a copy of its own.
 class LocalLink final : public StageLink {
  public:
-  void send(const Edge& e, const Tensor& t) override { sent_[key(e)] = t; }
+  explicit LocalLink(EdgeShapes* record) : record_(record) {}
+  void send(const Edge& e, const Tensor& t) override {
+    sent_[key(e)] = t;
+    if (record_) (*record_)[key(e)] = {t.shape(), t.dtype()};
+  }
   Tensor receive(const Edge& e) override {
     const auto it = sent_.find(key(e));
     if (it == sent_.end()) throw std::logic_error("pipeline: received before it was sent");
@@ -122,13 +138,58 @@ class LocalLink final : public StageLink {
   }
 
  private:
-  static std::tuple<int, int, bool> key(const Edge& e) { return {e.boundary, e.micro_batch, e.gradient}; }
+  static std::tuple<int, int, bool> key(const Edge& e) { return edge_key(e); }
   std::map<std::tuple<int, int, bool>, Tensor> sent_;
+  EdgeShapes* record_;
+};
+
+class ShapeLink final : public StageLink {
+ public:
+  explicit ShapeLink(const EdgeShapes& shapes) : shapes_(shapes) {}
+  void send(const Edge&, const Tensor&) override {}
+  Tensor receive(const Edge& e) override {
+    const auto it = shapes_.find(edge_key(e));
+    if (it == shapes_.end()) throw std::logic_error("pipeline: no recorded shape for an edge");
+    return Tensor::empty(it->second.shape, it->second.dtype, e.gradient ? "stage_output_grad" : "stage_input");
+  }
+
+ private:
+  const EdgeShapes& shapes_;
 };
 
 }  // namespace
 
-std::vector<double> run_in_process(const StageStep& step, const Schedule& schedule, const Layout& layout) {
+std::unique_ptr<StageLink> shape_link(const EdgeShapes& shapes) { return std::make_unique<ShapeLink>(shapes); }
+
+RankResult run_rank(const StageStep& step, const Schedule& schedule, const Layout& layout, int rank, StageLink& link) {
+  const int M = int(step.micro_batches->size());
+  const std::vector<Pass> list = passes(schedule, layout.stages, M)[std::size_t(rank)];
+  auto& tracker = MemoryTracker::instance();
+  const std::string pool = MemoryTracker::default_pool();
+  ExecSpace().fence();
+  const auto base = tracker.stats(pool).live;
+  const auto base_offload = offload_pool_bytes().live;
+  RankResult r;
+  const StepScope scope(step.options.seed, step.options.step);  // this step's peaks
+  const auto t0 = std::chrono::steady_clock::now();
+  StageRunner runner(step, layout, rank, link);
+  {
+    ops::AttentionKernelScope kernel(step.options.attention);
+    PrecisionScope precision(*step.params, step.options.precision);
+    for (const Pass& p : list) runner.run(p);
+  }
+  link.finish();
+  ExecSpace().fence();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.activation_peak = tracker.stats(pool).peak - base;
+  r.offload_peak = offload_pool_bytes().peak - base_offload;
+  for (const auto& [m, loss] : runner.losses()) r.losses.push_back(loss);
+  r.loss_scale = runner.loss_scale();
+  return r;
+}
+
+std::vector<double> run_in_process(const StageStep& step, const Schedule& schedule, const Layout& layout,
+                                   EdgeShapes* record) {
   const int N = layout.stages, M = int(step.micro_batches->size());
   const auto lists = passes(schedule, N, M);
   const Simulation sim = simulate(schedule, N, M, 1, 2);
@@ -139,7 +200,7 @@ std::vector<double> run_in_process(const StageStep& step, const Schedule& schedu
     for (std::size_t i = 0; i < lists[std::size_t(r)].size(); ++i)
       order.emplace_back(sim.times[std::size_t(r)][i].first, r, i);
   std::stable_sort(order.begin(), order.end());
-  LocalLink link;
+  LocalLink link(record);
   std::vector<std::unique_ptr<StageRunner>> runners;
   for (int r = 0; r < N; ++r) runners.push_back(std::make_unique<StageRunner>(step, layout, r, link));
   ops::AttentionKernelScope kernel(step.options.attention);

@@ -12,6 +12,7 @@
 // Backward passes run micro-batches in order, so every parameter's gradient
 // sums them in the order of a single rank's gradient accumulation.
 #include <map>
+#include <tuple>
 #include <memory>
 #include <vector>
 
@@ -33,6 +34,8 @@ struct Layout {
   int rank_of(int v) const { return v % stages; }
   int begin(int v) const { return first[std::size_t(v)]; }
   int end(int v) const { return first[std::size_t(v) + 1]; }
+  // Rank r's layers in words: "4-7", or its chunks' ("0-1, 4-5").
+  std::string layers_of(int rank) const;
 };
 // The layout of `layers` under `schedule` over N ranks (validate() first).
 Layout make_layout(const Schedule& schedule, int layers, int stages, const std::string& given_layers);
@@ -51,7 +54,25 @@ class StageLink {
   // A fresh tensor holding what was sent for `e` (made here, so its bytes
   // are the receiving rank's).
   virtual Tensor receive(const Edge& e) = 0;
+  // Waits until everything sent is delivered (the step's end).
+  virtual void finish() {}
 };
+
+// The shape and type of what crosses each edge, as a run of every rank
+// records them (what a shape-only run of one rank receives).
+struct EdgeShape {
+  Shape shape;
+  DType dtype = DType::f32;
+};
+using EdgeShapes = std::map<std::tuple<int, int, bool>, EdgeShape>;  // (boundary, micro-batch, gradient)
+inline std::tuple<int, int, bool> edge_key(const Edge& e) { return {e.boundary, e.micro_batch, e.gradient}; }
+
+// MPI to the ranks of the neighbouring virtual stages (v's rank: v mod N,
+// pipeline rank = world rank).
+std::unique_ptr<StageLink> mpi_link(const Layout& layout, int micro_batches);
+// Shape-only: what is sent goes nowhere; what is received is a tensor of
+// the recorded shape, made where the rank would make it.
+std::unique_ptr<StageLink> shape_link(const EdgeShapes& shapes);
 
 // What every rank's passes compute with.
 struct StageStep {
@@ -91,8 +112,23 @@ class StageRunner {
 
 // Every rank's passes in one process, in the order a replay of the
 // schedule runs them (simulate's start times), the links handing tensors
-// over: the pipeline's arithmetic, on one rank, for its tests. Returns the
+// over: the pipeline's arithmetic, on one rank, for its tests, and the
+// edges' shapes for a shape-only run of one rank (`record`). Returns the
 // losses of the micro-batches in order. The caller zeroes the gradients.
-std::vector<double> run_in_process(const StageStep& step, const Schedule& schedule, const Layout& layout);
+std::vector<double> run_in_process(const StageStep& step, const Schedule& schedule, const Layout& layout,
+                                   EdgeShapes* record = nullptr);
+
+// One rank's passes, measured as run_step measures a step: the activation
+// peak over all of them (the device pool's peak less what was live before:
+// the micro-batches in flight at once, as the schedule keeps them). The
+// caller zeroes the gradients.
+struct RankResult {
+  std::vector<double> losses;  // the last virtual stage's rank: each micro-batch's, in order
+  std::int64_t activation_peak = 0;
+  std::int64_t offload_peak = 0;
+  double seconds = 0;
+  double loss_scale = 1;
+};
+RankResult run_rank(const StageStep& step, const Schedule& schedule, const Layout& layout, int rank, StageLink& link);
 
 }  // namespace remat::pipeline

@@ -11,6 +11,7 @@
 #include "harness/cli/model_options.hpp"
 #include "harness/io/output_guard.hpp"
 #include "harness/tensor_layout.hpp"
+#include "pipeline/pipelined_step.hpp"
 #include "train/tensor_parts.hpp"
 #include "step/step.hpp"
 #include "strategies/registry.hpp"
@@ -28,8 +29,62 @@ struct GradsOptions {
   int tp = 1, ep = 1;
   bool sp = false;
   FineTuning finetune;  // --freeze, --lora, --quantize: the gradients of what trains
+  pipeline::PipelineSettings pipe;  // --pp, --micro-batches, --schedule, --stage-layers
   bool force = false;
 };
+
+// The step's micro-batches: --data's next M, or the file's batch (M = 1),
+// or M random batches of the file's shape (seeds seed, seed + 1, ...).
+std::vector<Batch> micro_batches_of(const GradsOptions& o, const LoadedWeights& w) {
+  const Sizes& z = w.setup.sizes;
+  const int M = o.pipe.micro_batches;
+  std::vector<Batch> out;
+  if (!o.data.empty()) {
+    const auto source = make_batch_source(o.data, z.B, z.S, z.V, o.run.seed);
+    for (int m = 0; m < M; ++m) out.push_back(source->next());
+  } else if (w.batch && M == 1) {
+    out.push_back(*w.batch);
+  } else {
+    std::printf("%d random micro-batches [%d, %d] with seeds %llu..%llu\n", M, z.B, z.S,
+                static_cast<unsigned long long>(o.run.seed), static_cast<unsigned long long>(o.run.seed + M - 1));
+    for (int m = 0; m < M; ++m) out.push_back(random_batch(z.B, z.S, z.V, o.run.seed + std::uint64_t(m)));
+  }
+  return out;
+}
+
+// --pp or --micro-batches: the step's M micro-batches through the pipeline
+// (or accumulated on one rank); each stage's activation peak printed.
+void run_pipelined_grads(const GradsOptions& o, LoadedWeights& w) {
+  if (o.tp > 1 || o.ep > 1 || o.sp) throw UserError("--pp or --micro-batches with --tp, --sp or --ep: not yet");
+  if (o.finetune.applies() || w.params->any_quantized())
+    throw UserError("--pp or --micro-batches with --freeze, --lora or quantized weights: not yet");
+  const pipeline::PipelineSettings& pipe = o.pipe;
+  if (pipe.split()) {
+    if (!models().find(w.setup.model).make(w.setup.sizes)->staged())
+      throw UserError("--pp: " + w.setup.model + " is not split into stages yet (gpt2, llama)");
+    const pipeline::Schedule schedule = pipeline::parse_schedule(pipe.schedule);
+    pipeline::validate(schedule, w.setup.sizes.L, pipe.stages, pipe.micro_batches, pipe.stage_layers);
+    require_pipeline_ranks(pipe.stages);
+    quiet_other_ranks();
+  }
+  w.model = models().find(w.setup.model).make(w.setup.sizes);
+  const auto specs = strategies_for(w.setup.model, o.strategy, o.run.attention);
+  if (specs.size() != 1) throw UserError("remat grads runs one strategy; '" + o.strategy + "' names " + std::to_string(specs.size()));
+  if (parse_strategy(specs[0]).planned) throw UserError("--pp or --micro-batches with a budget: not yet");
+  require_step_memory(w.setup, o.run.attention, specs, 3, o.force);
+  const std::vector<Batch> batches = micro_batches_of(o, w);
+  auto strategy = make_strategy(specs[0]);
+  const pipeline::PipelinedStep r =
+      pipeline::pipelined_step(*w.model, *w.params, batches, step_options(o.run, strategy.get()), pipe);
+  require_finite_result(r.loss, *w.params);
+  if (!o.out.empty() && comm::rank() == 0) write_gradients(o.out, w.setup, *w.params, r.loss);
+  std::printf("loss %.9g (the mean of %d micro-batches)\n", r.loss, pipe.micro_batches);
+  for (std::size_t s = 0; s < r.stage_peaks.size(); ++s)
+    std::printf("stage %zu: layers %s, activation peak %lld bytes, offload peak %lld bytes\n", s,
+                r.stage_layers[s].c_str(), static_cast<long long>(r.stage_peaks[s]),
+                static_cast<long long>(r.offload_peaks[s]));
+  if (!o.out.empty()) std::printf("wrote %s: /loss and /grads for %zu parameters\n", o.out.c_str(), w.params->names().size());
+}
 
 void run_grads(const GradsOptions& o) {
   if (!o.out.empty()) check_output(o.out, FileKind::gradients, {o.weights, batch_source_file(o.data)}, o.force);
@@ -37,6 +92,7 @@ void run_grads(const GradsOptions& o) {
   if ((o.tp > 1 || o.ep > 1) && (o.finetune.applies() || w.params->any_quantized()))
     throw UserError(std::string(o.ep > 1 ? "--ep" : "--tp") + " with --freeze, --lora or quantized weights: not yet");
   w.setup.sizes.router_aux = o.router_aux;  // a training setting, not in the file
+  if (o.pipe.split() || o.pipe.micro_batches > 1) return run_pipelined_grads(o, w);
   split_over_ranks(o.tp, o.sp, o.ep, w.setup, w.params);
   w.model = models().find(w.setup.model).make(w.setup.sizes);
   const auto specs = strategies_for(w.setup.model, o.strategy, o.run.attention);
@@ -89,6 +145,7 @@ void setup_grads(CLI::App& app) {
   add_router_aux_option(*cmd, o->router_aux);
   add_tp_options(*cmd, o->tp, o->sp);
   add_ep_option(*cmd, o->ep);
+  add_pipeline_options(*cmd, o->pipe);
   cmd->add_option("--data", o->data, "Batch source instead of the file's batch (see `remat check --help`)");
   add_fine_tuning_options(*cmd, o->finetune);
   quantized_precision_default(*cmd, o->finetune.quantize, o->run.precision);

@@ -10,6 +10,10 @@
 #include "finetune/fine_tuning.hpp"
 #include "finetune/freeze.hpp"
 
+namespace remat::pipeline {
+struct PipelineSettings;
+}
+
 namespace remat::cli {
 
 struct ModelOptions {
@@ -78,6 +82,8 @@ void fine_tune(std::unique_ptr<ParamStore>& params, const Model& model, const Ba
 // --tp N: tensor parallelism over the job's N ranks; --sp: sequence parallelism with it.
 void add_tp_options(CLI::App& cmd, int& tp, bool& sp);
 void add_ep_option(CLI::App& cmd, int& ep);
+// --pp, --micro-batches, --schedule, --stage-layers (pipeline/schedule.hpp).
+void add_pipeline_options(CLI::App& cmd, pipeline::PipelineSettings& p);
 
 // --seed, validated.
 void add_seed_option(CLI::App& cmd, std::uint64_t& seed, const std::string& help);

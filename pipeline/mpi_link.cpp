@@ -1,0 +1,63 @@
+// The pipeline's edges over MPI: a message per tensor, to the rank of the
+// virtual stage on the other side, its shape and type ahead of its bytes.
+#include <cstring>
+
+#include "autodiff/backend.hpp"
+#include "comm/comm.hpp"
+#include "pipeline/stage_runner.hpp"
+
+namespace remat::pipeline {
+namespace {
+
+// Tags of their own (comm's other point-to-point messages use small ones),
+// one per edge of the step; they wrap long before MPI's bound, and a tag
+// comes round again only long after its message was received.
+constexpr int kFirstTag = 4096, kTags = 24576;
+
+class MpiLink final : public StageLink {
+ public:
+  MpiLink(const Layout& layout, int micro_batches) : layout_(layout), micro_batches_(micro_batches) {}
+
+  void send(const Edge& e, const Tensor& t) override {
+    const std::int32_t dtype = std::int32_t(t.dtype()), rank = std::int32_t(t.shape().size());
+    std::vector<char> bytes(8 + 8 * t.shape().size() + t.nbytes());
+    std::memcpy(bytes.data(), &dtype, 4);
+    std::memcpy(bytes.data() + 4, &rank, 4);
+    std::memcpy(bytes.data() + 8, t.shape().data(), 8 * t.shape().size());
+    backend::download(t, bytes.data() + 8 + 8 * t.shape().size(), t.nbytes());
+    const int to = layout_.rank_of(e.gradient ? e.boundary : e.boundary + 1);
+    comm::post(to, tag(e), std::move(bytes));
+  }
+
+  Tensor receive(const Edge& e) override {
+    const int from = layout_.rank_of(e.gradient ? e.boundary + 1 : e.boundary);
+    comm::receive_from(from, tag(e), buffer_);
+    std::int32_t dtype = 0, rank = 0;
+    std::memcpy(&dtype, buffer_.data(), 4);
+    std::memcpy(&rank, buffer_.data() + 4, 4);
+    Shape shape(std::size_t(rank), 0);
+    std::memcpy(shape.data(), buffer_.data() + 8, 8 * shape.size());
+    Tensor t = Tensor::empty(shape, DType(dtype), e.gradient ? "stage_output_grad" : "stage_input");
+    backend::upload(t, buffer_.data() + 8 + 8 * shape.size(), t.nbytes());
+    return t;
+  }
+
+  void finish() override { comm::settle_posted(); }
+
+ private:
+  int tag(const Edge& e) const {
+    const int edge = (e.boundary * 2 + (e.gradient ? 1 : 0)) * micro_batches_ + e.micro_batch;
+    return kFirstTag + edge % kTags;
+  }
+  Layout layout_;
+  int micro_batches_;
+  std::vector<char> buffer_;
+};
+
+}  // namespace
+
+std::unique_ptr<StageLink> mpi_link(const Layout& layout, int micro_batches) {
+  return std::make_unique<MpiLink>(layout, micro_batches);
+}
+
+}  // namespace remat::pipeline
