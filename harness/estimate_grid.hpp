@@ -10,6 +10,7 @@
 
 #include "autodiff/ops/ops.hpp"
 #include "estimate/devices.hpp"
+#include "pipeline/schedule.hpp"
 #include "finetune/fine_tuning.hpp"
 #include "zoo/model.hpp"
 
@@ -29,6 +30,7 @@ struct EstimateRequest {
   FineTuning finetune;     // frozen parameters, LoRA, quantized weights (QLoRA)
   std::uint64_t seed = 1;  // LoRA's initialisation (shapes only: no value is computed)
   Device device;  // name "": none
+  pipeline::PipelineSettings pipe;  // --pp: a row per stage (estimate/pipeline_stages.hpp)
 };
 
 // One strategy at one point, per rank.

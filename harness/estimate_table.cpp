@@ -61,4 +61,40 @@ Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bit
   return t;
 }
 
+Table stage_table(const EstimateRequest& r, const ModelSetup& setup,
+                  const std::vector<std::vector<StageEstimate>>& stages, int unit_bits) {
+  const double unit = double(std::int64_t(1) << unit_bits);
+  const std::string u = unit_bits == 30 ? "GiB" : "MiB";
+  const bool device = !r.device.name.empty();
+  const auto size = decimals(2, unit);
+  const auto fits = [](const Cell& c) {
+    const double headroom = number(c);
+    return headroom >= 0 ? "yes (" + fixed(gib_of(std::int64_t(headroom)), 1) + " GiB free)"
+                         : "no (" + fixed(gib_of(std::int64_t(-headroom)), 1) + " GiB over)";
+  };
+  const Sizes& z = setup.sizes;
+  Table t;
+  t.columns = {{"model", ""}, {"preset", ""}, {"strategy", "strategy"}, {"seq", ""}, {"batch", ""},
+               {"layers", ""}, {"pp", ""}, {"micro_batches", ""}, {"schedule", ""},
+               {"stage", "stage"}, {"stage_layers", "layers", nullptr, true}, {"in_flight", "in flight"},
+               {"parameter_count", ""}, {"parameter_bytes", "weights " + u, size},
+               {"gradient_bytes", "grads " + u, size}, {"optimizer_bytes", "optimizer " + u, size},
+               {"activation_peak_bytes", "act " + u, size}, {"offload_peak_bytes", "offload " + u, size},
+               {"total_bytes", "total " + u, size}, {"device", ""}, {"device_usable_bytes", ""},
+               {"headroom_bytes", device ? "fits (headroom)" : "", fits}, {"fits", ""}};
+  for (std::size_t k = 0; k < stages.size(); ++k)
+    for (const StageEstimate& e : stages[k]) {
+      const std::int64_t total = e.parameter_bytes + e.gradient_bytes + e.optimizer_bytes + e.activation_peak;
+      const Cell none;
+      const std::int64_t headroom = device ? r.device.usable() - total : 0;
+      t.add({setup.model, setup.preset, r.strategies[k], std::int64_t(z.S), std::int64_t(z.B), std::int64_t(z.L),
+             std::int64_t(r.pipe.stages), std::int64_t(r.pipe.micro_batches), r.pipe.schedule, std::int64_t(e.rank),
+             e.layers, std::int64_t(e.most_in_flight), e.parameter_count, e.parameter_bytes, e.gradient_bytes,
+             e.optimizer_bytes, e.activation_peak, e.offload_peak, total, device ? Cell(r.device.name) : none,
+             device ? Cell(r.device.usable()) : none, device ? Cell(headroom) : none,
+             device ? Cell(headroom >= 0) : none});
+    }
+  return t;
+}
+
 }  // namespace remat

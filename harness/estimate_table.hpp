@@ -2,6 +2,7 @@
 // `remat estimate`'s result as a table (harness/report/table.hpp): a row per
 // strategy at one grid point. Its columns' keys are the fields of `estimate
 // --json`, as docs/results-schema.md lists them (a test holds the two equal).
+#include "estimate/pipeline_stages.hpp"
 #include "harness/estimate_grid.hpp"
 #include "harness/report/table.hpp"
 
@@ -10,5 +11,11 @@ namespace remat {
 // Every field for JSON; for text, sizes in `unit_bits` (30: GiB, 20: MiB),
 // FLOPs in T or M, the columns a person reads.
 Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bits);
+
+// Under --pp: a row per (strategy, stage) at one grid point: what the stage
+// reads of the model (weights, gradients, optimizer state), its activation
+// and offload peaks with the micro-batches in flight, and whether it fits.
+Table stage_table(const EstimateRequest& r, const ModelSetup& setup,
+                  const std::vector<std::vector<StageEstimate>>& stages, int unit_bits);
 
 }  // namespace remat

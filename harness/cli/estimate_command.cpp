@@ -12,6 +12,7 @@
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "estimate/device_model.hpp"
+#include "estimate/pipeline_stages.hpp"
 #include "estimate/devices.hpp"
 #include "harness/cli/commands.hpp"
 #include "harness/cli/model_options.hpp"
@@ -22,6 +23,7 @@
 #include "harness/estimate_table.hpp"
 #include "harness/long_run.hpp"
 #include "harness/report/svg_chart.hpp"
+#include "pipeline/schedule.hpp"
 #include "step/probe.hpp"
 #include "strategies/registry.hpp"
 #include "zoo/configs.hpp"
@@ -40,6 +42,7 @@ struct EstimateOptions {
   bool json = false, shard_params = false, allow_longer = false;
   bool model_given = false, preset_given = false;  // beside --config: refused, as everywhere
   FineTuning finetune;  // --freeze, --lora, --quantize
+  pipeline::PipelineSettings pipe;  // --pp, --micro-batches, --schedule, --stage-layers
 };
 
 double gib(std::int64_t bytes) { return double(bytes) / double(std::int64_t(1) << 30); }
@@ -104,6 +107,7 @@ EstimateRequest request_of(const EstimateOptions& o) {
   r.ranks = o.ranks;
   r.shard_params = o.shard_params;
   r.finetune = o.finetune;
+  r.pipe = o.pipe;
   if (!o.device.empty()) r.device = find_device(o.device);
   return r;
 }
@@ -199,8 +203,45 @@ void print_device_assumptions(const EstimateRequest& r) {
                 d.source.c_str());
 }
 
+// --pp: a table per grid point, a row per (strategy, stage).
+void run_stages(const EstimateOptions& o, const EstimateRequest& r, const std::vector<ModelSetup>& grid) {
+  const Sizes& z = r.base.sizes;
+  if (z.tp.split() || z.ep.split() || r.ranks > 1 || r.shard_params || r.finetune.applies())
+    throw UserError("--pp with --tp, --ep, --ranks, --shard-params or fine-tuning: not yet");
+  const pipeline::Schedule schedule = pipeline::parse_schedule(r.pipe.schedule);
+  pipeline::validate(schedule, z.L, r.pipe.stages, r.pipe.micro_batches, r.pipe.stage_layers);  // before any output
+  if (!o.json) {
+    print_header(r);
+    std::printf("pipeline: %d stages, %d micro-batches of B sequences per step, schedule %s\n", r.pipe.stages,
+                r.pipe.micro_batches, schedule.spec().c_str());
+  }
+  nlohmann::json rows = nlohmann::json::array();
+  for (const ModelSetup& setup : grid) {
+    const auto stages = pipeline_stage_estimates(setup, r.strategies, r.pipe, r.attention, r.precision, r.optimizer);
+    std::int64_t largest = 0;
+    for (const auto& per_strategy : stages)
+      for (const auto& e : per_strategy)
+        largest = std::max(largest, e.parameter_bytes + e.gradient_bytes + e.optimizer_bytes + e.activation_peak);
+    if (o.json) {
+      for (auto& j : render_json(stage_table(r, setup, stages, 30))) rows.push_back(std::move(j));
+      continue;
+    }
+    std::printf("\nS %d, B %d per micro-batch:\n", setup.sizes.S, setup.sizes.B);
+    std::printf("%s", render_text(stage_table(r, setup, stages, largest >= (std::int64_t(1) << 30) ? 30 : 20)).c_str());
+    std::fflush(stdout);
+  }
+  if (o.json) {
+    std::printf("%s\n", rows.dump(1).c_str());
+    return;
+  }
+  std::printf("\nin flight: the most micro-batches (chunks, interleaved) a stage has run forward and not yet backward "
+              "under the schedule; act: its activation peak over the step, exact (shape-only, as `remat grads --pp` "
+              "measures it); weights, grads, optimizer: of the parameters the stage reads.\n");
+}
+
 void run(const EstimateOptions& o) {
   const EstimateRequest r = request_of(o);
+  if (r.pipe.split()) return run_stages(o, r, estimate_points(r));
   const std::vector<ModelSetup> grid = estimate_points(r);  // every refusal before any output
   if (!o.json) print_header(r);
   std::fflush(stdout);
@@ -275,6 +316,7 @@ void setup_estimate(CLI::App& app) {
                   "Expert-parallel ranks (mixtral): each holds E/N experts and runs B/N of the sequences, tokens sent "
                   "to their experts' ranks by all-to-all; a rank's memory for a balanced routing")
       ->check(whole_number(1, 1 << 12));
+  add_pipeline_options(*cmd, o->pipe);
   add_fine_tuning_options(*cmd, o->finetune);
   quantized_precision_default(*cmd, o->finetune.quantize, o->precision);
   cmd->add_flag("--shard-params", o->shard_params, "ZeRO-3: each rank keeps 1/ranks of parameters, gradients and optimizer state");

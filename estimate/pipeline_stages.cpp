@@ -1,0 +1,89 @@
+#include "estimate/pipeline_stages.hpp"
+
+#include <set>
+
+#include "autodiff/memory_tracker.hpp"
+#include "autodiff/shape_only.hpp"
+#include "core/error.hpp"
+#include "estimate/shape_only_step.hpp"
+#include "optim/optimizer.hpp"
+#include "pipeline/stage_runner.hpp"
+#include "strategies/registry.hpp"
+#include "zoo/params.hpp"
+
+namespace remat {
+namespace {
+
+// The state of the parameters in `read`: weights, gradients, and the
+// optimizer's state as made for them (counted by the tracker).
+void count_stage_state(const ParamStore& params, const std::set<std::size_t>& read, const std::string& optimizer,
+                       StageEstimate& e) {
+  std::vector<Tensor> trainable;
+  for (std::size_t i : read) {
+    const Tensor& t = params.tensors()[i];
+    e.parameter_count += t.numel();
+    e.parameter_bytes += std::int64_t(MemoryTracker::counted_bytes(t.nbytes()));
+    if (!params.trainable(i)) continue;
+    trainable.push_back(t);
+    e.gradient_bytes += std::int64_t(MemoryTracker::counted_bytes(t.nbytes()));
+  }
+  auto& tracker = MemoryTracker::instance();
+  const auto at = tracker.stats(MemoryTracker::default_pool()).live;
+  OptimizerConfig config;
+  config.kind = optimizer;
+  const auto made = make_optimizer(config, trainable);
+  e.optimizer_bytes = tracker.stats(MemoryTracker::default_pool()).live - at;
+}
+
+}  // namespace
+
+std::vector<std::vector<StageEstimate>> pipeline_stage_estimates(const ModelSetup& setup,
+                                                                 const std::vector<std::string>& strategies,
+                                                                 const pipeline::PipelineSettings& pipe,
+                                                                 ops::AttentionKernel kernel, Precision precision,
+                                                                 const std::string& optimizer) {
+  const int N = pipe.stages, M = pipe.micro_batches, L = setup.sizes.L;
+  const pipeline::Schedule schedule = pipeline::parse_schedule(pipe.schedule);
+  pipeline::validate(schedule, L, N, M, pipe.stage_layers);
+  const pipeline::Layout layout = pipeline::make_layout(schedule, L, N, pipe.stage_layers);
+  const pipeline::Simulation sim = pipeline::simulate(schedule, N, M, 1, 2);
+  ShapeOnlyScope shape_only;
+  const auto model = models().find(setup.model).make(setup.sizes);
+  if (!model->staged()) throw UserError("--pp: " + setup.model + " is not split into stages yet (gpt2, llama)");
+  ParamStore params(model->params(), DType::f32);
+  params.zero_grad();  // made before any step, as a command makes them
+  const std::vector<Batch> batches(std::size_t(M), shape_only_batch(setup.sizes));
+  std::vector<std::vector<StageEstimate>> out;
+  for (const std::string& spec : strategies) {
+    auto strategy = make_strategy(spec);
+    if (strategy->needs_costs()) throw UserError("--pp with a budget ('" + spec + "'): not yet");
+    pipeline::StageStep step{model.get(), &params, &batches, {}};
+    step.options.strategy = strategy.get();
+    step.options.attention = kernel;
+    step.options.precision = precision;
+    // Every rank in this process first: the edges' shapes, and what a step
+    // makes once (as the command's warm-up would).
+    pipeline::EdgeShapes shapes;
+    pipeline::run_in_process(step, schedule, layout, &shapes);
+    std::vector<StageEstimate> rows;
+    for (int r = 0; r < N; ++r) {
+      std::set<std::size_t> read;
+      params.set_access_hook([&read](std::size_t i) { read.insert(i); });
+      const auto link = pipeline::shape_link(shapes);
+      const pipeline::RankResult measured = pipeline::run_rank(step, schedule, layout, r, *link);
+      params.set_access_hook(nullptr);
+      StageEstimate e;
+      e.rank = r;
+      e.layers = layout.layers_of(r);
+      e.most_in_flight = sim.most_in_flight[std::size_t(r)];
+      e.activation_peak = measured.activation_peak;
+      e.offload_peak = measured.offload_peak;
+      count_stage_state(params, read, optimizer, e);
+      rows.push_back(e);
+    }
+    out.push_back(rows);
+  }
+  return out;
+}
+
+}  // namespace remat

@@ -1,0 +1,34 @@
+#pragma once
+// What each pipeline stage holds (--pp): every rank's passes run shape-only,
+// one rank at a time, the tensors its neighbours would send made where it
+// would receive them. Each stage's activation peak is the one `remat grads
+// --pp` measures on that rank, micro-batches in flight under the schedule
+// included; its state is that of the parameters it reads.
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "autodiff/ops/ops.hpp"
+#include "pipeline/schedule.hpp"
+#include "zoo/model.hpp"
+
+namespace remat {
+
+struct StageEstimate {
+  int rank = 0;
+  std::string layers;      // "0-3", interleaved "0-1, 4-5"
+  int most_in_flight = 0;  // micro-batch chunks forwarded and not yet backwarded at once, by the schedule
+  std::int64_t activation_peak = 0, offload_peak = 0;
+  std::int64_t parameter_bytes = 0, gradient_bytes = 0, optimizer_bytes = 0;  // of the parameters it reads
+  std::int64_t parameter_count = 0;
+};
+
+// Per strategy (in the order given), a row per stage. UserError for a
+// layout the schedule refuses, a model without stages, or dropout.
+std::vector<std::vector<StageEstimate>> pipeline_stage_estimates(const ModelSetup& setup,
+                                                                 const std::vector<std::string>& strategies,
+                                                                 const pipeline::PipelineSettings& pipe,
+                                                                 ops::AttentionKernel kernel, Precision precision,
+                                                                 const std::string& optimizer);
+
+}  // namespace remat
