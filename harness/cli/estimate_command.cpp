@@ -210,6 +210,8 @@ void run_stages(const EstimateOptions& o, const EstimateRequest& r, const std::v
     throw UserError("--pp with --tp, --ep, --ranks, --shard-params or fine-tuning: not yet");
   const pipeline::Schedule schedule = pipeline::parse_schedule(r.pipe.schedule);
   pipeline::validate(schedule, z.L, r.pipe.stages, r.pipe.micro_batches, r.pipe.stage_layers);  // before any output
+  if (!models().find(r.base.model).make(z)->staged())
+    throw UserError("--pp: " + r.base.model + " is not split into stages yet (gpt2, llama)");
   if (!o.json) {
     print_header(r);
     std::printf("pipeline: %d stages, %d micro-batches of B sequences per step, schedule %s\n", r.pipe.stages,

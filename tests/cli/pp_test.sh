@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Pipeline parallelism over 2 and 4 ranks (docs/scale-out.md): `mpirun -n N
+# remat grads --pp N --micro-batches M` gives the mean loss and gradients of
+# one process accumulating the same M micro-batches (`grads --micro-batches
+# M`), bitwise, under every schedule and strategy (gpt2's tied embedding,
+# whose two parts the first and last stage hold apart, to rounding); each
+# stage's measured activation and offload peaks are what `estimate --pp`
+# says for it; bad layouts are refused in one line.
+#   pp_test.sh path/to/remat path/to/mpiexec
+set -uo pipefail
+source "$(dirname "$0")/lib.sh"
+remat=$1
+mpiexec=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+mpi_ranks "$mpiexec" 4
+mpi4=("${mpi[@]}")
+mpi_ranks "$mpiexec" 2
+
+# same_grads A B [TIED]: /loss and every gradient bitwise; TIED (a name) to float32 rounding.
+same_grads() {
+  py "$@" <<'PY' || fail "grads differ: $*"
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+tied = sys.argv[3] if len(sys.argv) > 3 else None
+assert a["loss"][()] == b["loss"][()], (a["loss"][()], b["loss"][()])
+assert sorted(a["grads"]) == sorted(b["grads"])
+for k in a["grads"]:
+    x, y = a["grads"][k][:], b["grads"][k][:]
+    if k == tied:
+        assert np.abs(x - y).max() <= 1e-6 * np.abs(x).max(), k
+    else:
+        assert np.array_equal(x, y), k
+PY
+}
+
+# same_peaks: each stage's measured peaks (out.txt) are estimate.json's rows, in order.
+same_peaks() {
+  py "$1" <<'PY' || fail "stage peaks differ from the estimate: $1"
+import json, re, sys
+est = [(e["activation_peak_bytes"], e["offload_peak_bytes"]) for e in json.load(open("estimate.json"))]
+got = [tuple(map(int, m.groups())) for m in
+       (re.search(r"activation peak (\d+) bytes, offload peak (\d+)", l) for l in open("out.txt")) if m]
+assert got == est, (got, est)
+PY
+}
+
+for model in llama gpt2; do
+  "$remat" export --model "$model" --preset tiny --layers 4 --out "$model.h5" >/dev/null 2>err.txt ||
+    fail "export: $(cat err.txt)"
+  tied=""
+  [ "$model" = gpt2 ] && tied=wte.weight
+  for strategy in full per-layer selective offload-checkpoint; do
+    expect_ok "$model $strategy accumulated" "$remat" grads --weights "$model.h5" --micro-batches 4 \
+      --strategy "$strategy" --out one.h5
+    for layout in "2 gpipe" "2 1f1b" "2 interleaved:2" "4 1f1b"; do
+      read -r ranks schedule <<<"$layout"
+      launch=("${mpi[@]}")
+      [ "$ranks" = 4 ] && launch=("${mpi4[@]}")
+      pp=(--pp "$ranks" --micro-batches 4 --schedule "$schedule")
+      expect_ok "$model $strategy $layout" "${launch[@]}" "$remat" grads --weights "$model.h5" "${pp[@]}" \
+        --strategy "$strategy" --out pp.h5
+      same_grads one.h5 pp.h5 $tied
+      # Each stage's peaks: measured on its rank, as the shape-only estimate says.
+      "$remat" estimate --model "$model" --preset tiny --layers 4 --seq 16 --batch 2 "${pp[@]}" \
+        --strategies "$strategy" --json >estimate.json 2>err.txt || fail "estimate ${pp[*]}: $(cat err.txt)"
+      same_peaks "$model $strategy $layout"
+    done
+  done
+done
+
+# An uneven split, at bf16.
+"$remat" export --model llama --preset tiny --layers 5 --out llama5.h5 >/dev/null
+uneven=(--pp 2 --micro-batches 3 --stage-layers 2,3 --precision bf16 --strategy per-layer)
+expect_ok "uneven" "$remat" grads --weights llama5.h5 --micro-batches 3 --precision bf16 --strategy per-layer \
+  --out one.h5
+expect_ok "uneven, pipelined" "${mpi[@]}" "$remat" grads --weights llama5.h5 "${uneven[@]}" --out pp.h5
+same_grads one.h5 pp.h5
+"$remat" estimate --model llama --preset tiny --layers 5 --seq 16 --batch 2 --pp 2 --micro-batches 3 \
+  --stage-layers 2,3 --precision bf16 --strategies per-layer --json >estimate.json 2>err.txt ||
+  fail "estimate uneven: $(cat err.txt)"
+same_peaks "uneven"
+grep -q "^stage 1: layers 2-4," out.txt || fail "stage 1 does not say its layers: $(cat out.txt)"
+
+# Bad layouts: one line, exit 2.
+expect_error "does not divide the 4 layers" "$remat" estimate --model llama --preset tiny --layers 4 --pp 3
+expect_error "sums to 5, not the model's 4 layers" "$remat" estimate --model llama --preset tiny --layers 4 --pp 2 \
+  --stage-layers 2,3
+expect_error "is not a multiple of --pp 2" "$remat" estimate --model llama --preset tiny --layers 4 --pp 2 \
+  --schedule interleaved:2 --micro-batches 3
+expect_error "do not split into 2 x 2 chunks" "$remat" estimate --model llama --preset tiny --layers 6 --pp 2 \
+  --schedule interleaved:2 --micro-batches 2
+expect_error "not a schedule" "$remat" estimate --model llama --preset tiny --pp 2 --schedule pipedream
+expect_error "not yet" "$remat" estimate --model llama --preset tiny --pp 2 --schedule zb-h1
+expect_error "not split into stages yet" "$remat" estimate --model mixtral --preset tiny --pp 2
+expect_error "start 2 ranks" "$remat" grads --weights llama.h5 --pp 2 --micro-batches 2
+finish pp_test
