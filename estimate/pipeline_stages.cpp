@@ -14,15 +14,18 @@
 namespace remat {
 namespace {
 
-// The state of the parameters in `read`: weights, gradients, and the
-// optimizer's state as made for them (counted by the tracker).
+// The state of the parameters in `read`: weights, gradients, the
+// optimizer's state as made for them (counted by the tracker), and their
+// 16-bit copies at a 16-bit precision.
 void count_stage_state(const ParamStore& params, const std::set<std::size_t>& read, const std::string& optimizer,
-                       StageEstimate& e) {
+                       Precision precision, StageEstimate& e) {
   std::vector<Tensor> trainable;
+  const std::size_t copy_size = precision == Precision::fp32 ? 0 : dtype_size(compute_dtype(precision, DType::f32));
   for (std::size_t i : read) {
     const Tensor& t = params.tensors()[i];
     e.parameter_count += t.numel();
     e.parameter_bytes += std::int64_t(MemoryTracker::counted_bytes(t.nbytes()));
+    e.weight_copy_bytes += std::int64_t(MemoryTracker::counted_bytes(std::uint64_t(t.numel()) * copy_size));
     if (!params.trainable(i)) continue;
     trainable.push_back(t);
     e.gradient_bytes += std::int64_t(MemoryTracker::counted_bytes(t.nbytes()));
@@ -78,7 +81,7 @@ std::vector<std::vector<StageEstimate>> pipeline_stage_estimates(const ModelSetu
       e.most_in_flight = sim.most_in_flight[std::size_t(r)];
       e.activation_peak = measured.activation_peak;
       e.offload_peak = measured.offload_peak;
-      count_stage_state(params, read, optimizer, e);
+      count_stage_state(params, read, optimizer, precision, e);
       rows.push_back(e);
     }
     out.push_back(rows);

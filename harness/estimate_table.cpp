@@ -79,18 +79,19 @@ Table stage_table(const EstimateRequest& r, const ModelSetup& setup,
                {"stage", "stage"}, {"stage_layers", "layers", nullptr, true}, {"in_flight", "in flight"},
                {"parameter_count", ""}, {"parameter_bytes", "weights " + u, size},
                {"gradient_bytes", "grads " + u, size}, {"optimizer_bytes", "optimizer " + u, size},
+               {"weight_copy_bytes", r.precision == Precision::fp32 ? "" : "16-bit copy " + u, size},
                {"activation_peak_bytes", "act " + u, size}, {"offload_peak_bytes", "offload " + u, size},
                {"total_bytes", "total " + u, size}, {"device", ""}, {"device_usable_bytes", ""},
                {"headroom_bytes", device ? "fits (headroom)" : "", fits}, {"fits", ""}};
   for (std::size_t k = 0; k < stages.size(); ++k)
     for (const StageEstimate& e : stages[k]) {
-      const std::int64_t total = e.parameter_bytes + e.gradient_bytes + e.optimizer_bytes + e.activation_peak;
+      const std::int64_t total = e.total();
       const Cell none;
       const std::int64_t headroom = device ? r.device.usable() - total : 0;
       t.add({setup.model, setup.preset, r.strategies[k], std::int64_t(z.S), std::int64_t(z.B), std::int64_t(z.L),
              std::int64_t(r.pipe.stages), std::int64_t(r.pipe.micro_batches), r.pipe.schedule, std::int64_t(e.rank),
              e.layers, std::int64_t(e.most_in_flight), e.parameter_count, e.parameter_bytes, e.gradient_bytes,
-             e.optimizer_bytes, e.activation_peak, e.offload_peak, total, device ? Cell(r.device.name) : none,
+             e.optimizer_bytes, e.weight_copy_bytes, e.activation_peak, e.offload_peak, total, device ? Cell(r.device.name) : none,
              device ? Cell(r.device.usable()) : none, device ? Cell(headroom) : none,
              device ? Cell(headroom >= 0) : none});
     }

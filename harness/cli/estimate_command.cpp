@@ -206,8 +206,8 @@ void print_device_assumptions(const EstimateRequest& r) {
 // --pp: a table per grid point, a row per (strategy, stage).
 void run_stages(const EstimateOptions& o, const EstimateRequest& r, const std::vector<ModelSetup>& grid) {
   const Sizes& z = r.base.sizes;
-  if (z.tp.split() || z.ep.split() || r.ranks > 1 || r.shard_params || r.finetune.applies())
-    throw UserError("--pp with --tp, --ep, --ranks, --shard-params or fine-tuning: not yet");
+  if (z.ep.split() || r.shard_params || r.finetune.applies())
+    throw UserError("--pp with --ep, --shard-params or fine-tuning: not yet");
   const pipeline::Schedule schedule = pipeline::parse_schedule(r.pipe.schedule);
   pipeline::validate(schedule, z.L, r.pipe.stages, r.pipe.micro_batches, r.pipe.stage_layers);  // before any output
   if (!models().find(r.base.model).make(z)->staged())
@@ -223,7 +223,7 @@ void run_stages(const EstimateOptions& o, const EstimateRequest& r, const std::v
     std::int64_t largest = 0;
     for (const auto& per_strategy : stages)
       for (const auto& e : per_strategy)
-        largest = std::max(largest, e.parameter_bytes + e.gradient_bytes + e.optimizer_bytes + e.activation_peak);
+        largest = std::max(largest, e.total());
     if (o.json) {
       for (auto& j : render_json(stage_table(r, setup, stages, 30))) rows.push_back(std::move(j));
       continue;
@@ -238,7 +238,8 @@ void run_stages(const EstimateOptions& o, const EstimateRequest& r, const std::v
   }
   std::printf("\nin flight: the most micro-batches (chunks, interleaved) a stage has run forward and not yet backward "
               "under the schedule; act: its activation peak over the step, exact (shape-only, as `remat grads --pp` "
-              "measures it); weights, grads, optimizer: of the parameters the stage reads.\n");
+              "measures it); weights, grads, optimizer (and at 16 bits their copies): of the parameters the stage reads, "
+              "not sharded.\n");
 }
 
 void run(const EstimateOptions& o) {
