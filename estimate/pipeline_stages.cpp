@@ -60,7 +60,10 @@ std::vector<std::vector<StageEstimate>> pipeline_stage_estimates(const ModelSetu
   for (const std::string& spec : strategies) {
     auto strategy = make_strategy(spec);
     if (strategy->needs_costs()) throw UserError("--pp with a budget ('" + spec + "'): not yet");
-    pipeline::StageStep step{model.get(), &params, &batches, {}};
+    pipeline::StageStep step;
+    step.model = model.get();
+    step.params = &params;
+    step.micro_batches = &batches;
     step.options.strategy = strategy.get();
     step.options.attention = kernel;
     step.options.precision = precision;

@@ -30,6 +30,18 @@ void quiet_other_ranks() {
     throw std::runtime_error("rank " + std::to_string(comm::rank()) + ": cannot silence stdout");
 }
 
+bool apply_pipeline_layout(int stages, bool other_split) {
+  if (stages == 1) return false;
+  if (other_split) throw UserError("--pp with --tp or --ep: not yet");
+  if (comm::size() % stages != 0)
+    throw UserError("--pp " + std::to_string(stages) + " runs on a multiple of " + std::to_string(stages) +
+                    " ranks (mpirun -n " + std::to_string(stages) + " remat ...); this job has " +
+                    std::to_string(comm::size()) + (comm::built_with_mpi() ? "" : " (this build has no MPI)"));
+  comm::set_tensor_group(stages);
+  quiet_other_ranks();
+  return true;
+}
+
 void require_pipeline_ranks(int stages) {
   if (comm::size() == stages) return;
   throw UserError("--pp " + std::to_string(stages) + ": start " + std::to_string(stages) + " ranks (mpirun -n " +

@@ -31,6 +31,10 @@ bool apply_expert_layout(int experts, int tp, bool sequence, ModelSetup& setup, 
 void quiet_other_ranks();
 // UserError unless the job has exactly `stages` ranks (--pp: one stage each).
 void require_pipeline_ranks(int stages);
+// --pp `stages` for training: the job's consecutive groups of `stages`
+// ranks are pipelines, the pipelines training data-parallel (false: none
+// asked). `other_split`: --tp or --ep asked too (refused beside it).
+bool apply_pipeline_layout(int stages, bool other_split);
 
 // apply_layout (one tensor group), or --ep `experts` (expert parallelism,
 // zoo/expert_parallel.hpp: every rank of the job in one expert group), and

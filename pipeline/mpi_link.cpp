@@ -14,23 +14,27 @@ namespace {
 // comes round again only long after its message was received.
 constexpr int kFirstTag = 4096, kTags = 24576;
 
+// A message: the type and the rank of the shape (4 bytes each), the shape, the bytes.
+constexpr std::int64_t header_bytes(std::size_t dims) { return 8 + 8 * std::int64_t(dims); }
+
 class MpiLink final : public StageLink {
  public:
-  MpiLink(const Layout& layout, int micro_batches) : layout_(layout), micro_batches_(micro_batches) {}
+  MpiLink(const Layout& layout, int micro_batches)
+      : layout_(layout), micro_batches_(micro_batches), first_(comm::rank() - comm::rank(comm::Group::tensor)) {}
 
   void send(const Edge& e, const Tensor& t) override {
     const std::int32_t dtype = std::int32_t(t.dtype()), rank = std::int32_t(t.shape().size());
-    std::vector<char> bytes(8 + 8 * t.shape().size() + t.nbytes());
+    std::vector<char> bytes(std::size_t(header_bytes(t.shape().size())) + t.nbytes());
     std::memcpy(bytes.data(), &dtype, 4);
     std::memcpy(bytes.data() + 4, &rank, 4);
     std::memcpy(bytes.data() + 8, t.shape().data(), 8 * t.shape().size());
     backend::download(t, bytes.data() + 8 + 8 * t.shape().size(), t.nbytes());
-    const int to = layout_.rank_of(e.gradient ? e.boundary : e.boundary + 1);
+    const int to = first_ + layout_.rank_of(e.gradient ? e.boundary : e.boundary + 1);
     comm::post(to, tag(e), std::move(bytes));
   }
 
   Tensor receive(const Edge& e) override {
-    const int from = layout_.rank_of(e.gradient ? e.boundary + 1 : e.boundary);
+    const int from = first_ + layout_.rank_of(e.gradient ? e.boundary + 1 : e.boundary);
     comm::receive_from(from, tag(e), buffer_);
     std::int32_t dtype = 0, rank = 0;
     std::memcpy(&dtype, buffer_.data(), 4);
@@ -51,10 +55,19 @@ class MpiLink final : public StageLink {
   }
   Layout layout_;
   int micro_batches_;
+  int first_;  // the world rank of this pipeline's first stage
   std::vector<char> buffer_;
 };
 
 }  // namespace
+
+std::int64_t edge_bytes(const Layout& layout, int rank, int micro_batches, const Sizes& sizes, Precision precision) {
+  const std::int64_t message = header_bytes(3) + std::int64_t(dtype_size(compute_dtype(precision, DType::f32))) *
+                                                     std::int64_t(sizes.B) * sizes.S * sizes.D;
+  std::int64_t edges = 0;  // each sent once and received once: an activation forward and a gradient back
+  for (int v = rank; v < layout.count(); v += layout.stages) edges += (v > 0 ? 1 : 0) + (v < layout.count() - 1 ? 1 : 0);
+  return 2 * edges * std::int64_t(micro_batches) * message;
+}
 
 std::unique_ptr<StageLink> mpi_link(const Layout& layout, int micro_batches) {
   return std::make_unique<MpiLink>(layout, micro_batches);

@@ -68,8 +68,13 @@ PipelinedStep pipelined_step(const Model& model, const ParamStore& params, const
   const Schedule schedule = parse_schedule(settings.schedule);
   validate(schedule, model.sizes().L, N, M, settings.stage_layers);
   const Layout layout = make_layout(schedule, model.sizes().L, N, settings.stage_layers);
+  comm::set_tensor_group(N);  // the job is one pipeline: its model-parallel group
   params.zero_grad();
-  StageStep step{&model, &params, &micro_batches, options};
+  StageStep step;
+  step.model = &model;
+  step.params = &params;
+  step.micro_batches = &micro_batches;
+  step.options = options;
   const auto link = mpi_link(layout, M);
   const RankResult mine = run_rank(step, schedule, layout, comm::rank(), *link);
   sum_over_ranks(params);

@@ -99,6 +99,9 @@ void StageRunner::backward(int micro_batch, int v) {
     throw std::logic_error("pipeline: backward of micro-batch " + std::to_string(micro_batch) + " on virtual stage " +
                            std::to_string(v) + " before its forward");
   InFlight& f = *it->second;
+  // A micro-batch's backward on this rank begins at its last chunk and ends at its first.
+  const int first_chunk = rank_, last_chunk = (layout_.virtual_stages - 1) * layout_.stages + rank_;
+  if (v == last_chunk && step_.begin_backward) step_.begin_backward(micro_batch);
   {
     MemoryPhase phase("backward");
     TapeScope tape(f.tape);
@@ -116,6 +119,10 @@ void StageRunner::backward(int micro_batch, int v) {
     link_.send({v - 1, micro_batch, true}, *slot->grad);
   }
   in_flight_.erase(it);
+  if (v == first_chunk && step_.end_backward) {
+    const auto loss = losses_.find(micro_batch);
+    step_.end_backward(micro_batch, loss == losses_.end() ? 0.0 : loss->second);
+  }
 }
 
 namespace {

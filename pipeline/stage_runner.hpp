@@ -11,6 +11,7 @@
 // output is what backward starts from, with the gradient received for it.
 // Backward passes run micro-batches in order, so every parameter's gradient
 // sums them in the order of a single rank's gradient accumulation.
+#include <functional>
 #include <map>
 #include <tuple>
 #include <memory>
@@ -67,9 +68,14 @@ struct EdgeShape {
 using EdgeShapes = std::map<std::tuple<int, int, bool>, EdgeShape>;  // (boundary, micro-batch, gradient)
 inline std::tuple<int, int, bool> edge_key(const Edge& e) { return {e.boundary, e.micro_batch, e.gradient}; }
 
-// MPI to the ranks of the neighbouring virtual stages (v's rank: v mod N,
-// pipeline rank = world rank).
+// MPI to the ranks of the neighbouring virtual stages: v's rank is v mod N
+// in this rank's pipeline, the job's model-parallel group (comm's tensor
+// group: N consecutive ranks; the whole job where none was set).
 std::unique_ptr<StageLink> mpi_link(const Layout& layout, int micro_batches);
+// The bytes rank `rank` sends plus receives over mpi_link in a step of M
+// micro-batches: each edge's tensor is the residual stream, [B, S, D] in
+// the precision's compute type, after its shape.
+std::int64_t edge_bytes(const Layout& layout, int rank, int micro_batches, const Sizes& sizes, Precision precision);
 // Shape-only: what is sent goes nowhere; what is received is a tensor of
 // the recorded shape, made where the rank would make it.
 std::unique_ptr<StageLink> shape_link(const EdgeShapes& shapes);
@@ -80,6 +86,13 @@ struct StageStep {
   const ParamStore* params = nullptr;
   const std::vector<Batch>* micro_batches = nullptr;  // all M: the first stage reads tokens, the last targets
   StepOptions options;  // strategy, seed, attention, precision, loss scale (zero_grad: the caller's)
+  // Around each micro-batch's backward through this rank's stages (the
+  // last chunk's, interleaved, begins it; the first chunk's ends it):
+  // `begin(m)` before (a trainer zeroes the gradients), `end(m, loss)` after,
+  // its gradients in the parameters and its loss (0 off the last stage).
+  // Micro-batches come in order. None: the gradients accumulate in place.
+  std::function<void(int)> begin_backward;
+  std::function<void(int, double)> end_backward;
 };
 
 class StageRunner {

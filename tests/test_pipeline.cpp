@@ -211,7 +211,10 @@ TEST_CASE("an uneven split (--stage-layers) is exact too", "[pipeline]") {
   params.zero_grad();
   auto strategy = make_strategy("per-layer");
   const pipeline::Schedule schedule = parse_schedule("1f1b");
-  StageStep step{model.get(), &params, &batches, {}};
+  StageStep step;
+  step.model = model.get();
+  step.params = &params;
+  step.micro_batches = &batches;
   step.options.strategy = strategy.get();
   CHECK(run_in_process(step, schedule, make_layout(schedule, z.L, 3, "1,3,1")) == want.losses);
   CHECK(grads_of(params) == want.grads);

@@ -287,6 +287,58 @@ std::uint64_t GradientReduction::micro_batch(int k) const {
   return std::uint64_t(k) * std::uint64_t(ranks_) + std::uint64_t(rank_);
 }
 
+namespace {
+
+// Pipeline parallelism (pipeline/): the ranks of each pipeline (the job's
+// model-parallel groups of consecutive ranks) hold the whole model and
+// compute the gradients of their own stage's parameters, zeros elsewhere;
+// `inner` combines each rank's micro-batches, and those of the data-parallel
+// pipelines (the same stage of every pipeline). Then the stages' gradients
+// are summed over the pipeline in rank order (x + 0 = x: each parameter's is
+// its stage's, bit for bit), and so are the losses (the last stage's alone
+// are not zero), so every rank steps the whole model alike.
+class PipelineParallel final : public GradientReduction {
+ public:
+  PipelineParallel(ParamStore& params, int accumulate, std::unique_ptr<GradientReduction> inner)
+      : GradientReduction(params, accumulate, inner->ranks(), comm::rank(comm::Group::data)), inner_(std::move(inner)) {}
+  bool zero_grad() const override { return inner_->zero_grad(); }
+  void begin(int k) override { inner_->begin(k); }
+  void add(int k, double loss) override { inner_->add(k, loss); }
+  double finish() override {
+    const double loss = inner_->finish();
+    const int P = comm::size(comm::Group::tensor);
+    for (const Tensor& p : params_.tensors()) {
+      const Tensor g = p.grad();
+      if (!g.defined()) continue;
+      const std::vector<float> mine = g.to_host_f32();
+      std::vector<float> all(mine.size() * std::size_t(P)), sum(mine.size(), 0.0f);
+      comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data(), comm::Group::tensor);
+      for (int r = 0; r < P; ++r)
+        for (std::size_t j = 0; j < sum.size(); ++j) sum[j] += all[std::size_t(r) * mine.size() + j];
+      backend::upload(g, sum);
+    }
+    std::vector<double> losses(static_cast<std::size_t>(P));
+    comm::gather_all(&loss, 1, losses.data(), comm::Group::tensor);
+    double total = 0;
+    for (double l : losses) total += l;
+    return total;
+  }
+  // The replicas' reduction, and every trainable gradient and the loss to
+  // and from each other rank of the pipeline (the activations' messages
+  // between stages are the step's own).
+  std::int64_t predicted_bytes(const Strategy& strategy) const override {
+    std::int64_t trainable = 0;
+    for (std::size_t i = 0; i < params_.tensors().size(); ++i)
+      if (params_.trainable(i)) trainable += params_.tensors()[i].numel();
+    return inner_->predicted_bytes(strategy) + 2 * (4 * trainable + 8) * (comm::size(comm::Group::tensor) - 1);
+  }
+
+ private:
+  std::unique_ptr<GradientReduction> inner_;
+};
+
+}  // namespace
+
 double GradientReduction::gradient_norm() const { return remat::gradient_norm(trained()); }
 
 std::vector<double> GradientReduction::gradient_squares() const { return remat::gradient_squares(params_.tensors()); }
@@ -303,7 +355,13 @@ RankMemory GradientReduction::memory(const Optimizer& optimizer) const {
 }
 
 std::unique_ptr<GradientReduction> make_reduction(ParamStore& params, int accumulate, bool shard_params,
-                                                  const ModelSetup& setup, Precision precision) {
+                                                  const ModelSetup& setup, Precision precision, int pipeline_stages) {
+  if (pipeline_stages > 1) {
+    std::unique_ptr<GradientReduction> replicas;
+    if (comm::size(comm::Group::data) > 1) replicas = std::make_unique<DataParallel>(params, accumulate);
+    else replicas = std::make_unique<LocalAccumulation>(params, accumulate);
+    return std::make_unique<PipelineParallel>(params, accumulate, std::move(replicas));
+  }
   if (setup.sizes.tp.split() || setup.sizes.ep.split()) {
     std::unique_ptr<GradientReduction> replicas;
     if (shard_params) replicas = std::make_unique<ShardedParameters>(params, accumulate, precision);

@@ -89,11 +89,13 @@ class GradientReduction {
 
 // The mode a configuration asks for: sharded, data parallel (several ranks),
 // tensor parallel (`setup`'s sizes split: its ranks one replica), expert
-// parallel (the job one expert group), or local.
+// parallel (the job one expert group), pipeline parallel (`pipeline_stages`
+// > 1: the job's model-parallel groups are pipelines), or local.
 // Sharded parameters take over `params` (train/param_shards.hpp) and gather
 // in the steps' `precision`.
 std::unique_ptr<GradientReduction> make_reduction(ParamStore& params, int accumulate, bool shard_params,
-                                                  const ModelSetup& setup, Precision precision = Precision::fp32);
+                                                  const ModelSetup& setup, Precision precision = Precision::fp32,
+                                                  int pipeline_stages = 1);
 
 // The bytes a rank sends plus receives in one data-parallel step: each of
 // the accumulate rounds gathers every trainable gradient (float32) and the

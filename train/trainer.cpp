@@ -13,6 +13,7 @@
 #include "comm/comm.hpp"
 #include "core/error.hpp"
 #include "datasets/batch_source.hpp"
+#include "pipeline/stage_runner.hpp"
 #include "step/probe.hpp"
 #include "step/step.hpp"
 #include "strategies/registry.hpp"
@@ -23,11 +24,13 @@
 namespace remat {
 namespace {
 
+void validate_pipeline(const TrainConfig& c);
+
 void validate(const TrainConfig& c) {
   if (c.steps < 1) throw UserError("--steps must be at least 1");
   if (c.accumulate < 1) throw UserError("--accumulate must be at least 1");
   const RankGroup& tp = c.setup.sizes.tp;
-  const int group = tp.size * c.setup.sizes.ep.size;
+  const int group = tp.size * c.setup.sizes.ep.size * c.pipe.stages;
   if (c.ranks * group != comm::size())
     throw UserError("the run is set for " + std::to_string(c.ranks * group) + " ranks, but " +
                     std::to_string(comm::size()) + " are running it");
@@ -70,6 +73,22 @@ void validate(const TrainConfig& c) {
   Schedule s = c.schedule;
   s.steps = c.steps;
   s.validate();
+  if (c.pipe.split()) validate_pipeline(c);
+}
+
+void validate_pipeline(const TrainConfig& c) {
+  const Sizes& z = c.setup.sizes;
+  if (z.tp.split() || z.ep.split() || c.shard_params || c.lora.any() || c.freeze.any() || c.quantize != QuantFormat::none)
+    throw UserError("--pp with --tp, --ep, --shard-params or fine-tuning: not yet");
+  if (!models().find(c.setup.model).make(z)->staged())
+    throw UserError("--pp: " + c.setup.model + " is not split into stages yet (gpt2, llama)");
+  if (z.dropout > 0) throw UserError("--pp with dropout: not yet");
+  if (parse_strategy(c.strategy).planned) throw UserError("--pp with a budget: not yet");
+  const pipeline::Schedule schedule = pipeline::parse_schedule(c.pipe.schedule);
+  // Interleaved, a micro-batch's backward on a rank spans its chunks with
+  // others' between them: its gradients are not whole at any one point.
+  if (schedule.virtual_stages > 1) throw UserError("train --pp --schedule " + schedule.spec() + ": not yet (gpipe, 1f1b)");
+  pipeline::validate(schedule, z.L, c.pipe.stages, c.accumulate, c.pipe.stage_layers);
 }
 
 // The mean held-out loss over `batches` batches (the same ones each time),
@@ -158,7 +177,8 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
   }
   // From here on, under --shard-params, each rank keeps its shards of the
   // parameters and the optimizer steps them.
-  reduction_ = make_reduction(*params_, config_.accumulate, config_.shard_params, config_.setup, config_.run.precision);
+  reduction_ = make_reduction(*params_, config_.accumulate, config_.shard_params, config_.setup, config_.run.precision,
+                              config_.pipe.stages);
   std::vector<bool> decays;  // as the whole parameters decay, not as 1-D shards would
   for (const auto& p : params_->tensors()) decays.push_back(remat::decays(p));
   optimizer_ = make_optimizer(config_.optimizer, reduction_->trained(), decays);
@@ -229,6 +249,7 @@ void Trainer::restore_optimizer(const SavedRun& resume) {
 // This rank's micro-batches of the step, forward and backward, their
 // gradients summed (still scaled) and the loss summed over micro-batches and ranks.
 StepRecord Trainer::forward_backward_all(double loss_scale) {
+  if (config_.pipe.split()) return forward_backward_pipelined(loss_scale);
   GradientReduction& reduce = *reduction_;
   const int N = reduce.ranks(), M = reduce.micro_batches();
   StepRecord r;
@@ -248,6 +269,46 @@ StepRecord Trainer::forward_backward_all(double loss_scale) {
     add_parts(r, s);
     reduce.add(k, s.loss);
   }
+  state_.data_position += std::uint64_t(M);
+  r.loss = reduce.finish();
+  return r;
+}
+
+// The same through this rank's pipeline stage: every rank of a pipeline
+// reads the pipeline's micro-batches (the first stage their tokens, the
+// last their targets); each micro-batch's backward on this rank begins and
+// ends the reduction's round, as run_step's do on one rank.
+StepRecord Trainer::forward_backward_pipelined(double loss_scale) {
+  GradientReduction& reduce = *reduction_;
+  const int N = reduce.ranks(), M = reduce.micro_batches();
+  std::vector<Batch> batches;
+  for (int k = 0; k < reduce.accumulate(); ++k) {
+    if (N > 1) data_->seek(state_.data_position + reduce.micro_batch(k));
+    batches.push_back(data_->next());
+  }
+  pipeline::StageStep step;
+  step.model = model_.get();
+  step.params = params_.get();
+  step.micro_batches = &batches;
+  step.options = step_options(config_.run, strategy_.get(), std::uint64_t(state_.step) * std::uint64_t(M));
+  step.options.loss_scale = loss_scale;
+  step.begin_backward = [&](int k) {
+    reduce.begin(k);
+    if (reduce.zero_grad()) params_->zero_grad();
+  };
+  step.end_backward = [&](int k, double loss) { reduce.add(k, loss); };
+  const pipeline::Schedule schedule = pipeline::parse_schedule(config_.pipe.schedule);
+  const int P = config_.pipe.stages;
+  const pipeline::Layout layout = pipeline::make_layout(schedule, config_.setup.sizes.L, P, config_.pipe.stage_layers);
+  const auto link = pipeline::mpi_link(layout, reduce.accumulate());
+  params_->zero_grad();  // allocates the gradients before the step's baseline is read, as run_step does
+  const pipeline::RankResult mine =
+      pipeline::run_rank(step, schedule, layout, comm::rank(comm::Group::tensor), *link);
+  StepRecord r;
+  r.loss_scale = loss_scale;
+  r.activation_peak = mine.activation_peak;
+  r.predicted_comm_bytes += pipeline::edge_bytes(layout, comm::rank(comm::Group::tensor), reduce.accumulate(),
+                                                 config_.setup.sizes, config_.run.precision);
   state_.data_position += std::uint64_t(M);
   r.loss = reduce.finish();
   return r;

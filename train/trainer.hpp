@@ -17,6 +17,7 @@
 #include "finetune/quantize.hpp"
 #include "optim/optimizer.hpp"
 #include "optim/schedule.hpp"
+#include "pipeline/schedule.hpp"
 #include "step/step.hpp"
 #include "train/loss_scaler.hpp"
 #include "train/reduction.hpp"
@@ -44,6 +45,10 @@ struct TrainConfig {
   QuantFormat quantize = QuantFormat::none;  // QLoRA: the frozen linear weights' format (finetune/quantize.hpp)
   int ranks = 1;         // MPI ranks training data-parallel (comm::size() when run)
   bool shard_params = false;  // ZeRO-3: each rank keeps 1/N of the parameters (train/param_shards.hpp)
+  // Pipeline parallelism (pipeline/): the job's model-parallel groups are
+  // pipelines of `pipe.stages` ranks running the `accumulate` micro-batches
+  // through their stages (pipe.micro_batches is not read: `accumulate` is M).
+  pipeline::PipelineSettings pipe;
 };
 
 struct StepRecord {
@@ -133,6 +138,7 @@ class Trainer {
   Schedule schedule_;
   void save();  // the run file (gathered whole first, if sharded)
   StepRecord forward_backward_all(double loss_scale);
+  StepRecord forward_backward_pipelined(double loss_scale);
   void restore_optimizer(const SavedRun& resume);
   void stop_if_every_step_overflows() const;
   std::string run_file_kept() const;  // ", out.h5 keeps the last save", for a message that stops the run

@@ -180,19 +180,22 @@ void add_ep_option(CLI::App& cmd, int& ep) {
       ->capture_default_str();
 }
 
-void add_pipeline_options(CLI::App& cmd, pipeline::PipelineSettings& p) {
+void add_pipeline_options(CLI::App& cmd, pipeline::PipelineSettings& p, bool for_training) {
   cmd.add_option("--pp", p.stages,
                  "Pipeline parallelism over N ranks (start with mpirun -n N): the layers split into N stages, the "
                  "embedding on the first and the head on the last, activations sent forward and their gradients "
                  "back (docs/scale-out.md; gpt2, llama)")
       ->check(whole_number(1, 1 << 10))
       ->capture_default_str();
-  cmd.add_option("--micro-batches", p.micro_batches,
-                 "Micro-batches of the step (of --batch sequences each), their gradients summed in order and "
-                 "averaged, as --accumulate does")
-      ->check(whole_number(1, 1 << 12))
-      ->capture_default_str();
-  cmd.add_option("--schedule", p.schedule, "Pipeline schedule: gpipe, 1f1b or interleaved:V (V model chunks per rank)")
+  if (!for_training)
+    cmd.add_option("--micro-batches", p.micro_batches,
+                   "Micro-batches of the step (of --batch sequences each), their gradients summed in order and "
+                   "averaged")
+        ->check(whole_number(1, 1 << 12))
+        ->capture_default_str();
+  cmd.add_option(for_training ? "--pp-schedule" : "--schedule", p.schedule,
+                 for_training ? "Pipeline schedule with --pp: gpipe or 1f1b (--accumulate is the micro-batches)"
+                              : "Pipeline schedule: gpipe, 1f1b or interleaved:V (V model chunks per rank)")
       ->capture_default_str();
   cmd.add_option("--stage-layers", p.stage_layers,
                  "Layers per stage, comma-separated (e.g. 5,6,6,5), for an uneven split; default: even");

@@ -83,7 +83,9 @@ void fine_tune(std::unique_ptr<ParamStore>& params, const Model& model, const Ba
 void add_tp_options(CLI::App& cmd, int& tp, bool& sp);
 void add_ep_option(CLI::App& cmd, int& ep);
 // --pp, --micro-batches, --schedule, --stage-layers (pipeline/schedule.hpp).
-void add_pipeline_options(CLI::App& cmd, pipeline::PipelineSettings& p);
+// train, whose --schedule is the learning rate's and whose --accumulate is
+// M, takes --pp, --pp-schedule and --stage-layers (`for_training`).
+void add_pipeline_options(CLI::App& cmd, pipeline::PipelineSettings& p, bool for_training = false);
 
 // --seed, validated.
 void add_seed_option(CLI::App& cmd, std::uint64_t& seed, const std::string& help);

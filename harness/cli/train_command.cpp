@@ -79,7 +79,8 @@ std::int64_t configure(TrainOptions& o) {
   c.init = o.model.weights;
   c.ranks = comm::size();
   if (apply_expert_layout(o.model.ep, o.model.tp, o.model.sp, c.setup, /*data_parallel=*/true) ||  // each expert group one replica
-      apply_layout(o.model.tp, o.model.sp, c.setup, /*data_parallel=*/true))   // each tensor group one replica
+      apply_layout(o.model.tp, o.model.sp, c.setup, /*data_parallel=*/true) ||   // each tensor group one replica
+      apply_pipeline_layout(c.pipe.stages, o.model.tp > 1 || o.model.ep > 1))   // each pipeline one replica
     c.ranks = comm::size(comm::Group::data);
   const auto specs = strategies_for(c.setup.model, o.strategy, c.run.attention);
   if (specs.size() != 1) throw UserError("remat train runs one strategy; '" + o.strategy + "' names " + std::to_string(specs.size()));
@@ -242,6 +243,7 @@ void setup_train(CLI::App& app) {
   o->model.bind_with_weights(*cmd);
   add_tp_options(*cmd, o->model.tp, o->model.sp);
   add_ep_option(*cmd, o->model.ep);
+  add_pipeline_options(*cmd, o->config.pipe, /*for_training=*/true);
   add_freeze_options(*cmd, o->config.freeze);
   add_lora_options(*cmd, o->config.lora);
   add_quantize_option(*cmd, o->config.quantize);
