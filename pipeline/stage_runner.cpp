@@ -48,11 +48,18 @@ StageRunner::StageRunner(const StageStep& step, const Layout& layout, int rank, 
 }
 
 void StageRunner::run(const Pass& pass) {
+  ready_ = std::chrono::steady_clock::now();
   const int v = pass.chunk * layout_.stages + rank_;
   if (pass.kind == PassKind::forward)
     forward(pass.micro_batch, v);
   else
     backward(pass.micro_batch, v);
+}
+
+Tensor StageRunner::receive(const Edge& e) {
+  Tensor t = link_.receive(e);
+  ready_ = std::chrono::steady_clock::now();
+  return t;
 }
 
 void StageRunner::forward(int micro_batch, int v) {
@@ -73,7 +80,7 @@ void StageRunner::forward(int micro_batch, int v) {
     x = model.embed(params, batch);
   } else {
     // A leaf of this tape whose gradient stays after backward, to be sent back.
-    x = link_.receive({v - 1, micro_batch, false});
+    x = receive({v - 1, micro_batch, false});
     f->input = std::make_shared<GradSlot>();
     f->input->shape = x.shape();
     f->input->dtype = x.dtype();
@@ -110,7 +117,7 @@ void StageRunner::backward(int micro_batch, int v) {
       fill(seed, loss_scale_);
       remat::backward(*f.output, seed);
     } else {
-      remat::backward(*f.output, link_.receive({v, micro_batch, true}));
+      remat::backward(*f.output, receive({v, micro_batch, true}));
     }
   }
   if (v > 0) {
@@ -166,6 +173,17 @@ class ShapeLink final : public StageLink {
 
 }  // namespace
 
+void PassTiming::write(double* out) const {
+  const double v[kFields] = {double(pass.kind == PassKind::backward), double(pass.micro_batch), double(pass.chunk),
+                             start, end, double(live_after), double(peak)};
+  std::copy(v, v + kFields, out);
+}
+
+PassTiming PassTiming::read(const double* in) {
+  return {{in[0] != 0 ? PassKind::backward : PassKind::forward, int(in[1]), int(in[2])},
+          in[3], in[4], std::int64_t(in[5]), std::int64_t(in[6])};
+}
+
 std::unique_ptr<StageLink> shape_link(const EdgeShapes& shapes) { return std::make_unique<ShapeLink>(shapes); }
 
 RankResult run_rank(const StageStep& step, const Schedule& schedule, const Layout& layout, int rank, StageLink& link) {
@@ -183,7 +201,20 @@ RankResult run_rank(const StageStep& step, const Schedule& schedule, const Layou
   {
     ops::AttentionKernelScope kernel(step.options.attention);
     PrecisionScope precision(*step.params, step.options.precision);
-    for (const Pass& p : list) runner.run(p);
+    const auto since = [&t0](std::chrono::steady_clock::time_point t) {
+      return std::chrono::duration<double>(t - t0).count();
+    };
+    for (const Pass& p : list) {
+      const auto outer = tracker.begin_peaks();  // the pass's own peak, then the step's again
+      runner.run(p);
+      ExecSpace().fence();
+      // From when its input was there: waiting for a neighbour is the bubble's, not the pass's.
+      PassTiming timing{p, since(runner.ready()), since(std::chrono::steady_clock::now())};
+      timing.live_after = tracker.stats(pool).live - base;
+      timing.peak = tracker.stats(pool).peak - base;
+      tracker.end_peaks(outer);
+      r.passes.push_back(timing);
+    }
   }
   link.finish();
   ExecSpace().fence();

@@ -11,6 +11,7 @@
 // output is what backward starts from, with the gradient received for it.
 // Backward passes run micro-batches in order, so every parameter's gradient
 // sums them in the order of a single rank's gradient accumulation.
+#include <chrono>
 #include <functional>
 #include <map>
 #include <tuple>
@@ -101,6 +102,8 @@ class StageRunner {
   void run(const Pass& pass);
   // Of the last virtual stage: each micro-batch's loss, in order (empty elsewhere).
   const std::map<int, double>& losses() const { return losses_; }
+  // When the last pass had its inputs: its start, or when what it received arrived.
+  std::chrono::steady_clock::time_point ready() const { return ready_; }
   double loss_scale() const { return loss_scale_; }
 
  private:
@@ -121,6 +124,8 @@ class StageRunner {
   double loss_scale_ = 1;
   std::map<std::pair<int, int>, std::unique_ptr<InFlight>> in_flight_;  // (micro-batch, virtual stage)
   std::map<int, double> losses_;
+  std::chrono::steady_clock::time_point ready_;
+  Tensor receive(const Edge& e);  // through the link, noting when it arrived
 };
 
 // Every rank's passes in one process, in the order a replay of the
@@ -135,12 +140,25 @@ std::vector<double> run_in_process(const StageStep& step, const Schedule& schedu
 // peak over all of them (the device pool's peak less what was live before:
 // the micro-batches in flight at once, as the schedule keeps them). The
 // caller zeroes the gradients.
+// One pass as it ran on its rank: when (seconds from the rank's step start)
+// and what the rank held (the device pool above the step's start).
+struct PassTiming {
+  Pass pass;
+  double start = 0, end = 0;
+  std::int64_t live_after = 0;  // at its end
+  std::int64_t peak = 0;        // the most during it
+  static constexpr int kFields = 7;  // as numbers: kind, micro-batch, chunk, start, end, live_after, peak
+  void write(double* out) const;
+  static PassTiming read(const double* in);
+};
+
 struct RankResult {
   std::vector<double> losses;  // the last virtual stage's rank: each micro-batch's, in order
   std::int64_t activation_peak = 0;
   std::int64_t offload_peak = 0;
   double seconds = 0;
   double loss_scale = 1;
+  std::vector<PassTiming> passes;  // in the rank's order
 };
 RankResult run_rank(const StageStep& step, const Schedule& schedule, const Layout& layout, int rank, StageLink& link);
 

@@ -16,7 +16,7 @@ import re
 import sys
 
 MODULES = ["core", "autodiff", "h5", "comm", "datasets", "optim", "zoo", "strategies", "weights", "step",
-           "finetune", "train", "estimate", "harness"]
+           "finetune", "pipeline", "train", "estimate", "harness"]
 
 
 def code_of(text):

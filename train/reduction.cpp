@@ -31,15 +31,25 @@ double sum_over_ranks(double loss) {
 // the order, of a data-parallel reduction over ranks.
 class LocalAccumulation final : public GradientReduction {
  public:
-  LocalAccumulation(ParamStore& params, int accumulate) : GradientReduction(params, accumulate, 1, 0) {}
+  // The sums in a pool of their own: state beside the gradients, never a
+  // step's activations (a pipeline stage makes them amid its step).
+  static constexpr const char* kSumLabel = "gradient_sum";
+  static constexpr const char* kSumPool = "gradient sums";
+  LocalAccumulation(ParamStore& params, int accumulate) : GradientReduction(params, accumulate, 1, 0) {
+    MemoryTracker::instance().pool_for_label(kSumLabel, kSumPool);
+  }
   void add(int k, double loss) override {
     loss_ = k == 0 ? loss : loss_ + loss;
     if (accumulate_ == 1) return;  // the gradients are where they belong already
     const auto& ts = params_.tensors();
     for (std::size_t i = 0; i < ts.size(); ++i) {
       const Tensor g = ts[i].grad();  // undefined for a frozen parameter
-      if (k == 0) sums_.push_back(g.defined() ? clone(g) : Tensor());
-      else if (g.defined()) add_inplace(sums_[i], g);
+      if (k == 0) {
+        sums_.push_back(g.defined() ? Tensor::empty(g.shape(), g.dtype(), kSumLabel) : Tensor());
+        if (g.defined()) backend::copy(sums_.back(), g);
+      } else if (g.defined()) {
+        add_inplace(sums_[i], g);
+      }
     }
   }
   double finish() override {

@@ -214,6 +214,24 @@ void check_version(const h5::File& f) {
 }
 
 // The record part: state and history, checked for consistency.
+// A pipelined run's last step, per stage (none: an empty list).
+std::vector<std::vector<pipeline::PassTiming>> read_pipeline_passes(const h5::File& f) {
+  namespace D = run_file::data;
+  const std::string passes = "/" + D::pipeline_passes.at("");
+  std::vector<std::vector<pipeline::PassTiming>> out;
+  if (!h5::exists(f, passes)) return out;
+  const Shape shape = h5::info(f, passes).shape;
+  if (shape.size() != 3 || shape[2] != pipeline::PassTiming::kFields)
+    throw UserError(f.path() + ": " + passes + " is " + to_string(shape) + ", expected [stages, passes, 7]");
+  const auto v = h5::read_f64(f, passes);
+  out.resize(std::size_t(shape[0]));
+  for (std::int64_t r = 0; r < shape[0]; ++r)
+    for (std::int64_t i = 0; i < shape[1]; ++i)
+      out[std::size_t(r)].push_back(
+          pipeline::PassTiming::read(v.data() + std::size_t((r * shape[1] + i) * pipeline::PassTiming::kFields)));
+  return out;
+}
+
 TrainState read_state(const h5::File& f, const TrainConfig& c) {
   TrainState s;
   s.step = whole(f, run_file::root::done);
@@ -322,6 +340,15 @@ void write_history(const h5::File& f, const TrainState& state) {
   D::skipped.write(f, "", skipped);
   D::eval_step.write(f, "", eval_step);
   D::eval_loss.write(f, "", eval_loss);
+  if (!state.pipeline_passes.empty()) {
+    constexpr int F = pipeline::PassTiming::kFields;
+    const auto& stages = state.pipeline_passes;
+    std::vector<double> v(stages.size() * stages.front().size() * F);
+    for (std::size_t r = 0; r < stages.size(); ++r)
+      for (std::size_t i = 0; i < stages[r].size(); ++i) stages[r][i].write(v.data() + (r * stages[r].size() + i) * F);
+    h5::write(f, "/" + D::pipeline_passes.at(""), v,
+              Shape{std::int64_t(stages.size()), std::int64_t(stages.front().size()), F});
+  }
   if (!state.history.empty()) {
     const StepRecord& first = state.history.front();
     for (std::size_t k = 0; k < first.loss_parts.size(); ++k) {
@@ -385,6 +412,7 @@ SavedRun read_run_record(const std::string& path) {
     *size = int(attribute->read(f, "/").value_or(0));
   run.config = read_config(f, setup);
   run.state = read_state(f, run.config);
+  run.state.pipeline_passes = read_pipeline_passes(f);
   return run;
 }
 
@@ -400,6 +428,7 @@ SavedRun read_run_file(const std::string& path) {
     run.weights.params = std::move(store);
   }
   run.state = read_state(f, run.config);
+  run.state.pipeline_passes = read_pipeline_passes(f);
   run.optimizer_steps = std::int64_t(number(f, run_file::root::optimizer_steps));
   for (const char* name : {"m", "v", "momentum"}) {
     const std::string buffer = "/" + run_file::data::optimizer_state.at(name);

@@ -85,7 +85,11 @@
     "the step's micro-batches (and ranks) like `loss`")                                                              \
   X(stat, "history/stats/<name>", double, "[steps, ...]", "",                                                        \
     "the model's statistics, summed over micro-batches and ranks: mixtral's `expert_load` [steps, L, E], the token " \
-    "rows each expert received in each layer (`remat report --svg` draws `experts.svg` from it)")
+    "rows each expert received in each layer (`remat report --svg` draws `experts.svg` from it)")              \
+  X(pipeline_passes, "pipeline/passes", double, "[stages, passes, 7]", "",                                          \
+    "under `--pp` only: the last step's passes on each stage of the first pipeline, in the stage's order, each "    \
+    "kind (0 forward, 1 backward), micro-batch, chunk, start and end (s from the stage's step start), the stage's "  \
+    "activation bytes at its end and its peak during it (`remat report --svg` draws `pipeline.svg` from it)")
 
 namespace remat::run_file {
 

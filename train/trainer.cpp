@@ -274,6 +274,24 @@ StepRecord Trainer::forward_backward_all(double loss_scale) {
   return r;
 }
 
+namespace {
+
+// Every stage's passes of the pipeline (each has the same number), on every rank of it.
+std::vector<std::vector<pipeline::PassTiming>> gather_passes(const std::vector<pipeline::PassTiming>& mine) {
+  constexpr int F = pipeline::PassTiming::kFields;
+  const int P = comm::size(comm::Group::tensor);
+  std::vector<double> flat(mine.size() * F), all(flat.size() * std::size_t(P));
+  for (std::size_t i = 0; i < mine.size(); ++i) mine[i].write(flat.data() + i * F);
+  comm::gather_all(flat.data(), std::int64_t(flat.size()), all.data(), comm::Group::tensor);
+  std::vector<std::vector<pipeline::PassTiming>> out(static_cast<std::size_t>(P));
+  for (int r = 0; r < P; ++r)
+    for (std::size_t i = 0; i < mine.size(); ++i)
+      out[std::size_t(r)].push_back(pipeline::PassTiming::read(all.data() + (std::size_t(r) * mine.size() + i) * F));
+  return out;
+}
+
+}  // namespace
+
 // The same through this rank's pipeline stage: every rank of a pipeline
 // reads the pipeline's micro-batches (the first stage their tokens, the
 // last their targets); each micro-batch's backward on this rank begins and
@@ -304,11 +322,14 @@ StepRecord Trainer::forward_backward_pipelined(double loss_scale) {
   params_->zero_grad();  // allocates the gradients before the step's baseline is read, as run_step does
   const pipeline::RankResult mine =
       pipeline::run_rank(step, schedule, layout, comm::rank(comm::Group::tensor), *link);
+  state_.pipeline_passes = gather_passes(mine.passes);
+  const std::int64_t pass_values = std::int64_t(mine.passes.size()) * pipeline::PassTiming::kFields;
   StepRecord r;
   r.loss_scale = loss_scale;
   r.activation_peak = mine.activation_peak;
   r.predicted_comm_bytes += pipeline::edge_bytes(layout, comm::rank(comm::Group::tensor), reduce.accumulate(),
-                                                 config_.setup.sizes, config_.run.precision);
+                                                 config_.setup.sizes, config_.run.precision) +
+                            2 * 8 * pass_values * (P - 1);  // and the passes' timings, to every stage
   state_.data_position += std::uint64_t(M);
   r.loss = reduce.finish();
   return r;

@@ -18,6 +18,7 @@
 #include "optim/optimizer.hpp"
 #include "optim/schedule.hpp"
 #include "pipeline/schedule.hpp"
+#include "pipeline/stage_runner.hpp"
 #include "step/step.hpp"
 #include "train/loss_scaler.hpp"
 #include "train/reduction.hpp"
@@ -78,6 +79,9 @@ struct TrainState {
   std::uint64_t data_position = 0;  // training batches read
   RankMemory memory;  // at the last step
   LossScaler scaler;  // fp16's dynamic loss scale, for the next step
+  // Under --pp: the last step's passes on each stage of this rank's
+  // pipeline, each in its stage's order (a record, not resumed).
+  std::vector<std::vector<pipeline::PassTiming>> pipeline_passes;
 };
 
 struct TrainResult {

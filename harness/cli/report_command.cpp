@@ -98,6 +98,7 @@ void run_report(const ReportOptions& o) {
       plots.push_back(write_loss_plot(runs, plot_dir));
       if (const std::string ranks = write_rank_plot(runs, plot_dir); !ranks.empty()) plots.push_back(ranks);
       if (const std::string experts = write_expert_plot(runs, plot_dir); !experts.empty()) plots.push_back(experts);
+      if (const std::string pipe = write_pipeline_plot(runs, plot_dir); !pipe.empty()) plots.push_back(pipe);
     }
   }
   std::printf("%s", markdown.c_str());

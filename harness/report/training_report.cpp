@@ -10,7 +10,9 @@
 #include "datasets/batch_source.hpp"
 #include "core/text.hpp"
 #include "h5/atomic_file.hpp"
+#include "harness/report/pipeline_chart.hpp"
 #include "harness/report/svg_chart.hpp"
+#include "pipeline/schedule.hpp"
 #include "step/step.hpp"
 #include "train/run_file.hpp"
 
@@ -47,6 +49,28 @@ RankFigures rank_figures(const SavedRun& run) {
 
 std::string run_label(const std::string& path, const TrainConfig& c) {
   return std::filesystem::path(path).stem().string() + " (" + c.strategy + (c.shard_params ? ", sharded" : "") + ")";
+}
+
+// A pipelined step's micro-batches: its first stage's forward passes.
+int micro_batches_of(const std::vector<std::vector<pipeline::PassTiming>>& stages) {
+  int forwards = 0;
+  for (const auto& p : stages.front()) forwards += p.pass.kind == pipeline::PassKind::forward ? 1 : 0;
+  return forwards;
+}
+
+// Under the table, a line per pipelined run: its last step's measured bubble beside 1F1B's formula.
+std::string pipeline_lines(const std::vector<std::string>& run_files) {
+  std::string out;
+  for (const auto& path : run_files) {
+    const auto stages = read_run_record(path).state.pipeline_passes;
+    if (stages.empty()) continue;
+    const int N = int(stages.size()), M = micro_batches_of(stages);
+    out += "\n" + path + ": pipelined over " + std::to_string(N) + " stages, " + std::to_string(M) +
+           " micro-batches; the last step's bubble (the stages' idle share of its span) measured " +
+           fixed(100 * measured_bubble(stages), 1) + "%, against (p-1)/(M+p-1) = " +
+           fixed(100 * pipeline::bubble_formula(N, M), 1) + "% for passes of equal length\n";
+  }
+  return out;
 }
 
 }  // namespace
@@ -89,7 +113,29 @@ std::string training_summary(const std::vector<std::string>& run_files) {
                   c.ranks, c.shard_params ? " sharded" : "", f.memory_mb, f.comm_mb, f.predicted_comm_mb, precision.c_str());
     o << buf;
   }
+  o << pipeline_lines(run_files);
   return o.str();
+}
+
+std::string write_pipeline_plot(const std::vector<std::string>& run_files, const std::string& dir) {
+  for (const auto& path : run_files) {  // the first pipelined run's last step
+    const SavedRun run = read_run_record(path);
+    const auto& stages = run.state.pipeline_passes;
+    if (stages.empty()) continue;
+    std::error_code ec;
+    std::filesystem::create_directories(dir, ec);
+    if (ec) throw UserError(dir + ": cannot create (" + ec.message() + ")");
+    const std::string out = dir + "/pipeline.svg";
+    const int M = micro_batches_of(stages);
+    write_file_atomically(out, pipeline_svg(std::filesystem::path(path).filename().string() + ": the last step over " +
+                                                std::to_string(stages.size()) + " stages, " + std::to_string(M) +
+                                                " micro-batches (bubble " + fixed(100 * measured_bubble(stages), 1) +
+                                                "%; (p-1)/(M+p-1) = " +
+                                                fixed(100 * pipeline::bubble_formula(int(stages.size()), M), 1) + "%)",
+                                            stages));
+    return out;
+  }
+  return "";
 }
 
 std::string write_loss_plot(const std::vector<std::string>& run_files, const std::string& dir) {

@@ -19,5 +19,9 @@ std::string write_rank_plot(const std::vector<std::string>& run_files, const std
 // for each such run and layer, each expert's share of the routed rows over
 // the steps; returns the file written, or "" if no run has experts.
 std::string write_expert_plot(const std::vector<std::string>& run_files, const std::string& dir);
+// Writes pipeline.svg into `dir` for the first run trained under --pp: its
+// last step's passes per stage over time and each stage's memory beneath
+// (harness/report/pipeline_chart.hpp); "" if no run has them.
+std::string write_pipeline_plot(const std::vector<std::string>& run_files, const std::string& dir);
 
 }  // namespace remat

@@ -105,6 +105,26 @@ sent, predicted = h["history/comm_bytes"][:], h["history/predicted_comm_bytes"][
 assert (sent > 0).all() and (sent == predicted).all(), (sent[:3], predicted[:3])' "$run" ||
     fail "$run: communication not as predicted"
 done
+# The run file keeps the last step's passes per stage; report draws them and gives the measured bubble;
+# the recorded activation peak (rank 0's: stage 0) is estimate --pp's for stage 0.
+"$remat" estimate --model llama --preset tiny --layers 4 --seq 16 --batch 2 --pp 2 --micro-batches 4 \
+  --strategies per-layer --json >estimate.json 2>err.txt || fail "estimate: $(cat err.txt)"
+expect_ok "report of a pipelined run" "$remat" report pp-run.h5 --svg plots
+grep -q "pipelined over 2 stages, 4 micro-batches; the last step's bubble .* measured [0-9.]*%, against (p-1)/(M+p-1) = 20.0%" \
+  out.txt || fail "report gives no measured bubble: $(cat out.txt)"
+py pp-run.h5 plots/pipeline.svg <<'PY' || fail "pipeline/passes or pipeline.svg"
+import sys, json, h5py, xml.etree.ElementTree as E
+run = h5py.File(sys.argv[1])
+passes = run["pipeline/passes"][:]
+assert passes.shape == (2, 8, 7), passes.shape
+for stage in passes:
+    assert sorted(stage[:, 0].tolist()) == [0] * 4 + [1] * 4  # 4 forwards, 4 backwards
+    assert (stage[:, 4] >= stage[:, 3]).all() and (stage[1:, 3] >= stage[:-1, 4] - 1e-9).all()  # in order
+estimate = json.load(open("estimate.json"))
+assert (run["history/activation_peak"][:] == estimate[0]["activation_peak_bytes"]).all()
+boxes = [e for e in E.parse(sys.argv[2]).getroot() if e.tag.endswith("rect") and e.get("height") == "28.00"]
+assert len(boxes) == 16, len(boxes)
+PY
 K=(train --model llama --preset small --layers 4 --seq 64 --lr 3e-3 --data copy --pp 2 --accumulate 2
    --strategy per-layer --steps 10 --save-every 2)
 "${mpi[@]}" "$remat" "${K[@]}" --out whole-run.h5 >/dev/null 2>err.txt || fail "train --pp 2: $(cat err.txt)"
