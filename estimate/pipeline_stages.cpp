@@ -1,10 +1,13 @@
 #include "estimate/pipeline_stages.hpp"
 
+#include <map>
 #include <set>
+#include <tuple>
 
 #include "autodiff/memory_tracker.hpp"
 #include "autodiff/shape_only.hpp"
 #include "core/error.hpp"
+#include "estimate/device_model.hpp"
 #include "estimate/shape_only_step.hpp"
 #include "optim/optimizer.hpp"
 #include "pipeline/stage_runner.hpp"
@@ -38,13 +41,29 @@ void count_stage_state(const ParamStore& params, const std::set<std::size_t>& re
   e.optimizer_bytes = tracker.stats(MemoryTracker::default_pool()).live - at;
 }
 
+// The step under the schedule, each pass at its modelled time, each tensor
+// between ranks over the peer link (the largest edge's bytes: they are alike).
+void price_schedule(PipelineEstimate& e, const pipeline::Schedule& schedule, const pipeline::Layout& layout, int M,
+                    const std::vector<std::map<std::tuple<int, int, int>, double>>& seconds,
+                    const pipeline::EdgeShapes& shapes, const DeviceModel& device) {
+  std::int64_t bytes = 0;
+  for (const auto& [edge, shape] : shapes)
+    bytes = std::max(bytes, std::int64_t(dtype_size(shape.dtype)) * numel(shape.shape));
+  const double transfer = double(bytes) / (device.device.peer_link * device.link_efficiency);
+  const pipeline::Simulation sim = pipeline::simulate(
+      schedule, layout.stages, M,
+      [&](int r, const pipeline::Pass& p) { return seconds[std::size_t(r)].at({int(p.kind), p.micro_batch, p.chunk}); },
+      transfer);
+  e.modelled_step_seconds = sim.makespan;
+  e.modelled_bubble = sim.bubble;
+}
+
 }  // namespace
 
-std::vector<std::vector<StageEstimate>> pipeline_stage_estimates(const ModelSetup& setup,
-                                                                 const std::vector<std::string>& strategies,
-                                                                 const pipeline::PipelineSettings& pipe,
-                                                                 ops::AttentionKernel kernel, Precision precision,
-                                                                 const std::string& optimizer) {
+std::vector<PipelineEstimate> pipeline_stage_estimates(const ModelSetup& setup, const std::vector<std::string>& strategies,
+                                                       const pipeline::PipelineSettings& pipe, ops::AttentionKernel kernel,
+                                                       Precision precision, const std::string& optimizer,
+                                                       const DeviceModel* device) {
   const int N = pipe.stages, M = pipe.micro_batches, L = setup.sizes.L;
   const pipeline::Schedule schedule = pipeline::parse_schedule(pipe.schedule);
   pipeline::validate(schedule, L, N, M, pipe.stage_layers);
@@ -56,7 +75,10 @@ std::vector<std::vector<StageEstimate>> pipeline_stage_estimates(const ModelSetu
   ParamStore params(model->params(), DType::f32);
   params.zero_grad();  // made before any step, as a command makes them
   const std::vector<Batch> batches(std::size_t(M), shape_only_batch(setup.sizes));
-  std::vector<std::vector<StageEstimate>> out;
+  std::vector<PipelineEstimate> out;
+  DeviceModel priced;
+  const bool rates = device && device->device.fp32_flops > 0;
+  if (rates) priced = *device, priced.precision = precision;
   for (const std::string& spec : strategies) {
     auto strategy = make_strategy(spec);
     if (strategy->needs_costs()) throw UserError("--pp with a budget ('" + spec + "'): not yet");
@@ -67,11 +89,14 @@ std::vector<std::vector<StageEstimate>> pipeline_stage_estimates(const ModelSetu
     step.options.strategy = strategy.get();
     step.options.attention = kernel;
     step.options.precision = precision;
+    if (rates) step.clock = [&priced] { return priced.seconds_now(); };
     // Every rank in this process first: the edges' shapes, and what a step
     // makes once (as the command's warm-up would).
     pipeline::EdgeShapes shapes;
     pipeline::run_in_process(step, schedule, layout, &shapes);
-    std::vector<StageEstimate> rows;
+    PipelineEstimate estimate;
+    std::vector<StageEstimate>& rows = estimate.stages;
+    std::vector<std::map<std::tuple<int, int, int>, double>> seconds(static_cast<std::size_t>(N));  // per rank, per pass
     for (int r = 0; r < N; ++r) {
       std::set<std::size_t> read;
       params.set_access_hook([&read](std::size_t i) { read.insert(i); });
@@ -85,9 +110,14 @@ std::vector<std::vector<StageEstimate>> pipeline_stage_estimates(const ModelSetu
       e.activation_peak = measured.activation_peak;
       e.offload_peak = measured.offload_peak;
       count_stage_state(params, read, optimizer, precision, e);
+      for (const auto& p : measured.passes) {
+        seconds[std::size_t(r)][{int(p.pass.kind), p.pass.micro_batch, p.pass.chunk}] = p.end - p.start;
+        e.modelled_busy_seconds += p.end - p.start;
+      }
       rows.push_back(e);
     }
-    out.push_back(rows);
+    if (rates) price_schedule(estimate, schedule, layout, M, seconds, shapes, priced);
+    out.push_back(estimate);
   }
   return out;
 }

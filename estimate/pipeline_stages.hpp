@@ -14,6 +14,8 @@
 
 namespace remat {
 
+struct DeviceModel;
+
 struct StageEstimate {
   int rank = 0;
   std::string layers;      // "0-3", interleaved "0-1, 4-5"
@@ -25,14 +27,23 @@ struct StageEstimate {
     return parameter_bytes + gradient_bytes + optimizer_bytes + weight_copy_bytes + activation_peak;
   }
   std::int64_t parameter_count = 0;
+  double modelled_busy_seconds = 0;  // with a device: its passes' modelled time
 };
 
-// Per strategy (in the order given), a row per stage. UserError for a
-// layout the schedule refuses, a model without stages, or dropout.
-std::vector<std::vector<StageEstimate>> pipeline_stage_estimates(const ModelSetup& setup,
-                                                                 const std::vector<std::string>& strategies,
-                                                                 const pipeline::PipelineSettings& pipe,
-                                                                 ops::AttentionKernel kernel, Precision precision,
-                                                                 const std::string& optimizer);
+// A strategy's stages, and with a device the step as its device model
+// prices it: each rank's passes timed by the model's clock, replayed under
+// the schedule with each tensor between ranks crossing the peer link.
+struct PipelineEstimate {
+  std::vector<StageEstimate> stages;
+  double modelled_step_seconds = 0;  // 0: no device with rates
+  double modelled_bubble = 0;        // the stages' idle share of it
+};
+
+// Per strategy (in the order given). UserError for a layout the schedule
+// refuses, a model without stages, or dropout.
+std::vector<PipelineEstimate> pipeline_stage_estimates(const ModelSetup& setup, const std::vector<std::string>& strategies,
+                                                       const pipeline::PipelineSettings& pipe, ops::AttentionKernel kernel,
+                                                       Precision precision, const std::string& optimizer,
+                                                       const DeviceModel* device = nullptr);
 
 }  // namespace remat

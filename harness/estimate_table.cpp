@@ -61,12 +61,13 @@ Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bit
   return t;
 }
 
-Table stage_table(const EstimateRequest& r, const ModelSetup& setup,
-                  const std::vector<std::vector<StageEstimate>>& stages, int unit_bits) {
+Table stage_table(const EstimateRequest& r, const ModelSetup& setup, const std::vector<PipelineEstimate>& stages,
+                  int unit_bits) {
   const double unit = double(std::int64_t(1) << unit_bits);
   const std::string u = unit_bits == 30 ? "GiB" : "MiB";
-  const bool device = !r.device.name.empty();
+  const bool device = !r.device.name.empty(), rates = r.device.fp32_flops > 0;
   const auto size = decimals(2, unit);
+  const auto seconds = [](const Cell& c) { return fixed(number(c), number(c) > 0 && number(c) < 0.01 ? 6 : 3); };
   const auto fits = [](const Cell& c) {
     const double headroom = number(c);
     return headroom >= 0 ? "yes (" + fixed(gib_of(std::int64_t(headroom)), 1) + " GiB free)"
@@ -81,17 +82,21 @@ Table stage_table(const EstimateRequest& r, const ModelSetup& setup,
                {"gradient_bytes", "grads " + u, size}, {"optimizer_bytes", "optimizer " + u, size},
                {"weight_copy_bytes", r.precision == Precision::fp32 ? "" : "16-bit copy " + u, size},
                {"activation_peak_bytes", "act " + u, size}, {"offload_peak_bytes", "offload " + u, size},
-               {"total_bytes", "total " + u, size}, {"device", ""}, {"device_usable_bytes", ""},
+               {"total_bytes", "total " + u, size}, {"modelled_busy_s", rates ? "busy s" : "", seconds},
+               {"modelled_step_s", rates ? "step s" : "", seconds}, {"modelled_bubble", rates ? "bubble" : "", percent(1)},
+               {"device", ""}, {"device_usable_bytes", ""},
                {"headroom_bytes", device ? "fits (headroom)" : "", fits}, {"fits", ""}};
   for (std::size_t k = 0; k < stages.size(); ++k)
-    for (const StageEstimate& e : stages[k]) {
+    for (const StageEstimate& e : stages[k].stages) {
       const std::int64_t total = e.total();
       const Cell none;
       const std::int64_t headroom = device ? r.device.usable() - total : 0;
       t.add({setup.model, setup.preset, r.strategies[k], std::int64_t(z.S), std::int64_t(z.B), std::int64_t(z.L),
              std::int64_t(r.pipe.stages), std::int64_t(r.pipe.micro_batches), r.pipe.schedule, std::int64_t(e.rank),
              e.layers, std::int64_t(e.most_in_flight), e.parameter_count, e.parameter_bytes, e.gradient_bytes,
-             e.optimizer_bytes, e.weight_copy_bytes, e.activation_peak, e.offload_peak, total, device ? Cell(r.device.name) : none,
+             e.optimizer_bytes, e.weight_copy_bytes, e.activation_peak, e.offload_peak, total,
+             rates ? Cell(e.modelled_busy_seconds) : none, rates ? Cell(stages[k].modelled_step_seconds) : none,
+             rates ? Cell(stages[k].modelled_bubble) : none, device ? Cell(r.device.name) : none,
              device ? Cell(r.device.usable()) : none, device ? Cell(headroom) : none,
              device ? Cell(headroom >= 0) : none});
     }

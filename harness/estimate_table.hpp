@@ -15,7 +15,7 @@ Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bit
 // Under --pp: a row per (strategy, stage) at one grid point: what the stage
 // reads of the model (weights, gradients, optimizer state), its activation
 // and offload peaks with the micro-batches in flight, and whether it fits.
-Table stage_table(const EstimateRequest& r, const ModelSetup& setup,
-                  const std::vector<std::vector<StageEstimate>>& stages, int unit_bits);
+Table stage_table(const EstimateRequest& r, const ModelSetup& setup, const std::vector<PipelineEstimate>& stages,
+                  int unit_bits);
 
 }  // namespace remat

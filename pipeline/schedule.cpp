@@ -116,6 +116,14 @@ std::vector<std::vector<Pass>> passes(const Schedule& s, int stages, int micro_b
 }
 
 Simulation simulate(const Schedule& s, int stages, int micro_batches, double forward_cost, double backward_cost) {
+  const double V = s.virtual_stages;
+  return simulate(s, stages, micro_batches, [=](int, const Pass& p) {
+    return (p.kind == PassKind::forward ? forward_cost : backward_cost) / V;
+  });
+}
+
+Simulation simulate(const Schedule& s, int stages, int micro_batches,
+                    const std::function<double(int, const Pass&)>& cost, double transfer) {
   const int N = stages, M = micro_batches, V = s.virtual_stages, last = N * V - 1;
   const auto lists = passes(s, N, M);
   // End times of each (kind, micro-batch, virtual stage); < 0: not yet run.
@@ -127,6 +135,7 @@ Simulation simulate(const Schedule& s, int stages, int micro_batches, double for
   std::vector<std::size_t> next(std::size_t(N), 0);
   std::vector<double> clock(std::size_t(N), 0);
   std::vector<int> in_flight(std::size_t(N), 0);
+  double busy = 0;
   for (bool progress = true; progress;) {
     progress = false;
     for (int r = 0; r < N; ++r)
@@ -135,12 +144,15 @@ Simulation simulate(const Schedule& s, int stages, int micro_batches, double for
         const int vs = p.chunk * N + r;
         const bool forward = p.kind == PassKind::forward;
         // What it waits for: the previous virtual stage's forward, the next one's backward (or its own forward).
-        const double ready = forward ? (vs == 0 ? 0 : forward_end[at(p.micro_batch, vs - 1)])
-                                     : (vs == last ? forward_end[at(p.micro_batch, vs)]
-                                                   : backward_end[at(p.micro_batch, vs + 1)]);
-        if (ready < 0) break;
+        const double before = forward ? (vs == 0 ? 0 : forward_end[at(p.micro_batch, vs - 1)])
+                                      : (vs == last ? forward_end[at(p.micro_batch, vs)]
+                                                    : backward_end[at(p.micro_batch, vs + 1)]);
+        if (before < 0) break;
+        const bool sent = N > 1 && (forward ? vs > 0 : vs < last);  // its input came from another rank
+        const double ready = before + (sent ? transfer : 0);
         const double start = std::max(clock[std::size_t(r)], ready);
-        const double end = start + (forward ? forward_cost : backward_cost) / V;
+        const double end = start + cost(r, p);
+        busy += end - start;
         (forward ? forward_end : backward_end)[at(p.micro_batch, vs)] = end;
         clock[std::size_t(r)] = end;
         sim.times[std::size_t(r)].push_back({start, end});
@@ -154,7 +166,6 @@ Simulation simulate(const Schedule& s, int stages, int micro_batches, double for
       throw UserError("pipeline schedule " + s.spec() + ": rank " + std::to_string(r) + " waits forever at pass " +
                       std::to_string(next[std::size_t(r)]));
   sim.makespan = *std::max_element(clock.begin(), clock.end());
-  const double busy = double(N) * double(M) * (forward_cost + backward_cost);
   sim.bubble = sim.makespan > 0 ? 1 - busy / (double(N) * sim.makespan) : 0;
   return sim;
 }

@@ -15,6 +15,7 @@
 // Backward passes run micro-batches in order 0..M-1 on every stage, so each
 // parameter's gradient sums micro-batches in the order a single rank's
 // gradient accumulation does.
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -75,6 +76,10 @@ struct Simulation {
   std::vector<std::vector<std::pair<double, double>>> times;
 };
 Simulation simulate(const Schedule& s, int stages, int micro_batches, double forward_cost, double backward_cost);
+// The same with each pass's own cost, `cost(rank, pass)`, and `transfer`
+// seconds for every tensor sent between ranks (its receiver waits for it).
+Simulation simulate(const Schedule& s, int stages, int micro_batches,
+                    const std::function<double(int, const Pass&)>& cost, double transfer = 0);
 
 // 1F1B's bubble by the usual formula: (p - 1) / (M + p - 1).
 double bubble_formula(int stages, int micro_batches);

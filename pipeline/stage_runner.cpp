@@ -47,8 +47,13 @@ StageRunner::StageRunner(const StageStep& step, const Layout& layout, int rank, 
   loss_scale_ = o.loss_scale > 0 ? o.loss_scale : default_loss_scale(o.precision);
 }
 
+double StageRunner::now() const {
+  if (step_.clock) return step_.clock();
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
 void StageRunner::run(const Pass& pass) {
-  ready_ = std::chrono::steady_clock::now();
+  ready_ = now();
   const int v = pass.chunk * layout_.stages + rank_;
   if (pass.kind == PassKind::forward)
     forward(pass.micro_batch, v);
@@ -58,7 +63,7 @@ void StageRunner::run(const Pass& pass) {
 
 Tensor StageRunner::receive(const Edge& e) {
   Tensor t = link_.receive(e);
-  ready_ = std::chrono::steady_clock::now();
+  ready_ = now();
   return t;
 }
 
@@ -201,15 +206,13 @@ RankResult run_rank(const StageStep& step, const Schedule& schedule, const Layou
   {
     ops::AttentionKernelScope kernel(step.options.attention);
     PrecisionScope precision(*step.params, step.options.precision);
-    const auto since = [&t0](std::chrono::steady_clock::time_point t) {
-      return std::chrono::duration<double>(t - t0).count();
-    };
+    const double start = runner.now();
     for (const Pass& p : list) {
       const auto outer = tracker.begin_peaks();  // the pass's own peak, then the step's again
       runner.run(p);
       ExecSpace().fence();
       // From when its input was there: waiting for a neighbour is the bubble's, not the pass's.
-      PassTiming timing{p, since(runner.ready()), since(std::chrono::steady_clock::now())};
+      PassTiming timing{p, runner.ready() - start, runner.now() - start};
       timing.live_after = tracker.stats(pool).live - base;
       timing.peak = tracker.stats(pool).peak - base;
       tracker.end_peaks(outer);

@@ -94,6 +94,9 @@ struct StageStep {
   // Micro-batches come in order. None: the gradients accumulate in place.
   std::function<void(int)> begin_backward;
   std::function<void(int, double)> end_backward;
+  // What the passes are timed by, in seconds (null: the wall clock; a
+  // shape-only run: a device model's, estimate/device_model.hpp).
+  std::function<double()> clock;
 };
 
 class StageRunner {
@@ -102,8 +105,10 @@ class StageRunner {
   void run(const Pass& pass);
   // Of the last virtual stage: each micro-batch's loss, in order (empty elsewhere).
   const std::map<int, double>& losses() const { return losses_; }
-  // When the last pass had its inputs: its start, or when what it received arrived.
-  std::chrono::steady_clock::time_point ready() const { return ready_; }
+  // The step's clock now, and when the last pass had its inputs: its
+  // start, or when what it received arrived.
+  double now() const;
+  double ready() const { return ready_; }
   double loss_scale() const { return loss_scale_; }
 
  private:
@@ -124,7 +129,7 @@ class StageRunner {
   double loss_scale_ = 1;
   std::map<std::pair<int, int>, std::unique_ptr<InFlight>> in_flight_;  // (micro-batch, virtual stage)
   std::map<int, double> losses_;
-  std::chrono::steady_clock::time_point ready_;
+  double ready_ = 0;
   Tensor receive(const Edge& e);  // through the link, noting when it arrived
 };
 

@@ -219,3 +219,13 @@ TEST_CASE("an uneven split (--stage-layers) is exact too", "[pipeline]") {
   CHECK(run_in_process(step, schedule, make_layout(schedule, z.L, 3, "1,3,1")) == want.losses);
   CHECK(grads_of(params) == want.grads);
 }
+
+TEST_CASE("a replay with each pass's own cost waits for what crosses between ranks", "[pipeline][quick]") {
+  const auto cost = [](int, const Pass& p) { return p.kind == PassKind::forward ? 1.0 : 2.0; };
+  // One micro-batch through two stages: F0, send, F1, B1, send back, B0.
+  const Simulation one = simulate(parse_schedule("1f1b"), 2, 1, cost, 0.5);
+  CHECK(one.makespan == 7.0);
+  CHECK(one.bubble == Approx(1 - 6.0 / 14.0));
+  // Without transfers it is the uniform replay.
+  CHECK(simulate(parse_schedule("1f1b"), 3, 5, cost, 0).makespan == simulate(parse_schedule("1f1b"), 3, 5, 1, 2).makespan);
+}

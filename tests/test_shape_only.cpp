@@ -13,6 +13,7 @@
 #include "autodiff/shape_only.hpp"
 #include "datasets/batch.hpp"
 #include "estimate/device_model.hpp"
+#include "estimate/pipeline_stages.hpp"
 #include "estimate/shape_only_step.hpp"
 #include "harness/estimate_grid.hpp"
 #include "helpers.hpp"
@@ -279,6 +280,38 @@ TEST_CASE("the device model prices sharded gathers and reduce-scatters on the pe
   const DeviceModel model;
   CHECK(full.modelled_comm_seconds ==
         Approx(full.comm_bytes / (r.device.peer_link * model.link_efficiency)).epsilon(1e-9));
+}
+
+// Under --pp a device prices each stage's passes and replays the schedule:
+// the step is at least the busiest stage's passes and the bubble a share.
+TEST_CASE("the device model prices a pipeline's step and its bubble", "[shape_only][estimate][pipeline]") {
+  ModelSetup setup = sized("llama", "tiny", 4);
+  pipeline::PipelineSettings pipe;
+  pipe.stages = 2;
+  pipe.micro_batches = 4;
+  DeviceModel device;
+  device.device = find_device("a100-40gb");
+  const auto priced = pipeline_stage_estimates(setup, {"full", "per-layer"}, pipe, ops::AttentionKernel::fused,
+                                               Precision::fp32, "adamw", &device);
+  const auto unpriced = pipeline_stage_estimates(setup, {"full", "per-layer"}, pipe, ops::AttentionKernel::fused,
+                                                 Precision::fp32, "adamw");
+  for (std::size_t k = 0; k < priced.size(); ++k) {
+    double busiest = 0, all = 0;
+    for (std::size_t s = 0; s < priced[k].stages.size(); ++s) {
+      const StageEstimate &e = priced[k].stages[s], &plain = unpriced[k].stages[s];
+      CHECK(e.activation_peak == plain.activation_peak);  // a clock changes no byte
+      CHECK(e.modelled_busy_seconds > 0);
+      busiest = std::max(busiest, e.modelled_busy_seconds);
+      all += e.modelled_busy_seconds;
+    }
+    CHECK(priced[k].modelled_step_seconds >= busiest);
+    CHECK(priced[k].modelled_bubble > 0);
+    CHECK(priced[k].modelled_bubble < 1);
+    CHECK(priced[k].modelled_bubble == Approx(1 - all / (2 * priced[k].modelled_step_seconds)).epsilon(1e-9));
+    CHECK(unpriced[k].modelled_step_seconds == 0);
+  }
+  // Recomputing costs time.
+  CHECK(priced[1].modelled_step_seconds > priced[0].modelled_step_seconds);
 }
 
 // The planner's costs under a busy neighbour: a clock (a device model's, so

@@ -219,10 +219,13 @@ void run_stages(const EstimateOptions& o, const EstimateRequest& r, const std::v
   }
   nlohmann::json rows = nlohmann::json::array();
   for (const ModelSetup& setup : grid) {
-    const auto stages = pipeline_stage_estimates(setup, r.strategies, r.pipe, r.attention, r.precision, r.optimizer);
+    DeviceModel device;
+    device.device = r.device;
+    const auto stages =
+        pipeline_stage_estimates(setup, r.strategies, r.pipe, r.attention, r.precision, r.optimizer, &device);
     std::int64_t largest = 0;
     for (const auto& per_strategy : stages)
-      for (const auto& e : per_strategy)
+      for (const auto& e : per_strategy.stages)
         largest = std::max(largest, e.total());
     if (o.json) {
       for (auto& j : render_json(stage_table(r, setup, stages, 30))) rows.push_back(std::move(j));
@@ -240,6 +243,13 @@ void run_stages(const EstimateOptions& o, const EstimateRequest& r, const std::v
               "under the schedule; act: its activation peak over the step, exact (shape-only, as `remat grads --pp` "
               "measures it); weights, grads, optimizer (and at 16 bits their copies): of the parameters the stage reads, "
               "not sharded.\n");
+  if (r.device.fp32_flops > 0)
+    std::printf("busy s: the stage's passes priced by the device model; step s: the step they make under the schedule, "
+                "each tensor between stages over the peer link (%.0f GB/s at %.0f%%); bubble: the stages' idle share "
+                "of it (1F1B's formula (p-1)/(M+p-1): %.1f%%).\n",
+                r.device.peer_link / 1e9, 100 * DeviceModel{}.link_efficiency,
+                100 * pipeline::bubble_formula(r.pipe.stages, r.pipe.micro_batches));
+  print_device_assumptions(r);
 }
 
 void run(const EstimateOptions& o) {
