@@ -11,6 +11,7 @@
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/region.hpp"
 #include "zoo/common.hpp"
+#include "zoo/gpt_layers.hpp"
 #include "zoo/model.hpp"
 #include "zoo/tensor_parallel.hpp"
 
@@ -92,7 +93,7 @@ void register_bert(ModelRegistry& r) {
          // Its fixed strategies are exact under --sp, but the planner's block
          // costs under-count some plans of its post-LayerNorm blocks there (12
          // layers of small: 10% over budget); refused until that is found.
-         "bert is not split over the sequence yet (--tp alone splits it)"});
+         "bert is not split over the sequence yet (--tp alone splits it)", gpt::mlp_hidden});
 }
 
 }  // namespace remat

@@ -119,7 +119,8 @@ class Encdec final : public Model {
 
 void register_encdec(ModelRegistry& r) {
   r.add({"encdec", "pre-LayerNorm encoder-decoder: gpt2's blocks, cross-attention on the encoder's output, tied head",
-         false, [](const Sizes& s) { return std::make_unique<Encdec>(s); }, {}, /*tensor_parallel=*/true});
+         false, [](const Sizes& s) { return std::make_unique<Encdec>(s); }, {}, /*tensor_parallel=*/true, {},
+         gpt::mlp_hidden});
 }
 
 }  // namespace remat

@@ -57,7 +57,7 @@ class Gpt2 final : public Model {
 
 void register_gpt2(ModelRegistry& r) {
   r.add({"gpt2", "decoder, pre-LayerNorm, learned positions, GELU MLP, tied head", false,
-         [](const Sizes& s) { return std::make_unique<Gpt2>(s); }, {}, /*tensor_parallel=*/true});
+         [](const Sizes& s) { return std::make_unique<Gpt2>(s); }, {}, /*tensor_parallel=*/true, {}, gpt::mlp_hidden});
 }
 
 }  // namespace remat

@@ -7,6 +7,7 @@
 
 #include "core/rank_group.hpp"
 #include "zoo/params.hpp"
+#include "zoo/sizes.hpp"
 
 namespace remat::gpt {
 
@@ -36,5 +37,8 @@ Tensor mlp(const ParamStore& p, const std::string& prefix, const Tensor& x, doub
 Tensor embeddings(const ParamStore& p, const Tensor& tokens, double dropout, const RankGroup& group = {});
 // LN_f(x) @ wte^T (this rank's slice of the logits under tensor parallelism).
 Tensor tied_head(const ParamStore& p, const Tensor& x, const RankGroup& group = {});
+
+// The MLP's hidden size, 4D, as a registration gives it (ModelInfo::mlp_hidden).
+inline std::int64_t mlp_hidden(const Sizes& z) { return 4 * std::int64_t(z.D); }
 
 }  // namespace remat::gpt

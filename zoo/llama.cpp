@@ -70,7 +70,8 @@ class Llama final : public Model {
 
 void register_llama(ModelRegistry& r) {
   r.add({"llama", "decoder, RMSNorm, rotary positions, SwiGLU, grouped-query attention, untied head", false,
-         [](const Sizes& s) { return std::make_unique<Llama>(s); }, {"theta", "eps", "qkv_bias", "rope_scaling"}, /*tensor_parallel=*/true});
+         [](const Sizes& s) { return std::make_unique<Llama>(s); }, {"theta", "eps", "qkv_bias", "rope_scaling"}, /*tensor_parallel=*/true,
+         {}, nullptr, /*grouped_kv=*/true});
 }
 
 }  // namespace remat

@@ -146,7 +146,7 @@ class Mixtral final : public Model {
 void register_mixtral(ModelRegistry& r) {
   r.add({"mixtral", "llama with a sparse mixture of experts for the FFN: top-k routing, dropless, load-balancing loss",
          false, [](const Sizes& s) { return std::make_unique<Mixtral>(s); }, {"E", "K", "theta", "eps", "qkv_bias", "rope_scaling"},
-         /*tensor_parallel=*/true, "mixtral's router is not split over the sequence yet"});
+         /*tensor_parallel=*/true, "mixtral's router is not split over the sequence yet", nullptr, /*grouped_kv=*/true});
 }
 
 }  // namespace remat

@@ -80,6 +80,11 @@ struct ModelInfo {
   // Why --sp (the sequence split between its split layers) is refused for
   // it, said after "--sp: "; empty where it splits that way too.
   std::string no_sequence_split = {};
+  // Under --tp: the hidden size each MLP splits over the group (null: F;
+  // gpt2's blocks: 4D), and whether the key/value heads are grouped (Hkv,
+  // which the group must divide, or replicate where it is a multiple).
+  std::int64_t (*mlp_hidden)(const Sizes&) = nullptr;
+  bool grouped_kv = false;
 };
 
 // find() throws UserError listing the models if a name is not one.

@@ -58,7 +58,8 @@ class Parallel final : public Model {
 
 void register_parallel(ModelRegistry& r) {
   r.add({"parallel", "GPT-J/NeoX-style decoder: attention and MLP in parallel on one LayerNorm, tied head", false,
-         [](const Sizes& s) { return std::make_unique<Parallel>(s); }, {}, /*tensor_parallel=*/true});
+         [](const Sizes& s) { return std::make_unique<Parallel>(s); }, {}, /*tensor_parallel=*/true, {},
+         gpt::mlp_hidden});
 }
 
 }  // namespace remat

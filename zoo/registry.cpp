@@ -1,10 +1,10 @@
-#include "core/error.hpp"
-#include "autodiff/ops/ops.hpp"
 #include "zoo/model.hpp"
 
 #include <stdexcept>
 
+#include "autodiff/ops/ops.hpp"
 #include "autodiff/region.hpp"
+#include "core/error.hpp"
 #include "zoo/model_list.hpp"
 #include "zoo/tensor_parallel.hpp"
 

@@ -131,13 +131,12 @@ void validate(const std::string& model, const Sizes& z) {
       throw UserError("--tp " + std::to_string(g.size) + " does not divide " + what + " = " + std::to_string(n) + note);
   };
   if (z.qkv_bias) throw UserError("--tp: llama with q/k/v biases (Qwen2) is not split by tensor parallelism yet");
-  // gpt2's blocks (and bert's): 4D hidden units, every head its own kv
-  const bool gpt = model == "gpt2" || model == "encdec" || model == "parallel" || model == "bert";
+  const ModelInfo& info = models().find(model);  // what its registration says of its split
   divides(z.H, "the attention heads H");
-  if (!gpt && z.Hkv % g.size != 0 && g.size % z.Hkv != 0)
+  if (info.grouped_kv && z.Hkv % g.size != 0 && g.size % z.Hkv != 0)
     throw UserError("--tp " + std::to_string(g.size) + " neither divides the key/value heads Hkv = " +
                     std::to_string(z.Hkv) + " nor is a multiple of it (to replicate them)");
-  divides(gpt ? 4 * std::int64_t(z.D) : z.F, "the MLP's hidden size");
+  divides(info.mlp_hidden ? info.mlp_hidden(z) : z.F, "the MLP's hidden size");
   divides(z.V, "the vocabulary V");
   if (!g.sequence) return;
   const std::string& refused = models().find(model).no_sequence_split;
