@@ -170,3 +170,20 @@ TEST_CASE("llama with q/k/v biases (Qwen2): its biases are parameters with gradi
   z.tp = {2, 0, false};
   CHECK_THROWS_WITH(tp::validate("llama", z), Catch::Contains("q/k/v biases"));
 }
+
+// Each model's registration says how its layers split (ModelInfo::mlp_hidden,
+// grouped_kv): gpt2's blocks split 4D hidden units and have a key/value head
+// per head; llama's split F and group its key/value heads.
+TEST_CASE("tensor parallelism checks each model's own hidden size and key/value heads", "[zoo][quick]") {
+  Sizes z = preset_sizes("tiny");
+  z.H = 4, z.Hkv = 2, z.D = 32, z.F = 90, z.V = 64;
+  z.tp = {4, 0, false};
+  CHECK_NOTHROW(tp::validate("gpt2", z));  // 4D = 128 splits; Hkv is not gpt2's
+  CHECK_THROWS_WITH(tp::validate("llama", z), Catch::Contains("the MLP's hidden size = 90"));
+  z.F = 96;
+  CHECK_NOTHROW(tp::validate("llama", z));  // 4 ranks replicate 2 key/value heads
+  z.Hkv = 3, z.H = 12;
+  CHECK_THROWS_WITH(tp::validate("llama", z), Catch::Contains("neither divides the key/value heads Hkv = 3"));
+  CHECK_THROWS_WITH(tp::validate("mixtral", z), Catch::Contains("neither divides the key/value heads Hkv = 3"));
+  CHECK_NOTHROW(tp::validate("gpt2", z));
+}
