@@ -306,6 +306,16 @@ void gather_all(const float* data, std::int64_t n, float* all, Group g) { gather
 void gather_all(const double* data, std::int64_t n, double* all, Group g) { gather(data, n, all, g); }
 void gather_all(const std::uint16_t* data, std::int64_t n, std::uint16_t* all, Group g) { gather(data, n, all, g); }
 
+std::vector<float> sum_in_rank_order(const std::vector<float>& mine, Group g) {
+  const std::size_t n = mine.size(), N = std::size_t(size(g));
+  std::vector<float> all(n * N);
+  gather_all(mine.data(), std::int64_t(n), all.data(), g);
+  std::vector<float> sum(all.begin(), all.begin() + std::ptrdiff_t(n));
+  for (std::size_t r = 1; r < N; ++r)
+    for (std::size_t j = 0; j < n; ++j) sum[j] += all[r * n + j];
+  return sum;
+}
+
 void all_to_all(const float* send, std::int64_t n, float* recv, Group g) { exchange(send, n, recv, g); }
 void all_to_all(const double* send, std::int64_t n, double* recv, Group g) { exchange(send, n, recv, g); }
 void all_to_all(const std::uint16_t* send, std::int64_t n, std::uint16_t* recv, Group g) {

@@ -75,6 +75,11 @@ void gather_all(const double* data, std::int64_t n, double* all, Group g = Group
 // 16-bit values (bfloat16 and half, as their bits): moved as they are.
 void gather_all(const std::uint16_t* data, std::int64_t n, std::uint16_t* all, Group g = Group::world);
 
+// Every rank's values of group g added in rank order (the first rank's, then
+// each next one's added), the same sums on every rank: the fixed order a
+// sum over ranks must have to be bitwise one process's.
+std::vector<float> sum_in_rank_order(const std::vector<float>& mine, Group g);
+
 // Each rank's send holds size() parts of n values; part r goes to rank r,
 // and recv's part r is what rank r sent this rank (a reduce-scatter's
 // exchange: the caller adds the parts in rank order).

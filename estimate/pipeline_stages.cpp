@@ -1,6 +1,7 @@
 #include "estimate/pipeline_stages.hpp"
 
 #include <map>
+#include <optional>
 #include <set>
 #include <tuple>
 
@@ -101,7 +102,10 @@ std::vector<PipelineEstimate> pipeline_stage_estimates(const ModelSetup& setup, 
       std::set<std::size_t> read;
       params.set_access_hook([&read](std::size_t i) { read.insert(i); });
       const auto link = pipeline::shape_link(shapes);
+      std::optional<ModelledCopies> copies;  // offload copies priced beside the passes, as in a whole step
+      if (rates) copies.emplace(priced);
       const pipeline::RankResult measured = pipeline::run_rank(step, schedule, layout, r, *link);
+      copies.reset();
       params.set_access_hook(nullptr);
       StageEstimate e;
       e.rank = r;

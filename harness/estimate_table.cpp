@@ -8,6 +8,16 @@ namespace {
 
 double gib_of(std::int64_t bytes) { return double(bytes) / double(std::int64_t(1) << 30); }
 
+// A headroom cell as words: "yes (3.1 GiB free)", "no (2.0 GiB over)".
+std::string fits(const Cell& c) {
+  const double headroom = number(c);
+  return headroom >= 0 ? "yes (" + fixed(gib_of(std::int64_t(headroom)), 1) + " GiB free)"
+                       : "no (" + fixed(gib_of(std::int64_t(-headroom)), 1) + " GiB over)";
+}
+
+// Modelled seconds: three decimals, six below a hundredth.
+std::string seconds(const Cell& c) { return fixed(number(c), number(c) > 0 && number(c) < 0.01 ? 6 : 3); }
+
 }  // namespace
 
 Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bits) {
@@ -15,12 +25,6 @@ Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bit
   const std::string u = unit_bits == 30 ? "GiB" : "MiB";
   const bool device = !r.device.name.empty(), rates = r.device.fp32_flops > 0;
   const auto size = decimals(2, unit);
-  const auto fits = [](const Cell& c) {
-    const double headroom = number(c);
-    return headroom >= 0 ? "yes (" + fixed(gib_of(std::int64_t(headroom)), 1) + " GiB free)"
-                         : "no (" + fixed(gib_of(std::int64_t(-headroom)), 1) + " GiB over)";
-  };
-  const auto seconds = [](const Cell& c) { return fixed(number(c), number(c) > 0 && number(c) < 0.01 ? 6 : 3); };
   bool offloads = false;
   for (const auto& row : p.rows) offloads = offloads || row.offload > 0;
   const bool host = r.device.host_memory_bytes > 0 && offloads;
@@ -67,12 +71,10 @@ Table stage_table(const EstimateRequest& r, const ModelSetup& setup, const std::
   const std::string u = unit_bits == 30 ? "GiB" : "MiB";
   const bool device = !r.device.name.empty(), rates = r.device.fp32_flops > 0;
   const auto size = decimals(2, unit);
-  const auto seconds = [](const Cell& c) { return fixed(number(c), number(c) > 0 && number(c) < 0.01 ? 6 : 3); };
-  const auto fits = [](const Cell& c) {
-    const double headroom = number(c);
-    return headroom >= 0 ? "yes (" + fixed(gib_of(std::int64_t(headroom)), 1) + " GiB free)"
-                         : "no (" + fixed(gib_of(std::int64_t(-headroom)), 1) + " GiB over)";
-  };
+  bool offloads = false;
+  for (const auto& per_strategy : stages)
+    for (const auto& e : per_strategy.stages) offloads = offloads || e.offload_peak > 0;
+  const bool host = r.device.host_memory_bytes > 0 && offloads;
   const Sizes& z = setup.sizes;
   Table t;
   t.columns = {{"model", ""}, {"preset", ""}, {"strategy", "strategy"}, {"seq", ""}, {"batch", ""},
@@ -85,12 +87,14 @@ Table stage_table(const EstimateRequest& r, const ModelSetup& setup, const std::
                {"total_bytes", "total " + u, size}, {"modelled_busy_s", rates ? "busy s" : "", seconds},
                {"modelled_step_s", rates ? "step s" : "", seconds}, {"modelled_bubble", rates ? "bubble" : "", percent(1)},
                {"device", ""}, {"device_usable_bytes", ""},
-               {"headroom_bytes", device ? "fits (headroom)" : "", fits}, {"fits", ""}};
+               {"headroom_bytes", device ? (host ? "device fits (headroom)" : "fits (headroom)") : "", fits},
+               {"host_headroom_bytes", host ? "host fits (headroom)" : "", fits}, {"fits", ""}};
   for (std::size_t k = 0; k < stages.size(); ++k)
     for (const StageEstimate& e : stages[k].stages) {
       const std::int64_t total = e.total();
       const Cell none;
       const std::int64_t headroom = device ? r.device.usable() - total : 0;
+      const std::int64_t host_headroom = r.device.host_memory_bytes > 0 ? r.device.host_memory_bytes - e.offload_peak : 0;
       t.add({setup.model, setup.preset, r.strategies[k], std::int64_t(z.S), std::int64_t(z.B), std::int64_t(z.L),
              std::int64_t(r.pipe.stages), std::int64_t(r.pipe.micro_batches), r.pipe.schedule, std::int64_t(e.rank),
              e.layers, std::int64_t(e.most_in_flight), e.parameter_count, e.parameter_bytes, e.gradient_bytes,
@@ -98,7 +102,8 @@ Table stage_table(const EstimateRequest& r, const ModelSetup& setup, const std::
              rates ? Cell(e.modelled_busy_seconds) : none, rates ? Cell(stages[k].modelled_step_seconds) : none,
              rates ? Cell(stages[k].modelled_bubble) : none, device ? Cell(r.device.name) : none,
              device ? Cell(r.device.usable()) : none, device ? Cell(headroom) : none,
-             device ? Cell(headroom >= 0) : none});
+             r.device.host_memory_bytes > 0 ? Cell(host_headroom) : none,
+             device ? Cell(headroom >= 0 && host_headroom >= 0) : none});
     }
   return t;
 }

@@ -4,6 +4,8 @@
 
 #include "autodiff/backend.hpp"
 #include "comm/comm.hpp"
+#include "core/error.hpp"
+#include "core/text.hpp"
 #include "pipeline/stage_runner.hpp"
 
 namespace remat::pipeline {
@@ -13,6 +15,7 @@ namespace {
 // one per edge of the step; they wrap long before MPI's bound, and a tag
 // comes round again only long after its message was received.
 constexpr int kFirstTag = 4096, kTags = 24576;
+constexpr std::int64_t kLargestMessage = std::int64_t(1) << 30;  // comm::post's bound
 
 // A message: the type and the rank of the shape (4 bytes each), the shape, the bytes.
 constexpr std::int64_t header_bytes(std::size_t dims) { return 8 + 8 * std::int64_t(dims); }
@@ -67,6 +70,15 @@ std::int64_t edge_bytes(const Layout& layout, int rank, int micro_batches, const
   std::int64_t edges = 0;  // each sent once and received once: an activation forward and a gradient back
   for (int v = rank; v < layout.count(); v += layout.stages) edges += (v > 0 ? 1 : 0) + (v < layout.count() - 1 ? 1 : 0);
   return 2 * edges * std::int64_t(micro_batches) * message;
+}
+
+void require_sendable_edges(const Sizes& sizes, Precision precision) {
+  const std::int64_t bytes =
+      std::int64_t(dtype_size(compute_dtype(precision, DType::f32))) * std::int64_t(sizes.B) * sizes.S * sizes.D;
+  if (header_bytes(3) + bytes > kLargestMessage)
+    throw UserError("--pp: the activations between stages, [B, S, D] = [" + std::to_string(sizes.B) + ", " +
+                    std::to_string(sizes.S) + ", " + std::to_string(sizes.D) + "], are " + human_bytes(double(bytes)) +
+                    ", more than one MPI message carries (1 GiB): give a smaller --batch or --seq");
 }
 
 std::unique_ptr<StageLink> mpi_link(const Layout& layout, int micro_batches) {

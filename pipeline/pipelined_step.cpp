@@ -12,17 +12,8 @@ namespace {
 // Every rank's gradient of each trainable parameter, summed in rank order
 // into each rank's own.
 void sum_over_ranks(const ParamStore& params) {
-  const int N = comm::size();
-  for (const Tensor& p : params.tensors()) {
-    const Tensor g = p.grad();
-    if (!g.defined()) continue;
-    const std::vector<float> mine = g.to_host_f32();
-    std::vector<float> all(mine.size() * std::size_t(N)), sum(mine.size(), 0.0f);
-    comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data());
-    for (int r = 0; r < N; ++r)
-      for (std::size_t j = 0; j < sum.size(); ++j) sum[j] += all[std::size_t(r) * mine.size() + j];
-    backend::upload(g, sum);
-  }
+  for (const Tensor& p : params.tensors())
+    if (const Tensor g = p.grad(); g.defined()) backend::upload(g, comm::sum_in_rank_order(g.to_host_f32(), comm::Group::world));
 }
 
 void scale_all(const ParamStore& params, double factor) {
@@ -68,6 +59,7 @@ PipelinedStep pipelined_step(const Model& model, const ParamStore& params, const
   const Schedule schedule = parse_schedule(settings.schedule);
   validate(schedule, model.sizes().L, N, M, settings.stage_layers);
   const Layout layout = make_layout(schedule, model.sizes().L, N, settings.stage_layers);
+  require_sendable_edges(model.sizes(), options.precision);
   comm::set_tensor_group(N);  // the job is one pipeline: its model-parallel group
   params.zero_grad();
   StageStep step;

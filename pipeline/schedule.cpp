@@ -35,6 +35,7 @@ std::vector<int> stage_layers(int layers, int stages, const std::string& given) 
                       " layers; give --stage-layers for an uneven split");
     return std::vector<int>(std::size_t(stages), layers / stages);
   }
+  if (given.back() == ',') throw UserError("--stage-layers '" + given + "': takes positive layer counts, comma-separated");
   std::vector<int> counts;
   std::stringstream in(given);
   for (std::string part; std::getline(in, part, ',');) {
@@ -52,6 +53,11 @@ std::vector<int> stage_layers(int layers, int stages, const std::string& given) 
     throw UserError("--stage-layers '" + given + "': sums to " + std::to_string(sum) + ", not the model's " +
                     std::to_string(layers) + " layers");
   return counts;
+}
+
+void refuse_without_stages(const PipelineSettings& p) {
+  if (!p.split() && (p.schedule != PipelineSettings{}.schedule || !p.stage_layers.empty()))
+    throw UserError("a pipeline schedule and --stage-layers apply with --pp N (N of 2 or more)");
 }
 
 void validate(const Schedule& s, int layers, int stages, int micro_batches, const std::string& given_layers) {

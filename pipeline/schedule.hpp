@@ -57,6 +57,9 @@ Schedule parse_schedule(const std::string& spec);
 // counts do not sum to L or are not N positive numbers.
 std::vector<int> stage_layers(int layers, int stages, const std::string& given);
 
+// UserError where --schedule or --stage-layers are given without --pp.
+void refuse_without_stages(const PipelineSettings& p);
+
 // Checks a layout before anything runs (UserError, one line): M at least
 // what the schedule needs (interleaved: a multiple of N), and under
 // interleaved:V an even split of L into N x V chunks.

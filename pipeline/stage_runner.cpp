@@ -94,6 +94,8 @@ void StageRunner::forward(int micro_batch, int v) {
   }
   const Tensor y = model.layers(params, x, layout_.begin(v), layout_.end(v));
   x = Tensor();
+  // The chunk's forward is over: copies in flight end here, not under the next micro-batch.
+  if (strategy) strategy->forward_over();
   if (v == layout_.count() - 1) {
     const LossTerms terms = model.head_loss(params, y, batch);
     losses_[micro_batch] = terms.total.item();

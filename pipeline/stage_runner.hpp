@@ -77,6 +77,8 @@ std::unique_ptr<StageLink> mpi_link(const Layout& layout, int micro_batches);
 // micro-batches: each edge's tensor is the residual stream, [B, S, D] in
 // the precision's compute type, after its shape.
 std::int64_t edge_bytes(const Layout& layout, int rank, int micro_batches, const Sizes& sizes, Precision precision);
+// UserError where one edge's tensor is more than one MPI message carries (1 GiB).
+void require_sendable_edges(const Sizes& sizes, Precision precision);
 // Shape-only: what is sent goes nowhere; what is received is a tensor of
 // the recorded shape, made where the rank would make it.
 std::unique_ptr<StageLink> shape_link(const EdgeShapes& shapes);

@@ -96,6 +96,8 @@ PolicyStrategy::PolicyStrategy(std::string spec, Policy policy)
 
 PolicyStrategy::~PolicyStrategy() = default;
 
+void PolicyStrategy::forward_over() { router_->forward_over(); }
+
 void PolicyStrategy::reset() {
   region_.reset();
   router_->reset();
@@ -107,7 +109,7 @@ Tensors PolicyStrategy::run(const BlockInfo& info, const Tensors& inputs, const 
   // recomputation replays the bodies) the offload copies still in flight are
   // waited for (the last block ran meanwhile) and their device tensors let
   // go: the head and every backward run without them.
-  if (info.index == info.count - 1) router_->forward_over();
+  if (info.index == info.count - 1) forward_over();
   return out;
 }
 

@@ -22,6 +22,7 @@ class PolicyStrategy : public Strategy {
   Tensors run(const BlockInfo& info, const Tensors& inputs, const BlockBody& body) override;
   MemoryPrediction predict(const SaveProfile& p) const override;
   int reruns(const BlockInfo& block) const override;
+  void forward_over() override;
 
   class Router;
 

@@ -40,6 +40,11 @@ class Strategy : public BlockRunner {
   virtual MemoryPrediction predict(const SaveProfile& p) const = 0;
   // Call before each forward: clears per-step state and the trace.
   void begin_step();
+  // The forward's blocks are done (the model's last block does it itself):
+  // offload copies still in flight are waited for and their device tensors
+  // let go, as at the end of a whole model's forward. A pipeline stage
+  // calls it after its chunk (pipeline/stage_runner.hpp).
+  virtual void forward_over() {}
 
   // Planned strategies (budget:<size>) are planned from a timed probe of the
   // model (SaveProfile::timed, harness measure_costs) before their first

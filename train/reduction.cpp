@@ -230,18 +230,10 @@ class ExpertParallel final : public GradientReduction {
   // the group holds the same slices) summed over the group.
   double finish() override {
     const double loss = inner_->finish();
-    const int N = setup_.sizes.ep.size;
     for (std::size_t i = 0; i < params_.tensors().size(); ++i) {
       const Tensor g = inner_->trained()[i].grad();
       if (!g.defined() || !shared(i)) continue;
-      const std::vector<float> mine = g.to_host_f32();
-      std::vector<float> all(mine.size() * std::size_t(N)), sum(mine.size(), 0.0f);
-      comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data(), comm::Group::tensor);
-      for (std::size_t j = 0; j < mine.size(); ++j) {
-        sum[j] = all[j];
-        for (int r = 1; r < N; ++r) sum[j] += all[std::size_t(r) * mine.size() + j];
-      }
-      backend::upload(g, sum);
+      backend::upload(g, comm::sum_in_rank_order(g.to_host_f32(), comm::Group::tensor));
     }
     return loss;
   }
@@ -317,16 +309,9 @@ class PipelineParallel final : public GradientReduction {
   double finish() override {
     const double loss = inner_->finish();
     const int P = comm::size(comm::Group::tensor);
-    for (const Tensor& p : params_.tensors()) {
-      const Tensor g = p.grad();
-      if (!g.defined()) continue;
-      const std::vector<float> mine = g.to_host_f32();
-      std::vector<float> all(mine.size() * std::size_t(P)), sum(mine.size(), 0.0f);
-      comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data(), comm::Group::tensor);
-      for (int r = 0; r < P; ++r)
-        for (std::size_t j = 0; j < sum.size(); ++j) sum[j] += all[std::size_t(r) * mine.size() + j];
-      backend::upload(g, sum);
-    }
+    for (const Tensor& p : params_.tensors())
+      if (const Tensor g = p.grad(); g.defined())
+        backend::upload(g, comm::sum_in_rank_order(g.to_host_f32(), comm::Group::tensor));
     std::vector<double> losses(static_cast<std::size_t>(P));
     comm::gather_all(&loss, 1, losses.data(), comm::Group::tensor);
     double total = 0;

@@ -29,6 +29,8 @@ void validate_pipeline(const TrainConfig& c);
 void validate(const TrainConfig& c) {
   if (c.steps < 1) throw UserError("--steps must be at least 1");
   if (c.accumulate < 1) throw UserError("--accumulate must be at least 1");
+  pipeline::refuse_without_stages(c.pipe);
+  if (c.pipe.split()) validate_pipeline(c);  // its refusals before the rank count they would explain
   const RankGroup& tp = c.setup.sizes.tp;
   const int group = tp.size * c.setup.sizes.ep.size * c.pipe.stages;
   if (c.ranks * group != comm::size())
@@ -73,7 +75,6 @@ void validate(const TrainConfig& c) {
   Schedule s = c.schedule;
   s.steps = c.steps;
   s.validate();
-  if (c.pipe.split()) validate_pipeline(c);
 }
 
 void validate_pipeline(const TrainConfig& c) {
@@ -89,6 +90,7 @@ void validate_pipeline(const TrainConfig& c) {
   // others' between them: its gradients are not whole at any one point.
   if (schedule.virtual_stages > 1) throw UserError("train --pp --schedule " + schedule.spec() + ": not yet (gpipe, 1f1b)");
   pipeline::validate(schedule, z.L, c.pipe.stages, c.accumulate, c.pipe.stage_layers);
+  pipeline::require_sendable_edges(z, c.run.precision);
 }
 
 // The mean held-out loss over `batches` batches (the same ones each time),
@@ -158,6 +160,7 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
     throw UserError("--shard-params cannot resume a run yet: resume it unsharded (the run file holds whole weights)");
   if (resume) {
     state_ = resume->state;
+    state_.pipeline_passes.clear();  // the saved run's record, not this one's
     if (resume->weights.params->names() != params_->names())
       throw UserError(config_.out + ": holds other parameters than this run trains (" +
                       std::to_string(resume->weights.params->names().size()) + ", not " +

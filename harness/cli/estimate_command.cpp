@@ -254,6 +254,8 @@ void run_stages(const EstimateOptions& o, const EstimateRequest& r, const std::v
 
 void run(const EstimateOptions& o) {
   const EstimateRequest r = request_of(o);
+  pipeline::refuse_without_stages(r.pipe);
+  if (!r.pipe.split() && r.pipe.micro_batches > 1) throw UserError("--micro-batches applies with --pp N (N of 2 or more)");
   if (r.pipe.split()) return run_stages(o, r, estimate_points(r));
   const std::vector<ModelSetup> grid = estimate_points(r);  // every refusal before any output
   if (!o.json) print_header(r);

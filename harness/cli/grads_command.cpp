@@ -92,6 +92,7 @@ void run_grads(const GradsOptions& o) {
   if ((o.tp > 1 || o.ep > 1) && (o.finetune.applies() || w.params->any_quantized()))
     throw UserError(std::string(o.ep > 1 ? "--ep" : "--tp") + " with --freeze, --lora or quantized weights: not yet");
   w.setup.sizes.router_aux = o.router_aux;  // a training setting, not in the file
+  pipeline::refuse_without_stages(o.pipe);
   if (o.pipe.split() || o.pipe.micro_batches > 1) return run_pipelined_grads(o, w);
   split_over_ranks(o.tp, o.sp, o.ep, w.setup, w.params);
   w.model = models().find(w.setup.model).make(w.setup.sizes);

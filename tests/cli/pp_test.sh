@@ -141,6 +141,10 @@ expect_error "is not a multiple of --pp 2" "$remat" estimate --model llama --pre
   --schedule interleaved:2 --micro-batches 3
 expect_error "do not split into 2 x 2 chunks" "$remat" estimate --model llama --preset tiny --layers 6 --pp 2 \
   --schedule interleaved:2 --micro-batches 2
+expect_error "takes positive layer counts" "$remat" estimate --model llama --preset tiny --layers 4 --pp 2 \
+  --stage-layers 2,2,
+expect_error "apply with --pp N" "$remat" estimate --model llama --preset tiny --schedule gpipe
+expect_error "apply with --pp N" "$remat" grads --weights llama.h5 --stage-layers 1,3
 expect_error "not a schedule" "$remat" estimate --model llama --preset tiny --pp 2 --schedule pipedream
 expect_error "not yet" "$remat" estimate --model llama --preset tiny --pp 2 --schedule zb-h1
 expect_error "not split into stages yet" "$remat" estimate --model mixtral --preset tiny --pp 2
