@@ -59,6 +59,16 @@ void price_schedule(PipelineEstimate& e, const pipeline::Schedule& schedule, con
   e.modelled_bubble = sim.bubble;
 }
 
+// Each pass's modelled seconds into `out`, by (kind, micro-batch, chunk); returns their sum.
+double pass_seconds(const std::vector<pipeline::PassTiming>& passes, std::map<std::tuple<int, int, int>, double>& out) {
+  double sum = 0;
+  for (const auto& p : passes) {
+    out[{int(p.pass.kind), p.pass.micro_batch, p.pass.chunk}] = p.end - p.start;
+    sum += p.end - p.start;
+  }
+  return sum;
+}
+
 }  // namespace
 
 std::vector<PipelineEstimate> pipeline_stage_estimates(const ModelSetup& setup, const std::vector<std::string>& strategies,
@@ -107,17 +117,10 @@ std::vector<PipelineEstimate> pipeline_stage_estimates(const ModelSetup& setup, 
       const pipeline::RankResult measured = pipeline::run_rank(step, schedule, layout, r, *link);
       copies.reset();
       params.set_access_hook(nullptr);
-      StageEstimate e;
-      e.rank = r;
-      e.layers = layout.layers_of(r);
-      e.most_in_flight = sim.most_in_flight[std::size_t(r)];
-      e.activation_peak = measured.activation_peak;
-      e.offload_peak = measured.offload_peak;
+      StageEstimate e{r, layout.layers_of(r), sim.most_in_flight[std::size_t(r)], measured.activation_peak,
+                      measured.offload_peak};
       count_stage_state(params, read, optimizer, precision, e);
-      for (const auto& p : measured.passes) {
-        seconds[std::size_t(r)][{int(p.pass.kind), p.pass.micro_batch, p.pass.chunk}] = p.end - p.start;
-        e.modelled_busy_seconds += p.end - p.start;
-      }
+      e.modelled_busy_seconds = pass_seconds(measured.passes, seconds[std::size_t(r)]);
       rows.push_back(e);
     }
     if (rates) price_schedule(estimate, schedule, layout, M, seconds, shapes, priced);
