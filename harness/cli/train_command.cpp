@@ -127,7 +127,8 @@ std::unique_ptr<SavedRun> open_outputs(const TrainOptions& o, bool& complete) {
   return resume;
 }
 
-// " x 2 ranks", " x 2 ranks, each tensor-parallel 2 with sequence parallelism", or nothing.
+// " x 2 ranks", " x 2 ranks, each tensor-parallel 2 with sequence parallelism", ", a pipeline of 2
+// stages (1f1b)", or nothing.
 std::string layout_text(const TrainConfig& c) {
   const RankGroup& tp = c.setup.sizes.tp;
   std::string s = c.ranks > 1 ? " x " + std::to_string(c.ranks) + " ranks" : "";
@@ -136,6 +137,9 @@ std::string layout_text(const TrainConfig& c) {
          (tp.sequence ? " with sequence parallelism" : "");
   if (c.setup.sizes.ep.split())
     s += std::string(c.ranks > 1 ? ", each" : ",") + " expert-parallel " + std::to_string(c.setup.sizes.ep.size);
+  if (c.pipe.split())
+    s += std::string(c.ranks > 1 ? ", each" : ",") + " a pipeline of " + std::to_string(c.pipe.stages) + " stages (" +
+         c.pipe.schedule + (c.pipe.stage_layers.empty() ? "" : ", layers " + c.pipe.stage_layers) + ")";
   return s;
 }
 
