@@ -52,11 +52,14 @@ for model in llama gpt2; do
   "$remat" export --model "$model" --preset tiny --layers 4 --out "$model.h5" >/dev/null 2>err.txt ||
     fail "export: $(cat err.txt)"
   tied=""
-  [ "$model" = gpt2 ] && tied=wte.weight
-  for strategy in full per-layer selective offload-checkpoint; do
+  strategies=(full per-layer selective offload-checkpoint)
+  layouts=("2 gpipe" "2 1f1b" "2 interleaved:2" "4 1f1b")
+  # gpt2 differs from llama in its tied embedding alone: fewer combinations (tests/test_pipeline.cpp has them all).
+  [ "$model" = gpt2 ] && tied=wte.weight strategies=(full offload-checkpoint) layouts=("2 1f1b" "2 interleaved:2")
+  for strategy in "${strategies[@]}"; do
     expect_ok "$model $strategy accumulated" "$remat" grads --weights "$model.h5" --micro-batches 4 \
       --strategy "$strategy" --out one.h5
-    for layout in "2 gpipe" "2 1f1b" "2 interleaved:2" "4 1f1b"; do
+    for layout in "${layouts[@]}"; do
       read -r ranks schedule <<<"$layout"
       launch=("${mpi[@]}")
       [ "$ranks" = 4 ] && launch=("${mpi4[@]}")
