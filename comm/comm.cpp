@@ -233,17 +233,26 @@ bool waiting(int tag) {
 #endif
 }
 
-int receive(int tag, std::vector<char>& bytes) {
 #ifdef REMAT_HAVE_MPI
+namespace {
+// The next message with `tag` from `from` (MPI_ANY_SOURCE: any rank), sized by a probe; returns its sender.
+int receive_message(int from, int tag, std::vector<char>& bytes) {
   Timed timed;
   MPI_Status status;
-  check(MPI_Probe(MPI_ANY_SOURCE, tag, MPI_COMM_WORLD, &status), "Probe");
+  check(MPI_Probe(from, tag, MPI_COMM_WORLD, &status), "Probe");
   int count = 0;
   MPI_Get_count(&status, MPI_BYTE, &count);
   bytes.resize(std::size_t(count));
   check(MPI_Recv(bytes.data(), count, MPI_BYTE, status.MPI_SOURCE, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "Recv");
   state().stats.bytes_received += count;
   return status.MPI_SOURCE;
+}
+}  // namespace
+#endif
+
+int receive(int tag, std::vector<char>& bytes) {
+#ifdef REMAT_HAVE_MPI
+  return receive_message(MPI_ANY_SOURCE, tag, bytes);
 #else
   (void)tag, (void)bytes;
   throw std::logic_error("comm::receive without MPI");
@@ -272,14 +281,7 @@ void post(int to, int tag, std::vector<char> bytes) {
 
 void receive_from(int from, int tag, std::vector<char>& bytes) {
 #ifdef REMAT_HAVE_MPI
-  Timed timed;
-  MPI_Status status;
-  check(MPI_Probe(from, tag, MPI_COMM_WORLD, &status), "Probe");
-  int count = 0;
-  MPI_Get_count(&status, MPI_BYTE, &count);
-  bytes.resize(std::size_t(count));
-  check(MPI_Recv(bytes.data(), count, MPI_BYTE, from, tag, MPI_COMM_WORLD, MPI_STATUS_IGNORE), "Recv");
-  state().stats.bytes_received += count;
+  receive_message(from, tag, bytes);
 #else
   (void)from, (void)tag, (void)bytes;
   throw std::logic_error("comm::receive_from without MPI");

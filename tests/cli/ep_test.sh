@@ -11,12 +11,7 @@
 #   ep_test.sh path/to/remat path/to/mpiexec
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
-remat=$1
-mpiexec=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-mpi_ranks "$mpiexec" 2
+mpi_test_start "$@"
 
 # 1. The split model's loss and gradients are the whole model's.
 "$remat" export --model mixtral --preset tiny --out mixtral.h5 >/dev/null 2>err.txt || fail "export: $(cat err.txt)"

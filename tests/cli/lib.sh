@@ -17,6 +17,17 @@ expect_error() {  # expect_error "fragment" cmd...: exit 2, one line naming the 
   grep -qF -- "$fragment" err.txt || fail "$*: error does not mention '$fragment': $(cat err.txt)"
   [ "$(grep -c . err.txt)" -le 1 ] || fail "$*: error is more than one line: $(cat err.txt)"
 }
+mpi_test_start() {  # mpi_test_start REMAT MPIEXEC: `remat`, `mpiexec`, a scratch folder to work in (gone at the
+  # end), and the arrays `mpi4` and `mpi` that launch 4 and 2 ranks: every MPI script's start
+  remat=$1
+  mpiexec=$2
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  cd "$work" || exit 1
+  mpi_ranks "$mpiexec" 4
+  mpi4=("${mpi[@]}")
+  mpi_ranks "$mpiexec" 2
+}
 mpi_ranks() {  # mpi_ranks MPIEXEC N: the array `mpi` launches N ranks on however few cores (as root, allowed)
   mpi=("$1" --oversubscribe -n "$2")
   [ "$(id -u)" -eq 0 ] && mpi=("$1" --allow-run-as-root --oversubscribe -n "$2")

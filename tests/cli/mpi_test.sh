@@ -9,12 +9,7 @@
 #   mpi_test.sh path/to/remat path/to/mpiexec
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
-remat=$1
-mpiexec=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-mpi_ranks "$mpiexec" 2  # two ranks on however few cores; as root Open MPI wants to be told
+mpi_test_start "$@"  # `mpi`: two ranks on however few cores; as root Open MPI wants to be told
 cells=(matrix --preset tiny --models gpt2,llama --strategies full,per-layer,sqrt,selective --steps 1 --warmup 0)
 
 # 1. The MPI matrix: 8 cells, each once, all in rank 0's file.

@@ -11,14 +11,7 @@
 #   pp_test.sh path/to/remat path/to/mpiexec
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
-remat=$1
-mpiexec=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-mpi_ranks "$mpiexec" 4
-mpi4=("${mpi[@]}")
-mpi_ranks "$mpiexec" 2
+mpi_test_start "$@"
 
 # same_grads A B [TIED]: /loss and every gradient bitwise; TIED (a name) to float32 rounding.
 same_grads() {

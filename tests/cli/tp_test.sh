@@ -11,14 +11,7 @@
 #   tp_test.sh path/to/remat path/to/mpiexec
 set -uo pipefail
 source "$(dirname "$0")/lib.sh"
-remat=$1
-mpiexec=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-cd "$work"
-mpi_ranks "$mpiexec" 4
-mpi4=("${mpi[@]}")
-mpi_ranks "$mpiexec" 2
+mpi_test_start "$@"
 
 for model in gpt2 llama mixtral encdec parallel bert; do
   "$remat" export --model "$model" --preset tiny --out "$model.h5" >/dev/null 2>err.txt || fail "export: $(cat err.txt)"
