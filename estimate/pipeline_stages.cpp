@@ -81,8 +81,8 @@ std::vector<PipelineEstimate> pipeline_stage_estimates(const ModelSetup& setup, 
   const pipeline::Layout layout = pipeline::make_layout(schedule, L, N, pipe.stage_layers);
   const pipeline::Simulation sim = pipeline::simulate(schedule, N, M, 1, 2);
   ShapeOnlyScope shape_only;
+  pipeline::require_stages(setup.model, setup.sizes);
   const auto model = models().find(setup.model).make(setup.sizes);
-  if (!model->staged()) throw UserError("--pp: " + setup.model + " is not split into stages yet (gpt2, llama)");
   ParamStore params(model->params(), DType::f32);
   params.zero_grad();  // made before any step, as a command makes them
   const std::vector<Batch> batches(std::size_t(M), shape_only_batch(setup.sizes));

@@ -23,11 +23,11 @@ struct StageEstimate {
   std::int64_t activation_peak = 0, offload_peak = 0;
   std::int64_t parameter_bytes = 0, gradient_bytes = 0, optimizer_bytes = 0;  // of the parameters it reads
   std::int64_t weight_copy_bytes = 0;  // their 16-bit copies (0 at fp32)
+  std::int64_t parameter_count = 0;
+  double modelled_busy_seconds = 0;  // with a device: its passes' modelled time
   std::int64_t total() const {
     return parameter_bytes + gradient_bytes + optimizer_bytes + weight_copy_bytes + activation_peak;
   }
-  std::int64_t parameter_count = 0;
-  double modelled_busy_seconds = 0;  // with a device: its passes' modelled time
 };
 
 // A strategy's stages, and with a device the step as its device model

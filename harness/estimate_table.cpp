@@ -15,6 +15,15 @@ std::string fits(const Cell& c) {
                        : "no (" + fixed(gib_of(std::int64_t(-headroom)), 1) + " GiB over)";
 }
 
+// Whether a row fits: the device's memory, and where the rows offload and the
+// device has a host memory size, the host's ("device fits" beside "host fits").
+std::vector<Column> fit_columns(const Device& d, bool offloads) {
+  const bool device = !d.name.empty(), host = d.host_memory_bytes > 0 && offloads;
+  return {{"headroom_bytes", device ? (host ? "device fits (headroom)" : "fits (headroom)") : "", fits},
+          {"host_headroom_bytes", host ? "host fits (headroom)" : "", fits},
+          {"fits", ""}};
+}
+
 // Modelled seconds: three decimals, six below a hundredth.
 std::string seconds(const Cell& c) { return fixed(number(c), number(c) > 0 && number(c) < 0.01 ? 6 : 3); }
 
@@ -27,7 +36,6 @@ Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bit
   const auto size = decimals(2, unit);
   bool offloads = false;
   for (const auto& row : p.rows) offloads = offloads || row.offload > 0;
-  const bool host = r.device.host_memory_bytes > 0 && offloads;
   const Sizes& z = p.setup.sizes;
   Table t;
   t.columns = {{"model", ""}, {"preset", ""}, {"strategy", "strategy"}, {"seq", ""}, {"batch", ""}, {"layers", ""},
@@ -45,8 +53,8 @@ Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bit
                {"device", ""}, {"device_usable_bytes", ""}, {"modelled_step_s", rates ? "model s" : "", seconds},
                {"modelled_comm_s", rates && (z.tp.split() || z.ep.split() || r.shard_params) ? "of it comm s" : "", seconds},
                {"modelled_copy_wait_s", rates && offloads ? "of it copy wait s" : "", seconds},
-               {"headroom_bytes", device ? (host ? "device fits (headroom)" : "fits (headroom)") : "", fits},
-               {"host_headroom_bytes", host ? "host fits (headroom)" : "", fits}, {"fits", ""}};
+};
+  for (Column& c : fit_columns(r.device, offloads)) t.columns.push_back(std::move(c));
   for (const auto& row : p.rows) {
     const Cell none;
     t.add({p.setup.model, p.setup.preset, row.strategy, std::int64_t(z.S), std::int64_t(z.B), std::int64_t(z.L),
@@ -74,7 +82,6 @@ Table stage_table(const EstimateRequest& r, const ModelSetup& setup, const std::
   bool offloads = false;
   for (const auto& per_strategy : stages)
     for (const auto& e : per_strategy.stages) offloads = offloads || e.offload_peak > 0;
-  const bool host = r.device.host_memory_bytes > 0 && offloads;
   const Sizes& z = setup.sizes;
   Table t;
   t.columns = {{"model", ""}, {"preset", ""}, {"strategy", "strategy"}, {"seq", ""}, {"batch", ""},
@@ -87,8 +94,8 @@ Table stage_table(const EstimateRequest& r, const ModelSetup& setup, const std::
                {"total_bytes", "total " + u, size}, {"modelled_busy_s", rates ? "busy s" : "", seconds},
                {"modelled_step_s", rates ? "step s" : "", seconds}, {"modelled_bubble", rates ? "bubble" : "", percent(1)},
                {"device", ""}, {"device_usable_bytes", ""},
-               {"headroom_bytes", device ? (host ? "device fits (headroom)" : "fits (headroom)") : "", fits},
-               {"host_headroom_bytes", host ? "host fits (headroom)" : "", fits}, {"fits", ""}};
+};
+  for (Column& c : fit_columns(r.device, offloads)) t.columns.push_back(std::move(c));
   for (std::size_t k = 0; k < stages.size(); ++k)
     for (const StageEstimate& e : stages[k].stages) {
       const std::int64_t total = e.total();

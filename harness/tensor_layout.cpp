@@ -42,12 +42,6 @@ bool apply_pipeline_layout(int stages, bool other_split) {
   return true;
 }
 
-void require_pipeline_ranks(int stages) {
-  if (comm::size() == stages) return;
-  throw UserError("--pp " + std::to_string(stages) + ": start " + std::to_string(stages) + " ranks (mpirun -n " +
-                  std::to_string(stages) + " remat ...); this job has " + std::to_string(comm::size()) +
-                  (comm::built_with_mpi() ? "" : " (this build has no MPI)"));
-}
 
 bool apply_expert_layout(int experts, int tp, bool sequence, ModelSetup& setup, bool data_parallel) {
   if (experts == 1) return false;

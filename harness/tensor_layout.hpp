@@ -29,8 +29,6 @@ bool apply_expert_layout(int experts, int tp, bool sequence, ModelSetup& setup, 
 
 // Ranks other than 0 print nothing on stdout from now on (they print the same).
 void quiet_other_ranks();
-// UserError unless the job has exactly `stages` ranks (--pp: one stage each).
-void require_pipeline_ranks(int stages);
 // --pp `stages` for training: the job's consecutive groups of `stages`
 // ranks are pipelines, the pipelines training data-parallel (false: none
 // asked). `other_split`: --tp or --ep asked too (refused beside it).

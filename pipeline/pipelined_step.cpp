@@ -48,14 +48,19 @@ PipelinedStep accumulated(const Model& model, const ParamStore& params, const st
 
 }  // namespace
 
+void require_ranks(int stages) {
+  if (comm::size() == stages) return;
+  throw UserError("--pp " + std::to_string(stages) + ": start " + std::to_string(stages) + " ranks (mpirun -n " +
+                  std::to_string(stages) + " remat ...); this job has " + std::to_string(comm::size()) +
+                  (comm::built_with_mpi() ? "" : " (this build has no MPI)"));
+}
+
 PipelinedStep pipelined_step(const Model& model, const ParamStore& params, const std::vector<Batch>& micro_batches,
                              const StepOptions& options, const PipelineSettings& settings) {
   const int M = int(micro_batches.size());
   if (!settings.split()) return accumulated(model, params, micro_batches, options);
   const int N = settings.stages;
-  if (comm::size() != N)
-    throw UserError("--pp " + std::to_string(N) + ": start " + std::to_string(N) + " ranks (mpirun -n " +
-                    std::to_string(N) + "); this job has " + std::to_string(comm::size()));
+  require_ranks(N);
   const Schedule schedule = parse_schedule(settings.schedule);
   validate(schedule, model.sizes().L, N, M, settings.stage_layers);
   const Layout layout = make_layout(schedule, model.sizes().L, N, settings.stage_layers);

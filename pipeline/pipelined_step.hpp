@@ -25,6 +25,9 @@ struct PipelinedStep {
   std::vector<std::string> stage_layers;   // per rank: its layers ("0-3", interleaved "0-1, 4-5")
 };
 
+// UserError unless the job has exactly `stages` ranks (grads --pp: the job is one pipeline).
+void require_ranks(int stages);
+
 PipelinedStep pipelined_step(const Model& model, const ParamStore& params, const std::vector<Batch>& micro_batches,
                              const StepOptions& options, const PipelineSettings& settings);
 

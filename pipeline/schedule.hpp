@@ -36,9 +36,6 @@ struct Pass {
   PassKind kind = PassKind::forward;
   int micro_batch = 0;
   int chunk = 0;  // the model chunk (interleaved: 0..V-1; else 0)
-  bool operator==(const Pass& o) const {
-    return kind == o.kind && micro_batch == o.micro_batch && chunk == o.chunk;
-  }
 };
 
 struct Schedule {

@@ -11,6 +11,7 @@
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/region.hpp"
 #include "core/error.hpp"
+#include "core/text.hpp"
 #include "step/step_scope.hpp"
 #include "strategies/strategy.hpp"
 
@@ -37,12 +38,20 @@ std::string Layout::layers_of(int rank) const {
   return out;
 }
 
+void require_stages(const std::string& model, const Sizes& sizes) {
+  if (!models().find(model).make(sizes)->staged()) {
+    std::vector<std::string> staged;
+    for (const std::string& name : models().names())
+      if (models().find(name).make(preset_sizes("tiny"))->staged()) staged.push_back(name);
+    throw UserError("--pp: " + model + " is not split into stages yet (" + join(staged, ", ") + ")");
+  }
+  if (sizes.dropout > 0) throw UserError("--pp with dropout: not yet");
+}
+
 StageRunner::StageRunner(const StageStep& step, const Layout& layout, int rank, StageLink& link)
     : step_(step), layout_(layout), rank_(rank), link_(link) {
-  if (!step.model->staged()) throw UserError("--pp: this model is not split into stages yet");
-  // Dropout's draws are numbered in a step's forward order; a stage would
-  // have to start where the stages before it left off.
-  if (step.model->sizes().dropout > 0) throw UserError("--pp with dropout: not yet");
+  if (!step.model->staged() || step.model->sizes().dropout > 0)
+    throw std::logic_error("StageRunner: a model without stages, or with dropout (require_stages first)");
   const StepOptions& o = step.options;
   loss_scale_ = o.loss_scale > 0 ? o.loss_scale : default_loss_scale(o.precision);
 }
@@ -203,7 +212,6 @@ RankResult run_rank(const StageStep& step, const Schedule& schedule, const Layou
   const auto base_offload = offload_pool_bytes().live;
   RankResult r;
   const StepScope scope(step.options.seed, step.options.step);  // this step's peaks
-  const auto t0 = std::chrono::steady_clock::now();
   StageRunner runner(step, layout, rank, link);
   {
     ops::AttentionKernelScope kernel(step.options.attention);
@@ -223,7 +231,6 @@ RankResult run_rank(const StageStep& step, const Schedule& schedule, const Layou
   }
   link.finish();
   ExecSpace().fence();
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   r.activation_peak = tracker.stats(pool).peak - base;
   r.offload_peak = offload_pool_bytes().peak - base_offload;
   for (const auto& [m, loss] : runner.losses()) r.losses.push_back(loss);

@@ -11,7 +11,6 @@
 // output is what backward starts from, with the gradient received for it.
 // Backward passes run micro-batches in order, so every parameter's gradient
 // sums them in the order of a single rank's gradient accumulation.
-#include <chrono>
 #include <functional>
 #include <map>
 #include <tuple>
@@ -39,6 +38,12 @@ struct Layout {
   // Rank r's layers in words: "4-7", or its chunks' ("0-1, 4-5").
   std::string layers_of(int rank) const;
 };
+// UserError unless `model` at `sizes` runs under --pp: split into stages
+// (Model::staged) and without dropout (its draws are numbered in a step's
+// forward order, which a stage would have to continue). Every command
+// asks before it runs; a StageRunner takes it as given.
+void require_stages(const std::string& model, const Sizes& sizes);
+
 // The layout of `layers` under `schedule` over N ranks (validate() first).
 Layout make_layout(const Schedule& schedule, int layers, int stages, const std::string& given_layers);
 
@@ -143,10 +148,6 @@ class StageRunner {
 std::vector<double> run_in_process(const StageStep& step, const Schedule& schedule, const Layout& layout,
                                    EdgeShapes* record = nullptr);
 
-// One rank's passes, measured as run_step measures a step: the activation
-// peak over all of them (the device pool's peak less what was live before:
-// the micro-batches in flight at once, as the schedule keeps them). The
-// caller zeroes the gradients.
 // One pass as it ran on its rank: when (seconds from the rank's step start)
 // and what the rank held (the device pool above the step's start).
 struct PassTiming {
@@ -159,11 +160,14 @@ struct PassTiming {
   static PassTiming read(const double* in);
 };
 
+// One rank's passes, measured as run_step measures a step: the activation
+// peak over all of them (the device pool's peak less what was live before:
+// the micro-batches in flight at once, as the schedule keeps them). The
+// caller zeroes the gradients.
 struct RankResult {
   std::vector<double> losses;  // the last virtual stage's rank: each micro-batch's, in order
   std::int64_t activation_peak = 0;
   std::int64_t offload_peak = 0;
-  double seconds = 0;
   double loss_scale = 1;
   std::vector<PassTiming> passes;  // in the rank's order
 };

@@ -213,7 +213,6 @@ void check_version(const h5::File& f) {
                     std::to_string(kRunFileVersion));
 }
 
-// The record part: state and history, checked for consistency.
 // A pipelined run's last step, per stage (none: an empty list).
 std::vector<std::vector<pipeline::PassTiming>> read_pipeline_passes(const h5::File& f) {
   namespace D = run_file::data;
@@ -232,6 +231,7 @@ std::vector<std::vector<pipeline::PassTiming>> read_pipeline_passes(const h5::Fi
   return out;
 }
 
+// The record part: state and history, checked for consistency.
 TrainState read_state(const h5::File& f, const TrainConfig& c) {
   TrainState s;
   s.step = whole(f, run_file::root::done);

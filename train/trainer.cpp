@@ -81,14 +81,12 @@ void validate_pipeline(const TrainConfig& c) {
   const Sizes& z = c.setup.sizes;
   if (z.tp.split() || z.ep.split() || c.shard_params || c.lora.any() || c.freeze.any() || c.quantize != QuantFormat::none)
     throw UserError("--pp with --tp, --ep, --shard-params or fine-tuning: not yet");
-  if (!models().find(c.setup.model).make(z)->staged())
-    throw UserError("--pp: " + c.setup.model + " is not split into stages yet (gpt2, llama)");
-  if (z.dropout > 0) throw UserError("--pp with dropout: not yet");
+  pipeline::require_stages(c.setup.model, z);
   if (parse_strategy(c.strategy).planned) throw UserError("--pp with a budget: not yet");
   const pipeline::Schedule schedule = pipeline::parse_schedule(c.pipe.schedule);
   // Interleaved, a micro-batch's backward on a rank spans its chunks with
   // others' between them: its gradients are not whole at any one point.
-  if (schedule.virtual_stages > 1) throw UserError("train --pp --schedule " + schedule.spec() + ": not yet (gpipe, 1f1b)");
+  if (schedule.virtual_stages > 1) throw UserError("train --pp-schedule " + schedule.spec() + ": not yet (gpipe, 1f1b)");
   pipeline::validate(schedule, z.L, c.pipe.stages, c.accumulate, c.pipe.stage_layers);
   pipeline::require_sendable_edges(z, c.run.precision);
 }
@@ -130,6 +128,16 @@ std::unique_ptr<ParamStore> starting_weights(const TrainConfig& c, bool resuming
 }
 
 }  // namespace
+
+struct Trainer::Pipeline {
+  explicit Pipeline(const TrainConfig& c)
+      : schedule(pipeline::parse_schedule(c.pipe.schedule)),
+        layout(pipeline::make_layout(schedule, c.setup.sizes.L, c.pipe.stages, c.pipe.stage_layers)),
+        link(pipeline::mpi_link(layout, c.accumulate)) {}
+  pipeline::Schedule schedule;
+  pipeline::Layout layout;
+  std::unique_ptr<pipeline::StageLink> link;
+};
 
 Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(config) {
   validate(config_);
@@ -187,6 +195,7 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
   optimizer_ = make_optimizer(config_.optimizer, reduction_->trained(), decays);
   if (resume) restore_optimizer(*resume);
   data_->seek(state_.data_position);
+  if (config_.pipe.split()) pipeline_ = std::make_unique<Pipeline>(config_);
 }
 
 Trainer::~Trainer() = default;
@@ -318,20 +327,17 @@ StepRecord Trainer::forward_backward_pipelined(double loss_scale) {
     if (reduce.zero_grad()) params_->zero_grad();
   };
   step.end_backward = [&](int k, double loss) { reduce.add(k, loss); };
-  const pipeline::Schedule schedule = pipeline::parse_schedule(config_.pipe.schedule);
-  const int P = config_.pipe.stages;
-  const pipeline::Layout layout = pipeline::make_layout(schedule, config_.setup.sizes.L, P, config_.pipe.stage_layers);
-  const auto link = pipeline::mpi_link(layout, reduce.accumulate());
+  const int P = config_.pipe.stages, rank = comm::rank(comm::Group::tensor);
+  const pipeline::Layout& layout = pipeline_->layout;
   params_->zero_grad();  // allocates the gradients before the step's baseline is read, as run_step does
-  const pipeline::RankResult mine =
-      pipeline::run_rank(step, schedule, layout, comm::rank(comm::Group::tensor), *link);
+  const pipeline::RankResult mine = pipeline::run_rank(step, pipeline_->schedule, layout, rank, *pipeline_->link);
   state_.pipeline_passes = gather_passes(mine.passes);
   const std::int64_t pass_values = std::int64_t(mine.passes.size()) * pipeline::PassTiming::kFields;
   StepRecord r;
   r.loss_scale = loss_scale;
   r.activation_peak = mine.activation_peak;
-  r.predicted_comm_bytes += pipeline::edge_bytes(layout, comm::rank(comm::Group::tensor), reduce.accumulate(),
-                                                 config_.setup.sizes, config_.run.precision) +
+  r.predicted_comm_bytes += pipeline::edge_bytes(layout, rank, reduce.accumulate(), config_.setup.sizes,
+                                                 config_.run.precision) +
                             2 * 8 * pass_values * (P - 1);  // and the passes' timings, to every stage
   state_.data_position += std::uint64_t(M);
   r.loss = reduce.finish();

@@ -139,6 +139,8 @@ class Trainer {
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<BatchSource> data_, held_out_;
   std::unique_ptr<GradientReduction> reduction_;  // how micro-batches and ranks combine
+  struct Pipeline;  // under --pp: the schedule, the layers' layout and the link to the neighbouring stages
+  std::unique_ptr<Pipeline> pipeline_;
   Schedule schedule_;
   void save();  // the run file (gathered whole first, if sharded)
   StepRecord forward_backward_all(double loss_scale);

@@ -23,7 +23,7 @@
 #include "harness/estimate_table.hpp"
 #include "harness/long_run.hpp"
 #include "harness/report/svg_chart.hpp"
-#include "pipeline/schedule.hpp"
+#include "pipeline/stage_runner.hpp"
 #include "step/probe.hpp"
 #include "strategies/registry.hpp"
 #include "zoo/configs.hpp"
@@ -210,8 +210,7 @@ void run_stages(const EstimateOptions& o, const EstimateRequest& r, const std::v
     throw UserError("--pp with --ep, --shard-params or fine-tuning: not yet");
   const pipeline::Schedule schedule = pipeline::parse_schedule(r.pipe.schedule);
   pipeline::validate(schedule, z.L, r.pipe.stages, r.pipe.micro_batches, r.pipe.stage_layers);  // before any output
-  if (!models().find(r.base.model).make(z)->staged())
-    throw UserError("--pp: " + r.base.model + " is not split into stages yet (gpt2, llama)");
+  pipeline::require_stages(r.base.model, z);
   if (!o.json) {
     print_header(r);
     std::printf("pipeline: %d stages, %d micro-batches of B sequences per step, schedule %s\n", r.pipe.stages,

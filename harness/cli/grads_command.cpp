@@ -12,6 +12,7 @@
 #include "harness/io/output_guard.hpp"
 #include "harness/tensor_layout.hpp"
 #include "pipeline/pipelined_step.hpp"
+#include "pipeline/stage_runner.hpp"
 #include "train/tensor_parts.hpp"
 #include "step/step.hpp"
 #include "strategies/registry.hpp"
@@ -60,11 +61,10 @@ void run_pipelined_grads(const GradsOptions& o, LoadedWeights& w) {
     throw UserError("--pp or --micro-batches with --freeze, --lora or quantized weights: not yet");
   const pipeline::PipelineSettings& pipe = o.pipe;
   if (pipe.split()) {
-    if (!models().find(w.setup.model).make(w.setup.sizes)->staged())
-      throw UserError("--pp: " + w.setup.model + " is not split into stages yet (gpt2, llama)");
+    pipeline::require_stages(w.setup.model, w.setup.sizes);
     const pipeline::Schedule schedule = pipeline::parse_schedule(pipe.schedule);
     pipeline::validate(schedule, w.setup.sizes.L, pipe.stages, pipe.micro_batches, pipe.stage_layers);
-    require_pipeline_ranks(pipe.stages);
+    pipeline::require_ranks(pipe.stages);
     quiet_other_ranks();
   }
   w.model = models().find(w.setup.model).make(w.setup.sizes);
