@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <cstring>
 #include <list>
 #include <stdexcept>
 #include <thread>
@@ -17,6 +18,10 @@
 
 namespace remat::comm {
 namespace {
+
+#ifdef REMAT_HAVE_MPI
+constexpr int kRingTag = 4095;  // shift_ring's messages: below the pipeline's edge tags (4096 on)
+#endif
 
 struct State {
   bool started = false;  // MPI_Init called by us
@@ -357,6 +362,28 @@ void all_to_all_rows(const void* send, const std::vector<std::int64_t>& send_row
   s.stats.bytes_received += bytes(received - recv_rows[std::size_t(me)]);
 #else
   (void)me;
+#endif
+}
+
+void shift_ring(const void* send, void* recv, std::int64_t bytes, Group g) {
+  const int ranks = size(g), me = rank(g);
+  if (ranks == 1) {
+    std::memcpy(recv, send, std::size_t(bytes));
+    return;
+  }
+#ifdef REMAT_HAVE_MPI
+  Timed timed;
+  constexpr std::int64_t kPiece = std::int64_t(1) << 30;  // an MPI count is an int
+  const auto* from = static_cast<const char*>(send);
+  auto* to = static_cast<char*>(recv);
+  for (std::int64_t at = 0; at < bytes; at += kPiece) {
+    const int n = int(std::min(kPiece, bytes - at));
+    check(MPI_Sendrecv(from + at, n, MPI_BYTE, (me + 1) % ranks, kRingTag, to + at, n, MPI_BYTE,
+                       (me + ranks - 1) % ranks, kRingTag, communicator(g), MPI_STATUS_IGNORE),
+          "Sendrecv");
+  }
+  state().stats.bytes_sent += bytes;
+  state().stats.bytes_received += bytes;
 #endif
 }
 

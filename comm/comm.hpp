@@ -95,6 +95,12 @@ void all_to_all(const std::uint16_t* send, std::int64_t n, std::uint16_t* recv, 
 void all_to_all_rows(const void* send, const std::vector<std::int64_t>& send_rows, void* recv,
                      const std::vector<std::int64_t>& recv_rows, std::size_t row_bytes, Group g = Group::world);
 
+// Around group g's ring (context parallelism's keys and values): `bytes`
+// bytes of `send` go to the next rank (rank + 1, the last to the first) and
+// as many from the previous one land in `recv`, every rank at once. One
+// rank alone: a copy.
+void shift_ring(const void* send, void* recv, std::int64_t bytes, Group g);
+
 // Called by a rank that failed: whether every rank fails too (each calls
 // this within `seconds` of the others), as all do on an error in what was
 // asked, which every rank checks alike. Then the job can end in order, with

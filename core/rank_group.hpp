@@ -13,4 +13,13 @@ struct RankGroup {
   bool split() const { return size > 1; }
 };
 
+// Context parallelism's split of the sequence (zig-zag, as Megatron's CP):
+// 2 size chunks, rank r holding chunks r and 2 size - 1 - r one after the
+// other, so that every rank has as much causal attention work. The whole
+// sequence's position of row t of this rank's `local` rows; with one rank, t.
+inline long long zigzag_position(const RankGroup& g, long long t, long long local) {
+  const long long chunk = local / 2, first = t < chunk;
+  return (first ? g.rank : 2LL * g.size - 1 - g.rank) * chunk + (first ? t : t - chunk);
+}
+
 }  // namespace remat

@@ -11,6 +11,7 @@
 #include "optim/optimizer.hpp"
 #include "strategies/registry.hpp"
 #include "train/param_shards.hpp"
+#include "zoo/context_parallel.hpp"
 #include "zoo/expert_parallel.hpp"
 #include "zoo/tensor_parallel.hpp"
 
@@ -104,6 +105,7 @@ std::vector<ModelSetup> estimate_points(const EstimateRequest& r) {
       validate(setup.sizes);
       tp::validate(setup.model, setup.sizes);
       ep::validate(setup.model, setup.sizes);
+      cp::validate(setup.model, setup.sizes);
       require_countable(setup.sizes);
       grid.push_back(setup);
     }

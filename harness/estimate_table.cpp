@@ -37,10 +37,11 @@ Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bit
   bool offloads = false;
   for (const auto& row : p.rows) offloads = offloads || row.offload > 0;
   const Sizes& z = p.setup.sizes;
+  const bool split = z.tp.split() || z.ep.split() || z.cp.split() || r.shard_params;
   Table t;
   t.columns = {{"model", ""}, {"preset", ""}, {"strategy", "strategy"}, {"seq", ""}, {"batch", ""}, {"layers", ""},
-               {"attention", ""}, {"precision", ""}, {"tp", ""}, {"sp", ""}, {"ep", ""}, {"ranks", ""}, {"shard_params", ""},
-               {"parameter_count", ""},
+               {"attention", ""}, {"precision", ""}, {"tp", ""}, {"sp", ""}, {"ep", ""}, {"cp", ""}, {"ranks", ""},
+               {"shard_params", ""}, {"parameter_count", ""},
                {"parameter_bytes", ""}, {"trainable_bytes", ""}, {"quantized_bytes", ""},
                {"dequantize_workspace_bytes", ""}, {"gradient_bytes", ""}, {"optimizer_bytes", ""}, {"weight_copy_bytes", ""},
                {"activation_peak_bytes", "act " + u, size}, {"offload_peak_bytes", "offload " + u, size},
@@ -49,9 +50,9 @@ Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bit
                {"flops", unit_bits == 30 ? "TFLOP/step" : "MFLOP/step", decimals(1, unit_bits == 30 ? 1e12 : 1e6)},
                {"recompute_flops", ""}, {"recompute_share", "recompute", percent(1)},
                {"dequantize_flops", ""}, {"recompute_dequantize_flops", ""},
-               {"comm_bytes", z.tp.split() || z.ep.split() || r.shard_params ? "sent " + u : "", size}, {"recompute_comm_bytes", ""},
+               {"comm_bytes", split ? "sent " + u : "", size}, {"recompute_comm_bytes", ""},
                {"device", ""}, {"device_usable_bytes", ""}, {"modelled_step_s", rates ? "model s" : "", seconds},
-               {"modelled_comm_s", rates && (z.tp.split() || z.ep.split() || r.shard_params) ? "of it comm s" : "", seconds},
+               {"modelled_comm_s", rates && split ? "of it comm s" : "", seconds},
                {"modelled_copy_wait_s", rates && offloads ? "of it copy wait s" : "", seconds},
 };
   for (Column& c : fit_columns(r.device, offloads)) t.columns.push_back(std::move(c));
@@ -59,7 +60,7 @@ Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bit
     const Cell none;
     t.add({p.setup.model, p.setup.preset, row.strategy, std::int64_t(z.S), std::int64_t(z.B), std::int64_t(z.L),
            ops::attention_kernel_name(r.attention), precision_name(r.precision), std::int64_t(z.tp.size),
-           z.tp.sequence, std::int64_t(z.ep.size), std::int64_t(r.ranks), r.shard_params,
+           z.tp.sequence, std::int64_t(z.ep.size), std::int64_t(z.cp.size), std::int64_t(r.ranks), r.shard_params,
            p.parameter_count, p.parameters, p.trainable, p.quantized, p.dequantize, p.gradients, p.optimizer, p.weight_copy, row.activation, row.offload,
            row.gathered, row.reducing, row.total, row.flops, row.recompute_flops,
            row.flops > 0 ? row.recompute_flops / row.flops : 0.0, row.dequantize_flops, row.recompute_dequantize_flops,

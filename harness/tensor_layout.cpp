@@ -4,6 +4,7 @@
 
 #include "comm/comm.hpp"
 #include "core/error.hpp"
+#include "zoo/context_parallel.hpp"
 #include "zoo/expert_parallel.hpp"
 #include "zoo/tensor_parallel.hpp"
 
@@ -51,6 +52,16 @@ bool apply_expert_layout(int experts, int tp, bool sequence, ModelSetup& setup, 
   ep::validate(setup.model, asked);
   setup.sizes.ep = asked.ep;
   setup.sizes.ep = tensor_group(experts, data_parallel, "--ep");
+  quiet_other_ranks();
+  return true;
+}
+
+bool apply_context_layout(int size, bool other_split, ModelSetup& setup) {
+  if (size == 1) return false;
+  if (other_split) throw UserError("--cp with --tp, --sp, --ep or --pp: not yet");
+  setup.sizes.cp = {size, 0, false};
+  cp::validate(setup.model, setup.sizes);
+  setup.sizes.cp = tensor_group(size, /*data_parallel=*/false, "--cp");
   quiet_other_ranks();
   return true;
 }

@@ -34,6 +34,11 @@ void quiet_other_ranks();
 // asked). `other_split`: --tp or --ep asked too (refused beside it).
 bool apply_pipeline_layout(int stages, bool other_split);
 
+// --cp `size` (context parallelism, zoo/context_parallel.hpp): every rank of
+// the job in one group, which splits the sequence (false: none asked);
+// validated first. `other_split`: another split asked too (refused beside it).
+bool apply_context_layout(int size, bool other_split, ModelSetup& setup);
+
 // apply_layout (one tensor group), or --ep `experts` (expert parallelism,
 // zoo/expert_parallel.hpp: every rank of the job in one expert group), and
 // the whole model's `params` replaced by this rank's parts.

@@ -9,13 +9,6 @@
 namespace remat::pipeline {
 namespace {
 
-// Every rank's gradient of each trainable parameter, summed in rank order
-// into each rank's own.
-void sum_over_ranks(const ParamStore& params) {
-  for (const Tensor& p : params.tensors())
-    if (const Tensor g = p.grad(); g.defined()) backend::upload(g, comm::sum_in_rank_order(g.to_host_f32(), comm::Group::world));
-}
-
 void scale_all(const ParamStore& params, double factor) {
   if (factor == 1) return;
   for (const Tensor& p : params.tensors())
@@ -74,7 +67,7 @@ PipelinedStep pipelined_step(const Model& model, const ParamStore& params, const
   step.options = options;
   const auto link = mpi_link(layout, M);
   const RankResult mine = run_rank(step, schedule, layout, comm::rank(), *link);
-  sum_over_ranks(params);
+  sum_gradients_over_ranks(params, /*world=*/true);
   scale_all(params, 1.0 / (double(M) * mine.loss_scale));
   // Every rank's losses (the last stage's alone are not zero) and peaks, everywhere.
   std::vector<double> own(std::size_t(M) + 2, 0.0), all(own.size() * std::size_t(N));

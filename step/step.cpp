@@ -13,7 +13,9 @@
 #include "autodiff/stats.hpp"
 #include "autodiff/tape.hpp"
 #include "autodiff/transfer.hpp"
+#include "autodiff/backend.hpp"
 #include "autodiff/elementwise.hpp"
+#include "comm/comm.hpp"
 #include "step/step_scope.hpp"
 
 namespace remat {
@@ -211,6 +213,12 @@ bool within_limit(std::int64_t limit, const std::function<void()>& fn) {
     return false;
   }
   return true;
+}
+
+void sum_gradients_over_ranks(const ParamStore& params, bool world) {
+  const comm::Group group = world ? comm::Group::world : comm::Group::tensor;
+  for (const Tensor& p : params.tensors())
+    if (const Tensor g = p.grad(); g.defined()) backend::upload(g, comm::sum_in_rank_order(g.to_host_f32(), group));
 }
 
 }  // namespace remat

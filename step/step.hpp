@@ -108,6 +108,12 @@ Spread spread_of(std::vector<double> values);
 // silent "loss nan".
 void require_finite_result(double loss, const ParamStore& params);
 
+// Every rank's gradient of each parameter that has one, added in rank order
+// over comm's group `world` (true) or tensor group (false) into each rank's
+// own: what ranks that split a step's work, not its parameters (pipeline
+// stages, context parallelism), make of their parts.
+void sum_gradients_over_ranks(const ParamStore& params, bool world);
+
 // The step without measurement; returns the loss.
 double forward_backward(const Model& model, const ParamStore& params, const Batch& batch,
                         const StepOptions& options = {});

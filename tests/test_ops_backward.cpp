@@ -149,6 +149,31 @@ TEST_CASE("tensor parallelism's ops backward, in a group of one rank", "[ops][gr
         Approx(ops::cross_entropy(logits, targets).item()).epsilon(1e-14));
 }
 
+TEST_CASE("ring attention (context parallelism) backward, in a group of one rank", "[ops][gradcheck][cp]") {
+  // Across ranks it runs under mpirun (tests/cli/cp_test.sh). Alone, a rank
+  // holds the sequence's two chunks, so every step of the ring is here: a
+  // chunk against itself (causal), the second against the first (whole),
+  // the partial outputs merged and each row's <dO, O> given to backward.
+  const RankGroup one;
+  if constexpr (!backend::kHostMemory) {
+    CHECK_THROWS_WITH(ops::ring_attention(random_leaf({1, 4, 12}, 1), 2, one), Catch::Contains("host backend only"));
+    return;
+  }
+  require_gradients([&](const Inputs& in) { return ops::ring_attention(in[0], 2, one); },
+                    {random_leaf({2, 4, 12}, 1, DType::f64, -1.5, 1.5)});
+  require_gradients([&](const Inputs& in) { return ops::ring_attention(in[0], in[1], in[2], 4, 2, one); },
+                    {random_leaf({2, 6, 8}, 2, DType::f64, -1.5, 1.5), random_leaf({2, 6, 4}, 3, DType::f64, -1.5, 1.5),
+                     random_leaf({2, 6, 4}, 4)});
+  // The same values as causal attention over the whole sequence.
+  const Tensor qkv = random_leaf({2, 6, 12}, 5, DType::f64, -1.5, 1.5);
+  const auto ring = ops::ring_attention(qkv, 2, one).to_host_f64(), whole = ops::attention(qkv, 2, true).to_host_f64();
+  REQUIRE(ring.size() == whole.size());
+  for (std::size_t i = 0; i < ring.size(); ++i) CHECK(ring[i] == Approx(whole[i]).margin(1e-13));
+  CHECK_THROWS_WITH(ops::ring_attention(random_leaf({1, 3, 12}, 6), 2, one), Catch::Contains("two chunks of equal length"));
+  ops::AttentionKernelScope plain(ops::AttentionKernel::plain);
+  CHECK_THROWS_WITH(ops::ring_attention(qkv, 2, one), Catch::Contains("--attention plain with --cp: not yet"));
+}
+
 TEST_CASE("expert parallelism's exchange backward, in a group of one rank", "[ops][gradcheck][ep]") {
   // Across ranks under mpirun (tests/cli/ep_test.sh); here every expert is
   // this process's, and the exchange hands the rows to itself.

@@ -10,6 +10,7 @@
 #include "helpers.hpp"
 #include "strategies/registry.hpp"
 #include "zoo/model.hpp"
+#include "zoo/context_parallel.hpp"
 #include "zoo/tensor_parallel.hpp"
 
 using namespace remat;
@@ -186,4 +187,34 @@ TEST_CASE("tensor parallelism checks each model's own hidden size and key/value 
   CHECK_THROWS_WITH(tp::validate("llama", z), Catch::Contains("neither divides the key/value heads Hkv = 3"));
   CHECK_THROWS_WITH(tp::validate("mixtral", z), Catch::Contains("neither divides the key/value heads Hkv = 3"));
   CHECK_NOTHROW(tp::validate("gpt2", z));
+}
+
+// Context parallelism (zoo/context_parallel.hpp): the refusals, and a rank's
+// rows in the zig-zag order, at the whole sequence's positions.
+TEST_CASE("context parallelism refuses what it cannot split and gives each rank its zig-zag rows", "[zoo][quick][cp]") {
+  Sizes z = preset_sizes("tiny");
+  z.S = 16;
+  z.cp = {3, 0, false};
+  CHECK_THROWS_WITH(cp::validate("llama", z), Catch::Contains("S = 16 must be divisible by 6"));
+  z.cp = {2, 1, false};
+  CHECK_NOTHROW(cp::validate("gpt2", z));
+  CHECK_THROWS_WITH(cp::validate("bert", z), Catch::Contains("bert is not split by context parallelism yet (models that are: "));
+  z.dropout = 0.1;
+  CHECK_THROWS_WITH(cp::validate("llama", z), Catch::Contains("--cp with dropout: not yet"));
+  // Rank 1 of 2 holds chunks 1 and 2 of 4: rows 4..7 and 8..11 of each sequence.
+  std::vector<std::int32_t> ids(32);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = std::int32_t(i);
+  const std::vector<std::int32_t> mine = cp::rows(Tensor::from_host(ids, {2, 16}), z.cp).to_host_i32();
+  CHECK(mine == std::vector<std::int32_t>{4, 5, 6, 7, 8, 9, 10, 11, 20, 21, 22, 23, 24, 25, 26, 27});
+  z.cp = {2, 0, false};  // rank 0: chunks 0 and 3
+  CHECK(cp::positions(Tensor::from_host(std::vector<std::int32_t>(16), {2, 8}), z.cp, {}).to_host_i32() ==
+        std::vector<std::int32_t>{0, 1, 2, 3, 12, 13, 14, 15});
+  // Rotary positions of those rows: the whole sequence's rotation of the same rows.
+  const std::vector<double> x = test::random_values(16 * 8, 5, -1, 1);
+  std::vector<double> rows_of_x;
+  for (int t : {0, 1, 2, 3, 12, 13, 14, 15}) rows_of_x.insert(rows_of_x.end(), x.begin() + t * 8, x.begin() + t * 8 + 8);
+  const auto whole = ops::rotary(Tensor::from_host(x, {1, 16, 8}), 4).to_host_f64();
+  const auto part = ops::rotary(Tensor::from_host(rows_of_x, {1, 8, 8}), 4, 10000.0, {}, z.cp).to_host_f64();
+  for (int r = 0; r < 8; ++r)
+    for (int e = 0; e < 8; ++e) CHECK(part[r * 8 + e] == whole[(r < 4 ? r : r + 8) * 8 + e]);
 }

@@ -4,10 +4,12 @@
 //   logits = LN_f(x) @ wte^T
 // Dropout (when set) where GPT-2 has it: embeddings, attention
 // probabilities, and each residual branch. Split by tensor parallelism as
-// zoo/gpt_layers.hpp says.
+// zoo/gpt_layers.hpp says, and the sequence by context parallelism
+// (zoo/context_parallel.hpp).
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/region.hpp"
 #include "zoo/common.hpp"
+#include "zoo/context_parallel.hpp"
 #include "zoo/gpt_layers.hpp"
 #include "zoo/model.hpp"
 
@@ -36,7 +38,7 @@ class Gpt2 final : public Model {
 
   bool staged() const override { return true; }
   Tensor embed(const ParamStore& p, const Batch& batch) const override {
-    return gpt::embeddings(p, batch.tokens, sizes_.dropout, sizes_.tp);
+    return gpt::embeddings(p, cp::rows(batch.tokens, sizes_.cp), sizes_.dropout, sizes_.tp, sizes_.cp);
   }
   std::string layer_name(int i) const override { return block_name(i); }
   Tensor head_logits(const ParamStore& p, const Tensor& x) const override { return gpt::tied_head(p, x, sizes_.tp); }
@@ -44,7 +46,7 @@ class Gpt2 final : public Model {
   Tensor layer(const ParamStore& p, int i, const Tensor& x) const override {
     const std::string h = block_name(i) + ".";
     const Tensor a = gpt::layer_norm(p, h + "ln_1", x, sizes_.tp);
-    const Tensor r = ops::add(x, gpt::attention(p, h + "attn", a, sizes_.H, sizes_.dropout, true, sizes_.tp));
+    const Tensor r = ops::add(x, gpt::attention(p, h + "attn", a, sizes_.H, sizes_.dropout, true, sizes_.tp, sizes_.cp));
     const Tensor m = gpt::layer_norm(p, h + "ln_2", r, sizes_.tp);
     return ops::add(r, gpt::mlp(p, h + "mlp", m, sizes_.dropout, sizes_.tp));
   }
@@ -57,7 +59,8 @@ class Gpt2 final : public Model {
 
 void register_gpt2(ModelRegistry& r) {
   r.add({"gpt2", "decoder, pre-LayerNorm, learned positions, GELU MLP, tied head", false,
-         [](const Sizes& s) { return std::make_unique<Gpt2>(s); }, {}, /*tensor_parallel=*/true, {}, gpt::mlp_hidden});
+         [](const Sizes& s) { return std::make_unique<Gpt2>(s); }, {}, /*tensor_parallel=*/true, {}, gpt::mlp_hidden,
+         /*grouped_kv=*/false, /*context_parallel=*/true});
 }
 
 }  // namespace remat

@@ -2,6 +2,7 @@
 
 #include "autodiff/ops/ops.hpp"
 #include "zoo/common.hpp"
+#include "zoo/context_parallel.hpp"
 #include "zoo/tensor_parallel.hpp"
 
 namespace remat::gpt {
@@ -26,9 +27,12 @@ Tensor layer_norm(const ParamStore& p, const std::string& prefix, const Tensor& 
 }
 
 Tensor attention(const ParamStore& p, const std::string& prefix, const Tensor& x, int heads, double dropout,
-                 bool causal, const RankGroup& group) {
+                 bool causal, const RankGroup& group, const RankGroup& context) {
   const Tensor qkv = linear(p, prefix + ".c_attn", tp::enter(x, group));
-  const Tensor a = tp::on_my_heads(group, [&] { return ops::attention(qkv, heads / group.size, causal, dropout); });
+  const Tensor a = tp::on_my_heads(group, [&] {
+    return context.split() ? ops::ring_attention(qkv, heads / group.size, context)
+                           : ops::attention(qkv, heads / group.size, causal, dropout);
+  });
   return tp::dropout(tp::row_linear(p, prefix + ".c_proj", a, group), dropout, group);
 }
 
@@ -37,9 +41,10 @@ Tensor mlp(const ParamStore& p, const std::string& prefix, const Tensor& x, doub
   return tp::dropout(tp::row_linear(p, prefix + ".c_proj", h, group), dropout, group);
 }
 
-Tensor embeddings(const ParamStore& p, const Tensor& tokens, double dropout, const RankGroup& group) {
+Tensor embeddings(const ParamStore& p, const Tensor& tokens, double dropout, const RankGroup& group,
+                  const RankGroup& context) {
   return tp::dropout(ops::add(tp::embedding(p, "wte.weight", tokens, group),
-                               ops::embedding(tp::shared(p, "wpe.weight", group), tp::positions(tokens, group))),
+                               ops::embedding(tp::shared(p, "wpe.weight", group), cp::positions(tokens, context, group))),
                       dropout, group);
 }
 

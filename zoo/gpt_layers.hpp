@@ -28,13 +28,16 @@ void append_embeddings(std::vector<ParamSpec>& p, std::int64_t V, std::int64_t D
 Tensor layer_norm(const ParamStore& p, const std::string& prefix, const Tensor& x, const RankGroup& group = {});
 
 // dropout(c_proj(attention(c_attn(x)))), H heads, causal unless told
-// otherwise, dropout on the probabilities too.
+// otherwise, dropout on the probabilities too; under context parallelism
+// (`context` split: x this rank's rows), the ring's causal attention.
 Tensor attention(const ParamStore& p, const std::string& prefix, const Tensor& x, int heads, double dropout,
-                 bool causal = true, const RankGroup& group = {});
+                 bool causal = true, const RankGroup& group = {}, const RankGroup& context = {});
 // dropout(c_proj(gelu_tanh(c_fc(x)))).
 Tensor mlp(const ParamStore& p, const std::string& prefix, const Tensor& x, double dropout, const RankGroup& group = {});
-// dropout(wte[tokens] + wpe[0..S)).
-Tensor embeddings(const ParamStore& p, const Tensor& tokens, double dropout, const RankGroup& group = {});
+// dropout(wte[tokens] + wpe[0..S)); under context parallelism, tokens are
+// this rank's rows and take their positions in the whole sequence.
+Tensor embeddings(const ParamStore& p, const Tensor& tokens, double dropout, const RankGroup& group = {},
+                  const RankGroup& context = {});
 // LN_f(x) @ wte^T (this rank's slice of the logits under tensor parallelism).
 Tensor tied_head(const ParamStore& p, const Tensor& x, const RankGroup& group = {});
 

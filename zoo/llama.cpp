@@ -1,13 +1,15 @@
 // llama: decoder, RMSNorm, rotary positions, SwiGLU, grouped-query attention,
 // untied output (docs/models.md). Split by tensor parallelism as Megatron
 // does (zoo/tensor_parallel.hpp): heads, the SwiGLU's hidden size and the
-// vocabulary (embedding and output).
+// vocabulary (embedding and output); the sequence by context parallelism
+// (zoo/context_parallel.hpp).
 //   x = tok_embeddings[tokens]
 //   for i: h = x + Attn_i(RMS1_i(x));  x = h + FFN_i(RMS2_i(h))
 //   logits = output(RMS_f(x))
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/region.hpp"
 #include "zoo/common.hpp"
+#include "zoo/context_parallel.hpp"
 #include "zoo/llama_layers.hpp"
 #include "zoo/model.hpp"
 #include "zoo/tensor_parallel.hpp"
@@ -41,7 +43,7 @@ class Llama final : public Model {
   bool staged() const override { return true; }
   Tensor embed(const ParamStore& p, const Batch& batch) const override {
     const RankGroup& group = sizes_.tp;
-    return tp::dropout(tp::embedding(p, "tok_embeddings.weight", batch.tokens, group), sizes_.dropout, group);
+    return tp::dropout(tp::embedding(p, "tok_embeddings.weight", cp::rows(batch.tokens, sizes_.cp), group), sizes_.dropout, group);
   }
   std::string layer_name(int i) const override { return block_name(i); }
   Tensor head_logits(const ParamStore& p, const Tensor& x) const override {
@@ -71,7 +73,7 @@ class Llama final : public Model {
 void register_llama(ModelRegistry& r) {
   r.add({"llama", "decoder, RMSNorm, rotary positions, SwiGLU, grouped-query attention, untied head", false,
          [](const Sizes& s) { return std::make_unique<Llama>(s); }, {"theta", "eps", "qkv_bias", "rope_scaling"}, /*tensor_parallel=*/true,
-         {}, nullptr, /*grouped_kv=*/true});
+         {}, nullptr, /*grouped_kv=*/true, /*context_parallel=*/true});
 }
 
 }  // namespace remat

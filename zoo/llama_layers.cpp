@@ -19,17 +19,20 @@ Tensor attention(const ParamStore& p, const std::string& prefix, const Tensor& x
   const int hd = z.D / z.H;
   const Tensor in = tp::enter(x, z.tp);
   const ops::RopeScaling scaling{z.rope_factor, z.rope_low_freq, z.rope_high_freq, z.rope_original};
-  const Tensor q = ops::rotary(linear(p, prefix + ".wq", in, z.qkv_bias), hd, z.theta, scaling);
+  const Tensor q = ops::rotary(linear(p, prefix + ".wq", in, z.qkv_bias), hd, z.theta, scaling, z.cp);
   const int kv_parts = tp::kv_parts(z.Hkv, z.tp);
   const auto kv = [&](const char* name) {
     return kv_parts > 0 ? ops::linear(in, tp::replicated(p, prefix + name + ".weight", kv_parts, z.tp))
                         : linear(p, prefix + name, in, z.qkv_bias);
   };
-  const Tensor k = ops::rotary(kv(".wk"), hd, z.theta, scaling);
+  const Tensor k = ops::rotary(kv(".wk"), hd, z.theta, scaling, z.cp);
   const Tensor v = kv(".wv");
   const int kv_heads = kv_parts > 0 ? 1 : z.Hkv / z.tp.size;
   const Tensor a =
-      tp::on_my_heads(z.tp, [&] { return ops::attention(q, k, v, z.H / z.tp.size, kv_heads, true, z.dropout); });
+      tp::on_my_heads(z.tp, [&] {
+        return z.cp.split() ? ops::ring_attention(q, k, v, z.H / z.tp.size, kv_heads, z.cp)
+                            : ops::attention(q, k, v, z.H / z.tp.size, kv_heads, true, z.dropout);
+      });
   return tp::dropout(tp::row_linear(p, prefix + ".wo", a, z.tp, false), z.dropout, z.tp);
 }
 

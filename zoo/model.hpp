@@ -85,6 +85,8 @@ struct ModelInfo {
   // which the group must divide, or replicate where it is a multiple).
   std::int64_t (*mlp_hidden)(const Sizes&) = nullptr;
   bool grouped_kv = false;
+  // Whether it splits the sequence over a context-parallel group (zoo/context_parallel.hpp).
+  bool context_parallel = false;
 };
 
 // find() throws UserError listing the models if a name is not one.

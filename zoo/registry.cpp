@@ -5,6 +5,7 @@
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/region.hpp"
 #include "core/error.hpp"
+#include "zoo/context_parallel.hpp"
 #include "zoo/model_list.hpp"
 #include "zoo/tensor_parallel.hpp"
 
@@ -15,7 +16,7 @@ REMAT_MODELS(REMAT_DECLARE_MODEL)
 #undef REMAT_DECLARE_MODEL
 
 LossTerms Model::loss_terms(const ParamStore& p, const Batch& batch) const {
-  return {tp::cross_entropy(logits(p, batch), batch.targets, sizes_.tp), {}, {}};
+  return {cp::cross_entropy(logits(p, batch), batch.targets, sizes_), {}, {}};
 }
 
 namespace {
@@ -41,7 +42,7 @@ Tensor Model::layers(const ParamStore& p, const Tensor& x, int first, int last) 
 }
 
 LossTerms Model::head_loss(const ParamStore& p, const Tensor& x, const Batch& batch) const {
-  return {tp::cross_entropy(head_logits(p, x), batch.targets, sizes_.tp), {}, {}};
+  return {cp::cross_entropy(head_logits(p, x), batch.targets, sizes_), {}, {}};
 }
 
 const ModelRegistry& models() {

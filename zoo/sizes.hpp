@@ -33,6 +33,9 @@ struct Sizes {
   // Expert parallelism (zoo/expert_parallel.hpp): this rank's experts and
   // its part of the batch's sequences.
   RankGroup ep = {};
+  // Context parallelism (zoo/context_parallel.hpp): this rank's rows of the
+  // sequence; S stays the whole sequence's.
+  RankGroup cp = {};
 };
 
 struct Preset {

@@ -132,17 +132,6 @@ AttentionKernel& kernel_setting() {
   return k;
 }
 
-// Zeroes the fresh gradient buffers among `targets`, once each (they may be
-// one buffer), so kernels can always add.
-void zero_fresh(std::initializer_list<GradTarget*> targets) {
-  for (GradTarget* t : targets)
-    if (*t && t->fresh) {
-      fill(t->t, 0.0);
-      for (GradTarget* u : targets)
-        if (u->t.id() == t->t.id()) u->fresh = false;
-    }
-}
-
 fused::Problem fused_problem(const Geometry& g, const Dropout& d) {
   return {g.B, g.S, g.H, g.Hkv, g.hd, g.causal, {g.q.offset, g.q.ld, g.q.batch_stride},
           {g.k.offset, g.k.ld, g.k.batch_stride}, {g.v.offset, g.v.ld, g.v.batch_stride}, g.scale(), d.p, d.seed, d.stream};

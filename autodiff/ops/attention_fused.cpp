@@ -83,7 +83,7 @@ void forward_tile(const Problem& p, std::int64_t b, std::int64_t h, std::int64_t
 template <class A>
 void backward_tile(const Problem& p, std::int64_t b, std::int64_t h, std::int64_t i0, std::int64_t rows,
                    std::int64_t keys, Rows<const A> q, Rows<const A> k, Rows<const A> v, Rows<const A> dout,
-                   Rows<A> dq, Rows<A> dk, Rows<A> dv, const A* lse, A* ws) {
+                   Rows<A> dq, Rows<A> dk, Rows<A> dv, const A* lse, const A* row_dot, A* ws) {
   const std::int64_t tile = kTile * p.S;
   const bool dropout = p.dropout > 0;
   A *prob = ws, *dprob = ws + tile, *dropped = dropout ? ws + 2 * tile : prob;
@@ -105,7 +105,8 @@ void backward_tile(const Problem& p, std::int64_t b, std::int64_t h, std::int64_
   // <dO, O> = sum_j dropout(P)_ij (dO v^T)_ij, O being dropout(P) v
   for (std::int64_t r = 0; r < rows; ++r) {
     A *dp = dprob + r * p.S, *pr = prob + r * p.S;
-    const A dot = detail::lane_sum<A>(keys, Product<A>{dropped + r * p.S, dp});
+    const A dot = row_dot ? row_dot[(b * p.H + h) * p.S + i0 + r]
+                          : detail::lane_sum<A>(keys, Product<A>{dropped + r * p.S, dp});
     if (dropout)
       for (std::int64_t j = 0; j < keys; ++j) dp[j] *= keep<A>(p, b, h, i0 + r, j);
     const A scale = A(p.scale);
@@ -151,7 +152,7 @@ void forward(const Problem& p, const T* q, const T* k, const T* v, T* out, compu
 
 template <class T>
 void backward(const Problem& p, const T* q, const T* k, const T* v, const compute_t<T>* lse, const T* dout, T* dq,
-              T* dk, T* dv) {
+              T* dk, T* dv, const compute_t<T>* row_dot) {
   using A = compute_t<T>;
   const std::int64_t group = p.H / p.Hkv, W = p.H * p.hd, hd = p.hd, tile = kTile * p.S;
   const std::int64_t widened = kWidened<T> ? 4 * p.S * hd + 3 * kTile * hd : 0;
@@ -179,13 +180,14 @@ void backward(const Problem& p, const T* q, const T* k, const T* v, const comput
         T* dqb = dq ? dq + p.q.offset + b * p.q.batch_stride + i0 * p.q.ld + h * hd : nullptr;
         if constexpr (!kWidened<T>) {
           backward_tile<A>(p, b, h, i0, rows, keys, {qb, p.q.ld}, {kb, p.k.ld}, {vb, p.v.ld}, {dob, W},
-                           {dqb, p.q.ld}, {dkb, p.k.ld}, {dvb, p.v.ld}, lse, ws);
+                           {dqb, p.q.ld}, {dkb, p.k.ld}, {dvb, p.v.ld}, lse, row_dot, ws);
         } else {
           widen(qb, p.q.ld, rows, hd, qf);
           widen(dob, W, rows, hd, dof);
           if (dqb) widen(dqb, p.q.ld, rows, hd, dqf);
           backward_tile<A>(p, b, h, i0, rows, keys, {qf, hd}, {kf, hd}, {vf, hd}, {dof, hd},
-                           {dqb ? dqf : nullptr, hd}, {dkb ? dkf : nullptr, hd}, {dvb ? dvf : nullptr, hd}, lse, ws);
+                           {dqb ? dqf : nullptr, hd}, {dkb ? dkf : nullptr, hd}, {dvb ? dvf : nullptr, hd}, lse,
+                           row_dot, ws);
           if (dqb) to_storage(dqf, rows, hd, dqb, p.q.ld);
         }
       }
@@ -198,7 +200,8 @@ void backward(const Problem& p, const T* q, const T* k, const T* v, const comput
 
 #define REMAT_FUSED_INSTANTIATE(T)                                                                                  \
   template void forward<T>(const Problem&, const T*, const T*, const T*, T*, compute_t<T>*);                        \
-  template void backward<T>(const Problem&, const T*, const T*, const T*, const compute_t<T>*, const T*, T*, T*, T*);
+  template void backward<T>(const Problem&, const T*, const T*, const T*, const compute_t<T>*, const T*, T*, T*, T*, \
+                            const compute_t<T>*);
 REMAT_FUSED_INSTANTIATE(float)
 REMAT_FUSED_INSTANTIATE(double)
 REMAT_FUSED_INSTANTIATE(bf16)

@@ -56,10 +56,12 @@ void forward(const Problem& p, const T* q, const T* k, const T* v, T* out, compu
 // It needs no output: with whole rows of probabilities at hand it takes each
 // row's <dO, O> as sum_j P_ij (dO v^T)_ij (the same number, as O = P v), so
 // the op saves the output only when something else needs it (an output
-// projection whose weight trains).
+// projection whose weight trains). Where the keys are only part of the rows'
+// (context parallelism's ring: the rows' probabilities are spread over the
+// ranks' keys), `row_dot` gives each row's <dO, O> instead, laid out as lse.
 template <class T>
 void backward(const Problem& p, const T* q, const T* k, const T* v, const compute_t<T>* lse, const T* dout, T* dq,
-              T* dk, T* dv);
+              T* dk, T* dv, const compute_t<T>* row_dot = nullptr);
 
 // The same through batched GEMMs on the default execution space; the same
 // saved tensors (no output), the same masks, the same sums up to rounding

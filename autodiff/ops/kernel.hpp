@@ -2,9 +2,11 @@
 // What the op kernels share beyond the backend's loops (autodiff/loops.hpp,
 // brought in here): argument checks, rows of a tensor, id range checks.
 #include <Kokkos_Core.hpp>
+#include <initializer_list>
 #include <stdexcept>
 #include <string>
 
+#include "autodiff/elementwise.hpp"
 #include "autodiff/gemm.hpp"
 #include "autodiff/loops.hpp"
 #include "autodiff/tape.hpp"
@@ -51,6 +53,17 @@ template <class T>
 gemm::Matrices<T, MemSpace> mats(T* p, std::int64_t count, std::int64_t stride, std::int64_t rows, std::int64_t cols,
                                  std::int64_t ld) {
   return gemm::matrices<MemSpace>(p, count, stride, rows, cols, ld);
+}
+
+// Zeroes the fresh gradient buffers among `targets`, once each (they may be
+// one buffer: packed q, k and v), so kernels can always add.
+inline void zero_fresh(std::initializer_list<GradTarget*> targets) {
+  for (GradTarget* t : targets)
+    if (*t && t->fresh) {
+      fill(t->t, 0.0);
+      for (GradTarget* u : targets)
+        if (u->t.id() == t->t.id()) u->fresh = false;
+    }
 }
 
 // Internal linkage (an unnamed namespace) for each function here that holds

@@ -54,6 +54,14 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, i
 // from the encoder's output).
 Tensor attention(const Tensor& q, const Tensor& kv, int heads, bool causal, double dropout = 0);
 
+// Context parallelism's causal self-attention (autodiff/ops/ring_attention.cpp):
+// this rank's rows of the sequence (zigzag_position's, core/rank_group.hpp)
+// against every rank's keys and values, which travel around the ring of the
+// group `g` (comm's tensor group), merged by the online softmax; backward
+// sends them around again with their gradients. The fused kernel only.
+Tensor ring_attention(const Tensor& qkv, int heads, const RankGroup& g);
+Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, int kv_heads, const RankGroup& g);
+
 // Which attention kernel the attention ops use. `fused` (the default) keeps
 // only the output and each row's log-sum-exp and recomputes probabilities
 // tile by tile in backward: on host memory as tiles through the BLAS, a tile
@@ -92,7 +100,10 @@ struct RopeScaling {
   double factor = 0, low_freq = 1, high_freq = 4, original = 8192;
   bool any() const { return factor > 0; }
 };
-Tensor rotary(const Tensor& x, int head_dim, double theta = 10000.0, const RopeScaling& scaling = {});
+// Under context parallelism (`context` split) x holds this rank's rows of the
+// sequence, at zigzag_position's positions (core/rank_group.hpp).
+Tensor rotary(const Tensor& x, int head_dim, double theta = 10000.0, const RopeScaling& scaling = {},
+              const RankGroup& context = {});
 
 // GELU, exact: 0.5 x (1 + erf(x / sqrt 2)).
 Tensor gelu_erf(const Tensor& x);

@@ -14,7 +14,8 @@ namespace {
 
 // Rotates every (j, j + half) pair of every head by +angle (forward) or
 // -angle (backward: the transpose of a rotation is its inverse).
-Tensor rotate(const Tensor& x, int head_dim, double theta, const RopeScaling& scaling, double sign) {
+Tensor rotate(const Tensor& x, int head_dim, double theta, const RopeScaling& scaling, double sign,
+              const RankGroup& context) {
   const std::int64_t S = x.dim(1), W = x.dim(2), half = head_dim / 2, rows = rows_of(x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), "rotary");
   out.set_tag("rotary");
@@ -30,8 +31,13 @@ Tensor rotate(const Tensor& x, int head_dim, double theta, const RopeScaling& sc
     // and the rows read it through a pointer.
     const Scratch<A, MemSpace> table("rotary_table", std::size_t(2 * S * half));
     A* pt = table.data();
+    // Row t's position: t, or under context parallelism zigzag_position's
+    // (core/rank_group.hpp), written out here for the device.
+    const std::int64_t ranks = context.size, rank = context.rank, chunk = S / 2;
     for_each("rotary_table", S * half, KOKKOS_LAMBDA(std::int64_t i) {
-      const double pos = double(i / half), j = double(i % half);
+      const std::int64_t t = i / half;
+      const std::int64_t at = ranks == 1 ? t : t < chunk ? rank * chunk + t : (2 * ranks - 1 - rank) * chunk + t - chunk;
+      const double pos = double(at), j = double(i % half);
       double frequency = kmath::exp(-2.0 * j / double(head_dim) * log_theta);
       if (factor > 0) {  // Llama 3.1's scaling, as Hugging Face computes it
         const double wavelength = 2.0 * 3.14159265358979323846 / frequency;
@@ -62,17 +68,17 @@ Tensor rotate(const Tensor& x, int head_dim, double theta, const RopeScaling& sc
 
 }  // namespace
 
-Tensor rotary(const Tensor& x, int head_dim, double theta, const RopeScaling& scaling) {
+Tensor rotary(const Tensor& x, int head_dim, double theta, const RopeScaling& scaling, const RankGroup& context) {
   require_float("rotary", x, "x");
   require(x.rank() == 3 && head_dim > 0 && head_dim % 2 == 0 && x.dim(2) % head_dim == 0,
           "rotary: x " + to_string(x.shape()) + " is not [B, S, heads * " + std::to_string(head_dim) +
               "] with an even head size");
   stats::count_forward("rotary");
-  Tensor out = rotate(x, head_dim, theta, scaling, 1.0);
+  Tensor out = rotate(x, head_dim, theta, scaling, 1.0, context);
   OpRecorder rec("rotary", {&x});
   if (rec)
-    rec.finish({&out}, [head_dim, theta, scaling](BackwardContext& ctx) {
-      ctx.accumulate(0, rotate(ctx.grad_out(), head_dim, theta, scaling, -1.0));
+    rec.finish({&out}, [head_dim, theta, scaling, context](BackwardContext& ctx) {
+      ctx.accumulate(0, rotate(ctx.grad_out(), head_dim, theta, scaling, -1.0, context));
     });
   return out;
 }

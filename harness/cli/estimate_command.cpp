@@ -36,7 +36,7 @@ struct EstimateOptions {
   std::string model = "gpt2", preset = "small", config, strategies = "all", device, optimizer = "adamw", svg;
   ops::AttentionKernel attention = ops::AttentionKernel::fused;
   Precision precision = Precision::fp32;
-  int layers = 0, ranks = 1, tp = 1, ep = 1, experts = 0, top_k = 0;
+  int layers = 0, ranks = 1, tp = 1, ep = 1, cp = 1, experts = 0, top_k = 0;
   bool sp = false;
   std::vector<int> seq, batch;
   bool json = false, shard_params = false, allow_longer = false;
@@ -96,6 +96,7 @@ EstimateRequest request_of(const EstimateOptions& o) {
   ep::override_experts(r.base.model, r.base.sizes, o.experts, o.top_k);
   r.base.sizes.tp = {o.tp, 0, o.sp};  // rank 0's parts: every rank's are the same shapes
   r.base.sizes.ep = {o.ep, 0, false};  // (and under expert parallelism, for a balanced routing)
+  r.base.sizes.cp = {o.cp, 0, false};  // (and under context parallelism: the zig-zag evens the ranks' work)
   r.published = !o.config.empty();
   r.allow_longer = o.allow_longer;
   r.seqs = o.seq;
@@ -117,9 +118,11 @@ std::string layout_text(const EstimateRequest& r) {
   std::string s;
   if (r.base.sizes.tp.split()) s += ", tensor-parallel " + std::to_string(r.base.sizes.tp.size);
   if (r.base.sizes.tp.sequence) s += " with sequence parallelism";
+  if (r.base.sizes.cp.split()) s += ", context-parallel " + std::to_string(r.base.sizes.cp.size);
   if (r.base.sizes.ep.split())
     s += ", expert-parallel " + std::to_string(r.base.sizes.ep.size) + " (routing assumed balanced)";
-  if (r.ranks > 1) s += ", " + std::to_string(r.ranks) + (r.base.sizes.tp.split() || r.base.sizes.ep.split() ? " data-parallel" : "") + " ranks";
+  const bool split = r.base.sizes.tp.split() || r.base.sizes.ep.split() || r.base.sizes.cp.split();
+  if (r.ranks > 1) s += ", " + std::to_string(r.ranks) + (split ? " data-parallel" : "") + " ranks";
   if (r.shard_params) s += " (parameters sharded)";
   return s;
 }
@@ -144,7 +147,7 @@ void print_point(const EstimateRequest& r, const EstimatePoint& p) {
   const char* unit = bits == 30 ? "GiB" : "MiB";
   const auto size = [&](std::int64_t bytes) { return fixed(double(bytes) / double(std::int64_t(1) << bits), 2) + " " + unit; };
   const RankGroup& ep = p.setup.sizes.ep;
-  const char* per_rank = r.ranks > 1 || r.base.sizes.tp.split() || ep.split() ? " per rank" : "";
+  const char* per_rank = r.ranks > 1 || r.base.sizes.tp.split() || ep.split() || r.base.sizes.cp.split() ? " per rank" : "";
   // Under expert parallelism B is the group's batch, B / N sequences on each rank.
   const std::string batch = ep.split() ? std::to_string(p.setup.sizes.B) + " over the expert-parallel group (" +
                                              std::to_string(p.setup.sizes.B / ep.size) + " per rank)"
@@ -206,8 +209,8 @@ void print_device_assumptions(const EstimateRequest& r) {
 // --pp: a table per grid point, a row per (strategy, stage).
 void run_stages(const EstimateOptions& o, const EstimateRequest& r, const std::vector<ModelSetup>& grid) {
   const Sizes& z = r.base.sizes;
-  if (z.ep.split() || r.shard_params || r.finetune.applies())
-    throw UserError("--pp with --ep, --shard-params or fine-tuning: not yet");
+  if (z.ep.split() || z.cp.split() || r.shard_params || r.finetune.applies())
+    throw UserError("--pp with --ep, --cp, --shard-params or fine-tuning: not yet");
   const pipeline::Schedule schedule = pipeline::parse_schedule(r.pipe.schedule);
   pipeline::validate(schedule, z.L, r.pipe.stages, r.pipe.micro_batches, r.pipe.stage_layers);  // before any output
   pipeline::require_stages(r.base.model, z);
@@ -330,6 +333,7 @@ void setup_estimate(CLI::App& app) {
                   "Expert-parallel ranks (mixtral): each holds E/N experts and runs B/N of the sequences, tokens sent "
                   "to their experts' ranks by all-to-all; a rank's memory for a balanced routing")
       ->check(whole_number(1, 1 << 12));
+  add_cp_option(*cmd, o->cp);
   add_pipeline_options(*cmd, o->pipe);
   add_fine_tuning_options(*cmd, o->finetune);
   quantized_precision_default(*cmd, o->finetune.quantize, o->precision);

@@ -27,7 +27,7 @@ struct GradsOptions {
   std::string strategy = "full";
   std::string data;  // overrides the file's batch
   double router_aux = 0.01;
-  int tp = 1, ep = 1;
+  int tp = 1, ep = 1, cp = 1;
   bool sp = false;
   FineTuning finetune;  // --freeze, --lora, --quantize: the gradients of what trains
   pipeline::PipelineSettings pipe;  // --pp, --micro-batches, --schedule, --stage-layers
@@ -53,6 +53,25 @@ std::vector<Batch> micro_batches_of(const GradsOptions& o, const LoadedWeights& 
   return out;
 }
 
+// The one strategy --strategy names.
+std::string one_strategy(const GradsOptions& o, const ModelSetup& setup) {
+  const auto specs = strategies_for(setup.model, o.strategy, o.run.attention);
+  if (specs.size() != 1) throw UserError("remat grads runs one strategy; '" + o.strategy + "' names " + std::to_string(specs.size()));
+  return specs[0];
+}
+
+// The step's batch: --data's first, else the file's, else a random one.
+void choose_batch(const GradsOptions& o, LoadedWeights& w) {
+  const Sizes& z = w.setup.sizes;
+  if (!o.data.empty()) {
+    w.batch = make_batch_source(o.data, z.B, z.S, z.V, o.run.seed)->next();
+  } else if (!w.batch) {
+    std::printf("%s has no /batch: using a random batch [%d, %d] with seed %llu\n", o.weights.c_str(), z.B, z.S,
+                static_cast<unsigned long long>(o.run.seed));
+    w.batch = random_batch(z.B, z.S, z.V, o.run.seed);
+  }
+}
+
 // --pp or --micro-batches: the step's M micro-batches through the pipeline
 // (or accumulated on one rank); each stage's activation peak printed.
 void run_pipelined_grads(const GradsOptions& o, LoadedWeights& w) {
@@ -68,8 +87,7 @@ void run_pipelined_grads(const GradsOptions& o, LoadedWeights& w) {
     quiet_other_ranks();
   }
   w.model = models().find(w.setup.model).make(w.setup.sizes);
-  const auto specs = strategies_for(w.setup.model, o.strategy, o.run.attention);
-  if (specs.size() != 1) throw UserError("remat grads runs one strategy; '" + o.strategy + "' names " + std::to_string(specs.size()));
+  const std::vector<std::string> specs = {one_strategy(o, w.setup)};
   if (parse_strategy(specs[0]).planned) throw UserError("--pp or --micro-batches with a budget: not yet");
   require_step_memory(w.setup, o.run.attention, specs, 3, o.force);
   const std::vector<Batch> batches = micro_batches_of(o, w);
@@ -86,6 +104,41 @@ void run_pipelined_grads(const GradsOptions& o, LoadedWeights& w) {
   if (!o.out.empty()) std::printf("wrote %s: /loss and /grads for %zu parameters\n", o.out.c_str(), w.params->names().size());
 }
 
+// --cp: one step on each rank's rows of the sequence; the whole model's loss
+// and gradients (every rank's added in rank order) written, and each rank's
+// measured activation and offload peaks printed.
+void run_context_grads(const GradsOptions& o, LoadedWeights& w) {
+  if (o.finetune.applies() || w.params->any_quantized())
+    throw UserError("--cp with --freeze, --lora or quantized weights: not yet");
+  w.model = models().find(w.setup.model).make(w.setup.sizes);
+  const std::string spec = one_strategy(o, w.setup);
+  require_step_memory(w.setup, o.run.attention, {spec}, 3, o.force);
+  choose_batch(o, w);
+  auto strategy = make_strategy(spec);
+  PrecisionScope precision(*w.params, o.run.precision);
+  prepare_strategy(*strategy, *w.model, *w.params, *w.batch, o.run.attention, o.run.seed);
+  const comm::Stats before = comm::stats();
+  const StepResult r = run_step(*w.model, *w.params, *w.batch, step_options(o.run, strategy.get()));
+  const std::int64_t sent = comm::stats().bytes_sent - before.bytes_sent;
+  const int N = w.setup.sizes.cp.size;
+  std::vector<double> all(std::size_t(3 * N));  // each rank's loss share and peaks
+  const double mine[3] = {r.loss, double(r.activation_peak), double(r.offload_peak)};
+  comm::gather_all(mine, 3, all.data(), comm::Group::tensor);
+  double loss = 0;
+  for (int k = 0; k < N; ++k) loss += all[std::size_t(3 * k)];
+  sum_gradients_over_ranks(*w.params, /*world=*/false);
+  require_finite_result(loss, *w.params);
+  ModelSetup whole = w.setup;
+  whole.sizes.cp = {};
+  if (!o.out.empty() && comm::rank() == 0) write_gradients(o.out, whole, *w.params, loss);
+  std::printf("loss %.9g (the sum of %d ranks' shares)\n", loss, N);
+  for (int k = 0; k < N; ++k)
+    std::printf("rank %d: activation peak %lld bytes, offload peak %lld bytes\n", k,
+                static_cast<long long>(all[std::size_t(3 * k + 1)]), static_cast<long long>(all[std::size_t(3 * k + 2)]));
+  std::printf("sent %lld bytes to the other ranks\n", static_cast<long long>(sent));
+  if (!o.out.empty()) std::printf("wrote %s: /loss and /grads for %zu parameters\n", o.out.c_str(), w.params->names().size());
+}
+
 void run_grads(const GradsOptions& o) {
   if (!o.out.empty()) check_output(o.out, FileKind::gradients, {o.weights, batch_source_file(o.data)}, o.force);
   LoadedWeights w = load_weights(o.weights, o.force);
@@ -93,21 +146,16 @@ void run_grads(const GradsOptions& o) {
     throw UserError(std::string(o.ep > 1 ? "--ep" : "--tp") + " with --freeze, --lora or quantized weights: not yet");
   w.setup.sizes.router_aux = o.router_aux;  // a training setting, not in the file
   pipeline::refuse_without_stages(o.pipe);
+  if (apply_context_layout(o.cp, o.tp > 1 || o.sp || o.ep > 1 || o.pipe.split() || o.pipe.micro_batches > 1, w.setup))
+    return run_context_grads(o, w);
   if (o.pipe.split() || o.pipe.micro_batches > 1) return run_pipelined_grads(o, w);
   split_over_ranks(o.tp, o.sp, o.ep, w.setup, w.params);
   w.model = models().find(w.setup.model).make(w.setup.sizes);
-  const auto specs = strategies_for(w.setup.model, o.strategy, o.run.attention);
-  if (specs.size() != 1) throw UserError("remat grads runs one strategy; '" + o.strategy + "' names " + std::to_string(specs.size()));
+  const std::vector<std::string> specs = {one_strategy(o, w.setup)};
   refuse_planned_under_experts(w.setup.sizes, specs);
   const Sizes& z = w.setup.sizes;
   require_step_memory(w.setup, o.run.attention, specs, 3, o.force);
-  if (!o.data.empty()) {
-    w.batch = make_batch_source(o.data, z.B, z.S, z.V, o.run.seed)->next();
-  } else if (!w.batch) {
-    std::printf("%s has no /batch: using a random batch [%d, %d] with seed %llu\n", o.weights.c_str(), z.B, z.S,
-                static_cast<unsigned long long>(o.run.seed));
-    w.batch = random_batch(z.B, z.S, z.V, o.run.seed);
-  }
+  choose_batch(o, w);
   fine_tune(w.params, *w.model, *w.batch, o.finetune, o.run.seed, z.L);
   auto strategy = make_strategy(specs[0]);
   // At 16 bits the gradients written are the float32 masters' (docs/precision.md),
@@ -146,6 +194,7 @@ void setup_grads(CLI::App& app) {
   add_router_aux_option(*cmd, o->router_aux);
   add_tp_options(*cmd, o->tp, o->sp);
   add_ep_option(*cmd, o->ep);
+  add_cp_option(*cmd, o->cp);
   add_pipeline_options(*cmd, o->pipe);
   cmd->add_option("--data", o->data, "Batch source instead of the file's batch (see `remat check --help`)");
   add_fine_tuning_options(*cmd, o->finetune);

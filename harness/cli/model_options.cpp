@@ -180,6 +180,15 @@ void add_ep_option(CLI::App& cmd, int& ep) {
       ->capture_default_str();
 }
 
+void add_cp_option(CLI::App& cmd, int& cp) {
+  cmd.add_option("--cp", cp,
+                 "Context parallelism over N ranks (start with mpirun -n N): the sequence split into 2N chunks, each "
+                 "rank holding two (zig-zag), keys and values passed around a ring of the ranks for attention "
+                 "(docs/scale-out.md; gpt2, llama; S divisible by 2N)")
+      ->check(whole_number(1, 1 << 12))
+      ->capture_default_str();
+}
+
 void add_pipeline_options(CLI::App& cmd, pipeline::PipelineSettings& p, bool for_training) {
   cmd.add_option("--pp", p.stages,
                  "Pipeline parallelism over N ranks (start with mpirun -n N): the layers split into N stages, the "

@@ -82,6 +82,8 @@ void fine_tune(std::unique_ptr<ParamStore>& params, const Model& model, const Ba
 // --tp N: tensor parallelism over the job's N ranks; --sp: sequence parallelism with it.
 void add_tp_options(CLI::App& cmd, int& tp, bool& sp);
 void add_ep_option(CLI::App& cmd, int& ep);
+// --cp N: context parallelism (the sequence split over N ranks).
+void add_cp_option(CLI::App& cmd, int& cp);
 // --pp, --micro-batches, --schedule, --stage-layers (pipeline/schedule.hpp).
 // train, whose --schedule is the learning rate's and whose --accumulate is
 // M, takes --pp, --pp-schedule and --stage-layers (`for_training`).
