@@ -209,8 +209,8 @@ void print_device_assumptions(const EstimateRequest& r) {
 // --pp: a table per grid point, a row per (strategy, stage).
 void run_stages(const EstimateOptions& o, const EstimateRequest& r, const std::vector<ModelSetup>& grid) {
   const Sizes& z = r.base.sizes;
-  if (z.ep.split() || z.cp.split() || r.shard_params || r.finetune.applies())
-    throw UserError("--pp with --ep, --cp, --shard-params or fine-tuning: not yet");
+  if (z.ep.split() || r.shard_params || r.finetune.applies())
+    throw UserError("--pp with --ep, --shard-params or fine-tuning: not yet");
   const pipeline::Schedule schedule = pipeline::parse_schedule(r.pipe.schedule);
   pipeline::validate(schedule, z.L, r.pipe.stages, r.pipe.micro_batches, r.pipe.stage_layers);  // before any output
   pipeline::require_stages(r.base.model, z);

@@ -91,12 +91,14 @@ for model in gpt2 llama; do
   done
 done
 
-# 3. Bad layouts, one line each, before anything runs.
+# 3. Bad layouts, one line each, before anything runs (estimate takes --cp beside --pp: shape-only).
 expect_error "must be divisible by 6" "$remat" estimate --model llama --preset tiny --cp 3
 expect_error "must be divisible by 6" "$remat" grads --weights llama.h5 --cp 3
 expect_error "not split by context parallelism yet" "$remat" estimate --model bert --preset tiny --cp 2
 expect_error "--cp with --tp" "$remat" grads --weights llama.h5 --cp 2 --tp 2
-expect_error "--pp with --ep, --cp" "$remat" estimate --model llama --preset tiny --cp 2 --pp 2
+expect_ok "estimate --cp 2 --pp 2" "$remat" estimate --model llama --preset tiny --cp 2 --pp 2 --strategies full
+grep -q "context-parallel 2" out.txt || fail "estimate --cp 2 --pp 2 does not name the layout: $(cat out.txt)"
+expect_error "--cp with --tp, --sp, --ep, --pp or --micro-batches: not yet" "$remat" grads --weights llama.h5 --cp 2 --pp 2
 expect_error "runs on 2 ranks" "$remat" grads --weights llama.h5 --cp 2
 expect_error "--attention plain with --cp: not yet" "$remat" estimate --model llama --preset tiny --cp 2 --attention plain
 finish cp_test
