@@ -56,12 +56,12 @@ bool apply_expert_layout(int experts, int tp, bool sequence, ModelSetup& setup, 
   return true;
 }
 
-bool apply_context_layout(int size, bool other_split, ModelSetup& setup) {
+bool apply_context_layout(int size, bool other_split, ModelSetup& setup, bool data_parallel) {
   if (size == 1) return false;
   if (other_split) throw UserError("--cp with --tp, --sp, --ep, --pp or --micro-batches: not yet");
   setup.sizes.cp = {size, 0, false};
   cp::validate(setup.model, setup.sizes);
-  setup.sizes.cp = tensor_group(size, /*data_parallel=*/false, "--cp");
+  setup.sizes.cp = tensor_group(size, data_parallel, "--cp");
   quiet_other_ranks();
   return true;
 }

@@ -35,9 +35,11 @@ void quiet_other_ranks();
 bool apply_pipeline_layout(int stages, bool other_split);
 
 // --cp `size` (context parallelism, zoo/context_parallel.hpp): every rank of
-// the job in one group, which splits the sequence (false: none asked);
-// validated first. `other_split`: another split asked too (refused beside it).
-bool apply_context_layout(int size, bool other_split, ModelSetup& setup);
+// the job in one group, which splits the sequence, or (`data_parallel`) one
+// of its consecutive groups of `size`, the groups training data-parallel
+// (false: none asked); validated first. `other_split`: another split asked
+// too (refused beside it).
+bool apply_context_layout(int size, bool other_split, ModelSetup& setup, bool data_parallel = false);
 
 // apply_layout (one tensor group), or --ep `experts` (expert parallelism,
 // zoo/expert_parallel.hpp: every rank of the job in one expert group), and

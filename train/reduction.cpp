@@ -291,17 +291,19 @@ std::uint64_t GradientReduction::micro_batch(int k) const {
 
 namespace {
 
-// Pipeline parallelism (pipeline/): the ranks of each pipeline (the job's
-// model-parallel groups of consecutive ranks) hold the whole model and
-// compute the gradients of their own stage's parameters, zeros elsewhere;
-// `inner` combines each rank's micro-batches, and those of the data-parallel
-// pipelines (the same stage of every pipeline). Then the stages' gradients
-// are summed over the pipeline in rank order (x + 0 = x: each parameter's is
-// its stage's, bit for bit), and so are the losses (the last stage's alone
-// are not zero), so every rank steps the whole model alike.
-class PipelineParallel final : public GradientReduction {
+// Ranks that hold the whole model and split a step's work (the job's
+// model-parallel groups of consecutive ranks): pipeline parallelism
+// (pipeline/), each rank computing the gradients of its own stage's
+// parameters, zeros elsewhere; context parallelism (zoo/context_parallel.hpp),
+// each rank those of its rows of the sequence. `inner` combines each rank's
+// micro-batches, and those of the data-parallel groups (the same place in
+// every group). Then the gradients are summed over the group in rank order
+// (under a pipeline x + 0 = x: each parameter's is its stage's, bit for bit),
+// and so are the losses (the last stage's alone are not zero; the rows'
+// shares), so every rank steps the whole model alike.
+class SummedOverGroup final : public GradientReduction {
  public:
-  PipelineParallel(ParamStore& params, int accumulate, std::unique_ptr<GradientReduction> inner)
+  SummedOverGroup(ParamStore& params, int accumulate, std::unique_ptr<GradientReduction> inner)
       : GradientReduction(params, accumulate, inner->ranks(), comm::rank(comm::Group::data)), inner_(std::move(inner)) {}
   bool zero_grad() const override { return inner_->zero_grad(); }
   void begin(int k) override { inner_->begin(k); }
@@ -351,11 +353,11 @@ RankMemory GradientReduction::memory(const Optimizer& optimizer) const {
 
 std::unique_ptr<GradientReduction> make_reduction(ParamStore& params, int accumulate, bool shard_params,
                                                   const ModelSetup& setup, Precision precision, int pipeline_stages) {
-  if (pipeline_stages > 1) {
+  if (pipeline_stages > 1 || setup.sizes.cp.split()) {
     std::unique_ptr<GradientReduction> replicas;
     if (comm::size(comm::Group::data) > 1) replicas = std::make_unique<DataParallel>(params, accumulate);
     else replicas = std::make_unique<LocalAccumulation>(params, accumulate);
-    return std::make_unique<PipelineParallel>(params, accumulate, std::move(replicas));
+    return std::make_unique<SummedOverGroup>(params, accumulate, std::move(replicas));
   }
   if (setup.sizes.tp.split() || setup.sizes.ep.split()) {
     std::unique_ptr<GradientReduction> replicas;

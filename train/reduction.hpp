@@ -90,7 +90,8 @@ class GradientReduction {
 // The mode a configuration asks for: sharded, data parallel (several ranks),
 // tensor parallel (`setup`'s sizes split: its ranks one replica), expert
 // parallel (the job one expert group), pipeline parallel (`pipeline_stages`
-// > 1: the job's model-parallel groups are pipelines), or local.
+// > 1: the job's model-parallel groups are pipelines), context parallel
+// (the groups split the sequence), or local.
 // Sharded parameters take over `params` (train/param_shards.hpp) and gather
 // in the steps' `precision`.
 std::unique_ptr<GradientReduction> make_reduction(ParamStore& params, int accumulate, bool shard_params,

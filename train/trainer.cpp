@@ -32,10 +32,12 @@ void validate(const TrainConfig& c) {
   pipeline::refuse_without_stages(c.pipe);
   if (c.pipe.split()) validate_pipeline(c);  // its refusals before the rank count they would explain
   const RankGroup& tp = c.setup.sizes.tp;
-  const int group = tp.size * c.setup.sizes.ep.size * c.pipe.stages;
+  const int group = tp.size * c.setup.sizes.ep.size * c.setup.sizes.cp.size * c.pipe.stages;
   if (c.ranks * group != comm::size())
     throw UserError("the run is set for " + std::to_string(c.ranks * group) + " ranks, but " +
                     std::to_string(comm::size()) + " are running it");
+  if (c.setup.sizes.cp.split() && (c.lora.any() || c.freeze.any() || c.quantize != QuantFormat::none || c.shard_params))
+    throw UserError("--cp with --lora, --freeze, --quantize or --shard-params: not yet");
   if ((c.setup.sizes.ep.split() || tp.split()) && (c.lora.any() || c.freeze.any()))
     throw UserError(std::string(c.setup.sizes.ep.split() ? "--ep" : "--tp") + " with --lora or --freeze: not yet");
   if (c.quantize != QuantFormat::none && c.shard_params)
@@ -162,6 +164,7 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
     held_out_ = make_batch_source(config_.data, z.B, z.S, z.V, config_.run.seed, DataSplit::validation);
     Sizes no_dropout = z;
     no_dropout.dropout = 0;
+    no_dropout.cp = {};  // each rank of a context-parallel group evaluates whole sequences: no collective
     eval_model_ = models().find(config_.setup.model).make(no_dropout);  // the same parameters, no dropout
   }
   if (resume && config_.shard_params)

@@ -31,6 +31,7 @@ struct ModelOptions {
   int tp = 1;       // --tp (where a command takes it): tensor-parallel ranks (harness/tensor_layout.hpp)
   bool sp = false;  // --sp: sequence parallelism in the tensor-parallel group
   int ep = 1;       // --ep: expert-parallel ranks (zoo/expert_parallel.hpp)
+  int cp = 1;       // --cp: context-parallel ranks (zoo/context_parallel.hpp)
 
   void bind(CLI::App& cmd);
   // bind() and --weights.

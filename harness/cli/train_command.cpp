@@ -78,7 +78,9 @@ std::int64_t configure(TrainOptions& o) {
   c.data = o.model.data;
   c.init = o.model.weights;
   c.ranks = comm::size();
-  if (apply_expert_layout(o.model.ep, o.model.tp, o.model.sp, c.setup, /*data_parallel=*/true) ||  // each expert group one replica
+  if (apply_context_layout(o.model.cp, o.model.tp > 1 || o.model.sp || o.model.ep > 1 || c.pipe.split(), c.setup,
+                           /*data_parallel=*/true) ||  // each context group one replica
+      apply_expert_layout(o.model.ep, o.model.tp, o.model.sp, c.setup, /*data_parallel=*/true) ||  // each expert group one replica
       apply_layout(o.model.tp, o.model.sp, c.setup, /*data_parallel=*/true) ||   // each tensor group one replica
       apply_pipeline_layout(c.pipe.stages, o.model.tp > 1 || o.model.ep > 1))   // each pipeline one replica
     c.ranks = comm::size(comm::Group::data);
@@ -246,6 +248,7 @@ void setup_train(CLI::App& app) {
   auto* cmd = app.add_subcommand("train", "Train a model under a strategy; record the run and save it so that it resumes");
   o->model.bind_with_weights(*cmd);
   add_tp_options(*cmd, o->model.tp, o->model.sp);
+  add_cp_option(*cmd, o->model.cp);
   add_ep_option(*cmd, o->model.ep);
   add_pipeline_options(*cmd, o->config.pipe, /*for_training=*/true);
   add_freeze_options(*cmd, o->config.freeze);
