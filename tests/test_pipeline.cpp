@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "core/error.hpp"
+#include "harness/layout_search.hpp"
 #include "pipeline/schedule.hpp"
 #include "pipeline/stage_runner.hpp"
 #include "step/step.hpp"
@@ -228,4 +229,15 @@ TEST_CASE("a replay with each pass's own cost waits for what crosses between ran
   CHECK(one.bubble == Approx(1 - 6.0 / 14.0));
   // Without transfers it is the uniform replay.
   CHECK(simulate(parse_schedule("1f1b"), 3, 5, cost, 0).makespan == simulate(parse_schedule("1f1b"), 3, 5, 1, 2).makespan);
+}
+
+// `remat plan --gpus` splits L blocks over pp stages as Llama 3 did: as
+// even as L allows, the extra blocks on the middle stages.
+TEST_CASE("the layout planner's stages: as even as L allows, the extra blocks in the middle", "[pipeline][quick]") {
+  std::vector<int> llama3(16, 8);
+  llama3.front() = llama3.back() = 7;
+  CHECK(balanced_stage_layers(126, 16) == llama3);
+  CHECK(balanced_stage_layers(12, 4) == std::vector<int>{3, 3, 3, 3});
+  CHECK(balanced_stage_layers(10, 4) == std::vector<int>{2, 3, 3, 2});
+  CHECK(balanced_stage_layers(7, 2) == std::vector<int>{4, 3});
 }

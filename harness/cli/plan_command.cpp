@@ -16,6 +16,7 @@
 #include "harness/check.hpp"
 #include "harness/cli/commands.hpp"
 #include "harness/cli/format.hpp"
+#include "harness/cli/layout_plan.hpp"
 #include "harness/cli/model_options.hpp"
 #include "strategies/planner/solver.hpp"
 #include "strategies/registry.hpp"
@@ -26,6 +27,7 @@ namespace {
 
 struct PlanOptions {
   ModelOptions model;
+  LayoutPlanOptions layout;  // --gpus: plan the layout instead
   FineTuning finetune;  // --freeze, --lora, --quantize: the plan of a fine-tuning
   std::string budget, device;
   bool json = false, force = false, allow_offload = false;
@@ -169,7 +171,8 @@ void setup_plan(CLI::App& app) {
   auto o = std::make_shared<PlanOptions>();
   auto* cmd = app.add_subcommand(
       "plan", "Plan the fastest exact schedule within an activation-memory budget (what --strategies budget:<size> "
-              "runs), block by block, with its predicted peak and step time");
+              "runs), block by block, with its predicted peak and step time; with --gpus, the fastest layout of a "
+              "training on that many GPUs (tensor, context, pipeline and data parallel splits)");
   o->model.preset = "small";
   o->model.bind(*cmd);
   add_tp_options(*cmd, o->model.tp, o->model.sp);
@@ -186,7 +189,11 @@ void setup_plan(CLI::App& app) {
                   "weights, gradients and optimizer state");
   cmd->add_flag("--json", o->json, "Print one JSON object (the plan as a tree) instead of the table");
   cmd->add_flag("--force", o->force, "Run even where the memory estimate says it will not fit");
-  cmd->callback([o] { run_plan(*o); });
+  add_layout_plan_options(*cmd, o->layout);
+  cmd->callback([o] {
+    if (o->layout.gpus > 0) return run_layout_plan(o->layout, o->model, o->device, o->json);
+    run_plan(*o);
+  });
 }
 
 namespace {

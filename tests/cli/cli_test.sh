@@ -155,6 +155,39 @@ expect_ok "plan --quantize" "$remat" plan --config llama-7b --device h100-80gb -
 expect_ok "plan --quantize, timed" "$remat" plan --preset tiny --layers 6 --lora 2 --quantize int8 --budget min
 expect_error "no rates" "$remat" plan --preset tiny --device mem:1G
 expect_error "required without --device" "$remat" plan --preset tiny
+# The layout planner: every split of 4 GPUs costed; the fastest that fits says the memory and step `estimate` gives
+# its layout, to the byte; the blocks of a stage too big alone dropped uncosted; bad requests refused.
+P=(plan --config llama-7b --layers 6 --seq 4096 --gpus 4 --device l4-24gb --precision bf16 --global-batch 65536)
+expect_ok "plan --gpus" "$remat" "${P[@]}" --json
+cp out.txt layouts.json
+py layouts.json <<'PY' || fail "plan --gpus: $(head -c 600 layouts.json)"
+import sys, json
+rows = json.load(open(sys.argv[1]))
+fit = [r for r in rows if r["fits"]]
+assert fit and len(fit) < len(rows), (len(fit), len(rows))  # some fit, some do not
+assert [r["step_s"] for r in fit] == sorted(r["step_s"] for r in fit)  # fastest first
+assert all(r["headroom_bytes"] >= 0 for r in fit) and all(r["headroom_bytes"] < 0 for r in rows if not r["fits"])
+best = fit[0]
+open("best.txt", "w").write(best["flags"] + " --strategies " + best["strategy"] + "\n")
+open("best.json", "w").write(json.dumps(best))
+PY
+read -r -a best <best.txt
+expect_ok "estimate of the planned layout" "$remat" estimate --config llama-7b --layers 6 --seq 4096 --batch 1 \
+  --precision bf16 --device l4-24gb "${best[@]}" --json
+py best.json out.txt <<'PY' || fail "plan --gpus: the best layout's memory is not estimate's: $(cat best.txt)"
+import sys, json
+best, rows = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert max(r["total_bytes"] for r in rows) == best["largest_total_bytes"], (rows, best)
+PY
+expect_ok "plan --gpus, text" "$remat" "${P[@]}"
+grep -q "the fastest that fit" out.txt && grep -q "dropped, the closest to fitting" out.txt ||
+  fail "plan --gpus text: $(cat out.txt)"
+expect_ok "plan --gpus, a big model" "$remat" plan --config llama-7b --seq 4096 --gpus 2 --device l4-24gb --precision bf16 \
+  --global-batch 8192
+grep -q "blocks alone, .* is over" out.txt || fail "plan --gpus costs a layout whose blocks alone overflow: $(cat out.txt)"
+expect_error "needs --device" "$remat" plan --config llama-7b --gpus 8
+expect_error "leave out --tp" "$remat" plan --config llama-7b --gpus 8 --tp 2 --device h100-80gb
+expect_error "less than one sequence" "$remat" plan --config llama-7b --gpus 8 --device h100-80gb --global-batch 100
 expect_error "--ranks 2 or more" "$remat" estimate --preset tiny --shard-params
 # A plan under sharding plans its activations as train does (before sharding), and keeps them.
 expect_ok "estimate --shard-params budget" "$remat" estimate --config llama-7b --ranks 8 --shard-params --precision bf16 \

@@ -1,0 +1,211 @@
+#include "harness/layout_search.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "core/error.hpp"
+#include "core/text.hpp"
+#include "estimate/device_model.hpp"
+#include "estimate/pipeline_stages.hpp"
+#include "harness/estimate_grid.hpp"
+#include "pipeline/schedule.hpp"
+#include "pipeline/stage_runner.hpp"
+#include "zoo/context_parallel.hpp"
+#include "zoo/tensor_parallel.hpp"
+
+namespace remat {
+
+std::string TrainingLayout::flags() const {
+  std::string s = "--tp " + std::to_string(tp) + (sp ? " --sp" : "") + " --cp " + std::to_string(cp) + " --ranks " +
+                  std::to_string(dp);
+  if (pp > 1) {
+    s += " --pp " + std::to_string(pp) + " --micro-batches " + std::to_string(micro_batches) + " --stage-layers ";
+    for (std::size_t i = 0; i < stage_layers.size(); ++i) s += (i ? "," : "") + std::to_string(stage_layers[i]);
+  }
+  return s;
+}
+
+double LayoutVerdict::tokens_per_second() const { return step_seconds > 0 ? double(global_tokens) / step_seconds : 0; }
+
+std::vector<int> balanced_stage_layers(int L, int stages) {
+  const int base = L / stages, extra = L % stages, first = (stages - extra) / 2;
+  std::vector<int> layers(std::size_t(stages), base);
+  for (int s = first; s < first + extra; ++s) ++layers[std::size_t(s)];
+  return layers;
+}
+
+namespace {
+
+// The seconds a ring all-reduce of `bytes` over `ranks` takes on the peer
+// link: each rank sends and receives 2 (N - 1) / N of them.
+double exchange_seconds(const Device& d, std::int64_t bytes, int ranks) {
+  if (ranks < 2 || d.peer_link <= 0) return 0;
+  return 2.0 * double(ranks - 1) / double(ranks) * double(bytes) / (d.peer_link * DeviceModel{}.link_efficiency);
+}
+
+// Why a layout cannot be ("" if it can): the model's own refusals, as
+// `estimate` would give them.
+std::string refusal(const LayoutRequest& r, const ModelSetup& setup, int pp) {
+  try {
+    tp::validate(setup.model, setup.sizes);
+    cp::validate(setup.model, setup.sizes);
+    if (pp > 1) pipeline::require_stages(setup.model, setup.sizes);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  (void)r;
+  return "";
+}
+
+// A layout's name in the list of those not costed.
+std::string name_of(int tp, bool sp, int cp, int pp, int dp) {
+  return "tp " + std::to_string(tp) + (sp ? " sp" : "") + ", cp " + std::to_string(cp) + ", pp " + std::to_string(pp) +
+         ", dp " + std::to_string(dp);
+}
+
+// The per-strategy estimates of a layout's stages (one stage without pp)
+// for `micro_batches` micro-batches of one sequence under 1F1B.
+std::vector<PipelineEstimate> stage_estimates(const LayoutRequest& r, const ModelSetup& setup, const TrainingLayout& layout,
+                                              int micro_batches) {
+  pipeline::PipelineSettings pipe;
+  pipe.stages = layout.pp;
+  pipe.micro_batches = micro_batches;
+  pipe.schedule = "1f1b";
+  for (std::size_t i = 0; i < layout.stage_layers.size(); ++i)
+    pipe.stage_layers += (i ? "," : "") + std::to_string(layout.stage_layers[i]);
+  DeviceModel device;
+  device.device = r.device;
+  device.precision = r.precision;
+  return pipeline_stage_estimates(setup, r.strategies, pipe, r.attention, r.precision, r.optimizer, &device);
+}
+
+// Without stages: `estimate`'s point (a rank's step and state, as
+// training's steps measure them) for the layout's strategies.
+EstimatePoint flat_point(const LayoutRequest& r, const ModelSetup& setup, const TrainingLayout& layout) {
+  EstimateRequest e;
+  e.base = setup;
+  e.strategies = r.strategies;
+  e.attention = r.attention;
+  e.precision = r.precision;
+  e.optimizer = r.optimizer;
+  e.ranks = layout.dp;
+  e.device = r.device;
+  return estimate_point(e, setup, {});
+}
+
+// Every strategy of one layout. Each stage's memory comes from its own
+// passes (without stages, `estimate`'s point): 1F1B holds at most pp micro-batches at once, so a step of
+// M1 = min(M, pp) of them gives every stage's peak. The step is priced at
+// M1 and at M1 + 2 micro-batches (both replayed under the schedule), and
+// extended to M by the difference per micro-batch: once the pipeline is
+// full each one adds the same (what a step does once, such as the 16-bit
+// weight copy, is not multiplied). Then the data-parallel exchange.
+void cost_layout(const LayoutRequest& r, const ModelSetup& setup, TrainingLayout layout, std::vector<LayoutVerdict>& out) {
+  const int M = layout.micro_batches, M1 = std::min(M, layout.pp), M2 = M1 + 2;
+  const auto first = stage_estimates(r, setup, layout, M1);
+  const auto second = M > M1 ? stage_estimates(r, setup, layout, M2) : first;
+  const EstimatePoint flat = layout.pp == 1 ? flat_point(r, setup, layout) : EstimatePoint{};
+  for (std::size_t i = 0; i < first.size(); ++i) {
+    LayoutVerdict v;
+    layout.strategy = r.strategies[i];
+    v.layout = layout;
+    std::int64_t gradients = 0, offload = 0;
+    double busy = 0;
+    for (const StageEstimate& s : first[i].stages) {
+      if (s.total() > v.largest_total) v.largest_total = s.total(), v.hungriest_stage = s.rank;
+      gradients = std::max(gradients, s.gradient_bytes);
+      offload = std::max(offload, s.offload_peak);
+    }
+    const double at_m1 = first[i].modelled_step_seconds, per_micro_batch =
+        M > M1 ? (second[i].modelled_step_seconds - at_m1) / double(M2 - M1) : 0;
+    const double pipeline_step = at_m1 + double(M - M1) * per_micro_batch;
+    for (std::size_t s = 0; s < first[i].stages.size(); ++s) {
+      const double b1 = first[i].stages[s].modelled_busy_seconds, b2 = second[i].stages[s].modelled_busy_seconds;
+      busy += b1 + (M > M1 ? double(M - M1) * (b2 - b1) / double(M2 - M1) : 0);
+    }
+    v.exchange_seconds = exchange_seconds(r.device, gradients, layout.dp);
+    v.step_seconds = pipeline_step + v.exchange_seconds;
+    v.bubble = layout.pp > 1 && pipeline_step > 0 ? 1 - busy / (double(layout.pp) * pipeline_step) : 0;
+    v.fits = v.largest_total <= r.device.usable() && (r.device.host_memory_bytes <= 0 || offload <= r.device.host_memory_bytes);
+    if (layout.pp == 1) {  // what `estimate` says of one rank's step, as training measures it
+      v.largest_total = flat.rows[i].total;
+      v.fits = flat.rows[i].fits();
+    }
+    out.push_back(v);
+  }
+}
+
+// What the biggest stage's blocks alone keep (their weights, gradients,
+// optimizer state and 16-bit copy; not the embedding or the head): a bound
+// below its state, cheap to know, so a layout whose blocks alone overflow
+// the device is dropped without a shape-only run.
+std::int64_t block_state_bytes(const LayoutRequest& r, const ModelSetup& setup, int blocks) {
+  const auto model = models().find(setup.model).make(setup.sizes);
+  const std::string first = model->staged() ? model->layer_name(0) + "." : std::string();
+  if (first.empty()) return 0;
+  std::int64_t count = 0;
+  for (const ParamSpec& spec : model->params())
+    if (spec.name.rfind(first, 0) == 0) count += numel(spec.shape);
+  const std::int64_t per = 4 + 4 + (r.optimizer == "adamw" ? 8 : 0) + (r.precision == Precision::fp32 ? 0 : 2);
+  return count * per * blocks;
+}
+
+std::vector<int> powers_of_two(int upto) {
+  std::vector<int> p;
+  for (int n = 1; n <= upto; n *= 2) p.push_back(n);
+  return p;
+}
+
+}  // namespace
+
+LayoutSearch search_layouts(const LayoutRequest& r, const std::function<void(const std::string&)>& progress) {
+  if (r.gpus < 1) throw UserError("--gpus must be at least 1");
+  if (r.device.fp32_flops <= 0)
+    throw UserError("a layout is ranked by its step time: name a --device with rates (h100-80gb, a100-80gb, ...)");
+  const Sizes& z = r.base.sizes;
+  const std::int64_t sequences = r.global_batch_tokens / z.S;
+  if (sequences < 1)
+    throw UserError("--global-batch " + std::to_string(r.global_batch_tokens) + " tokens is less than one sequence of " +
+                    std::to_string(z.S));
+  const bool sequence_split = models().find(r.base.model).no_sequence_split.empty();
+  LayoutSearch search;
+  for (int tp : powers_of_two(std::min(r.gpus_per_node, r.gpus)))
+    for (int cp : powers_of_two(r.gpus / tp))
+      for (int pp = 1; pp <= std::min(z.L, r.gpus / (tp * cp)); ++pp) {
+        if (r.gpus % (tp * cp * pp) != 0) continue;
+        const int dp = r.gpus / (tp * cp * pp);
+        const bool sp = tp > 1 && sequence_split;
+        const std::string name = name_of(tp, sp, cp, pp, dp);
+        if (sequences % dp != 0) {
+          search.skipped.push_back(name + ": the global batch's " + std::to_string(sequences) +
+                                   " sequences do not split over " + std::to_string(dp) + " replicas");
+          continue;
+        }
+        ModelSetup setup = r.base;
+        setup.sizes.B = 1;
+        setup.sizes.tp = {tp, 0, sp};
+        setup.sizes.cp = {cp, 0, false};
+        if (const std::string why = refusal(r, setup, pp); !why.empty()) {
+          search.skipped.push_back(name + ": " + why);
+          continue;
+        }
+        TrainingLayout layout{tp, cp, pp, dp, sp, int(sequences / dp), {}, ""};
+        if (pp > 1) layout.stage_layers = balanced_stage_layers(z.L, pp);
+        const int blocks = pp > 1 ? *std::max_element(layout.stage_layers.begin(), layout.stage_layers.end()) : z.L;
+        if (const std::int64_t held = block_state_bytes(r, setup, blocks); held > r.device.usable()) {
+          search.skipped.push_back(name + ": the state of a stage's " + std::to_string(blocks) + " blocks alone, " +
+                                   human_bytes(double(held)) + ", is over " + human_bytes(double(r.device.usable())));
+          continue;
+        }
+        if (progress) progress(name);
+        cost_layout(r, setup, layout, search.verdicts);
+      }
+  for (LayoutVerdict& v : search.verdicts) v.global_tokens = std::int64_t(v.layout.dp) * v.layout.micro_batches * z.S;
+  std::stable_sort(search.verdicts.begin(), search.verdicts.end(), [](const LayoutVerdict& a, const LayoutVerdict& b) {
+    if (a.fits != b.fits) return a.fits;
+    return a.fits ? a.step_seconds < b.step_seconds : a.largest_total < b.largest_total;
+  });
+  return search;
+}
+
+}  // namespace remat

@@ -1,0 +1,64 @@
+#pragma once
+// `remat plan --gpus G`: the layouts a training on G GPUs of a kind could
+// take (tensor x context x pipeline x data parallel, micro-batches, a
+// strategy), each costed by the estimate's own shape-only runs: exact memory
+// per rank (every pipeline stage's), the step priced by the device model.
+// What fits, fastest first, and why the rest were dropped.
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "autodiff/ops/ops.hpp"
+#include "estimate/devices.hpp"
+#include "zoo/model.hpp"
+
+namespace remat {
+
+struct LayoutRequest {
+  ModelSetup base;  // the model and its sizes at the sequence length S (B: one sequence per micro-batch)
+  int gpus = 0;
+  int gpus_per_node = 8;  // a tensor-parallel group stays within a node
+  std::int64_t global_batch_tokens = std::int64_t(1) << 22;  // per optimizer step, over every replica
+  std::vector<std::string> strategies;
+  ops::AttentionKernel attention = ops::AttentionKernel::fused;
+  Precision precision = Precision::bf16;
+  std::string optimizer = "adamw";
+  Device device;  // with rates: the step is priced
+};
+
+struct TrainingLayout {
+  int tp = 1, cp = 1, pp = 1, dp = 1;
+  bool sp = false;
+  int micro_batches = 1;         // per replica and step, of one sequence each
+  std::vector<int> stage_layers;  // under pp: each stage's blocks
+  std::string strategy;
+  std::string flags() const;  // as `remat estimate` takes them: "--tp 8 --sp --pp 4 --micro-batches 16 ..."
+};
+
+struct LayoutVerdict {
+  TrainingLayout layout;
+  std::int64_t largest_total = 0;  // bytes on the hungriest rank
+  int hungriest_stage = 0;
+  double step_seconds = 0;     // the device model's, the gradients' data-parallel exchange included
+  double exchange_seconds = 0;  // of it, that exchange's
+  double bubble = 0;           // under pp: the stages' idle share of the pipeline's step
+  bool fits = false;
+  double tokens_per_second() const;
+  std::int64_t global_tokens = 0;
+};
+
+struct LayoutSearch {
+  std::vector<LayoutVerdict> verdicts;  // every layout and strategy costed, fastest fitting first, then the rest
+  std::vector<std::string> skipped;     // layouts not costed, each with why ("tp 8: 8 does not divide H = 12")
+};
+
+// Every layout of the request, costed. `progress` hears each layout as it is
+// costed. UserError for a request that cannot be (no rates, G < 1).
+LayoutSearch search_layouts(const LayoutRequest& r, const std::function<void(const std::string&)>& progress = {});
+
+// The blocks of each of `stages` stages: as even as L allows, the extra
+// blocks on the middle stages (Llama 3's 126 over 16: 7, 8 x 14, 7).
+std::vector<int> balanced_stage_layers(int L, int stages);
+
+}  // namespace remat
