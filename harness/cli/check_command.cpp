@@ -25,6 +25,7 @@
 #include "harness/cli/model_options.hpp"
 #include "strategies/registry.hpp"
 #include "strategies/trace.hpp"
+#include "zoo/context_parallel.hpp"
 
 namespace remat::cli {
 namespace {
@@ -118,7 +119,8 @@ CheckInputs load_inputs(const CheckCommandOptions& o) {
     });
     in.batch = o.model.make_batch(in.setup.sizes);
   }
-  split_over_ranks(o.model.tp, o.model.sp, o.model.ep, in.setup, in.params);
+  if (!apply_context_layout(o.model.cp, o.model.tp > 1 || o.model.sp || o.model.ep > 1, in.setup))
+    split_over_ranks(o.model.tp, o.model.sp, o.model.ep, in.setup, in.params);
   return in;
 }
 
@@ -212,15 +214,17 @@ void print_json(const CheckCommandOptions& o, const ModelSetup& setup, const Che
 }
 
 // What a check cannot do together (yet), in one line.
-void refuse_combinations(const CheckCommandOptions& o, const Sizes& sizes) {
+void refuse_combinations(const CheckCommandOptions& o, const ModelSetup& setup) {
+  const Sizes& sizes = setup.sizes;
   if (o.finetune.any() && o.train_steps > 0)
     throw UserError("--freeze or --lora with --train-steps: not together yet");
   if (o.finetune.quantize != QuantFormat::none && (!o.save_golden.empty() || !o.golden.empty()))
     throw UserError("--quantize with a golden file: not yet");
-  if ((sizes.tp.split() || sizes.ep.split()) &&
+  if ((sizes.tp.split() || sizes.ep.split() || sizes.cp.split()) &&
       (o.finetune.any() || o.train_steps > 0 || !o.save_golden.empty() || !o.golden.empty()))
-    throw UserError(std::string(sizes.ep.split() ? "--ep" : "--tp") +
+    throw UserError(std::string(sizes.ep.split() ? "--ep" : sizes.cp.split() ? "--cp" : "--tp") +
                     " with --freeze, --lora, --train-steps or a golden file: not yet");
+  if (sizes.cp.split()) cp::validate(setup.model, sizes);  // --dropout, known only now
 }
 
 int run_check_command(const CheckCommandOptions& o) {
@@ -232,7 +236,7 @@ int run_check_command(const CheckCommandOptions& o) {
   setup.sizes.router_aux = o.model.router_aux;
   validate(setup.sizes);
   const auto model = models().find(setup.model).make(setup.sizes);
-  refuse_combinations(o, setup.sizes);
+  refuse_combinations(o, setup);
   fine_tune(params, *model, batch, o.finetune, o.model.run.seed, setup.sizes.L, o.json);
   const auto specs = strategies_for(setup.model, o.strategies, o.model.run.attention);
   refuse_planned_under_experts(setup.sizes, specs);
@@ -290,6 +294,7 @@ void setup_check(CLI::App& app) {
   auto* cmd = app.add_subcommand("check", "Check every strategy's gradients and memory against full, one step each");
   o->model.bind(*cmd);
   add_tp_options(*cmd, o->model.tp, o->model.sp);
+  add_cp_option(*cmd, o->model.cp);
   add_ep_option(*cmd, o->model.ep);
   add_fine_tuning_options(*cmd, o->finetune);
   quantized_precision_default(*cmd, o->finetune.quantize, o->model.run.precision);
