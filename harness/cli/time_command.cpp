@@ -49,7 +49,8 @@ struct Timing {
 Timing time_steps(const TimeOptions& o, const ModelSetup& whole, const std::string& spec, std::int64_t memory) {
   ModelSetup setup = whole;
   auto store = o.model.make_params(setup, o.force);
-  split_over_ranks(o.model.tp, o.model.sp, o.model.ep, setup, store);  // --tp: this rank's parts (nothing otherwise)
+  if (!apply_context_layout(o.model.cp, o.model.tp > 1 || o.model.sp || o.model.ep > 1, setup))  // --cp: its rows
+    split_over_ranks(o.model.tp, o.model.sp, o.model.ep, setup, store);  // --tp: this rank's parts (nothing otherwise)
   const bool say = !o.json && comm::rank() == 0;
   const auto model = models().find(setup.model).make(setup.sizes);
   const Batch batch = o.model.make_batch(setup.sizes);
@@ -118,6 +119,8 @@ void print_text(const TimeOptions& o, const ModelSetup& setup, const Timing& t) 
                 o.model.sp ? ", with sequence parallelism" : "");
   if (o.model.ep > 1)
     std::printf("expert-parallel over %d ranks: each rank's figures (rank 0's printed)\n", o.model.ep);
+  if (o.model.cp > 1)
+    std::printf("context-parallel over %d ranks: each rank's figures for its rows (rank 0's printed)\n", o.model.cp);
   std::printf("step time: median %.3f s +- %.3f (half the interquartile range), fastest %.3f s, over %d steps after %d "
               "warm-up\n",
               step_median, spread_of(t.seconds).half_iqr, fastest, o.steps, o.warmup);
@@ -134,8 +137,9 @@ void run_time(const TimeOptions& o) {
   const auto specs = strategies_for(setup.model, o.strategy, o.model.run.attention);
   if (specs.size() != 1) throw UserError("remat time runs one strategy; '" + o.strategy + "' names " +
                                          std::to_string(specs.size()) + " (use `remat matrix` for several)");
-  if ((o.model.tp > 1 || o.model.sp || o.model.ep > 1) && o.finetune.any())
-    throw UserError(std::string(o.model.ep > 1 ? "--ep" : "--tp") + " with --freeze or --lora: not yet");
+  if ((o.model.tp > 1 || o.model.sp || o.model.ep > 1 || o.model.cp > 1) && o.finetune.any())
+    throw UserError(std::string(o.model.ep > 1 ? "--ep" : o.model.cp > 1 ? "--cp" : "--tp") +
+                    " with --freeze or --lora: not yet");
   Sizes layout;
   layout.ep.size = o.model.ep;
   refuse_planned_under_experts(layout, specs);
@@ -155,6 +159,7 @@ void setup_time(CLI::App& app) {
   o->model.preset = "small";
   o->model.bind_with_weights(*cmd);
   add_tp_options(*cmd, o->model.tp, o->model.sp);
+  add_cp_option(*cmd, o->model.cp);
   add_ep_option(*cmd, o->model.ep);
   add_fine_tuning_options(*cmd, o->finetune);
   quantized_precision_default(*cmd, o->finetune.quantize, o->model.run.precision);

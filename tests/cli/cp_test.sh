@@ -85,6 +85,9 @@ PY
   done
 done
 
+expect_ok "time --cp 2" "${mpi[@]}" "$remat" time --model llama --preset tiny --cp 2 --steps 1 --warmup 0
+grep -q "context-parallel over 2 ranks" out.txt || fail "time --cp 2 does not say its layout: $(cat out.txt)"
+
 # 3. Training: --cp 2 follows one process's run within float32 rounding, and 2 context groups training
 # data-parallel (4 ranks) are --cp 2 accumulating their micro-batches, bitwise; communication as predicted;
 # a killed --cp run resumes bitwise.
