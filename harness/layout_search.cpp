@@ -16,7 +16,7 @@
 namespace remat {
 
 std::string TrainingLayout::flags() const {
-  std::string s = "--tp " + std::to_string(tp) + (sp ? " --sp" : "") + " --cp " + std::to_string(cp) + " --ranks " +
+  std::string s = "--batch 1 --tp " + std::to_string(tp) + (sp ? " --sp" : "") + " --cp " + std::to_string(cp) + " --ranks " +
                   std::to_string(dp);
   if (pp > 1) {
     s += " --pp " + std::to_string(pp) + " --micro-batches " + std::to_string(micro_batches) + " --stage-layers ";
@@ -45,7 +45,7 @@ double exchange_seconds(const Device& d, std::int64_t bytes, int ranks) {
 
 // Why a layout cannot be ("" if it can): the model's own refusals, as
 // `estimate` would give them.
-std::string refusal(const LayoutRequest& r, const ModelSetup& setup, int pp) {
+std::string refusal(const ModelSetup& setup, int pp) {
   try {
     tp::validate(setup.model, setup.sizes);
     cp::validate(setup.model, setup.sizes);
@@ -53,7 +53,6 @@ std::string refusal(const LayoutRequest& r, const ModelSetup& setup, int pp) {
   } catch (const UserError& e) {
     return e.what();
   }
-  (void)r;
   return "";
 }
 
@@ -123,14 +122,22 @@ void cost_layout(const LayoutRequest& r, const ModelSetup& setup, TrainingLayout
       const double b1 = first[i].stages[s].modelled_busy_seconds, b2 = second[i].stages[s].modelled_busy_seconds;
       busy += b1 + (M > M1 ? double(M - M1) * (b2 - b1) / double(M2 - M1) : 0);
     }
-    v.exchange_seconds = exchange_seconds(r.device, gradients, layout.dp);
+    // Each gradient all-reduced over the replicas and the context-parallel
+    // ranks (whose rows' gradients add up), as Megatron does over dp x cp.
+    v.exchange_seconds = exchange_seconds(r.device, gradients, layout.dp * layout.cp);
     v.step_seconds = pipeline_step + v.exchange_seconds;
     v.bubble = layout.pp > 1 && pipeline_step > 0 ? 1 - busy / (double(layout.pp) * pipeline_step) : 0;
-    v.fits = v.largest_total <= r.device.usable() && (r.device.host_memory_bytes <= 0 || offload <= r.device.host_memory_bytes);
     if (layout.pp == 1) {  // what `estimate` says of one rank's step, as training measures it
       v.largest_total = flat.rows[i].total;
-      v.fits = flat.rows[i].fits();
+      offload = flat.rows[i].offload;
     }
+    const std::int64_t over = v.largest_total - r.device.usable();
+    const std::int64_t host_over = r.device.host_memory_bytes > 0 ? offload - r.device.host_memory_bytes : 0;
+    v.fits = over <= 0 && host_over <= 0;
+    if (over > 0)
+      v.why_not = "stage " + std::to_string(v.hungriest_stage) + " over by " + human_bytes(double(over));
+    else if (host_over > 0)
+      v.why_not = "offload pool over the host's memory by " + human_bytes(double(host_over));
     out.push_back(v);
   }
 }
@@ -185,7 +192,7 @@ LayoutSearch search_layouts(const LayoutRequest& r, const std::function<void(con
         setup.sizes.B = 1;
         setup.sizes.tp = {tp, 0, sp};
         setup.sizes.cp = {cp, 0, false};
-        if (const std::string why = refusal(r, setup, pp); !why.empty()) {
+        if (const std::string why = refusal(setup, pp); !why.empty()) {
           search.skipped.push_back(name + ": " + why);
           continue;
         }

@@ -33,7 +33,11 @@ struct TrainingLayout {
   int micro_batches = 1;         // per replica and step, of one sequence each
   std::vector<int> stage_layers;  // under pp: each stage's blocks
   std::string strategy;
-  std::string flags() const;  // as `remat estimate` takes them: "--tp 8 --sp --pp 4 --micro-batches 16 ..."
+  std::string flags() const;  // as `remat estimate` takes them: "--batch 1 --tp 8 --sp --pp 4 --micro-batches 16 ..."
+  // Whether remat runs it (grads, train), not only estimates it: two of
+  // --tp, --cp and --pp together are estimated only (data parallelism
+  // composes with each).
+  bool runs() const { return (tp > 1) + (cp > 1) + (pp > 1) <= 1; }
 };
 
 struct LayoutVerdict {
@@ -41,9 +45,10 @@ struct LayoutVerdict {
   std::int64_t largest_total = 0;  // bytes on the hungriest rank
   int hungriest_stage = 0;
   double step_seconds = 0;     // the device model's, the gradients' data-parallel exchange included
-  double exchange_seconds = 0;  // of it, that exchange's
+  double exchange_seconds = 0;  // of it, the gradients' all-reduce over the data- and context-parallel ranks
   double bubble = 0;           // under pp: the stages' idle share of the pipeline's step
   bool fits = false;
+  std::string why_not;  // where it does not fit: "stage 1 over by 3.2 GiB", "offload pool over the host by ..."
   double tokens_per_second() const;
   std::int64_t global_tokens = 0;
 };

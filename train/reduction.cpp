@@ -9,6 +9,7 @@
 #include "autodiff/memory_tracker.hpp"
 #include "comm/comm.hpp"
 #include "optim/optimizer.hpp"
+#include "step/step.hpp"
 #include "train/param_shards.hpp"
 #include "train/tensor_parts.hpp"
 #include "zoo/expert_parallel.hpp"
@@ -311,9 +312,7 @@ class SummedOverGroup final : public GradientReduction {
   double finish() override {
     const double loss = inner_->finish();
     const int P = comm::size(comm::Group::tensor);
-    for (const Tensor& p : params_.tensors())
-      if (const Tensor g = p.grad(); g.defined())
-        backend::upload(g, comm::sum_in_rank_order(g.to_host_f32(), comm::Group::tensor));
+    sum_gradients_over_ranks(params_, /*world=*/false);
     std::vector<double> losses(static_cast<std::size_t>(P));
     comm::gather_all(&loss, 1, losses.data(), comm::Group::tensor);
     double total = 0;

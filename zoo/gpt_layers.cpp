@@ -1,6 +1,7 @@
 #include "zoo/gpt_layers.hpp"
 
 #include "autodiff/ops/ops.hpp"
+#include "core/error.hpp"
 #include "zoo/common.hpp"
 #include "zoo/context_parallel.hpp"
 #include "zoo/tensor_parallel.hpp"
@@ -28,6 +29,8 @@ Tensor layer_norm(const ParamStore& p, const std::string& prefix, const Tensor& 
 
 Tensor attention(const ParamStore& p, const std::string& prefix, const Tensor& x, int heads, double dropout,
                  bool causal, const RankGroup& group, const RankGroup& context) {
+  if (context.split() && (!causal || dropout > 0))
+    throw UserError("--cp: the ring attention is causal and has no dropout yet (" + prefix + ")");
   const Tensor qkv = linear(p, prefix + ".c_attn", tp::enter(x, group));
   const Tensor a = tp::on_my_heads(group, [&] {
     return context.split() ? ops::ring_attention(qkv, heads / group.size, context)

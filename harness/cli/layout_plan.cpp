@@ -16,7 +16,8 @@ namespace {
 
 double gib(std::int64_t bytes) { return double(bytes) / double(std::int64_t(1) << 30); }
 
-Table verdict_table(const std::vector<const LayoutVerdict*>& rows, const Device& device) {
+// `dropped`: the rows that do not fit (a column says why).
+Table verdict_table(const std::vector<const LayoutVerdict*>& rows, const Device& device, bool dropped = true) {
   Table t;
   const auto size = decimals(2, double(std::int64_t(1) << 30));
   t.columns = {{"tp", "tp"}, {"sp", "sp"}, {"cp", "cp"}, {"pp", "pp"}, {"dp", "dp"},
@@ -24,12 +25,14 @@ Table verdict_table(const std::vector<const LayoutVerdict*>& rows, const Device&
                {"largest_total_bytes", "GiB/GPU", size}, {"hungriest_stage", "on stage"},
                {"step_s", "step s", decimals(3)}, {"exchange_s", "of it dp s", decimals(3)},
                {"bubble", "bubble", percent(1)}, {"tokens_per_s", "tokens/s", decimals(0)},
-               {"fits", ""}, {"headroom_bytes", "headroom GiB", size}, {"flags", ""}};
+               {"fits", ""}, {"headroom_bytes", "headroom GiB", size}, {"why_not", dropped ? "does not fit" : "", nullptr, true},
+               {"runs", "runs"}, {"flags", ""}};
   for (const LayoutVerdict* v : rows) {
     const TrainingLayout& l = v->layout;
     t.add({std::int64_t(l.tp), l.sp, std::int64_t(l.cp), std::int64_t(l.pp), std::int64_t(l.dp),
            std::int64_t(l.micro_batches), l.strategy, v->largest_total, std::int64_t(v->hungriest_stage), v->step_seconds,
-           v->exchange_seconds, v->bubble, v->tokens_per_second(), v->fits, device.usable() - v->largest_total, l.flags()});
+           v->exchange_seconds, v->bubble, v->tokens_per_second(), v->fits, device.usable() - v->largest_total,
+           v->fits ? Cell() : Cell(v->why_not), l.runs() ? Cell("yes") : Cell("estimate only"), l.flags()});
   }
   return t;
 }
@@ -42,17 +45,29 @@ void add_layout_plan_options(CLI::App& cmd, LayoutPlanOptions& o) {
                  "with --layout-strategies, costed shape-only (exact memory per rank) and priced by the device model "
                  "(docs/estimates.md)")
       ->check(whole_number(1, 1 << 20));
-  cmd.add_option("--gpus-per-node", o.gpus_per_node, "With --gpus: GPUs per node (a tensor-parallel group stays in one)")
-      ->check(whole_number(1, 1 << 10))
-      ->capture_default_str();
-  cmd.add_option("--global-batch", o.global_batch, "With --gpus: tokens per optimizer step over every replica")
-      ->check(whole_number(1, std::int64_t(1) << 40))
-      ->capture_default_str();
-  cmd.add_option("--layout-strategies", o.strategies, "With --gpus: the strategies each layout is costed under")
-      ->capture_default_str();
-  cmd.add_option("--top", o.top, "With --gpus: how many layouts that fit to list, fastest first")
-      ->check(whole_number(1, 1000))
-      ->capture_default_str();
+  o.only_with_gpus = {
+      cmd.add_option("--gpus-per-node", o.gpus_per_node, "With --gpus: GPUs per node (a tensor-parallel group stays in one)")
+          ->check(whole_number(1, 1 << 10))
+          ->capture_default_str(),
+      cmd.add_option("--global-batch", o.global_batch, "With --gpus: tokens per optimizer step over every replica")
+          ->check(whole_number(1, std::int64_t(1) << 40))
+          ->capture_default_str(),
+      cmd.add_option("--layout-strategies", o.strategies, "With --gpus: the strategies each layout is costed under")
+          ->capture_default_str(),
+      cmd.add_option("--top", o.top, "With --gpus: how many layouts that fit to list, fastest first")
+          ->check(whole_number(1, 1000))
+          ->capture_default_str()};
+}
+
+void refuse_layout_options(const LayoutPlanOptions& o, bool plan_options_given) {
+  if (o.gpus == 0) {
+    for (const CLI::Option* option : o.only_with_gpus)
+      if (option->count() > 0) throw UserError(option->get_name() + " applies with --gpus (the layout planner)");
+    return;
+  }
+  if (plan_options_given)
+    throw UserError("--gpus plans a layout, one sequence per micro-batch: --budget, --allow-offload, --batch, --freeze, "
+                    "--lora and --quantize are not searched there yet");
 }
 
 void run_layout_plan(const LayoutPlanOptions& o, const ModelOptions& model, const std::string& device, bool json) {
@@ -97,13 +112,14 @@ void run_layout_plan(const LayoutPlanOptions& o, const ModelOptions& model, cons
                 "sharded here; `remat estimate --shard-params` says what ZeRO-3 leaves)\n");
   if (fitting.size() > std::size_t(o.top)) fitting.resize(std::size_t(o.top));
   if (!fitting.empty()) {
-    std::printf("\nthe fastest that fit:\n%s", render_text(verdict_table(fitting, r.device)).c_str());
+    std::printf("\nthe fastest that fit:\n%s", render_text(verdict_table(fitting, r.device, false)).c_str());
     std::printf("as flags: remat estimate ... %s --strategies %s\n", fitting[0]->layout.flags().c_str(),
                 fitting[0]->layout.strategy.c_str());
+    std::printf("runs: whether remat runs the layout (grads, train) or only estimates it (two of tp, cp and pp together)\n");
   }
   if (dropped.size() > std::size_t(o.top)) dropped.resize(std::size_t(o.top));
   if (!dropped.empty())
-    std::printf("\ndropped, the closest to fitting (headroom negative: over by that much on that stage):\n%s",
+    std::printf("\ndropped, the closest to fitting:\n%s",
                 render_text(verdict_table(dropped, r.device)).c_str());
   if (!search.skipped.empty()) {
     std::printf("\nnot costed:\n");
@@ -111,9 +127,11 @@ void run_layout_plan(const LayoutPlanOptions& o, const ModelOptions& model, cons
   }
   std::printf("\nstep s: the device model's step (docs/estimates.md): M micro-batches of one sequence per replica, under "
               "pp the 1F1B schedule replayed over each stage's priced passes, then the gradients' data-parallel "
-              "all-reduce on the peer link (of it dp s; across nodes the network is slower: under-priced); tokens/s: "
+              "all-reduce over the data- and context-parallel ranks on the peer link (of it dp s; across nodes the network "
+              "is slower: under-priced); tokens/s: "
               "the global batch over the step. GiB/GPU: the hungriest rank's weights, gradients, optimizer state, "
-              "16-bit copy and activation peak, exact (not sharded).\n");
+              "16-bit copy and activation peak, exact (not sharded; without the running sum of M micro-batches' gradients "
+              "that remat train keeps beside them: Megatron adds into the gradients in place).\n");
 }
 
 }  // namespace remat::cli

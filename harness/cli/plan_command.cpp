@@ -191,6 +191,7 @@ void setup_plan(CLI::App& app) {
   cmd->add_flag("--force", o->force, "Run even where the memory estimate says it will not fit");
   add_layout_plan_options(*cmd, o->layout);
   cmd->callback([o] {
+    refuse_layout_options(o->layout, !o->budget.empty() || o->allow_offload || o->model.batch > 0 || o->finetune.applies());
     if (o->layout.gpus > 0) return run_layout_plan(o->layout, o->model, o->device, o->json);
     run_plan(*o);
   });

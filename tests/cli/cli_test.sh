@@ -166,13 +166,15 @@ rows = json.load(open(sys.argv[1]))
 fit = [r for r in rows if r["fits"]]
 assert fit and len(fit) < len(rows), (len(fit), len(rows))  # some fit, some do not
 assert [r["step_s"] for r in fit] == sorted(r["step_s"] for r in fit)  # fastest first
-assert all(r["headroom_bytes"] >= 0 for r in fit) and all(r["headroom_bytes"] < 0 for r in rows if not r["fits"])
+assert all(r["headroom_bytes"] >= 0 and "why_not" not in r for r in fit)
+assert all(r["why_not"] for r in rows if not r["fits"])
+assert all(r["runs"] == ("yes" if (r["tp"] > 1) + (r["cp"] > 1) + (r["pp"] > 1) <= 1 else "estimate only") for r in rows)
 best = fit[0]
 open("best.txt", "w").write(best["flags"] + " --strategies " + best["strategy"] + "\n")
 open("best.json", "w").write(json.dumps(best))
 PY
 read -r -a best <best.txt
-expect_ok "estimate of the planned layout" "$remat" estimate --config llama-7b --layers 6 --seq 4096 --batch 1 \
+expect_ok "estimate of the planned layout" "$remat" estimate --config llama-7b --layers 6 --seq 4096 \
   --precision bf16 --device l4-24gb "${best[@]}" --json
 py best.json out.txt <<'PY' || fail "plan --gpus: the best layout's memory is not estimate's: $(cat best.txt)"
 import sys, json
@@ -188,6 +190,8 @@ grep -q "blocks alone, .* is over" out.txt || fail "plan --gpus costs a layout w
 expect_error "needs --device" "$remat" plan --config llama-7b --gpus 8
 expect_error "leave out --tp" "$remat" plan --config llama-7b --gpus 8 --tp 2 --device h100-80gb
 expect_error "less than one sequence" "$remat" plan --config llama-7b --gpus 8 --device h100-80gb --global-batch 100
+expect_error "--global-batch applies with --gpus" "$remat" plan --config llama-7b --device h100-80gb --global-batch 8192
+expect_error "are not searched there yet" "$remat" plan --config llama-7b --gpus 8 --device h100-80gb --lora 8
 expect_error "--ranks 2 or more" "$remat" estimate --preset tiny --shard-params
 # A plan under sharding plans its activations as train does (before sharding), and keeps them.
 expect_ok "estimate --shard-params budget" "$remat" estimate --config llama-7b --ranks 8 --shard-params --precision bf16 \
