@@ -70,7 +70,10 @@ void refuse_layout_options(const LayoutPlanOptions& o, bool plan_options_given) 
                     "--lora and --quantize are not searched there yet");
 }
 
-void run_layout_plan(const LayoutPlanOptions& o, const ModelOptions& model, const std::string& device, bool json) {
+namespace {
+
+// The options as a search request, every refusal before any output.
+LayoutRequest request_of(const LayoutPlanOptions& o, const ModelOptions& model, const std::string& device) {
   if (model.tp > 1 || model.sp) throw UserError("--gpus searches the tensor-parallel split itself: leave out --tp and --sp");
   if (device.empty()) throw UserError("--gpus needs --device: the layouts are ranked by its device model's step time");
   LayoutRequest r;
@@ -84,27 +87,16 @@ void run_layout_plan(const LayoutPlanOptions& o, const ModelOptions& model, cons
   r.attention = model.run.attention;
   r.precision = model.run.precision;
   r.device = find_device(device);
-  const Sizes& z = r.base.sizes;
-  if (r.global_batch_tokens < z.S)  // said before any output
+  if (r.global_batch_tokens < r.base.sizes.S)
     throw UserError("--global-batch " + std::to_string(r.global_batch_tokens) + " tokens is less than one sequence of " +
-                    std::to_string(z.S));
-  if (!json)
-    std::printf("remat plan: %s %s (L %d, S %d) on %d %s, %lld tokens per step (%lld sequences), %s, %s: costing every "
-                "layout shape-only...\n",
-                r.base.model.c_str(), r.base.preset.c_str(), z.L, z.S, r.gpus, r.device.name.c_str(),
-                static_cast<long long>(r.global_batch_tokens), static_cast<long long>(r.global_batch_tokens / z.S),
-                precision_name(r.precision), ops::attention_kernel_name(r.attention));
-  std::fflush(stdout);
-  ProgressAfterAWhile progress(z.L);
-  const LayoutSearch search = search_layouts(r, [&](const std::string& layout) { progress.stage(layout); });
+                    std::to_string(r.base.sizes.S));
+  return r;
+}
+
+// The fastest that fit, the closest that do not, those not costed, the legend.
+void print_search(const LayoutPlanOptions& o, const LayoutRequest& r, const LayoutSearch& search) {
   std::vector<const LayoutVerdict*> fitting, dropped;
   for (const LayoutVerdict& v : search.verdicts) (v.fits ? fitting : dropped).push_back(&v);
-  if (json) {
-    std::vector<const LayoutVerdict*> all;
-    for (const LayoutVerdict& v : search.verdicts) all.push_back(&v);
-    std::printf("%s\n", render_json(verdict_table(all, r.device)).dump(1).c_str());
-    return;
-  }
   std::printf("%zu layouts x strategies costed, %zu fit in %s's %.1f GiB usable\n", search.verdicts.size(),
               fitting.size(), r.device.name.c_str(), gib(r.device.usable()));
   if (fitting.empty())
@@ -119,19 +111,38 @@ void run_layout_plan(const LayoutPlanOptions& o, const ModelOptions& model, cons
   }
   if (dropped.size() > std::size_t(o.top)) dropped.resize(std::size_t(o.top));
   if (!dropped.empty())
-    std::printf("\ndropped, the closest to fitting:\n%s",
-                render_text(verdict_table(dropped, r.device)).c_str());
+    std::printf("\ndropped, the closest to fitting:\n%s", render_text(verdict_table(dropped, r.device)).c_str());
   if (!search.skipped.empty()) {
     std::printf("\nnot costed:\n");
     for (const std::string& why : search.skipped) std::printf("  %s\n", why.c_str());
   }
   std::printf("\nstep s: the device model's step (docs/estimates.md): M micro-batches of one sequence per replica, under "
-              "pp the 1F1B schedule replayed over each stage's priced passes, then the gradients' data-parallel "
-              "all-reduce over the data- and context-parallel ranks on the peer link (of it dp s; across nodes the network "
-              "is slower: under-priced); tokens/s: "
-              "the global batch over the step. GiB/GPU: the hungriest rank's weights, gradients, optimizer state, "
-              "16-bit copy and activation peak, exact (not sharded; without the running sum of M micro-batches' gradients "
-              "that remat train keeps beside them: Megatron adds into the gradients in place).\n");
+              "pp the 1F1B schedule replayed over each stage's priced passes, then the gradients' all-reduce over the "
+              "data- and context-parallel ranks on the peer link (of it dp s; across nodes the network is slower: "
+              "under-priced); tokens/s: the global batch over the step. GiB/GPU: the hungriest rank's weights, "
+              "gradients, optimizer state, 16-bit copy and activation peak, exact (not sharded; without the running "
+              "sum of M micro-batches' gradients that remat train keeps beside them: Megatron adds into the gradients "
+              "in place).\n");
+}
+
+}  // namespace
+
+void run_layout_plan(const LayoutPlanOptions& o, const ModelOptions& model, const std::string& device, bool json) {
+  const LayoutRequest r = request_of(o, model, device);
+  const Sizes& z = r.base.sizes;
+  if (!json)
+    std::printf("remat plan: %s %s (L %d, S %d) on %d %s, %lld tokens per step (%lld sequences), %s, %s: costing every "
+                "layout shape-only...\n",
+                r.base.model.c_str(), r.base.preset.c_str(), z.L, z.S, r.gpus, r.device.name.c_str(),
+                static_cast<long long>(r.global_batch_tokens), static_cast<long long>(r.global_batch_tokens / z.S),
+                precision_name(r.precision), ops::attention_kernel_name(r.attention));
+  std::fflush(stdout);
+  ProgressAfterAWhile progress(z.L);
+  const LayoutSearch search = search_layouts(r, [&](const std::string& layout) { progress.stage(layout); });
+  if (!json) return print_search(o, r, search);
+  std::vector<const LayoutVerdict*> all;
+  for (const LayoutVerdict& v : search.verdicts) all.push_back(&v);
+  std::printf("%s\n", render_json(verdict_table(all, r.device)).dump(1).c_str());
 }
 
 }  // namespace remat::cli
