@@ -1,6 +1,7 @@
 #include "harness/estimate_grid.hpp"
 
 #include <algorithm>
+#include <optional>
 
 #include "autodiff/memory_tracker.hpp"
 #include "autodiff/shape_only.hpp"
@@ -151,6 +152,53 @@ EstimatePoint estimate_point(const EstimateRequest& r, const ModelSetup& setup,
     p.rows.push_back(row);
   }
   return p;
+}
+
+namespace {
+
+// Whether `strategy` fits at these sizes and ranks; no value where the
+// sizes are not valid for the model's layout.
+std::optional<bool> fits_at(const EstimateRequest& r, const ModelSetup& point, const std::string& strategy, int S, int B,
+                            int ranks) {
+  ModelSetup setup = point;
+  setup.sizes.S = S;
+  setup.sizes.B = B;
+  try {
+    validate(setup.sizes);
+    tp::validate(setup.model, setup.sizes);
+    ep::validate(setup.model, setup.sizes);
+    cp::validate(setup.model, setup.sizes);
+  } catch (const UserError&) {
+    return std::nullopt;
+  }
+  EstimateRequest one = r;
+  one.strategies = {strategy};
+  one.ranks = ranks;
+  return estimate_point(one, setup).rows.at(0).fits();
+}
+
+}  // namespace
+
+std::vector<Refit> what_would_fit(const EstimateRequest& r, const EstimatePoint& p) {
+  std::vector<Refit> out;
+  const int S = p.setup.sizes.S, B = p.setup.sizes.B;
+  for (const EstimateRow& row : p.rows) {
+    if (row.fits()) continue;
+    Refit f{row.strategy};
+    for (int b = B / 2; b >= 1 && !f.batch; b /= 2)
+      if (fits_at(r, p.setup, row.strategy, S, b, r.ranks).value_or(false)) f.batch = b;
+    for (int step = f.batch / 2; step >= 1; step /= 2)  // then the largest: b fits, 2b does not
+      if (fits_at(r, p.setup, row.strategy, S, f.batch + step, r.ranks).value_or(false)) f.batch += step;
+    for (int s = S / 2; s >= 1 && !f.seq; s /= 2) {
+      const std::optional<bool> fits = fits_at(r, p.setup, row.strategy, s, B, r.ranks);
+      if (!fits) break;  // shorter ones break the layout too (S no longer divides)
+      if (*fits) f.seq = s;
+    }
+    for (int ranks = r.ranks * 2; r.shard_params && ranks <= 65536 && !f.ranks; ranks *= 2)
+      if (fits_at(r, p.setup, row.strategy, S, B, ranks).value_or(false)) f.ranks = ranks;
+    out.push_back(f);
+  }
+  return out;
 }
 
 }  // namespace remat

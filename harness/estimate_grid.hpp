@@ -70,4 +70,15 @@ std::vector<ModelSetup> estimate_points(const EstimateRequest& r);
 EstimatePoint estimate_point(const EstimateRequest& r, const ModelSetup& setup,
                              const std::function<void(const std::string&)>& progress = nullptr);
 
+// For a strategy that does not fit the device at a point: the largest
+// batch that does (S kept), the longest sequence (S halved until it fits,
+// B kept) and, sharded (--shard-params), the fewest ranks (doubled) at
+// which it does; 0 where none does (down to B 1, to the shortest valid S,
+// up to 65536 ranks). Each from a shape-only run, as exact as the point's.
+struct Refit {
+  std::string strategy;
+  int batch = 0, seq = 0, ranks = 0;
+};
+std::vector<Refit> what_would_fit(const EstimateRequest& r, const EstimatePoint& p);
+
 }  // namespace remat

@@ -167,6 +167,26 @@ void print_point(const EstimateRequest& r, const EstimatePoint& p) {
   std::fflush(stdout);  // each grid point's table as it is done, piped or not
 }
 
+// Under a device, for each strategy that does not fit: the sizes (and,
+// sharded, the ranks) at which it would, each from a shape-only run.
+void print_refits(const EstimateRequest& r, const EstimatePoint& p) {
+  if (r.device.name.empty()) return;
+  const std::vector<Refit> refits = what_would_fit(r, p);
+  if (refits.empty()) return;
+  std::printf("does not fit %s; it would:\n", r.device.name.c_str());
+  const Sizes& z = p.setup.sizes;
+  for (const Refit& f : refits) {
+    std::vector<std::string> ways;
+    if (f.batch) ways.push_back("at B " + std::to_string(f.batch) + " (S " + std::to_string(z.S) + ")");
+    if (f.seq) ways.push_back("at S " + std::to_string(f.seq) + " (B " + std::to_string(z.B) + ")");
+    if (f.ranks) ways.push_back("over " + std::to_string(f.ranks) + " sharded ranks");
+    std::printf("  %s: %s\n", f.strategy.c_str(),
+                ways.empty() ? "not at any smaller B or S (weights, gradients and optimizer state alone are too many: "
+                               "more ranks with --shard-params, --tp or --pp)"
+                             : join(ways, ", or ").c_str());
+  }
+}
+
 void print_footnotes(bool shard_params, Precision precision, bool quantized) {
   std::printf("\nact: the activation peak of one training step, exact (the tracker's count of a shape-only run of the "
               "model's own code);\n");
@@ -274,10 +294,12 @@ void run(const EstimateOptions& o) {
       if (it == per_batch.end()) it = per_batch.insert(per_batch.end(), {row.strategy, {}});
       it->second.push_back({setup.sizes.S, row.total});
     }
-    if (o.json)
+    if (o.json) {
       for (auto& j : render_json(point_table(r, p, 30))) rows.push_back(std::move(j));
-    else
+    } else {
       print_point(r, p);
+      print_refits(r, p);
+    }
   }
   if (!o.svg.empty())  // the title says what decides the figures: precision, ranks and sharding too
     write_svg(o.svg, r.base.model + " " + r.base.preset + ", " + precision_name(r.precision) + layout_text(r), curves,

@@ -192,6 +192,15 @@ expect_error "leave out --tp" "$remat" plan --config llama-7b --gpus 8 --tp 2 --
 expect_error "less than one sequence" "$remat" plan --config llama-7b --gpus 8 --device h100-80gb --global-batch 100
 expect_error "--global-batch applies with --gpus" "$remat" plan --config llama-7b --device h100-80gb --global-batch 8192
 expect_error "are not searched there yet" "$remat" plan --config llama-7b --gpus 8 --device h100-80gb --lora 8
+# Where a strategy does not fit, estimate says at what it would: the largest B, a shorter S, more sharded ranks.
+E=(estimate --config llama-7b --seq 4096 --ranks 4 --shard-params --strategies full --precision bf16 --device h100-80gb)
+expect_ok "estimate, full does not fit" "$remat" "${E[@]}" --batch 16
+grep -Eq "^  full: at B ([0-9]+) \(S 4096\), or at S ([0-9]+) \(B 16\)" out.txt || fail "no refit: $(cat out.txt)"
+fit_b=$(sed -nE 's/^  full: at B ([0-9]+) .*/\1/p' out.txt)
+expect_ok "estimate at the largest B" "$remat" "${E[@]}" --batch "$fit_b"
+grep -q "^full .* yes (" out.txt || fail "full does not fit at B $fit_b: $(cat out.txt)"
+expect_ok "estimate one above" "$remat" "${E[@]}" --batch "$((fit_b + 1))"
+grep -q "^full .* no (" out.txt || fail "full fits at B $((fit_b + 1)) too: not the largest"
 expect_error "--ranks 2 or more" "$remat" estimate --preset tiny --shard-params
 # A plan under sharding plans its activations as train does (before sharding), and keeps them.
 expect_ok "estimate --shard-params budget" "$remat" estimate --config llama-7b --ranks 8 --shard-params --precision bf16 \
