@@ -87,6 +87,11 @@ std::int64_t require_memory(const CheckCommandOptions& o, const ModelSetup& setu
 
 CheckInputs load_inputs(const CheckCommandOptions& o) {
   CheckInputs in;
+  // --cp: this rank's rows, before the memory check (a rank holds S / N of them).
+  bool context = false;
+  const auto split_sequence = [&] {
+    context = apply_context_layout(o.model.cp, o.model.tp > 1 || o.model.sp || o.model.ep > 1, in.setup);
+  };
   if (!o.weights.empty() && !o.golden.empty()) throw UserError("--weights and --golden both name the weights: give one");
   if (!o.save_golden.empty())
     check_output(o.save_golden, FileKind::golden, {o.weights, o.golden, batch_source_file(o.model.data)}, o.force);
@@ -102,6 +107,7 @@ CheckInputs load_inputs(const CheckCommandOptions& o) {
     }
     if (o.model.batch) in.setup.sizes.B = o.model.batch;
     if (o.model.seq || o.model.batch) w.batch.reset();
+    split_sequence();
     in.memory = require_memory(o, in.setup);
     if (!w.batch || o.data_given) w.batch = o.model.make_batch(in.setup.sizes);
     in.batch = *w.batch;
@@ -111,6 +117,7 @@ CheckInputs load_inputs(const CheckCommandOptions& o) {
     // A deep stack takes a while before its first step: said past ten seconds.
     ProgressAfterAWhile progress(in.setup.sizes.L);
     progress.stage("estimating the memory a step needs");
+    split_sequence();
     in.memory = require_memory(o, in.setup);
     in.params = std::make_unique<ParamStore>(models().find(in.setup.model).make(in.setup.sizes)->params(), DType::f32);
     initialize(*in.params, o.model.run.seed, in.setup.sizes.L, [&](std::size_t i, std::size_t n) {
@@ -119,8 +126,7 @@ CheckInputs load_inputs(const CheckCommandOptions& o) {
     });
     in.batch = o.model.make_batch(in.setup.sizes);
   }
-  if (!apply_context_layout(o.model.cp, o.model.tp > 1 || o.model.sp || o.model.ep > 1, in.setup))
-    split_over_ranks(o.model.tp, o.model.sp, o.model.ep, in.setup, in.params);
+  if (!context) split_over_ranks(o.model.tp, o.model.sp, o.model.ep, in.setup, in.params);
   return in;
 }
 
