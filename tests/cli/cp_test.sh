@@ -107,7 +107,7 @@ sent, predicted = cp["history/comm_bytes"][:], cp["history/predicted_comm_bytes"
 assert (sent > 0).all() and (sent == predicted).all(), (sent[:3], predicted[:3])
 PY
 K=(train --model llama --preset small --layers 2 --seq 128 --lr 3e-3 --data copy --cp 2 --strategy per-layer --steps 30
-   --save-every 2)  # 30 steps: a kill takes a while to reach every rank
+   --save-every 2)
 "${mpi[@]}" "$remat" "${K[@]}" --out whole-run.h5 >/dev/null 2>err.txt || fail "train --cp 2: $(cat err.txt)"
 cut_at_first_save cut-run.h5 "${mpi[@]}" "$remat" "${K[@]}" --out cut-run.h5
 expect_ok "train --cp 2 --resume" "${mpi[@]}" "$remat" "${K[@]}" --out cut-run.h5 --resume

@@ -35,12 +35,15 @@ mpi_ranks() {  # mpi_ranks MPIEXEC N: the array `mpi` launches N ranks on howeve
 }
 cut_at_first_save() {  # cut_at_first_save FILE CMD...: runs CMD, killed (every rank) once FILE exists
   # Saves replace the file atomically; a file test every 10 ms cuts the run after its first save on any machine.
+  # The ranks (mpiexec's children) get SIGKILL at once: mpiexec's own SIGTERM reaches them late, and a fast
+  # machine would finish the run first.
   "${@:2}" >/dev/null 2>&1 &
-  local job=$! _
+  local job=$! _ child
   for _ in $(seq 3000); do
     [ -e "$1" ] && break
     sleep 0.01
   done
+  for child in $(cat /proc/"$job"/task/*/children 2>/dev/null); do kill -9 "$child" 2>/dev/null; done
   kill "$job" 2>/dev/null
   wait "$job" 2>/dev/null
   return 0
