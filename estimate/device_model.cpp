@@ -10,30 +10,32 @@
 
 namespace remat {
 
-double DeviceModel::seconds_now() const {
+double DeviceModel::seconds_since(const stats::Work& origin) const {
   const stats::Work& w = stats::work();
   const double peak = precision != Precision::fp32 ? device.half_flops : device.fp32_flops;
-  return w.flops / (peak * gemm_efficiency) +
-         w.bytes * bytes_touched_per_byte_made / (device.memory_bandwidth * memory_efficiency) + comm_seconds_now() +
-         copy_wait_seconds_now();
+  return (w.flops - origin.flops) / (peak * gemm_efficiency) +
+         (w.bytes - origin.bytes) * bytes_touched_per_byte_made / (device.memory_bandwidth * memory_efficiency) +
+         comm_seconds_since(origin) + copy_wait_seconds_since(origin);
 }
 
-double DeviceModel::copy_wait_seconds_now() const { return stats::work().copy_wait_seconds; }
+double DeviceModel::copy_wait_seconds_since(const stats::Work& origin) const {
+  return stats::work().copy_wait_seconds - origin.copy_wait_seconds;
+}
 
-double DeviceModel::comm_seconds_now() const {
-  const double bytes = stats::work().comm_bytes;
+double DeviceModel::comm_seconds_since(const stats::Work& origin) const {
+  const double bytes = stats::work().comm_bytes - origin.comm_bytes;
   return bytes > 0 ? bytes / (device.peer_link * link_efficiency) : 0.0;
 }
 
 double DeviceModel::offload_seconds_per_byte() const { return 2.0 / device.host_link; }
 
 ModelledCopies::ModelledCopies(const DeviceModel& device)
-    : device_(device), previous_(transfer::exchange_copy_listener(this)) {}
+    : device_(device), origin_(stats::work()), previous_(transfer::exchange_copy_listener(this)) {}
 
 ModelledCopies::~ModelledCopies() { transfer::exchange_copy_listener(previous_); }
 
 double ModelledCopies::enqueue(std::int64_t bytes) {
-  stream_free_ = std::max(stream_free_, device_.seconds_now()) + double(bytes) / device_.device.host_link;
+  stream_free_ = std::max(stream_free_, now()) + double(bytes) / device_.device.host_link;
   return stream_free_;
 }
 
@@ -51,7 +53,7 @@ void ModelledCopies::copy_in(const void* group, std::int64_t bytes) {
 void ModelledCopies::wait(const void* group) {
   const auto it = pending_.find(group);
   if (it == pending_.end()) return;
-  const double late = it->second.done - device_.seconds_now();
+  const double late = it->second.done - now();
   if (late > 0) stats::count_copy_wait(late);
   pending_.erase(it);
 }
@@ -68,7 +70,8 @@ SaveProfile modelled_costs(const Model& model, const ParamStore& params, const B
   ShapeOnlyScope shape_only;
   PrecisionScope precision(params, device.precision);
   // One repeat: a shape-only run does the same work every time.
-  const CostClock clock{[&device] { return device.seconds_now(); }, device.offload_seconds_per_byte()};
+  const stats::Work origin = stats::work();
+  const CostClock clock{[&device, origin] { return device.seconds_since(origin); }, device.offload_seconds_per_byte()};
   SaveProfile p = measure_costs(model, params, batch, kernel, 1, 1, &clock);
   p.copies_in_flight = true;  // a GPU's offload copies overlap its compute
   return p;

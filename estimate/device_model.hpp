@@ -9,6 +9,7 @@
 #include <functional>
 #include <map>
 
+#include "autodiff/stats.hpp"
 #include "autodiff/transfer.hpp"
 
 #include "estimate/devices.hpp"
@@ -35,14 +36,17 @@ struct DeviceModel {
   // parallelism's, between the GPUs of one node).
   double link_efficiency = 0.8;
 
-  // Modelled seconds for the work counted since the process started
-  // (autodiff/stats.hpp's work()).
-  double seconds_now() const;
+  // Modelled seconds for the work counted since `origin` (a copy of
+  // autodiff/stats.hpp's work() taken then). Priced from the counts'
+  // differences, which are exact (whole FLOPs and bytes), so a step's price
+  // does not depend on what the process did before it: seconds computed
+  // from totals since the process began would carry their rounding.
+  double seconds_since(const stats::Work& origin) const;
   // Of those, the communication's: the bytes sent to other ranks over the peer link.
-  double comm_seconds_now() const;
+  double comm_seconds_since(const stats::Work& origin) const;
   // Of those, the waits for offload copies the compute did not hide (while
   // a ModelledCopies lives).
-  double copy_wait_seconds_now() const;
+  double copy_wait_seconds_since(const stats::Work& origin) const;
   // Moving one byte to the host offload pool and back.
   double offload_seconds_per_byte() const;
 };
@@ -51,7 +55,8 @@ struct DeviceModel {
 // thread: each crosses the host link at the device's stated bandwidth, one
 // copy at a time on a copy stream of its own (as autodiff/transfer.hpp's),
 // beside the compute that runs meanwhile; where the step waits for a copy
-// not yet done, the rest of it is added to the clock (copy_wait_seconds_now).
+// not yet done, the rest of it is added to the clock (copy_wait_seconds_since).
+// Its times are modelled seconds since it was made.
 class ModelledCopies final : public transfer::CopyListener {
  public:
   explicit ModelledCopies(const DeviceModel& device);
@@ -70,7 +75,10 @@ class ModelledCopies final : public transfer::CopyListener {
     double done = 0;   // modelled time its copy is done
     bool out = false;  // a copy out (not yet waited for)
   };
+  double now() const { return device_.seconds_since(origin_); }
+
   const DeviceModel& device_;
+  const stats::Work origin_;
   double stream_free_ = 0;  // when the copy stream has done all it was given
   std::map<const void*, Pending> pending_;
   transfer::CopyListener* previous_;

@@ -100,7 +100,8 @@ std::vector<PipelineEstimate> pipeline_stage_estimates(const ModelSetup& setup, 
     step.options.strategy = strategy.get();
     step.options.attention = kernel;
     step.options.precision = precision;
-    if (rates) step.clock = [&priced] { return priced.seconds_now(); };
+    const stats::Work origin = stats::work();
+    if (rates) step.clock = [&priced, origin] { return priced.seconds_since(origin); };
     // Every rank in this process first: the edges' shapes, and what a step
     // makes once (as the command's warm-up would).
     pipeline::EdgeShapes shapes;

@@ -76,13 +76,13 @@ std::optional<SaveProfile> costs_to_plan(const std::vector<std::string>& strateg
   return std::nullopt;
 }
 
-// The device model's clocks (all 0 without one).
+// The device model's clocks since `origin` (all 0 without one).
 struct ModelledClocks {
   double step = 0, comm = 0, copy_wait = 0;
 };
-ModelledClocks modelled_clocks(const DeviceModel* device) {
+ModelledClocks modelled_clocks(const DeviceModel* device, const stats::Work& origin) {
   if (!device) return {};
-  return {device->seconds_now(), device->comm_seconds_now(), device->copy_wait_seconds_now()};
+  return {device->seconds_since(origin), device->comm_seconds_since(origin), device->copy_wait_seconds_since(origin)};
 }
 
 }  // namespace
@@ -130,16 +130,15 @@ ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::stri
       if (!costs) throw std::logic_error("shape_only_run: '" + spec + "' needs costs that were not made");
       strategy->plan(*costs);
     }
-    const ModelledClocks before = modelled_clocks(device);
+    const stats::Work origin = stats::work();
     StepOptions o = step_options(settings, strategy.get());
     o.zero_grad = zero_grad;
     std::map<std::string, std::int64_t> base;
     for (const auto& pool : extras.pools) base[pool] = tracker.stats(pool).live;
     const StepResult r = run_step(*model, params, batch, o);  // (its peaks counted afresh, in its own scope)
-    const ModelledClocks now = modelled_clocks(device);
+    const ModelledClocks clocks = modelled_clocks(device, origin);
     run.steps.push_back({spec, r.activation_peak, r.offload_peak, r.flops, r.recompute_flops, r.comm_bytes,
-                         r.recompute_comm_bytes, now.step - before.step, now.comm - before.comm,
-                         now.copy_wait - before.copy_wait, {}, r.dequantize_flops, r.recompute_dequantize_flops});
+                         r.recompute_comm_bytes, clocks.step, clocks.comm, clocks.copy_wait, {}, r.dequantize_flops, r.recompute_dequantize_flops});
     for (const auto& pool : extras.pools) {
       const auto peak = r.pool_peaks.find(pool);
       run.steps.back().pool_peaks[pool] = (peak == r.pool_peaks.end() ? base[pool] : peak->second) - base[pool];

@@ -237,8 +237,8 @@ TEST_CASE("the device model prices offload copies on the host link, and checks t
   CHECK(hidden.modelled_copy_wait_seconds == Approx(0).margin(1e-15));
   CHECK(hidden.modelled_seconds == Approx(full.modelled_seconds).epsilon(1e-9));
 
-  // Copies ten times the compute (no slower: the clocks read totals since
-  // the process began, and other tests read differences of them).
+  // Copies ten times the compute (no slower: the waits add to a process-wide
+  // total of seconds, which later steps read differences of).
   const double slow_link = 2.0 * double(hidden.offload_peak) / (10 * full.modelled_seconds);
   const ShapeOnlyRun slow = priced(slow_link);
   const ShapeOnlyStep& waited = slow.steps[1];
@@ -328,19 +328,20 @@ TEST_CASE("a busy neighbour does not change a plan: each cost is the fastest of 
   const auto model = models().find("gpt2").make(setup.sizes);
   const ParamStore params(model->params(), DType::f32);
   const Batch batch = shape_only_batch(setup.sizes);
-  const CostClock quiet{[&] { return device.seconds_now(); }, device.offload_seconds_per_byte()};
+  const stats::Work origin = stats::work();
+  const CostClock quiet{[&] { return device.seconds_since(origin); }, device.offload_seconds_per_byte()};
   const SaveProfile calm = measure_costs(*model, params, batch, ops::AttentionKernel::fused, 1, 5, &quiet);
   std::mt19937_64 rng(7);
   double stolen = 0;  // the neighbour's share so far: a third of the readings come after a burst of it
   const double burst = 10 * calm.blocks[0].forward_seconds;
   const CostClock busy{[&] {
                          if (rng() % 3 == 0) stolen += burst;
-                         return device.seconds_now() + stolen;
+                         return device.seconds_since(origin) + stolen;
                        },
                        device.offload_seconds_per_byte()};
   const SaveProfile loaded = measure_costs(*model, params, batch, ops::AttentionKernel::fused, 1, 5, &busy);
   REQUIRE(loaded.blocks.size() == calm.blocks.size());
-  // (Equal to rounding: the clocks read totals since the process began.)
+  // (Equal to rounding: the busy clock's readings carry the stolen time.)
   for (std::size_t b = 0; b < calm.blocks.size(); ++b) {
     INFO("block " << b);
     CHECK(loaded.blocks[b].forward_seconds == Approx(calm.blocks[b].forward_seconds).epsilon(1e-6));
