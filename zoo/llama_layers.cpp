@@ -21,9 +21,13 @@ Tensor attention(const ParamStore& p, const std::string& prefix, const Tensor& x
   const ops::RopeScaling scaling{z.rope_factor, z.rope_low_freq, z.rope_high_freq, z.rope_original};
   const Tensor q = ops::rotary(linear(p, prefix + ".wq", in, z.qkv_bias), hd, z.theta, scaling, z.cp);
   const int kv_parts = tp::kv_parts(z.Hkv, z.tp);
+  // Fewer key/value heads than ranks: each rank holds its heads' rows
+  // (and Qwen2's biases) whole, their gradients summed over the ranks that share them.
   const auto kv = [&](const char* name) {
-    return kv_parts > 0 ? ops::linear(in, tp::replicated(p, prefix + name + ".weight", kv_parts, z.tp))
-                        : linear(p, prefix + name, in, z.qkv_bias);
+    if (kv_parts == 0) return linear(p, prefix + name, in, z.qkv_bias);
+    const std::string w = prefix + name;
+    return ops::linear(in, tp::replicated(p, w + ".weight", kv_parts, z.tp),
+                       z.qkv_bias ? tp::replicated(p, w + ".bias", kv_parts, z.tp) : Tensor());
   };
   const Tensor k = ops::rotary(kv(".wk"), hd, z.theta, scaling, z.cp);
   const Tensor v = kv(".wv");

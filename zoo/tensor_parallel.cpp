@@ -130,7 +130,6 @@ void validate(const std::string& model, const Sizes& z) {
     if (n % g.size != 0)
       throw UserError("--tp " + std::to_string(g.size) + " does not divide " + what + " = " + std::to_string(n) + note);
   };
-  if (z.qkv_bias) throw UserError("--tp: llama with q/k/v biases (Qwen2) is not split by tensor parallelism yet");
   const ModelInfo& info = models().find(model);  // what its registration says of its split
   divides(z.H, "the attention heads H");
   if (info.grouped_kv && z.Hkv % g.size != 0 && g.size % z.Hkv != 0)

@@ -111,6 +111,34 @@ for name in one["grads"]:
 PY
 expect_ok "llama check --tp 4 --sp" "${mpi4[@]}" "$remat" check --model llama --tp 4 --sp --dropout 0.1 --strategies all
 
+# Qwen2 (llama with q/k/v biases): the biases split with their projections' rows, and at --tp 4 each rank's
+# key/value head keeps its biases whole, their gradients summed like its weights'. Random biases: a zero one
+# would test nothing.
+py llama.h5 qwen2.h5 <<'PY' || fail "making a Qwen2 weight file"
+import sys, shutil, h5py, numpy as np
+shutil.copy(sys.argv[1], sys.argv[2])
+with h5py.File(sys.argv[2], "r+") as f:
+    f.attrs["qkv_bias"] = np.int64(1)
+    rng = np.random.default_rng(5)
+    for w in [n for n in f["params"] if n.endswith((".wq.weight", ".wk.weight", ".wv.weight"))]:
+        f["params"][w[:-len("weight")] + "bias"] = rng.uniform(-0.5, 0.5, f["params"][w].shape[0]).astype(np.float32)
+PY
+"$remat" grads --weights qwen2.h5 --out one.h5 >/dev/null 2>&1 || fail "qwen2 grads, one process"
+for ranks in 2 4; do
+  launch=("${mpi[@]}"); [ "$ranks" = 4 ] && launch=("${mpi4[@]}")
+  expect_ok "qwen2 grads --tp $ranks --sp" "${launch[@]}" "$remat" grads --weights qwen2.h5 --tp "$ranks" --sp --out split.h5
+  py one.h5 split.h5 <<'PY' || fail "qwen2 --tp $ranks: gradients differ from one process's"
+import sys, h5py, numpy as np
+one, split = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+assert sorted(one["grads"]) == sorted(split["grads"])
+assert any(n.endswith(".wk.bias") for n in one["grads"])
+for name in one["grads"]:
+    a, b = one["grads"][name][:], split["grads"][name][:]
+    assert np.abs(a - b).max() <= 1e-5 * (np.abs(a).max() + 1e-30), name
+PY
+done
+expect_ok "qwen2 check --tp 4" "${mpi4[@]}" "$remat" check --weights qwen2.h5 --tp 4 --dropout 0.1 --strategies all
+
 # 5. Training: 100 steps under --tp 2 --sp, and under tensor parallelism 2 x data parallelism 2 on four ranks,
 # follow one process's losses (with --accumulate 2 for the two replicas) within 1e-4; the communication is as
 # predicted; killed and resumed, a run ends bitwise as one left alone.
