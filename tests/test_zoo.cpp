@@ -2,6 +2,7 @@
 // float64, float32 against float64, and every strategy against full.
 #include <cmath>
 #include <fstream>
+#include <map>
 #include <filesystem>
 
 #include "autodiff/tape.hpp"
@@ -150,7 +151,8 @@ TEST_CASE("a parameter split over ranks and joined again is the whole, for every
   CHECK_THROWS_AS(tp::part_values(std::vector<double>(5), kv, whole, RankGroup{ranks, 0}), UserError);
 }
 
-TEST_CASE("llama with q/k/v biases (Qwen2): its biases are parameters with gradients, refused under --tp", "[zoo][qwen2]") {
+TEST_CASE("llama with q/k/v biases (Qwen2): its biases are parameters with gradients, split with their rows under --tp",
+          "[zoo][qwen2]") {
   Sizes z = preset_sizes("tiny");
   z.qkv_bias = true;
   const auto model = models().find("llama").make(z);
@@ -168,8 +170,21 @@ TEST_CASE("llama with q/k/v biases (Qwen2): its biases are parameters with gradi
     const auto g = params[b].grad().to_host_f64();
     CHECK(std::any_of(g.begin(), g.end(), [](double v) { return v != 0; }));
   }
-  z.tp = {2, 0, false};
-  CHECK_THROWS_WITH(tp::validate("llama", z), Catch::Contains("q/k/v biases"));
+  // Under --tp each bias is split as its projection's rows are: whole heads
+  // at --tp 2, the shared key/value head's whole at --tp 4 (Hkv 2).
+  // tests/cli/tp_test.sh checks the gradients against one process.
+  for (const int ranks : {2, 4}) {
+    z.tp = {ranks, 1, false};
+    CHECK_NOTHROW(tp::validate("llama", z));
+    std::map<std::string, ParamSpec> specs;
+    for (const auto& spec : models().find("llama").make(z)->params()) specs[spec.name] = spec;
+    for (const auto& name : biases) {
+      INFO(name << " at --tp " << ranks);
+      const ParamSpec &bias = specs.at(name), &weight = specs.at(name.substr(0, name.size() - 4) + "weight");
+      CHECK(bias.shape[0] == weight.shape[0]);
+      CHECK((bias.split.dim == 0 && bias.split.parts == weight.split.parts && bias.split.blocks == weight.split.blocks));
+    }
+  }
 }
 
 // Each model's registration says how its layers split (ModelInfo::mlp_hidden,
