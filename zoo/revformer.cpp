@@ -2,8 +2,11 @@
 //   x = wte[tokens] + wpe[0..S);  x1 = x;  x2 = x
 //   for i: y1 = x1 + F_i(x2);  y2 = x2 + G_i(y1)
 //   logits = LN_f((x1 + x2) / 2) @ wte^T
-// F_i(z) = Attn(LN(z)), G_i(z) = MLP(LN(z)), each as in gpt2. Its blocks are
-// marked reversible, so the `reversible` strategy can rebuild their inputs.
+// F_i(z) = Attn(LN(z)), G_i(z) = MLP(LN(z)), each as in gpt2, and split by
+// tensor (and sequence) parallelism as gpt2's are (zoo/gpt_layers.hpp). Its
+// blocks are marked reversible, so the `reversible` strategy can rebuild
+// their inputs: under a split, each rank rebuilds its own (x1, x2), the
+// collectives in F and G run again on every rank alike.
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/region.hpp"
 #include "zoo/common.hpp"
@@ -19,14 +22,15 @@ class Revformer final : public Model {
 
   std::vector<ParamSpec> params() const override {
     const std::int64_t D = sizes_.D;
+    const RankGroup& group = sizes_.tp;
     std::vector<ParamSpec> p;
-    gpt::append_embeddings(p, sizes_.V, D, sizes_.S_max);
+    gpt::append_embeddings(p, sizes_.V, D, sizes_.S_max, group);
     for (int i = 0; i < sizes_.L; ++i) {
       const std::string h = block_name(i) + ".";
       append_layer_norm(p, h + "f.ln", D);
-      gpt::append_attention(p, h + "f.attn", D);
+      gpt::append_attention(p, h + "f.attn", D, group);
       append_layer_norm(p, h + "g.ln", D);
-      gpt::append_mlp(p, h + "g.mlp", D);
+      gpt::append_mlp(p, h + "g.mlp", D, group);
     }
     append_layer_norm(p, "ln_f", D);
     return p;
@@ -34,7 +38,7 @@ class Revformer final : public Model {
 
   Tensor logits(const ParamStore& p, const Batch& batch) const override {
     const Tensor& tokens = batch.tokens;
-    const Tensor x = gpt::embeddings(p, tokens, sizes_.dropout);
+    const Tensor x = gpt::embeddings(p, tokens, sizes_.dropout, sizes_.tp);
     Tensor x1 = x, x2 = x;
     for (int i = 0; i < sizes_.L; ++i) {
       const ReversibleBody body{[this, &p, i](const Tensor& z) { return f(p, i, z); },
@@ -43,7 +47,7 @@ class Revformer final : public Model {
       x1 = y[0];
       x2 = y[1];
     }
-    return gpt::tied_head(p, ops::scale(ops::add(x1, x2), 0.5));
+    return gpt::tied_head(p, ops::scale(ops::add(x1, x2), 0.5), sizes_.tp);
   }
 
  private:
@@ -51,13 +55,13 @@ class Revformer final : public Model {
 
   Tensor f(const ParamStore& p, int i, const Tensor& z) const {  // Attn(LN(z))
     const std::string h = block_name(i) + ".f.";
-    const Tensor a = ops::layer_norm(z, p[h + "ln.weight"], p[h + "ln.bias"], 1e-5);
-    return gpt::attention(p, h + "attn", a, sizes_.H, sizes_.dropout);
+    return gpt::attention(p, h + "attn", gpt::layer_norm(p, h + "ln", z, sizes_.tp), sizes_.H, sizes_.dropout, true,
+                          sizes_.tp);
   }
 
   Tensor g(const ParamStore& p, int i, const Tensor& z) const {  // MLP(LN(z))
     const std::string h = block_name(i) + ".g.";
-    return gpt::mlp(p, h + "mlp", ops::layer_norm(z, p[h + "ln.weight"], p[h + "ln.bias"], 1e-5), sizes_.dropout);
+    return gpt::mlp(p, h + "mlp", gpt::layer_norm(p, h + "ln", z, sizes_.tp), sizes_.dropout, sizes_.tp);
   }
 };
 
@@ -65,7 +69,8 @@ class Revformer final : public Model {
 
 void register_revformer(ModelRegistry& r) {
   r.add({"revformer", "reversible decoder (RevNet coupling of gpt2's attention and MLP), tied head", true,
-         [](const Sizes& s) { return std::make_unique<Revformer>(s); }});
+         [](const Sizes& s) { return std::make_unique<Revformer>(s); }, {}, /*tensor_parallel=*/true, {},
+         gpt::mlp_hidden});
 }
 
 }  // namespace remat

@@ -13,7 +13,7 @@ set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 mpi_test_start "$@"
 
-for model in gpt2 llama mixtral encdec parallel bert; do
+for model in gpt2 llama mixtral encdec parallel bert revformer; do
   "$remat" export --model "$model" --preset tiny --out "$model.h5" >/dev/null 2>err.txt || fail "export: $(cat err.txt)"
   expect_ok "$model grads, one process" "$remat" grads --weights "$model.h5" --out one.h5
   layouts=("--tp 2" "--tp 2 --sp")
@@ -225,7 +225,6 @@ assert r['parameter_count'] == split // 2 + whole, (r['parameter_count'], split 
 # 6. Bad layouts: one line, exit 2.
 expect_error "does not divide the attention heads H = 4" "$remat" check --model gpt2 --tp 3
 expect_error "runs on 2 ranks" "$remat" check --model gpt2 --tp 2
-expect_error "revformer is not split by tensor parallelism yet" "$remat" check --model revformer --tp 2
 expect_error "--sp splits the sequence over a tensor-parallel group" "$remat" estimate --model gpt2 --sp
 expect_error "mixtral's router is not split over the sequence" "$remat" estimate --model mixtral --tp 2 --sp
 expect_error "bert is not split over the sequence yet" "$remat" estimate --model bert --tp 2 --sp
