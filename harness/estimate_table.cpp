@@ -1,5 +1,7 @@
 #include "harness/estimate_table.hpp"
 
+#include <algorithm>
+
 #include "core/text.hpp"
 
 namespace remat {
@@ -29,7 +31,7 @@ std::string seconds(const Cell& c) { return fixed(number(c), number(c) > 0 && nu
 
 }  // namespace
 
-Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bits) {
+Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bits, const std::vector<Refit>& refits) {
   const double unit = double(std::int64_t(1) << unit_bits);
   const std::string u = unit_bits == 30 ? "GiB" : "MiB";
   const bool device = !r.device.name.empty(), rates = r.device.fp32_flops > 0;
@@ -56,8 +58,12 @@ Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bit
                {"modelled_copy_wait_s", rates && offloads ? "of it copy wait s" : "", seconds},
 };
   for (Column& c : fit_columns(r.device, offloads)) t.columns.push_back(std::move(c));
+  // Where a row does not fit (a device given): the sizes and ranks at which it would.
+  for (const char* key : {"would_fit_batch", "would_fit_seq", "would_fit_ranks"}) t.columns.push_back({key, ""});
   for (const auto& row : p.rows) {
     const Cell none;
+    const auto refit = std::find_if(refits.begin(), refits.end(), [&](const Refit& f) { return f.strategy == row.strategy; });
+    const bool refitted = device && !row.fits() && refit != refits.end();
     t.add({p.setup.model, p.setup.preset, row.strategy, std::int64_t(z.S), std::int64_t(z.B), std::int64_t(z.L),
            ops::attention_kernel_name(r.attention), precision_name(r.precision), std::int64_t(z.tp.size),
            z.tp.sequence, std::int64_t(z.ep.size), std::int64_t(z.cp.size), std::int64_t(r.ranks), r.shard_params,
@@ -69,7 +75,9 @@ Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bit
            device ? Cell(r.device.usable()) : none, rates ? Cell(row.modelled_seconds) : none,
            rates ? Cell(row.modelled_comm_seconds) : none,
            rates ? Cell(row.modelled_copy_wait_seconds) : none, device ? Cell(row.headroom) : none,
-           r.device.host_memory_bytes > 0 ? Cell(row.host_headroom) : none, device ? Cell(row.fits()) : none});
+           r.device.host_memory_bytes > 0 ? Cell(row.host_headroom) : none, device ? Cell(row.fits()) : none,
+           refitted ? Cell(std::int64_t(refit->batch)) : none, refitted ? Cell(std::int64_t(refit->seq)) : none,
+           refitted ? Cell(std::int64_t(refit->ranks)) : none});
   }
   return t;
 }

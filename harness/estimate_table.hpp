@@ -9,8 +9,10 @@
 namespace remat {
 
 // Every field for JSON; for text, sizes in `unit_bits` (30: GiB, 20: MiB),
-// FLOPs in T or M, the columns a person reads.
-Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bits);
+// FLOPs in T or M, the columns a person reads. `refits`: what_would_fit's
+// answers, for JSON (text says them below the table).
+Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bits,
+                  const std::vector<Refit>& refits = {});
 
 // Under --pp: a row per (strategy, stage) at one grid point: what the stage
 // reads of the model (weights, gradients, optimizer state), its activation

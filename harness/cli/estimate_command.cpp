@@ -295,7 +295,8 @@ void run(const EstimateOptions& o) {
       it->second.push_back({setup.sizes.S, row.total});
     }
     if (o.json) {
-      for (auto& j : render_json(point_table(r, p, 30))) rows.push_back(std::move(j));
+      const std::vector<Refit> refits = r.device.name.empty() ? std::vector<Refit>{} : what_would_fit(r, p);
+      for (auto& j : render_json(point_table(r, p, 30, refits))) rows.push_back(std::move(j));
     } else {
       print_point(r, p);
       print_refits(r, p);

@@ -197,10 +197,15 @@ E=(estimate --config llama-7b --seq 4096 --ranks 4 --shard-params --strategies f
 expect_ok "estimate, full does not fit" "$remat" "${E[@]}" --batch 16
 grep -Eq "^  full: at B ([0-9]+) \(S 4096\), or at S ([0-9]+) \(B 16\)" out.txt || fail "no refit: $(cat out.txt)"
 fit_b=$(sed -nE 's/^  full: at B ([0-9]+) .*/\1/p' out.txt)
+fit_s=$(sed -nE 's/^  full: .*or at S ([0-9]+) \(B 16\).*/\1/p' out.txt)
+fit_r=$(sed -nE 's/^  full: .*over ([0-9]+) sharded ranks.*/\1/p' out.txt)
 expect_ok "estimate at the largest B" "$remat" "${E[@]}" --batch "$fit_b"
 grep -q "^full .* yes (" out.txt || fail "full does not fit at B $fit_b: $(cat out.txt)"
 expect_ok "estimate one above" "$remat" "${E[@]}" --batch "$((fit_b + 1))"
 grep -q "^full .* no (" out.txt || fail "full fits at B $((fit_b + 1)) too: not the largest"
+"$remat" "${E[@]}" --batch 16 --json >refit.json 2>err.txt || fail "estimate --json: $(cat err.txt)"
+py -c "import json; r = json.load(open('refit.json'))[0]; assert not r['fits'] and r['would_fit_batch'] == $fit_b \
+  and r['would_fit_seq'] == ${fit_s:-0} and r['would_fit_ranks'] == ${fit_r:-0}, r" || fail "estimate --json's refit is not the text's"
 expect_error "--ranks 2 or more" "$remat" estimate --preset tiny --shard-params
 # A plan under sharding plans its activations as train does (before sharding), and keeps them.
 expect_ok "estimate --shard-params budget" "$remat" estimate --config llama-7b --ranks 8 --shard-params --precision bf16 \
