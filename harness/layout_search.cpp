@@ -72,23 +72,18 @@ std::vector<PipelineEstimate> stage_estimates(const LayoutRequest& r, const Mode
   pipe.schedule = "1f1b";
   for (std::size_t i = 0; i < layout.stage_layers.size(); ++i)
     pipe.stage_layers += (i ? "," : "") + std::to_string(layout.stage_layers[i]);
+  const EstimateRequest& p = r.point;
   DeviceModel device;
-  device.device = r.device;
-  device.precision = r.precision;
-  return pipeline_stage_estimates(setup, r.strategies, pipe, r.attention, r.precision, r.optimizer, &device);
+  device.device = p.device;
+  return pipeline_stage_estimates(setup, p.strategies, pipe, p.attention, p.precision, p.optimizer, &device);
 }
 
 // Without stages: `estimate`'s point (a rank's step and state, as
 // training's steps measure them) for the layout's strategies.
 EstimatePoint flat_point(const LayoutRequest& r, const ModelSetup& setup, const TrainingLayout& layout) {
-  EstimateRequest e;
+  EstimateRequest e = r.point;
   e.base = setup;
-  e.strategies = r.strategies;
-  e.attention = r.attention;
-  e.precision = r.precision;
-  e.optimizer = r.optimizer;
   e.ranks = layout.dp;
-  e.device = r.device;
   return estimate_point(e, setup, {});
 }
 
@@ -100,13 +95,14 @@ EstimatePoint flat_point(const LayoutRequest& r, const ModelSetup& setup, const 
 // full each one adds the same (what a step does once, such as the 16-bit
 // weight copy, is not multiplied). Then the data-parallel exchange.
 void cost_layout(const LayoutRequest& r, const ModelSetup& setup, TrainingLayout layout, std::vector<LayoutVerdict>& out) {
+  const Device& device = r.point.device;
   const int M = layout.micro_batches, M1 = std::min(M, layout.pp), M2 = M1 + 2;
   const auto first = stage_estimates(r, setup, layout, M1);
   const auto second = M > M1 ? stage_estimates(r, setup, layout, M2) : first;
   const EstimatePoint flat = layout.pp == 1 ? flat_point(r, setup, layout) : EstimatePoint{};
   for (std::size_t i = 0; i < first.size(); ++i) {
     LayoutVerdict v;
-    layout.strategy = r.strategies[i];
+    layout.strategy = r.point.strategies[i];
     v.layout = layout;
     std::int64_t gradients = 0, offload = 0;
     double busy = 0;
@@ -124,15 +120,15 @@ void cost_layout(const LayoutRequest& r, const ModelSetup& setup, TrainingLayout
     }
     // Each gradient all-reduced over the replicas and the context-parallel
     // ranks (whose rows' gradients add up), as Megatron does over dp x cp.
-    v.exchange_seconds = exchange_seconds(r.device, gradients, layout.dp * layout.cp);
+    v.exchange_seconds = exchange_seconds(device, gradients, layout.dp * layout.cp);
     v.step_seconds = pipeline_step + v.exchange_seconds;
     v.bubble = layout.pp > 1 && pipeline_step > 0 ? 1 - busy / (double(layout.pp) * pipeline_step) : 0;
     if (layout.pp == 1) {  // what `estimate` says of one rank's step, as training measures it
       v.largest_total = flat.rows[i].total;
       offload = flat.rows[i].offload;
     }
-    const std::int64_t over = v.largest_total - r.device.usable();
-    const std::int64_t host_over = r.device.host_memory_bytes > 0 ? offload - r.device.host_memory_bytes : 0;
+    const std::int64_t over = v.largest_total - device.usable();
+    const std::int64_t host_over = device.host_memory_bytes > 0 ? offload - device.host_memory_bytes : 0;
     v.fits = over <= 0 && host_over <= 0;
     if (over > 0)
       v.why_not = "stage " + std::to_string(v.hungriest_stage) + " over by " + human_bytes(double(over));
@@ -153,7 +149,7 @@ std::int64_t block_state_bytes(const LayoutRequest& r, const ModelSetup& setup, 
   std::int64_t count = 0;
   for (const ParamSpec& spec : model->params())
     if (spec.name.rfind(first, 0) == 0) count += numel(spec.shape);
-  const std::int64_t per = 4 + 4 + (r.optimizer == "adamw" ? 8 : 0) + (r.precision == Precision::fp32 ? 0 : 2);
+  const std::int64_t per = 4 + 4 + (r.point.optimizer == "adamw" ? 8 : 0) + (r.point.precision == Precision::fp32 ? 0 : 2);
   return count * per * blocks;
 }
 
@@ -165,16 +161,21 @@ std::vector<int> powers_of_two(int upto) {
 
 }  // namespace
 
-LayoutSearch search_layouts(const LayoutRequest& r, const std::function<void(const std::string&)>& progress) {
+void check_request(const LayoutRequest& r) {
   if (r.gpus < 1) throw UserError("--gpus must be at least 1");
-  if (r.device.fp32_flops <= 0)
+  if (r.point.device.fp32_flops <= 0)
     throw UserError("a layout is ranked by its step time: name a --device with rates (h100-80gb, a100-80gb, ...)");
-  const Sizes& z = r.base.sizes;
-  const std::int64_t sequences = r.global_batch_tokens / z.S;
-  if (sequences < 1)
+  if (r.global_batch_tokens < r.point.base.sizes.S)
     throw UserError("--global-batch " + std::to_string(r.global_batch_tokens) + " tokens is less than one sequence of " +
-                    std::to_string(z.S));
-  const bool sequence_split = models().find(r.base.model).no_sequence_split.empty();
+                    std::to_string(r.point.base.sizes.S));
+}
+
+LayoutSearch search_layouts(const LayoutRequest& r, const std::function<void(const std::string&)>& progress) {
+  check_request(r);
+  const Sizes& z = r.point.base.sizes;
+  const Device& device = r.point.device;
+  const std::int64_t sequences = r.global_batch_tokens / z.S;
+  const bool sequence_split = models().find(r.point.base.model).no_sequence_split.empty();
   LayoutSearch search;
   for (int tp : powers_of_two(std::min(r.gpus_per_node, r.gpus)))
     for (int cp : powers_of_two(r.gpus / tp))
@@ -188,7 +189,7 @@ LayoutSearch search_layouts(const LayoutRequest& r, const std::function<void(con
                                    " sequences do not split over " + std::to_string(dp) + " replicas");
           continue;
         }
-        ModelSetup setup = r.base;
+        ModelSetup setup = r.point.base;
         setup.sizes.B = 1;
         setup.sizes.tp = {tp, 0, sp};
         setup.sizes.cp = {cp, 0, false};
@@ -199,9 +200,9 @@ LayoutSearch search_layouts(const LayoutRequest& r, const std::function<void(con
         TrainingLayout layout{tp, cp, pp, dp, sp, int(sequences / dp), {}, ""};
         if (pp > 1) layout.stage_layers = balanced_stage_layers(z.L, pp);
         const int blocks = pp > 1 ? *std::max_element(layout.stage_layers.begin(), layout.stage_layers.end()) : z.L;
-        if (const std::int64_t held = block_state_bytes(r, setup, blocks); held > r.device.usable()) {
+        if (const std::int64_t held = block_state_bytes(r, setup, blocks); held > device.usable()) {
           search.skipped.push_back(name + ": the state of a stage's " + std::to_string(blocks) + " blocks alone, " +
-                                   human_bytes(double(held)) + ", is over " + human_bytes(double(r.device.usable())));
+                                   human_bytes(double(held)) + ", is over " + human_bytes(double(device.usable())));
           continue;
         }
         if (progress) progress(name);

@@ -9,22 +9,19 @@
 #include <string>
 #include <vector>
 
-#include "autodiff/ops/ops.hpp"
-#include "estimate/devices.hpp"
-#include "zoo/model.hpp"
+#include "harness/estimate_grid.hpp"
 
 namespace remat {
 
 struct LayoutRequest {
-  ModelSetup base;  // the model and its sizes at the sequence length S (B: one sequence per micro-batch)
+  // What every layout's estimate shares: the model and its sizes at the
+  // sequence length S (B: one sequence per micro-batch), the strategies,
+  // attention, precision, optimizer, and the device (with rates: the step
+  // is priced). Each layout sets its own split and ranks on a copy.
+  EstimateRequest point;
   int gpus = 0;
   int gpus_per_node = 8;  // a tensor-parallel group stays within a node
   std::int64_t global_batch_tokens = std::int64_t(1) << 22;  // per optimizer step, over every replica
-  std::vector<std::string> strategies;
-  ops::AttentionKernel attention = ops::AttentionKernel::fused;
-  Precision precision = Precision::bf16;
-  std::string optimizer = "adamw";
-  Device device;  // with rates: the step is priced
 };
 
 struct TrainingLayout {
@@ -58,8 +55,12 @@ struct LayoutSearch {
   std::vector<std::string> skipped;     // layouts not costed, each with why ("tp 8: 8 does not divide H = 12")
 };
 
-// Every layout of the request, costed. `progress` hears each layout as it is
-// costed. UserError for a request that cannot be (no rates, G < 1).
+// UserError for a request that cannot be searched: G < 1, a device without
+// rates, a global batch of less than one sequence.
+void check_request(const LayoutRequest& r);
+
+// Every layout of the request, costed (check_request first). `progress`
+// hears each layout as it is costed.
 LayoutSearch search_layouts(const LayoutRequest& r, const std::function<void(const std::string&)>& progress = {});
 
 // The blocks of each of `stages` stages: as even as L allows, the extra

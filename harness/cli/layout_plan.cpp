@@ -77,41 +77,40 @@ LayoutRequest request_of(const LayoutPlanOptions& o, const ModelOptions& model, 
   if (model.tp > 1 || model.sp) throw UserError("--gpus searches the tensor-parallel split itself: leave out --tp and --sp");
   if (device.empty()) throw UserError("--gpus needs --device: the layouts are ranked by its device model's step time");
   LayoutRequest r;
-  r.base = model.resolve();
+  EstimateRequest& p = r.point;
+  p.base = model.resolve();
+  p.strategies = strategies_for(p.base.model, o.strategies, model.run.attention);
+  for (const std::string& s : p.strategies)
+    if (parse_strategy(s).planned) throw UserError("--layout-strategies " + s + ": a budget is not costed per layout yet");
+  p.attention = model.run.attention;
+  p.precision = model.run.precision;
+  p.device = find_device(device);
   r.gpus = o.gpus;
   r.gpus_per_node = o.gpus_per_node;
   r.global_batch_tokens = o.global_batch;
-  r.strategies = strategies_for(r.base.model, o.strategies, model.run.attention);
-  for (const std::string& s : r.strategies)
-    if (parse_strategy(s).planned) throw UserError("--layout-strategies " + s + ": a budget is not costed per layout yet");
-  r.attention = model.run.attention;
-  r.precision = model.run.precision;
-  r.device = find_device(device);
-  if (r.global_batch_tokens < r.base.sizes.S)
-    throw UserError("--global-batch " + std::to_string(r.global_batch_tokens) + " tokens is less than one sequence of " +
-                    std::to_string(r.base.sizes.S));
+  check_request(r);
   return r;
 }
 
 // The fastest that fit, the closest that do not, those not costed, the legend.
-void print_search(const LayoutPlanOptions& o, const LayoutRequest& r, const LayoutSearch& search) {
+void print_search(const LayoutPlanOptions& o, const Device& device, const LayoutSearch& search) {
   std::vector<const LayoutVerdict*> fitting, dropped;
   for (const LayoutVerdict& v : search.verdicts) (v.fits ? fitting : dropped).push_back(&v);
   std::printf("%zu layouts x strategies costed, %zu fit in %s's %.1f GiB usable\n", search.verdicts.size(),
-              fitting.size(), r.device.name.c_str(), gib(r.device.usable()));
+              fitting.size(), device.name.c_str(), gib(device.usable()));
   if (fitting.empty())
     std::printf("no layout fits: more GPUs, a shorter sequence, or a strategy that keeps less (the state is not "
                 "sharded here; `remat estimate --shard-params` says what ZeRO-3 leaves)\n");
   if (fitting.size() > std::size_t(o.top)) fitting.resize(std::size_t(o.top));
   if (!fitting.empty()) {
-    std::printf("\nthe fastest that fit:\n%s", render_text(verdict_table(fitting, r.device, false)).c_str());
+    std::printf("\nthe fastest that fit:\n%s", render_text(verdict_table(fitting, device, false)).c_str());
     std::printf("as flags: remat estimate ... %s --strategies %s\n", fitting[0]->layout.flags().c_str(),
                 fitting[0]->layout.strategy.c_str());
     std::printf("runs: whether remat runs the layout (grads, train) or only estimates it (two of tp, cp and pp together)\n");
   }
   if (dropped.size() > std::size_t(o.top)) dropped.resize(std::size_t(o.top));
   if (!dropped.empty())
-    std::printf("\ndropped, the closest to fitting:\n%s", render_text(verdict_table(dropped, r.device)).c_str());
+    std::printf("\ndropped, the closest to fitting:\n%s", render_text(verdict_table(dropped, device)).c_str());
   if (!search.skipped.empty()) {
     std::printf("\nnot costed:\n");
     for (const std::string& why : search.skipped) std::printf("  %s\n", why.c_str());
@@ -129,20 +128,21 @@ void print_search(const LayoutPlanOptions& o, const LayoutRequest& r, const Layo
 
 void run_layout_plan(const LayoutPlanOptions& o, const ModelOptions& model, const std::string& device, bool json) {
   const LayoutRequest r = request_of(o, model, device);
-  const Sizes& z = r.base.sizes;
+  const EstimateRequest& p = r.point;
+  const Sizes& z = p.base.sizes;
   if (!json)
     std::printf("remat plan: %s %s (L %d, S %d) on %d %s, %lld tokens per step (%lld sequences), %s, %s: costing every "
                 "layout shape-only...\n",
-                r.base.model.c_str(), r.base.preset.c_str(), z.L, z.S, r.gpus, r.device.name.c_str(),
+                p.base.model.c_str(), p.base.preset.c_str(), z.L, z.S, r.gpus, p.device.name.c_str(),
                 static_cast<long long>(r.global_batch_tokens), static_cast<long long>(r.global_batch_tokens / z.S),
-                precision_name(r.precision), ops::attention_kernel_name(r.attention));
+                precision_name(p.precision), ops::attention_kernel_name(p.attention));
   std::fflush(stdout);
   ProgressAfterAWhile progress(z.L);
   const LayoutSearch search = search_layouts(r, [&](const std::string& layout) { progress.stage(layout); });
-  if (!json) return print_search(o, r, search);
+  if (!json) return print_search(o, p.device, search);
   std::vector<const LayoutVerdict*> all;
   for (const LayoutVerdict& v : search.verdicts) all.push_back(&v);
-  std::printf("%s\n", render_json(verdict_table(all, r.device)).dump(1).c_str());
+  std::printf("%s\n", render_json(verdict_table(all, p.device)).dump(1).c_str());
 }
 
 }  // namespace remat::cli
