@@ -80,6 +80,25 @@ std::int64_t EstimatePoint::largest_total() const {
   return largest;
 }
 
+namespace {
+
+// The request's model at S and B, validated with its layout (UserError if
+// it cannot be); a preset's S_max moves with S, as everywhere.
+ModelSetup grid_point(const EstimateRequest& r, int S, int B) {
+  ModelSetup setup = r.base;
+  setup.sizes.S = S;
+  setup.sizes.B = B;
+  if (!r.published || S > setup.sizes.S_max) setup.sizes.S_max = S;
+  validate(setup.sizes);
+  tp::validate(setup.model, setup.sizes);
+  ep::validate(setup.model, setup.sizes);
+  cp::validate(setup.model, setup.sizes);
+  require_countable(setup.sizes);
+  return setup;
+}
+
+}  // namespace
+
 std::vector<ModelSetup> estimate_points(const EstimateRequest& r) {
   if (r.ranks < 1) throw UserError("--ranks: at least 1");
   if (r.shard_params && r.ranks < 2) throw UserError("--shard-params shards across ranks: give --ranks 2 or more");
@@ -98,18 +117,7 @@ std::vector<ModelSetup> estimate_points(const EstimateRequest& r) {
                       " positions (S_max); --allow-longer estimates it anyway, as if the model had that many");
   std::vector<ModelSetup> grid;
   for (int b : batches)
-    for (int s : seqs) {
-      ModelSetup setup = r.base;
-      setup.sizes.S = s;
-      setup.sizes.B = b;
-      if (!r.published || s > setup.sizes.S_max) setup.sizes.S_max = s;  // a preset's moves with S, as everywhere
-      validate(setup.sizes);
-      tp::validate(setup.model, setup.sizes);
-      ep::validate(setup.model, setup.sizes);
-      cp::validate(setup.model, setup.sizes);
-      require_countable(setup.sizes);
-      grid.push_back(setup);
-    }
+    for (int s : seqs) grid.push_back(grid_point(r, s, b));
   const Device& d = r.device;
   for (const auto& spec : r.strategies)
     if (parse_strategy(spec).planned && d.fp32_flops <= 0)
@@ -156,18 +164,12 @@ EstimatePoint estimate_point(const EstimateRequest& r, const ModelSetup& setup,
 
 namespace {
 
-// Whether `strategy` fits at these sizes and ranks; no value where the
-// sizes are not valid for the model's layout.
-std::optional<bool> fits_at(const EstimateRequest& r, const ModelSetup& point, const std::string& strategy, int S, int B,
-                            int ranks) {
-  ModelSetup setup = point;
-  setup.sizes.S = S;
-  setup.sizes.B = B;
+// Whether `strategy` fits at these sizes and ranks, as `estimate --seq S
+// --batch B` says; no value where the sizes are not valid for the model's layout.
+std::optional<bool> fits_at(const EstimateRequest& r, const std::string& strategy, int S, int B, int ranks) {
+  ModelSetup setup;
   try {
-    validate(setup.sizes);
-    tp::validate(setup.model, setup.sizes);
-    ep::validate(setup.model, setup.sizes);
-    cp::validate(setup.model, setup.sizes);
+    setup = grid_point(r, S, B);
   } catch (const UserError&) {
     return std::nullopt;
   }
@@ -186,16 +188,16 @@ std::vector<Refit> what_would_fit(const EstimateRequest& r, const EstimatePoint&
     if (row.fits()) continue;
     Refit f{row.strategy};
     for (int b = B / 2; b >= 1 && !f.batch; b /= 2)
-      if (fits_at(r, p.setup, row.strategy, S, b, r.ranks).value_or(false)) f.batch = b;
+      if (fits_at(r, row.strategy, S, b, r.ranks).value_or(false)) f.batch = b;
     for (int step = f.batch / 2; step >= 1; step /= 2)  // then the largest: b fits, 2b does not
-      if (fits_at(r, p.setup, row.strategy, S, f.batch + step, r.ranks).value_or(false)) f.batch += step;
+      if (fits_at(r, row.strategy, S, f.batch + step, r.ranks).value_or(false)) f.batch += step;
     for (int s = S / 2; s >= 1 && !f.seq; s /= 2) {
-      const std::optional<bool> fits = fits_at(r, p.setup, row.strategy, s, B, r.ranks);
+      const std::optional<bool> fits = fits_at(r, row.strategy, s, B, r.ranks);
       if (!fits) break;  // shorter ones break the layout too (S no longer divides)
       if (*fits) f.seq = s;
     }
     for (int ranks = r.ranks * 2; r.shard_params && ranks <= 65536 && !f.ranks; ranks *= 2)
-      if (fits_at(r, p.setup, row.strategy, S, B, ranks).value_or(false)) f.ranks = ranks;
+      if (fits_at(r, row.strategy, S, B, ranks).value_or(false)) f.ranks = ranks;
     out.push_back(f);
   }
   return out;
