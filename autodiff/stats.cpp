@@ -38,7 +38,6 @@ std::map<std::string, std::int64_t> forward_since(const std::map<std::string, st
 const Counts& counts() { return state(); }
 const Work& work() { return work_done(); }
 void count_bytes(double bytes) { work_done().bytes += bytes; }
-void count_copy_wait(double seconds) { work_done().copy_wait_seconds += seconds; }
 
 void count_forward(const char* op) {
   ++state().forward[op];

@@ -36,13 +36,9 @@ struct Work {
   double flops = 0;
   double bytes = 0;
   double comm_bytes = 0;  // sent to other ranks (count_communication)
-  // Modelled seconds a shape-only step waited for offload copies the
-  // compute did not hide (a device model's, estimate/device_model.hpp).
-  double copy_wait_seconds = 0;
 };
 const Work& work();
 void count_bytes(double bytes);
-void count_copy_wait(double seconds);
 // Forward runs per op since `before` (a copy of counts().forward).
 std::map<std::string, std::int64_t> forward_since(const std::map<std::string, std::int64_t>& before);
 const Counts& counts();

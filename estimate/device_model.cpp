@@ -15,11 +15,7 @@ double DeviceModel::seconds_since(const stats::Work& origin) const {
   const double peak = precision != Precision::fp32 ? device.half_flops : device.fp32_flops;
   return (w.flops - origin.flops) / (peak * gemm_efficiency) +
          (w.bytes - origin.bytes) * bytes_touched_per_byte_made / (device.memory_bandwidth * memory_efficiency) +
-         comm_seconds_since(origin) + copy_wait_seconds_since(origin);
-}
-
-double DeviceModel::copy_wait_seconds_since(const stats::Work& origin) const {
-  return stats::work().copy_wait_seconds - origin.copy_wait_seconds;
+         comm_seconds_since(origin);
 }
 
 double DeviceModel::comm_seconds_since(const stats::Work& origin) const {
@@ -54,7 +50,7 @@ void ModelledCopies::wait(const void* group) {
   const auto it = pending_.find(group);
   if (it == pending_.end()) return;
   const double late = it->second.done - now();
-  if (late > 0) stats::count_copy_wait(late);
+  if (late > 0) waited_ += late;
   pending_.erase(it);
 }
 

@@ -40,13 +40,11 @@ struct DeviceModel {
   // autodiff/stats.hpp's work() taken then). Priced from the counts'
   // differences, which are exact (whole FLOPs and bytes), so a step's price
   // does not depend on what the process did before it: seconds computed
-  // from totals since the process began would carry their rounding.
+  // from totals since the process began would carry their rounding. The
+  // waits for offload copies are a ModelledCopies' own (waited()).
   double seconds_since(const stats::Work& origin) const;
   // Of those, the communication's: the bytes sent to other ranks over the peer link.
   double comm_seconds_since(const stats::Work& origin) const;
-  // Of those, the waits for offload copies the compute did not hide (while
-  // a ModelledCopies lives).
-  double copy_wait_seconds_since(const stats::Work& origin) const;
   // Moving one byte to the host offload pool and back.
   double offload_seconds_per_byte() const;
 };
@@ -55,8 +53,9 @@ struct DeviceModel {
 // thread: each crosses the host link at the device's stated bandwidth, one
 // copy at a time on a copy stream of its own (as autodiff/transfer.hpp's),
 // beside the compute that runs meanwhile; where the step waits for a copy
-// not yet done, the rest of it is added to the clock (copy_wait_seconds_since).
-// Its times are modelled seconds since it was made.
+// not yet done, the rest of it is a wait the step's clock adds (waited()).
+// Its times are modelled seconds since it was made; its waits are its own, so
+// one per step prices that step alone, whatever ran before it.
 class ModelledCopies final : public transfer::CopyListener {
  public:
   explicit ModelledCopies(const DeviceModel& device);
@@ -68,6 +67,11 @@ class ModelledCopies final : public transfer::CopyListener {
   void copy_in(const void* group, std::int64_t bytes) override;
   void wait(const void* group) override;
 
+  // Modelled seconds waited so far for copies the compute did not hide.
+  double waited() const { return waited_; }
+  // Modelled seconds since it was made, its waits included.
+  double now() const { return device_.seconds_since(origin_) + waited_; }
+
  private:
   double enqueue(std::int64_t bytes);  // when a copy issued now is done
 
@@ -75,11 +79,10 @@ class ModelledCopies final : public transfer::CopyListener {
     double done = 0;   // modelled time its copy is done
     bool out = false;  // a copy out (not yet waited for)
   };
-  double now() const { return device_.seconds_since(origin_); }
-
   const DeviceModel& device_;
   const stats::Work origin_;
   double stream_free_ = 0;  // when the copy stream has done all it was given
+  double waited_ = 0;
   std::map<const void*, Pending> pending_;
   transfer::CopyListener* previous_;
 };

@@ -100,8 +100,14 @@ std::vector<PipelineEstimate> pipeline_stage_estimates(const ModelSetup& setup, 
     step.options.strategy = strategy.get();
     step.options.attention = kernel;
     step.options.precision = precision;
+    // Each rank's offload copies priced beside its passes, as in a whole
+    // step; a pass's seconds include the waits for them.
+    std::optional<ModelledCopies> copies;
     const stats::Work origin = stats::work();
-    if (rates) step.clock = [&priced, origin] { return priced.seconds_since(origin); };
+    if (rates)
+      step.clock = [&priced, &copies, origin] {
+        return priced.seconds_since(origin) + (copies ? copies->waited() : 0.0);
+      };
     // Every rank in this process first: the edges' shapes, and what a step
     // makes once (as the command's warm-up would).
     pipeline::EdgeShapes shapes;
@@ -113,7 +119,6 @@ std::vector<PipelineEstimate> pipeline_stage_estimates(const ModelSetup& setup, 
       std::set<std::size_t> read;
       params.set_access_hook([&read](std::size_t i) { read.insert(i); });
       const auto link = pipeline::shape_link(shapes);
-      std::optional<ModelledCopies> copies;  // offload copies priced beside the passes, as in a whole step
       if (rates) copies.emplace(priced);
       const pipeline::RankResult measured = pipeline::run_rank(step, schedule, layout, r, *link);
       copies.reset();

@@ -76,13 +76,31 @@ std::optional<SaveProfile> costs_to_plan(const std::vector<std::string>& strateg
   return std::nullopt;
 }
 
-// The device model's clocks since `origin` (all 0 without one).
-struct ModelledClocks {
-  double step = 0, comm = 0, copy_wait = 0;
-};
-ModelledClocks modelled_clocks(const DeviceModel* device, const stats::Work& origin) {
-  if (!device) return {};
-  return {device->seconds_since(origin), device->comm_seconds_since(origin), device->copy_wait_seconds_since(origin)};
+// One shape-only step of `options`: its peaks, counts and (with a device)
+// modelled seconds. Its offload copies are priced on a copy stream of its
+// own (made after the costs: the planner prices offloading on its own), so
+// its waits are its alone.
+ShapeOnlyStep shape_only_step(const Model& model, ParamStore& params, const Batch& batch, const StepOptions& options,
+                              const DeviceModel* device, const std::vector<std::string>& pools) {
+  auto& tracker = MemoryTracker::instance();
+  std::optional<ModelledCopies> copies;
+  if (device) copies.emplace(*device);
+  const stats::Work origin = stats::work();
+  std::map<std::string, std::int64_t> base;
+  for (const auto& pool : pools) base[pool] = tracker.stats(pool).live;
+  const StepResult r = run_step(model, params, batch, options);  // (its peaks counted afresh, in its own scope)
+  ShapeOnlyStep step{"", r.activation_peak, r.offload_peak, r.flops, r.recompute_flops, r.comm_bytes,
+                     r.recompute_comm_bytes, 0, 0, 0, {}, r.dequantize_flops, r.recompute_dequantize_flops};
+  if (device) {
+    step.modelled_copy_wait_seconds = copies->waited();
+    step.modelled_seconds = device->seconds_since(origin) + step.modelled_copy_wait_seconds;
+    step.modelled_comm_seconds = device->comm_seconds_since(origin);
+  }
+  for (const auto& pool : pools) {
+    const auto peak = r.pool_peaks.find(pool);
+    step.pool_peaks[pool] = (peak == r.pool_peaks.end() ? base[pool] : peak->second) - base[pool];
+  }
+  return step;
 }
 
 }  // namespace
@@ -109,8 +127,6 @@ ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::stri
   // Before anything is installed: as train plans before it shards.
   const std::optional<SaveProfile> costs = costs_to_plan(strategies, *model, params, batch, kernel, device, precision);
   const std::shared_ptr<void> installed = extras.install ? extras.install(params) : nullptr;
-  std::optional<ModelledCopies> copies;  // after the costs: the planner prices offloading on its own
-  if (device) copies.emplace(*device);
   const bool zero_grad = !installed;
   // A warm-up step, as run_check makes: one-time allocations are no strategy's.
   const auto say = [&](const std::string& stage) {
@@ -121,7 +137,7 @@ ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::stri
   const RunSettings settings{1, kernel, precision};
   StepOptions warm = step_options(settings, full.get());
   warm.zero_grad = zero_grad;
-  run.state.weight_copy_bytes = run_step(*model, params, batch, warm).weight_copy_bytes;
+  run.state.weight_copy_bytes = run_step(*model, params, batch, warm).weight_copy_bytes;  // full offloads nothing
   for (std::size_t i = 0; i < strategies.size(); ++i) {
     const std::string& spec = strategies[i];
     say("strategy " + spec + " (" + std::to_string(i + 1) + " of " + std::to_string(strategies.size()) + ")");
@@ -130,19 +146,10 @@ ShapeOnlyRun shape_only_run(const ModelSetup& setup, const std::vector<std::stri
       if (!costs) throw std::logic_error("shape_only_run: '" + spec + "' needs costs that were not made");
       strategy->plan(*costs);
     }
-    const stats::Work origin = stats::work();
     StepOptions o = step_options(settings, strategy.get());
     o.zero_grad = zero_grad;
-    std::map<std::string, std::int64_t> base;
-    for (const auto& pool : extras.pools) base[pool] = tracker.stats(pool).live;
-    const StepResult r = run_step(*model, params, batch, o);  // (its peaks counted afresh, in its own scope)
-    const ModelledClocks clocks = modelled_clocks(device, origin);
-    run.steps.push_back({spec, r.activation_peak, r.offload_peak, r.flops, r.recompute_flops, r.comm_bytes,
-                         r.recompute_comm_bytes, clocks.step, clocks.comm, clocks.copy_wait, {}, r.dequantize_flops, r.recompute_dequantize_flops});
-    for (const auto& pool : extras.pools) {
-      const auto peak = r.pool_peaks.find(pool);
-      run.steps.back().pool_peaks[pool] = (peak == r.pool_peaks.end() ? base[pool] : peak->second) - base[pool];
-    }
+    run.steps.push_back(shape_only_step(*model, params, batch, o, device, extras.pools));
+    run.steps.back().strategy = spec;
   }
   return run;
 }

@@ -237,11 +237,24 @@ TEST_CASE("the device model prices offload copies on the host link, and checks t
   CHECK(hidden.modelled_copy_wait_seconds == Approx(0).margin(1e-15));
   CHECK(hidden.modelled_seconds == Approx(full.modelled_seconds).epsilon(1e-9));
 
-  // Copies ten times the compute (no slower: the waits add to a process-wide
-  // total of seconds, which later steps read differences of).
+  // Copies ten times the compute.
   const double slow_link = 2.0 * double(hidden.offload_peak) / (10 * full.modelled_seconds);
   const ShapeOnlyRun slow = priced(slow_link);
   const ShapeOnlyStep& waited = slow.steps[1];
+  // A step's waits are its own: the same step alone in a run, or after
+  // another that waited, and after the runs above, costs the same to the bit.
+  {
+    DeviceModel device;
+    device.device = find_device("a100-40gb");
+    device.device.host_link = slow_link;
+    const auto run = [&](std::vector<std::string> strategies) {
+      return shape_only_run(setup, strategies, ops::AttentionKernel::fused, "adamw", &device).steps.back();
+    };
+    for (const ShapeOnlyStep& again : {run({"offload"}), run({"offload", "full", "offload"})}) {
+      CHECK(again.modelled_seconds == waited.modelled_seconds);
+      CHECK(again.modelled_copy_wait_seconds == waited.modelled_copy_wait_seconds);
+    }
+  }
   const double link_busy = 2.0 * double(waited.offload_peak) / slow_link;
   CHECK(waited.modelled_seconds >= link_busy * (1 - 1e-12));
   CHECK(waited.modelled_seconds <= link_busy + full.modelled_seconds);
@@ -277,7 +290,7 @@ TEST_CASE("the device model prices sharded gathers and reduce-scatters on the pe
   CHECK(full.recompute_comm_bytes == 0);
   CHECK(per_layer.recompute_comm_bytes > 0);
   CHECK(per_layer.comm_bytes == full.comm_bytes + per_layer.recompute_comm_bytes);
-  const DeviceModel model;
+  const DeviceModel model{};
   CHECK(full.modelled_comm_seconds ==
         Approx(full.comm_bytes / (r.device.peer_link * model.link_efficiency)).epsilon(1e-9));
 }

@@ -212,7 +212,7 @@ void print_footnotes(bool shard_params, Precision precision, bool quantized) {
 void print_device_assumptions(const EstimateRequest& r) {
   const Device& d = r.device;
   if (d.fp32_flops <= 0) return;
-  const DeviceModel m;
+  const DeviceModel m{};  // its default rates
   const bool half = r.precision != Precision::fp32;
   std::printf("model s: %s's GEMM FLOPs at %.0f%% of %.0f TFLOP/s (%s), each byte of a tensor made touched %.0f times at "
               "%.0f%% of %.0f GB/s; collectives at %.0f%% of the peer link's %.0f GB/s, not overlapped; offload copies at "
