@@ -22,6 +22,20 @@ class Program {
     }
     seconds_before_.push_back(0);
     for (const auto& b : c.blocks) seconds_before_.push_back(seconds_before_.back() + b.forward_seconds);
+    // Sizes in units, once: the program reads them in its innermost loops.
+    need_.assign(std::size_t(L_) * L_, 0);
+    context_.assign(need_.size(), 0);
+    for (int k = 0; k < L_; ++k) {
+      int need = 0;
+      std::int64_t held = 0;
+      for (int j = k; j < L_; ++j) {
+        const auto& b = c.blocks[std::size_t(j)];
+        need = std::max(need, units(c.blocks[std::size_t(k)].input + b.forward_peak - b.saved));
+        held += b.context;
+        need_[std::size_t(k) * L_ + j] = need;
+        context_[std::size_t(k) * L_ + j] = units(held);
+      }
+    }
     span_.assign(std::size_t(L_) * L_ * (M_ + 1), kInf);
     span_choice_.assign(span_.size(), kInfeasible);
     G_ = c.allow_offload ? L_ + 1 : 1;
@@ -32,11 +46,9 @@ class Program {
   std::optional<std::vector<PlanPart>> run() {
     if (L_ == 0) return std::vector<PlanPart>{};
     for (int b = 0; b < L_; ++b)
-      for (int k = b; k >= 0; --k)
-        for (int m = 0; m <= M_; ++m) solve_span(k, b, m);
+      for (int k = b; k >= 0; --k) solve_span(k, b);
     for (int i = L_; i >= 0; --i)
-      for (int g = 0; g < std::min(i + 1, G_); ++g)
-        for (int m = 0; m <= M_; ++m) solve_top(i, g, m);
+      for (int g = 0; g < std::min(i + 1, G_); ++g) solve_top(i, g);
     if (top(0, 0, M_) == kInf) return std::nullopt;
     return top_parts();
   }
@@ -49,86 +61,98 @@ class Program {
     return int(std::min<std::int64_t>(n, std::int64_t(M_) + 1));
   }
   std::size_t at(int k, int b, int m) const { return (std::size_t(k) * L_ + b) * (M_ + 1) + m; }
-  float span(int k, int b, int m) const { return m < 0 ? kInf : span_[at(k, b, m)]; }
   // g: 0, or 1 + the last block before i that offloaded (the group its backward's fetch brings along).
   std::size_t top_at(int i, int g, int m) const { return (std::size_t(i) * G_ + g) * (M_ + 1) + m; }
   float top(int i, int g, int m) const { return m < 0 ? kInf : top_[top_at(i, g, m)]; }
   int group(int g) const { return g == 0 ? 0 : units(c_.blocks[std::size_t(g - 1)].saved); }
   int flight(int g) const { return c_.copies_in_flight ? group(g) : 0; }  // ChainCosts::copies_in_flight
   float forward(int first, int last) const { return float(seconds_before_[last + 1] - seconds_before_[first]); }
-  // Running block j, saving nothing, inside a segment whose input (block k's) is held.
-  int run_need(int k, int j) const {
-    const auto& b = c_.blocks[std::size_t(j)];
-    return units(c_.blocks[std::size_t(k)].input + b.forward_peak - b.saved);
+  // Running blocks k..j, saving nothing, inside a segment whose input (block k's) is held: the most any needs.
+  int need(int k, int j) const { return need_[std::size_t(k) * L_ + j]; }
+  // Context (BlockCosts::context) held from block `first` on, through `last`.
+  int context(int first, int last) const { return context_[std::size_t(first) * L_ + last]; }
+  int kept(int k, const Variant& v) const { return units(c_.blocks[std::size_t(k)].saved - v.dropped); }
+
+  // Takes `cost(m)` at every m in [from, M] where it is cheaper than the best
+  // so far: one choice for a whole row of budgets, each m as the program
+  // would at that m alone (choices tried in the same order, ties kept).
+  template <class Cost>
+  void offer(float* best, std::int16_t* choice, int from, std::int16_t what, Cost cost) const {
+    for (int m = std::max(from, 0); m <= M_; ++m) {
+      const float c = cost(m);
+      const bool better = c < best[m];
+      best[m] = better ? c : best[m];
+      choice[m] = better ? what : choice[m];
+    }
   }
 
-  // Blocks k..b of a recomputation: block k plain (re-run, keeping what it
-  // saves less a variant's drops), or a sub-segment [k, r], r < b (its
-  // blocks re-run without saving; its input kept; recomputed in its turn).
-  void solve_span(int k, int b, int m) {
+  // Blocks k..b of a recomputation, at every m: block k plain (re-run,
+  // keeping what it saves less a variant's drops), or a sub-segment [k, r],
+  // r < b (its blocks re-run without saving; its input kept; recomputed in
+  // its turn). A choice that does not fit m is not offered there.
+  void solve_span(int k, int b) {
     const auto& blk = c_.blocks[std::size_t(k)];
-    float best = kInf;
-    std::int16_t choice = kInfeasible;
+    float* best = &span_[at(k, b, 0)];
+    std::int16_t* choice = &span_choice_[at(k, b, 0)];
     for (std::size_t v = 0; v < blk.variants.size(); ++v) {
       const auto& var = blk.variants[v];
-      if (std::max(units(var.forward_peak + blk.input), backward_[std::size_t(k)]) > m) continue;
-      const float rest = k == b ? 0.f : span(k + 1, b, m - units(blk.saved - var.dropped));
-      const float cost = float(blk.forward_seconds + var.seconds) + rest;
-      if (cost < best) best = cost, choice = std::int16_t(v);
+      const int fits = std::max(units(var.forward_peak + blk.input), backward_[std::size_t(k)]);
+      const float run = float(blk.forward_seconds + var.seconds);
+      if (k == b) {
+        offer(best, choice, fits, std::int16_t(v), [run](int) { return run + 0.f; });
+      } else {
+        const int keep = kept(k, var);
+        const float* rest = &span_[at(k + 1, b, 0)];
+        offer(best, choice, std::max(fits, keep), std::int16_t(v), [run, rest, keep](int m) { return run + rest[m - keep]; });
+      }
     }
     const int input = in_[std::size_t(k)];
-    int need = 0;
-    for (int r = k; r < b && input <= m; ++r) {
-      need = std::max(need, run_need(k, r));
-      if (need > m) break;
-      const float cost = forward(k, r) + span(r + 1, b, m - input) + span(k, r, m);
-      if (cost < best) best = cost, choice = std::int16_t(kSegment + r);
+    for (int r = k; r < b; ++r) {
+      const int fits = std::max(input, need(k, r));
+      if (fits > M_) break;  // nor any longer sub-segment: its need only grows
+      const float run = forward(k, r);
+      const float *after = &span_[at(r + 1, b, 0)], *inner = &span_[at(k, r, 0)];
+      offer(best, choice, fits, std::int16_t(kSegment + r),
+            [run, after, inner, input](int m) { return run + after[m - input] + inner[m]; });
     }
-    span_[at(k, b, m)] = best;
-    span_choice_[at(k, b, m)] = choice;
   }
 
-  // Context (BlockCosts::context) held from block `first` on, through `last`.
-  int context(int first, int last) const {
-    std::int64_t bytes = 0;
-    for (int j = first; j <= last; ++j) bytes += c_.blocks[std::size_t(j)].context;
-    return units(bytes);
-  }
-
-  // Blocks i.. at the top level, g as in top(): block i plain (a variant),
-  // offloaded (if allowed), or a segment [i, e] (never across a new stack).
-  // m leaves out the context of blocks before i.
-  void solve_top(int i, int g, int m_before) {
-    float best = kInf;
-    std::int16_t choice = kInfeasible;
+  // Blocks i.. at the top level, at every m (which leaves out the context of
+  // blocks before i), g as in top(): block i plain (a variant), offloaded (if
+  // allowed), or a segment [i, e] (never across a new stack).
+  void solve_top(int i, int g) {
+    float* best = &top_[top_at(i, g, 0)];
+    std::int16_t* choice = &top_choice_[top_at(i, g, 0)];
     if (i == L_) {
-      if (units(c_.outside_peak) <= m_before) best = 0, choice = 0;
-    } else {
-      const int m = m_before - context(i, i), f = flight(g);
-      const auto& blk = c_.blocks[std::size_t(i)];
-      for (std::size_t v = 0; v < blk.variants.size(); ++v) {
-        const auto& var = blk.variants[v];
-        if (std::max(units(var.forward_peak) + f, backward_[std::size_t(i)]) > m) continue;
-        const float cost = float(var.seconds) + top(i + 1, g, m - units(blk.saved - var.dropped));
-        if (cost < best) best = cost, choice = std::int16_t(v);
-      }
-      if (c_.allow_offload && units(blk.forward_peak) + f <= m && group(g) + backward_[std::size_t(i)] <= m) {
-        const float cost = float(blk.offload_seconds) + top(i + 1, i + 1, m);
-        if (cost < best) best = cost, choice = kOffload;
-      }
-      const int input = in_[std::size_t(i)];
-      int need = 0;
-      for (int e = i; e < L_ && input <= m; ++e) {
-        if (e > i && c_.blocks[std::size_t(e)].new_stack) break;
-        const int held = m_before - context(i, e);  // the segment's context, kept before its recomputation
-        need = std::max(need, run_need(i, e));
-        if (need + f > held || held < 0) break;
-        const float cost = span(i, e, held) + top(e + 1, g, held - input);
-        if (cost < best) best = cost, choice = std::int16_t(kSegment + e);
-      }
+      offer(best, choice, units(c_.outside_peak), 0, [](int) { return 0.f; });
+      return;
     }
-    top_[top_at(i, g, m_before)] = best;
-    top_choice_[top_at(i, g, m_before)] = choice;
+    const int own = context(i, i), f = flight(g);  // m here is the budget less own
+    const auto& blk = c_.blocks[std::size_t(i)];
+    for (std::size_t v = 0; v < blk.variants.size(); ++v) {
+      const auto& var = blk.variants[v];
+      const int fits = std::max(units(var.forward_peak) + f, backward_[std::size_t(i)]), keep = kept(i, var);
+      const float run = float(var.seconds);
+      const float* rest = &top_[top_at(i + 1, g, 0)];
+      offer(best, choice, own + std::max(fits, keep), std::int16_t(v),
+            [run, rest, own, keep](int m) { return run + rest[m - own - keep]; });
+    }
+    if (c_.allow_offload) {
+      const int fits = std::max(units(blk.forward_peak) + f, group(g) + backward_[std::size_t(i)]);
+      const float run = float(blk.offload_seconds);
+      const float* rest = &top_[top_at(i + 1, i + 1, 0)];
+      offer(best, choice, own + fits, kOffload, [run, rest, own](int m) { return run + rest[m - own]; });
+    }
+    const int input = in_[std::size_t(i)];
+    for (int e = i; e < L_; ++e) {
+      if (e > i && c_.blocks[std::size_t(e)].new_stack) break;
+      const int held = context(i, e);  // the segment's context, kept before its recomputation
+      const int fits = std::max({own + input, held + need(i, e) + f, held + input});
+      if (std::max(own + input, held + need(i, e) + f) > M_) break;  // nor any longer segment: both only grow
+      const float *inner = &span_[at(i, e, 0)], *rest = &top_[top_at(e + 1, g, 0)];
+      offer(best, choice, fits, std::int16_t(kSegment + e),
+            [inner, rest, held, input](int m) { return inner[m - held] + rest[m - held - input]; });
+    }
   }
 
   PlanPart plain(int k, std::int16_t v) const {
@@ -202,6 +226,7 @@ class Program {
   int M_;
   int G_ = 1;  // values of top()'s g: 1 without offload
   std::vector<int> in_, backward_;
+  std::vector<int> need_, context_;  // need() and context(), L x L
   std::vector<double> seconds_before_;
   std::vector<float> span_, top_;
   std::vector<std::int16_t> span_choice_, top_choice_;
