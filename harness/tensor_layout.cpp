@@ -79,9 +79,9 @@ bool apply_layout(int size, bool sequence, ModelSetup& setup, bool data_parallel
 void split_over_ranks(int size, bool sequence, int experts, ModelSetup& setup, std::unique_ptr<ParamStore>& params) {
   if (!apply_expert_layout(experts, size, sequence, setup) && !apply_layout(size, sequence, setup, /*data_parallel=*/false)) return;
   if (!params->adapted().empty() || params->tensors().size() != params->specs().size())
-    throw UserError(std::string(experts > 1 ? "--ep" : "--tp") + " with --lora: not yet");
+    throw UserError(std::string(split_flag(experts)) + " with --lora: not yet");
   if (params->any_quantized())
-    throw UserError(std::string(experts > 1 ? "--ep" : "--tp") + " with quantized weights: not yet");
+    throw UserError(std::string(split_flag(experts)) + " with quantized weights: not yet");
   params = tp::part_of(*params, models().find(setup.model).make(setup.sizes)->params(), setup.sizes.tp);
 }
 

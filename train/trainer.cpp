@@ -39,7 +39,7 @@ void validate(const TrainConfig& c) {
   if (c.setup.sizes.cp.split() && (c.lora.any() || c.freeze.any() || c.quantize != QuantFormat::none || c.shard_params))
     throw UserError("--cp with --lora, --freeze, --quantize or --shard-params: not yet");
   if ((c.setup.sizes.ep.split() || tp.split()) && (c.lora.any() || c.freeze.any()))
-    throw UserError(std::string(c.setup.sizes.ep.split() ? "--ep" : "--tp") + " with --lora or --freeze: not yet");
+    throw UserError(std::string(split_flag(c.setup.sizes.ep.size)) + " with --lora or --freeze: not yet");
   if (c.quantize != QuantFormat::none && c.shard_params)
     throw UserError("--quantize with --shard-params: not yet (quantized weights are not sharded)");
   refuse_planned_under_experts(c.setup.sizes, {c.strategy});

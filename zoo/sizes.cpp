@@ -64,4 +64,6 @@ void validate(const Sizes& s) {
   need(s.router_aux >= 0 && s.router_aux < 1e6, "the router's auxiliary loss weight must be >= 0");
 }
 
+const char* split_flag(int experts, int context) { return experts > 1 ? "--ep" : context > 1 ? "--cp" : "--tp"; }
+
 }  // namespace remat

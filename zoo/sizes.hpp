@@ -50,5 +50,8 @@ Sizes preset_sizes(const std::string& name);
 std::vector<std::string> preset_names();
 // Throws UserError if a size is out of range (e.g. heads not dividing D).
 void validate(const Sizes& s);
+// The flag a message names for a split over ranks of `experts` (--ep) or
+// `context` (--cp) ranks, else tensor parallelism's: "--ep", "--cp" or "--tp".
+const char* split_flag(int experts, int context = 1);
 
 }  // namespace remat

@@ -228,7 +228,7 @@ void refuse_combinations(const CheckCommandOptions& o, const ModelSetup& setup) 
     throw UserError("--quantize with a golden file: not yet");
   if ((sizes.tp.split() || sizes.ep.split() || sizes.cp.split()) &&
       (o.finetune.any() || o.train_steps > 0 || !o.save_golden.empty() || !o.golden.empty()))
-    throw UserError(std::string(sizes.ep.split() ? "--ep" : sizes.cp.split() ? "--cp" : "--tp") +
+    throw UserError(std::string(split_flag(sizes.ep.size, sizes.cp.size)) +
                     " with --freeze, --lora, --train-steps or a golden file: not yet");
   if (sizes.cp.split()) cp::validate(setup.model, sizes);  // --dropout, known only now
 }

@@ -138,7 +138,7 @@ void run_time(const TimeOptions& o) {
   if (specs.size() != 1) throw UserError("remat time runs one strategy; '" + o.strategy + "' names " +
                                          std::to_string(specs.size()) + " (use `remat matrix` for several)");
   if ((o.model.tp > 1 || o.model.sp || o.model.ep > 1 || o.model.cp > 1) && o.finetune.any())
-    throw UserError(std::string(o.model.ep > 1 ? "--ep" : o.model.cp > 1 ? "--cp" : "--tp") +
+    throw UserError(std::string(split_flag(o.model.ep, o.model.cp)) +
                     " with --freeze or --lora: not yet");
   Sizes layout;
   layout.ep.size = o.model.ep;
