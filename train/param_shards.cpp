@@ -44,6 +44,7 @@ ParamShards::ParamShards(ParamStore& full, Precision precision, int ranks)
   MemoryTracker::instance().pool_for_label(kReducingLabel, kReducingPool);
   const int N = ranks > 0 ? ranks : comm::size(kGroup), r = ranks > 0 ? 0 : comm::rank(kGroup);
   ranks_ = N;
+  rank_ = r;
   const auto& ts = full.tensors();
   shape_only_gathered_.resize(ts.size());
   for (std::size_t i = 0; i < ts.size(); ++i) {
@@ -55,10 +56,7 @@ ParamShards::ParamShards(ParamStore& full, Precision precision, int ranks)
     Tensor shard = full.trainable(i) ? Tensor::parameter({s}, DType::f32, full.names()[i])
                                      : Tensor::zeros({s}, DType::f32, full.names()[i]);
     if (!shape_only()) {  // (no values to read in a shape-only run, and no host to hold a real model's)
-      const std::vector<float> all = ts[i].to_host_f32();
-      std::vector<float> mine(std::size_t(s), 0.0f);
-      for (std::int64_t j = 0; j < s && r * s + j < n; ++j) mine[std::size_t(j)] = all[std::size_t(r * s + j)];
-      upload(mine, shard);
+      upload(shard_of(i, ts[i].to_host_f32()), shard);
     }
     // Gradient shards are allocated once and kept, as ParamStore::zero_grad
     // keeps whole gradients: memory from before a step, not the step's.
@@ -225,6 +223,13 @@ void ParamShards::backward_end() {
     reduce_scatter(i);
     release(i);
   }
+}
+
+std::vector<float> ParamShards::shard_of(std::size_t i, const std::vector<float>& values) const {
+  const std::int64_t s = shard_size_[i], n = std::int64_t(values.size()), first = std::int64_t(rank_) * s;
+  std::vector<float> mine(std::size_t(s), 0.0f);
+  for (std::int64_t j = 0; j < s && first + j < n; ++j) mine[std::size_t(j)] = values[std::size_t(first + j)];
+  return mine;
 }
 
 Tensor ParamShards::unshard(std::size_t i, const Tensor& shard) const {

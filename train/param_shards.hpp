@@ -68,6 +68,9 @@ class ParamShards final : public BlockHooks {
   // Parameter i's whole tensor (its shape) from every rank's `shard` of it
   // (an optimizer buffer): a collective, for saves.
   Tensor unshard(std::size_t i, const Tensor& shard) const;
+  // This rank's shard of parameter i's whole `values` (a buffer read back
+  // from a run file to resume), the tail padded with zeros as the shards are.
+  std::vector<float> shard_of(std::size_t i, const std::vector<float>& values) const;
 
   // Bytes this rank sends plus receives for one micro-batch whose blocks
   // are recomputed as `recomputed` says (how often the block's body runs
@@ -105,6 +108,7 @@ class ParamShards final : public BlockHooks {
   std::int64_t gathered_value_bytes_;  // 4, or 2 at 16 bits
   std::vector<Tensor> shards_;
   int ranks_ = 1;                          // the group the parameters are sharded over
+  int rank_ = 0;                           // this rank's place in it
   std::vector<std::int64_t> shard_size_;  // values per rank, a multiple of kNormChunk (the tail padded)
   std::vector<std::string> owner_;        // the block that uses it ("" outside blocks or in several)
   std::vector<bool> seen_;

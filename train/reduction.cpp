@@ -155,6 +155,9 @@ class ShardedParameters final : public GradientReduction {
   void gather_weights() override { shards_->gather_everything(); }
   void release_weights() override { shards_->release_everything(); }
   Tensor whole(std::size_t i, const Tensor& buffer) const override { return shards_->unshard(i, buffer); }
+  std::vector<float> mine(std::size_t i, const std::vector<float>& whole) const override {
+    return shards_->shard_of(i, whole);
+  }
 
  private:
   std::unique_ptr<ParamShards> shards_;
@@ -202,7 +205,7 @@ class TensorParallel final : public GradientReduction {
   std::vector<float> mine(std::size_t i, const std::vector<float>& whole) const override {
     const auto part = tp::part_values(std::vector<double>(whole.begin(), whole.end()), params_.specs()[i],
                                       whole_shapes_[i], setup_.sizes.tp);
-    return std::vector<float>(part.begin(), part.end());
+    return inner_->mine(i, std::vector<float>(part.begin(), part.end()));  // and of it, a shard where sharded
   }
 
  private:
@@ -266,6 +269,7 @@ class ExpertParallel final : public GradientReduction {
       if (buffers[i].defined()) mine[i] = inner_->whole(i, buffers[i]);
     return whole_expert_buffers(setup_, params_, mine);
   }
+  std::vector<float> mine(std::size_t i, const std::vector<float>& whole) const override { return inner_->mine(i, whole); }
 
  private:
   bool shared(std::size_t i) const { return ep::owner(params_.names()[i], setup_.sizes) < 0; }

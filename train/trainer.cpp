@@ -167,8 +167,6 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
     no_dropout.cp = {};  // each rank of a context-parallel group evaluates whole sequences: no collective
     eval_model_ = models().find(config_.setup.model).make(no_dropout);  // the same parameters, no dropout
   }
-  if (resume && config_.shard_params)
-    throw UserError("--shard-params cannot resume a run yet: resume it unsharded (the run file holds whole weights)");
   if (resume) {
     state_ = resume->state;
     state_.pipeline_passes.clear();  // the saved run's record, not this one's

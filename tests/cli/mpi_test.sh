@@ -135,6 +135,13 @@ block_values = sum(-(-params[n].size // 2048) * 1024 for n in params if n.starts
 # Each of the 2 micro-batches gathers those blocks once more: 4 bytes a value, sent and received.
 assert per_layer - full == 2 * 2 * 4 * block_values, (per_layer - full, block_values)
 PY
+# A sharded run killed after its first save resumes sharded: each rank takes its shard of the saved
+# whole weights and optimizer state (the tail padded as the shards are), and the run goes on bitwise.
+cut=("${zero[@]}" --strategy per-layer --shard-params --save-every 1 --out cut-zero.h5)
+cut_at_first_save cut-zero.h5 "${mpi[@]}" "$remat" "${cut[@]}"
+expect_ok "train --shard-params --resume" "${mpi[@]}" "$remat" "${cut[@]}" --resume
+grep -Eq "resuming cut-zero.h5 at step [12] of 3" out.txt || fail "--shard-params: not resumed mid-way: $(cat out.txt)"
+same_run zero-per-layer.h5 cut-zero.h5 || fail "train --shard-params, killed and resumed, is not the run left alone"
 # What a rank holds under --shard-params, as `remat estimate` predicts it
 # from a shape-only run: shards, their gradients and optimizer state, the
 # most parameters gathered whole at once and the most whole gradients

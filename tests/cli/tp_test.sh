@@ -196,6 +196,14 @@ said = {"parameters": row["parameter_bytes"], "gradients": row["gradient_bytes"]
 assert held == said, (held, said)
 assert int(b["history/activation_peak"][-1]) == row["activation_peak_bytes"]
 PY
+  # Killed after its first save and resumed sharded: each rank takes its part's shard of the saved
+  # (whole) weights and optimizer state, and the run goes on bitwise.
+  cut_at_first_save cut-zero.h5 "${mpi4[@]}" "$remat" "${Z[@]}" --shard-params --save-every 1 --out cut-zero.h5
+  expect_ok "train $run --shard-params --resume" "${mpi4[@]}" "$remat" "${Z[@]}" --shard-params --save-every 1 \
+    --out cut-zero.h5 --resume
+  grep -Eq "resuming cut-zero.h5 at step [12] of 3" out.txt || fail "$run --shard-params: not resumed mid-way: $(cat out.txt)"
+  same_run tpzero.h5 cut-zero.h5 || fail "$run --shard-params, killed and resumed, is not the run left alone"
+  rm -f cut-zero.h5
 done
 # A planned strategy under tp 2 x data 2, timed on every rank: the ranks agree on one profile (the
 # slowest's times), so all run one plan, sharded or not, bitwise alike and within its budget (each
