@@ -65,6 +65,7 @@ PipelinedStep pipelined_step(const Model& model, const ParamStore& params, const
   step.params = &params;
   step.micro_batches = &micro_batches;
   step.options = options;
+  step.options.step = options.step * std::uint64_t(M);  // micro-batch m's step is this + m, as accumulated() has it
   const auto link = mpi_link(layout, M);
   const RankResult mine = run_rank(step, schedule, layout, comm::rank(), *link);
   sum_gradients_over_ranks(params, /*world=*/true);

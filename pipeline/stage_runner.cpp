@@ -9,7 +9,9 @@
 #include "autodiff/elementwise.hpp"
 #include "autodiff/memory_tracker.hpp"
 #include "autodiff/ops/ops.hpp"
+#include "autodiff/random.hpp"
 #include "autodiff/region.hpp"
+#include "autodiff/shape_only.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "step/step_scope.hpp"
@@ -45,15 +47,44 @@ void require_stages(const std::string& model, const Sizes& sizes) {
       if (models().find(name).make(preset_sizes("tiny"))->staged()) staged.push_back(name);
     throw UserError("--pp: " + model + " is not split into stages yet (" + join(staged, ", ") + ")");
   }
-  if (sizes.dropout > 0) throw UserError("--pp with dropout: not yet");
 }
+
+namespace {
+
+// Dropout draws by (step, op id), op ids counting the random ops of one
+// process's forward in order: where each virtual stage's forward begins in
+// that count, from a shape-only forward of the whole model on parameters of
+// its own (nothing of the step's, not even their access hooks, is touched).
+std::vector<std::uint64_t> random_op_cursors(const Model& model, const Batch& batch, const Layout& layout) {
+  ShapeOnlyScope shape_only;
+  NoGradScope no_grad;
+  const StepScope scope(0, 0);  // its own counts and random state, given back after
+  const ParamStore params(model.params(), DType::f32);
+  std::vector<std::uint64_t> at{0};
+  Tensor x = model.embed(params, batch);
+  for (int v = 0; v + 1 < layout.count(); ++v) {
+    x = model.layers(params, x, layout.begin(v), layout.end(v));
+    at.push_back(random_ops::cursor());
+  }
+  return at;
+}
+
+}  // namespace
 
 StageRunner::StageRunner(const StageStep& step, const Layout& layout, int rank, StageLink& link)
     : step_(step), layout_(layout), rank_(rank), link_(link) {
-  if (!step.model->staged() || step.model->sizes().dropout > 0)
-    throw std::logic_error("StageRunner: a model without stages, or with dropout (require_stages first)");
+  if (!step.model->staged()) throw std::logic_error("StageRunner: a model without stages (require_stages first)");
   const StepOptions& o = step.options;
   loss_scale_ = o.loss_scale > 0 ? o.loss_scale : default_loss_scale(o.precision);
+  if (step.model->sizes().dropout > 0) cursors_ = random_op_cursors(*step.model, step.micro_batches->at(0), layout);
+}
+
+void StageRunner::draw_as_one_process(int micro_batch, int v) const {
+  if (cursors_.empty()) return;
+  const std::uint64_t step = step_.micro_batch_step ? step_.micro_batch_step(micro_batch)
+                                                    : step_.options.step + std::uint64_t(micro_batch);
+  random_ops::begin_step(step_.options.seed, step);
+  if (v >= 0) random_ops::set_cursor(cursors_[std::size_t(v)]);
 }
 
 double StageRunner::now() const {
@@ -83,6 +114,7 @@ void StageRunner::forward(int micro_batch, int v) {
   const Batch& batch = step_.micro_batches->at(std::size_t(micro_batch));
   MemoryPhase phase("forward");
   TapeScope tape(f->tape);
+  draw_as_one_process(micro_batch, v);
   Strategy* strategy = step_.options.strategy;
   std::optional<BlockRunnerScope> runner;
   if (strategy) {
@@ -125,6 +157,7 @@ void StageRunner::backward(int micro_batch, int v) {
   // A micro-batch's backward on this rank begins at its last chunk and ends at its first.
   const int first_chunk = rank_, last_chunk = (layout_.virtual_stages - 1) * layout_.stages + rank_;
   if (v == last_chunk && step_.begin_backward) step_.begin_backward(micro_batch);
+  draw_as_one_process(micro_batch, -1);  // a recomputation sets its own cursor
   {
     MemoryPhase phase("backward");
     TapeScope tape(f.tape);
@@ -211,8 +244,8 @@ RankResult run_rank(const StageStep& step, const Schedule& schedule, const Layou
   const auto base = tracker.stats(pool).live;
   const auto base_offload = offload_pool_bytes().live;
   RankResult r;
+  StageRunner runner(step, layout, rank, link);  // (before the step's scope: what it counts is none of the step's)
   const StepScope scope(step.options.seed, step.options.step);  // this step's peaks
-  StageRunner runner(step, layout, rank, link);
   {
     ops::AttentionKernelScope kernel(step.options.attention);
     PrecisionScope precision(*step.params, step.options.precision);

@@ -101,6 +101,9 @@ struct StageStep {
   // Micro-batches come in order. None: the gradients accumulate in place.
   std::function<void(int)> begin_backward;
   std::function<void(int, double)> end_backward;
+  // The step micro-batch m draws its dropout as (one process accumulating
+  // the step's micro-batches gives each its own); none: options.step + m.
+  std::function<std::uint64_t(int)> micro_batch_step;
   // What the passes are timed by, in seconds (null: the wall clock; a
   // shape-only run: a device model's, estimate/device_model.hpp).
   std::function<double()> clock;
@@ -128,6 +131,11 @@ class StageRunner {
   };
   void forward(int micro_batch, int v);
   void backward(int micro_batch, int v);
+  // With dropout: the random draws of micro-batch m as one process
+  // accumulating the micro-batches draws them (its own step, m after the
+  // step's), from where that process's forward is at virtual stage v (v < 0:
+  // the cursor left as it is).
+  void draw_as_one_process(int micro_batch, int v) const;
 
   StageStep step_;
   Layout layout_;
@@ -137,6 +145,7 @@ class StageRunner {
   std::map<std::pair<int, int>, std::unique_ptr<InFlight>> in_flight_;  // (micro-batch, virtual stage)
   std::map<int, double> losses_;
   double ready_ = 0;
+  std::vector<std::uint64_t> cursors_;  // with dropout: each virtual stage's first random op id in one process
   Tensor receive(const Edge& e);  // through the link, noting when it arrived
 };
 

@@ -126,7 +126,8 @@ std::vector<std::vector<double>> grads_of(const ParamStore& params) {
   return out;
 }
 
-// A single rank accumulating the M micro-batches, one step each, in order.
+// A single rank accumulating the M micro-batches, one step each, in order
+// (micro-batch m its own step m, as a training's, so that dropout draws anew).
 Accumulated accumulated(const Model& model, const ParamStore& params, const std::vector<Batch>& batches,
                         const std::string& spec) {
   auto strategy = make_strategy(spec);
@@ -135,6 +136,7 @@ Accumulated accumulated(const Model& model, const ParamStore& params, const std:
     StepOptions o;
     o.strategy = strategy.get();
     o.zero_grad = m == 0;
+    o.step = m;
     a.losses.push_back(forward_backward(model, params, batches[m], o));
   }
   a.grads = grads_of(params);
@@ -146,16 +148,20 @@ Accumulated accumulated(const Model& model, const ParamStore& params, const std:
 // The pipeline's arithmetic, every stage in this process: each schedule
 // under each strategy gives the losses and the gradients of a single rank
 // accumulating the same micro-batches, bitwise (the tied embedding of gpt2
-// included: the stages' backward passes reach it in the single rank's order).
+// included: the stages' backward passes reach it in the single rank's order),
+// with and without dropout (each stage draws from where the single rank's
+// forward is in its count of random ops, for the micro-batch's own step).
 TEST_CASE("every schedule and strategy: a pipelined step's losses and gradients are a single rank's accumulation, "
           "bitwise",
           "[pipeline]") {
   const int M = 4;
+  for (const double dropout : {0.0, 0.1})
   for (const std::string name : {"gpt2", "llama"})
     for (const auto& [N, spec_schedule, L] : std::vector<std::tuple<int, std::string, int>>{
              {2, "gpipe", 4}, {2, "1f1b", 4}, {4, "1f1b", 4}, {2, "interleaved:2", 4}}) {
       Sizes z = preset_sizes("tiny");
       z.L = L;
+      z.dropout = dropout;
       const auto model = models().find(name).make(z);
       ParamStore params(model->params(), DType::f32);
       initialize(params, 1, z.L);
@@ -165,7 +171,7 @@ TEST_CASE("every schedule and strategy: a pipelined step's losses and gradients 
       validate(schedule, z.L, N, M, "");
       const Layout layout = make_layout(schedule, z.L, N, "");
       for (const std::string spec : {"full", "per-layer", "every:2", "selective", "offload", "offload-checkpoint"}) {
-        INFO(name << " " << spec_schedule << " over " << N << ", " << spec);
+        INFO(name << " " << spec_schedule << " over " << N << ", " << spec << ", dropout " << dropout);
         const Accumulated want = accumulated(*model, params, batches, spec);
         params.zero_grad();
         auto strategy = make_strategy(spec);

@@ -328,6 +328,8 @@ StepRecord Trainer::forward_backward_pipelined(double loss_scale) {
     if (reduce.zero_grad()) params_->zero_grad();
   };
   step.end_backward = [&](int k, double loss) { reduce.add(k, loss); };
+  // Dropout as forward_backward_all draws it: the k-th of this rank's micro-batches is the step's micro_batch(k).
+  step.micro_batch_step = [&](int k) { return step.options.step + reduce.micro_batch(k); };
   const int P = config_.pipe.stages, rank = comm::rank(comm::Group::tensor);
   const pipeline::Layout& layout = pipeline_->layout;
   params_->zero_grad();  // allocates the gradients before the step's baseline is read, as run_step does

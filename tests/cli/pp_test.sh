@@ -91,6 +91,15 @@ for schedule in gpipe 1f1b; do
     --out pp-run.h5 --force
   same_run one-run.h5 pp-run.h5 || fail "train --pp 2 --pp-schedule $schedule is not one process's run"
 done
+# With dropout each stage draws what the one process draws: each micro-batch its own step (beside data
+# parallelism, the step's micro-batch it is), from where that process's forward is in its count of random ops.
+D=("${T[@]}" --dropout 0.1)
+expect_ok "train, one process, dropout" "$remat" "${D[@]}" --accumulate 4 --out one-drop.h5
+expect_ok "train --pp 2, dropout" "${mpi[@]}" "$remat" "${D[@]}" --accumulate 4 --pp 2 --out pp-drop.h5
+same_run one-drop.h5 pp-drop.h5 || fail "train --pp 2 with dropout is not one process's run"
+expect_ok "train, one process, 8, dropout" "$remat" "${D[@]}" --accumulate 8 --out acc-drop.h5
+expect_ok "train --pp 2 x 2, dropout" "${mpi4[@]}" "$remat" "${D[@]}" --accumulate 4 --pp 2 --out ppdp-drop.h5
+same_run acc-drop.h5 ppdp-drop.h5 || fail "train --pp 2 over 4 ranks with dropout is not one process accumulating 8"
 expect_ok "train, one process, 8" "$remat" "${T[@]}" --accumulate 8 --out acc-run.h5
 expect_ok "train --pp 2 x 2" "${mpi4[@]}" "$remat" "${T[@]}" --accumulate 4 --pp 2 --out ppdp-run.h5
 same_run acc-run.h5 ppdp-run.h5 || fail "train --pp 2 over 4 ranks is not one process accumulating 8"
@@ -149,6 +158,4 @@ expect_error "runs on a multiple of 2 ranks" "$remat" train --model llama --pres
 quiet=("${mpi[0]}" -q "${mpi[@]:1}")  # mpirun's own notice of a non-zero exit left out
 expect_error "not yet (gpipe, 1f1b)" "${quiet[@]}" "$remat" train --model llama --preset tiny --layers 4 --pp 2 \
   --pp-schedule interleaved:2 --accumulate 2 --steps 1
-expect_error "--pp with dropout: not yet" "${quiet[@]}" "$remat" train --model llama --preset tiny --pp 2 --dropout 0.1 \
-  --steps 1
 finish pp_test
