@@ -107,6 +107,14 @@ for precision in fp32 bf16; do
   "${mpi[@]}" "$remat" "${Z[@]}" --out epdp.h5 --force >/dev/null 2>err.txt || fail "train $precision: $(cat err.txt)"
   "${mpi[@]}" "$remat" "${Z[@]}" --shard-params --out epzero.h5 --force >/dev/null 2>err.txt ||
     fail "train $precision --shard-params: $(cat err.txt)"
+  # Killed after its first save and resumed sharded: each rank its experts' and shared layers' shards.
+  if [ "$precision" = fp32 ]; then
+    cut_at_first_save cut-zero.h5 "${mpi[@]}" "$remat" "${Z[@]}" --shard-params --save-every 1 --out cut-zero.h5
+    expect_ok "train --ep 2 --shard-params --resume" "${mpi[@]}" "$remat" "${Z[@]}" --shard-params --save-every 1 \
+      --out cut-zero.h5 --resume
+    grep -Eq "resuming cut-zero.h5 at step [12] of 3" out.txt || fail "--ep 2 --shard-params: not resumed mid-way: $(cat out.txt)"
+    same_run epzero.h5 cut-zero.h5 || fail "train --ep 2 --shard-params, killed and resumed, is not the run left alone"
+  fi
   mpi_ranks "$mpiexec" 2
   OMP_NUM_THREADS=1 "$remat" estimate "${balanced[@]}" --ep 2 --ranks 2 --shard-params --precision "$precision" \
     --strategies per-layer --json >estimate.json 2>err.txt || fail "estimate: $(cat err.txt)"
