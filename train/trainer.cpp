@@ -95,6 +95,10 @@ void validate_pipeline(const TrainConfig& c) {
 
 // The mean held-out loss over `batches` batches (the same ones each time),
 // by `model` built without dropout: forward only, nothing recorded or saved.
+// Under context parallelism each rank evaluates its own rows, as it trains
+// (the ring passing keys and values): no rank holds a whole sequence's
+// activations, and its loss is its share of the mean, added over the group
+// in rank order.
 double validation_loss(const Model& model, const ParamStore& params, BatchSource& source, int batches,
                        ops::AttentionKernel kernel, Precision precision) {
   NoGradScope no_grad;
@@ -103,6 +107,12 @@ double validation_loss(const Model& model, const ParamStore& params, BatchSource
   source.seek(0);
   double sum = 0;
   for (int b = 0; b < batches; ++b) sum += model.loss(params, source.next()).item();
+  if (model.sizes().cp.split()) {
+    std::vector<double> shares(std::size_t(model.sizes().cp.size));
+    comm::gather_all(&sum, 1, shares.data(), comm::Group::tensor);
+    sum = 0;
+    for (double share : shares) sum += share;
+  }
   return sum / batches;
 }
 
@@ -164,7 +174,6 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
     held_out_ = make_batch_source(config_.data, z.B, z.S, z.V, config_.run.seed, DataSplit::validation);
     Sizes no_dropout = z;
     no_dropout.dropout = 0;
-    no_dropout.cp = {};  // each rank of a context-parallel group evaluates whole sequences: no collective
     eval_model_ = models().find(config_.setup.model).make(no_dropout);  // the same parameters, no dropout
   }
   if (resume) {

@@ -90,16 +90,20 @@ grep -q "context-parallel over 2 ranks" out.txt || fail "time --cp 2 does not sa
 
 # 3. Training: --cp 2 follows one process's run within float32 rounding, and 2 context groups training
 # data-parallel (4 ranks) are --cp 2 accumulating their micro-batches, bitwise; communication as predicted;
-# a killed --cp run resumes bitwise.
-T=(train --model llama --preset tiny --data copy --lr 3e-3 --grad-clip 1 --strategy selective --steps 6)
+# the held-out loss, each rank evaluating its own rows, is one process's within float32 rounding; a killed
+# --cp run resumes bitwise.
+T=(train --model llama --preset tiny --data copy --lr 3e-3 --grad-clip 1 --strategy selective --steps 6 --eval-every 3)
 expect_ok "train, one process" "$remat" "${T[@]}" --accumulate 2 --out one-run.h5
 expect_ok "train --cp 2" "${mpi[@]}" "$remat" "${T[@]}" --accumulate 2 --cp 2 --out cp-run.h5
 expect_ok "train --cp 2 x 2" "${mpi4[@]}" "$remat" "${T[@]}" --cp 2 --out cpdp-run.h5
 same_run cp-run.h5 cpdp-run.h5 || fail "train --cp 2 over 4 ranks is not --cp 2 accumulating 2"
-py one-run.h5 cp-run.h5 <<'PY' || fail "train --cp 2 strays from one process's run"
+py one-run.h5 cp-run.h5 cpdp-run.h5 <<'PY' || fail "train --cp 2 strays from one process's run"
 import sys, h5py, numpy as np
-one, cp = (h5py.File(p) for p in sys.argv[1:])
+one, cp, cpdp = (h5py.File(p) for p in sys.argv[1:])
 assert np.allclose(one["history/loss"][:], cp["history/loss"][:], rtol=1e-6, atol=0)
+assert len(cp["history/eval_loss"]) == 2, cp["history/eval_loss"][:]
+assert np.allclose(one["history/eval_loss"][:], cp["history/eval_loss"][:], rtol=1e-6, atol=0)
+assert cp["history/eval_loss"][:].tobytes() == cpdp["history/eval_loss"][:].tobytes()
 for n in one["params"]:
     a, b = one["params"][n][:], cp["params"][n][:]
     assert np.abs(a - b).max() <= 1e-4 * max(np.abs(a).max(), 1e-6), n
