@@ -175,6 +175,7 @@ void StageRunner::backward(int micro_batch, int v) {
     link_.send({v - 1, micro_batch, true}, *slot->grad);
   }
   in_flight_.erase(it);
+  if (step_.end_chunk_backward) step_.end_chunk_backward(micro_batch, v);
   if (v == first_chunk && step_.end_backward) {
     const auto loss = losses_.find(micro_batch);
     step_.end_backward(micro_batch, loss == losses_.end() ? 0.0 : loss->second);

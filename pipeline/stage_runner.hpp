@@ -101,6 +101,10 @@ struct StageStep {
   // Micro-batches come in order. None: the gradients accumulate in place.
   std::function<void(int)> begin_backward;
   std::function<void(int, double)> end_backward;
+  // After micro-batch m's backward through virtual stage v (interleaved, a
+  // rank's chunks' backward passes have others' between them): its
+  // gradients of v's parameters are whole now. Before end_backward.
+  std::function<void(int, int)> end_chunk_backward;
   // The step micro-batch m draws its dropout as (one process accumulating
   // the step's micro-batches gives each its own); none: options.step + m.
   std::function<std::uint64_t(int)> micro_batch_step;

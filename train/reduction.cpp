@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <stdexcept>
 
 #include "autodiff/backend.hpp"
 #include "autodiff/elementwise.hpp"
@@ -39,20 +40,18 @@ class LocalAccumulation final : public GradientReduction {
   LocalAccumulation(ParamStore& params, int accumulate) : GradientReduction(params, accumulate, 1, 0) {
     MemoryTracker::instance().pool_for_label(kSumLabel, kSumPool);
   }
-  void add(int k, double loss) override {
-    loss_ = k == 0 ? loss : loss_ + loss;
-    if (accumulate_ == 1) return;  // the gradients are where they belong already
-    const auto& ts = params_.tensors();
-    for (std::size_t i = 0; i < ts.size(); ++i) {
-      const Tensor g = ts[i].grad();  // undefined for a frozen parameter
-      if (k == 0) {
-        sums_.push_back(g.defined() ? Tensor::empty(g.shape(), g.dtype(), kSumLabel) : Tensor());
-        if (g.defined()) backend::copy(sums_.back(), g);
-      } else if (g.defined()) {
-        add_inplace(sums_[i], g);
-      }
-    }
+  void begin(int k) override {
+    if (k == 0) sums_.clear();  // (a step's first micro-batch; finish() leaves none either)
   }
+  void add(int k, double loss) override {
+    add_loss(k, loss);
+    if (accumulate_ == 1) return;  // the gradients are where they belong already
+    for (std::size_t i = 0; i < params_.tensors().size(); ++i) fold(i);
+  }
+  void add_part(int, const std::vector<std::size_t>& only) override {
+    for (std::size_t i : only) fold(i);
+  }
+  void add_loss(int k, double loss) override { loss_ = k == 0 ? loss : loss_ + loss; }
   double finish() override {
     const auto& ts = params_.tensors();
     for (std::size_t i = 0; i < sums_.size(); ++i)
@@ -63,6 +62,19 @@ class LocalAccumulation final : public GradientReduction {
   std::int64_t predicted_bytes(const Strategy&) const override { return 0; }
 
  private:
+  // Parameter i's gradient into its sum: the first micro-batch's copied, each next one's added.
+  void fold(std::size_t i) {
+    const Tensor g = params_.tensors()[i].grad();  // undefined for a frozen parameter
+    if (!g.defined()) return;
+    if (sums_.empty()) sums_.resize(params_.tensors().size());
+    if (!sums_[i].defined()) {
+      sums_[i] = Tensor::empty(g.shape(), g.dtype(), kSumLabel);
+      backend::copy(sums_[i], g);
+    } else {
+      add_inplace(sums_[i], g);
+    }
+  }
+
   std::vector<Tensor> sums_;
   double loss_ = 0;
 };
@@ -75,30 +87,20 @@ class DataParallel final : public GradientReduction {
  public:
   DataParallel(ParamStore& params, int accumulate)
       : GradientReduction(params, accumulate, comm::size(comm::Group::data), comm::rank(comm::Group::data)) {}
-  void add(int k, double loss) override {
-    const int N = ranks_;
-    const auto& ts = params_.tensors();
-    if (k == 0) sums_.assign(ts.size(), {}), loss_ = 0;
-    loss_ += sum_over_ranks(loss);
-    for (std::size_t i = 0; i < ts.size(); ++i) {
-      const Tensor g = ts[i].grad();  // undefined for a frozen parameter, on every rank
-      if (!g.defined()) continue;
-      const std::vector<float> mine = g.to_host_f32();
-      const std::int64_t n = g.numel();
-      std::vector<float> all(std::size_t(n) * std::size_t(N));
-      comm::gather_all(mine.data(), n, all.data(), comm::Group::data);
-      auto& sum = sums_[i];
-      for (int r = 0; r < N; ++r) {
-        const float* part = all.data() + std::size_t(r) * std::size_t(n);
-        if (k == 0 && r == 0) sum.assign(part, part + n);
-        else
-          for (std::int64_t j = 0; j < n; ++j) sum[std::size_t(j)] += part[j];
-      }
-    }
+  void begin(int k) override {
+    if (k == 0) sums_.clear();  // (a step's first micro-batch; finish() leaves none either)
   }
+  void add(int k, double loss) override {
+    add_loss(k, loss);
+    for (std::size_t i = 0; i < params_.tensors().size(); ++i) fold(i);
+  }
+  void add_part(int, const std::vector<std::size_t>& only) override {
+    for (std::size_t i : only) fold(i);
+  }
+  void add_loss(int k, double loss) override { loss_ = (k == 0 ? 0 : loss_) + sum_over_ranks(loss); }
   double finish() override {
     const auto& ts = params_.tensors();
-    for (std::size_t i = 0; i < ts.size(); ++i)
+    for (std::size_t i = 0; i < sums_.size(); ++i)
       if (!sums_[i].empty()) backend::upload(ts[i].grad(), sums_[i]);
     sums_.clear();
     return loss_;
@@ -108,6 +110,26 @@ class DataParallel final : public GradientReduction {
   }
 
  private:
+  // Parameter i's gradient of this round, every rank's, into its sum in
+  // micro-batch order: the first one's assigned, each next one's added.
+  void fold(std::size_t i) {
+    const Tensor g = params_.tensors()[i].grad();  // undefined for a frozen parameter, on every rank
+    if (!g.defined()) return;
+    const int N = ranks_;
+    const std::vector<float> mine = g.to_host_f32();
+    const std::int64_t n = g.numel();
+    std::vector<float> all(std::size_t(n) * std::size_t(N));
+    comm::gather_all(mine.data(), n, all.data(), comm::Group::data);
+    if (sums_.empty()) sums_.resize(params_.tensors().size());
+    auto& sum = sums_[i];
+    for (int r = 0; r < N; ++r) {
+      const float* part = all.data() + std::size_t(r) * std::size_t(n);
+      if (sum.empty()) sum.assign(part, part + n);
+      else
+        for (std::int64_t j = 0; j < n; ++j) sum[std::size_t(j)] += part[j];
+    }
+  }
+
   std::vector<std::vector<float>> sums_;
   double loss_ = 0;
 };
@@ -313,6 +335,8 @@ class SummedOverGroup final : public GradientReduction {
   bool zero_grad() const override { return inner_->zero_grad(); }
   void begin(int k) override { inner_->begin(k); }
   void add(int k, double loss) override { inner_->add(k, loss); }
+  void add_part(int k, const std::vector<std::size_t>& only) override { inner_->add_part(k, only); }
+  void add_loss(int k, double loss) override { inner_->add_loss(k, loss); }
   double finish() override {
     const double loss = inner_->finish();
     const int P = comm::size(comm::Group::tensor);
@@ -338,6 +362,13 @@ class SummedOverGroup final : public GradientReduction {
 };
 
 }  // namespace
+
+void GradientReduction::add_part(int, const std::vector<std::size_t>&) {
+  throw std::logic_error("GradientReduction: folding in parts is an interleaved pipeline's, over whole parameters");
+}
+void GradientReduction::add_loss(int, double) {
+  throw std::logic_error("GradientReduction: folding in parts is an interleaved pipeline's, over whole parameters");
+}
 
 double GradientReduction::gradient_norm() const { return remat::gradient_norm(trained()); }
 

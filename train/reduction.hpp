@@ -49,6 +49,13 @@ class GradientReduction {
   virtual void begin(int k) { (void)k; }  // before this rank's k-th micro-batch
   // After it, its gradients in the parameters: fold them (and its loss) in.
   virtual void add(int k, double loss) = 0;
+  // The same in parts, for an interleaved pipeline, where a micro-batch's
+  // backward on a rank spans its chunks with others' passes between them:
+  // the parameters `only` (a chunk's, whose gradients of micro-batch k are
+  // whole now; each parameter once per micro-batch, in micro-batch order),
+  // and the loss once. Only the modes a pipeline runs (whole parameters).
+  virtual void add_part(int k, const std::vector<std::size_t>& only);
+  virtual void add_loss(int k, double loss);
   // After the last: the M micro-batches' gradients, summed, where the
   // optimizer reads them (trained()); returns the summed loss.
   virtual double finish() = 0;

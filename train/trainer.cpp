@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cmath>
 #include <filesystem>
+#include <map>
 
 #include "autodiff/backend.hpp"
 #include "autodiff/elementwise.hpp"
@@ -86,9 +87,6 @@ void validate_pipeline(const TrainConfig& c) {
   pipeline::require_stages(c.setup.model, z);
   if (parse_strategy(c.strategy).planned) throw UserError("--pp with a budget: not yet");
   const pipeline::Schedule schedule = pipeline::parse_schedule(c.pipe.schedule);
-  // Interleaved, a micro-batch's backward on a rank spans its chunks with
-  // others' between them: its gradients are not whole at any one point.
-  if (schedule.virtual_stages > 1) throw UserError("train --pp-schedule " + schedule.spec() + ": not yet (gpipe, 1f1b)");
   pipeline::validate(schedule, z.L, c.pipe.stages, c.accumulate, c.pipe.stage_layers);
   pipeline::require_sendable_edges(z, c.run.precision);
 }
@@ -141,14 +139,50 @@ std::unique_ptr<ParamStore> starting_weights(const TrainConfig& c, bool resuming
 
 }  // namespace
 
+namespace {
+
+// The parameters each of this rank's virtual stages trains, by index: its
+// layers' (named by the model's layer names), and the ones outside the
+// layers (embedding, final norm, head) on the first and the last virtual
+// stage, whichever this rank holds; under key -1 the rest (other ranks'),
+// whose gradients here stay zero.
+std::map<int, std::vector<std::size_t>> chunk_parameters(const Model& model, const ParamStore& params,
+                                                         const pipeline::Layout& layout, int rank) {
+  const auto in_layers = [&](const std::string& name, int first, int end) {
+    for (int j = first; j < end; ++j)
+      if (name.rfind(model.layer_name(j) + ".", 0) == 0) return true;
+    return false;
+  };
+  std::map<int, std::vector<std::size_t>> chunks;
+  for (int v = rank; v < layout.count(); v += layout.stages) {
+    const bool ends = v == 0 || v == layout.count() - 1;
+    for (std::size_t i = 0; i < params.names().size(); ++i) {
+      const std::string& name = params.names()[i];
+      if (in_layers(name, layout.begin(v), layout.end(v)) || (ends && !in_layers(name, 0, layout.first.back())))
+        chunks[v].push_back(i);
+    }
+  }
+  std::vector<bool> here(params.names().size(), false);
+  for (const auto& [v, chunk] : chunks)
+    for (std::size_t i : chunk) here[i] = true;
+  for (std::size_t i = 0; i < here.size(); ++i)
+    if (!here[i]) chunks[-1].push_back(i);
+  return chunks;
+}
+
+}  // namespace
+
 struct Trainer::Pipeline {
-  explicit Pipeline(const TrainConfig& c)
+  Pipeline(const TrainConfig& c, const Model& model, const ParamStore& params)
       : schedule(pipeline::parse_schedule(c.pipe.schedule)),
         layout(pipeline::make_layout(schedule, c.setup.sizes.L, c.pipe.stages, c.pipe.stage_layers)),
-        link(pipeline::mpi_link(layout, c.accumulate)) {}
+        link(pipeline::mpi_link(layout, c.accumulate)),
+        chunks(chunk_parameters(model, params, layout, comm::rank(comm::Group::tensor))) {}
+  bool interleaved() const { return schedule.virtual_stages > 1; }
   pipeline::Schedule schedule;
   pipeline::Layout layout;
   std::unique_ptr<pipeline::StageLink> link;
+  std::map<int, std::vector<std::size_t>> chunks;  // chunk_parameters: what each virtual stage here trains
 };
 
 Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(config) {
@@ -205,7 +239,7 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
   optimizer_ = make_optimizer(config_.optimizer, reduction_->trained(), decays);
   if (resume) restore_optimizer(*resume);
   data_->seek(state_.data_position);
-  if (config_.pipe.split()) pipeline_ = std::make_unique<Pipeline>(config_);
+  if (config_.pipe.split()) pipeline_ = std::make_unique<Pipeline>(config_, *model_, *params_);
 }
 
 Trainer::~Trainer() = default;
@@ -334,9 +368,24 @@ StepRecord Trainer::forward_backward_pipelined(double loss_scale) {
   step.options.loss_scale = loss_scale;
   step.begin_backward = [&](int k) {
     reduce.begin(k);
-    if (reduce.zero_grad()) params_->zero_grad();
+    if (reduce.zero_grad() && !pipeline_->interleaved()) params_->zero_grad();
   };
   step.end_backward = [&](int k, double loss) { reduce.add(k, loss); };
+  if (pipeline_->interleaved()) {
+    // A micro-batch's gradients are whole chunk by chunk: each chunk's folded
+    // in as its backward ends, then zeroed for the next micro-batch's.
+    step.end_chunk_backward = [&](int k, int v) {
+      const std::vector<std::size_t>& only = pipeline_->chunks.at(v);
+      reduce.add_part(k, only);
+      for (std::size_t i : only)
+        if (const Tensor& g = params_->tensors()[i].grad(); g.defined()) fill(g, 0.0);
+    };
+    // The other ranks' parameters (zero here) too, as a whole round folds every parameter.
+    step.end_backward = [&](int k, double loss) {
+      reduce.add_part(k, pipeline_->chunks[-1]);
+      reduce.add_loss(k, loss);
+    };
+  }
   // Dropout as forward_backward_all draws it: the k-th of this rank's micro-batches is the step's micro_batch(k).
   step.micro_batch_step = [&](int k) { return step.options.step + reduce.micro_batch(k); };
   const int P = config_.pipe.stages, rank = comm::rank(comm::Group::tensor);

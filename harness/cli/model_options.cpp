@@ -203,7 +203,8 @@ void add_pipeline_options(CLI::App& cmd, pipeline::PipelineSettings& p, bool for
         ->check(whole_number(1, 1 << 12))
         ->capture_default_str();
   cmd.add_option(for_training ? "--pp-schedule" : "--schedule", p.schedule,
-                 for_training ? "Pipeline schedule with --pp: gpipe or 1f1b (--accumulate is the micro-batches)"
+                 for_training ? "Pipeline schedule with --pp: gpipe, 1f1b or interleaved:V (V model chunks per rank; "
+                                "--accumulate is the micro-batches)"
                               : "Pipeline schedule: gpipe, 1f1b or interleaved:V (V model chunks per rank)")
       ->capture_default_str();
   cmd.add_option("--stage-layers", p.stage_layers,
