@@ -102,9 +102,12 @@ ModelSetup grid_point(const EstimateRequest& r, int S, int B) {
 std::vector<ModelSetup> estimate_points(const EstimateRequest& r) {
   if (r.ranks < 1) throw UserError("--ranks: at least 1");
   if (r.shard_params && r.ranks < 2) throw UserError("--shard-params shards across ranks: give --ranks 2 or more");
-  if (r.finetune.applies() &&
-      (r.shard_params || r.base.sizes.tp.split() || r.base.sizes.ep.split()))
-    throw UserError("--freeze, --lora or --quantize with --shard-params, --tp or --ep: not yet");
+  if (r.finetune.applies() && r.shard_params)
+    throw UserError("--freeze, --lora or --quantize with --shard-params: not yet");
+  if (r.base.sizes.ep.split() && r.finetune.applies())
+    throw UserError("--ep with --freeze, --lora or --quantize: not yet");
+  if (r.base.sizes.tp.split() && (r.finetune.lora.any() || r.finetune.quantize != QuantFormat::none))
+    throw UserError("--tp with --lora or --quantize: not yet (--freeze splits with the parameters)");
   if (r.shard_params && models().find(r.base.model).reversible)
     throw UserError("--shard-params: " + r.base.model + "'s reversible blocks rebuild their inputs in backward, which "
                     "sharded parameters do not support yet");

@@ -93,6 +93,8 @@ std::unique_ptr<ParamStore> whole_store(const ModelSetup& setup, const ParamStor
   const int ranks = sizes.tp.size;
   sizes.tp = {};
   auto whole = std::make_unique<ParamStore>(models().find(setup.model).make(sizes)->params(), DType::f32);
+  for (std::size_t i = 0; i < parts.specs().size(); ++i)
+    if (!parts.trainable(i)) whole->freeze(parts.names()[i]);  // frozen whole as in parts: no gradient
   if (with_gradients) whole->zero_grad();
   for (std::size_t i = 0; i < parts.specs().size(); ++i) {
     const ParamSpec& spec = parts.specs()[i];

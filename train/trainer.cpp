@@ -39,8 +39,9 @@ void validate(const TrainConfig& c) {
                     std::to_string(comm::size()) + " are running it");
   if (c.setup.sizes.cp.split() && (c.lora.any() || c.freeze.any() || c.quantize != QuantFormat::none || c.shard_params))
     throw UserError("--cp with --lora, --freeze, --quantize or --shard-params: not yet");
-  if ((c.setup.sizes.ep.split() || tp.split()) && (c.lora.any() || c.freeze.any()))
-    throw UserError(std::string(split_flag(c.setup.sizes.ep.size)) + " with --lora or --freeze: not yet");
+  if (c.setup.sizes.ep.split() && (c.lora.any() || c.freeze.any()))
+    throw UserError("--ep with --lora or --freeze: not yet");
+  if (tp.split() && c.lora.any()) throw UserError("--tp with --lora: not yet (--freeze splits with the parameters)");
   if (c.quantize != QuantFormat::none && c.shard_params)
     throw UserError("--quantize with --shard-params: not yet (quantized weights are not sharded)");
   refuse_planned_under_experts(c.setup.sizes, {c.strategy});

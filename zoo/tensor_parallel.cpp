@@ -150,6 +150,7 @@ std::unique_ptr<ParamStore> part_of(const ParamStore& whole, const std::vector<P
     const Tensor& from = whole[specs[i].name];
     convert_into(parts->tensors()[i],
                  Tensor::from_host(part_values(from.to_host_f64(), specs[i], from.shape(), g), specs[i].shape));
+    if (!from.requires_grad()) parts->freeze(specs[i].name);  // a frozen parameter's parts are frozen
   }
   return parts;
 }

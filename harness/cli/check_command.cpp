@@ -226,10 +226,14 @@ void refuse_combinations(const CheckCommandOptions& o, const ModelSetup& setup) 
     throw UserError("--freeze or --lora with --train-steps: not together yet");
   if (o.finetune.quantize != QuantFormat::none && (!o.save_golden.empty() || !o.golden.empty()))
     throw UserError("--quantize with a golden file: not yet");
-  if ((sizes.tp.split() || sizes.ep.split() || sizes.cp.split()) &&
-      (o.finetune.any() || o.train_steps > 0 || !o.save_golden.empty() || !o.golden.empty()))
+  const bool split = sizes.tp.split() || sizes.ep.split() || sizes.cp.split();
+  if (split && (o.finetune.lora.any() || o.finetune.quantize != QuantFormat::none || o.train_steps > 0 ||
+                !o.save_golden.empty() || !o.golden.empty()))
     throw UserError(std::string(split_flag(sizes.ep.size, sizes.cp.size)) +
-                    " with --freeze, --lora, --train-steps or a golden file: not yet");
+                    " with --lora, --quantize, --train-steps or a golden file: not yet");
+  // Under --tp each rank freezes its parts of the parameters.
+  if ((sizes.ep.split() || sizes.cp.split()) && o.finetune.freeze.any())
+    throw UserError(std::string(split_flag(sizes.ep.size, sizes.cp.size)) + " with --freeze: not yet");
   if (sizes.cp.split()) cp::validate(setup.model, sizes);  // --dropout, known only now
 }
 

@@ -142,8 +142,10 @@ void run_context_grads(const GradsOptions& o, LoadedWeights& w) {
 void run_grads(const GradsOptions& o) {
   if (!o.out.empty()) check_output(o.out, FileKind::gradients, {o.weights, batch_source_file(o.data)}, o.force);
   LoadedWeights w = load_weights(o.weights, o.force);
-  if ((o.tp > 1 || o.ep > 1) && (o.finetune.applies() || w.params->any_quantized()))
-    throw UserError(std::string(split_flag(o.ep)) + " with --freeze, --lora or quantized weights: not yet");
+  if (o.ep > 1 && (o.finetune.applies() || w.params->any_quantized()))
+    throw UserError("--ep with --freeze, --lora or quantized weights: not yet");
+  if (o.tp > 1 && (o.finetune.lora.any() || o.finetune.quantize != QuantFormat::none || w.params->any_quantized()))
+    throw UserError("--tp with --lora or quantized weights: not yet (--freeze splits with the parameters)");
   w.setup.sizes.router_aux = o.router_aux;  // a training setting, not in the file
   pipeline::refuse_without_stages(o.pipe);
   if (apply_context_layout(o.cp, o.tp > 1 || o.sp || o.ep > 1 || o.pipe.split() || o.pipe.micro_batches > 1, w.setup))
