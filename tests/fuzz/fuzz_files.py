@@ -14,6 +14,7 @@ Without --seed, each run draws its seed (printed; REMAT_SAMPLE_SEED=N
 repeats a run), so that runs together cover more mutations than any one.
 """
 import argparse
+import math
 import os
 import random
 import shutil
@@ -118,6 +119,10 @@ def ds_reshape(f, rng):
     del f[name]
     if dtype.kind in "SU":
         f.create_dataset(name, shape=shape, dtype=dtype)
+    elif math.prod(shape) > 1 << 20:
+        # A shape an earlier mutation made huge: declared, its ones a fill value HDF5 never stores (the
+        # fuzzer must not allocate it; remat must refuse reading it).
+        f.create_dataset(name, shape=shape, dtype=dtype, fillvalue=1)
     else:
         f.create_dataset(name, data=np.ones(shape, dtype=dtype))
 
