@@ -323,6 +323,14 @@ std::vector<float> sum_in_rank_order(const std::vector<float>& mine, Group g) {
   return sum;
 }
 
+double sum_in_rank_order(double mine, Group g) {
+  std::vector<double> all(std::size_t(size(g)));
+  gather_all(&mine, 1, all.data(), g);
+  double sum = 0;
+  for (double v : all) sum += v;
+  return sum;
+}
+
 void all_to_all(const float* send, std::int64_t n, float* recv, Group g) { exchange(send, n, recv, g); }
 void all_to_all(const double* send, std::int64_t n, double* recv, Group g) { exchange(send, n, recv, g); }
 void all_to_all(const std::uint16_t* send, std::int64_t n, std::uint16_t* recv, Group g) {

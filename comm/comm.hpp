@@ -79,6 +79,7 @@ void gather_all(const std::uint16_t* data, std::int64_t n, std::uint16_t* all, G
 // each next one's added), the same sums on every rank: the fixed order a
 // sum over ranks must have to be bitwise one process's.
 std::vector<float> sum_in_rank_order(const std::vector<float>& mine, Group g);
+double sum_in_rank_order(double mine, Group g);
 
 // Each rank's send holds size() parts of n values; part r goes to rank r,
 // and recv's part r is what rank r sent this rank (a reduce-scatter's

@@ -20,13 +20,7 @@ namespace remat {
 namespace {
 
 // Every data-parallel rank's losses, added in rank order.
-double sum_over_ranks(double loss) {
-  std::vector<double> losses(std::size_t(comm::size(comm::Group::data)), 0.0);
-  comm::gather_all(&loss, 1, losses.data(), comm::Group::data);
-  double sum = 0;
-  for (double l : losses) sum += l;
-  return sum;
-}
+double sum_over_ranks(double loss) { return comm::sum_in_rank_order(loss, comm::Group::data); }
 
 // One process: each micro-batch's gradient is computed fresh and added to
 // the sum in micro-batch order, sum = g0; sum += g1; ... the additions, in
@@ -339,13 +333,8 @@ class SummedOverGroup final : public GradientReduction {
   void add_loss(int k, double loss) override { inner_->add_loss(k, loss); }
   double finish() override {
     const double loss = inner_->finish();
-    const int P = comm::size(comm::Group::tensor);
     sum_gradients_over_ranks(params_, /*world=*/false);
-    std::vector<double> losses(static_cast<std::size_t>(P));
-    comm::gather_all(&loss, 1, losses.data(), comm::Group::tensor);
-    double total = 0;
-    for (double l : losses) total += l;
-    return total;
+    return comm::sum_in_rank_order(loss, comm::Group::tensor);
   }
   // The replicas' reduction, and every trainable gradient and the loss to
   // and from each other rank of the pipeline (the activations' messages
@@ -363,12 +352,14 @@ class SummedOverGroup final : public GradientReduction {
 
 }  // namespace
 
-void GradientReduction::add_part(int, const std::vector<std::size_t>&) {
+namespace {
+[[noreturn]] void not_in_parts() {
   throw std::logic_error("GradientReduction: folding in parts is an interleaved pipeline's, over whole parameters");
 }
-void GradientReduction::add_loss(int, double) {
-  throw std::logic_error("GradientReduction: folding in parts is an interleaved pipeline's, over whole parameters");
-}
+}  // namespace
+
+void GradientReduction::add_part(int, const std::vector<std::size_t>&) { not_in_parts(); }
+void GradientReduction::add_loss(int, double) { not_in_parts(); }
 
 double GradientReduction::gradient_norm() const { return remat::gradient_norm(trained()); }
 

@@ -106,12 +106,7 @@ double validation_loss(const Model& model, const ParamStore& params, BatchSource
   source.seek(0);
   double sum = 0;
   for (int b = 0; b < batches; ++b) sum += model.loss(params, source.next()).item();
-  if (model.sizes().cp.split()) {
-    std::vector<double> shares(std::size_t(model.sizes().cp.size));
-    comm::gather_all(&sum, 1, shares.data(), comm::Group::tensor);
-    sum = 0;
-    for (double share : shares) sum += share;
-  }
+  if (model.sizes().cp.split()) sum = comm::sum_in_rank_order(sum, comm::Group::tensor);
   return sum / batches;
 }
 
@@ -137,10 +132,6 @@ std::unique_ptr<ParamStore> starting_weights(const TrainConfig& c, bool resuming
   }
   return params;
 }
-
-}  // namespace
-
-namespace {
 
 // The parameters each of this rank's virtual stages trains, by index: its
 // layers' (named by the model's layer names), and the ones outside the
