@@ -231,9 +231,8 @@ void refuse_combinations(const CheckCommandOptions& o, const ModelSetup& setup) 
                 !o.save_golden.empty() || !o.golden.empty()))
     throw UserError(std::string(split_flag(sizes.ep.size, sizes.cp.size)) +
                     " with --lora, --quantize, --train-steps or a golden file: not yet");
-  // Under --tp each rank freezes its parts of the parameters.
-  if ((sizes.ep.split() || sizes.cp.split()) && o.finetune.freeze.any())
-    throw UserError(std::string(split_flag(sizes.ep.size, sizes.cp.size)) + " with --freeze: not yet");
+  // Under --tp each rank freezes its parts of the parameters; under --cp every rank holds them all.
+  if (sizes.ep.split() && o.finetune.freeze.any()) throw UserError("--ep with --freeze: not yet");
   if (sizes.cp.split()) cp::validate(setup.model, sizes);  // --dropout, known only now
 }
 

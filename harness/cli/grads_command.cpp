@@ -108,12 +108,13 @@ void run_pipelined_grads(const GradsOptions& o, LoadedWeights& w) {
 // and gradients (every rank's added in rank order) written, and each rank's
 // measured activation and offload peaks printed.
 void run_context_grads(const GradsOptions& o, LoadedWeights& w) {
-  if (o.finetune.applies() || w.params->any_quantized())
-    throw UserError("--cp with --freeze, --lora or quantized weights: not yet");
+  if (o.finetune.lora.any() || o.finetune.quantize != QuantFormat::none || w.params->any_quantized())
+    throw UserError("--cp with --lora or quantized weights: not yet (--freeze freezes on every rank alike)");
   w.model = models().find(w.setup.model).make(w.setup.sizes);
   const std::string spec = one_strategy(o, w.setup);
   require_step_memory(w.setup, o.run.attention, {spec}, 3, o.force);
   choose_batch(o, w);
+  fine_tune(w.params, *w.model, *w.batch, o.finetune, o.run.seed, w.setup.sizes.L);  // every rank holds every parameter
   auto strategy = make_strategy(spec);
   PrecisionScope precision(*w.params, o.run.precision);
   prepare_strategy(*strategy, *w.model, *w.params, *w.batch, o.run.attention, o.run.seed);
@@ -136,7 +137,9 @@ void run_context_grads(const GradsOptions& o, LoadedWeights& w) {
     std::printf("rank %d: activation peak %lld bytes, offload peak %lld bytes\n", k,
                 static_cast<long long>(all[std::size_t(3 * k + 1)]), static_cast<long long>(all[std::size_t(3 * k + 2)]));
   std::printf("sent %lld bytes to the other ranks\n", static_cast<long long>(sent));
-  if (!o.out.empty()) std::printf("wrote %s: /loss and /grads for %zu parameters\n", o.out.c_str(), w.params->names().size());
+  std::size_t written = 0;
+  for (std::size_t i = 0; i < w.params->names().size(); ++i) written += w.params->trainable(i) ? 1 : 0;
+  if (!o.out.empty()) std::printf("wrote %s: /loss and /grads for %zu parameters\n", o.out.c_str(), written);
 }
 
 void run_grads(const GradsOptions& o) {

@@ -138,9 +138,9 @@ void run_time(const TimeOptions& o) {
   if (specs.size() != 1) throw UserError("remat time runs one strategy; '" + o.strategy + "' names " +
                                          std::to_string(specs.size()) + " (use `remat matrix` for several)");
   if ((o.model.tp > 1 || o.model.sp || o.model.ep > 1 || o.model.cp > 1) &&
-      (o.finetune.lora.any() || (o.finetune.freeze.any() && (o.model.ep > 1 || o.model.cp > 1))))
+      (o.finetune.lora.any() || (o.finetune.freeze.any() && o.model.ep > 1)))
     throw UserError(std::string(split_flag(o.model.ep, o.model.cp)) + " with --lora" +
-                    (o.model.ep > 1 || o.model.cp > 1 ? " or --freeze" : "") + ": not yet");
+                    (o.model.ep > 1 ? " or --freeze" : "") + ": not yet");
   Sizes layout;
   layout.ep.size = o.model.ep;
   refuse_planned_under_experts(layout, specs);

@@ -118,8 +118,46 @@ expect_ok "train --cp 2 --resume" "${mpi[@]}" "$remat" "${K[@]}" --out cut-run.h
 grep -Eq "resuming cut-run.h5 at step ([1-9]|[12][0-9]) of 30" out.txt || fail "the killed run did not resume mid-way: $(cat out.txt)"
 same_run whole-run.h5 cut-run.h5 || fail "train --cp 2, killed and resumed, is not the run left alone"
 "${mpi[@]}" "$remat" "${T[@]}" --cp 2 --lora 4 --out x.h5 >out.txt 2>err.txt  # every rank says it: not one line
-[ $? -eq 2 ] && grep -q -- "--cp with --lora, --freeze, --quantize or --shard-params: not yet" err.txt ||
+[ $? -eq 2 ] && grep -q -- "--cp with --lora, --quantize or --shard-params: not yet" err.txt ||
   fail "train --cp 2 --lora is not refused: $(cat err.txt)"
+
+# --freeze under --cp: every rank freezes the same parameters (each holds them all). The gradients are one
+# process's (the frozen ones absent from both files), every strategy is bitwise full, each rank's peaks and
+# bytes sent are the estimate's, and a training follows one process's, its frozen weights bitwise.
+expect_ok "grads --freeze-below 1" "$remat" grads --weights llama.h5 --freeze-below 1 --out one-frozen.h5
+expect_ok "grads --cp 2 --freeze-below 1" "${mpi[@]}" "$remat" grads --weights llama.h5 --cp 2 --freeze-below 1 \
+  --out cp-frozen.h5
+"$remat" estimate --model llama --preset tiny --cp 2 --freeze-below 1 --strategies all --json >est.json 2>err.txt ||
+  fail "estimate --cp 2 --freeze-below 1: $(cat err.txt)"
+peaks_match "llama --cp 2 --freeze-below 1" est.json full || fail "--cp 2 --freeze-below 1: peaks differ from the estimate"
+close one-frozen.h5 cp-frozen.h5 1e-5 || fail "--cp 2 --freeze-below 1: gradients differ from one process's"
+py -c "import h5py; g = h5py.File('cp-frozen.h5')['grads']; assert len(g) == 11 and not any(n.startswith('layers.0.') for n in g), list(g)" ||
+  fail "--cp 2 --freeze-below 1 wrote gradients of frozen parameters"
+"${mpi[@]}" "$remat" check --model llama --cp 2 --freeze-below 1 --strategies all --json >check.json 2>err.txt ||
+  fail "check --cp 2 --freeze-below 1: $(cat err.txt)"
+py check.json est.json <<'PY' || fail "check --cp 2 --freeze-below 1: not bitwise, or not the estimate"
+import sys, json
+check, est = json.load(open(sys.argv[1])), {r["strategy"]: r for r in json.load(open(sys.argv[2]))}
+assert check["not_bitwise_exact"] == 0 and all(r["bitwise"] for r in check["strategies"])
+for r in check["strategies"]:
+    assert r["activation_peak_bytes"] == est[r["strategy"]]["activation_peak_bytes"], r["strategy"]
+PY
+expect_ok "train --freeze-below 1" "$remat" "${T[@]}" --accumulate 2 --freeze-below 1 --out one-frozen-run.h5
+expect_ok "train --cp 2 --freeze-below 1" "${mpi[@]}" "$remat" "${T[@]}" --accumulate 2 --cp 2 --freeze-below 1 \
+  --out cp-frozen-run.h5
+py one-frozen-run.h5 cp-frozen-run.h5 <<'PY' || fail "train --cp 2 --freeze-below 1 strays from one process's run"
+import sys, h5py, numpy as np
+one, cp = (h5py.File(p) for p in sys.argv[1:])
+assert np.allclose(one["history/loss"][:], cp["history/loss"][:], rtol=1e-6, atol=0)
+assert sorted(one["optimizer/m"]) == sorted(cp["optimizer/m"]) and "tok_embeddings.weight" not in cp["optimizer/m"]
+for n in one["params"]:
+    a, b = one["params"][n][:], cp["params"][n][:]
+    if n.startswith(("layers.0.", "tok_embeddings.")):
+        assert a.tobytes() == b.tobytes(), n
+    assert np.abs(a - b).max() <= 1e-4 * max(np.abs(a).max(), 1e-6), n
+sent, predicted = cp["history/comm_bytes"][:], cp["history/predicted_comm_bytes"][:]
+assert (sent > 0).all() and (sent == predicted).all(), (sent[:3], predicted[:3])
+PY
 
 # 4. Bad layouts, one line each, before anything runs (estimate takes --cp beside --pp: shape-only).
 expect_error "must be divisible by 6" "$remat" estimate --model llama --preset tiny --cp 3
