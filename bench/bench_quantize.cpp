@@ -59,7 +59,7 @@ void BM_lora_step(benchmark::State& state, QuantFormat format, const std::string
   remat::FineTuning ft;
   ft.lora.rank = 8;
   ft.quantize = format;
-  remat::apply_fine_tuning(params, *model, batch, ft, 1, z.L);
+  remat::apply_fine_tuning(params, *model, batch, ft, 1, {"llama", "small", z});
   auto strategy = remat::make_strategy(strategy_spec);
   remat::StepOptions options{strategy.get(), 1, 0};
   options.precision = remat::Precision::bf16;

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/error.hpp"
+#include "zoo/expert_parallel.hpp"
 
 namespace remat {
 
@@ -36,13 +37,14 @@ void require_quantized_frozen(const ParamStore& params, const FineTuning& f, int
 }
 
 std::string apply_fine_tuning(std::unique_ptr<ParamStore>& params, const Model& model, const Batch& batch,
-                              const FineTuning& f, std::uint64_t seed, int layers) {
+                              const FineTuning& f, std::uint64_t seed, const ModelSetup& setup) {
+  const int layers = setup.sizes.L;
   require_quantized_frozen(*params, f, layers);
   if (f.lora.any()) {
     params = with_lora(*params, f.lora, seed, layers);
     require_adapters_used(model, *params, batch);
   }
-  if (f.freeze.any()) apply_freeze(*params, f.freeze, layers);
+  if (f.freeze.any()) apply_freeze(*params, f.freeze, layers, ep::whole_names(setup));
   if (!f.any()) return quantize_frozen(*params, model, batch, f.quantize);  // "", or refused: nothing is frozen
   std::int64_t frozen = 0, tensors = 0;
   for (std::size_t i = 0; i < params->names().size(); ++i)

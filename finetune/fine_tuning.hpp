@@ -28,8 +28,10 @@ void require_quantized_frozen(const ParamStore& params, const FineTuning& f, int
 
 // Applies LoRA (a new store with the adapters, every base parameter frozen,
 // each adapter checked to serve a linear on `batch`), then freezing, then
-// quantization. Returns a summary, a line per step ("" if nothing was applied).
+// quantization. `setup` names the model `params` are of (a rank's part under
+// --ep: every rank freezes alike). Returns a summary, a line per step ("" if
+// nothing was applied).
 std::string apply_fine_tuning(std::unique_ptr<ParamStore>& params, const Model& model, const Batch& batch,
-                              const FineTuning& f, std::uint64_t seed, int layers);
+                              const FineTuning& f, std::uint64_t seed, const ModelSetup& setup);
 
 }  // namespace remat

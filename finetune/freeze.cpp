@@ -48,7 +48,10 @@ std::vector<int> chain_blocks(const std::vector<std::string>& names) {
 }
 
 std::vector<std::string> frozen_names(const ParamStore& params, const FreezeOptions& options, int layers) {
-  const auto& names = params.names();
+  return frozen_names(params.names(), options, layers);
+}
+
+std::vector<std::string> frozen_names(const std::vector<std::string>& names, const FreezeOptions& options, int layers) {
   std::vector<bool> frozen(names.size(), false);
   for (const auto& pattern : options.patterns) {
     if (pattern.empty()) throw UserError("--freeze: an empty pattern");
@@ -90,10 +93,12 @@ std::vector<std::string> frozen_names(const ParamStore& params, const FreezeOpti
   return out;
 }
 
-std::vector<std::string> apply_freeze(ParamStore& params, const FreezeOptions& options, int layers) {
-  const auto names = frozen_names(params, options, layers);
-  for (const auto& n : names) params.freeze(n);
-  return names;
+std::vector<std::string> apply_freeze(ParamStore& params, const FreezeOptions& options, int layers,
+                                      const std::vector<std::string>& model_names) {
+  std::vector<std::string> frozen;
+  for (const auto& n : frozen_names(model_names.empty() ? params.names() : model_names, options, layers))
+    if (params.has(n)) params.freeze(n), frozen.push_back(n);
+  return frozen;
 }
 
 }  // namespace remat

@@ -25,9 +25,17 @@ struct FreezeOptions {
 // for a pattern that matches nothing, `below` beyond the model's blocks, or
 // freezing every parameter (nothing would train).
 std::vector<std::string> frozen_names(const ParamStore& params, const FreezeOptions& options, int layers);
+// The same among `names`, a whole model's parameter names in the order declared.
+std::vector<std::string> frozen_names(const std::vector<std::string>& names, const FreezeOptions& options, int layers);
 
-// Freezes them; returns their names.
-std::vector<std::string> apply_freeze(ParamStore& params, const FreezeOptions& options, int layers);
+// Freezes them; returns their names. Where `params` hold a rank's part of
+// the model's parameters (--ep: its own experts), `model_names` are the
+// whole model's: the patterns match against those and the blocks are read
+// from them, so every rank freezes alike (a pattern naming only another
+// rank's experts is no error here); the frozen ones this rank holds are
+// frozen.
+std::vector<std::string> apply_freeze(ParamStore& params, const FreezeOptions& options, int layers,
+                                      const std::vector<std::string>& model_names = {});
 
 // The block a parameter belongs to (the first whole-number component of its
 // name: "h.3.attn.c_attn.weight" -> 3), or -1.

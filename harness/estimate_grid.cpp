@@ -104,10 +104,10 @@ std::vector<ModelSetup> estimate_points(const EstimateRequest& r) {
   if (r.shard_params && r.ranks < 2) throw UserError("--shard-params shards across ranks: give --ranks 2 or more");
   if (r.finetune.applies() && r.shard_params)
     throw UserError("--freeze, --lora or --quantize with --shard-params: not yet");
-  if (r.base.sizes.ep.split() && r.finetune.applies())
-    throw UserError("--ep with --freeze, --lora or --quantize: not yet");
-  if (r.base.sizes.tp.split() && (r.finetune.lora.any() || r.finetune.quantize != QuantFormat::none))
-    throw UserError("--tp with --lora or --quantize: not yet (--freeze splits with the parameters)");
+  if ((r.base.sizes.tp.split() || r.base.sizes.ep.split()) &&
+      (r.finetune.lora.any() || r.finetune.quantize != QuantFormat::none))
+    throw UserError(std::string(split_flag(r.base.sizes.ep.size)) +
+                    " with --lora or --quantize: not yet (--freeze splits with the parameters)");
   if (r.shard_params && models().find(r.base.model).reversible)
     throw UserError("--shard-params: " + r.base.model + "'s reversible blocks rebuild their inputs in backward, which "
                     "sharded parameters do not support yet");
@@ -140,7 +140,7 @@ EstimatePoint estimate_point(const EstimateRequest& r, const ModelSetup& setup,
   extras.progress = progress;
   if (r.finetune.applies())
     extras.prepare = [&r, &setup](std::unique_ptr<ParamStore>& params, const Model& model, const Batch& batch) {
-      apply_fine_tuning(params, model, batch, r.finetune, r.seed, setup.sizes.L);
+      apply_fine_tuning(params, model, batch, r.finetune, r.seed, setup);
     };
   const ShapeOnlyRun run = shape_only_run(setup, r.strategies, r.attention, r.optimizer,
                                           rates ? &device_model : nullptr, r.precision, extras);

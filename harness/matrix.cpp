@@ -187,7 +187,7 @@ ShapeRun check_shape(const MatrixOptions& o, const std::vector<const RunKey*>& g
     initialize(*s.params, o.seed, z.L);
   }
   s.batch = make_batch_source(o.data, z.B, z.S, z.V, o.seed)->next();
-  apply_fine_tuning(s.params, *s.model, s.batch, o.finetune, o.seed, z.L);
+  apply_fine_tuning(s.params, *s.model, s.batch, o.finetune, o.seed, ModelSetup{first.model, first.preset, z});
   s.run = first.run;
   std::vector<std::string> specs;
   for (const auto* c : group) specs.push_back(c->strategy);

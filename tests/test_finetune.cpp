@@ -14,6 +14,7 @@
 #include "harness/check.hpp"
 #include "strategies/registry.hpp"
 #include "zoo/common.hpp"
+#include "zoo/expert_parallel.hpp"
 
 using namespace remat;
 
@@ -121,6 +122,27 @@ TEST_CASE("bad freezing is one clear error", "[finetune][errors]") {
   FreezeOptions empty;
   empty.patterns = {""};
   CHECK_THROWS_AS(frozen_names(*s.params, empty, 2), UserError);
+}
+
+TEST_CASE("a rank holding part of the model freezes as the whole model says", "[finetune][errors]") {
+  // Expert parallelism's rank 0 of 2: experts 0 and 1 of 4 (zoo/expert_parallel.hpp).
+  ModelSetup setup{"mixtral", "tiny", preset_sizes("tiny")};
+  setup.sizes.ep = {2, 0};
+  ParamStore part(models().find("mixtral").make(setup.sizes)->params(), DType::f32);
+  const std::vector<std::string> whole = ep::whole_names(setup);
+  REQUIRE(whole.size() > part.names().size());
+  FreezeOptions theirs;  // only rank 1's experts: no error here, nothing of rank 0's frozen
+  theirs.patterns = {"layers.*.block_sparse_moe.experts.3.*"};
+  CHECK(apply_freeze(part, theirs, setup.sizes.L, whole).empty());
+  CHECK_THROWS_WITH(apply_freeze(part, theirs, setup.sizes.L), Catch::Contains("matches no parameter"));
+  FreezeOptions below;
+  below.below = 1;
+  const auto frozen = apply_freeze(part, below, setup.sizes.L, whole);
+  CHECK(frozen == frozen_names(part, below, setup.sizes.L));  // the same blocks whichever names are read
+  for (const auto& n : frozen) CHECK(part.has(n));
+  FreezeOptions none;
+  none.patterns = {"nothing.*"};
+  CHECK_THROWS_WITH(apply_freeze(part, none, setup.sizes.L, whole), Catch::Contains("'nothing.*' matches no parameter"));
 }
 
 // ---- LoRA ----

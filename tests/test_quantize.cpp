@@ -39,7 +39,9 @@ std::unique_ptr<ParamStore> qlora(const test::TinyModel& s, QuantFormat f, int l
   FineTuning ft;
   ft.lora.rank = 4;
   ft.quantize = f;
-  apply_fine_tuning(p, *s.model, s.batch, ft, 5, layers);
+  ModelSetup setup = s.setup;
+  setup.sizes.L = layers;
+  apply_fine_tuning(p, *s.model, s.batch, ft, 5, setup);
   return p;
 }
 
@@ -228,9 +230,9 @@ TEST_CASE("bad quantization is one clear error", "[quantize][errors]") {
   test::TinyModel s = test::tiny_model("gpt2", 2, 1, 0.0);
   FineTuning ft;
   ft.quantize = QuantFormat::nf4;
-  CHECK_THROWS_WITH(apply_fine_tuning(s.params, *s.model, s.batch, ft, 1, 2), Catch::Contains("nothing is frozen"));
+  CHECK_THROWS_WITH(apply_fine_tuning(s.params, *s.model, s.batch, ft, 1, s.setup), Catch::Contains("nothing is frozen"));
   ft.freeze.patterns = {"wte.weight"};  // frozen, but an embedding (and the tied head): no linear's alone
-  CHECK_THROWS_WITH(apply_fine_tuning(s.params, *s.model, s.batch, ft, 1, 2),
+  CHECK_THROWS_WITH(apply_fine_tuning(s.params, *s.model, s.batch, ft, 1, s.setup),
                     Catch::Contains("no frozen weight is a linear layer's"));
   CHECK_THROWS_WITH(parse_quant_format("nf3"), Catch::Contains("nf4, int8"));
   ParamStore odd({{"l.weight", {3, 5}}}, DType::f32);
@@ -255,7 +257,7 @@ TEST_CASE("shape-only: a QLoRA step holds the measured bytes, the quantized base
       const auto specs = strategies_for(name, "all", ops::AttentionKernel::fused);
       ShapeOnlyExtras extras;
       extras.prepare = [&](std::unique_ptr<ParamStore>& p, const Model& model, const Batch& batch) {
-        apply_fine_tuning(p, model, batch, ft, 1, 2);
+        apply_fine_tuning(p, model, batch, ft, 1, s.setup);
       };
       const ShapeOnlyRun shape = shape_only_run(s.setup, specs, ops::AttentionKernel::fused, "adamw", nullptr, precision,
                                                 extras);

@@ -540,7 +540,7 @@ TEST_CASE("QLoRA on real text: within 3% of the same LoRA training's validation 
   FineTuning frozen;
   frozen.freeze.below = 2;
   frozen.quantize = QuantFormat::nf4;
-  apply_fine_tuning(w.params, *model, batch, frozen, 1, 2);
+  apply_fine_tuning(w.params, *model, batch, frozen, 1, base.setup);
   const double quantized = forward_backward(*model, *w.params, batch, {full.get(), 1, 0});
   INFO("the base's loss: float32 " << plain << ", nf4 " << quantized);
   CHECK(std::abs(quantized - plain) <= 0.03 * plain);

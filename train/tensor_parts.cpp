@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <stdexcept>
 
 #include "autodiff/elementwise.hpp"
@@ -34,6 +35,18 @@ std::vector<double> from_every_rank(const Tensor* t, std::int64_t n) {
   return all;
 }
 
+// For each of `names` (the whole model's), whether any rank says `yes` of it:
+// an expert's answer is its owner's, and every rank learns it (one gather).
+std::vector<bool> on_any_rank(const std::vector<std::string>& names, const std::function<bool(const std::string&)>& yes) {
+  std::vector<double> mine(names.size(), 0.0);
+  for (std::size_t i = 0; i < names.size(); ++i) mine[i] = yes(names[i]) ? 1 : 0;
+  std::vector<double> all(mine.size() * std::size_t(comm::size(comm::Group::tensor)));
+  comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data(), comm::Group::tensor);
+  std::vector<bool> any(names.size(), false);
+  for (std::size_t j = 0; j < all.size(); ++j) any[j % names.size()] = any[j % names.size()] || all[j] != 0;
+  return any;
+}
+
 // Under expert parallelism: an expert's parameter (and gradient) from the
 // rank holding it; a parameter every rank holds from rank 0 (they are the
 // same), its gradient the sum of every rank's (each from its own sequences),
@@ -42,6 +55,11 @@ std::unique_ptr<ParamStore> whole_over_experts(const ModelSetup& setup, const Pa
   Sizes sizes = setup.sizes;
   sizes.ep = {};
   auto whole = std::make_unique<ParamStore>(models().find(setup.model).make(sizes)->params(), DType::f32);
+  const std::vector<bool> frozen = on_any_rank(whole->names(), [&parts](const std::string& name) {
+    return parts.has(name) && !parts.trainable(parts.index_of(name));
+  });
+  for (std::size_t i = 0; i < frozen.size(); ++i)
+    if (frozen[i]) whole->freeze(whole->names()[i]);  // frozen as where it is held
   if (with_gradients) whole->zero_grad();
   const int ranks = setup.sizes.ep.size;
   for (std::size_t i = 0; i < whole->names().size(); ++i) {
@@ -70,12 +88,21 @@ std::vector<Tensor> whole_expert_buffers(const ModelSetup& setup, const ParamSto
                                          const std::vector<Tensor>& buffers) {
   Sizes sizes = setup.sizes;
   sizes.ep = {};
+  const std::vector<ParamSpec> specs = models().find(setup.model).make(sizes)->params();
+  const auto mine_of = [&](const std::string& name) -> const Tensor* {
+    const std::size_t i = parts.has(name) ? parts.index_of(name) : parts.names().size();
+    return i < buffers.size() && buffers[i].defined() ? &buffers[i] : nullptr;
+  };
+  std::vector<std::string> names;
+  for (const auto& spec : specs) names.push_back(spec.name);
+  // A frozen parameter has none (its owner's answer, for an expert).
+  const std::vector<bool> held = on_any_rank(names, [&](const std::string& name) { return mine_of(name) != nullptr; });
   std::vector<Tensor> whole;
-  for (const auto& spec : models().find(setup.model).make(sizes)->params()) {
+  for (std::size_t k = 0; k < specs.size(); ++k) {
+    const ParamSpec& spec = specs[k];
     const int owner = ep::owner(spec.name, setup.sizes);
-    const std::size_t i = parts.has(spec.name) ? parts.index_of(spec.name) : parts.names().size();
-    const Tensor* mine = i < buffers.size() && buffers[i].defined() ? &buffers[i] : nullptr;
-    if (owner < 0) {
+    const Tensor* mine = mine_of(spec.name);
+    if (owner < 0 || !held[k]) {
       whole.push_back(mine ? *mine : Tensor());
       continue;
     }

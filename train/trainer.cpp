@@ -20,6 +20,7 @@
 #include "strategies/registry.hpp"
 #include "train/run_file.hpp"
 #include "finetune/fine_tuning.hpp"
+#include "zoo/expert_parallel.hpp"
 #include "zoo/tensor_parallel.hpp"
 
 namespace remat {
@@ -39,9 +40,9 @@ void validate(const TrainConfig& c) {
                     std::to_string(comm::size()) + " are running it");
   if (c.setup.sizes.cp.split() && (c.lora.any() || c.quantize != QuantFormat::none || c.shard_params))
     throw UserError("--cp with --lora, --quantize or --shard-params: not yet");
-  if (c.setup.sizes.ep.split() && (c.lora.any() || c.freeze.any()))
-    throw UserError("--ep with --lora or --freeze: not yet");
-  if (tp.split() && c.lora.any()) throw UserError("--tp with --lora: not yet (--freeze splits with the parameters)");
+  if ((c.setup.sizes.ep.split() || tp.split()) && c.lora.any())
+    throw UserError(std::string(split_flag(c.setup.sizes.ep.size)) +
+                    " with --lora: not yet (--freeze splits with the parameters)");
   if (c.quantize != QuantFormat::none && c.shard_params)
     throw UserError("--quantize with --shard-params: not yet (quantized weights are not sharded)");
   refuse_planned_under_experts(c.setup.sizes, {c.strategy});
@@ -188,7 +189,7 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
     params_ = with_lora(*params_, config_.lora, config_.run.seed, z.L);
     require_adapters_used(*model_, *params_, random_batch(z.B, z.S, z.V, config_.run.seed));
   }
-  apply_freeze(*params_, config_.freeze, z.L);  // before the optimizer sees the parameters
+  apply_freeze(*params_, config_.freeze, z.L, ep::whole_names(config_.setup));  // before the optimizer sees the parameters
   // QLoRA: the frozen linear weights quantized (a resumed run's bytes are
   // the run file's, copied over these below).
   quantize_frozen(*params_, *model_, random_batch(z.B, z.S, z.V, config_.run.seed), config_.quantize);

@@ -51,6 +51,15 @@ int owner(const std::string& name, const Sizes& z) {
   return std::stoi(name.substr(at + marker.size())) / experts_here(z);
 }
 
+std::vector<std::string> whole_names(const ModelSetup& setup) {
+  if (!setup.sizes.ep.split()) return {};
+  Sizes whole = setup.sizes;
+  whole.ep = {};
+  std::vector<std::string> names;
+  for (const auto& spec : models().find(setup.model).make(whole)->params()) names.push_back(spec.name);
+  return names;
+}
+
 Tensor my_sequences(const Tensor& batch_rows, const RankGroup& g) {
   if (!g.split()) return batch_rows;
   const std::int64_t b = batch_rows.dim(0) / g.size;

@@ -14,6 +14,7 @@
 // their sum (whole_store sums them in rank order).
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "autodiff/random.hpp"
 
@@ -34,6 +35,9 @@ int experts_here(const Sizes& z);
 int first_expert(const Sizes& z);
 // The rank holding parameter `name` alone (an expert's), or -1 (every rank holds it).
 int owner(const std::string& name, const Sizes& z);
+// The whole model's parameter names, every expert's, in the order declared,
+// where a rank holds only its experts; empty outside expert parallelism.
+std::vector<std::string> whole_names(const ModelSetup& setup);
 // This rank's sequences of a [B, S] int32 tensor (tokens, targets); the
 // tensor itself outside expert parallelism.
 Tensor my_sequences(const Tensor& batch_rows, const RankGroup& g);

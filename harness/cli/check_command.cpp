@@ -231,8 +231,8 @@ void refuse_combinations(const CheckCommandOptions& o, const ModelSetup& setup) 
                 !o.save_golden.empty() || !o.golden.empty()))
     throw UserError(std::string(split_flag(sizes.ep.size, sizes.cp.size)) +
                     " with --lora, --quantize, --train-steps or a golden file: not yet");
-  // Under --tp each rank freezes its parts of the parameters; under --cp every rank holds them all.
-  if (sizes.ep.split() && o.finetune.freeze.any()) throw UserError("--ep with --freeze: not yet");
+  // --freeze: under --tp each rank freezes its parts of the parameters, under --ep those of its experts,
+  // under --cp every rank all of them.
   if (sizes.cp.split()) cp::validate(setup.model, sizes);  // --dropout, known only now
 }
 
@@ -246,7 +246,7 @@ int run_check_command(const CheckCommandOptions& o) {
   validate(setup.sizes);
   const auto model = models().find(setup.model).make(setup.sizes);
   refuse_combinations(o, setup);
-  fine_tune(params, *model, batch, o.finetune, o.model.run.seed, setup.sizes.L, o.json);
+  fine_tune(params, *model, batch, o.finetune, o.model.run.seed, setup, o.json);
   const auto specs = strategies_for(setup.model, o.strategies, o.model.run.attention);
   refuse_planned_under_experts(setup.sizes, specs);
   if (o.train_steps > 0) return check_trajectories(o, setup, specs);

@@ -114,7 +114,7 @@ void run_context_grads(const GradsOptions& o, LoadedWeights& w) {
   const std::string spec = one_strategy(o, w.setup);
   require_step_memory(w.setup, o.run.attention, {spec}, 3, o.force);
   choose_batch(o, w);
-  fine_tune(w.params, *w.model, *w.batch, o.finetune, o.run.seed, w.setup.sizes.L);  // every rank holds every parameter
+  fine_tune(w.params, *w.model, *w.batch, o.finetune, o.run.seed, w.setup);  // every rank holds every parameter
   auto strategy = make_strategy(spec);
   PrecisionScope precision(*w.params, o.run.precision);
   prepare_strategy(*strategy, *w.model, *w.params, *w.batch, o.run.attention, o.run.seed);
@@ -145,10 +145,10 @@ void run_context_grads(const GradsOptions& o, LoadedWeights& w) {
 void run_grads(const GradsOptions& o) {
   if (!o.out.empty()) check_output(o.out, FileKind::gradients, {o.weights, batch_source_file(o.data)}, o.force);
   LoadedWeights w = load_weights(o.weights, o.force);
-  if (o.ep > 1 && (o.finetune.applies() || w.params->any_quantized()))
-    throw UserError("--ep with --freeze, --lora or quantized weights: not yet");
-  if (o.tp > 1 && (o.finetune.lora.any() || o.finetune.quantize != QuantFormat::none || w.params->any_quantized()))
-    throw UserError("--tp with --lora or quantized weights: not yet (--freeze splits with the parameters)");
+  if ((o.tp > 1 || o.ep > 1) &&
+      (o.finetune.lora.any() || o.finetune.quantize != QuantFormat::none || w.params->any_quantized()))
+    throw UserError(std::string(split_flag(o.ep)) +
+                    " with --lora or quantized weights: not yet (--freeze splits with the parameters)");
   w.setup.sizes.router_aux = o.router_aux;  // a training setting, not in the file
   pipeline::refuse_without_stages(o.pipe);
   if (apply_context_layout(o.cp, o.tp > 1 || o.sp || o.ep > 1 || o.pipe.split() || o.pipe.micro_batches > 1, w.setup))
@@ -161,7 +161,7 @@ void run_grads(const GradsOptions& o) {
   const Sizes& z = w.setup.sizes;
   require_step_memory(w.setup, o.run.attention, specs, 3, o.force);
   choose_batch(o, w);
-  fine_tune(w.params, *w.model, *w.batch, o.finetune, o.run.seed, z.L);
+  fine_tune(w.params, *w.model, *w.batch, o.finetune, o.run.seed, w.setup);
   auto strategy = make_strategy(specs[0]);
   // At 16 bits the gradients written are the float32 masters' (docs/precision.md),
   // unscaled at fp16.
@@ -176,7 +176,8 @@ void run_grads(const GradsOptions& o) {
   for (std::size_t i = 0; i < w.params->names().size(); ++i) written += w.params->trainable(i) ? 1 : 0;
   if (split) {  // the whole model's gradients, from every rank's parts
     const auto whole = whole_store(w.setup, *w.params, /*with_gradients=*/true);
-    written = whole->names().size();
+    written = 0;
+    for (std::size_t i = 0; i < whole->names().size(); ++i) written += whole->trainable(i) ? 1 : 0;
     ModelSetup whole_setup = w.setup;
     whole_setup.sizes.tp = whole_setup.sizes.ep = {};
     if (!o.out.empty() && comm::rank() == 0) write_gradients(o.out, whole_setup, *whole, loss);

@@ -154,8 +154,8 @@ void add_fine_tuning_options(CLI::App& cmd, FineTuning& finetune) {
 }
 
 void fine_tune(std::unique_ptr<ParamStore>& params, const Model& model, const Batch& batch, const FineTuning& finetune,
-               std::uint64_t seed, int layers, bool quiet) {
-  const std::string said = apply_fine_tuning(params, model, batch, finetune, seed, layers);
+               std::uint64_t seed, const ModelSetup& setup, bool quiet) {
+  const std::string said = apply_fine_tuning(params, model, batch, finetune, seed, setup);
   if (!quiet && !said.empty()) std::printf("%s\n", said.c_str());
 }
 

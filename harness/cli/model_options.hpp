@@ -78,7 +78,7 @@ void add_fine_tuning_options(CLI::App& cmd, FineTuning& finetune);
 // each adapter checked to serve a linear on `batch`), --freeze and
 // --quantize, and says what it did on stdout unless `quiet`.
 void fine_tune(std::unique_ptr<ParamStore>& params, const Model& model, const Batch& batch, const FineTuning& finetune,
-               std::uint64_t seed, int layers, bool quiet = false);
+               std::uint64_t seed, const ModelSetup& setup, bool quiet = false);
 
 // --tp N: tensor parallelism over the job's N ranks; --sp: sequence parallelism with it.
 void add_tp_options(CLI::App& cmd, int& tp, bool& sp);

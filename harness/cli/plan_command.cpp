@@ -41,7 +41,7 @@ struct PlanOptions {
 void fine_tuned(const PlanOptions& o, std::unique_ptr<ParamStore>& params, const Model& model, const Batch& batch,
                 const ModelSetup& setup) {
   if (o.finetune.applies())
-    apply_fine_tuning(params, model, batch, o.finetune, o.model.run.seed, setup.sizes.L);
+    apply_fine_tuning(params, model, batch, o.finetune, o.model.run.seed, setup);
 }
 
 // The device model's costs of the fine-tuned model, shape-only.

@@ -54,7 +54,7 @@ Timing time_steps(const TimeOptions& o, const ModelSetup& whole, const std::stri
   const bool say = !o.json && comm::rank() == 0;
   const auto model = models().find(setup.model).make(setup.sizes);
   const Batch batch = o.model.make_batch(setup.sizes);
-  fine_tune(store, *model, batch, o.finetune, o.model.run.seed, setup.sizes.L, o.json);
+  fine_tune(store, *model, batch, o.finetune, o.model.run.seed, setup, o.json);
   ParamStore& params = *store;
   auto strategy = make_strategy(spec);
   {  // a plan is made at the precision it will run at
@@ -137,10 +137,8 @@ void run_time(const TimeOptions& o) {
   const auto specs = strategies_for(setup.model, o.strategy, o.model.run.attention);
   if (specs.size() != 1) throw UserError("remat time runs one strategy; '" + o.strategy + "' names " +
                                          std::to_string(specs.size()) + " (use `remat matrix` for several)");
-  if ((o.model.tp > 1 || o.model.sp || o.model.ep > 1 || o.model.cp > 1) &&
-      (o.finetune.lora.any() || (o.finetune.freeze.any() && o.model.ep > 1)))
-    throw UserError(std::string(split_flag(o.model.ep, o.model.cp)) + " with --lora" +
-                    (o.model.ep > 1 ? " or --freeze" : "") + ": not yet");
+  if ((o.model.tp > 1 || o.model.sp || o.model.ep > 1 || o.model.cp > 1) && o.finetune.lora.any())
+    throw UserError(std::string(split_flag(o.model.ep, o.model.cp)) + " with --lora: not yet");
   Sizes layout;
   layout.ep.size = o.model.ep;
   refuse_planned_under_experts(layout, specs);

@@ -69,6 +69,36 @@ for strategy in full per-layer selective; do
   [ -n "$sent" ] && [ "$sent" = "$predicted" ] || fail "$strategy: sent ${sent:-nothing said} bytes, the estimate says $predicted"
 done
 
+# --freeze under the split: every rank freezes alike, its patterns read against the whole model's names (an
+# expert another rank holds is no error). The gradients are one process's (the frozen ones absent from both),
+# every strategy is bitwise full, the peaks are the estimate's (balanced), a training follows one process's
+# with its frozen weights bitwise (below, in 4).
+P='layers.0.*,layers.1.block_sparse_moe.experts.3.*'  # expert 3: rank 1's alone
+expect_ok "grads --freeze" "$remat" grads --weights mixtral.h5 --freeze "$P" --out one-frozen.h5
+expect_ok "grads --ep 2 --freeze" "${mpi[@]}" "$remat" grads --weights mixtral.h5 --ep 2 --freeze "$P" --out two-frozen.h5
+grep -q "/grads for 19 parameters" out.txt || fail "grads --ep --freeze does not write what trains: $(cat out.txt)"
+py one-frozen.h5 two-frozen.h5 <<'PY' || fail "grads --ep 2 --freeze: gradients differ from one process's"
+import sys, h5py, numpy as np
+one, two = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+assert sorted(one["grads"]) == sorted(two["grads"]) and len(two["grads"]) == 19
+assert not any(n.startswith("layers.0.") or ".experts.3." in n for n in two["grads"])
+for name in one["grads"]:
+    a, b = one["grads"][name][:], two["grads"][name][:]
+    assert np.abs(a - b).max() <= 1e-5 * (np.abs(a).max() + 1e-30), name
+PY
+expect_ok "check --ep 2 --freeze" "${mpi[@]}" "$remat" check --model mixtral --ep 2 --freeze "$P" --dropout 0.1 \
+  --strategies all
+"${mpi[@]}" "$remat" check "${balanced[@]}" --ep 2 --freeze-below 1 --strategies all --json >check.json 2>err.txt ||
+  fail "check --freeze-below 1: $(cat err.txt)"
+OMP_NUM_THREADS=1 "$remat" estimate "${balanced[@]}" --ep 2 --freeze-below 1 --strategies all --json >estimate.json \
+  2>err.txt || fail "estimate --freeze-below 1: $(cat err.txt)"
+py check.json estimate.json <<'PY' || fail "--ep 2 --freeze-below 1: measured is not the estimate"
+import json, sys
+check, estimate = (json.load(open(p)) for p in sys.argv[1:])
+assert {r["strategy"]: r["activation_peak_bytes"] for r in check["strategies"]} == \
+    {r["strategy"]: r["activation_peak_bytes"] for r in estimate}
+PY
+
 # 4. Training under --ep 2 follows one process's losses within 1e-4 over 100 steps, its communication as
 # predicted, and writes the whole model; so does --ep 2 beside data parallelism on four ranks against
 # --accumulate 2; killed and resumed, a run ends bitwise as one left alone.
@@ -90,6 +120,17 @@ for k in one["optimizer"]:
 PY
 }
 follows one-run.h5 ep-run.h5 || fail "train --ep 2: off one process's trajectory, or its communication"
+"$remat" "${T[@]}" --freeze "$P" --out one-frozen-run.h5 >/dev/null 2>err.txt || fail "train --freeze: $(cat err.txt)"
+expect_ok "train --ep 2 --freeze" "${mpi[@]}" "$remat" "${T[@]}" --ep 2 --freeze "$P" --out ep-frozen-run.h5
+follows one-frozen-run.h5 ep-frozen-run.h5 || fail "train --ep 2 --freeze: off one process's trajectory"
+py one-frozen-run.h5 ep-frozen-run.h5 <<'PY' || fail "train --ep 2 --freeze: a frozen weight moved"
+import sys, h5py
+one, two = (h5py.File(p) for p in sys.argv[1:])
+frozen = [n for n in one["params"] if n.startswith("layers.0.") or ".experts.3." in n]
+assert len(frozen) == 22 and not any(n in two["optimizer/m"] for n in frozen)
+for n in frozen:
+    assert one["params"][n][:].tobytes() == two["params"][n][:].tobytes(), n
+PY
 # Expert parallelism 2 x data parallelism 2 on four ranks: one process with --accumulate 2.
 "$remat" "${T[@]}" --accumulate 2 --out acc-run.h5 >/dev/null 2>err.txt || fail "train --accumulate 2: $(cat err.txt)"
 mpi_ranks "$mpiexec" 4
