@@ -40,7 +40,7 @@ struct PipelineEstimate {
 };
 
 // Per strategy (in the order given). UserError for a layout the schedule
-// refuses, a model without stages, or dropout.
+// refuses or a model without stages.
 std::vector<PipelineEstimate> pipeline_stage_estimates(const ModelSetup& setup, const std::vector<std::string>& strategies,
                                                        const pipeline::PipelineSettings& pipe, ops::AttentionKernel kernel,
                                                        Precision precision, const std::string& optimizer,

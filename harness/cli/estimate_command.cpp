@@ -37,6 +37,7 @@ struct EstimateOptions {
   ops::AttentionKernel attention = ops::AttentionKernel::fused;
   Precision precision = Precision::fp32;
   int layers = 0, ranks = 1, tp = 1, ep = 1, cp = 1, experts = 0, top_k = 0;
+  double dropout = 0;
   bool sp = false;
   std::vector<int> seq, batch;
   bool json = false, shard_params = false, allow_longer = false;
@@ -93,6 +94,7 @@ EstimateRequest request_of(const EstimateOptions& o) {
     r.base = {o.model, o.preset, preset_sizes(o.preset)};
   }
   if (o.layers) r.base.sizes.L = o.layers;
+  r.base.sizes.dropout = o.dropout;
   ep::override_experts(r.base.model, r.base.sizes, o.experts, o.top_k);
   r.base.sizes.tp = {o.tp, 0, o.sp};  // rank 0's parts: every rank's are the same shapes
   r.base.sizes.ep = {o.ep, 0, false};  // (and under expert parallelism, for a balanced routing)
@@ -129,8 +131,10 @@ std::string layout_text(const EstimateRequest& r) {
 
 void print_header(const EstimateRequest& r) {
   const Sizes& z = r.base.sizes;
-  std::printf("remat estimate: %s %s (L %d, D %d, H %d, Hkv %d, F %d, V %d), %s attention, %s, %s%s, shape-only\n",
-              r.base.model.c_str(), r.base.preset.c_str(), z.L, z.D, z.H, z.Hkv, z.F, z.V,
+  char dropout[32] = "";
+  if (z.dropout > 0) std::snprintf(dropout, sizeof dropout, ", dropout %g", z.dropout);
+  std::printf("remat estimate: %s %s (L %d, D %d, H %d, Hkv %d, F %d, V %d)%s, %s attention, %s, %s%s, shape-only\n",
+              r.base.model.c_str(), r.base.preset.c_str(), z.L, z.D, z.H, z.Hkv, z.F, z.V, dropout,
               ops::attention_kernel_name(r.attention), precision_name(r.precision), r.optimizer.c_str(),
               layout_text(r).c_str());
   const Device& d = r.device;
@@ -337,6 +341,10 @@ void setup_estimate(CLI::App& app) {
   cmd->add_option("--batch", o->batch, "Batch sizes B, per rank (comma-separated)")->delimiter(',')->check(whole_number(1, 1 << 20));
   cmd->add_option("--strategies", o->strategies, "'all' or a comma-separated list (see `remat strategies`)")
       ->capture_default_str();
+  cmd->add_option("--dropout", o->dropout,
+                  "Dropout probability, as in check and train: a dropout's output is kept beside its input where the next "
+                  "op saves it (no mask: masks are drawn again in backward)")
+      ->check(CLI::Range(0.0, 0.99).description("from 0 to 0.99"));
   add_attention_option(*cmd, o->attention);
   add_precision_option(*cmd, o->precision);
   cmd->add_option("--optimizer", o->optimizer, "Whose state to count: adamw (m and v) or sgd")

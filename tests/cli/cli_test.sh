@@ -137,6 +137,24 @@ expect_ok "estimate svg, bf16 over ranks" "$remat" estimate --preset tiny --seq 
   --shard-params --svg est2
 grep -q ">gpt2 tiny, bf16, 2 ranks (parameters sharded), B 2<" est2/estimate.svg ||
   fail "estimate --svg: the panel title omits precision, ranks or sharding"
+# With dropout (its outputs kept beside its inputs): every model's and strategy's measured peaks are the estimate's.
+# (small's widths: on tiny the logits decide every peak, dropout or not)
+D=(--preset small --layers 2 --seq 64 --batch 2 --dropout 0.1 --strategies all --json)
+for model in gpt2 llama mixtral encdec bert revformer parallel; do
+  "$remat" check --model "$model" "${D[@]}" >check.json 2>err.txt || fail "check $model --dropout: $(cat err.txt)"
+  "$remat" estimate --model "$model" "${D[@]}" >estimate.json 2>err.txt ||
+    fail "estimate $model --dropout: $(cat err.txt)"
+  py check.json estimate.json <<'PY' || fail "$model --dropout 0.1: the measured peaks are not the estimate's"
+import sys, json
+check, estimate = (json.load(open(p)) for p in sys.argv[1:])
+peaks = lambda rows: {r["strategy"]: (r["activation_peak_bytes"], r["offload_peak_bytes"]) for r in rows}
+assert peaks(check["strategies"]) == peaks(estimate), (peaks(check["strategies"]), peaks(estimate))
+PY
+done
+"$remat" estimate --model gpt2 --preset small --layers 2 --seq 64 --batch 2 --strategies full --json >plain.json
+"$remat" estimate --model gpt2 "${D[@]/#all/full}" >dropout.json
+py -c "import json; assert json.load(open('plain.json'))[0]['activation_peak_bytes'] < json.load(open('dropout.json'))[0]['activation_peak_bytes']" ||
+  fail "estimate --dropout keeps no dropout output"
 expect_error "not a device remat knows" "$remat" estimate --device h100
 expect_error "not in" "$remat" estimate --config llama-8b
 expect_error "that configuration is a llama" "$remat" estimate --model gpt2 --config llama-7b
