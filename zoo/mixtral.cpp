@@ -95,22 +95,28 @@ class Mixtral final : public Model {
                  Tensor::zeros({sizes_.E}, dt, "router_sums"), Tensor::zeros({sizes_.L, sizes_.E}, dt, "expert_load")};
     for (int i = 0; i < sizes_.L; ++i)
       x = run_block({i, sizes_.L, block_name(i)}, x, [this, &p, i](const Tensors& x) { return block(p, i, x); });
-    return {linear(p, "output", tp::enter(ops::rms_norm(x[0], p["norm.weight"], sizes_.eps), sizes_.tp), false), x[1], x[2]};
+    const Tensor last = ops::rms_norm(x[0], tp::shared(p, "norm.weight", sizes_.tp), sizes_.eps);
+    return {linear(p, "output", tp::enter(last, sizes_.tp), false), x[1], x[2]};
   }
 
   Tensor embedded(const ParamStore& p, const Tensor& tokens) const {
     const ep::OwnMasks masks(sizes_.ep);
-    return ops::dropout(tp::embedding(p, "tok_embeddings.weight", tokens, sizes_.tp), sizes_.dropout);
+    return tp::dropout(tp::embedding(p, "tok_embeddings.weight", tokens, sizes_.tp), sizes_.dropout, sizes_.tp);
   }
 
   Tensors block(const ParamStore& p, int i, const Tensors& in) const {
     const ep::OwnMasks masks(sizes_.ep);
     const std::string l = block_name(i) + ".";
     const Tensor& x = in[0];
-    const Tensor a = ops::rms_norm(x, p[l + "attention_norm.weight"], sizes_.eps);
+    const RankGroup& group = sizes_.tp;
+    const Tensor a = ops::rms_norm(x, tp::shared(p, l + "attention_norm.weight", group), sizes_.eps);
     const Tensor h = ops::add(x, llama::attention(p, l + "attention", a, sizes_));
-    const Tensor m = ops::rms_norm(h, p[l + "ffn_norm.weight"], sizes_.eps);
-    const Tensor probs = ops::softmax(linear(p, l + "block_sparse_moe.gate", m, false));
+    const Tensor m = ops::rms_norm(h, tp::shared(p, l + "ffn_norm.weight", group), sizes_.eps);
+    // The router runs whole on every rank (the same bits: the same routing),
+    // under --sp on the whole sequence gathered: its gradient, the same on
+    // every rank, comes back as each rank's part of it.
+    const Tensor whole = group.sequence ? ops::all_gather_sequence_whole(m, group) : m;
+    const Tensor probs = ops::softmax(linear(p, l + "block_sparse_moe.gate", whole, false));
     const ops::Routing route = ops::route_top_k(probs, sizes_.K);
     Experts w1, w2, w3;
     for (int e = ep::first_expert(sizes_); e < ep::first_expert(sizes_) + ep::experts_here(sizes_); ++e) {
@@ -118,13 +124,13 @@ class Mixtral final : public Model {
       w2.add(p, expert(i, e) + "w2.weight");
       w3.add(p, expert(i, e) + "w3.weight");
     }
-    // Under tensor parallelism each expert splits as a SwiGLU MLP does; the
-    // router runs whole on every rank (the same bits: the same routing). The
-    // combined partial outputs are summed over the ranks, and the routing
-    // weights' gradient too (each rank's is from its part of the rows).
+    // Under tensor parallelism each expert splits as a SwiGLU MLP does: the
+    // combined partial outputs are summed over the ranks (reduce-scattered
+    // under --sp), and the gradients of the experts' input and of the routing
+    // weights too (each rank's is from its part of the features).
     // Under expert parallelism the rows go to their experts' ranks and back.
-    const RankGroup& group = sizes_.tp;
-    const Tensor rows = ops::dispatch(tp::enter(m, group), route);
+    const auto entered = [&group](const Tensor& t) { return group.split() ? ops::all_reduce_in_backward(t, group) : t; };
+    const Tensor rows = ops::dispatch(entered(whole), route);
     const std::optional<ops::ExpertExchange> exchange =
         sizes_.ep.split() ? std::optional(ops::plan_expert_exchange(route, sizes_.ep)) : std::nullopt;
     const ops::Routing& mine = exchange ? exchange->local : route;
@@ -132,11 +138,13 @@ class Mixtral final : public Model {
     const Tensor gated = ops::swiglu(ops::grouped_linear(here, w1.dense, mine, w1.quantized),
                                      ops::grouped_linear(here, w3.dense, mine, w3.quantized));
     const Tensor done = ops::grouped_linear(gated, w2.dense, mine, w2.quantized);
-    const Tensor weights = tp::enter(ops::routing_weights(probs, route), group);
+    const Tensor weights = entered(ops::routing_weights(probs, route));
     const Tensor back = exchange ? ops::from_experts(done, *exchange, sizes_.ep) : done;
-    const Tensor parts = ops::combine(back, weights, route, m.shape());
-    const Tensor y = group.split() ? ops::all_reduce(parts, group) : parts;
-    return {ops::add(h, ops::dropout(y, sizes_.dropout)), ops::add(in[1], ops::sum_rows(probs)),
+    const Tensor parts = ops::combine(back, weights, route, whole.shape());
+    const Tensor y = !group.split() ? parts
+                     : group.sequence ? ops::reduce_scatter_sequence(parts, group)
+                                      : ops::all_reduce(parts, group);
+    return {ops::add(h, tp::dropout(y, sizes_.dropout, group)), ops::add(in[1], ops::sum_rows(probs)),
             ops::expert_load(in[2], i, route)};
   }
 };
@@ -146,7 +154,7 @@ class Mixtral final : public Model {
 void register_mixtral(ModelRegistry& r) {
   r.add({"mixtral", "llama with a sparse mixture of experts for the FFN: top-k routing, dropless, load-balancing loss",
          false, [](const Sizes& s) { return std::make_unique<Mixtral>(s); }, {"E", "K", "theta", "eps", "qkv_bias", "rope_scaling"},
-         /*tensor_parallel=*/true, "mixtral's router is not split over the sequence yet", nullptr, /*grouped_kv=*/true});
+         /*tensor_parallel=*/true, "", nullptr, /*grouped_kv=*/true});
 }
 
 }  // namespace remat

@@ -141,6 +141,11 @@ Tensor all_reduce_in_backward(const Tensor& x, const RankGroup& g, int share);
 // the sequence, [B, S / size, ...] (backward: the gradient all-gathered).
 Tensor all_gather_sequence(const Tensor& x, const RankGroup& g);
 Tensor reduce_scatter_sequence(const Tensor& x, const RankGroup& g);
+// The same gather for a layer every rank runs whole on the whole sequence
+// (mixtral's router under --sp): every rank's gradient is then the same,
+// and backward keeps this rank's part of it (Megatron's gather with
+// tensor_parallel_output_grad off) instead of summing N copies.
+Tensor all_gather_sequence_whole(const Tensor& x, const RankGroup& g);
 // Mean cross-entropy of logits split over the vocabulary: this rank's
 // logits[..., V_part] for ids [first, first + V_part), against the int32
 // targets[...]; row maxima and sums are combined over the ranks, so the

@@ -229,26 +229,57 @@ Tensor scattered_sum(const Tensor& x, const RankGroup& g, const char* label) {
   return out;
 }
 
+// This rank's part of the sequence of x [B, S, ...]: [B, S / N, ...].
+Tensor own_part(const Tensor& x, const RankGroup& g, const char* label) {
+  require(x.rank() >= 2 && x.dim(1) % g.size == 0,
+          std::string(label) + ": x must be [B, S, ...] with S a multiple of the group, got " + to_string(x.shape()));
+  const std::int64_t S = x.dim(1), Sp = S / g.size, R = x.numel() / std::max<std::int64_t>(1, x.dim(0) * S),
+                     first = std::int64_t(g.rank) * Sp;
+  Shape shape = x.shape();
+  shape[1] = Sp;
+  Tensor out = Tensor::empty(shape, x.dtype(), label);
+  REMAT_DISPATCH_COMPUTE(x.dtype(), T, {
+    const T* px = x.data<T>();
+    T* y = out.data<T>();
+    for_each_element(label, out.numel(), KOKKOS_LAMBDA(std::int64_t i) {
+      const std::int64_t c = i % R, j = i / R % Sp, b = i / R / Sp;
+      y[i] = px[(b * S + first + j) * R + c];
+    });
+  });
+  return out;
+}
+
+// The gather as an op, its gradient backward(dy, g). Recomputable alone (its
+// tag is x's: a strategy that drops x's kind drops it too): gathered again
+// from x, made again by x's own recipe where it has one, so that the recipe
+// keeps no more than x's does. Megatron keeps only the rank's part and
+// gathers it again in backward; remat's strategies choose, and count the
+// gather each recomputation performs.
+template <class Backward>
+Tensor gathered_op(const Tensor& x, const RankGroup& g, const char* label, Backward backward) {
+  require_float(label, x, "x");
+  Tensor out = gathered_sequence(x, g, label);
+  if (const auto made = x.recipe())
+    out.set_recipe([made, g, label] { return gathered_sequence((*made)(), g, label); });
+  else
+    out.set_recipe([x, g, label] { return gathered_sequence(x, g, label); });
+  OpRecorder rec(label, {&x});
+  if (rec) rec.finish({&out}, [g, backward](BackwardContext& ctx) { ctx.accumulate(0, backward(ctx.grad_out(), g)); });
+  return out;
+}
+
 }  // namespace
 
+Tensor all_gather_sequence_whole(const Tensor& x, const RankGroup& g) {
+  return gathered_op(x, g, "all_gather_sequence_whole", [](const Tensor& dy, const RankGroup& g) {
+    return own_part(dy, g, "all_gather_sequence_whole_backward");
+  });
+}
+
 Tensor all_gather_sequence(const Tensor& x, const RankGroup& g) {
-  require_float("all_gather_sequence", x, "x");
-  Tensor out = gathered_sequence(x, g, "all_gather_sequence");
-  // Recomputable alone (its tag is x's: a strategy that drops x's kind drops
-  // it too): gathered again from x, made again by x's own recipe where it has
-  // one, so that the recipe keeps no more than x's does. Megatron keeps only
-  // the rank's part and gathers it again in backward; remat's strategies
-  // choose, and count the gather each recomputation performs.
-  if (const auto made = x.recipe())
-    out.set_recipe([made, g] { return gathered_sequence((*made)(), g, "all_gather_sequence"); });
-  else
-    out.set_recipe([x, g] { return gathered_sequence(x, g, "all_gather_sequence"); });
-  OpRecorder rec("all_gather_sequence", {&x});
-  if (rec)
-    rec.finish({&out}, [g](BackwardContext& ctx) {
-      ctx.accumulate(0, scattered_sum(ctx.grad_out(), g, "all_gather_sequence_backward"));
-    });
-  return out;
+  return gathered_op(x, g, "all_gather_sequence", [](const Tensor& dy, const RankGroup& g) {
+    return scattered_sum(dy, g, "all_gather_sequence_backward");
+  });
 }
 
 Tensor reduce_scatter_sequence(const Tensor& x, const RankGroup& g) {

@@ -168,7 +168,7 @@ void add_tp_options(CLI::App& cmd, int& tp, bool& sp) {
       ->capture_default_str();
   cmd.add_flag("--sp", sp,
                "Sequence parallelism with --tp (Korthikanti et al. 2022): norms, dropout and residual adds run on 1/N "
-               "of the sequence, all-gathers and reduce-scatters in place of the all-reduces (not mixtral)");
+               "of the sequence, all-gathers and reduce-scatters in place of the all-reduces (not bert)");
 }
 
 void add_ep_option(CLI::App& cmd, int& ep) {

@@ -38,7 +38,7 @@ void run_models() {
   const auto split = tensor_parallel_models();
   for (std::size_t i = 0; i < split.size(); ++i) std::printf("%s%s", i ? ", " : "", split[i].c_str());
   std::printf(" over N ranks (heads,\nhidden units and vocabulary, as Megatron-LM); --sp also splits the sequence between "
-              "the split layers\n(not mixtral); --ep N spreads mixtral's experts over N ranks (E/N each, tokens sent to "
+              "the split layers\n(not bert); --ep N spreads mixtral's experts over N ranks (E/N each, tokens sent to "
               "their experts'\nranks by all-to-all, the batch's sequences split); MPI data parallelism and "
               "--shard-params (ZeRO-3)\nreplicate or shard whole models.\n");
   std::printf("\npresets (L D H Hkv F S V B; E experts, K per token: mixtral):\n");

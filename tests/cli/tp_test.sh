@@ -17,7 +17,6 @@ for model in gpt2 llama mixtral encdec parallel bert revformer; do
   "$remat" export --model "$model" --preset tiny --out "$model.h5" >/dev/null 2>err.txt || fail "export: $(cat err.txt)"
   expect_ok "$model grads, one process" "$remat" grads --weights "$model.h5" --out one.h5
   layouts=("--tp 2" "--tp 2 --sp")
-  [ "$model" = mixtral ] && layouts=("--tp 2")  # its router is not split over the sequence
   # gpt2's branches side by side, on one LayerNorm: each gathers its input and sums its output.
   [ "$model" = parallel ] && layouts=("--tp 2 --sp")
   [ "$model" = bert ] && layouts=("--tp 2")  # refused under --sp (below)
@@ -272,7 +271,6 @@ assert r['parameter_count'] == split // 2 + whole, (r['parameter_count'], split 
 expect_error "does not divide the attention heads H = 4" "$remat" check --model gpt2 --tp 3
 expect_error "runs on 2 ranks" "$remat" check --model gpt2 --tp 2
 expect_error "--sp splits the sequence over a tensor-parallel group" "$remat" estimate --model gpt2 --sp
-expect_error "mixtral's router is not split over the sequence" "$remat" estimate --model mixtral --tp 2 --sp
 expect_error "bert is not split over the sequence yet" "$remat" estimate --model bert --tp 2 --sp
 expect_error "--sp splits the sequence over a tensor-parallel group" "$remat" train --model gpt2 --preset tiny --sp \
   --steps 1
