@@ -129,7 +129,7 @@ TEST_CASE("a chain of ops: gradients flow through a small block", "[ops][gradche
 TEST_CASE("tensor parallelism's ops backward, in a group of one rank", "[ops][gradcheck][tp]") {
   // Across ranks they run under mpirun (tests/cli/tp_test.sh); here the
   // group is this process, where the sums over ranks are the identity.
-  const RankGroup one;
+  const RankGroup one{};
   if constexpr (!backend::kHostMemory) {  // a device build refuses the split ops in one line
     CHECK_THROWS_WITH(ops::all_reduce(random_leaf({2, 5}, 1), one), Catch::Contains("runs on the host backend only"));
     return;
@@ -154,7 +154,7 @@ TEST_CASE("ring attention (context parallelism) backward, in a group of one rank
   // holds the sequence's two chunks, so every step of the ring is here: a
   // chunk against itself (causal), the second against the first (whole),
   // the partial outputs merged and each row's <dO, O> given to backward.
-  const RankGroup one;
+  const RankGroup one{};
   if constexpr (!backend::kHostMemory) {
     CHECK_THROWS_WITH(ops::ring_attention(random_leaf({1, 4, 12}, 1), 2, one), Catch::Contains("host backend only"));
     return;
@@ -177,7 +177,7 @@ TEST_CASE("ring attention (context parallelism) backward, in a group of one rank
 TEST_CASE("expert parallelism's exchange backward, in a group of one rank", "[ops][gradcheck][ep]") {
   // Across ranks under mpirun (tests/cli/ep_test.sh); here every expert is
   // this process's, and the exchange hands the rows to itself.
-  const RankGroup one;
+  const RankGroup one{};
   const Tensor probs = ops::softmax(random_leaf({6, 4}, 1, DType::f64, -2, 2));
   const ops::Routing route = ops::route_top_k(probs, 2);
   if constexpr (!backend::kHostMemory) {  // a device build refuses the exchange in one line

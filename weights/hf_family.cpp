@@ -280,10 +280,10 @@ class MixtralFamily final : public LlamaFamily {
 };
 
 const std::vector<const HfFamily*>& families() {
-  static const Gpt2Family gpt2;
-  static const LlamaFamily llama;
-  static const MixtralFamily mixtral;
-  static const Qwen2Family qwen2;
+  static const Gpt2Family gpt2{};
+  static const LlamaFamily llama{};
+  static const MixtralFamily mixtral{};
+  static const Qwen2Family qwen2{};
   static const std::vector<const HfFamily*> all = {&gpt2, &llama, &mixtral, &qwen2};
   return all;
 }

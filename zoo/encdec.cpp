@@ -62,12 +62,12 @@ class Encdec final : public Model {
 
   Tensor logits(const ParamStore& p, const Batch& batch) const override {
     const int Le = half(), L = sizes_.L;
-    Tensor e = embed(p, batch.tokens, "enc.wpe.weight");
+    Tensor e = embed_tokens(p, batch.tokens, "enc.wpe.weight");
     for (int i = 0; i < Le; ++i)
       e = run_block({i, L, "enc.h." + std::to_string(i)}, e,
                     [this, &p, i](const Tensor& x) { return encoder_block(p, i, x); });
     e = norm(p, "enc.ln_f", e);
-    Tensors d = {embed(p, shift_right(batch.targets), "dec.wpe.weight"), e};
+    Tensors d = {embed_tokens(p, shift_right(batch.targets), "dec.wpe.weight"), e};
     for (int i = 0; i < L - Le; ++i)
       d = run_block({Le + i, L, "dec.h." + std::to_string(i), /*context=*/1, /*new_stack=*/i == 0}, d,
                     [this, &p, i](const Tensors& x) { return Tensors{decoder_block(p, i, x[0], x[1]), x[1]}; });
@@ -81,7 +81,7 @@ class Encdec final : public Model {
     return gpt::layer_norm(p, prefix, x, sizes_.tp);
   }
 
-  Tensor embed(const ParamStore& p, const Tensor& ids, const std::string& positions_table) const {
+  Tensor embed_tokens(const ParamStore& p, const Tensor& ids, const std::string& positions_table) const {
     return tp::dropout(ops::add(tp::embedding(p, "wte.weight", ids, sizes_.tp),
                                  ops::embedding(tp::shared(p, positions_table, sizes_.tp),
                                                 tp::positions(ids, sizes_.tp))),
