@@ -20,6 +20,13 @@
 namespace remat::cli {
 namespace {
 
+// The tensors a gradients file holds: the trainable ones (a frozen one has no gradient).
+std::size_t trainable_tensors(const ParamStore& params) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < params.names().size(); ++i) n += params.trainable(i) ? 1 : 0;
+  return n;
+}
+
 struct GradsOptions {
   std::string weights;
   std::string out;
@@ -137,9 +144,8 @@ void run_context_grads(const GradsOptions& o, LoadedWeights& w) {
     std::printf("rank %d: activation peak %lld bytes, offload peak %lld bytes\n", k,
                 static_cast<long long>(all[std::size_t(3 * k + 1)]), static_cast<long long>(all[std::size_t(3 * k + 2)]));
   std::printf("sent %lld bytes to the other ranks\n", static_cast<long long>(sent));
-  std::size_t written = 0;
-  for (std::size_t i = 0; i < w.params->names().size(); ++i) written += w.params->trainable(i) ? 1 : 0;
-  if (!o.out.empty()) std::printf("wrote %s: /loss and /grads for %zu parameters\n", o.out.c_str(), written);
+  if (!o.out.empty())
+    std::printf("wrote %s: /loss and /grads for %zu parameters\n", o.out.c_str(), trainable_tensors(*w.params));
 }
 
 void run_grads(const GradsOptions& o) {
@@ -172,12 +178,10 @@ void run_grads(const GradsOptions& o) {
   const std::int64_t sent = comm::stats().bytes_sent - before.bytes_sent;
   require_finite_result(loss, *w.params);
   const bool split = z.tp.split() || z.ep.split();
-  std::size_t written = 0;
-  for (std::size_t i = 0; i < w.params->names().size(); ++i) written += w.params->trainable(i) ? 1 : 0;
+  std::size_t written = trainable_tensors(*w.params);
   if (split) {  // the whole model's gradients, from every rank's parts
     const auto whole = whole_store(w.setup, *w.params, /*with_gradients=*/true);
-    written = 0;
-    for (std::size_t i = 0; i < whole->names().size(); ++i) written += whole->trainable(i) ? 1 : 0;
+    written = trainable_tensors(*whole);
     ModelSetup whole_setup = w.setup;
     whole_setup.sizes.tp = whole_setup.sizes.ep = {};
     if (!o.out.empty() && comm::rank() == 0) write_gradients(o.out, whole_setup, *whole, loss);
