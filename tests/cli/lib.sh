@@ -60,6 +60,29 @@ for k in a["optimizer"]:
         assert a["optimizer"][k][n][:].tobytes() == b["optimizer"][k][n][:].tobytes(), (k, n)
 PY
 }
+# A sampled sweep (README, "A few sweeps are sampled"): `sample NAME K ITEM...` sets the array NAME to K
+# of the items, in their order, as this run's seed draws them, so that runs together cover them all. The
+# seed is drawn once a script and printed; REMAT_SAMPLE_SEED=N repeats the draw, and 0 takes every item.
+sample() {
+  local -n chosen=$1
+  local k=$2 i j t
+  shift 2
+  local items=("$@") picked=()
+  if [ -z "${sample_seed:-}" ]; then
+    sample_seed=${REMAT_SAMPLE_SEED:-$((RANDOM * 32768 + RANDOM))}
+    echo "sample seed $sample_seed (REMAT_SAMPLE_SEED=$sample_seed repeats the draw, 0 takes every case)"
+  fi
+  sample_draws=$((${sample_draws:-0} + 1))
+  if [ "$sample_seed" -eq 0 ] || [ "$k" -ge ${#items[@]} ]; then chosen=("${items[@]}"); return 0; fi
+  local index=("${!items[@]}")
+  RANDOM=$((sample_seed + 7919 * sample_draws))  # a draw of its own for each sweep of the script
+  for ((i = 0; i < k; i++)); do  # the first k of a Fisher-Yates shuffle of the positions
+    j=$((i + RANDOM % (${#index[@]} - i)))
+    t=${index[i]} index[i]=${index[j]} index[j]=$t
+  done
+  for i in $(printf '%s\n' "${index[@]:0:k}" | sort -n); do picked+=("${items[i]}"); done
+  chosen=("${picked[@]}")
+}
 finish() {  # finish NAME: the verdict and the exit code
   if [ "$failures" -eq 0 ]; then echo "$1: all checks passed"; else echo "$1: $failures check(s) failed"; exit 1; fi
 }
