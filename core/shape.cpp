@@ -1,6 +1,6 @@
 #include "core/shape.hpp"
 
-#include <sstream>
+#include <string>
 
 namespace remat {
 
@@ -11,11 +11,9 @@ std::int64_t numel(const Shape& s) {
 }
 
 std::string to_string(const Shape& s) {
-  std::ostringstream o;
-  o << '[';
-  for (std::size_t i = 0; i < s.size(); ++i) o << (i ? ", " : "") << s[i];
-  o << ']';
-  return o.str();
+  std::string o = "[";
+  for (std::size_t i = 0; i < s.size(); ++i) o += (i ? ", " : "") + std::to_string(s[i]);
+  return o + ']';
 }
 
 }  // namespace remat

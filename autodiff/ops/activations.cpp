@@ -110,7 +110,7 @@ Tensor silu(const Tensor& x) { return unary<Silu>(x); }
 Tensor swiglu(const Tensor& gate, const Tensor& up) {
   require_float("swiglu", gate, "gate");
   require(up.shape() == gate.shape() && up.dtype() == gate.dtype(),
-          "swiglu: gate " + to_string(gate.shape()) + " and up " + to_string(up.shape()) + " differ");
+          [&] { return "swiglu: gate " + to_string(gate.shape()) + " and up " + to_string(up.shape()) + " differ"; });
   Tensor out = swiglu_forward(gate, up);
   OpRecorder rec("swiglu", {&gate, &up});
   if (!rec) return out;

@@ -15,7 +15,7 @@ Tensor add(const Tensor& a, const Tensor& b) {
   const bool same = a.shape() == b.shape();
   const bool trailing = b.rank() <= a.rank() && std::equal(b.shape().begin(), b.shape().end(),
                                                            a.shape().end() - b.rank());
-  require(same || trailing, "add: cannot broadcast " + to_string(b.shape()) + " onto " + to_string(a.shape()));
+  require(same || trailing, [&] { return "add: cannot broadcast " + to_string(b.shape()) + " onto " + to_string(a.shape()); });
   const std::int64_t n = a.numel(), nb = b.numel();
 
   stats::count_forward("add");

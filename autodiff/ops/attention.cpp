@@ -299,11 +299,11 @@ AttentionKernel parse_attention_kernel(const std::string& name) {
 
 Tensor attention(const Tensor& qkv, int heads, bool causal, double dropout) {
   require_float("attention", qkv, "qkv");
-  require(qkv.rank() == 3 && qkv.dim(2) % 3 == 0, "attention: qkv must be [B, S, 3D], got " + to_string(qkv.shape()));
+  require(qkv.rank() == 3 && qkv.dim(2) % 3 == 0, [&] { return "attention: qkv must be [B, S, 3D], got " + to_string(qkv.shape()); });
   const std::int64_t D = qkv.dim(2) / 3, B = qkv.dim(0), S = qkv.dim(1);
   require(heads > 0 && D % heads == 0,
-          "attention: " + std::to_string(heads) + " heads do not divide the model width " + std::to_string(D));
-  require(dropout >= 0 && dropout < 1, "attention: dropout " + std::to_string(dropout) + " outside [0, 1)");
+          [&] { return "attention: " + std::to_string(heads) + " heads do not divide the model width " + std::to_string(D); });
+  require(dropout >= 0 && dropout < 1, [&] { return "attention: dropout " + std::to_string(dropout) + " outside [0, 1)"; });
   const std::int64_t ld = 3 * D, bs = S * 3 * D;
   const Geometry g{B, S, heads, heads, D / heads, causal, {0, ld, bs}, {D, ld, bs}, {2 * D, ld, bs}};
   return record({qkv, qkv, qkv}, g, dropout);
@@ -313,13 +313,13 @@ Tensor attention(const Tensor& q, const Tensor& kv, int heads, bool causal, doub
   require_float("attention", q, "q");
   require_float("attention", kv, "kv");
   require(q.rank() == 3 && kv.rank() == 3 && q.dim(0) == kv.dim(0) && q.dim(1) == kv.dim(1) && kv.dim(2) == 2 * q.dim(2),
-          "attention: q " + to_string(q.shape()) + " and kv " + to_string(kv.shape()) +
-              " must be [B, S, D] and [B, S, 2D]");
+          [&] { return "attention: q " + to_string(q.shape()) + " and kv " + to_string(kv.shape()) +
+              " must be [B, S, D] and [B, S, 2D]"; });
   require(q.dtype() == kv.dtype(), "attention: q and kv dtypes differ");
   const std::int64_t D = q.dim(2), B = q.dim(0), S = q.dim(1);
   require(heads > 0 && D % heads == 0,
-          "attention: " + std::to_string(heads) + " heads do not divide the width " + std::to_string(D));
-  require(dropout >= 0 && dropout < 1, "attention: dropout " + std::to_string(dropout) + " outside [0, 1)");
+          [&] { return "attention: " + std::to_string(heads) + " heads do not divide the width " + std::to_string(D); });
+  require(dropout >= 0 && dropout < 1, [&] { return "attention: dropout " + std::to_string(dropout) + " outside [0, 1)"; });
   const Geometry g{B, S, heads, heads, D / heads, causal, {0, D, S * D}, {0, 2 * D, S * 2 * D}, {D, 2 * D, S * 2 * D}};
   return record({q, kv, kv}, g, dropout);
 }
@@ -328,15 +328,15 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, i
                  double dropout) {
   for (const Tensor* t : {&q, &k, &v}) require_float("attention", *t, "q, k, v");
   require(q.rank() == 3 && k.shape() == v.shape() && k.rank() == 3 && q.dim(0) == k.dim(0) && q.dim(1) == k.dim(1),
-          "attention: q " + to_string(q.shape()) + ", k " + to_string(k.shape()) + ", v " + to_string(v.shape()) +
-              " must be [B, S, H hd], [B, S, Hkv hd], [B, S, Hkv hd]");
+          [&] { return "attention: q " + to_string(q.shape()) + ", k " + to_string(k.shape()) + ", v " + to_string(v.shape()) +
+              " must be [B, S, H hd], [B, S, Hkv hd], [B, S, Hkv hd]"; });
   require(heads > 0 && kv_heads > 0 && heads % kv_heads == 0 && q.dim(2) % heads == 0,
-          "attention: " + std::to_string(heads) + " query heads, " + std::to_string(kv_heads) +
-              " kv heads and width " + std::to_string(q.dim(2)) + " do not fit");
+          [&] { return "attention: " + std::to_string(heads) + " query heads, " + std::to_string(kv_heads) +
+              " kv heads and width " + std::to_string(q.dim(2)) + " do not fit"; });
   const std::int64_t hd = q.dim(2) / heads, B = q.dim(0), S = q.dim(1);
-  require(k.dim(2) == kv_heads * hd, "attention: k width " + std::to_string(k.dim(2)) + " is not " +
-                                         std::to_string(kv_heads) + " kv heads of " + std::to_string(hd));
-  require(dropout >= 0 && dropout < 1, "attention: dropout " + std::to_string(dropout) + " outside [0, 1)");
+  require(k.dim(2) == kv_heads * hd, [&] { return "attention: k width " + std::to_string(k.dim(2)) + " is not " +
+                                         std::to_string(kv_heads) + " kv heads of " + std::to_string(hd); });
+  require(dropout >= 0 && dropout < 1, [&] { return "attention: dropout " + std::to_string(dropout) + " outside [0, 1)"; });
   const std::int64_t wq = heads * hd, wk = kv_heads * hd;
   const Geometry g{B, S, heads, kv_heads, hd, causal, {0, wq, S * wq}, {0, wk, S * wk}, {0, wk, S * wk}};
   return record({q, k, v}, g, dropout);

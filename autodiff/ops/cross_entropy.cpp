@@ -13,10 +13,10 @@ using namespace detail;
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets) {
   require_float("cross_entropy", logits, "logits");
   require(targets.dtype() == DType::i32,
-          std::string("cross_entropy: targets must be int32, got ") + dtype_name(targets.dtype()));
+          [&] { return std::string("cross_entropy: targets must be int32, got ") + dtype_name(targets.dtype()); });
   const std::int64_t V = logits.dim(-1), M = rows_of(logits);
-  require(targets.numel() == M, "cross_entropy: " + std::to_string(targets.numel()) + " targets for " +
-                                    std::to_string(M) + " rows of logits " + to_string(logits.shape()));
+  require(targets.numel() == M, [&] { return "cross_entropy: " + std::to_string(targets.numel()) + " targets for " +
+                                    std::to_string(M) + " rows of logits " + to_string(logits.shape()); });
   if (const auto bad = count_out_of_range(targets, V))
     throw UserError("cross_entropy: " + std::to_string(bad) + " target(s) outside [0, " +
                                 std::to_string(V) + ")");

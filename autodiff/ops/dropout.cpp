@@ -29,7 +29,7 @@ Tensor masked_scale(const Tensor& x, double p, std::uint64_t seed, std::uint64_t
 
 Tensor dropout(const Tensor& x, double p) {
   require_float("dropout", x, "x");
-  require(p >= 0 && p < 1, "dropout: p = " + std::to_string(p) + " outside [0, 1)");
+  require(p >= 0 && p < 1, [&] { return "dropout: p = " + std::to_string(p) + " outside [0, 1)"; });
   if (p == 0) return x;
   stats::count_forward("dropout");
   const std::uint64_t seed = random_ops::seed(), stream = random_ops::stream(random_ops::next_op());

@@ -55,8 +55,8 @@ Tensor embedding_rows(const Tensor& weight, const Tensor& ids, std::int64_t firs
 
 void require_table(const char* op, const Tensor& weight, const Tensor& ids) {
   require_float(op, weight, "weight");
-  require(weight.rank() == 2, std::string(op) + ": weight must be [V, D], got " + to_string(weight.shape()));
-  require(ids.dtype() == DType::i32, std::string(op) + ": ids must be int32, got " + dtype_name(ids.dtype()));
+  require(weight.rank() == 2, [&] { return std::string(op) + ": weight must be [V, D], got " + to_string(weight.shape()); });
+  require(ids.dtype() == DType::i32, [&] { return std::string(op) + ": ids must be int32, got " + dtype_name(ids.dtype()); });
 }
 
 void require_ids(const Tensor& ids, std::int64_t vocabulary) {

@@ -96,7 +96,7 @@ Tensor returned_from_experts(const Tensor& rows, const ExpertExchange& x, const 
 ExpertExchange plan_expert_exchange(const Routing& r, const RankGroup& g) {
   require_split_group("plan_expert_exchange", g, "expert");
   require(r.experts % g.size == 0 && std::int64_t(r.offsets.size()) == r.experts + 1,
-          "plan_expert_exchange: " + std::to_string(r.experts) + " experts over " + std::to_string(g.size) + " ranks");
+          [&] { return "plan_expert_exchange: " + std::to_string(r.experts) + " experts over " + std::to_string(g.size) + " ranks"; });
   ExpertExchange x;
   x.ranks = g.size;
   x.rank = g.rank;
@@ -138,7 +138,7 @@ Tensor to_experts(const Tensor& rows, const ExpertExchange& x, const RankGroup& 
   require_float("to_experts", rows, "rows");
   require_split_group("to_experts", g, "expert");
   require(rows.rank() == 2 && rows.dim(0) == total_of(x.sent),
-          "to_experts: rows " + to_string(rows.shape()) + " for " + std::to_string(total_of(x.sent)) + " routed rows");
+          [&] { return "to_experts: rows " + to_string(rows.shape()) + " for " + std::to_string(total_of(x.sent)) + " routed rows"; });
   Tensor out = sent_to_experts(rows, x, "to_experts");
   OpRecorder rec("to_experts", {&rows});
   if (rec) rec.finish({&out}, [x](BackwardContext& ctx) {
@@ -151,8 +151,8 @@ Tensor from_experts(const Tensor& rows, const ExpertExchange& x, const RankGroup
   require_float("from_experts", rows, "rows");
   require_split_group("from_experts", g, "expert");
   require(rows.rank() == 2 && rows.dim(0) == x.local.offsets.back(),
-          "from_experts: rows " + to_string(rows.shape()) + " for " + std::to_string(x.local.offsets.back()) +
-              " rows of this rank's experts");
+          [&] { return "from_experts: rows " + to_string(rows.shape()) + " for " + std::to_string(x.local.offsets.back()) +
+              " rows of this rank's experts"; });
   Tensor out = returned_from_experts(rows, x, "from_experts");
   OpRecorder rec("from_experts", {&rows});
   if (rec) rec.finish({&out}, [x](BackwardContext& ctx) {

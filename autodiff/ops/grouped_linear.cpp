@@ -59,17 +59,17 @@ Shape expert_shape(const Tensor& x, const std::vector<Tensor>& weights, const Ro
                    const std::vector<QuantizedWeight>& quantized) {
   require(int(weights.size()) == r.experts && std::int64_t(r.offsets.size()) == r.experts + 1 &&
               (quantized.empty() || quantized.size() == weights.size()),
-          "grouped_linear: " + std::to_string(weights.size()) + " weights for " + std::to_string(r.experts) +
-              " experts");
+          [&] { return "grouped_linear: " + std::to_string(weights.size()) + " weights for " + std::to_string(r.experts) +
+              " experts"; });
   require(x.rank() == 2 && x.dim(0) == r.offsets.back(),
-          "grouped_linear: x " + to_string(x.shape()) + " for " + std::to_string(r.offsets.back()) + " routed rows");
+          [&] { return "grouped_linear: x " + to_string(x.shape()) + " for " + std::to_string(r.offsets.back()) + " routed rows"; });
   Shape shape;
   for (std::size_t e = 0; e < weights.size(); ++e) {
     const QuantizedWeight* q = quantized_at(quantized, e);
     const Shape s = q ? q->shape : weights[e].shape();
     if (shape.empty()) shape = s;
     require(s.size() == 2 && s == shape && s[1] == x.dim(1) && (q || weights[e].dtype() == x.dtype()),
-            "grouped_linear: weight " + to_string(s) + " for x " + to_string(x.shape()));
+            [&] { return "grouped_linear: weight " + to_string(s) + " for x " + to_string(x.shape()); });
   }
   return shape;
 }

@@ -4,6 +4,7 @@
 #include <Kokkos_Core.hpp>
 #include <initializer_list>
 #include <stdexcept>
+#include <type_traits>
 #include <string>
 
 #include "autodiff/elementwise.hpp"
@@ -29,14 +30,21 @@ compute_t<T>* weight_grad(const GradTarget& g, const char* op) {
 // Rows of a tensor seen as a matrix [rows, last dim].
 inline std::int64_t rows_of(const Tensor& t) { return t.rank() == 0 ? 1 : t.numel() / t.dim(-1); }
 
-inline void require(bool ok, const std::string& what) {
+inline void require(bool ok, const char* what) {
   if (!ok) throw std::invalid_argument(what);
+}
+// The message made only on a failure: `what` returns it. Ops check their
+// inputs on every call, and messages built every time (shapes printed
+// through a stream) were a quarter of a shape-only plan's time.
+template <class Message, class = std::enable_if_t<std::is_invocable_v<Message&>>>
+void require(bool ok, Message&& what) {
+  if (!ok) throw std::invalid_argument(what());
 }
 
 inline void require_float(const char* op, const Tensor& t, const char* name) {
-  require(t.defined(), std::string(op) + ": " + name + " is undefined");
+  require(t.defined(), [&] { return std::string(op) + ": " + name + " is undefined"; });
   require(t.dtype() != DType::i32 && t.dtype() != DType::u8,
-          std::string(op) + ": " + name + " must be a float tensor, got " + dtype_name(t.dtype()));
+          [&] { return std::string(op) + ": " + name + " must be a float tensor, got " + dtype_name(t.dtype()); });
 }
 
 // A window on tensor memory for the GEMM front door: rows x cols, rows `ld`

@@ -47,8 +47,8 @@ Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, dou
   require_float("layer_norm", x, "x");
   const std::int64_t D = x.dim(-1), M = rows_of(x);
   require(weight.shape() == Shape{D} && bias.shape() == Shape{D},
-          "layer_norm: weight " + to_string(weight.shape()) + " and bias " + to_string(bias.shape()) +
-              " must both be [" + std::to_string(D) + "]");
+          [&] { return "layer_norm: weight " + to_string(weight.shape()) + " and bias " + to_string(bias.shape()) +
+              " must both be [" + std::to_string(D) + "]"; });
 
   auto [out, mean, rstd] = layer_norm_forward(x, weight, bias, eps);
   OpRecorder rec("layer_norm", {&x, &weight, &bias});

@@ -36,9 +36,9 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   require_float("linear", x, "x");
   require_float("linear", weight, "weight");
   require(weight.rank() == 2 && x.rank() >= 1 && x.dim(-1) == weight.dim(1),
-          "linear: x " + to_string(x.shape()) + " does not fit weight " + to_string(weight.shape()));
+          [&] { return "linear: x " + to_string(x.shape()) + " does not fit weight " + to_string(weight.shape()); });
   require(!bias.defined() || bias.shape() == Shape{weight.dim(0)},
-          "linear: bias " + to_string(bias.shape()) + " for weight " + to_string(weight.shape()));
+          [&] { return "linear: bias " + to_string(bias.shape()) + " for weight " + to_string(weight.shape()); });
   require(x.dtype() == weight.dtype() && (!bias.defined() || bias.dtype() == x.dtype()), "linear: dtypes differ");
   OpRecorder rec("linear", {&x, &weight, &bias});
   // x is saved before the product is computed: a recomputation that needs

@@ -39,8 +39,8 @@ void check_routing(std::uint64_t forward, const Tensor& slots, const char* op) {
 
 void require_routing(const char* op, const Routing& r, std::int64_t rows) {
   require(r.slots.defined() && r.tokens == rows,
-          std::string(op) + ": a routing of " + std::to_string(r.tokens) + " tokens for " + std::to_string(rows) +
-              " rows");
+          [&] { return std::string(op) + ": a routing of " + std::to_string(r.tokens) + " tokens for " + std::to_string(rows) +
+              " rows"; });
 }
 
 Tensor dispatch_forward(const Tensor& x, const Tensor& slots, std::int64_t k) {
@@ -123,7 +123,7 @@ Routing route_top_k(const Tensor& probs, int k) {
   require_float("route_top_k", probs, "probs");
   const std::int64_t T = rows_of(probs), E = probs.dim(-1);
   require(probs.rank() >= 1 && k >= 1 && k <= E,
-          "route_top_k: top-" + std::to_string(k) + " of probabilities " + to_string(probs.shape()));
+          [&] { return "route_top_k: top-" + std::to_string(k) + " of probabilities " + to_string(probs.shape()); });
   stats::count_forward("route_top_k");
   Routing r;
   r.experts = int(E);
@@ -152,7 +152,7 @@ Routing route_top_k(const Tensor& probs, int k) {
     balanced_routing(r, compute_dtype(probs.dtype()));
     return r;  // fingerprint 0: never compared in a shape-only run
   }
-  require(T * k <= INT32_MAX, "route_top_k: " + std::to_string(T * k) + " routed rows overflow the int32 slots");
+  require(T * k <= INT32_MAX, [&] { return "route_top_k: " + std::to_string(T * k) + " routed rows overflow the int32 slots"; });
   // The dispatch plan, on the host (a few thousand ids): expert e's rows
   // are [offsets[e], offsets[e+1]), its tokens in order within them.
   std::vector<std::int32_t> sel = r.selected.to_host_i32();
@@ -178,8 +178,8 @@ Routing route_top_k(const Tensor& probs, int k) {
 Tensor routing_weights(const Tensor& probs, const Routing& r) {
   require_float("routing_weights", probs, "probs");
   require_routing("routing_weights", r, rows_of(probs));
-  require(probs.dim(-1) == r.experts, "routing_weights: probabilities over " + std::to_string(probs.dim(-1)) +
-                                          " experts for a routing over " + std::to_string(r.experts));
+  require(probs.dim(-1) == r.experts, [&] { return "routing_weights: probabilities over " + std::to_string(probs.dim(-1)) +
+                                          " experts for a routing over " + std::to_string(r.experts); });
   Tensor out = routing_weights_forward(probs, r.selected);
   OpRecorder rec("routing_weights", {&probs});
   if (!rec) return out;
@@ -249,7 +249,7 @@ Tensor combine(const Tensor& y, const Tensor& weights, const Routing& r, const S
   require_routing("combine", r, rows_of(weights));
   require(y.rank() == 2 && y.dim(0) == r.tokens * r.k && weights.shape() == Shape{r.tokens, r.k} &&
               numel(shape) == r.tokens * y.dim(1) && shape.back() == y.dim(1) && y.dtype() == weights.dtype(),
-          "combine: y " + to_string(y.shape()) + ", weights " + to_string(weights.shape()) + " into " + to_string(shape));
+          [&] { return "combine: y " + to_string(y.shape()) + ", weights " + to_string(weights.shape()) + " into " + to_string(shape); });
   Tensor out = combine_forward(y, weights, r.slots, shape);
   OpRecorder rec("combine", {&y, &weights});
   if (!rec) return out;
@@ -292,8 +292,8 @@ Tensor combine(const Tensor& y, const Tensor& weights, const Routing& r, const S
 Tensor expert_load(const Tensor& load, int layer, const Routing& r) {
   require_float("expert_load", load, "load");
   require(load.rank() == 2 && load.dim(1) == r.experts && layer >= 0 && layer < load.dim(0),
-          "expert_load: layer " + std::to_string(layer) + " of a load table " + to_string(load.shape()) + " for " +
-              std::to_string(r.experts) + " experts");
+          [&] { return "expert_load: layer " + std::to_string(layer) + " of a load table " + to_string(load.shape()) + " for " +
+              std::to_string(r.experts) + " experts"; });
   require(!load.requires_grad(), "expert_load: the load table takes no gradient");
   Tensor out = Tensor::empty(load.shape(), load.dtype(), "expert_load");
   out.set_tag("expert_load");
@@ -335,7 +335,7 @@ Tensor load_balancing_loss(const Tensor& prob_sums, const Tensor& load, std::int
   require_float("load_balancing_loss", load, "load");
   const std::int64_t E = prob_sums.numel();
   require(prob_sums.rank() == 1 && load.rank() == 2 && load.dim(1) == E && rows > 0,
-          "load_balancing_loss: sums " + to_string(prob_sums.shape()) + ", load " + to_string(load.shape()));
+          [&] { return "load_balancing_loss: sums " + to_string(prob_sums.shape()) + ", load " + to_string(load.shape()); });
   stats::count_forward("load_balancing_loss");
   Tensor out = Tensor::empty({}, prob_sums.dtype(), "loss");
   out.set_tag("load_balancing_loss");

@@ -46,9 +46,9 @@ Tensor forward(const Tensor& x, const QuantizedWeight& w, const Tensor& bias) {
 Tensor linear(const Tensor& x, const QuantizedWeight& weight, const Tensor& bias) {
   require_float("linear", x, "x");
   require(weight.defined() && weight.shape.size() == 2 && x.rank() >= 1 && x.dim(-1) == weight.shape[1],
-          "linear: x " + to_string(x.shape()) + " does not fit the quantized weight " + to_string(weight.shape));
+          [&] { return "linear: x " + to_string(x.shape()) + " does not fit the quantized weight " + to_string(weight.shape); });
   require(!bias.defined() || (bias.shape() == Shape{weight.shape[0]} && bias.dtype() == x.dtype()),
-          "linear: bias " + to_string(bias.shape()) + " for the quantized weight " + to_string(weight.shape));
+          [&] { return "linear: bias " + to_string(bias.shape()) + " for the quantized weight " + to_string(weight.shape); });
   OpRecorder rec("linear", {&x, &bias});
   // The weight is frozen: no gradient reads x, so nothing is saved.
   if (rec) note_not_saved("linear", x, "its weight is quantized (frozen): only the weight's gradient would read it");

@@ -240,10 +240,10 @@ Tensor record_ring(const RingInputs& in, const Ring& g) {
 }
 
 void require_ring(const std::int64_t S, int heads, const RankGroup& g) {
-  require(g.size >= 1 && g.rank >= 0 && g.rank < g.size, "ring_attention: rank " + std::to_string(g.rank) +
-                                                             " is not in a group of " + std::to_string(g.size));
-  require(S % 2 == 0 && S > 0, "ring_attention: this rank's sequence (" + std::to_string(S) +
-                                   " rows) is not two chunks of equal length");
+  require(g.size >= 1 && g.rank >= 0 && g.rank < g.size, [&] { return "ring_attention: rank " + std::to_string(g.rank) +
+                                                             " is not in a group of " + std::to_string(g.size); });
+  require(S % 2 == 0 && S > 0, [&] { return "ring_attention: this rank's sequence (" + std::to_string(S) +
+                                   " rows) is not two chunks of equal length"; });
   require(heads > 0, "ring_attention: heads must be positive");
 }
 
@@ -251,10 +251,10 @@ void require_ring(const std::int64_t S, int heads, const RankGroup& g) {
 
 Tensor ring_attention(const Tensor& qkv, int heads, const RankGroup& g) {
   require_float("ring_attention", qkv, "qkv");
-  require(qkv.rank() == 3 && qkv.dim(2) % 3 == 0, "ring_attention: qkv must be [B, S, 3D], got " + to_string(qkv.shape()));
+  require(qkv.rank() == 3 && qkv.dim(2) % 3 == 0, [&] { return "ring_attention: qkv must be [B, S, 3D], got " + to_string(qkv.shape()); });
   const std::int64_t D = qkv.dim(2) / 3, B = qkv.dim(0), S = qkv.dim(1);
   require_ring(S, heads, g);
-  require(D % heads == 0, "ring_attention: " + std::to_string(heads) + " heads do not divide the width " + std::to_string(D));
+  require(D % heads == 0, [&] { return "ring_attention: " + std::to_string(heads) + " heads do not divide the width " + std::to_string(D); });
   const std::int64_t ld = 3 * D, bs = S * 3 * D;
   const Ring ring{B, S / 2, heads, heads, D / heads, {0, ld, bs}, {D, ld, bs}, {2 * D, ld, bs}, g};
   return record_ring({qkv, qkv, qkv}, ring);
@@ -264,14 +264,14 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, int hea
   for (const Tensor* t : {&q, &k, &v}) require_float("ring_attention", *t, "q, k, v");
   require(q.rank() == 3 && k.shape() == v.shape() && k.rank() == 3 && q.dim(0) == k.dim(0) && q.dim(1) == k.dim(1) &&
               q.dtype() == k.dtype() && k.dtype() == v.dtype(),
-          "ring_attention: q " + to_string(q.shape()) + ", k " + to_string(k.shape()) + ", v " + to_string(v.shape()) +
-              " must be [B, S, H hd], [B, S, Hkv hd], [B, S, Hkv hd] of one type");
+          [&] { return "ring_attention: q " + to_string(q.shape()) + ", k " + to_string(k.shape()) + ", v " + to_string(v.shape()) +
+              " must be [B, S, H hd], [B, S, Hkv hd], [B, S, Hkv hd] of one type"; });
   const std::int64_t B = q.dim(0), S = q.dim(1);
   require_ring(S, heads, g);
   require(kv_heads > 0 && heads % kv_heads == 0 && q.dim(2) % heads == 0 && k.dim(2) * heads == q.dim(2) * kv_heads,
-          "ring_attention: " + std::to_string(heads) + " query heads, " + std::to_string(kv_heads) +
+          [&] { return "ring_attention: " + std::to_string(heads) + " query heads, " + std::to_string(kv_heads) +
               " key/value heads and widths " + std::to_string(q.dim(2)) + ", " + std::to_string(k.dim(2)) +
-              " do not fit");
+              " do not fit"; });
   const std::int64_t hd = q.dim(2) / heads, wq = heads * hd, wk = kv_heads * hd;
   const Ring ring{B, S / 2, heads, kv_heads, hd, {0, wq, S * wq}, {0, wk, S * wk}, {0, wk, S * wk}, g};
   return record_ring({q, k, v}, ring);

@@ -41,8 +41,8 @@ RmsNormalized rms_norm_forward(const Tensor& x, const Tensor& weight, double eps
 Tensor rms_norm(const Tensor& x, const Tensor& weight, double eps) {
   require_float("rms_norm", x, "x");
   const std::int64_t D = x.dim(-1), M = rows_of(x);
-  require(weight.shape() == Shape{D}, "rms_norm: weight " + to_string(weight.shape()) + " must be [" +
-                                          std::to_string(D) + "]");
+  require(weight.shape() == Shape{D}, [&] { return "rms_norm: weight " + to_string(weight.shape()) + " must be [" +
+                                          std::to_string(D) + "]"; });
   auto [out, rstd] = rms_norm_forward(x, weight, eps);
   OpRecorder rec("rms_norm", {&x, &weight});
   if (!rec) return out;

@@ -71,8 +71,8 @@ Tensor rotate(const Tensor& x, int head_dim, double theta, const RopeScaling& sc
 Tensor rotary(const Tensor& x, int head_dim, double theta, const RopeScaling& scaling, const RankGroup& context) {
   require_float("rotary", x, "x");
   require(x.rank() == 3 && head_dim > 0 && head_dim % 2 == 0 && x.dim(2) % head_dim == 0,
-          "rotary: x " + to_string(x.shape()) + " is not [B, S, heads * " + std::to_string(head_dim) +
-              "] with an even head size");
+          [&] { return "rotary: x " + to_string(x.shape()) + " is not [B, S, heads * " + std::to_string(head_dim) +
+              "] with an even head size"; });
   stats::count_forward("rotary");
   Tensor out = rotate(x, head_dim, theta, scaling, 1.0, context);
   OpRecorder rec("rotary", {&x});

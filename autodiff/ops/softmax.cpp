@@ -13,7 +13,7 @@ using namespace detail;
 
 Tensor softmax(const Tensor& x) {
   require_float("softmax", x, "x");
-  require(x.rank() >= 1 && x.dim(-1) >= 1, "softmax: x " + to_string(x.shape()) + " has no last dimension");
+  require(x.rank() >= 1 && x.dim(-1) >= 1, [&] { return "softmax: x " + to_string(x.shape()) + " has no last dimension"; });
   stats::count_forward("softmax");
   const std::int64_t N = x.dim(-1), M = rows_of(x);
   Tensor out = Tensor::empty(x.shape(), x.dtype(), "softmax");

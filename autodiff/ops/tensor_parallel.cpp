@@ -173,7 +173,7 @@ namespace {
 // [B, N Sp, ...]: every rank's x [B, Sp, ...] in rank order along dim 1.
 Tensor gathered_sequence(const Tensor& x, const RankGroup& g, const char* label) {
   require_split_group(label, g, "tensor");
-  require(x.rank() >= 2, std::string(label) + ": x must be [B, S, ...], got " + to_string(x.shape()));
+  require(x.rank() >= 2, [&] { return std::string(label) + ": x must be [B, S, ...], got " + to_string(x.shape()); });
   stats::count_forward(label);
   const std::int64_t B = x.dim(0), Sp = x.dim(1), n = x.numel(), R = n / std::max<std::int64_t>(1, B * Sp),
                      N = g.size;
@@ -199,7 +199,7 @@ Tensor gathered_sequence(const Tensor& x, const RankGroup& g, const char* label)
 Tensor scattered_sum(const Tensor& x, const RankGroup& g, const char* label) {
   require_split_group(label, g, "tensor");
   require(x.rank() >= 2 && x.dim(1) % g.size == 0,
-          std::string(label) + ": x must be [B, S, ...] with S a multiple of the group, got " + to_string(x.shape()));
+          [&] { return std::string(label) + ": x must be [B, S, ...] with S a multiple of the group, got " + to_string(x.shape()); });
   stats::count_forward(label);
   const std::int64_t B = x.dim(0), S = x.dim(1), N = g.size, Sp = S / N,
                      R = x.numel() / std::max<std::int64_t>(1, B * S), n = B * Sp * R;
@@ -232,7 +232,7 @@ Tensor scattered_sum(const Tensor& x, const RankGroup& g, const char* label) {
 // This rank's part of the sequence of x [B, S, ...]: [B, S / N, ...].
 Tensor own_part(const Tensor& x, const RankGroup& g, const char* label) {
   require(x.rank() >= 2 && x.dim(1) % g.size == 0,
-          std::string(label) + ": x must be [B, S, ...] with S a multiple of the group, got " + to_string(x.shape()));
+          [&] { return std::string(label) + ": x must be [B, S, ...] with S a multiple of the group, got " + to_string(x.shape()); });
   const std::int64_t S = x.dim(1), Sp = S / g.size, R = x.numel() / std::max<std::int64_t>(1, x.dim(0) * S),
                      first = std::int64_t(g.rank) * Sp;
   Shape shape = x.shape();
@@ -359,8 +359,8 @@ Tensor cross_entropy_parts(const Tensor& logits, const Tensor& targets, std::int
   require(targets.dtype() == DType::i32, "cross_entropy_parts: targets must be int32");
   require_split_group("cross_entropy_parts", g, "tensor");
   const std::int64_t V = logits.dim(-1), M = rows_of(logits);
-  require(targets.numel() == M, "cross_entropy_parts: " + std::to_string(targets.numel()) + " targets for " +
-                                    std::to_string(M) + " rows of logits " + to_string(logits.shape()));
+  require(targets.numel() == M, [&] { return "cross_entropy_parts: " + std::to_string(targets.numel()) + " targets for " +
+                                    std::to_string(M) + " rows of logits " + to_string(logits.shape()); });
   if (const auto bad = count_out_of_range(targets, V * g.size))
     throw UserError("cross_entropy: " + std::to_string(bad) + " target(s) outside [0, " + std::to_string(V * g.size) +
                     ")");
