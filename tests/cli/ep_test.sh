@@ -141,7 +141,8 @@ follows acc-run.h5 epdp-run.h5 || fail "train --ep 2 on 4 ranks: off one process
 # Expert parallelism 2 x ZeRO-3 over the data group (4 ranks): bitwise ep 2 x data 2, at fp32 and bf16;
 # communication as predicted; what a rank holds as `estimate --ep 2 --ranks 2 --shard-params` says (the
 # activations where the routing is balanced: 2 experts, both chosen).
-for precision in fp32 bf16; do
+sample precisions 1 fp32 bf16  # one of the two a run (lib.sh's `sample`)
+for precision in "${precisions[@]}"; do
   Z=(train --model mixtral --preset tiny --experts 2 --top-k 2 --lr 3e-3 --grad-clip 0.05 --data copy --steps 3
      --accumulate 2 --ep 2 --strategy per-layer --precision "$precision")
   mpi_ranks "$mpiexec" 4

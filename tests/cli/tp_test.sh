@@ -213,7 +213,9 @@ same_run whole-run.h5 cut-run.h5 || fail "train --tp 2, killed and resumed, is n
 # parallelism 2, at fp32 and at bf16 under --sp with dropout; communication as predicted, and what a rank
 # holds (its parts' shards, gathered and reducing peaks, activations) as `estimate --tp 2 --ranks 2
 # --shard-params` says, on one thread as each rank here.
-for run in "--model llama --strategy per-layer" "--model gpt2 --sp --strategy sqrt --precision bf16"; do
+# One of the two a run (sampled: lib.sh's `sample`).
+sample runs 1 "--model llama --strategy per-layer" "--model gpt2 --sp --strategy sqrt --precision bf16"
+for run in "${runs[@]}"; do
   # shellcheck disable=SC2206  # the run's words, as a user types them
   words=($run)
   Z=(train --preset tiny --lr 3e-3 --grad-clip 0.05 --data copy --steps 3 --accumulate 2 --dropout 0.1 --tp 2 "${words[@]}")
