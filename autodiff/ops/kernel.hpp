@@ -4,8 +4,8 @@
 #include <Kokkos_Core.hpp>
 #include <initializer_list>
 #include <stdexcept>
-#include <type_traits>
 #include <string>
+#include <type_traits>
 
 #include "autodiff/elementwise.hpp"
 #include "autodiff/gemm.hpp"

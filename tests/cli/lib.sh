@@ -60,18 +60,21 @@ for k in a["optimizer"]:
         assert a["optimizer"][k][n][:].tobytes() == b["optimizer"][k][n][:].tobytes(), (k, n)
 PY
 }
-# A sampled sweep (README, "A few sweeps are sampled"): `sample NAME K ITEM...` sets the array NAME to K
-# of the items, in their order, as this run's seed draws them, so that runs together cover them all. The
-# seed is drawn once a script and printed; REMAT_SAMPLE_SEED=N repeats the draw, and 0 takes every item.
+# Sampled sweeps (README, "A few sweeps are sampled"). draw_sample_seed sets sample_seed, drawn once a
+# script and printed: REMAT_SAMPLE_SEED=N repeats the draw, and 0 takes every case.
+draw_sample_seed() {
+  [ -n "${sample_seed:-}" ] && return 0
+  sample_seed=${REMAT_SAMPLE_SEED:-$((RANDOM * 32768 + RANDOM))}
+  echo "sample seed $sample_seed (REMAT_SAMPLE_SEED=$sample_seed repeats the draw, 0 takes every case)"
+}
+# sample NAME K ITEM...: the array NAME set to K of the items, in their order, as this run's seed draws
+# them, so that runs together cover them all.
 sample() {
   local -n chosen=$1
   local k=$2 i j t
   shift 2
   local items=("$@") picked=()
-  if [ -z "${sample_seed:-}" ]; then
-    sample_seed=${REMAT_SAMPLE_SEED:-$((RANDOM * 32768 + RANDOM))}
-    echo "sample seed $sample_seed (REMAT_SAMPLE_SEED=$sample_seed repeats the draw, 0 takes every case)"
-  fi
+  draw_sample_seed
   sample_draws=$((${sample_draws:-0} + 1))
   if [ "$sample_seed" -eq 0 ] || [ "$k" -ge ${#items[@]} ]; then chosen=("${items[@]}"); return 0; fi
   local index=("${!items[@]}")

@@ -23,8 +23,7 @@ trap 'rm -rf "$work"' EXIT
 cd "$work"
 script="$here/models_reference.py"
 [ "$precision" = fp32 ] || script="$here/precision_reference.py"
-seed=${REMAT_SAMPLE_SEED:-$((RANDOM * 32768 + RANDOM))}
-[ "$preset" = small ] && echo "sample seed $seed (REMAT_SAMPLE_SEED=$seed repeats the draw)"
+[ "$preset" = small ] && draw_sample_seed  # lib.sh's: sample_seed, printed
 failed=()
 for i in "${!models[@]}"; do
   model=${models[$i]}
@@ -32,7 +31,7 @@ for i in "${!models[@]}"; do
   if [ "$preset" = small ]; then
     depth="every layer of small"
     shape=(--batch 2)
-    if [ "$seed" -ne 0 ] && [ $(((seed + i) % 7)) -ne 0 ]; then shape+=(--layers 2) depth="2 layers"; fi
+    if [ "$sample_seed" -ne 0 ] && [ $(((sample_seed + i) % 7)) -ne 0 ]; then shape+=(--layers 2) depth="2 layers"; fi
     echo "$model: $depth, batch 2"
   fi
   if "$remat" export --model "$model" --preset "$preset" "${shape[@]}" --seed 1 --out w.h5 >/dev/null 2>err.txt &&
