@@ -117,6 +117,10 @@ class Tensor {
   // Host copies, for I/O and tests.
   std::vector<double> to_host_f64() const;
   std::vector<float> to_host_f32() const;  // float64 rounded: what weight files store
+  void to_host_f32(std::vector<float>& out) const;  // the same into out, reusing its storage
+  // numel() float32 values to read on the host: the tensor's own where it is
+  // float32 in host memory, else a copy in scratch (valid while both live).
+  const float* host_f32(std::vector<float>& scratch) const;
   std::vector<std::int32_t> to_host_i32() const;
   template <class T> std::vector<T> to_host() const;  // as stored: int32 or uint8
   template <class T> static Tensor from_host(const std::vector<T>& v, const Shape& shape,

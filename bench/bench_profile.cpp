@@ -142,7 +142,7 @@ void BM_profile(benchmark::State& state, const std::string& name) {
 }
 
 [[maybe_unused]] const bool registered = [] {
-  for (const char* m : {"gpt2", "llama"}) {
+  for (const char* m : {"gpt2", "llama", "bert"}) {
     benchmark::RegisterBenchmark((std::string("BM_gemm_floor/") + m).c_str(), BM_gemm_floor, std::string(m))
         ->Unit(benchmark::kMillisecond)
         ->UseRealTime()

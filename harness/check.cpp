@@ -20,14 +20,19 @@ namespace remat {
 
 std::vector<std::vector<float>> gradients(const ParamStore& params) {
   std::vector<std::vector<float>> out;
-  for (const auto& t : params.tensors()) {
-    if (!t.requires_grad()) {  // frozen: no gradient
-      out.emplace_back();
-      continue;
-    }
-    out.push_back(t.grad().to_host_f32());  // float32 gradients as they are (no float64 detour)
-  }
+  gradients(params, out);
   return out;
+}
+
+void gradients(const ParamStore& params, std::vector<std::vector<float>>& into) {
+  const auto& tensors = params.tensors();
+  into.resize(tensors.size());
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    if (tensors[i].requires_grad())
+      tensors[i].grad().to_host_f32(into[i]);  // float32 gradients as they are (no float64 detour)
+    else
+      into[i].clear();  // frozen: no gradient
+  }
 }
 
 GradientComparison compare_gradients(const ParamStore& params, const std::vector<std::vector<float>>& got,
@@ -104,6 +109,7 @@ CheckReport run_check(const Model& model, const ParamStore& params, const Batch&
 
   std::optional<SaveProfile> costs;  // measured once, for the first planned strategy
   if (options.costs) costs = *options.costs;
+  std::vector<std::vector<float>> grads;  // each strategy's, in the same buffers (no fresh pages to fault in)
   for (const auto& spec : strategies) {
     if (options.progress) options.progress(report.rows.size(), strategies.size(), spec);
     auto strategy = make_strategy(spec);
@@ -120,7 +126,7 @@ CheckReport run_check(const Model& model, const ParamStore& params, const Batch&
       report.rows.push_back(std::move(row));
       continue;
     }
-    const auto grads = gradients(params);
+    gradients(params, grads);
     row.vs_full = compare_gradients(params, grads, ref_grads, row.step.loss, report.full.loss);
     if (options.golden)
       row.vs_golden = compare_gradients(params, grads, *options.golden, row.step.loss, options.golden_loss, 1e-6);

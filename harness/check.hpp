@@ -53,6 +53,7 @@ constexpr double kGoldenLossTolerance = 1e-5, kGoldenGradTolerance = 1e-4;
 
 // Host copies of every parameter's gradient.
 std::vector<std::vector<float>> gradients(const ParamStore& params);
+void gradients(const ParamStore& params, std::vector<std::vector<float>>& into);  // reusing into's buffers
 // Relative errors are per tensor, against its largest reference magnitude,
 // but never against less than `floor` times the model's largest gradient
 // (a gradient that is zero in exact arithmetic has no scale of its own).

@@ -103,14 +103,12 @@ double forward_backward(const Model& model, const ParamStore& params, const Batc
 
 void require_finite_result(double loss, const ParamStore& params) {
   std::string first;
+  std::vector<float> scratch;  // where a gradient is copied to be read (none in host memory)
   for (std::size_t i = 0; i < params.tensors().size() && first.empty(); ++i) {
     const Tensor g = params.tensors()[i].grad();
     if (!g.defined()) continue;
-    for (float v : g.to_host_f32())
-      if (!std::isfinite(v)) {
-        first = params.names()[i];
-        break;
-      }
+    const float* v = g.host_f32(scratch);
+    if (!std::all_of(v, v + g.numel(), [](float x) { return std::isfinite(x); })) first = params.names()[i];
   }
   if (std::isfinite(loss) && first.empty()) return;
   char value[32];
