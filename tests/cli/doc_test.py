@@ -118,21 +118,31 @@ def quick(command):
 
 
 def bring(work):
-    """What the pages say the reader brings."""
-    def run(*args):
-        subprocess.run([remat, *args], check=True, capture_output=True, cwd=work)
-    run("export", "--model", "gpt2", "--preset", "small", "--layers", "2", "--seq", "1024", "--out", "hf-source.h5")
-    run("export-hf", "--weights", "hf-source.h5", "--out", "gpt2")
-    os.remove(os.path.join(work, "hf-source.h5"))
+    """What the pages say the reader brings: made once, copied into each page's folder."""
+    global brought
+    if brought is None:
+        brought = tempfile.mkdtemp()
+        def run(*args):
+            subprocess.run([remat, *args], check=True, capture_output=True, cwd=brought)
+        run("export", "--model", "gpt2", "--preset", "small", "--layers", "2", "--seq", "1024", "--out", "hf-source.h5")
+        run("export-hf", "--weights", "hf-source.h5", "--out", "gpt2")
+        os.remove(os.path.join(brought, "hf-source.h5"))
+        with open(os.path.join(brought, "notes.txt"), "w") as f:
+            f.write("The quick brown fox jumps over the lazy dog.\n" * 400)
+    shutil.copytree(os.path.join(brought, "gpt2"), os.path.join(work, "gpt2"))
+    shutil.copy(os.path.join(brought, "notes.txt"), work)
     os.makedirs(os.path.join(work, "path/to"))
     os.symlink(os.path.join(work, "gpt2"), os.path.join(work, "path/to/hf-gpt2-folder"))
     os.symlink(os.path.join(work, "gpt2"), os.path.join(work, "hf-gpt2-folder"))
-    with open(os.path.join(work, "notes.txt"), "w") as f:
-        f.write("The quick brown fox jumps over the lazy dog.\n" * 400)
+
+
+brought = None
 
 
 def run_page(page):
     ran, skipped, failures, skipped_files = 0, 0, [], set()
+    if not page_commands(page):
+        return ran, skipped, failures
     work = tempfile.mkdtemp()
     try:
         os.makedirs(os.path.join(work, "build"))
@@ -169,6 +179,8 @@ for page in pages:
     print(f"  {ran} run, {skipped} skipped, {len(failures)} failed")
     total_ran += ran
     all_failures += [f"{os.path.relpath(page, repo)}: {f}" for f in failures]
+if brought:
+    shutil.rmtree(brought, ignore_errors=True)
 for f in all_failures:
     print("FAIL:", f)
 if total_ran < 10:
