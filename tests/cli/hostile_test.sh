@@ -44,8 +44,9 @@ del f['optimizer']"
 expect_error "missing optimizer state" "$remat" train --preset tiny --steps 4 --out run.h5 --resume
 
 # 3. An allocation the machine refuses is "out of memory", exit 2, one line.
-# (The first activation, 8 GiB, is refused at once: no compute before it.)
-(ulimit -v 3000000; exec "$remat" time --model gpt2 --preset tiny --seq 1024 --batch 65536 --warmup 0 --steps 1 --force) >out.txt 2>err.txt
+# (The first activation, 8 GiB, is refused at once: no compute before it.
+# small's width: a batch of 8 million tokens to draw first, not tiny's 67.)
+(ulimit -v 3000000; exec "$remat" time --model gpt2 --preset small --batch 32768 --warmup 0 --steps 1 --force) >out.txt 2>err.txt
 rc=$?
 [ $rc -eq 2 ] || fail "a failed allocation: exit $rc, expected 2 ($(cat err.txt))"
 # (A step that announces itself as long work shows its progress first: those lines aside, one line.)
