@@ -141,7 +141,8 @@ brought = None
 
 def run_page(page):
     ran, skipped, failures, skipped_files = 0, 0, [], set()
-    if not page_commands(page):
+    commands = page_commands(page)
+    if not commands:
         return ran, skipped, failures
     work = tempfile.mkdtemp()
     try:
@@ -150,7 +151,7 @@ def run_page(page):
         for name in ("tests", "README.md", "bench", "docs"):
             os.symlink(os.path.join(repo, name), os.path.join(work, name))
         bring(work)
-        for command, expected in page_commands(page):
+        for command, expected in commands:
             words = shlex.split(command)
             outputs = {words[i + 1] for i, w in enumerate(words[:-1]) if w in OUTPUTS}
             reads = [w for w in words if w in skipped_files or any(glob.fnmatch.fnmatch(f, w) for f in skipped_files)]
