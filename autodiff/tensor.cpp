@@ -4,6 +4,7 @@
 #include "autodiff/shape_only.hpp"
 #include "autodiff/stats.hpp"
 #include "core/error.hpp"
+#include "core/memory.hpp"
 #include "core/text.hpp"
 
 #include <cstring>
@@ -74,6 +75,8 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, const std::string& label) 
     if (std::string(e.what()).find("allocat") == std::string::npos) throw;
     throw_allocation_failure(t.nbytes(), label);
   }
+  if constexpr (Kokkos::SpaceAccessibility<Kokkos::HostSpace, MemSpace>::accessible)
+    advise_huge_pages(t.storage_->data(), t.nbytes());
   return t;
 }
 
@@ -196,6 +199,11 @@ void Tensor::to_host_f32(std::vector<float>& out) const {
   } else {  // as it is, no detour through float64; copied once into out's own storage if it is large enough
     auto host = Kokkos::create_mirror_view_and_copy(Kokkos::HostSpace(), bytes());
     const float* p = reinterpret_cast<const float*>(host.data());
+    if (out.capacity() < std::size_t(numel_)) {  // fresh storage, in huge pages where it is large
+      std::vector<float>().swap(out);
+      out.reserve(std::size_t(numel_));
+      advise_huge_pages(out.data(), std::size_t(numel_) * sizeof(float));
+    }
     out.assign(p, p + numel_);
   }
 }

@@ -1,5 +1,6 @@
 #include "core/memory.hpp"
 
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <climits>
@@ -30,6 +31,20 @@ void require_memory(std::int64_t bytes, const std::string& what, std::int64_t li
     // In binary units, as every other byte count remat prints.
     throw UserError(what + " needs about " + human_bytes(double(bytes)) + " of memory, and " + human_bytes(double(available)) +
                     " is available; use smaller sizes, a strategy that keeps less, --mem-limit, or --force to try anyway");
+}
+
+void advise_huge_pages(void* data, std::size_t bytes) {
+#ifdef MADV_HUGEPAGE
+  constexpr std::uintptr_t huge = std::uintptr_t(2) << 20;
+  // Only the whole huge pages inside the buffer: its ends may share pages with
+  // other allocations.
+  const std::uintptr_t begin = (reinterpret_cast<std::uintptr_t>(data) + huge - 1) & ~(huge - 1);
+  const std::uintptr_t end = (reinterpret_cast<std::uintptr_t>(data) + bytes) & ~(huge - 1);
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_HUGEPAGE);  // advice: failure is harmless
+#else
+  (void)data;
+  (void)bytes;
+#endif
 }
 
 }  // namespace remat

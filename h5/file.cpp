@@ -3,6 +3,7 @@
 #include <vector>
 
 #include "core/error.hpp"
+#include "core/memory.hpp"
 #include "h5/atomic_file.hpp"
 #include "h5/h5.hpp"
 
@@ -95,7 +96,10 @@ std::vector<char> File::image() const {
   if (H5Fflush(id(), H5F_SCOPE_GLOBAL) < 0) throw UserError(path_ + ": cannot finish the file in memory");
   const ssize_t size = H5Fget_file_image(id(), nullptr, 0);
   if (size < 0) throw UserError(path_ + ": cannot finish the file in memory");
-  std::vector<char> image(static_cast<std::size_t>(size));
+  std::vector<char> image;
+  image.reserve(static_cast<std::size_t>(size));
+  advise_huge_pages(image.data(), image.capacity());  // a results or weights file can be gigabytes
+  image.resize(static_cast<std::size_t>(size));
   if (H5Fget_file_image(id(), image.data(), image.size()) != size)
     throw UserError(path_ + ": cannot finish the file in memory");
   return image;

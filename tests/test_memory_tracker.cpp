@@ -6,6 +6,13 @@
 #include "catch.hpp"
 #include "helpers.hpp"
 
+#include <sys/mman.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <fstream>
+#include <string>
+
 using namespace remat;
 
 TEST_CASE("live and peak bytes follow allocations exactly", "[memory]") {
@@ -125,4 +132,36 @@ TEST_CASE("offload host buffers count while held, and their memory waits for the
   CHECK(backend::pinned::idle_bytes() == 1024);  // no more than was ever held at once
   backend::pinned::release();
   CHECK(backend::pinned::idle_bytes() == 0);
+}
+
+namespace {
+// The VmFlags of the mapping holding `address`, from /proc/self/smaps ("" where none is found).
+std::string vm_flags_at(const void* address) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<std::uintptr_t>(address);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    std::uintptr_t begin = 0, end = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &begin, &end) == 2 && line.find(':') > line.find(' '))
+      inside = begin <= at && at < end;
+    else if (inside && line.rfind("VmFlags:", 0) == 0)
+      return line;
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("a large host tensor asks for huge pages", "[memory]") {
+  if constexpr (!backend::kHostMemory) return;
+  // Whether this kernel takes the advice at all (it refuses where it has no transparent huge pages).
+  const std::size_t huge = std::size_t(2) << 20;
+  void* probe = ::mmap(nullptr, 2 * huge, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  REQUIRE(probe != MAP_FAILED);
+  const bool advisable = ::madvise(probe, 2 * huge, MADV_HUGEPAGE) == 0;
+  ::munmap(probe, 2 * huge);
+  Tensor large = Tensor::empty({4 << 20}, DType::f32);  // 16 MiB: whole 2 MiB pages inside
+  const std::string flags = vm_flags_at(large.bytes().data() + (8 << 20));
+  INFO(flags);
+  REQUIRE(!flags.empty());
+  CHECK((flags.find(" hg") != std::string::npos) == advisable);
 }
