@@ -47,10 +47,23 @@ expect_ok "export" "$remat" export --model gpt2 --preset tiny --seed 1 --out w.h
 expect_ok "grads" "$remat" grads --weights w.h5 --out r.h5
 grep -qE "^loss [0-9.]+" out.txt || fail "grads does not print the loss"
 [ -s r.h5 ] || fail "grads wrote no r.h5"
-expect_ok "threads" env -u OMP_NUM_THREADS "$remat" --kokkos-num-threads=1 grads --weights w.h5
-one_thread=$(cat out.txt)
-expect_ok "threads" env -u OMP_NUM_THREADS "$remat" --kokkos-num-threads=2 grads --weights w.h5
-[ "$one_thread" = "$(cat out.txt)" ] || fail "the loss depends on the thread count"
+# The threaded paths (the rest of the suite runs on one thread): every
+# model's loss and gradients bitwise the same on 1 and 2 threads, and on 2
+# every strategy bitwise full's (with dropout, at fp32 and bf16).
+for model in gpt2 llama bert revformer parallel mixtral encdec; do
+  "$remat" export --model "$model" --preset tiny --seed 1 --out "threads-$model.h5" >/dev/null 2>err.txt ||
+    fail "export $model: $(cat err.txt)"
+  for n in 1 2; do
+    expect_ok "$model on $n threads" env -u OMP_NUM_THREADS "$remat" --kokkos-num-threads=$n grads \
+      --weights "threads-$model.h5" --out "threads-$n.h5"
+  done
+  h5diff -q threads-1.h5 threads-2.h5 /grads /grads && h5diff -q threads-1.h5 threads-2.h5 /loss /loss ||
+    fail "$model: the gradients depend on the thread count"
+done
+for precision in fp32 bf16; do
+  expect_ok "every strategy on 2 threads, $precision" env -u OMP_NUM_THREADS "$remat" --kokkos-num-threads=2 check \
+    --model mixtral --preset tiny --dropout 0.1 --precision "$precision" --strategies all
+done
 
 expect_error "gpt5" "$remat" export --model gpt5 --out r.h5
 expect_error "no such file" "$remat" grads --weights absent.h5 --out r.h5
