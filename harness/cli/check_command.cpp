@@ -12,8 +12,10 @@
 #include "datasets/batch_source.hpp"
 #include "harness/cli/validators.hpp"
 #include "harness/long_run.hpp"
+#include "harness/pipelined_check.hpp"
 #include "harness/tensor_layout.hpp"
 #include "harness/io/output_guard.hpp"
+#include "pipeline/pipelined_step.hpp"
 #include "train/trajectory.hpp"
 
 #include "autodiff/ops/ops.hpp"
@@ -42,6 +44,7 @@ struct CheckCommandOptions {
   bool force = false;
   int train_steps = 0;  // > 0: compare whole training runs instead of one step
   bool json = false;
+  pipeline::PipelineSettings pipe;  // --pp, --micro-batches, --schedule, --stage-layers
 };
 
 // remat check --train-steps N: every strategy trains N steps beside full.
@@ -219,8 +222,54 @@ void print_json(const CheckCommandOptions& o, const ModelSetup& setup, const Che
   std::printf("%s\n", j.dump(2).c_str());
 }
 
+// check --pp / --micro-batches: the micro-batches (the check's batch, then
+// random ones of its shape, seeds seed + 1, ...), every strategy beside
+// full under the schedule, a row per strategy and stage.
+int run_pipelined_check(const CheckCommandOptions& o, const ModelSetup& setup, const Model& model,
+                        const ParamStore& params, const Batch& batch, const std::vector<std::string>& specs) {
+  const Sizes& z = setup.sizes;
+  if (z.tp.split() || z.ep.split() || z.cp.split() || o.finetune.any() || o.train_steps > 0 || o.trace || o.json ||
+      !o.golden.empty() || !o.save_golden.empty())
+    throw UserError("--pp or --micro-batches with --tp, --ep, --cp, fine-tuning, --train-steps, --trace, --json or a "
+                    "golden file: not yet");
+  for (const auto& spec : specs)
+    if (parse_strategy(spec).planned) throw UserError("--pp or --micro-batches with a budget ('" + spec + "'): not yet");
+  const pipeline::PipelineSettings& pipe = o.pipe;
+  if (pipe.split()) {
+    pipeline::require_stages(setup.model, z);
+    pipeline::validate(pipeline::parse_schedule(pipe.schedule), z.L, pipe.stages, pipe.micro_batches, pipe.stage_layers);
+    pipeline::require_ranks(pipe.stages);
+    quiet_other_ranks();
+  }
+  std::vector<Batch> micro_batches = {batch};
+  for (int m = 1; m < pipe.micro_batches; ++m)
+    micro_batches.push_back(random_batch(z.B, z.S, z.V, o.model.run.seed + std::uint64_t(m)));
+  std::printf("remat check: %s %s (L %d, D %d, S %d, B %d), %d micro-batches%s, dropout %g, %s\n", setup.model.c_str(),
+              setup.preset.c_str(), z.L, z.D, z.S, z.B, pipe.micro_batches,
+              pipe.split() ? (", " + std::to_string(pipe.stages) + " stages, " + pipe.schedule).c_str() : ", one rank",
+              z.dropout, precision_name(o.model.run.precision));
+  const auto rows = pipelined_check(setup, model, params, micro_batches, specs, o.model.run, pipe);
+  int failures = 0;
+  for (const auto& r : rows) {
+    std::printf("%-24s loss %.9g  %s\n", r.strategy.c_str(), r.loss,
+                r.bitwise ? "bitwise full" : r.exact ? "NOT bitwise full" : "not exact by design");
+    for (std::size_t s = 0; s < r.stages.size(); ++s)
+      std::printf("  stage %zu (layers %s): activation peak %lld bytes (predicted %lld), offload peak %lld (predicted "
+                  "%lld)%s\n", s, r.stages[s].layers.c_str(), static_cast<long long>(r.stages[s].activation_peak),
+                  static_cast<long long>(r.stages[s].predicted_activation_peak),
+                  static_cast<long long>(r.stages[s].offload_peak),
+                  static_cast<long long>(r.stages[s].predicted_offload_peak),
+                  r.stages[s].as_predicted() ? "" : "   <- NOT AS PREDICTED");
+    failures += !r.passed();
+  }
+  std::printf("%zu strategies: %d failed (exact ones bitwise full, every stage's peaks as predicted)\n", rows.size(),
+              failures);
+  return failures ? 1 : 0;
+}
+
 // What a check cannot do together (yet), in one line.
 void refuse_combinations(const CheckCommandOptions& o, const ModelSetup& setup) {
+  pipeline::refuse_without_stages(o.pipe);
   const Sizes& sizes = setup.sizes;
   if (o.finetune.any() && o.train_steps > 0)
     throw UserError("--freeze or --lora with --train-steps: not together yet");
@@ -249,6 +298,7 @@ int run_check_command(const CheckCommandOptions& o) {
   fine_tune(params, *model, batch, o.finetune, o.model.run.seed, setup, o.json);
   const auto specs = strategies_for(setup.model, o.strategies, o.model.run.attention);
   refuse_planned_under_experts(setup.sizes, specs);
+  if (o.pipe.split() || o.pipe.micro_batches > 1) return run_pipelined_check(o, setup, *model, *params, batch, specs);
   if (o.train_steps > 0) return check_trajectories(o, setup, specs);
 
   const Sizes& z = setup.sizes;
@@ -305,6 +355,7 @@ void setup_check(CLI::App& app) {
   add_tp_options(*cmd, o->model.tp, o->model.sp);
   add_cp_option(*cmd, o->model.cp);
   add_ep_option(*cmd, o->model.ep);
+  add_pipeline_options(*cmd, o->pipe);
   add_fine_tuning_options(*cmd, o->finetune);
   quantized_precision_default(*cmd, o->finetune.quantize, o->model.run.precision);
   cmd->add_option("--weights", o->weights, "Take the model, sizes, weights and batch from this HDF5 file instead");

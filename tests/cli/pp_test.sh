@@ -140,6 +140,23 @@ expect_ok "train --pp 2 --resume" "${mpi[@]}" "$remat" "${K[@]}" --out cut-run.h
 grep -Eq "resuming cut-run.h5 at step [1-9] of 10" out.txt || fail "the killed run did not resume mid-way: $(cat out.txt)"
 same_run whole-run.h5 cut-run.h5 || fail "train --pp 2, killed and resumed, is not the run left alone"
 
+# check --pp: every strategy bitwise full under the schedule (gpt2's tied embedding too: the same
+# order of sums for all), each stage's peaks the estimate's; on one rank the accumulated micro-batches.
+expect_ok "check --micro-batches, one rank" "$remat" check --model llama --preset tiny --layers 4 --micro-batches 4 \
+  --dropout 0.1 --strategies all
+grep -q "^8 strategies: 0 failed" out.txt || fail "check --micro-batches: $(tail -1 out.txt)"
+expect_ok "check --pp 2 interleaved, gpt2 bf16" "${mpi[@]}" "$remat" check --model gpt2 --preset tiny --layers 4 --pp 2 \
+  --micro-batches 4 --schedule interleaved:2 --precision bf16 --dropout 0.1 --strategies all
+grep -q "^8 strategies: 0 failed" out.txt && [ "$(grep -c "^  stage" out.txt)" -eq 16 ] ||
+  fail "check --pp 2: $(tail -3 out.txt)"
+expect_ok "check --pp 4, llama" "${mpi4[@]}" "$remat" check --model llama --preset tiny --layers 4 --pp 4 --micro-batches 4 \
+  --strategies full,per-layer,offload
+grep -q "^3 strategies: 0 failed" out.txt || fail "check --pp 4: $(tail -1 out.txt)"
+expect_error "with a budget ('budget:min'): not yet" "$remat" check --model llama --preset tiny --micro-batches 2 \
+  --strategies budget:min
+expect_error "--json or a golden file: not yet" "$remat" check --model llama --preset tiny --micro-batches 2 --json
+expect_error "start 2 ranks" "$remat" check --model llama --preset tiny --layers 4 --pp 2 --micro-batches 2
+
 # Bad layouts: one line, exit 2.
 expect_error "does not divide the 4 layers" "$remat" estimate --model llama --preset tiny --layers 4 --pp 3
 expect_error "sums to 5, not the model's 4 layers" "$remat" estimate --model llama --preset tiny --layers 4 --pp 2 \
