@@ -4,6 +4,7 @@
 // the model and batch exist (the measure of the PyTorch figures it is
 // compared with; bench/side_by_side.py runs both, alternating).
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@
 
 #include "autodiff/runtime.hpp"
 #include "core/error.hpp"
+#include "datasets/batch_source.hpp"
 #include "core/text.hpp"
 #include "harness/check.hpp"
 #include "comm/comm.hpp"
@@ -21,6 +23,7 @@
 #include "harness/cli/validators.hpp"
 #include "harness/resident_memory.hpp"
 #include "harness/tensor_layout.hpp"
+#include "pipeline/pipelined_step.hpp"
 #include "step/step.hpp"
 #include "strategies/registry.hpp"
 
@@ -33,6 +36,8 @@ struct TimeOptions {
   std::string strategy = "full";
   int steps = 5, warmup = 1;
   bool json = false, force = false;
+  pipeline::PipelineSettings pipe;  // --pp, --micro-batches, --schedule, --stage-layers
+  bool pipelined() const { return pipe.split() || pipe.micro_batches > 1; }
 };
 
 // What the timed steps measured.
@@ -44,6 +49,8 @@ struct Timing {
   std::int64_t parameter_count = 0;
   std::int64_t rss_baseline = 0, rss_peak = 0;  // the peak above the baseline
   bool peak_reset = false;                      // false: the peak is since the process began
+  std::vector<std::string> stage_layers;        // --pp / --micro-batches: per stage (rank)
+  std::vector<std::int64_t> stage_peaks, stage_offload_peaks;
 };
 
 Timing time_steps(const TimeOptions& o, const ModelSetup& whole, const std::string& spec, std::int64_t memory) {
@@ -84,6 +91,48 @@ Timing time_steps(const TimeOptions& o, const ModelSetup& whole, const std::stri
   return t;
 }
 
+// --pp / --micro-batches: whole steps of M micro-batches (under --pp every
+// stage's passes and the gradients' sum over the stages), each timed on
+// rank 0 from its start to the end of that sum, which waits for every stage.
+Timing time_pipelined_steps(const TimeOptions& o, const ModelSetup& whole, const std::string& spec, std::int64_t memory) {
+  const pipeline::PipelineSettings& pipe = o.pipe;
+  if (o.model.tp > 1 || o.model.sp || o.model.ep > 1 || o.model.cp > 1 || o.finetune.any() || parse_strategy(spec).planned)
+    throw UserError("--pp or --micro-batches with --tp, --sp, --ep, --cp, fine-tuning or a budget: not yet");
+  ModelSetup setup = whole;
+  if (pipe.split()) {
+    pipeline::require_stages(setup.model, setup.sizes);
+    pipeline::validate(pipeline::parse_schedule(pipe.schedule), setup.sizes.L, pipe.stages, pipe.micro_batches,
+                       pipe.stage_layers);
+    pipeline::require_ranks(pipe.stages);
+    quiet_other_ranks();
+  }
+  auto params = o.model.make_params(setup, o.force);
+  const auto model = models().find(setup.model).make(setup.sizes);
+  std::vector<Batch> batches = {o.model.make_batch(setup.sizes)};
+  for (int m = 1; m < pipe.micro_batches; ++m)
+    batches.push_back(random_batch(setup.sizes.B, setup.sizes.S, setup.sizes.V, o.model.run.seed + std::uint64_t(m)));
+  auto strategy = make_strategy(spec);
+  params->zero_grad();
+  Timing t{spec, {}, 0, 0, 0, params->count(), resident_bytes(), 0, reset_peak_resident()};
+  const LongRunNotice notice(setup, (o.warmup + o.steps) * pipe.micro_batches, memory, !o.json);
+  for (int i = 0; i < o.warmup + o.steps; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    const pipeline::PipelinedStep r =
+        pipeline::pipelined_step(*model, *params, batches, step_options(o.model.run, strategy.get(), std::uint64_t(i)), pipe);
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (i >= o.warmup) t.seconds.push_back(seconds);
+    t.loss = r.loss;
+    t.stage_layers = r.stage_layers, t.stage_peaks = r.stage_peaks, t.stage_offload_peaks = r.offload_peaks;
+    t.activation_peak = *std::max_element(r.stage_peaks.begin(), r.stage_peaks.end());
+    t.offload_peak = *std::max_element(r.offload_peaks.begin(), r.offload_peaks.end());
+    if (!o.json && comm::rank() == 0)
+      std::fprintf(stderr, "%s %d/%d: %.3f s\n", i >= o.warmup ? "step" : "warm-up",
+                   i >= o.warmup ? i - o.warmup + 1 : i + 1, i >= o.warmup ? o.steps : o.warmup, seconds);
+  }
+  t.rss_peak = peak_resident_bytes() - t.rss_baseline;
+  return t;
+}
+
 void print_json(const TimeOptions& o, const ModelSetup& setup, const Timing& t) {
   const double step_median = median(t.seconds), fastest = *std::min_element(t.seconds.begin(), t.seconds.end());
   const nlohmann::json j = {{"model", setup.model},
@@ -104,7 +153,13 @@ void print_json(const TimeOptions& o, const ModelSetup& setup, const Timing& t) 
                             {"rss_peak_since_start", !t.peak_reset},
                             {"parameters", t.parameter_count},  // kept for readers of earlier output
                             {"parameter_count", t.parameter_count}};  // the name remat estimate --json uses
-  std::printf("%s\n", j.dump().c_str());
+  nlohmann::json out = j;
+  for (std::size_t s = 0; s < t.stage_peaks.size(); ++s)
+    out["stages"].push_back({{"layers", t.stage_layers[s]},
+                             {"activation_peak_bytes", t.stage_peaks[s]},
+                             {"offload_peak_bytes", t.stage_offload_peaks[s]}});
+  if (o.pipelined()) out["micro_batches"] = o.pipe.micro_batches, out["pipeline_stages"] = o.pipe.stages;
+  std::printf("%s\n", out.dump().c_str());
 }
 
 void print_text(const TimeOptions& o, const ModelSetup& setup, const Timing& t) {
@@ -121,9 +176,16 @@ void print_text(const TimeOptions& o, const ModelSetup& setup, const Timing& t) 
     std::printf("expert-parallel over %d ranks: each rank's figures (rank 0's printed)\n", o.model.ep);
   if (o.model.cp > 1)
     std::printf("context-parallel over %d ranks: each rank's figures for its rows (rank 0's printed)\n", o.model.cp);
+  if (o.pipelined())
+    std::printf("a step: %d micro-batches %s\n", o.pipe.micro_batches,
+                o.pipe.split() ? ("through " + std::to_string(o.pipe.stages) + " pipeline stages, " + o.pipe.schedule).c_str()
+                               : "accumulated on one rank");
   std::printf("step time: median %.3f s +- %.3f (half the interquartile range), fastest %.3f s, over %d steps after %d "
               "warm-up\n",
               step_median, spread_of(t.seconds).half_iqr, fastest, o.steps, o.warmup);
+  for (std::size_t s = 0; s < t.stage_peaks.size() && o.pipe.split(); ++s)
+    std::printf("stage %zu (layers %s): activation peak %.1f MiB, offload pool %.1f MiB\n", s, t.stage_layers[s].c_str(),
+                mib(t.stage_peaks[s]), mib(t.stage_offload_peaks[s]));
   std::printf("activation peak (tracker, exact): %.1f MiB%s\n", mib(t.activation_peak),
               t.offload_peak ? (", offload pool " + fixed(mib(t.offload_peak), 1) + " MiB").c_str() : "");
   std::printf("resident set: peak %.1f MiB above the %.1f MiB held once the model (weights and gradient buffers) and "
@@ -143,7 +205,8 @@ void run_time(const TimeOptions& o) {
   layout.ep.size = o.model.ep;
   refuse_planned_under_experts(layout, specs);
   const std::int64_t memory = require_step_memory(setup, o.model.run.attention, specs, 2, o.force);
-  const Timing t = time_steps(o, setup, specs[0], memory);
+  pipeline::refuse_without_stages(o.pipe);
+  const Timing t = o.pipelined() ? time_pipelined_steps(o, setup, specs[0], memory) : time_steps(o, setup, specs[0], memory);
   if (o.json) print_json(o, setup, t);
   else print_text(o, setup, t);
 }
@@ -160,6 +223,7 @@ void setup_time(CLI::App& app) {
   add_tp_options(*cmd, o->model.tp, o->model.sp);
   add_cp_option(*cmd, o->model.cp);
   add_ep_option(*cmd, o->model.ep);
+  add_pipeline_options(*cmd, o->pipe);
   add_fine_tuning_options(*cmd, o->finetune);
   quantized_precision_default(*cmd, o->finetune.quantize, o->model.run.precision);
   cmd->add_option("--strategy", o->strategy, "Activation-memory strategy (see `remat strategies`)")

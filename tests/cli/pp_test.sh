@@ -152,6 +152,21 @@ grep -q "^8 strategies: 0 failed" out.txt && [ "$(grep -c "^  stage" out.txt)" -
 expect_ok "check --pp 4, llama" "${mpi4[@]}" "$remat" check --model llama --preset tiny --layers 4 --pp 4 --micro-batches 4 \
   --strategies full,per-layer,offload
 grep -q "^3 strategies: 0 failed" out.txt || fail "check --pp 4: $(tail -1 out.txt)"
+# time --pp: whole pipelined steps timed, each stage's peak the estimate's.
+expect_ok "time --pp 2" "${mpi[@]}" "$remat" time --model llama --preset tiny --layers 4 --pp 2 --micro-batches 4 \
+  --schedule gpipe --strategy offload-checkpoint --steps 2 --json
+mv out.txt time.json
+"$remat" estimate --model llama --preset tiny --layers 4 --pp 2 --micro-batches 4 --schedule gpipe \
+  --strategies offload-checkpoint --json >estimate.json 2>err.txt || fail "estimate: $(cat err.txt)"
+py time.json <<'PY' || fail "time --pp 2: its stages are not the estimate's"
+import json, sys
+t = json.load(open(sys.argv[1]))
+est = [(e["activation_peak_bytes"], e["offload_peak_bytes"]) for e in json.load(open("estimate.json"))]
+got = [(s["activation_peak_bytes"], s["offload_peak_bytes"]) for s in t["stages"]]
+assert got == est and t["micro_batches"] == 4 and t["median_s"] > 0, (got, est)
+PY
+expect_error "fine-tuning or a budget: not yet" "$remat" time --model llama --preset tiny --micro-batches 2 \
+  --strategy budget:min
 expect_error "with a budget ('budget:min'): not yet" "$remat" check --model llama --preset tiny --micro-batches 2 \
   --strategies budget:min
 expect_error "--json or a golden file: not yet" "$remat" check --model llama --preset tiny --micro-batches 2 --json
