@@ -15,4 +15,7 @@ struct Batch {
 // every backend and thread count.
 Batch random_batch(std::int64_t B, std::int64_t S, std::int64_t V, std::uint64_t seed);
 
+// Sequences [first, first + count) of a batch, copied.
+Batch batch_rows(const Batch& batch, std::int64_t first, std::int64_t count);
+
 }  // namespace remat

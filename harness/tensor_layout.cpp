@@ -76,8 +76,9 @@ bool apply_layout(int size, bool sequence, ModelSetup& setup, bool data_parallel
   return true;
 }
 
-void split_over_ranks(int size, bool sequence, int experts, ModelSetup& setup, std::unique_ptr<ParamStore>& params) {
-  if (!apply_expert_layout(experts, size, sequence, setup) && !apply_layout(size, sequence, setup, /*data_parallel=*/false)) return;
+void split_over_ranks(int size, bool sequence, int experts, ModelSetup& setup, std::unique_ptr<ParamStore>& params,
+                      bool data_parallel) {
+  if (!apply_expert_layout(experts, size, sequence, setup) && !apply_layout(size, sequence, setup, data_parallel)) return;
   if (!params->adapted().empty() || params->tensors().size() != params->specs().size())
     throw UserError(std::string(split_flag(experts)) + " with --lora: not yet");
   if (params->any_quantized())

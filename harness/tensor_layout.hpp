@@ -41,9 +41,11 @@ bool apply_pipeline_layout(int stages, bool other_split);
 // too (refused beside it).
 bool apply_context_layout(int size, bool other_split, ModelSetup& setup, bool data_parallel = false);
 
-// apply_layout (one tensor group), or --ep `experts` (expert parallelism,
+// apply_layout, or --ep `experts` (expert parallelism,
 // zoo/expert_parallel.hpp: every rank of the job in one expert group), and
-// the whole model's `params` replaced by this rank's parts.
-void split_over_ranks(int size, bool sequence, int experts, ModelSetup& setup, std::unique_ptr<ParamStore>& params);
+// the whole model's `params` replaced by this rank's parts. One tensor group,
+// or (`data_parallel`, --tp only) the job's consecutive groups of `size`.
+void split_over_ranks(int size, bool sequence, int experts, ModelSetup& setup, std::unique_ptr<ParamStore>& params,
+                      bool data_parallel = false);
 
 }  // namespace remat

@@ -68,7 +68,7 @@ PipelinedStep pipelined_step(const Model& model, const ParamStore& params, const
   step.options.step = options.step * std::uint64_t(M);  // micro-batch m's step is this + m, as accumulated() has it
   const auto link = mpi_link(layout, M);
   const RankResult mine = run_rank(step, schedule, layout, comm::rank(), *link);
-  sum_gradients_over_ranks(params, /*world=*/true);
+  sum_gradients_over_ranks(params, comm::Group::world);
   scale_all(params, 1.0 / (double(M) * mine.loss_scale));
   // Every rank's losses (the last stage's alone are not zero) and peaks, everywhere.
   std::vector<double> own(std::size_t(M) + 2, 0.0), all(own.size() * std::size_t(N));

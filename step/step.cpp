@@ -213,8 +213,7 @@ bool within_limit(std::int64_t limit, const std::function<void()>& fn) {
   return true;
 }
 
-void sum_gradients_over_ranks(const ParamStore& params, bool world) {
-  const comm::Group group = world ? comm::Group::world : comm::Group::tensor;
+void sum_gradients_over_ranks(const ParamStore& params, comm::Group group) {
   for (const Tensor& p : params.tensors())
     if (const Tensor g = p.grad(); g.defined()) backend::upload(g, comm::sum_in_rank_order(g.to_host_f32(), group));
 }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "autodiff/ops/ops.hpp"
+#include "comm/comm.hpp"
 #include "datasets/batch.hpp"
 #include "strategies/strategy.hpp"
 #include "zoo/model.hpp"
@@ -109,10 +110,10 @@ Spread spread_of(std::vector<double> values);
 void require_finite_result(double loss, const ParamStore& params);
 
 // Every rank's gradient of each parameter that has one, added in rank order
-// over comm's group `world` (true) or tensor group (false) into each rank's
-// own: what ranks that split a step's work, not its parameters (pipeline
-// stages, context parallelism), make of their parts.
-void sum_gradients_over_ranks(const ParamStore& params, bool world);
+// over comm's `group` into each rank's own: what ranks that split a step's
+// work, not its parameters (pipeline stages, context parallelism, the data
+// groups of `grads`), make of their parts.
+void sum_gradients_over_ranks(const ParamStore& params, comm::Group group);
 
 // The step without measurement; returns the loss.
 double forward_backward(const Model& model, const ParamStore& params, const Batch& batch,

@@ -333,7 +333,7 @@ class SummedOverGroup final : public GradientReduction {
   void add_loss(int k, double loss) override { inner_->add_loss(k, loss); }
   double finish() override {
     const double loss = inner_->finish();
-    sum_gradients_over_ranks(params_, /*world=*/false);
+    sum_gradients_over_ranks(params_, comm::Group::tensor);
     return comm::sum_in_rank_order(loss, comm::Group::tensor);
   }
   // The replicas' reduction, and every trainable gradient and the loss to

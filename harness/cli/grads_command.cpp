@@ -11,6 +11,7 @@
 #include "harness/cli/model_options.hpp"
 #include "harness/io/output_guard.hpp"
 #include "harness/tensor_layout.hpp"
+#include "autodiff/elementwise.hpp"
 #include "pipeline/pipelined_step.hpp"
 #include "pipeline/stage_runner.hpp"
 #include "train/tensor_parts.hpp"
@@ -134,7 +135,7 @@ void run_context_grads(const GradsOptions& o, LoadedWeights& w) {
   comm::gather_all(mine, 3, all.data(), comm::Group::tensor);
   double loss = 0;
   for (int k = 0; k < N; ++k) loss += all[std::size_t(3 * k)];
-  sum_gradients_over_ranks(*w.params, /*world=*/false);
+  sum_gradients_over_ranks(*w.params, comm::Group::tensor);
   require_finite_result(loss, *w.params);
   ModelSetup whole = w.setup;
   whole.sizes.cp = {};
@@ -146,6 +147,36 @@ void run_context_grads(const GradsOptions& o, LoadedWeights& w) {
   std::printf("sent %lld bytes to the other ranks\n", static_cast<long long>(sent));
   if (!o.out.empty())
     std::printf("wrote %s: /loss and /grads for %zu parameters\n", o.out.c_str(), trainable_tensors(*w.params));
+}
+
+// More ranks than a tensor-parallel split uses: the job's consecutive groups
+// are data-parallel, each taking its own consecutive sequences of the batch.
+// Returns the number of groups (1: the whole batch on every rank).
+int take_group_rows(LoadedWeights& w) {
+  Sizes& z = w.setup.sizes;
+  const int groups = z.tp.split() ? comm::size(comm::Group::data) : 1;
+  if (groups == 1) return 1;
+  if (z.E > 0 && z.router_aux != 0)  // the mean of the groups' aux losses is not the whole batch's
+    throw UserError("--tp " + std::to_string(z.tp.size) + " on " + std::to_string(comm::size()) + " ranks: " +
+                    w.setup.model + "'s load-balancing loss is taken over the whole batch, so data-parallel "
+                    "groups would change it (--router-aux 0, or mpirun -n " + std::to_string(z.tp.size) + ")");
+  if (z.B % groups != 0)
+    throw UserError(std::to_string(groups) + " data-parallel groups of --tp " + std::to_string(z.tp.size) +
+                    " do not divide the batch B = " + std::to_string(z.B) +
+                    " (the weight file's: export it with another --batch, or start fewer ranks)");
+  z.B /= groups;
+  w.batch = batch_rows(*w.batch, std::int64_t(comm::rank(comm::Group::data)) * z.B, z.B);
+  return groups;
+}
+
+// The data groups' mean: each has its sequences' mean loss and gradients;
+// summed over the groups in rank order, then divided by their number.
+double average_over_data_groups(const ParamStore& params, double loss) {
+  const double groups = comm::size(comm::Group::data);
+  sum_gradients_over_ranks(params, comm::Group::data);
+  for (const Tensor& p : params.tensors())
+    if (const Tensor g = p.grad(); g.defined()) scale_inplace(g, 1.0 / groups);
+  return comm::sum_in_rank_order(loss, comm::Group::data) / groups;
 }
 
 void run_grads(const GradsOptions& o) {
@@ -160,13 +191,14 @@ void run_grads(const GradsOptions& o) {
   if (apply_context_layout(o.cp, o.tp > 1 || o.sp || o.ep > 1 || o.pipe.split() || o.pipe.micro_batches > 1, w.setup))
     return run_context_grads(o, w);
   if (o.pipe.split() || o.pipe.micro_batches > 1) return run_pipelined_grads(o, w);
-  split_over_ranks(o.tp, o.sp, o.ep, w.setup, w.params);
+  split_over_ranks(o.tp, o.sp, o.ep, w.setup, w.params, /*data_parallel=*/o.ep == 1);
+  choose_batch(o, w);
+  const int whole_batch = w.setup.sizes.B, groups = take_group_rows(w);
   w.model = models().find(w.setup.model).make(w.setup.sizes);
   const std::vector<std::string> specs = {one_strategy(o, w.setup)};
   refuse_planned_under_experts(w.setup.sizes, specs);
   const Sizes& z = w.setup.sizes;
   require_step_memory(w.setup, o.run.attention, specs, 3, o.force);
-  choose_batch(o, w);
   fine_tune(w.params, *w.model, *w.batch, o.finetune, o.run.seed, w.setup);
   auto strategy = make_strategy(specs[0]);
   // At 16 bits the gradients written are the float32 masters' (docs/precision.md),
@@ -174,7 +206,8 @@ void run_grads(const GradsOptions& o) {
   PrecisionScope precision(*w.params, o.run.precision);
   prepare_strategy(*strategy, *w.model, *w.params, *w.batch, o.run.attention, o.run.seed);
   const comm::Stats before = comm::stats();
-  const double loss = forward_backward(*w.model, *w.params, *w.batch, step_options(o.run, strategy.get()));
+  double loss = forward_backward(*w.model, *w.params, *w.batch, step_options(o.run, strategy.get()));
+  if (groups > 1) loss = average_over_data_groups(*w.params, loss);
   const std::int64_t sent = comm::stats().bytes_sent - before.bytes_sent;
   require_finite_result(loss, *w.params);
   const bool split = z.tp.split() || z.ep.split();
@@ -184,11 +217,14 @@ void run_grads(const GradsOptions& o) {
     written = trainable_tensors(*whole);
     ModelSetup whole_setup = w.setup;
     whole_setup.sizes.tp = whole_setup.sizes.ep = {};
+    whole_setup.sizes.B = whole_batch;
     if (!o.out.empty() && comm::rank() == 0) write_gradients(o.out, whole_setup, *whole, loss);
   } else if (!o.out.empty()) {
     write_gradients(o.out, w.setup, *w.params, loss);
   }
-  std::printf("loss %.9g\n", loss);
+  std::printf("loss %.9g%s\n", loss,
+              groups > 1 ? (" (the mean of " + std::to_string(groups) + " data-parallel groups' " + std::to_string(z.B) +
+                            " sequences each)").c_str() : "");
   if (split) std::printf("sent %lld bytes to the other ranks\n", static_cast<long long>(sent));
   if (!o.out.empty()) std::printf("wrote %s: /loss and /grads for %zu parameters\n", o.out.c_str(), written);
 }

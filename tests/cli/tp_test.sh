@@ -13,6 +13,25 @@ set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 mpi_test_start "$@"
 
+# close_to_one ONE SPLIT: the split run's loss and gradients within float32 reduction tolerance of one process's.
+close_to_one() {
+  py "$1" "$2" <<'PY'
+import sys, h5py, numpy as np
+one, two = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+l1, l2 = float(one["loss"][()]), float(two["loss"][()])
+assert abs(l1 - l2) <= 1e-6 * abs(l1), (l1, l2)
+assert sorted(one["grads"]) == sorted(two["grads"])
+# Relative to the tensor's largest value, but at least a millionth of the model's: a gradient zero in
+# exact arithmetic (bert's key biases: softmax ignores a shift every key shares) is rounding noise.
+floor = 1e-6 * max(np.abs(one["grads"][n][:]).max() for n in one["grads"])
+for name in one["grads"]:
+    a, b = one["grads"][name][:], two["grads"][name][:]
+    assert a.shape == b.shape, (name, a.shape, b.shape)
+    scale = max(np.abs(a).max(), floor)
+    assert np.abs(a - b).max() <= 1e-5 * scale, (name, np.abs(a - b).max() / scale)
+PY
+}
+
 # Three of the seven models a run (a sampled sweep: lib.sh's `sample`); what follows takes gpt2 and llama.
 sample models 3 gpt2 llama mixtral encdec parallel bert revformer
 for model in "${models[@]}"; do
@@ -28,21 +47,7 @@ for model in "${models[@]}"; do
     # 1. The split model's gradients are the whole model's.
     expect_ok "$model grads $layout" "${mpi[@]}" "$remat" grads --weights "$model.h5" "${split[@]}" --out two.h5
     [ "$(grep -c '^loss' out.txt)" -eq 1 ] || fail "$model: more than one rank printed: $(cat out.txt)"
-    py one.h5 two.h5 <<'PY' || fail "$model $layout: gradients differ from one process's"
-import sys, h5py, numpy as np
-one, two = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
-l1, l2 = float(one["loss"][()]), float(two["loss"][()])
-assert abs(l1 - l2) <= 1e-6 * abs(l1), (l1, l2)
-assert sorted(one["grads"]) == sorted(two["grads"])
-# Relative to the tensor's largest value, but at least a millionth of the model's: a gradient zero in
-# exact arithmetic (bert's key biases: softmax ignores a shift every key shares) is rounding noise.
-floor = 1e-6 * max(np.abs(one["grads"][n][:]).max() for n in one["grads"])
-for name in one["grads"]:
-    a, b = one["grads"][name][:], two["grads"][name][:]
-    assert a.shape == b.shape, (name, a.shape, b.shape)
-    scale = max(np.abs(a).max(), floor)
-    assert np.abs(a - b).max() <= 1e-5 * scale, (name, np.abs(a - b).max() / scale)
-PY
+    close_to_one one.h5 two.h5 || fail "$model $layout: gradients differ from one process's"
     # 2. Every strategy under the split: exact ones bitwise full; planned ones
     # (from timed costs the ranks agree on) within their budgets (without dropout at fp32: in 3).
     for run in "--dropout 0.1" "--precision bf16"; do
@@ -200,6 +205,25 @@ sent, predicted = two["history/comm_bytes"][:], two["history/predicted_comm_byte
 assert (sent > 0).all() and (sent == predicted).all(), (sent[:3], predicted[:3])
 PY
 done
+# grads --tp 2 on 4 ranks: two data-parallel groups, one sequence each, their mean the whole batch's.
+for model in gpt2 llama; do
+  "$remat" export --model "$model" --preset tiny --out "dp-$model.h5" >/dev/null 2>err.txt || fail "export: $(cat err.txt)"
+  expect_ok "$model grads, one process" "$remat" grads --weights "dp-$model.h5" --out one.h5
+  expect_ok "$model grads --tp 2 --sp on 4 ranks" "${mpi4[@]}" "$remat" grads --weights "dp-$model.h5" --tp 2 --sp --out dp.h5
+  grep -q "the mean of 2 data-parallel groups' 1 sequences each" out.txt || fail "grads on 4 ranks: $(cat out.txt)"
+  close_to_one one.h5 dp.h5 || fail "$model grads --tp 2 on 4 ranks: gradients differ from one process's"
+done
+"$remat" export --model mixtral --preset tiny --out dp-mixtral.h5 >/dev/null 2>err.txt || fail "export: $(cat err.txt)"
+"$remat" export --model gpt2 --preset tiny --batch 3 --out dp-odd.h5 >/dev/null 2>err.txt || fail "export: $(cat err.txt)"
+# (4 ranks on 2 cores: Kokkos' warning beside the one error line.)
+for refusal in "dp-mixtral.h5:load-balancing loss is taken over the whole batch" \
+                "dp-odd.h5:2 data-parallel groups of --tp 2 do not divide the batch B = 3"; do
+  "${mpi4[@]}" "$remat" grads --weights "${refusal%%:*}" --tp 2 >out.txt 2>err.txt
+  rc=$?
+  [ $rc -eq 2 ] && [ "$(grep -c "^remat: error: .*${refusal#*:}" err.txt)" -eq 1 ] ||
+    fail "grads --tp 2 on 4 ranks, ${refusal%%:*}: exit $rc, $(cat err.txt)"
+done
+
 K=(train --model llama --preset small --layers 2 --seq 64 --lr 3e-3 --grad-clip 1 --data copy --tp 2 --sp
    --strategy per-layer --dropout 0.1 --steps 10 --save-every 2)
 "${mpi4[@]}" "$remat" "${K[@]}" --out whole-run.h5 >/dev/null 2>err.txt || fail "train --tp 2: $(cat err.txt)"
