@@ -36,6 +36,7 @@ void require_memory(std::int64_t bytes, const std::string& what, std::int64_t li
 void advise_huge_pages(void* data, std::size_t bytes) {
 #ifdef MADV_HUGEPAGE
   constexpr std::uintptr_t huge = std::uintptr_t(2) << 20;
+  if (data == nullptr) return;
   // Only the whole huge pages inside the buffer: its ends may share pages with
   // other allocations.
   const std::uintptr_t begin = (reinterpret_cast<std::uintptr_t>(data) + huge - 1) & ~(huge - 1);

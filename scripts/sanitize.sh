@@ -37,7 +37,8 @@ export PYTHON=/usr/bin/python3
 # runs here too.
 # Two lanes at once: the unit suite on two threads (so that the threaded
 # paths run sanitized too), then a third of the fuzzer's cases; the CLI
-# checks on one thread, then the rest of the cases. The three one after
+# checks (on one thread, but for their few runs on two against one), then
+# the rest of the cases. The three one after
 # another took 6 minutes on 2 cores, the lanes take 4: the CLI's many short
 # processes and the fuzzer's leave a second core mostly idle. The unit
 # suite's idle threads sleep (OMP_WAIT_POLICY=passive): spinning, they took

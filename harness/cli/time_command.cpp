@@ -96,8 +96,6 @@ Timing time_steps(const TimeOptions& o, const ModelSetup& whole, const std::stri
 // rank 0 from its start to the end of that sum, which waits for every stage.
 Timing time_pipelined_steps(const TimeOptions& o, const ModelSetup& whole, const std::string& spec, std::int64_t memory) {
   const pipeline::PipelineSettings& pipe = o.pipe;
-  if (o.model.tp > 1 || o.model.sp || o.model.ep > 1 || o.model.cp > 1 || o.finetune.any() || parse_strategy(spec).planned)
-    throw UserError("--pp or --micro-batches with --tp, --sp, --ep, --cp, fine-tuning or a budget: not yet");
   ModelSetup setup = whole;
   if (pipe.split()) {
     pipeline::require_stages(setup.model, setup.sizes);
@@ -204,8 +202,11 @@ void run_time(const TimeOptions& o) {
   Sizes layout;
   layout.ep.size = o.model.ep;
   refuse_planned_under_experts(layout, specs);
-  const std::int64_t memory = require_step_memory(setup, o.model.run.attention, specs, 2, o.force);
   pipeline::refuse_without_stages(o.pipe);
+  if (o.pipelined() && (o.model.tp > 1 || o.model.sp || o.model.ep > 1 || o.model.cp > 1 || o.finetune.any() ||
+                        parse_strategy(specs[0]).planned))
+    throw UserError("--pp or --micro-batches with --tp, --sp, --ep, --cp, fine-tuning or a budget: not yet");
+  const std::int64_t memory = require_step_memory(setup, o.model.run.attention, specs, 2, o.force);
   const Timing t = o.pipelined() ? time_pipelined_steps(o, setup, specs[0], memory) : time_steps(o, setup, specs[0], memory);
   if (o.json) print_json(o, setup, t);
   else print_text(o, setup, t);
