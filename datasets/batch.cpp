@@ -16,6 +16,13 @@ Tensor rows(const Tensor& t, std::int64_t first, std::int64_t count, const char*
 
 }  // namespace
 
+std::vector<Batch> micro_batches_from(const Batch& first, int count, std::int64_t V, std::uint64_t seed) {
+  std::vector<Batch> out = {first};
+  for (int m = 1; m < count; ++m)
+    out.push_back(random_batch(first.tokens.dim(0), first.tokens.dim(1), V, seed + std::uint64_t(m)));
+  return out;
+}
+
 Batch batch_rows(const Batch& batch, std::int64_t first, std::int64_t count) {
   return {rows(batch.tokens, first, count, "batch/tokens"), rows(batch.targets, first, count, "batch/targets")};
 }

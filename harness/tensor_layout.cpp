@@ -4,6 +4,7 @@
 
 #include "comm/comm.hpp"
 #include "core/error.hpp"
+#include "pipeline/pipelined_step.hpp"
 #include "zoo/context_parallel.hpp"
 #include "zoo/expert_parallel.hpp"
 #include "zoo/tensor_parallel.hpp"
@@ -43,6 +44,15 @@ bool apply_pipeline_layout(int stages, bool other_split) {
   return true;
 }
 
+
+void apply_pipeline_step_layout(const ModelSetup& setup, const pipeline::PipelineSettings& pipe) {
+  if (!pipe.split()) return;
+  pipeline::require_stages(setup.model, setup.sizes);
+  pipeline::validate(pipeline::parse_schedule(pipe.schedule), setup.sizes.L, pipe.stages, pipe.micro_batches,
+                     pipe.stage_layers);
+  pipeline::require_ranks(pipe.stages);
+  quiet_other_ranks();
+}
 
 bool apply_expert_layout(int experts, int tp, bool sequence, ModelSetup& setup, bool data_parallel) {
   if (experts == 1) return false;

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/rank_group.hpp"
+#include "pipeline/schedule.hpp"
 #include "zoo/model.hpp"
 #include "zoo/params.hpp"
 
@@ -33,6 +34,11 @@ void quiet_other_ranks();
 // ranks are pipelines, the pipelines training data-parallel (false: none
 // asked). `other_split`: --tp or --ep asked too (refused beside it).
 bool apply_pipeline_layout(int stages, bool other_split);
+
+// A command's step under --pp (grads, check, time; nothing without it): the
+// model split into stages, the schedule and --stage-layers valid for it, the
+// job exactly one pipeline; ranks other than 0 quiet from then on.
+void apply_pipeline_step_layout(const ModelSetup& setup, const pipeline::PipelineSettings& pipe);
 
 // --cp `size` (context parallelism, zoo/context_parallel.hpp): every rank of
 // the job in one group, which splits the sequence, or (`data_parallel`) one

@@ -28,6 +28,7 @@ struct PipelineSettings {
   std::string schedule = "1f1b";
   std::string stage_layers;  // "" for an even split
   bool split() const { return stages > 1; }
+  bool stepped() const { return split() || micro_batches > 1; }  // a step of micro-batches, pipelined or accumulated
 };
 
 enum class PassKind { forward, backward };

@@ -15,7 +15,6 @@
 #include "harness/pipelined_check.hpp"
 #include "harness/tensor_layout.hpp"
 #include "harness/io/output_guard.hpp"
-#include "pipeline/pipelined_step.hpp"
 #include "train/trajectory.hpp"
 
 #include "autodiff/ops/ops.hpp"
@@ -231,15 +230,8 @@ int run_pipelined_check(const CheckCommandOptions& o, const ModelSetup& setup, c
   for (const auto& spec : specs)
     if (parse_strategy(spec).planned) throw UserError("--pp or --micro-batches with a budget ('" + spec + "'): not yet");
   const pipeline::PipelineSettings& pipe = o.pipe;
-  if (pipe.split()) {
-    pipeline::require_stages(setup.model, z);
-    pipeline::validate(pipeline::parse_schedule(pipe.schedule), z.L, pipe.stages, pipe.micro_batches, pipe.stage_layers);
-    pipeline::require_ranks(pipe.stages);
-    quiet_other_ranks();
-  }
-  std::vector<Batch> micro_batches = {batch};
-  for (int m = 1; m < pipe.micro_batches; ++m)
-    micro_batches.push_back(random_batch(z.B, z.S, z.V, o.model.run.seed + std::uint64_t(m)));
+  apply_pipeline_step_layout(setup, pipe);
+  const std::vector<Batch> micro_batches = micro_batches_from(batch, pipe.micro_batches, z.V, o.model.run.seed);
   std::printf("remat check: %s %s (L %d, D %d, S %d, B %d), %d micro-batches%s, dropout %g, %s\n", setup.model.c_str(),
               setup.preset.c_str(), z.L, z.D, z.S, z.B, pipe.micro_batches,
               pipe.split() ? (", " + std::to_string(pipe.stages) + " stages, " + pipe.schedule).c_str() : ", one rank",
@@ -268,7 +260,7 @@ int run_pipelined_check(const CheckCommandOptions& o, const ModelSetup& setup, c
 void refuse_combinations(const CheckCommandOptions& o, const ModelSetup& setup) {
   pipeline::refuse_without_stages(o.pipe);
   const Sizes& sizes = setup.sizes;
-  if ((o.pipe.split() || o.pipe.micro_batches > 1) &&
+  if ((o.pipe.stepped()) &&
       (sizes.tp.split() || sizes.ep.split() || sizes.cp.split() || o.finetune.any() || o.train_steps > 0 || o.trace ||
        o.json || !o.golden.empty() || !o.save_golden.empty()))
     throw UserError("--pp or --micro-batches with --tp, --ep, --cp, fine-tuning, --train-steps, --trace, --json or a "
@@ -300,7 +292,7 @@ int run_check_command(const CheckCommandOptions& o) {
   fine_tune(params, *model, batch, o.finetune, o.model.run.seed, setup, o.json);
   const auto specs = strategies_for(setup.model, o.strategies, o.model.run.attention);
   refuse_planned_under_experts(setup.sizes, specs);
-  if (o.pipe.split() || o.pipe.micro_batches > 1) return run_pipelined_check(o, setup, *model, *params, batch, specs);
+  if (o.pipe.stepped()) return run_pipelined_check(o, setup, *model, *params, batch, specs);
   if (o.train_steps > 0) return check_trajectories(o, setup, specs);
 
   const Sizes& z = setup.sizes;

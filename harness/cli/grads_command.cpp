@@ -11,7 +11,7 @@
 #include "harness/cli/model_options.hpp"
 #include "harness/io/output_guard.hpp"
 #include "harness/tensor_layout.hpp"
-#include "autodiff/elementwise.hpp"
+#include "optim/optimizer.hpp"
 #include "pipeline/pipelined_step.hpp"
 #include "pipeline/stage_runner.hpp"
 #include "train/tensor_parts.hpp"
@@ -87,13 +87,7 @@ void run_pipelined_grads(const GradsOptions& o, LoadedWeights& w) {
   if (o.finetune.applies() || w.params->any_quantized())
     throw UserError("--pp or --micro-batches with --freeze, --lora or quantized weights: not yet");
   const pipeline::PipelineSettings& pipe = o.pipe;
-  if (pipe.split()) {
-    pipeline::require_stages(w.setup.model, w.setup.sizes);
-    const pipeline::Schedule schedule = pipeline::parse_schedule(pipe.schedule);
-    pipeline::validate(schedule, w.setup.sizes.L, pipe.stages, pipe.micro_batches, pipe.stage_layers);
-    pipeline::require_ranks(pipe.stages);
-    quiet_other_ranks();
-  }
+  apply_pipeline_step_layout(w.setup, pipe);
   w.model = models().find(w.setup.model).make(w.setup.sizes);
   const std::vector<std::string> specs = {one_strategy(o, w.setup)};
   if (parse_strategy(specs[0]).planned) throw UserError("--pp or --micro-batches with a budget: not yet");
@@ -174,8 +168,7 @@ int take_group_rows(LoadedWeights& w) {
 double average_over_data_groups(const ParamStore& params, double loss) {
   const double groups = comm::size(comm::Group::data);
   sum_gradients_over_ranks(params, comm::Group::data);
-  for (const Tensor& p : params.tensors())
-    if (const Tensor g = p.grad(); g.defined()) scale_inplace(g, 1.0 / groups);
+  scale_gradients(params.tensors(), 1.0 / groups);
   return comm::sum_in_rank_order(loss, comm::Group::data) / groups;
 }
 
@@ -188,9 +181,9 @@ void run_grads(const GradsOptions& o) {
                     " with --lora or quantized weights: not yet (--freeze splits with the parameters)");
   w.setup.sizes.router_aux = o.router_aux;  // a training setting, not in the file
   pipeline::refuse_without_stages(o.pipe);
-  if (apply_context_layout(o.cp, o.tp > 1 || o.sp || o.ep > 1 || o.pipe.split() || o.pipe.micro_batches > 1, w.setup))
+  if (apply_context_layout(o.cp, o.tp > 1 || o.sp || o.ep > 1 || o.pipe.stepped(), w.setup))
     return run_context_grads(o, w);
-  if (o.pipe.split() || o.pipe.micro_batches > 1) return run_pipelined_grads(o, w);
+  if (o.pipe.stepped()) return run_pipelined_grads(o, w);
   split_over_ranks(o.tp, o.sp, o.ep, w.setup, w.params, /*data_parallel=*/o.ep == 1);
   choose_batch(o, w);
   const int whole_batch = w.setup.sizes.B, groups = take_group_rows(w);

@@ -12,7 +12,6 @@
 
 #include "autodiff/runtime.hpp"
 #include "core/error.hpp"
-#include "datasets/batch_source.hpp"
 #include "core/text.hpp"
 #include "harness/check.hpp"
 #include "comm/comm.hpp"
@@ -37,7 +36,6 @@ struct TimeOptions {
   int steps = 5, warmup = 1;
   bool json = false, force = false;
   pipeline::PipelineSettings pipe;  // --pp, --micro-batches, --schedule, --stage-layers
-  bool pipelined() const { return pipe.split() || pipe.micro_batches > 1; }
 };
 
 // What the timed steps measured.
@@ -71,7 +69,7 @@ Timing time_steps(const TimeOptions& o, const ModelSetup& whole, const std::stri
   // Gradient buffers are allocated once and kept: part of the model, like
   // its weights, and in the baseline (side_by_side.py does the same in PyTorch).
   params.zero_grad();
-  Timing t{spec, {}, 0, 0, 0, params.count(), resident_bytes(), 0, reset_peak_resident()};
+  Timing t{spec, {}, 0, 0, 0, params.count(), resident_bytes(), 0, reset_peak_resident(), {}, {}, {}};
   const LongRunNotice notice(setup, o.warmup + o.steps, memory, !o.json);
   for (int i = 0; i < o.warmup + o.steps; ++i) {
     // (At 16 bits, the 16-bit copies are made in every step, as in training.)
@@ -97,21 +95,14 @@ Timing time_steps(const TimeOptions& o, const ModelSetup& whole, const std::stri
 Timing time_pipelined_steps(const TimeOptions& o, const ModelSetup& whole, const std::string& spec, std::int64_t memory) {
   const pipeline::PipelineSettings& pipe = o.pipe;
   ModelSetup setup = whole;
-  if (pipe.split()) {
-    pipeline::require_stages(setup.model, setup.sizes);
-    pipeline::validate(pipeline::parse_schedule(pipe.schedule), setup.sizes.L, pipe.stages, pipe.micro_batches,
-                       pipe.stage_layers);
-    pipeline::require_ranks(pipe.stages);
-    quiet_other_ranks();
-  }
+  apply_pipeline_step_layout(setup, pipe);
   auto params = o.model.make_params(setup, o.force);
   const auto model = models().find(setup.model).make(setup.sizes);
-  std::vector<Batch> batches = {o.model.make_batch(setup.sizes)};
-  for (int m = 1; m < pipe.micro_batches; ++m)
-    batches.push_back(random_batch(setup.sizes.B, setup.sizes.S, setup.sizes.V, o.model.run.seed + std::uint64_t(m)));
+  const std::vector<Batch> batches =
+      micro_batches_from(o.model.make_batch(setup.sizes), pipe.micro_batches, setup.sizes.V, o.model.run.seed);
   auto strategy = make_strategy(spec);
   params->zero_grad();
-  Timing t{spec, {}, 0, 0, 0, params->count(), resident_bytes(), 0, reset_peak_resident()};
+  Timing t{spec, {}, 0, 0, 0, params->count(), resident_bytes(), 0, reset_peak_resident(), {}, {}, {}};
   const LongRunNotice notice(setup, (o.warmup + o.steps) * pipe.micro_batches, memory, !o.json);
   for (int i = 0; i < o.warmup + o.steps; ++i) {
     const auto start = std::chrono::steady_clock::now();
@@ -156,7 +147,7 @@ void print_json(const TimeOptions& o, const ModelSetup& setup, const Timing& t) 
     out["stages"].push_back({{"layers", t.stage_layers[s]},
                              {"activation_peak_bytes", t.stage_peaks[s]},
                              {"offload_peak_bytes", t.stage_offload_peaks[s]}});
-  if (o.pipelined()) out["micro_batches"] = o.pipe.micro_batches, out["pipeline_stages"] = o.pipe.stages;
+  if (o.pipe.stepped()) out["micro_batches"] = o.pipe.micro_batches, out["pipeline_stages"] = o.pipe.stages;
   std::printf("%s\n", out.dump().c_str());
 }
 
@@ -174,7 +165,7 @@ void print_text(const TimeOptions& o, const ModelSetup& setup, const Timing& t) 
     std::printf("expert-parallel over %d ranks: each rank's figures (rank 0's printed)\n", o.model.ep);
   if (o.model.cp > 1)
     std::printf("context-parallel over %d ranks: each rank's figures for its rows (rank 0's printed)\n", o.model.cp);
-  if (o.pipelined())
+  if (o.pipe.stepped())
     std::printf("a step: %d micro-batches %s\n", o.pipe.micro_batches,
                 o.pipe.split() ? ("through " + std::to_string(o.pipe.stages) + " pipeline stages, " + o.pipe.schedule).c_str()
                                : "accumulated on one rank");
@@ -203,11 +194,11 @@ void run_time(const TimeOptions& o) {
   layout.ep.size = o.model.ep;
   refuse_planned_under_experts(layout, specs);
   pipeline::refuse_without_stages(o.pipe);
-  if (o.pipelined() && (o.model.tp > 1 || o.model.sp || o.model.ep > 1 || o.model.cp > 1 || o.finetune.any() ||
+  if (o.pipe.stepped() && (o.model.tp > 1 || o.model.sp || o.model.ep > 1 || o.model.cp > 1 || o.finetune.any() ||
                         parse_strategy(specs[0]).planned))
     throw UserError("--pp or --micro-batches with --tp, --sp, --ep, --cp, fine-tuning or a budget: not yet");
   const std::int64_t memory = require_step_memory(setup, o.model.run.attention, specs, 2, o.force);
-  const Timing t = o.pipelined() ? time_pipelined_steps(o, setup, specs[0], memory) : time_steps(o, setup, specs[0], memory);
+  const Timing t = o.pipe.stepped() ? time_pipelined_steps(o, setup, specs[0], memory) : time_steps(o, setup, specs[0], memory);
   if (o.json) print_json(o, setup, t);
   else print_text(o, setup, t);
 }
