@@ -10,6 +10,7 @@
 #include <set>
 
 #include "autodiff/memory_tracker.hpp"
+#include "comm/comm.hpp"
 #include "autodiff/random.hpp"
 #include "autodiff/tape.hpp"
 #include "core/error.hpp"
@@ -82,9 +83,31 @@ bool measured_step(const Model& model, const ParamStore& params, const Batch& ba
     o.timeline = options.timeline;
     row.step = run_step(model, params, batch, o);
   };
-  if (!model.sizes().tp.split()) return within_limit(options.mem_limit, step);
+  if (!model.sizes().split_over_ranks()) return within_limit(options.mem_limit, step);
   step();
   return true;
+}
+
+// Split over ranks, each rank compares its own part of the gradients: a
+// strategy is bitwise full only where it is on every rank of the group, and
+// its errors are the worst rank's (the worst parameter's name stays rank 0's).
+void agree_on_comparisons(CheckReport& report) {
+  std::vector<double> mine;
+  for (const auto& r : report.rows)
+    mine.insert(mine.end(), {r.vs_full.bitwise ? 0.0 : 1.0, r.vs_full.loss_diff, r.vs_full.max_abs, r.vs_full.max_rel});
+  const int ranks = comm::size(comm::Group::tensor);
+  std::vector<double> all(mine.size() * std::size_t(ranks));
+  comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data(), comm::Group::tensor);
+  for (std::size_t i = 0; i < report.rows.size(); ++i) {
+    GradientComparison& c = report.rows[i].vs_full;
+    for (int k = 0; k < ranks; ++k) {
+      const double* theirs = &all[std::size_t(k) * mine.size() + 4 * i];
+      c.bitwise = c.bitwise && theirs[0] == 0;
+      c.loss_diff = std::max(c.loss_diff, theirs[1]);
+      c.max_abs = std::max(c.max_abs, theirs[2]);
+      c.max_rel = std::max(c.max_rel, theirs[3]);
+    }
+  }
 }
 
 }  // namespace
@@ -96,6 +119,7 @@ CheckReport run_check(const Model& model, const ParamStore& params, const Batch&
   // One set of 16-bit weight copies for every step (and the profiles): the
   // weights do not change between them.
   const RunSettings& run = options.run;
+  const bool split = model.sizes().split_over_ranks();
   PrecisionScope precision(params, run.precision);
   auto full = make_strategy("full");
   const StepOptions step = step_options(run, full.get());
@@ -144,6 +168,7 @@ CheckReport run_check(const Model& model, const ParamStore& params, const Batch&
     }
     report.rows.push_back(std::move(row));
   }
+  if (split) agree_on_comparisons(report);
   return report;
 }
 

@@ -39,7 +39,7 @@ Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bit
   bool offloads = false;
   for (const auto& row : p.rows) offloads = offloads || row.offload > 0;
   const Sizes& z = p.setup.sizes;
-  const bool split = z.tp.split() || z.ep.split() || z.cp.split() || r.shard_params;
+  const bool split = z.split_over_ranks() || r.shard_params;
   Table t;
   t.columns = {{"model", ""}, {"preset", ""}, {"strategy", "strategy"}, {"seq", ""}, {"batch", ""}, {"layers", ""},
                {"attention", ""}, {"precision", ""}, {"tp", ""}, {"sp", ""}, {"ep", ""}, {"cp", ""}, {"ranks", ""},

@@ -13,8 +13,12 @@
 #include "harness/io/run_collector.hpp"
 #include "harness/long_run.hpp"
 #include "harness/matrix_timing.hpp"
+#include "step/probe.hpp"
 #include "strategies/registry.hpp"
 #include "zoo/configs.hpp"
+#include "zoo/context_parallel.hpp"
+#include "zoo/expert_parallel.hpp"
+#include "zoo/tensor_parallel.hpp"
 
 namespace remat {
 namespace {
@@ -30,6 +34,18 @@ std::vector<T> unique_in_order(const std::vector<T>& v) {
 bool same_shape(const RunKey& a, const RunKey& b) {
   return a.model == b.model && a.sizes.L == b.sizes.L && a.sizes.S == b.sizes.S && a.sizes.B == b.sizes.B &&
          a.run.precision == b.run.precision;
+}
+
+// The matrix's split over ranks on `model`'s sizes, refused in one line
+// where the model cannot run it.
+void split_sizes(const MatrixOptions& o, const std::string& model, const std::vector<std::string>& specs, Sizes& z) {
+  z.tp = o.tp;
+  z.ep = o.ep;
+  z.cp = o.cp;
+  if (z.tp.split() || z.tp.sequence) tp::validate(model, z);
+  if (z.ep.split()) ep::validate(model, z);
+  if (z.cp.split()) cp::validate(model, z);
+  refuse_planned_under_experts(z, specs);
 }
 
 }  // namespace
@@ -63,6 +79,7 @@ std::vector<RunKey> matrix_cells(const MatrixOptions& o) {
           z.dropout = o.dropout;
           z.router_aux = o.router_aux;
           validate(z);
+          split_sizes(o, model, specs, z);
           make_batch_source(o.data, z.B, z.S, z.V, o.seed);  // a bad source fails now, not after hours
           // Weights, gradients and full's reference gradients, and the
           // activations of the hungriest strategy (full always runs).
@@ -138,8 +155,11 @@ namespace {
 // a recorded one is refused unless --resume.
 std::vector<const RunKey*> cells_to_run(const MatrixOptions& o, const std::vector<RunKey>& cells) {
   const ResultsFile file(o.out);
-  // Under mpirun every rank is a shard; rank 0 writes (RunCollector).
-  const int shard = comm::size() > 1 ? comm::rank() : o.shard, shards = comm::size() > 1 ? comm::size() : o.shards;
+  // Under mpirun every rank is a shard, or each group of ranks that splits a
+  // cell (comm's data group is the group's place); rank 0 writes (RunCollector).
+  const bool mpi = comm::size() > 1;
+  const int shard = mpi ? comm::rank(comm::Group::data) : o.shard;
+  const int shards = mpi ? comm::size(comm::Group::data) : o.shards;
   const std::vector<int> shard_of = deal_cells(cells, shards);
   std::vector<const RunKey*> todo;
   for (std::size_t k = 0; k < cells.size(); ++k) {
@@ -150,6 +170,9 @@ std::vector<const RunKey*> cells_to_run(const MatrixOptions& o, const std::vecto
     else if (!o.resume)
       throw UserError(o.out + " already holds run '" + c.name() + "': pass --resume to skip recorded runs, or another --out");
   }
+  // The ranks of a group must find the same cells to run: all read the file
+  // before any run is written to it.
+  if (comm::size(comm::Group::tensor) > 1) comm::barrier();
   return todo;
 }
 
@@ -183,9 +206,12 @@ ShapeRun check_shape(const MatrixOptions& o, const std::vector<const RunKey*>& g
   if (!o.weights.empty()) {
     s.params = std::move(load_weights(o.weights, o.force, /*skip_adapters=*/true).params);
   } else {
-    s.params = std::make_unique<ParamStore>(s.model->params(), DType::f32);
+    Sizes whole = z;  // the whole model's weights, of which a split takes this rank's parts
+    whole.tp = whole.ep = RankGroup{};
+    s.params = std::make_unique<ParamStore>(models().find(first.model).make(whole)->params(), DType::f32);
     initialize(*s.params, o.seed, z.L);
   }
+  if (z.tp.split() || z.ep.split()) s.params = tp::part_of(*s.params, s.model->params(), z.tp);
   s.batch = make_batch_source(o.data, z.B, z.S, z.V, o.seed)->next();
   apply_fine_tuning(s.params, *s.model, s.batch, o.finetune, o.seed, ModelSetup{first.model, first.preset, z});
   s.run = first.run;
@@ -249,6 +275,10 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const std::vector<RunK
     std::vector<const RunKey*> group;
     for (const RunKey& first = *todo[i]; i < todo.size() && same_shape(*todo[i], first);) group.push_back(todo[i++]);
     for (RunRecord& r : measure_shape(o, group, say)) {
+      if (comm::rank(comm::Group::tensor) != 0) {  // a split cell's record is its group's first rank's
+        ++done;
+        continue;
+      }
       bool appended = false;
       try {
         appended = collector.put(r);

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "core/rank_group.hpp"
 #include "finetune/fine_tuning.hpp"
 #include "harness/io/results_file.hpp"
 
@@ -38,6 +39,10 @@ struct MatrixOptions {
   std::int64_t mem_limit = 0;  // simulated device size in bytes (0: none); a run past it is recorded as OOM
   bool force = false;          // run even where the memory estimate says it will not fit
   FineTuning finetune;         // frozen parameters, LoRA: every cell of this run
+  // A split over ranks, every cell run by all ranks of a group (at most one
+  // of them split, apply_shared_split in harness/tensor_layout.hpp): tensor parallelism (--tp,
+  // --sp), expert (--ep) or context (--cp); this rank's place in its group.
+  RankGroup tp, ep, cp;
   // This process runs only the cells deal_cells gives `shard`: `--shard i/n`
   // of a job array, or an MPI rank of n.
   int shard = 0, shards = 1;

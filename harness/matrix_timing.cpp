@@ -1,7 +1,9 @@
 #include "harness/matrix_timing.hpp"
 
+#include <algorithm>
 #include <memory>
 
+#include "comm/comm.hpp"
 #include "strategies/profile.hpp"
 #include "strategies/registry.hpp"
 
@@ -13,6 +15,15 @@ struct TimedRun {
   std::unique_ptr<Strategy> strategy;
 };
 
+// A step split over ranks takes as long as its slowest rank: every rank of
+// the group records that time, so that all decide alike when the rounds end.
+double slowest_rank(const Model& model, double seconds) {
+  if (!model.sizes().split_over_ranks()) return seconds;
+  std::vector<double> all(std::size_t(comm::size(comm::Group::tensor)));
+  comm::gather_all(&seconds, 1, all.data(), comm::Group::tensor);
+  return *std::max_element(all.begin(), all.end());
+}
+
 // One step of a run; false (and the run marked out of memory) past the limit.
 bool step_once(const TimingOptions& o, const TimingShape& s, TimedRun& t, bool timed) {
   StepResult result;
@@ -22,7 +33,7 @@ bool step_once(const TimingOptions& o, const TimingShape& s, TimedRun& t, bool t
     return false;
   }
   if (timed) {
-    t.record->step_times.push_back(result.seconds);
+    t.record->step_times.push_back(slowest_rank(s.model, result.seconds));
     t.record->losses.push_back(result.loss);
   }
   return true;

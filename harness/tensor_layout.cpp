@@ -1,5 +1,6 @@
 #include "harness/tensor_layout.hpp"
 
+#include <algorithm>
 #include <cstdio>
 
 #include "comm/comm.hpp"
@@ -26,6 +27,18 @@ RankGroup tensor_group(int size, bool data_parallel, const char* flag = "--tp") 
 }
 
 }  // namespace
+
+SplitGroups apply_shared_split(int tp, bool sequence, int ep, int cp) {
+  const int asked = int(tp > 1 || sequence) + int(ep > 1) + int(cp > 1);
+  SplitGroups groups;
+  if (asked == 0) return groups;
+  if (asked > 1) throw UserError("--tp, --ep and --cp together: one split at a time in a matrix (not yet together)");
+  const char* flag = ep > 1 ? "--ep" : cp > 1 ? "--cp" : "--tp";
+  const RankGroup g = tensor_group(std::max({tp, ep, cp}), /*data_parallel=*/true, flag);
+  (ep > 1 ? groups.ep : cp > 1 ? groups.cp : groups.tp) = g;
+  groups.tp.sequence = sequence;
+  return groups;
+}
 
 void quiet_other_ranks() {
   if (comm::rank() != 0 && !std::freopen("/dev/null", "w", stdout))

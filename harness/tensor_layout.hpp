@@ -28,6 +28,16 @@ bool apply_layout(int size, bool sequence, ModelSetup& setup, bool data_parallel
 // for (refused beside it).
 bool apply_expert_layout(int experts, int tp, bool sequence, ModelSetup& setup, bool data_parallel = false);
 
+// A matrix's split (--tp N with or without --sp, --ep N or --cp N: one of
+// them): the job's consecutive groups of N ranks, each group running its
+// share of the cells on all of its ranks. Returns the groups, with this
+// rank's place in its own; every size 1 where none is asked. The sizes are
+// validated per model by the matrix's cells.
+struct SplitGroups {
+  RankGroup tp, ep, cp;
+};
+SplitGroups apply_shared_split(int tp, bool sequence, int ep, int cp);
+
 // Ranks other than 0 print nothing on stdout from now on (they print the same).
 void quiet_other_ranks();
 // --pp `stages` for training: the job's consecutive groups of `stages`

@@ -206,6 +206,29 @@ TEST_CASE("resume skips a run only when every option that changes it matches", "
   CHECK(results.damaged.empty());
 }
 
+TEST_CASE("a split over ranks is part of each cell's key and name, and each model must take it", "[matrix][split]") {
+  TempFile tmp;
+  MatrixOptions o = small_matrix(tmp.path);
+  o.strategies = "full";
+  const RunKey whole = matrix_cells(o).at(0);
+  CHECK(whole.layout().empty());
+  CHECK(whole.text().find("cp=") == std::string::npos);  // keys of unsplit runs read as before
+  o.cp = {2, 0, false};
+  const RunKey split = matrix_cells(o).at(0);
+  CHECK(split.layout() == "cp=2");
+  CHECK(split.text() == whole.text() + ";cp=2");
+  CHECK(split.name() == whole.name() + " cp=2");
+  o.cp = {};
+  o.tp = {2, 0, true};
+  CHECK(matrix_cells(o).at(0).name() == whole.name() + " tp=2 sp=1");
+  o.tp = {};
+  o.ep = {2, 0, false};
+  CHECK_THROWS_WITH(matrix_cells(o), test::Contains("gpt2 has none"));
+  o.models = {"mixtral"};
+  o.strategies = "budget:min";
+  CHECK_THROWS_WITH(matrix_cells(o), test::Contains("--ep with budget:min: not yet"));
+}
+
 TEST_CASE("duplicates run once and everything is validated before the first run", "[matrix][errors]") {
   TempFile tmp;
   MatrixOptions o = small_matrix(tmp.path);

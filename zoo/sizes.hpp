@@ -36,6 +36,8 @@ struct Sizes {
   // Context parallelism (zoo/context_parallel.hpp): this rank's rows of the
   // sequence; S stays the whole sequence's.
   RankGroup cp = {};
+  // Whether this rank holds a part of a layout split over ranks (any of them).
+  bool split_over_ranks() const { return tp.split() || ep.split() || cp.split(); }
 };
 
 struct Preset {

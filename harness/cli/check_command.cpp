@@ -261,7 +261,7 @@ void refuse_combinations(const CheckCommandOptions& o, const ModelSetup& setup) 
   pipeline::refuse_without_stages(o.pipe);
   const Sizes& sizes = setup.sizes;
   if ((o.pipe.stepped()) &&
-      (sizes.tp.split() || sizes.ep.split() || sizes.cp.split() || o.finetune.any() || o.train_steps > 0 || o.trace ||
+      (sizes.split_over_ranks() || o.finetune.any() || o.train_steps > 0 || o.trace ||
        o.json || !o.golden.empty() || !o.save_golden.empty()))
     throw UserError("--pp or --micro-batches with --tp, --ep, --cp, fine-tuning, --train-steps, --trace, --json or a "
                     "golden file: not yet");
@@ -269,7 +269,7 @@ void refuse_combinations(const CheckCommandOptions& o, const ModelSetup& setup) 
     throw UserError("--freeze or --lora with --train-steps: not together yet");
   if (o.finetune.quantize != QuantFormat::none && (!o.save_golden.empty() || !o.golden.empty()))
     throw UserError("--quantize with a golden file: not yet");
-  const bool split = sizes.tp.split() || sizes.ep.split() || sizes.cp.split();
+  const bool split = sizes.split_over_ranks();
   if (split && (o.finetune.lora.any() || o.finetune.quantize != QuantFormat::none || o.train_steps > 0 ||
                 !o.save_golden.empty() || !o.golden.empty()))
     throw UserError(std::string(split_flag(sizes.ep.size, sizes.cp.size)) +

@@ -123,7 +123,7 @@ std::string layout_text(const EstimateRequest& r) {
   if (r.base.sizes.cp.split()) s += ", context-parallel " + std::to_string(r.base.sizes.cp.size);
   if (r.base.sizes.ep.split())
     s += ", expert-parallel " + std::to_string(r.base.sizes.ep.size) + " (routing assumed balanced)";
-  const bool split = r.base.sizes.tp.split() || r.base.sizes.ep.split() || r.base.sizes.cp.split();
+  const bool split = r.base.sizes.split_over_ranks();
   if (r.ranks > 1) s += ", " + std::to_string(r.ranks) + (split ? " data-parallel" : "") + " ranks";
   if (r.shard_params) s += " (parameters sharded)";
   return s;

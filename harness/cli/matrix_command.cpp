@@ -18,6 +18,7 @@
 #include "harness/cli/validators.hpp"
 #include "harness/matrix.hpp"
 #include "harness/matrix_table.hpp"
+#include "harness/tensor_layout.hpp"
 #include "harness/report/report.hpp"
 #include "step/step.hpp"
 #include "strategies/registry.hpp"
@@ -34,6 +35,8 @@ struct Options {
   const CLI::Option* shard_option = nullptr;  // given (even as ''), or not
   const CLI::Option* config_option = nullptr;
   std::vector<const CLI::Option*> decided_by_weights;  // --models, --preset, --layers: the weights file's with --weights
+  int tp = 1, ep = 1, cp = 1;  // a split over ranks (one of them)
+  bool sp = false;
 };
 
 std::vector<std::string> model_names(const std::string& s) {
@@ -48,6 +51,21 @@ void print_summary(const std::vector<RunRecord>& records) {
               "strategies timed side by side) +- half their interquartile range; '~ full' where that holds 1.00.\n"
               "act MiB: the device pool's activation peak; offl. MiB: the host offload pool's; copies hidden: the\n"
               "offload copies' time and the share of it that ran behind compute (- : none; the host moves, not copies).\n");
+}
+
+// --tp/--sp, --ep or --cp: the job's groups of ranks, each running its
+// share of the cells split over its ranks; what does not go with it yet refused.
+void resolve_split(Options& o) {
+  const SplitGroups groups = apply_shared_split(o.tp, o.sp, o.ep, o.cp);
+  o.matrix.tp = groups.tp;
+  o.matrix.ep = groups.ep;
+  o.matrix.cp = groups.cp;
+  if (o.tp == 1 && !o.sp && o.ep == 1 && o.cp == 1) return;
+  const std::string flag = split_flag(o.ep, o.cp);
+  if (o.matrix.mem_limit > 0)
+    throw UserError(flag + " with --mem-limit: not yet (a rank out of memory would leave its group waiting)");
+  if (o.matrix.finetune.lora.any() || o.matrix.finetune.quantize != QuantFormat::none)
+    throw UserError(flag + " with --lora or --quantize: not yet");
 }
 
 // The options checked against each other and the shard this process runs
@@ -71,9 +89,10 @@ bool resolve(Options& o) {
   if (sharded) std::tie(o.matrix.shard, o.matrix.shards) = parse_shard(o.shard);
   if (sharded && comm::size() > 1)
     throw UserError("--shard i/n and mpirun both share the runs out: give one (under mpirun every rank is a shard)");
-  if (comm::size() > 1) {
-    o.matrix.shard = comm::rank();
-    o.matrix.shards = comm::size();
+  resolve_split(o);
+  if (comm::size() > 1) {  // each rank a shard, or each group of ranks that splits a cell
+    o.matrix.shard = comm::rank(comm::Group::data);
+    o.matrix.shards = comm::size(comm::Group::data);
   }
   return sharded;
 }
@@ -86,7 +105,17 @@ void announce(const Options& o, const std::vector<RunKey>& cells, bool sharded) 
   if (sharded && mine == 0)
     throw UserError("--shard " + o.shard + ": this shard has none of the matrix's " + std::to_string(cells.size()) +
                     " runs (they are dealt out by work, consecutively): use fewer shards");
-  if (comm::size() > 1 && speaks)
+  const int group = comm::size(comm::Group::tensor);
+  const std::string split = cells.empty() ? "" : cells.front().layout();
+  if (group > 1 && speaks && comm::size(comm::Group::data) == 1)
+    std::printf("each run split over the %d MPI ranks (%s); rank 0 writes them, with its own memory figures and the "
+                "slowest rank's step times\n", group, split.c_str());
+  else if (group > 1 && speaks)
+    std::printf("%d groups of %d MPI ranks share the %zu runs (consecutive runs of about equal work each), each run "
+                "split over its group's ranks (%s); rank 0 writes them all, with their group's first rank's memory "
+                "figures and the slowest rank's step times\n",
+                comm::size(comm::Group::data), group, cells.size(), split.c_str());
+  else if (comm::size() > 1 && speaks)
     std::printf("%d MPI ranks share the %zu runs (consecutive runs of about equal work each); rank 0 writes them all\n",
                 comm::size(), cells.size());
   else if (o.matrix.shards > 1)
@@ -205,6 +234,9 @@ void setup_matrix(CLI::App& app) {
   cmd->add_option("--seq", o->matrix.seq, "Sequence lengths S to sweep")->delimiter(',')->check(whole_number(1, 1 << 20));
   cmd->add_option("--batch", o->matrix.batch, "Batch sizes B to sweep")->delimiter(',')->check(whole_number(1, 1 << 16));
   add_timing_options(*cmd, o->matrix);
+  add_tp_options(*cmd, o->tp, o->sp);
+  add_ep_option(*cmd, o->ep);
+  add_cp_option(*cmd, o->cp);
   add_fine_tuning_options(*cmd, o->matrix.finetune);
   quantized_precision_default(*cmd, o->matrix.finetune.quantize, o->matrix.precisions);
   add_router_aux_option(*cmd, o->matrix.router_aux);

@@ -63,6 +63,15 @@ std::string model_attributes(const std::string& model, const Sizes& z) {
 
 }  // namespace
 
+std::string RunKey::layout() const {
+  const Sizes& z = sizes;
+  std::string text;
+  if (z.tp.split() || z.tp.sequence) text += "tp=" + std::to_string(z.tp.size) + (z.tp.sequence ? ";sp=1" : "");
+  if (z.ep.split()) text += "ep=" + std::to_string(z.ep.size);
+  if (z.cp.split()) text += "cp=" + std::to_string(z.cp.size);
+  return text;
+}
+
 std::string RunKey::text() const {
   const Sizes& z = sizes;
   char dropout[32];
@@ -73,12 +82,16 @@ std::string RunKey::text() const {
          ";V=" + std::to_string(z.V) + ";B=" + std::to_string(z.B) + ";dropout=" + dropout + ";attention=" + ops::attention_kernel_name(run.attention) +
          ";data=" + data + ";seed=" + std::to_string(run.seed) + ";mem_limit=" + std::to_string(mem_limit) +
          (finetune.empty() ? "" : ";finetune=" + finetune) + model_attributes(model, z) +
-         (weights.empty() ? "" : ";weights=" + weights) + (run.precision == Precision::fp32 ? "" : ";precision=" + std::string(precision_name(run.precision)));
+         (weights.empty() ? "" : ";weights=" + weights) + (run.precision == Precision::fp32 ? "" : ";precision=" + std::string(precision_name(run.precision))) +
+         (layout().empty() ? "" : ";" + layout());
 }
 
 std::string RunKey::name() const {
+  std::string split = layout();  // "tp=2 sp=1" in a name
+  std::replace(split.begin(), split.end(), ';', ' ');
   return model + " " + strategy + (finetune_label.empty() ? "" : " (" + finetune_label + ")") + " L" + std::to_string(sizes.L) + " S" + std::to_string(sizes.S) + " B" +
-         std::to_string(sizes.B) + (run.precision == Precision::fp32 ? "" : " " + std::string(precision_name(run.precision)));
+         std::to_string(sizes.B) + (run.precision == Precision::fp32 ? "" : " " + std::string(precision_name(run.precision))) +
+         (split.empty() ? "" : " " + split);
 }
 
 void check_results_schema(const h5::File& f, bool for_append) {
@@ -195,6 +208,7 @@ void write_setting(const h5::File& f, const std::string& g, const RunRecord& r) 
   R::strategy.write(f, g, k.strategy);
   R::data.write(f, g, k.data);
   if (!k.weights.empty()) R::weights.write(f, g, k.weights);
+  if (!k.layout().empty()) R::layout.write(f, g, k.layout());
   R::seed.write(f, g, std::int64_t(k.run.seed));
   R::mem_limit.write(f, g, k.mem_limit);
   R::dropout.write(f, g, z.dropout);

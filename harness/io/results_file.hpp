@@ -33,6 +33,9 @@ struct RunKey {
   std::string text() const;
   // The group name: readable, "<model> <strategy> L<L> S<S> B<B>".
   std::string name() const;
+  // The split over ranks it ran under, as in `text`: "tp=2;sp=1", "ep=2",
+  // "cp=2"; "" for one rank's whole model.
+  std::string layout() const;
 };
 
 struct RunRecord {

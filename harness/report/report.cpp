@@ -66,7 +66,8 @@ std::vector<std::pair<std::string, std::vector<const RunSummary*>>> by_setting(c
 // panels read alike.
 std::string panel_title(const RunSummary& r, const std::vector<RunSummary>& runs) {
   static const std::set<std::string> options = {"preset", "D", "H", "Hkv", "F", "V", "dropout", "attention", "precision", "data",
-                                                "seed", "mem_limit", "weights", "theta", "E", "K"};
+                                                "seed", "mem_limit", "weights", "theta", "E", "K", "tp", "sp",
+                                                "ep", "cp"};
   const auto mine = fields_of(r.setting);
   std::set<std::string> differ;
   for (const auto& other : runs)
@@ -288,6 +289,8 @@ std::string markdown_summary(const Results& results) {
     const auto options = fields_of(r.setting);
     if (options.count("data") && options.at("data") != "random") label += " [" + options.at("data") + "]";
     if (options.count("seed") && options.at("seed") != "1") label += " [seed " + options.at("seed") + "]";
+    for (const char* split : {"tp", "ep", "cp"})  // split over ranks: rank 0's memory
+      if (options.count(split)) label += std::string(" [") + split + " " + options.at(split) + (options.count("sp") ? " sp" : "") + "]";
     if (same) label += " (= full here)";
     std::snprintf(buf, sizeof buf, "| %s | %s | %.3f | %s | %.1f | %s | %.1f | %.1f | %s | %.1f%% | %s | %s |\n", label.c_str(),
                   shape(r).c_str(), r.step_time,
