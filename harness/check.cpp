@@ -82,6 +82,7 @@ bool measured_step(const Model& model, const ParamStore& params, const Batch& ba
     StepOptions o = step_options(options.run, &strategy);
     o.timeline = options.timeline;
     row.step = run_step(model, params, batch, o);
+    if (options.after_step) row.step.loss = options.after_step(row.step.loss);
   };
   if (!model.sizes().split_over_ranks()) return within_limit(options.mem_limit, step);
   step();
@@ -128,6 +129,7 @@ CheckReport run_check(const Model& model, const ParamStore& params, const Batch&
 
   CheckReport report;
   report.full = run_step(model, params, batch, step);
+  if (options.after_step) report.full.loss = options.after_step(report.full.loss);
   require_finite_result(report.full.loss, params);
   const auto ref_grads = gradients(params);
 

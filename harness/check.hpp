@@ -43,6 +43,10 @@ struct CheckOptions {
   double golden_loss = 0;
   std::int64_t mem_limit = 0;  // cap on the device pool during each strategy's steps (0: none)
   const SaveProfile* costs = nullptr;  // a timed profile for planned strategies (measured if needed and null)
+  // Called after full's step and each strategy's, before their gradients are
+  // read: what the layout does with them (data-parallel groups beside a
+  // split average theirs); returns the step's loss from its own.
+  std::function<double(double loss)> after_step;
   // Called before each strategy's step (index, count, spec).
   std::function<void(std::size_t, std::size_t, const std::string&)> progress;
 };

@@ -5,6 +5,8 @@
 
 #include "comm/comm.hpp"
 #include "core/error.hpp"
+#include "optim/optimizer.hpp"
+#include "step/step.hpp"
 #include "pipeline/pipelined_step.hpp"
 #include "zoo/context_parallel.hpp"
 #include "zoo/expert_parallel.hpp"
@@ -38,6 +40,30 @@ SplitGroups apply_shared_split(int tp, bool sequence, int ep, int cp) {
   (ep > 1 ? groups.ep : cp > 1 ? groups.cp : groups.tp) = g;
   groups.tp.sequence = sequence;
   return groups;
+}
+
+int take_data_group_rows(ModelSetup& setup, Batch& batch, const std::string& origin) {
+  Sizes& z = setup.sizes;
+  const int groups = z.tp.split() || z.cp.split() ? comm::size(comm::Group::data) : 1;
+  if (groups == 1) return 1;
+  const std::string split = std::string(split_flag(1, z.cp.size)) + " " + std::to_string(comm::size(comm::Group::tensor));
+  if (ep::has_experts(setup.model) && z.router_aux != 0)  // the mean of the groups' aux losses is not the whole batch's
+    throw UserError(split + " on " + std::to_string(comm::size()) + " ranks: " + setup.model +
+                    "'s load-balancing loss is taken over the whole batch, so data-parallel groups would change it "
+                    "(--router-aux 0, or mpirun -n " + std::to_string(comm::size(comm::Group::tensor)) + ")");
+  if (z.B % groups != 0)
+    throw UserError(std::to_string(groups) + " data-parallel groups of " + split + " do not divide the batch B = " +
+                    std::to_string(z.B) + " (" + origin + ")");
+  z.B /= groups;
+  batch = batch_rows(batch, std::int64_t(comm::rank(comm::Group::data)) * z.B, z.B);
+  return groups;
+}
+
+double average_over_data_groups(const ParamStore& params, double loss) {
+  const double groups = comm::size(comm::Group::data);
+  sum_gradients_over_ranks(params, comm::Group::data);
+  scale_gradients(params.tensors(), 1.0 / groups);
+  return comm::sum_in_rank_order(loss, comm::Group::data) / groups;
 }
 
 void quiet_other_ranks() {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/rank_group.hpp"
+#include "datasets/batch.hpp"
 #include "pipeline/schedule.hpp"
 #include "zoo/model.hpp"
 #include "zoo/params.hpp"
@@ -37,6 +38,19 @@ struct SplitGroups {
   RankGroup tp, ep, cp;
 };
 SplitGroups apply_shared_split(int tp, bool sequence, int ep, int cp);
+
+// Data-parallel groups beside a split (--tp or --cp on a multiple of its
+// ranks: apply_layout's and apply_context_layout's `data_parallel`): each
+// group takes its own consecutive B / groups sequences of `batch`
+// (setup.sizes.B set to that), and a step's loss and gradients are the
+// groups' mean (average_over_data_groups). Returns the number of groups, 1
+// where there are none (nothing changed). UserError where the groups do not
+// divide B (`origin`: where B came from, and what to do), or where a
+// mixture's load-balancing loss, taken over the whole batch, would change.
+int take_data_group_rows(ModelSetup& setup, Batch& batch, const std::string& origin);
+// The data groups' mean: each group's mean loss and gradients summed over
+// the groups in rank order, then divided by their number. Returns the loss.
+double average_over_data_groups(const ParamStore& params, double loss);
 
 // Ranks other than 0 print nothing on stdout from now on (they print the same).
 void quiet_other_ranks();

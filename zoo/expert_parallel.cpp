@@ -7,15 +7,11 @@
 #include "zoo/model.hpp"
 
 namespace remat::ep {
-namespace {
 
-// Whether `model` is a mixture: it reads E (experts) from its sizes.
 bool has_experts(const std::string& model) {
   const auto& attributes = models().find(model).attributes;
   return std::find(attributes.begin(), attributes.end(), "E") != attributes.end();
 }
-
-}  // namespace
 
 void validate(const std::string& model, const Sizes& z) {
   const RankGroup& g = z.ep;

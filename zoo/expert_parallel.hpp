@@ -24,6 +24,8 @@
 
 namespace remat::ep {
 
+// Whether `model` is a mixture: it reads E (experts) from its sizes.
+bool has_experts(const std::string& model);
 // Refuses (UserError, one line) a layout `model` cannot run at these sizes:
 // a dense model, N not dividing the experts or the batch, --tp beside it.
 void validate(const std::string& model, const Sizes& z);

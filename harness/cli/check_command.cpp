@@ -19,6 +19,7 @@
 
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/runtime.hpp"
+#include "comm/comm.hpp"
 #include "core/error.hpp"
 #include "harness/check.hpp"
 #include "harness/check_table.hpp"
@@ -78,6 +79,7 @@ struct CheckInputs {
   std::unique_ptr<ParamStore> params;
   Batch batch;
   std::optional<Golden> golden;
+  int data_groups = 1;  // data-parallel groups beside a split, each on its own sequences
 };
 
 // What a step of every strategy asked needs, beside weights, gradients
@@ -92,7 +94,8 @@ CheckInputs load_inputs(const CheckCommandOptions& o) {
   // --cp: this rank's rows, before the memory check (a rank holds S / N of them).
   bool context = false;
   const auto split_sequence = [&] {
-    context = apply_context_layout(o.model.cp, o.model.tp > 1 || o.model.sp || o.model.ep > 1, in.setup);
+    context = apply_context_layout(o.model.cp, o.model.tp > 1 || o.model.sp || o.model.ep > 1, in.setup,
+                                   /*data_parallel=*/true);
   };
   if (!o.weights.empty() && !o.golden.empty()) throw UserError("--weights and --golden both name the weights: give one");
   if (!o.save_golden.empty())
@@ -128,7 +131,8 @@ CheckInputs load_inputs(const CheckCommandOptions& o) {
     });
     in.batch = o.model.make_batch(in.setup.sizes);
   }
-  if (!context) split_over_ranks(o.model.tp, o.model.sp, o.model.ep, in.setup, in.params);
+  if (!context) split_over_ranks(o.model.tp, o.model.sp, o.model.ep, in.setup, in.params, /*data_parallel=*/o.model.ep == 1);
+  in.data_groups = take_data_group_rows(in.setup, in.batch, "give another --batch, or start fewer ranks");
   return in;
 }
 
@@ -303,9 +307,15 @@ int run_check_command(const CheckCommandOptions& o) {
                 Runtime::describe().c_str());
     print_precision_path(o.model.run.precision);
   }
+  if (in.data_groups > 1 && !o.json)
+    std::printf("%d data-parallel groups of %d ranks, each on its own %d of the %d sequences; every step's loss and "
+                "gradients averaged over them\n", in.data_groups, comm::size(comm::Group::tensor), z.B,
+                z.B * in.data_groups);
   remat::CheckOptions options;
   options.run = o.model.run;
   options.trace = o.trace;
+  if (in.data_groups > 1)
+    options.after_step = [&](double loss) { return average_over_data_groups(*params, loss); };
   if (in.golden) {
     options.golden = &in.golden->grads;
     options.golden_loss = in.golden->loss;

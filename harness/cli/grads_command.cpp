@@ -143,33 +143,10 @@ void run_context_grads(const GradsOptions& o, LoadedWeights& w) {
     std::printf("wrote %s: /loss and /grads for %zu parameters\n", o.out.c_str(), trainable_tensors(*w.params));
 }
 
-// More ranks than a tensor-parallel split uses: the job's consecutive groups
-// are data-parallel, each taking its own consecutive sequences of the batch.
-// Returns the number of groups (1: the whole batch on every rank).
+// More ranks than a tensor-parallel split uses: data-parallel groups, each
+// on its own consecutive sequences of the batch (take_data_group_rows).
 int take_group_rows(LoadedWeights& w) {
-  Sizes& z = w.setup.sizes;
-  const int groups = z.tp.split() ? comm::size(comm::Group::data) : 1;
-  if (groups == 1) return 1;
-  if (z.E > 0 && z.router_aux != 0)  // the mean of the groups' aux losses is not the whole batch's
-    throw UserError("--tp " + std::to_string(z.tp.size) + " on " + std::to_string(comm::size()) + " ranks: " +
-                    w.setup.model + "'s load-balancing loss is taken over the whole batch, so data-parallel "
-                    "groups would change it (--router-aux 0, or mpirun -n " + std::to_string(z.tp.size) + ")");
-  if (z.B % groups != 0)
-    throw UserError(std::to_string(groups) + " data-parallel groups of --tp " + std::to_string(z.tp.size) +
-                    " do not divide the batch B = " + std::to_string(z.B) +
-                    " (the weight file's: export it with another --batch, or start fewer ranks)");
-  z.B /= groups;
-  w.batch = batch_rows(*w.batch, std::int64_t(comm::rank(comm::Group::data)) * z.B, z.B);
-  return groups;
-}
-
-// The data groups' mean: each has its sequences' mean loss and gradients;
-// summed over the groups in rank order, then divided by their number.
-double average_over_data_groups(const ParamStore& params, double loss) {
-  const double groups = comm::size(comm::Group::data);
-  sum_gradients_over_ranks(params, comm::Group::data);
-  scale_gradients(params.tensors(), 1.0 / groups);
-  return comm::sum_in_rank_order(loss, comm::Group::data) / groups;
+  return take_data_group_rows(w.setup, *w.batch, "the weight file's: export it with another --batch, or start fewer ranks");
 }
 
 void run_grads(const GradsOptions& o) {

@@ -49,16 +49,19 @@ struct Timing {
   bool peak_reset = false;                      // false: the peak is since the process began
   std::vector<std::string> stage_layers;        // --pp / --micro-batches: per stage (rank)
   std::vector<std::int64_t> stage_peaks, stage_offload_peaks;
+  int data_groups;  // data-parallel groups beside a split (1: none)
 };
 
 Timing time_steps(const TimeOptions& o, const ModelSetup& whole, const std::string& spec, std::int64_t memory) {
   ModelSetup setup = whole;
   auto store = o.model.make_params(setup, o.force);
-  if (!apply_context_layout(o.model.cp, o.model.tp > 1 || o.model.sp || o.model.ep > 1, setup))  // --cp: its rows
-    split_over_ranks(o.model.tp, o.model.sp, o.model.ep, setup, store);  // --tp: this rank's parts (nothing otherwise)
+  // --cp: its rows; --tp, --ep: this rank's parts; each beside data-parallel groups on more ranks
+  if (!apply_context_layout(o.model.cp, o.model.tp > 1 || o.model.sp || o.model.ep > 1, setup, /*data_parallel=*/true))
+    split_over_ranks(o.model.tp, o.model.sp, o.model.ep, setup, store, /*data_parallel=*/o.model.ep == 1);
   const bool say = !o.json && comm::rank() == 0;
+  Batch batch = o.model.make_batch(setup.sizes);
+  const int groups = take_data_group_rows(setup, batch, "give another --batch, or start fewer ranks");
   const auto model = models().find(setup.model).make(setup.sizes);
-  const Batch batch = o.model.make_batch(setup.sizes);
   fine_tune(store, *model, batch, o.finetune, o.model.run.seed, setup, o.json);
   ParamStore& params = *store;
   auto strategy = make_strategy(spec);
@@ -69,11 +72,16 @@ Timing time_steps(const TimeOptions& o, const ModelSetup& whole, const std::stri
   // Gradient buffers are allocated once and kept: part of the model, like
   // its weights, and in the baseline (side_by_side.py does the same in PyTorch).
   params.zero_grad();
-  Timing t{spec, {}, 0, 0, 0, params.count(), resident_bytes(), 0, reset_peak_resident(), {}, {}, {}};
+  Timing t{spec, {}, 0, 0, 0, params.count(), resident_bytes(), 0, reset_peak_resident(), {}, {}, {}, groups};
   const LongRunNotice notice(setup, o.warmup + o.steps, memory, !o.json);
   for (int i = 0; i < o.warmup + o.steps; ++i) {
     // (At 16 bits, the 16-bit copies are made in every step, as in training.)
-    const StepResult r = run_step(*model, params, batch, step_options(o.model.run, strategy.get()));
+    StepResult r = run_step(*model, params, batch, step_options(o.model.run, strategy.get()));
+    if (groups > 1) {  // the groups' gradients averaged, as a data-parallel step does: part of its time
+      const auto start = std::chrono::steady_clock::now();
+      r.loss = average_over_data_groups(params, r.loss);
+      r.seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
     const bool timed = i >= o.warmup;
     if (timed) {
       t.seconds.push_back(r.seconds);
@@ -102,7 +110,7 @@ Timing time_pipelined_steps(const TimeOptions& o, const ModelSetup& whole, const
       micro_batches_from(o.model.make_batch(setup.sizes), pipe.micro_batches, setup.sizes.V, o.model.run.seed);
   auto strategy = make_strategy(spec);
   params->zero_grad();
-  Timing t{spec, {}, 0, 0, 0, params->count(), resident_bytes(), 0, reset_peak_resident(), {}, {}, {}};
+  Timing t{spec, {}, 0, 0, 0, params->count(), resident_bytes(), 0, reset_peak_resident(), {}, {}, {}, 1};
   const LongRunNotice notice(setup, (o.warmup + o.steps) * pipe.micro_batches, memory, !o.json);
   for (int i = 0; i < o.warmup + o.steps; ++i) {
     const auto start = std::chrono::steady_clock::now();
@@ -148,6 +156,7 @@ void print_json(const TimeOptions& o, const ModelSetup& setup, const Timing& t) 
                              {"activation_peak_bytes", t.stage_peaks[s]},
                              {"offload_peak_bytes", t.stage_offload_peaks[s]}});
   if (o.pipe.stepped()) out["micro_batches"] = o.pipe.micro_batches, out["pipeline_stages"] = o.pipe.stages;
+  if (t.data_groups > 1) out["data_groups"] = t.data_groups;
   std::printf("%s\n", out.dump().c_str());
 }
 
@@ -165,6 +174,9 @@ void print_text(const TimeOptions& o, const ModelSetup& setup, const Timing& t) 
     std::printf("expert-parallel over %d ranks: each rank's figures (rank 0's printed)\n", o.model.ep);
   if (o.model.cp > 1)
     std::printf("context-parallel over %d ranks: each rank's figures for its rows (rank 0's printed)\n", o.model.cp);
+  if (t.data_groups > 1)
+    std::printf("%d data-parallel groups beside it, each on its own %d of the %d sequences; a step includes averaging "
+                "their gradients\n", t.data_groups, z.B / t.data_groups, z.B);
   if (o.pipe.stepped())
     std::printf("a step: %d micro-batches %s\n", o.pipe.micro_batches,
                 o.pipe.split() ? ("through " + std::to_string(o.pipe.stages) + " pipeline stages, " + o.pipe.schedule).c_str()

@@ -88,6 +88,18 @@ done
 
 expect_ok "time --cp 2" "${mpi[@]}" "$remat" time --model llama --preset tiny --cp 2 --steps 1 --warmup 0
 grep -q "context-parallel over 2 ranks" out.txt || fail "time --cp 2 does not say its layout: $(cat out.txt)"
+# On 4 ranks, two context groups beside each other are data-parallel, each on its own sequence: every strategy
+# bitwise full on their averaged gradients, each rank's peaks the estimate's at one sequence.
+"${mpi4[@]}" "$remat" check --model llama --cp 2 --strategies all --json >check.json 2>err.txt ||
+  fail "check --cp 2 on 4 ranks: $(cat err.txt)"
+OMP_NUM_THREADS=1 "$remat" estimate --model llama --preset tiny --cp 2 --batch 1 --strategies all --json >est.json \
+  2>err.txt || fail "estimate --cp 2 --batch 1: $(cat err.txt)"
+py check.json est.json <<'PY' || fail "check --cp 2 on 4 ranks: not bitwise, or not the estimate"
+import sys, json
+check, est = json.load(open(sys.argv[1])), {r["strategy"]: r["activation_peak_bytes"] for r in json.load(open(sys.argv[2]))}
+assert check["not_bitwise_exact"] == 0 and check["sizes"]["B"] == 1, check["sizes"]
+assert {r["strategy"]: r["activation_peak_bytes"] for r in check["strategies"]} == est
+PY
 
 # 3. Training: --cp 2 follows one process's run within float32 rounding, and 2 context groups training
 # data-parallel (4 ranks) are --cp 2 accumulating their micro-batches, bitwise; communication as predicted;

@@ -212,16 +212,36 @@ for model in gpt2 llama; do
   expect_ok "$model grads --tp 2 --sp on 4 ranks" "${mpi4[@]}" "$remat" grads --weights "dp-$model.h5" --tp 2 --sp --out dp.h5
   grep -q "the mean of 2 data-parallel groups' 1 sequences each" out.txt || fail "grads on 4 ranks: $(cat out.txt)"
   close_to_one one.h5 dp.h5 || fail "$model grads --tp 2 on 4 ranks: gradients differ from one process's"
+  # check and time take the same layout: every strategy bitwise full on the groups' averaged gradients, full's
+  # loss the one grads gave, each rank's activation peak the estimate's for its own sequence.
+  "${mpi4[@]}" "$remat" check --weights "dp-$model.h5" --tp 2 --sp --strategies all --json >check.json 2>err.txt ||
+    fail "$model check --tp 2 --sp on 4 ranks: $(cat err.txt)"
+  OMP_NUM_THREADS=1 "$remat" estimate --model "$model" --preset tiny --tp 2 --sp --batch 1 --strategies all --json \
+    >estimate.json 2>err.txt || fail "estimate: $(cat err.txt)"
+  py check.json estimate.json dp.h5 <<'PY' || fail "$model check --tp 2 --sp on 4 ranks: not grads' loss, not bitwise or not the estimate"
+import json, sys, h5py
+check, estimate = (json.load(open(p)) for p in sys.argv[1:3])
+assert check["not_bitwise_exact"] == 0 and check["sizes"]["B"] == 1, check["sizes"]
+rows = {r["strategy"]: r for r in check["strategies"]}
+assert rows["full"]["loss"] == float(h5py.File(sys.argv[3])["loss"][()]), (rows["full"]["loss"],)
+measured = {s: r["activation_peak_bytes"] for s, r in rows.items()}
+assert measured == {r["strategy"]: r["activation_peak_bytes"] for r in estimate}, measured
+PY
+  "${mpi4[@]}" "$remat" time --weights "dp-$model.h5" --tp 2 --steps 1 --warmup 0 --json >time.json 2>err.txt ||
+    fail "$model time --tp 2 on 4 ranks: $(cat err.txt)"
+  py -c "import json; assert json.load(open('time.json'))['data_groups'] == 2" || fail "time on 4 ranks: $(cat time.json)"
 done
 "$remat" export --model mixtral --preset tiny --out dp-mixtral.h5 >/dev/null 2>err.txt || fail "export: $(cat err.txt)"
 "$remat" export --model gpt2 --preset tiny --batch 3 --out dp-odd.h5 >/dev/null 2>err.txt || fail "export: $(cat err.txt)"
 # (4 ranks on 2 cores: Kokkos' warning beside the one error line.)
 for refusal in "dp-mixtral.h5:load-balancing loss is taken over the whole batch" \
                 "dp-odd.h5:2 data-parallel groups of --tp 2 do not divide the batch B = 3"; do
-  "${mpi4[@]}" "$remat" grads --weights "${refusal%%:*}" --tp 2 >out.txt 2>err.txt
-  rc=$?
-  [ $rc -eq 2 ] && [ "$(grep -c "^remat: error: .*${refusal#*:}" err.txt)" -eq 1 ] ||
-    fail "grads --tp 2 on 4 ranks, ${refusal%%:*}: exit $rc, $(cat err.txt)"
+  for command in grads check time; do
+    "${mpi4[@]}" "$remat" $command --weights "${refusal%%:*}" --tp 2 >out.txt 2>err.txt
+    rc=$?
+    [ $rc -eq 2 ] && [ "$(grep -c "^remat: error: .*${refusal#*:}" err.txt)" -eq 1 ] ||
+      fail "$command --tp 2 on 4 ranks, ${refusal%%:*}: exit $rc, $(cat err.txt)"
+  done
 done
 
 K=(train --model llama --preset small --layers 2 --seq 64 --lr 3e-3 --grad-clip 1 --data copy --tp 2 --sp
@@ -299,7 +319,7 @@ assert r['parameter_count'] == split // 2 + whole, (r['parameter_count'], split 
 
 # 6. Bad layouts: one line, exit 2.
 expect_error "does not divide the attention heads H = 4" "$remat" check --model gpt2 --tp 3
-expect_error "runs on 2 ranks" "$remat" check --model gpt2 --tp 2
+expect_error "runs on a multiple of 2 ranks" "$remat" check --model gpt2 --tp 2
 expect_error "--sp splits the sequence over a tensor-parallel group" "$remat" estimate --model gpt2 --sp
 expect_error "bert is not split over the sequence yet" "$remat" estimate --model bert --tp 2 --sp
 expect_error "--sp splits the sequence over a tensor-parallel group" "$remat" train --model gpt2 --preset tiny --sp \
