@@ -41,7 +41,7 @@ std::string apply_fine_tuning(std::unique_ptr<ParamStore>& params, const Model& 
   const int layers = setup.sizes.L;
   require_quantized_frozen(*params, f, layers);
   if (f.lora.any()) {
-    params = with_lora(*params, f.lora, seed, layers);
+    params = with_lora(*params, f.lora, seed, layers, setup.sizes.tp);
     require_adapters_used(model, *params, batch);
   }
   if (f.freeze.any()) apply_freeze(*params, f.freeze, layers, ep::whole_names(setup));

@@ -34,7 +34,17 @@ const std::vector<std::string>& default_lora_targets();
 // base parameter frozen and the adapters attached. UserError for a target
 // pattern that matches nothing (the defaults: none at all), a target that is
 // not a 2-D weight, or R <= 0 or above the weight's smaller dimension.
-std::unique_ptr<ParamStore> with_lora(const ParamStore& base, const LoraOptions& options, std::uint64_t seed, int layers);
+// Under tensor parallelism (`tp` split, `base` this rank's parts), the
+// adapters are this rank's parts of the whole model's: B's rows split with
+// a column-parallel weight's, A's columns with a row-parallel one's, the
+// other whole (its gradient summed over the ranks by the zoo's linear).
+std::unique_ptr<ParamStore> with_lora(const ParamStore& base, const LoraOptions& options, std::uint64_t seed, int layers,
+                                      const RankGroup& tp = {});
+
+// `whole` (the whole model's weights with its LoRA adapters) as this rank's
+// parts under tensor parallelism `tp`: `specs` the split model's, each
+// adapter split with its weight as with_lora splits it, and attached.
+std::unique_ptr<ParamStore> lora_part_of(const ParamStore& whole, const std::vector<ParamSpec>& specs, const RankGroup& tp);
 
 // UserError naming an adapted weight that no linear used in a forward pass of
 // `model` on `batch` (an embedding table, say): it is not a linear weight.

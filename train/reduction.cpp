@@ -193,9 +193,7 @@ class TensorParallel final : public GradientReduction {
       : GradientReduction(params, accumulate, inner->ranks(), comm::rank(comm::Group::data)),
         setup_(setup),
         inner_(std::move(inner)) {
-    Sizes whole = setup.sizes;
-    whole.tp = {};
-    for (const auto& spec : models().find(setup.model).make(whole)->params()) whole_shapes_.push_back(spec.shape);
+    for (const auto& spec : params.specs()) whole_shapes_.push_back(tp::whole_shape(spec, setup.sizes.tp.size));
   }
   bool zero_grad() const override { return inner_->zero_grad(); }
   void begin(int k) override { inner_->begin(k); }

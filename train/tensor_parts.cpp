@@ -116,17 +116,16 @@ std::vector<Tensor> whole_expert_buffers(const ModelSetup& setup, const ParamSto
 
 std::unique_ptr<ParamStore> whole_store(const ModelSetup& setup, const ParamStore& parts, bool with_gradients) {
   if (setup.sizes.ep.split()) return whole_over_experts(setup, parts, with_gradients);
-  Sizes sizes = setup.sizes;
-  const int ranks = sizes.tp.size;
-  sizes.tp = {};
-  auto whole = std::make_unique<ParamStore>(models().find(setup.model).make(sizes)->params(), DType::f32);
+  const int ranks = setup.sizes.tp.size;
+  std::vector<ParamSpec> specs;  // the whole model's, LoRA's adapters included
+  for (const ParamSpec& spec : parts.specs()) specs.push_back({spec.name, tp::whole_shape(spec, ranks), spec.init});
+  auto whole = std::make_unique<ParamStore>(specs, DType::f32);
   for (std::size_t i = 0; i < parts.specs().size(); ++i)
     if (!parts.trainable(i)) whole->freeze(parts.names()[i]);  // frozen whole as in parts: no gradient
   if (with_gradients) whole->zero_grad();
   for (std::size_t i = 0; i < parts.specs().size(); ++i) {
     const ParamSpec& spec = parts.specs()[i];
     const Tensor& into = whole->tensors()[i];
-    if (whole->names()[i] != spec.name) throw std::logic_error("whole_store: parameters out of order at " + spec.name);
     convert_into(into, whole_of(parts.tensors()[i], spec, into.shape(), ranks));
     const Tensor g = parts.tensors()[i].grad();
     if (with_gradients && g.defined()) convert_into(into.grad(), whole_of(g, spec, into.shape(), ranks));

@@ -40,9 +40,9 @@ void validate(const TrainConfig& c) {
                     std::to_string(comm::size()) + " are running it");
   if (c.setup.sizes.cp.split() && (c.lora.any() || c.quantize != QuantFormat::none || c.shard_params))
     throw UserError("--cp with --lora, --quantize or --shard-params: not yet");
-  if ((c.setup.sizes.ep.split() || tp.split()) && c.lora.any())
-    throw UserError(std::string(split_flag(c.setup.sizes.ep.size)) +
-                    " with --lora: not yet (--freeze splits with the parameters)");
+  if (c.setup.sizes.ep.split() && c.lora.any())
+    throw UserError("--ep with --lora: not yet (--freeze splits with the parameters)");
+  if (tp.split() && c.quantize != QuantFormat::none) throw UserError("--tp with --quantize: not yet");
   if (c.quantize != QuantFormat::none && c.shard_params)
     throw UserError("--quantize with --shard-params: not yet (quantized weights are not sharded)");
   refuse_planned_under_experts(c.setup.sizes, {c.strategy});
@@ -185,10 +185,8 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
   params_ = starting_weights(config_, resume != nullptr);
   if (!resume) state_.scaler.scale = config_.loss_scale;
   require_quantized_frozen(*params_, {config_.freeze, config_.lora, config_.quantize}, z.L);
-  if (config_.lora.any()) {  // the adapters join the store, the base is frozen
+  if (config_.lora.any())  // the adapters join the store (whole, as one process's), the base is frozen
     params_ = with_lora(*params_, config_.lora, config_.run.seed, z.L);
-    require_adapters_used(*model_, *params_, random_batch(z.B, z.S, z.V, config_.run.seed));
-  }
   apply_freeze(*params_, config_.freeze, z.L, ep::whole_names(config_.setup));  // before the optimizer sees the parameters
   // QLoRA: the frozen linear weights quantized (a resumed run's bytes are
   // the run file's, copied over these below).
@@ -213,7 +211,10 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
     for (std::size_t i = 0; i < params_->tensors().size(); ++i)
       backend::copy(params_->tensors()[i], resume->weights.params->tensors()[i]);
   }
-  if (z.tp.split() || z.ep.split()) params_ = tp::part_of(*params_, model_->params(), z.tp);
+  if (z.tp.split() || z.ep.split())  // this rank's parts, LoRA's adapters split with their weights
+    params_ = config_.lora.any() ? lora_part_of(*params_, model_->params(), z.tp)
+                                 : tp::part_of(*params_, model_->params(), z.tp);
+  if (config_.lora.any()) require_adapters_used(*model_, *params_, random_batch(z.B, z.S, z.V, config_.run.seed));
   // A planned strategy is planned once, on these weights and a batch of the
   // run's shape (costs depend on shapes, not on values).
   if (strategy_->needs_costs()) {
@@ -479,11 +480,18 @@ RankMemory Trainer::rank_memory() const { return reduction_->memory(*optimizer_)
 
 TrainResult Trainer::finish() {
   TrainResult r;
-  reduction_->gather_weights();  // the caller gets whole weights
+  reduction_->gather_weights();  // the caller gets whole weights: sharded ones gathered,
+  auto whole = reduction_->whole_params();  // split ones joined (LoRA's adapters too), on every rank alike
   reduction_.reset();
   r.state = state_;
   r.model = std::move(model_);
   r.params = std::move(params_);
+  if (whole) {  // the whole model's, for the whole parameters
+    Sizes sizes = config_.setup.sizes;
+    sizes.tp = sizes.ep = {};
+    r.model = models().find(config_.setup.model).make(sizes);
+    r.params = std::move(whole);
+  }
   return r;
 }
 

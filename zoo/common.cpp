@@ -23,9 +23,24 @@ Tensor linear(const ParamStore& p, const std::string& prefix, const Tensor& x, b
   const Tensor bias_t = bias && p.has(b) ? p[b] : Tensor();
   const QuantizedWeight* q = p.quantized(weight);
   const Tensor out = q ? ops::linear(x, *q, bias_t) : ops::linear(x, p.linear_weight(weight), bias_t);
+  return with_adapter(p, weight, x, out);
+}
+
+Tensor with_adapter(const ParamStore& p, const std::string& weight, const Tensor& x, const Tensor& out) {
   const ParamStore::Adapter* a = p.adapter(weight);
   if (!a) return out;
-  return ops::add(out, ops::scale(ops::linear(ops::linear(x, p[a->a]), p[a->b]), a->scale));
+  Tensor A = p[a->a], B = p[a->b];
+  if (a->group.split()) {
+    // Split over a tensor-parallel group, the matrix every rank holds whole
+    // has on each the gradient of its own part: summed over the ranks (B of
+    // a column-parallel weight cut into fewer parts than ranks: over those
+    // holding the same part, as tp::replicated does for the weight).
+    const RankGroup& g = a->group;
+    if (a->split.dim == 0) A = ops::all_reduce_in_backward(A, g);
+    if (a->split.dim == 0 && a->split.parts > 0) B = ops::all_reduce_in_backward(B, g, g.size / a->split.parts);
+    if (a->split.dim == 1) B = ops::all_reduce_in_backward(B, g);
+  }
+  return ops::add(out, ops::scale(ops::linear(ops::linear(x, A), B), a->scale));
 }
 
 Tensor positions(const Tensor& tokens) {

@@ -19,6 +19,10 @@ void append_layer_norm(std::vector<ParamSpec>& p, const std::string& prefix, std
 // attached a LoRA adapter to the weight (zoo/params.hpp). Every model's
 // linear layers go through it.
 Tensor linear(const ParamStore& p, const std::string& prefix, const Tensor& x, bool bias = true);
+// `out` (x's product with `weight`) plus scale (x A^T) B^T where the store
+// attached a LoRA adapter to `weight`; `out` itself otherwise. For a layer
+// that reads its weight another way (tp::replicated).
+Tensor with_adapter(const ParamStore& p, const std::string& weight, const Tensor& x, const Tensor& out);
 
 // int32 [S] = 0, 1, ..., S-1 for tokens[B, S].
 Tensor positions(const Tensor& tokens);

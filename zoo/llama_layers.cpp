@@ -26,8 +26,9 @@ Tensor attention(const ParamStore& p, const std::string& prefix, const Tensor& x
   const auto kv = [&](const char* name) {
     if (kv_parts == 0) return linear(p, prefix + name, in, z.qkv_bias);
     const std::string w = prefix + name;
-    return ops::linear(in, tp::replicated(p, w + ".weight", kv_parts, z.tp),
-                       z.qkv_bias ? tp::replicated(p, w + ".bias", kv_parts, z.tp) : Tensor());
+    return with_adapter(p, w + ".weight", in,
+                        ops::linear(in, tp::replicated(p, w + ".weight", kv_parts, z.tp),
+                                    z.qkv_bias ? tp::replicated(p, w + ".bias", kv_parts, z.tp) : Tensor()));
   };
   const Tensor k = ops::rotary(kv(".wk"), hd, z.theta, scaling, z.cp);
   const Tensor v = kv(".wv");

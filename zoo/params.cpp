@@ -152,10 +152,11 @@ std::vector<std::string> ParamStore::linear_only_reads() const {
   return out;
 }
 
-void ParamStore::attach_adapter(const std::string& weight, const std::string& a, const std::string& b, double scale) {
+void ParamStore::attach_adapter(const std::string& weight, const std::string& a, const std::string& b, double scale,
+                                const RankGroup& group) {
   for (const auto& name : {weight, a, b})
     if (!index_.count(name)) throw std::logic_error("no parameter named '" + name + "'");
-  adapters_.push_back({weight, {a, b, scale}});
+  adapters_.push_back({weight, {a, b, scale, group, specs_[index_of(weight)].split}});
 }
 
 const ParamStore::Adapter* ParamStore::adapter(const std::string& weight) const {

@@ -11,6 +11,7 @@
 
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/tensor.hpp"
+#include "core/rank_group.hpp"
 
 namespace remat {
 
@@ -85,12 +86,21 @@ class ParamStore {
   struct Adapter {
     std::string a, b;  // the names of A and B (read through operator[], which gathers sharded parameters)
     double scale = 1;  // alpha / R
+    // Under tensor parallelism, the group the weight is split over and how
+    // (its spec's): A splits with a row-parallel weight's columns, B with a
+    // column-parallel one's rows, and the other matrix, whole on every rank,
+    // has its gradient summed over the ranks (zoo/common.cpp's linear).
+    RankGroup group = {};
+    Split split = {};
   };
-  void attach_adapter(const std::string& weight, const std::string& a, const std::string& b, double scale);
+  void attach_adapter(const std::string& weight, const std::string& a, const std::string& b, double scale,
+                      const RankGroup& group = {});
   // The adapter of `weight`, or null; counts the use (require_adapters_used).
   const Adapter* adapter(const std::string& weight) const;
   // The adapted weights' names, in the order attached.
   std::vector<std::string> adapted() const;
+  // Every adapter with its weight's name, in the order attached (no use counted).
+  const std::vector<std::pair<std::string, Adapter>>& adapters() const { return adapters_; }
   // Which adapted weights a linear used since the last call (and forgets them).
   std::set<std::string> take_adapter_uses() const;
   // QLoRA: frozen weight `name` kept quantized (autodiff/quantized.hpp). Its

@@ -155,6 +155,12 @@ std::unique_ptr<ParamStore> part_of(const ParamStore& whole, const std::vector<P
   return parts;
 }
 
+Shape whole_shape(const ParamSpec& spec, int ranks) {
+  Shape whole = spec.shape;
+  if (spec.split.dim >= 0) whole[std::size_t(spec.split.dim)] *= spec.split.parts > 0 ? spec.split.parts : ranks;
+  return whole;
+}
+
 std::vector<double> part_values(const std::vector<double>& whole, const ParamSpec& spec, const Shape& whole_shape,
                                 const RankGroup& g) {
   if (std::int64_t(whole.size()) != numel(whole_shape))

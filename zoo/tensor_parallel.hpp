@@ -84,6 +84,9 @@ void validate(const std::string& model, const Sizes& sizes);
 // (the split model's) filled from `whole` (the unsplit model's, same names).
 std::unique_ptr<ParamStore> part_of(const ParamStore& whole, const std::vector<ParamSpec>& specs,
                                     const RankGroup& g);
+// A split parameter's whole shape: its part's, times its parts along the
+// split dimension (the group's `ranks` where spec.split.parts is 0).
+Shape whole_shape(const ParamSpec& spec, int ranks);
 // This rank's part of a whole parameter's values (row-major, `whole_shape`).
 std::vector<double> part_values(const std::vector<double>& whole, const ParamSpec& spec, const Shape& whole_shape,
                                 const RankGroup& g);

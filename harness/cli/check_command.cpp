@@ -274,13 +274,30 @@ void refuse_combinations(const CheckCommandOptions& o, const ModelSetup& setup) 
   if (o.finetune.quantize != QuantFormat::none && (!o.save_golden.empty() || !o.golden.empty()))
     throw UserError("--quantize with a golden file: not yet");
   const bool split = sizes.split_over_ranks();
-  if (split && (o.finetune.lora.any() || o.finetune.quantize != QuantFormat::none || o.train_steps > 0 ||
-                !o.save_golden.empty() || !o.golden.empty()))
+  if (split && (o.finetune.quantize != QuantFormat::none || o.train_steps > 0 || !o.save_golden.empty() ||
+                !o.golden.empty()))
     throw UserError(std::string(split_flag(sizes.ep.size, sizes.cp.size)) +
-                    " with --lora, --quantize, --train-steps or a golden file: not yet");
+                    " with --quantize, --train-steps or a golden file: not yet");
+  if ((sizes.ep.split() || sizes.cp.split()) && o.finetune.lora.any())  // under --tp LoRA splits with its weights
+    throw UserError(std::string(split_flag(sizes.ep.size, sizes.cp.size)) + " with --lora: not yet");
   // --freeze: under --tp each rank freezes its parts of the parameters, under --ep those of its experts,
   // under --cp every rank all of them.
   if (sizes.cp.split()) cp::validate(setup.model, sizes);  // --dropout, known only now
+}
+
+// What runs: the model and its sizes (this rank's batch), the settings, the
+// data-parallel groups beside a split.
+void print_header(const CheckCommandOptions& o, const ModelSetup& setup, int data_groups) {
+  const Sizes& z = setup.sizes;
+  std::printf("remat check: %s %s (L %d, D %d, H %d, S %d, B %d), dropout %g, %s attention, %s, %s\n",
+              setup.model.c_str(), setup.preset.c_str(), z.L, z.D, z.H, z.S, z.B, z.dropout,
+              ops::attention_kernel_name(o.model.run.attention), precision_name(o.model.run.precision),
+              Runtime::describe().c_str());
+  print_precision_path(o.model.run.precision);
+  if (data_groups > 1)
+    std::printf("%d data-parallel groups of %d ranks, each on its own %d of the %d sequences; every step's loss and "
+                "gradients averaged over them\n", data_groups, comm::size(comm::Group::tensor), z.B,
+                z.B * data_groups);
 }
 
 int run_check_command(const CheckCommandOptions& o) {
@@ -299,18 +316,7 @@ int run_check_command(const CheckCommandOptions& o) {
   if (o.pipe.stepped()) return run_pipelined_check(o, setup, *model, *params, batch, specs);
   if (o.train_steps > 0) return check_trajectories(o, setup, specs);
 
-  const Sizes& z = setup.sizes;
-  if (!o.json) {
-    std::printf("remat check: %s %s (L %d, D %d, H %d, S %d, B %d), dropout %g, %s attention, %s, %s\n",
-                setup.model.c_str(), setup.preset.c_str(), z.L, z.D, z.H, z.S, z.B, z.dropout,
-                ops::attention_kernel_name(o.model.run.attention), precision_name(o.model.run.precision),
-                Runtime::describe().c_str());
-    print_precision_path(o.model.run.precision);
-  }
-  if (in.data_groups > 1 && !o.json)
-    std::printf("%d data-parallel groups of %d ranks, each on its own %d of the %d sequences; every step's loss and "
-                "gradients averaged over them\n", in.data_groups, comm::size(comm::Group::tensor), z.B,
-                z.B * in.data_groups);
+  if (!o.json) print_header(o, setup, in.data_groups);
   remat::CheckOptions options;
   options.run = o.model.run;
   options.trace = o.trace;

@@ -200,7 +200,7 @@ void run_time(const TimeOptions& o) {
   const auto specs = strategies_for(setup.model, o.strategy, o.model.run.attention);
   if (specs.size() != 1) throw UserError("remat time runs one strategy; '" + o.strategy + "' names " +
                                          std::to_string(specs.size()) + " (use `remat matrix` for several)");
-  if ((o.model.tp > 1 || o.model.sp || o.model.ep > 1 || o.model.cp > 1) && o.finetune.lora.any())
+  if ((o.model.ep > 1 || o.model.cp > 1) && o.finetune.lora.any())  // under --tp LoRA splits with its weights
     throw UserError(std::string(split_flag(o.model.ep, o.model.cp)) + " with --lora: not yet");
   Sizes layout;
   layout.ep.size = o.model.ep;

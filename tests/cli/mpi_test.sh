@@ -338,7 +338,8 @@ mpi_error "gpt2 has none" matrix --preset tiny --models gpt2,mixtral --ep 2 --ou
 mpi_error "one split at a time" matrix --preset tiny --tp 2 --cp 2 --out x.h5
 mpi_error "runs on a multiple of 3 ranks" matrix --preset tiny --tp 3 --out x.h5
 mpi_error "with --mem-limit: not yet" matrix --preset tiny --tp 2 --mem-limit 1G --out x.h5
-mpi_error "with --lora or --quantize: not yet" matrix --preset tiny --ep 2 --models mixtral --lora 4 --out x.h5
+mpi_error "--ep with --lora: not yet" matrix --preset tiny --ep 2 --models mixtral --lora 4 --out x.h5
+mpi_error "--tp with --quantize: not yet" matrix --preset tiny --tp 2 --freeze-below 1 --quantize int8 --out x.h5
 [ ! -e x.h5 ] || fail "a refused matrix left a results file behind"
 mpi_error "matches no parameter" train --preset tiny --steps 1 --freeze 'nomatch*' --out x.h5
 # With mpirun -q (docs/scale-out.md) the error line and the exit code are all there is.

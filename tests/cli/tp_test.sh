@@ -317,7 +317,71 @@ whole = S * D + L * (4 * D + D + D) + 2 * D
 assert r['parameter_count'] == split // 2 + whole, (r['parameter_count'], split // 2 + whole)
 " || fail "estimate --tp 2 does not count one rank's parts"
 
-# 6. Bad layouts: one line, exit 2.
+# 6. LoRA under the split: each adapter splits with its weight (B's rows with a column-parallel weight's, A's
+# columns with a row-parallel one's; the other matrix whole on every rank, its gradient summed over them, over
+# the ranks sharing a replicated key/value head at --tp 4). The gradients are one process's, every strategy is
+# bitwise full with each rank's peak the estimate's, and a training follows one process's adapters and resumes
+# bitwise after a kill.
+lora_gpt2="*.attn.c_attn.weight,*.attn.c_proj.weight,*.mlp.c_fc.weight,*.mlp.c_proj.weight"
+lora_llama="*.attention.wq.weight,*.attention.wv.weight,*.attention.wo.weight,*.feed_forward.w1.weight,*.feed_forward.w2.weight"
+for model in gpt2 llama; do
+  targets=lora_$model
+  L=(--lora 4 --lora-targets "${!targets}")
+  expect_ok "$model grads --lora, one process" "$remat" grads --weights "dp-$model.h5" "${L[@]}" --out one.h5
+  layouts=("--tp 2 --sp")
+  [ "$model" = llama ] && layouts+=("--tp 4")  # 2 key/value heads: each held by 2 of the 4 ranks
+  for layout in "${layouts[@]}"; do
+    # shellcheck disable=SC2206  # the layout's words, as a user types them
+    split=($layout)
+    launch=("${mpi[@]}")
+    [ "${split[1]}" = 4 ] && launch=("${mpi4[@]}")
+    expect_ok "$model grads --lora $layout" "${launch[@]}" "$remat" grads --weights "dp-$model.h5" "${L[@]}" "${split[@]}" \
+      --out two.h5
+    close_to_one one.h5 two.h5 || fail "$model --lora $layout: gradients differ from one process's"
+  done
+  "${mpi[@]}" "$remat" check --model "$model" --tp 2 --sp "${L[@]}" --strategies all --json >check.json 2>err.txt ||
+    fail "$model check --tp 2 --sp --lora: $(cat err.txt)"
+  OMP_NUM_THREADS=1 "$remat" estimate --model "$model" --preset tiny --tp 2 --sp "${L[@]}" --strategies all --json \
+    >estimate.json 2>err.txt || fail "estimate --tp 2 --sp --lora: $(cat err.txt)"
+  py check.json estimate.json <<'PY' || fail "$model check --tp 2 --sp --lora: not bitwise, or not the estimate"
+import json, sys
+check, estimate = (json.load(open(p)) for p in sys.argv[1:])
+assert check["not_bitwise_exact"] == 0
+measured = {r["strategy"]: r["activation_peak_bytes"] for r in check["strategies"]}
+assert measured == {r["strategy"]: r["activation_peak_bytes"] for r in estimate}, measured
+PY
+done
+R=(train --model llama --preset tiny --lr 3e-3 --data copy --steps 20 --lora 4 --lora-targets "$lora_llama")
+"$remat" "${R[@]}" --out lora-one.h5 >/dev/null 2>err.txt || fail "train --lora, one process: $(cat err.txt)"
+for layout in "--tp 2 --sp" "--tp 4"; do
+  # shellcheck disable=SC2206
+  split=($layout)
+  launch=("${mpi[@]}")
+  [ "${split[1]}" = 4 ] && launch=("${mpi4[@]}")
+  expect_ok "train --lora $layout" "${launch[@]}" "$remat" "${R[@]}" "${split[@]}" --out "lora-tp${split[1]}.h5" \
+    --adapters-out "adapters-tp${split[1]}.h5"
+  py lora-one.h5 "lora-tp${split[1]}.h5" "adapters-tp${split[1]}.h5" <<'PY' || fail "train --lora $layout: wrong"
+# one process's losses and adapters; --adapters-out the run file's adapters, whole
+import sys, h5py, numpy as np
+one, split, alone = (h5py.File(p) for p in sys.argv[1:])
+assert sorted(alone["params"]) == sorted(n for n in split["params"] if ".lora_" in n), list(alone["params"])
+for n in alone["params"]:  # whole, as the run file holds them
+    assert alone["params"][n][:].tobytes() == split["params"][n][:].tobytes(), n
+assert np.abs(one["history/loss"][:] - split["history/loss"][:]).max() <= 1e-5
+adapters = [n for n in one["params"] if ".lora_" in n]
+assert adapters and sorted(adapters) == sorted(n for n in split["params"] if ".lora_" in n)
+for n in adapters:
+    a, b = one["params"][n][:], split["params"][n][:]
+    assert np.abs(a - b).max() <= 1e-5 * np.abs(a).max(), n
+PY
+done
+"${mpi[@]}" "$remat" "${R[@]}" --tp 2 --sp --save-every 2 --out lora-whole.h5 >/dev/null 2>err.txt ||
+  fail "train --tp 2 --lora: $(cat err.txt)"
+cut_at_first_save lora-cut.h5 "${mpi[@]}" "$remat" "${R[@]}" --tp 2 --sp --save-every 2 --out lora-cut.h5
+expect_ok "train --tp 2 --lora --resume" "${mpi[@]}" "$remat" "${R[@]}" --tp 2 --sp --save-every 2 --out lora-cut.h5 --resume
+same_run lora-whole.h5 lora-cut.h5 || fail "train --tp 2 --lora, killed and resumed, is not the run left alone"
+
+# 7. Bad layouts: one line, exit 2.
 expect_error "does not divide the attention heads H = 4" "$remat" check --model gpt2 --tp 3
 expect_error "runs on a multiple of 2 ranks" "$remat" check --model gpt2 --tp 2
 expect_error "--sp splits the sequence over a tensor-parallel group" "$remat" estimate --model gpt2 --sp
@@ -326,7 +390,7 @@ expect_error "--sp splits the sequence over a tensor-parallel group" "$remat" tr
   --steps 1
 expect_error "runs on a multiple of 2 ranks" "$remat" train --model gpt2 --preset tiny --tp 2 --steps 1
 expect_error "plan with --device" "$remat" plan --model gpt2 --tp 2 --budget min
-expect_error "--tp with --lora or --quantize: not yet" "$remat" estimate --model llama --preset tiny --tp 2 --lora 4
+expect_error "--tp with --quantize: not yet" "$remat" estimate --model llama --preset tiny --tp 2 --lora 4 --quantize nf4
 expect_error "does not divide the sequence length S = 15" "$remat" estimate --model gpt2 --preset tiny --tp 2 --sp \
   --seq 15
 finish tp_test
