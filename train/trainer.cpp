@@ -250,14 +250,16 @@ void add_parts(StepRecord& r, const StepResult& s) {
   }
 }
 
-void sum_parts_over_ranks(StepRecord& r) {
+// The step's loss parts and statistics summed over group g's ranks: the
+// data-parallel replicas' micro-batches, or a context-parallel group's rows.
+void sum_parts_over_ranks(StepRecord& r, comm::Group g) {
   std::vector<double> mine;  // every rank's, in one order: the parts, then each statistic's values
   for (const auto& p : r.loss_parts) mine.push_back(p.second);
   for (const auto& st : r.stats) mine.insert(mine.end(), st.values.begin(), st.values.end());
   if (mine.empty()) return;
-  const int ranks = comm::size(comm::Group::data);
+  const int ranks = comm::size(g);
   std::vector<double> all(mine.size() * std::size_t(ranks));
-  comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data(), comm::Group::data);
+  comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data(), g);
   std::vector<double> sum(mine.size(), 0.0);
   for (int rank = 0; rank < ranks; ++rank)
     for (std::size_t i = 0; i < sum.size(); ++i) sum[i] += all[std::size_t(rank) * mine.size() + i];
@@ -407,7 +409,9 @@ const StepRecord& Trainer::step() {
   const bool scaling = config_.run.precision == Precision::fp16;
   const double loss_scale = scaling ? state_.scaler.scale : 1.0;
   StepRecord r = forward_backward_all(loss_scale);
-  if (N > 1) sum_parts_over_ranks(r);
+  if (N > 1) sum_parts_over_ranks(r, comm::Group::data);
+  const int C = config_.setup.sizes.cp.size;  // context parallelism: each rank's parts are its rows' shares
+  if (C > 1) sum_parts_over_ranks(r, comm::Group::tensor);
   for (auto& part : r.loss_parts) part.second /= M;
   const std::vector<Tensor>& trained = reduce.trained();
   if (M > 1 || loss_scale != 1) scale_gradients(trained, 1.0 / (M * loss_scale));  // the mean, unscaled
@@ -431,7 +435,8 @@ const StepRecord& Trainer::step() {
   const comm::Stats comm1 = comm::stats();
   r.comm_bytes = comm1.bytes_sent + comm1.bytes_received - comm0.bytes_sent - comm0.bytes_received;
   r.comm_seconds = comm1.seconds - comm0.seconds;
-  r.predicted_comm_bytes += reduce.predicted_bytes(*strategy_) + parts_exchange_bytes(r, N);
+  r.predicted_comm_bytes += reduce.predicted_bytes(*strategy_) + parts_exchange_bytes(r, N) +
+                            parts_exchange_bytes(r, C);
   state_.history.push_back(r);
   stop_if_every_step_overflows();
   state_.memory = rank_memory();

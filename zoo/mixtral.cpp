@@ -16,6 +16,7 @@
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/region.hpp"
 #include "zoo/common.hpp"
+#include "zoo/context_parallel.hpp"
 #include "zoo/expert_parallel.hpp"
 #include "zoo/llama_layers.hpp"
 #include "zoo/model.hpp"
@@ -67,16 +68,27 @@ class Mixtral final : public Model {
 
   LossTerms loss_terms(const ParamStore& p, const Batch& batch) const override {
     Tensors out = forward(p, batch);
-    Tensor ce = tp::cross_entropy(out[0], ep::my_sequences(batch.targets, sizes_.ep), sizes_.tp);
+    const Tensor targets = ep::my_sequences(batch.targets, sizes_.ep);
+    const std::int64_t routed = std::int64_t(sizes_.L) * batch.tokens.numel();  // the whole batch's rows, all layers
     const RankGroup& g = sizes_.ep;
     if (g.split()) {  // the whole batch's: each rank's mean over its part, and the router's counts, summed
-      ce = ops::all_reduce(ops::scale(ce, 1.0 / g.size), g);
+      const Tensor ce = ops::all_reduce(ops::scale(tp::cross_entropy(out[0], targets, sizes_.tp), 1.0 / g.size), g);
       out[1] = ops::all_reduce(out[1], g);
       out[2] = ops::all_reduce(out[2], g);
+      return terms(ce, ops::load_balancing_loss(out[1], out[2], routed), out[2]);
     }
-    const Tensor aux = ops::load_balancing_loss(out[1], out[2], std::int64_t(sizes_.L) * batch.tokens.numel());
-    const Tensor total = sizes_.router_aux > 0 ? ops::add(ce, ops::scale(aux, sizes_.router_aux)) : ce;
-    return {total, {{"ce", ce}, {"aux", aux}}, {{"expert_load", out[2]}}};
+    const RankGroup& c = sizes_.cp;
+    if (c.split()) {
+      // Each rank's loss is its share of the whole (summed over the group, as
+      // every --cp model's): its rows' cross-entropy share, and 1/N of the
+      // load-balancing loss of the router's whole-sequence sums. The
+      // probabilities' sum is gathered by an op that also sums its gradient
+      // in backward: every rank's 1/N share of the aux loss reaches it.
+      const Tensor whole_probs = ops::all_reduce(ops::all_reduce_in_backward(out[1], c), c);
+      const Tensor aux = ops::load_balancing_loss(whole_probs, ops::all_reduce(out[2], c), routed);
+      return terms(cp::cross_entropy(out[0], targets, sizes_), ops::scale(aux, 1.0 / c.size), out[2]);
+    }
+    return terms(tp::cross_entropy(out[0], targets, sizes_.tp), ops::load_balancing_loss(out[1], out[2], routed), out[2]);
   }
 
  private:
@@ -85,12 +97,19 @@ class Mixtral final : public Model {
     return block_name(i) + ".block_sparse_moe.experts." + std::to_string(e) + ".";
   }
 
+  // The loss: cross-entropy plus router_aux times the load-balancing loss,
+  // with both parts and the tokens each expert received.
+  LossTerms terms(const Tensor& ce, const Tensor& aux, const Tensor& load) const {
+    const Tensor total = sizes_.router_aux > 0 ? ops::add(ce, ops::scale(aux, sizes_.router_aux)) : ce;
+    return {total, {{"ce", ce}, {"aux", aux}}, {{"expert_load", load}}};
+  }
+
   // {logits, the router probabilities' sums [E], tokens per expert per layer [L, E]}.
   Tensors forward(const ParamStore& p, const Batch& batch) const {
     // The router's statistics are reductions: kept in the compute type
     // (float32 when the step runs in bfloat16).
     const DType dt = compute_dtype(p["tok_embeddings.weight"].dtype());
-    const Tensor tokens = ep::my_sequences(batch.tokens, sizes_.ep);
+    const Tensor tokens = cp::rows(ep::my_sequences(batch.tokens, sizes_.ep), sizes_.cp);
     Tensors x = {embedded(p, tokens),
                  Tensor::zeros({sizes_.E}, dt, "router_sums"), Tensor::zeros({sizes_.L, sizes_.E}, dt, "expert_load")};
     for (int i = 0; i < sizes_.L; ++i)
@@ -154,7 +173,7 @@ class Mixtral final : public Model {
 void register_mixtral(ModelRegistry& r) {
   r.add({"mixtral", "llama with a sparse mixture of experts for the FFN: top-k routing, dropless, load-balancing loss",
          false, [](const Sizes& s) { return std::make_unique<Mixtral>(s); }, {"E", "K", "theta", "eps", "qkv_bias", "rope_scaling"},
-         /*tensor_parallel=*/true, "", nullptr, /*grouped_kv=*/true});
+         /*tensor_parallel=*/true, "", nullptr, /*grouped_kv=*/true, /*context_parallel=*/true});
 }
 
 }  // namespace remat

@@ -41,6 +41,14 @@ void run_models() {
               "the split layers\n(not bert); --ep N spreads mixtral's experts over N ranks (E/N each, tokens sent to "
               "their experts'\nranks by all-to-all, the batch's sequences split); MPI data parallelism and "
               "--shard-params (ZeRO-3)\nreplicate or shard whole models.\n");
+  std::string context, staged;
+  for (const auto& m : models().all()) {
+    if (m.context_parallel) context += (context.empty() ? "" : ", ") + m.name;
+    if (m.make(preset_sizes("tiny"))->staged()) staged += (staged.empty() ? "" : ", ") + m.name;
+  }
+  std::printf("--cp N splits the sequence of %s over N ranks (two zig-zag chunks each, keys and values\npassed "
+              "around a ring for attention); --pp N splits the layers of %s into N pipeline stages\n(activations "
+              "sent forward, their gradients back, on a schedule).\n", context.c_str(), staged.c_str());
   std::printf("\npresets (L D H Hkv F S V B; E experts, K per token: mixtral):\n");
   for (const auto& p : presets()) {
     const Sizes& z = p.sizes;

@@ -172,6 +172,44 @@ sent, predicted = cp["history/comm_bytes"][:], cp["history/predicted_comm_bytes"
 assert (sent > 0).all() and (sent == predicted).all(), (sent[:3], predicted[:3])
 PY
 
+# mixtral: each rank's loss is its rows' share of the cross-entropy and 1/N of the load-balancing loss of the
+# router's whole-sequence sums (gathered by an op whose backward sums every rank's share). At --router-aux 1 the
+# gradients are one process's at 2 and 4 ranks; every strategy bitwise full with each rank's peaks the
+# estimate's; a training follows one process's losses, loss parts and expert loads.
+"$remat" export --model mixtral --preset tiny --out mixtral.h5 >/dev/null 2>err.txt || fail "export: $(cat err.txt)"
+expect_ok "mixtral grads, one process" "$remat" grads --weights mixtral.h5 --router-aux 1 --out one.h5
+for n in 2 4; do
+  launch=("${mpi[@]}")
+  [ "$n" = 4 ] && launch=("${mpi4[@]}")
+  expect_ok "mixtral grads --cp $n" "${launch[@]}" "$remat" grads --weights mixtral.h5 --router-aux 1 --cp "$n" --out "cp$n.h5"
+  close one.h5 "cp$n.h5" 1e-5 || fail "mixtral --cp $n: gradients differ from one process's"
+done
+"${mpi[@]}" "$remat" check --model mixtral --cp 2 --strategies all --json >check.json 2>err.txt ||
+  fail "mixtral check --cp 2: $(cat err.txt)"
+OMP_NUM_THREADS=1 "$remat" estimate --model mixtral --preset tiny --cp 2 --strategies all --json >est.json 2>err.txt ||
+  fail "estimate mixtral --cp 2: $(cat err.txt)"
+py check.json est.json <<'PY' || fail "mixtral check --cp 2: not bitwise, or not the estimate"
+import sys, json
+check, est = json.load(open(sys.argv[1])), {r["strategy"]: r for r in json.load(open(sys.argv[2]))}
+assert check["not_bitwise_exact"] == 0
+for r in check["strategies"]:
+    e = est[r["strategy"]]
+    assert (r["activation_peak_bytes"], r["offload_peak_bytes"]) == (e["activation_peak_bytes"], e["offload_peak_bytes"]), r["strategy"]
+PY
+X=(train --model mixtral --preset tiny --data copy --lr 3e-3 --steps 10 --accumulate 2)
+expect_ok "mixtral train, one process" "$remat" "${X[@]}" --out mixtral-one.h5
+expect_ok "mixtral train --cp 2" "${mpi[@]}" "$remat" "${X[@]}" --cp 2 --out mixtral-cp.h5
+py mixtral-one.h5 mixtral-cp.h5 <<'PY' || fail "mixtral train --cp 2 strays from one process's run"
+import sys, h5py, numpy as np
+one, cp = (h5py.File(p) for p in sys.argv[1:])
+assert np.allclose(one["history/loss"][:], cp["history/loss"][:], rtol=1e-6, atol=0)
+for part in ("ce", "aux"):  # the group's sums, not rank 0's share
+    assert np.allclose(one["history/loss_parts"][part][:], cp["history/loss_parts"][part][:], rtol=1e-6, atol=0), part
+assert (one["history/stats/expert_load"][:] == cp["history/stats/expert_load"][:]).all()
+sent, predicted = cp["history/comm_bytes"][:], cp["history/predicted_comm_bytes"][:]
+assert (sent > 0).all() and (sent == predicted).all(), (sent[:3], predicted[:3])
+PY
+
 # 4. Bad layouts, one line each, before anything runs (estimate takes --cp beside --pp: shape-only).
 expect_error "must be divisible by 6" "$remat" estimate --model llama --preset tiny --cp 3
 expect_error "must be divisible by 6" "$remat" grads --weights llama.h5 --cp 3
