@@ -17,7 +17,7 @@ namespace remat {
 
 std::string TrainingLayout::flags() const {
   std::string s = "--batch 1 --tp " + std::to_string(tp) + (sp ? " --sp" : "") + " --cp " + std::to_string(cp) + " --ranks " +
-                  std::to_string(dp);
+                  std::to_string(dp) + (shard ? " --shard-params" : "");
   if (pp > 1) {
     s += " --pp " + std::to_string(pp) + " --micro-batches " + std::to_string(micro_batches) + " --stage-layers ";
     for (std::size_t i = 0; i < stage_layers.size(); ++i) s += (i ? "," : "") + std::to_string(stage_layers[i]);
@@ -79,12 +79,26 @@ std::vector<PipelineEstimate> stage_estimates(const LayoutRequest& r, const Mode
 }
 
 // Without stages: `estimate`'s point (a rank's step and state, as
-// training's steps measure them) for the layout's strategies.
-EstimatePoint flat_point(const LayoutRequest& r, const ModelSetup& setup, const TrainingLayout& layout) {
+// training's steps measure them) for the layout's strategies; `sharded`:
+// with the replicas' state sharded (--shard-params).
+EstimatePoint flat_point(const LayoutRequest& r, const ModelSetup& setup, const TrainingLayout& layout, bool sharded) {
   EstimateRequest e = r.point;
   e.base = setup;
   e.ranks = layout.dp;
+  e.shard_params = sharded;
   return estimate_point(e, setup, {});
+}
+
+// Whether a verdict's hungriest rank fits the device and its offload pool
+// the host; why not where it does not.
+void judge(LayoutVerdict& v, std::int64_t offload, const Device& device) {
+  const std::int64_t over = v.largest_total - device.usable();
+  const std::int64_t host_over = device.host_memory_bytes > 0 ? offload - device.host_memory_bytes : 0;
+  v.fits = over <= 0 && host_over <= 0;
+  if (over > 0)
+    v.why_not = "stage " + std::to_string(v.hungriest_stage) + " over by " + human_bytes(double(over));
+  else if (host_over > 0)
+    v.why_not = "offload pool over the host's memory by " + human_bytes(double(host_over));
 }
 
 // Every strategy of one layout. Each stage's memory comes from its own
@@ -99,7 +113,12 @@ void cost_layout(const LayoutRequest& r, const ModelSetup& setup, TrainingLayout
   const int M = layout.micro_batches, M1 = std::min(M, layout.pp), M2 = M1 + 2;
   const auto first = stage_estimates(r, setup, layout, M1);
   const auto second = M > M1 ? stage_estimates(r, setup, layout, M2) : first;
-  const EstimatePoint flat = layout.pp == 1 ? flat_point(r, setup, layout) : EstimatePoint{};
+  const EstimatePoint flat = layout.pp == 1 ? flat_point(r, setup, layout, false) : EstimatePoint{};
+  // ZeRO-3 over the replicas, searched beside plain data parallelism where
+  // remat estimates it (no stages; the context-parallel ranks' own sum left
+  // out: without cp).
+  const bool shardable = layout.pp == 1 && layout.cp == 1 && layout.dp > 1;
+  const EstimatePoint sharded = shardable ? flat_point(r, setup, layout, true) : EstimatePoint{};
   for (std::size_t i = 0; i < first.size(); ++i) {
     LayoutVerdict v;
     layout.strategy = r.point.strategies[i];
@@ -127,14 +146,21 @@ void cost_layout(const LayoutRequest& r, const ModelSetup& setup, TrainingLayout
       v.largest_total = flat.rows[i].total;
       offload = flat.rows[i].offload;
     }
-    const std::int64_t over = v.largest_total - device.usable();
-    const std::int64_t host_over = device.host_memory_bytes > 0 ? offload - device.host_memory_bytes : 0;
-    v.fits = over <= 0 && host_over <= 0;
-    if (over > 0)
-      v.why_not = "stage " + std::to_string(v.hungriest_stage) + " over by " + human_bytes(double(over));
-    else if (host_over > 0)
-      v.why_not = "offload pool over the host's memory by " + human_bytes(double(host_over));
+    judge(v, offload, device);
     out.push_back(v);
+    if (!shardable) continue;
+    // Sharded, each micro-batch gathers the parameters it runs and
+    // reduce-scatters its gradients (as FSDP does by default): what the
+    // sharded point's step costs beyond the unsharded one's, M times, in
+    // place of the one all-reduce.
+    LayoutVerdict z = v;
+    z.layout.shard = true;
+    z.why_not.clear();
+    z.exchange_seconds = double(M) * (sharded.rows[i].modelled_seconds - flat.rows[i].modelled_seconds);
+    z.step_seconds = pipeline_step + z.exchange_seconds;
+    z.largest_total = sharded.rows[i].total;
+    judge(z, sharded.rows[i].offload, device);
+    out.push_back(z);
   }
 }
 
@@ -197,12 +223,14 @@ LayoutSearch search_layouts(const LayoutRequest& r, const std::function<void(con
           search.skipped.push_back(name + ": " + why);
           continue;
         }
-        TrainingLayout layout{tp, cp, pp, dp, sp, int(sequences / dp), {}, ""};
+        TrainingLayout layout{tp, cp, pp, dp, sp, false, int(sequences / dp), {}, ""};
         if (pp > 1) layout.stage_layers = balanced_stage_layers(z.L, pp);
         const int blocks = pp > 1 ? *std::max_element(layout.stage_layers.begin(), layout.stage_layers.end()) : z.L;
-        if (const std::int64_t held = block_state_bytes(r, setup, blocks); held > device.usable()) {
+        const int shards = pp == 1 && cp == 1 ? dp : 1;  // sharded over the replicas (cost_layout's zero-3)
+        if (const std::int64_t held = block_state_bytes(r, setup, blocks) / shards; held > device.usable()) {
           search.skipped.push_back(name + ": the state of a stage's " + std::to_string(blocks) + " blocks alone, " +
-                                   human_bytes(double(held)) + ", is over " + human_bytes(double(device.usable())));
+                                   human_bytes(double(held)) + (shards > 1 ? " sharded" : "") + ", is over " +
+                                   human_bytes(double(device.usable())));
           continue;
         }
         if (progress) progress(name);

@@ -27,14 +27,15 @@ struct LayoutRequest {
 struct TrainingLayout {
   int tp = 1, cp = 1, pp = 1, dp = 1;
   bool sp = false;
+  bool shard = false;  // ZeRO-3 over the replicas (--shard-params): each keeps 1/dp of its state
   int micro_batches = 1;         // per replica and step, of one sequence each
   std::vector<int> stage_layers;  // under pp: each stage's blocks
   std::string strategy;
   std::string flags() const;  // as `remat estimate` takes them: "--batch 1 --tp 8 --sp --pp 4 --micro-batches 16 ..."
   // Whether remat runs it (grads, train), not only estimates it: two of
   // --tp, --cp and --pp together are estimated only (data parallelism
-  // composes with each).
-  bool runs() const { return (tp > 1) + (cp > 1) + (pp > 1) <= 1; }
+  // composes with each; sharded, with --tp alone).
+  bool runs() const { return (tp > 1) + (cp > 1) + (pp > 1) <= 1 && !(shard && (cp > 1 || pp > 1)); }
 };
 
 struct LayoutVerdict {

@@ -20,7 +20,7 @@ double gib(std::int64_t bytes) { return double(bytes) / double(std::int64_t(1) <
 Table verdict_table(const std::vector<const LayoutVerdict*>& rows, const Device& device, bool dropped = true) {
   Table t;
   const auto size = decimals(2, double(std::int64_t(1) << 30));
-  t.columns = {{"tp", "tp"}, {"sp", "sp"}, {"cp", "cp"}, {"pp", "pp"}, {"dp", "dp"},
+  t.columns = {{"tp", "tp"}, {"sp", "sp"}, {"cp", "cp"}, {"pp", "pp"}, {"dp", "dp"}, {"sharded", "zero-3"},
                {"micro_batches", "M"}, {"strategy", "strategy", nullptr, true},
                {"largest_total_bytes", "GiB/GPU", size}, {"hungriest_stage", "on stage"},
                {"step_s", "step s", decimals(3)}, {"exchange_s", "of it dp s", decimals(3)},
@@ -29,7 +29,7 @@ Table verdict_table(const std::vector<const LayoutVerdict*>& rows, const Device&
                {"runs", "runs"}, {"flags", ""}};
   for (const LayoutVerdict* v : rows) {
     const TrainingLayout& l = v->layout;
-    t.add({std::int64_t(l.tp), l.sp, std::int64_t(l.cp), std::int64_t(l.pp), std::int64_t(l.dp),
+    t.add({std::int64_t(l.tp), l.sp, std::int64_t(l.cp), std::int64_t(l.pp), std::int64_t(l.dp), l.shard,
            std::int64_t(l.micro_batches), l.strategy, v->largest_total, std::int64_t(v->hungriest_stage), v->step_seconds,
            v->exchange_seconds, v->bubble, v->tokens_per_second(), v->fits, device.usable() - v->largest_total,
            v->fits ? Cell() : Cell(v->why_not), l.runs() ? Cell("yes") : Cell("estimate only"), l.flags()});
@@ -99,14 +99,14 @@ void print_search(const LayoutPlanOptions& o, const Device& device, const Layout
   std::printf("%zu layouts x strategies costed, %zu fit in %s's %.1f GiB usable\n", search.verdicts.size(),
               fitting.size(), device.name.c_str(), gib(device.usable()));
   if (fitting.empty())
-    std::printf("no layout fits: more GPUs, a shorter sequence, or a strategy that keeps less (the state is not "
-                "sharded here; `remat estimate --shard-params` says what ZeRO-3 leaves)\n");
+    std::printf("no layout fits: more GPUs, a shorter sequence, or a strategy that keeps less\n");
   if (fitting.size() > std::size_t(o.top)) fitting.resize(std::size_t(o.top));
   if (!fitting.empty()) {
     std::printf("\nthe fastest that fit:\n%s", render_text(verdict_table(fitting, device, false)).c_str());
     std::printf("as flags: remat estimate ... %s --strategies %s\n", fitting[0]->layout.flags().c_str(),
                 fitting[0]->layout.strategy.c_str());
-    std::printf("runs: whether remat runs the layout (grads, train) or only estimates it (two of tp, cp and pp together)\n");
+    std::printf("runs: whether remat runs the layout (grads, train) or only estimates it (two of tp, cp and pp "
+                "together, or zero-3 beside cp or pp)\n");
   }
   if (dropped.size() > std::size_t(o.top)) dropped.resize(std::size_t(o.top));
   if (!dropped.empty())
@@ -118,10 +118,12 @@ void print_search(const LayoutPlanOptions& o, const Device& device, const Layout
   std::printf("\nstep s: the device model's step (docs/estimates.md): M micro-batches of one sequence per replica, under "
               "pp the 1F1B schedule replayed over each stage's priced passes, then the gradients' all-reduce over the "
               "data- and context-parallel ranks on the peer link (of it dp s; across nodes the network is slower: "
-              "under-priced); tokens/s: the global batch over the step. GiB/GPU: the hungriest rank's weights, "
-              "gradients, optimizer state, 16-bit copy and activation peak, exact (not sharded; without the running "
-              "sum of M micro-batches' gradients that remat train keeps beside them: Megatron adds into the gradients "
-              "in place).\n");
+              "under-priced); zero-3 (--shard-params, searched without pp and cp): the replicas' state sharded, each "
+              "micro-batch gathering the parameters and reduce-scattering its gradients in place of the all-reduce (of "
+              "it dp s). tokens/s: the global batch over the step. GiB/GPU: the hungriest rank's weights, gradients, "
+              "optimizer state, 16-bit copy, gathered and reducing peaks and activation peak, exact (without the "
+              "running sum of M micro-batches' gradients that remat train keeps beside them: Megatron adds into the "
+              "gradients in place).\n");
 }
 
 }  // namespace

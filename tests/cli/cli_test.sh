@@ -199,19 +199,25 @@ assert fit and len(fit) < len(rows), (len(fit), len(rows))  # some fit, some do 
 assert [r["step_s"] for r in fit] == sorted(r["step_s"] for r in fit)  # fastest first
 assert all(r["headroom_bytes"] >= 0 and "why_not" not in r for r in fit)
 assert all(r["why_not"] for r in rows if not r["fits"])
-assert all(r["runs"] == ("yes" if (r["tp"] > 1) + (r["cp"] > 1) + (r["pp"] > 1) <= 1 else "estimate only") for r in rows)
-best = fit[0]
-open("best.txt", "w").write(best["flags"] + " --strategies " + best["strategy"] + "\n")
-open("best.json", "w").write(json.dumps(best))
+runs = lambda r: (r["tp"] > 1) + (r["cp"] > 1) + (r["pp"] > 1) <= 1 and not (r["sharded"] and (r["cp"] > 1 or r["pp"] > 1))
+assert all(r["runs"] == ("yes" if runs(r) else "estimate only") for r in rows)
+# ZeRO-3 searched beside plain data parallelism, without pp and cp, in its own flags
+zero = [r for r in rows if r["sharded"]]
+assert zero and all(r["pp"] == 1 and r["cp"] == 1 and r["dp"] > 1 and "--shard-params" in r["flags"] for r in zero)
+for name, row in (("best", fit[0]), ("zero", min((r for r in zero if r["fits"]), key=lambda r: r["step_s"]))):
+    open(name + ".txt", "w").write(row["flags"] + " --strategies " + row["strategy"] + "\n")
+    open(name + ".json", "w").write(json.dumps(row))
 PY
-read -r -a best <best.txt
-expect_ok "estimate of the planned layout" "$remat" estimate --config llama-7b --layers 6 --seq 4096 \
-  --precision bf16 --device l4-24gb "${best[@]}" --json
-py best.json out.txt <<'PY' || fail "plan --gpus: the best layout's memory is not estimate's: $(cat best.txt)"
+for planned in best zero; do
+  read -r -a flags <"$planned.txt"
+  expect_ok "estimate of the planned layout ($planned)" "$remat" estimate --config llama-7b --layers 6 --seq 4096 \
+    --precision bf16 --device l4-24gb "${flags[@]}" --json
+  py "$planned.json" out.txt <<'PY' || fail "plan --gpus: the $planned layout's memory is not estimate's: $(cat "$planned.txt")"
 import sys, json
 best, rows = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
 assert max(r["total_bytes"] for r in rows) == best["largest_total_bytes"], (rows, best)
 PY
+done
 expect_ok "plan --gpus, text" "$remat" "${P[@]}"
 grep -q "the fastest that fit" out.txt && grep -q "dropped, the closest to fitting" out.txt ||
   fail "plan --gpus text: $(cat out.txt)"
