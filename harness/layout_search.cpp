@@ -19,9 +19,15 @@ std::string TrainingLayout::flags() const {
   std::string s = "--batch 1 --tp " + std::to_string(tp) + (sp ? " --sp" : "") + " --cp " + std::to_string(cp) + " --ranks " +
                   std::to_string(dp) + (shard ? " --shard-params" : "");
   if (pp > 1) {
-    s += " --pp " + std::to_string(pp) + " --micro-batches " + std::to_string(micro_batches) + " --stage-layers ";
-    for (std::size_t i = 0; i < stage_layers.size(); ++i) s += (i ? "," : "") + std::to_string(stage_layers[i]);
+    s += " --pp " + std::to_string(pp) + " --micro-batches " + std::to_string(micro_batches);
+    s += stage_layers.empty() ? " --schedule " + schedule : " --stage-layers " + stage_list();
   }
+  return s;
+}
+
+std::string TrainingLayout::stage_list() const {
+  std::string s;
+  for (std::size_t i = 0; i < stage_layers.size(); ++i) s += (i ? "," : "") + std::to_string(stage_layers[i]);
   return s;
 }
 
@@ -63,15 +69,14 @@ std::string name_of(int tp, bool sp, int cp, int pp, int dp) {
 }
 
 // The per-strategy estimates of a layout's stages (one stage without pp)
-// for `micro_batches` micro-batches of one sequence under 1F1B.
+// for `micro_batches` micro-batches of one sequence under its schedule.
 std::vector<PipelineEstimate> stage_estimates(const LayoutRequest& r, const ModelSetup& setup, const TrainingLayout& layout,
                                               int micro_batches) {
   pipeline::PipelineSettings pipe;
   pipe.stages = layout.pp;
   pipe.micro_batches = micro_batches;
-  pipe.schedule = "1f1b";
-  for (std::size_t i = 0; i < layout.stage_layers.size(); ++i)
-    pipe.stage_layers += (i ? "," : "") + std::to_string(layout.stage_layers[i]);
+  pipe.schedule = layout.schedule;
+  pipe.stage_layers = layout.stage_list();
   const EstimateRequest& p = r.point;
   DeviceModel device;
   device.device = p.device;
@@ -103,14 +108,18 @@ void judge(LayoutVerdict& v, std::int64_t offload, const Device& device) {
 
 // Every strategy of one layout. Each stage's memory comes from its own
 // passes (without stages, `estimate`'s point): 1F1B holds at most pp micro-batches at once, so a step of
-// M1 = min(M, pp) of them gives every stage's peak. The step is priced at
-// M1 and at M1 + 2 micro-batches (both replayed under the schedule), and
+// M1 = min(M, pp) of them gives every stage's peak (interleaved:2, whose
+// warm-up runs up to 3 pp - 1 chunks, M1 = min(M, 2 pp), a multiple of pp
+// as it requires). The step is priced at M1 and at M1 + 2 micro-batches
+// (interleaved: M1 + pp; both replayed under the schedule), and
 // extended to M by the difference per micro-batch: once the pipeline is
 // full each one adds the same (what a step does once, such as the 16-bit
 // weight copy, is not multiplied). Then the data-parallel exchange.
 void cost_layout(const LayoutRequest& r, const ModelSetup& setup, TrainingLayout layout, std::vector<LayoutVerdict>& out) {
   const Device& device = r.point.device;
-  const int M = layout.micro_batches, M1 = std::min(M, layout.pp), M2 = M1 + 2;
+  const bool interleaved = layout.schedule != "1f1b";
+  const int M = layout.micro_batches, M1 = std::min(M, interleaved ? 2 * layout.pp : layout.pp),
+            M2 = M1 + (interleaved ? layout.pp : 2);
   const auto first = stage_estimates(r, setup, layout, M1);
   const auto second = M > M1 ? stage_estimates(r, setup, layout, M2) : first;
   const EstimatePoint flat = layout.pp == 1 ? flat_point(r, setup, layout, false) : EstimatePoint{};
@@ -179,6 +188,16 @@ std::int64_t block_state_bytes(const LayoutRequest& r, const ModelSetup& setup, 
   return count * per * blocks;
 }
 
+// Whether L blocks and M micro-batches take interleaved:2 over pp stages.
+bool interleaves(int L, int pp, int M) {
+  try {
+    pipeline::validate(pipeline::parse_schedule("interleaved:2"), L, pp, M, "");
+  } catch (const UserError&) {
+    return false;
+  }
+  return true;
+}
+
 std::vector<int> powers_of_two(int upto) {
   std::vector<int> p;
   for (int n = 1; n <= upto; n *= 2) p.push_back(n);
@@ -223,7 +242,7 @@ LayoutSearch search_layouts(const LayoutRequest& r, const std::function<void(con
           search.skipped.push_back(name + ": " + why);
           continue;
         }
-        TrainingLayout layout{tp, cp, pp, dp, sp, false, int(sequences / dp), {}, ""};
+        TrainingLayout layout{tp, cp, pp, dp, sp, false, int(sequences / dp), {}, "1f1b", ""};
         if (pp > 1) layout.stage_layers = balanced_stage_layers(z.L, pp);
         const int blocks = pp > 1 ? *std::max_element(layout.stage_layers.begin(), layout.stage_layers.end()) : z.L;
         const int shards = pp == 1 && cp == 1 ? dp : 1;  // sharded over the replicas (cost_layout's zero-3)
@@ -235,6 +254,11 @@ LayoutSearch search_layouts(const LayoutRequest& r, const std::function<void(con
         }
         if (progress) progress(name);
         cost_layout(r, setup, layout, search.verdicts);
+        if (pp > 1 && interleaves(z.L, pp, layout.micro_batches)) {  // two model chunks a rank, an even split
+          layout.schedule = "interleaved:2";
+          layout.stage_layers.clear();
+          cost_layout(r, setup, layout, search.verdicts);
+        }
       }
   for (LayoutVerdict& v : search.verdicts) v.global_tokens = std::int64_t(v.layout.dp) * v.layout.micro_batches * z.S;
   std::stable_sort(search.verdicts.begin(), search.verdicts.end(), [](const LayoutVerdict& a, const LayoutVerdict& b) {

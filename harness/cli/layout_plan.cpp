@@ -21,7 +21,7 @@ Table verdict_table(const std::vector<const LayoutVerdict*>& rows, const Device&
   Table t;
   const auto size = decimals(2, double(std::int64_t(1) << 30));
   t.columns = {{"tp", "tp"}, {"sp", "sp"}, {"cp", "cp"}, {"pp", "pp"}, {"dp", "dp"}, {"sharded", "zero-3"},
-               {"micro_batches", "M"}, {"strategy", "strategy", nullptr, true},
+               {"micro_batches", "M"}, {"schedule", "schedule", nullptr, true}, {"strategy", "strategy", nullptr, true},
                {"largest_total_bytes", "GiB/GPU", size}, {"hungriest_stage", "on stage"},
                {"step_s", "step s", decimals(3)}, {"exchange_s", "of it dp s", decimals(3)},
                {"bubble", "bubble", percent(1)}, {"tokens_per_s", "tokens/s", decimals(0)},
@@ -30,7 +30,7 @@ Table verdict_table(const std::vector<const LayoutVerdict*>& rows, const Device&
   for (const LayoutVerdict* v : rows) {
     const TrainingLayout& l = v->layout;
     t.add({std::int64_t(l.tp), l.sp, std::int64_t(l.cp), std::int64_t(l.pp), std::int64_t(l.dp), l.shard,
-           std::int64_t(l.micro_batches), l.strategy, v->largest_total, std::int64_t(v->hungriest_stage), v->step_seconds,
+           std::int64_t(l.micro_batches), l.pp > 1 ? Cell(l.schedule) : Cell("-"), l.strategy, v->largest_total, std::int64_t(v->hungriest_stage), v->step_seconds,
            v->exchange_seconds, v->bubble, v->tokens_per_second(), v->fits, device.usable() - v->largest_total,
            v->fits ? Cell() : Cell(v->why_not), l.runs() ? Cell("yes") : Cell("estimate only"), l.flags()});
   }
