@@ -188,7 +188,7 @@ expect_error "no rates" "$remat" plan --preset tiny --device mem:1G
 expect_error "required without --device" "$remat" plan --preset tiny
 # The layout planner: every split of 4 GPUs costed; the fastest that fits says the memory and step `estimate` gives
 # its layout, to the byte; the blocks of a stage too big alone dropped uncosted; bad requests refused.
-P=(plan --config llama-7b --layers 6 --seq 4096 --gpus 4 --device l4-24gb --precision bf16 --global-batch 65536)
+P=(plan --config llama-7b --layers 8 --seq 4096 --gpus 4 --device l4-24gb --precision bf16 --global-batch 65536)
 expect_ok "plan --gpus" "$remat" "${P[@]}" --json
 cp out.txt layouts.json
 py layouts.json <<'PY' || fail "plan --gpus: $(head -c 600 layouts.json)"
@@ -201,16 +201,19 @@ assert all(r["headroom_bytes"] >= 0 and "why_not" not in r for r in fit)
 assert all(r["why_not"] for r in rows if not r["fits"])
 runs = lambda r: (r["tp"] > 1) + (r["cp"] > 1) + (r["pp"] > 1) <= 1 and not (r["sharded"] and (r["cp"] > 1 or r["pp"] > 1))
 assert all(r["runs"] == ("yes" if runs(r) else "estimate only") for r in rows)
-# ZeRO-3 searched beside plain data parallelism, without pp and cp, in its own flags
+# ZeRO-3 searched beside plain data parallelism, without pp and cp, in its own flags; interleaved:2 beside 1f1b
 zero = [r for r in rows if r["sharded"]]
 assert zero and all(r["pp"] == 1 and r["cp"] == 1 and r["dp"] > 1 and "--shard-params" in r["flags"] for r in zero)
-for name, row in (("best", fit[0]), ("zero", min((r for r in zero if r["fits"]), key=lambda r: r["step_s"]))):
+chunks = [r for r in rows if r["schedule"] == "interleaved:2"]
+assert chunks and all(r["pp"] > 1 and "--schedule interleaved:2" in r["flags"] for r in chunks)
+fastest = lambda rows: min((r for r in rows if r["fits"]), key=lambda r: r["step_s"])
+for name, row in (("best", fit[0]), ("zero", fastest(zero)), ("chunks", fastest(chunks))):
     open(name + ".txt", "w").write(row["flags"] + " --strategies " + row["strategy"] + "\n")
     open(name + ".json", "w").write(json.dumps(row))
 PY
-for planned in best zero; do
+for planned in best zero chunks; do
   read -r -a flags <"$planned.txt"
-  expect_ok "estimate of the planned layout ($planned)" "$remat" estimate --config llama-7b --layers 6 --seq 4096 \
+  expect_ok "estimate of the planned layout ($planned)" "$remat" estimate --config llama-7b --layers 8 --seq 4096 \
     --precision bf16 --device l4-24gb "${flags[@]}" --json
   py "$planned.json" out.txt <<'PY' || fail "plan --gpus: the $planned layout's memory is not estimate's: $(cat "$planned.txt")"
 import sys, json
