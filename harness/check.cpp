@@ -90,17 +90,22 @@ bool measured_step(const Model& model, const ParamStore& params, const Batch& ba
 }
 
 // Split over ranks, each rank compares its own part of the gradients: a
-// strategy is bitwise full only where it is on every rank of the group, and
-// its errors are the worst rank's (the worst parameter's name stays rank 0's).
+// strategy is bitwise full (or the golden file's) only where it is on every
+// rank of the group, and its errors are the worst rank's (the worst
+// parameter's name stays rank 0's).
 void agree_on_comparisons(CheckReport& report) {
+  std::vector<GradientComparison*> comparisons;  // every row's against full, then against the golden file
+  for (auto& r : report.rows) comparisons.push_back(&r.vs_full);
+  for (auto& r : report.rows)
+    if (r.vs_golden) comparisons.push_back(&*r.vs_golden);
   std::vector<double> mine;
-  for (const auto& r : report.rows)
-    mine.insert(mine.end(), {r.vs_full.bitwise ? 0.0 : 1.0, r.vs_full.loss_diff, r.vs_full.max_abs, r.vs_full.max_rel});
+  for (const GradientComparison* c : comparisons)
+    mine.insert(mine.end(), {c->bitwise ? 0.0 : 1.0, c->loss_diff, c->max_abs, c->max_rel});
   const int ranks = comm::size(comm::Group::tensor);
   std::vector<double> all(mine.size() * std::size_t(ranks));
   comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data(), comm::Group::tensor);
-  for (std::size_t i = 0; i < report.rows.size(); ++i) {
-    GradientComparison& c = report.rows[i].vs_full;
+  for (std::size_t i = 0; i < comparisons.size(); ++i) {
+    GradientComparison& c = *comparisons[i];
     for (int k = 0; k < ranks; ++k) {
       const double* theirs = &all[std::size_t(k) * mine.size() + 4 * i];
       c.bitwise = c.bitwise && theirs[0] == 0;

@@ -15,7 +15,9 @@
 #include "harness/pipelined_check.hpp"
 #include "harness/tensor_layout.hpp"
 #include "harness/io/output_guard.hpp"
+#include "train/tensor_parts.hpp"
 #include "train/trajectory.hpp"
+#include "zoo/tensor_parallel.hpp"
 
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/runtime.hpp"
@@ -260,6 +262,41 @@ int run_pipelined_check(const CheckCommandOptions& o, const ModelSetup& setup, c
   return failures ? 1 : 0;
 }
 
+// The golden file's whole gradients as this rank's parts under --tp (as
+// they are otherwise): the same cut as its parameters'.
+std::vector<std::vector<float>> split_golden(const std::vector<std::vector<float>>& whole, const ParamStore& params,
+                                             const RankGroup& tp) {
+  if (!tp.split()) return {};
+  std::vector<std::vector<float>> parts(whole.size());
+  for (std::size_t i = 0; i < whole.size() && i < params.specs().size(); ++i) {
+    if (whole[i].empty()) continue;  // no gradient there (frozen)
+    const ParamSpec& spec = params.specs()[i];
+    const auto mine = tp::part_values(std::vector<double>(whole[i].begin(), whole[i].end()), spec,
+                                      tp::whole_shape(spec, tp.size), tp);
+    parts[i].assign(mine.begin(), mine.end());
+  }
+  return parts;
+}
+
+// --save-golden: full's step once more (the table's steps ran strategies),
+// its weights, batch, loss and gradients written; under --tp the whole
+// model's, gathered from every rank's parts.
+void save_golden(const CheckCommandOptions& o, const ModelSetup& setup, const Model& model, const ParamStore& params,
+                 const Batch& batch) {
+  auto full = make_strategy("full");
+  const double loss = forward_backward(model, params, batch, step_options(o.model.run, full.get()));
+  require_finite_result(loss, params);
+  if (setup.sizes.tp.split()) {
+    const auto whole = whole_store(setup, params, /*with_gradients=*/true);  // a collective
+    ModelSetup whole_setup = setup;
+    whole_setup.sizes.tp = {};
+    if (comm::rank() == 0) write_golden(o.save_golden, whole_setup, *whole, batch, loss);
+  } else {
+    write_golden(o.save_golden, setup, params, batch, loss);
+  }
+  if (!o.json) std::printf("wrote golden %s: weights, batch, loss and full's gradients\n", o.save_golden.c_str());
+}
+
 // What a check cannot do together (yet), in one line.
 void refuse_combinations(const CheckCommandOptions& o, const ModelSetup& setup) {
   pipeline::refuse_without_stages(o.pipe);
@@ -274,10 +311,15 @@ void refuse_combinations(const CheckCommandOptions& o, const ModelSetup& setup) 
   if (o.finetune.quantize != QuantFormat::none && (!o.save_golden.empty() || !o.golden.empty()))
     throw UserError("--quantize with a golden file: not yet");
   const bool split = sizes.split_over_ranks();
-  if (split && (o.finetune.quantize != QuantFormat::none || o.train_steps > 0 || !o.save_golden.empty() ||
-                !o.golden.empty()))
+  if (split && (o.finetune.quantize != QuantFormat::none || o.train_steps > 0))
+    throw UserError(std::string(split_flag(sizes.ep.size, sizes.cp.size)) + " with --quantize or --train-steps: not yet");
+  // Under --tp every rank's gradient of its parts is the whole model's there; under --ep and --cp a rank's
+  // gradient of what it shares is its own sequences' or rows' alone.
+  if ((sizes.ep.split() || sizes.cp.split() || (sizes.tp.split() && comm::size(comm::Group::data) > 1)) &&
+      (!o.save_golden.empty() || !o.golden.empty()))
     throw UserError(std::string(split_flag(sizes.ep.size, sizes.cp.size)) +
-                    " with --quantize, --train-steps or a golden file: not yet");
+                    (sizes.ep.split() || sizes.cp.split() ? "" : " beside data-parallel groups") +
+                    " with a golden file: not yet");
   if ((sizes.ep.split() || sizes.cp.split()) && o.finetune.lora.any())  // under --tp LoRA splits with its weights
     throw UserError(std::string(split_flag(sizes.ep.size, sizes.cp.size)) + " with --lora: not yet");
   // --freeze: under --tp each rank freezes its parts of the parameters, under --ep those of its experts,
@@ -322,8 +364,10 @@ int run_check_command(const CheckCommandOptions& o) {
   options.trace = o.trace;
   if (in.data_groups > 1)
     options.after_step = [&](double loss) { return average_over_data_groups(*params, loss); };
+  std::vector<std::vector<float>> golden_parts;  // under --tp: this rank's parts of the golden gradients
   if (in.golden) {
-    options.golden = &in.golden->grads;
+    golden_parts = split_golden(in.golden->grads, *params, setup.sizes.tp);
+    options.golden = setup.sizes.tp.split() ? &golden_parts : &in.golden->grads;
     options.golden_loss = in.golden->loss;
   }
   if (isatty(fileno(stderr)))
@@ -334,13 +378,7 @@ int run_check_command(const CheckCommandOptions& o) {
   // full, then each strategy: a step each (a trace or golden adds none).
   const LongRunNotice notice(setup, std::int64_t(specs.size()) + 1, in.memory, !o.json);
   const CheckReport report = run_check(*model, *params, batch, specs, options);
-  if (!o.save_golden.empty()) {  // full's gradients: run it once more, as the table's steps ran strategies
-    auto full = make_strategy("full");
-    const double loss = forward_backward(*model, *params, batch, step_options(o.model.run, full.get()));
-    require_finite_result(loss, *params);
-    write_golden(o.save_golden, setup, *params, batch, loss);
-    if (!o.json) std::printf("wrote golden %s: weights, batch, loss and full's gradients\n", o.save_golden.c_str());
-  }
+  if (!o.save_golden.empty()) save_golden(o, setup, *model, *params, batch);
 
   const CheckSummary summary = check_summary(report, o.model.run.attention);
   const auto golden = in.golden ? golden_rows(report, *in.golden, o.golden) : std::vector<GoldenRow>{};
