@@ -126,7 +126,8 @@ void cost_layout(const LayoutRequest& r, const ModelSetup& setup, TrainingLayout
   // ZeRO-3 over the replicas, searched beside plain data parallelism where
   // remat estimates it (no stages; the context-parallel ranks' own sum left
   // out: without cp).
-  const bool shardable = layout.pp == 1 && layout.cp == 1 && layout.dp > 1;
+  const bool shardable =
+      layout.pp == 1 && layout.cp == 1 && layout.dp > 1 && !models().find(setup.model).reversible;  // as estimate
   const EstimatePoint sharded = shardable ? flat_point(r, setup, layout, true) : EstimatePoint{};
   for (std::size_t i = 0; i < first.size(); ++i) {
     LayoutVerdict v;
@@ -245,7 +246,8 @@ LayoutSearch search_layouts(const LayoutRequest& r, const std::function<void(con
         TrainingLayout layout{tp, cp, pp, dp, sp, false, int(sequences / dp), {}, "1f1b", ""};
         if (pp > 1) layout.stage_layers = balanced_stage_layers(z.L, pp);
         const int blocks = pp > 1 ? *std::max_element(layout.stage_layers.begin(), layout.stage_layers.end()) : z.L;
-        const int shards = pp == 1 && cp == 1 ? dp : 1;  // sharded over the replicas (cost_layout's zero-3)
+        const bool reversible = models().find(setup.model).reversible;  // (not sharded: as estimate)
+        const int shards = pp == 1 && cp == 1 && !reversible ? dp : 1;  // sharded over the replicas (cost_layout's zero-3)
         if (const std::int64_t held = block_state_bytes(r, setup, blocks) / shards; held > device.usable()) {
           search.skipped.push_back(name + ": the state of a stage's " + std::to_string(blocks) + " blocks alone, " +
                                    human_bytes(double(held)) + (shards > 1 ? " sharded" : "") + ", is over " +

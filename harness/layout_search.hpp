@@ -46,7 +46,9 @@ struct LayoutVerdict {
   std::int64_t largest_total = 0;  // bytes on the hungriest rank
   int hungriest_stage = 0;
   double step_seconds = 0;     // the device model's, the gradients' data-parallel exchange included
-  double exchange_seconds = 0;  // of it, the gradients' all-reduce over the data- and context-parallel ranks
+  // Of it, the gradients' all-reduce over the data- and context-parallel
+  // ranks; zero-3: the M micro-batches' gathers and reduce-scatters.
+  double exchange_seconds = 0;
   double bubble = 0;           // under pp: the stages' idle share of the pipeline's step
   bool fits = false;
   std::string why_not;  // where it does not fit: "stage 1 over by 3.2 GiB", "offload pool over the host by ..."

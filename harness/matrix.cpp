@@ -211,6 +211,8 @@ ShapeRun check_shape(const MatrixOptions& o, const std::vector<const RunKey*>& g
     s.params = std::make_unique<ParamStore>(models().find(first.model).make(whole)->params(), DType::f32);
     initialize(*s.params, o.seed, z.L);
   }
+  if ((z.tp.split() || z.ep.split()) && s.params->any_quantized())
+    throw UserError(std::string(split_flag(z.ep.size)) + " with quantized weights (" + o.weights + "): not yet");
   if (z.tp.split() || z.ep.split()) s.params = tp::part_of(*s.params, s.model->params(), z.tp);
   s.batch = make_batch_source(o.data, z.B, z.S, z.V, o.seed)->next();
   apply_fine_tuning(s.params, *s.model, s.batch, o.finetune, o.seed, ModelSetup{first.model, first.preset, z});
@@ -247,6 +249,11 @@ std::vector<RunRecord> measure_shape(const MatrixOptions& o, const std::vector<c
   std::vector<RunRecord> records;
   for (std::size_t k = 0; k < group.size(); ++k) {
     RunRecord r{*group[k], {}, {}, {}, false, shape.report.rows[k], shape.params->names(), {}};
+    StepResult& step = r.check.step;  // under --cp: the group's loss, parts and statistics, not this rank's shares
+    step.loss = whole_loss(*shape.model, step.loss);
+    for (auto& part : step.loss_parts) part.second = whole_loss(*shape.model, part.second);
+    for (auto& statistic : step.stats)
+      for (double& v : statistic.values) v = whole_loss(*shape.model, v);
     for (std::size_t p = 0; p < shape.params->names().size(); ++p)
       if (!shape.params->trainable(p)) r.frozen.push_back(shape.params->names()[p]);
     records.push_back(std::move(r));

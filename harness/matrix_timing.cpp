@@ -24,6 +24,14 @@ double slowest_rank(const Model& model, double seconds) {
   return *std::max_element(all.begin(), all.end());
 }
 
+}  // namespace
+
+double whole_loss(const Model& model, double loss) {
+  return model.sizes().cp.split() ? comm::sum_in_rank_order(loss, comm::Group::tensor) : loss;
+}
+
+namespace {
+
 // One step of a run; false (and the run marked out of memory) past the limit.
 bool step_once(const TimingOptions& o, const TimingShape& s, TimedRun& t, bool timed) {
   StepResult result;
@@ -34,7 +42,7 @@ bool step_once(const TimingOptions& o, const TimingShape& s, TimedRun& t, bool t
   }
   if (timed) {
     t.record->step_times.push_back(slowest_rank(s.model, result.seconds));
-    t.record->losses.push_back(result.loss);
+    t.record->losses.push_back(whole_loss(s.model, result.loss));
   }
   return true;
 }

@@ -34,6 +34,11 @@ struct TimingShape {
   const SaveProfile* costs = nullptr;
 };
 
+// A step's loss (or a part or statistic of it) as a record holds it: under
+// context parallelism each rank's is its rows' share, so the group's sum (a
+// collective); as it is otherwise.
+double whole_loss(const Model& model, double loss);
+
 // Times every record's strategy (records already out of memory are left
 // alone; one that runs out here is marked so): fills step_times, losses,
 // time_vs_full and timing_capped. `say(record, what)` reports progress.

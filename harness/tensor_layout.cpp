@@ -5,6 +5,7 @@
 
 #include "comm/comm.hpp"
 #include "core/error.hpp"
+#include "finetune/lora.hpp"
 #include "optim/optimizer.hpp"
 #include "step/step.hpp"
 #include "pipeline/pipelined_step.hpp"
@@ -128,11 +129,14 @@ bool apply_layout(int size, bool sequence, ModelSetup& setup, bool data_parallel
 void split_over_ranks(int size, bool sequence, int experts, ModelSetup& setup, std::unique_ptr<ParamStore>& params,
                       bool data_parallel) {
   if (!apply_expert_layout(experts, size, sequence, setup) && !apply_layout(size, sequence, setup, data_parallel)) return;
-  if (!params->adapted().empty() || params->tensors().size() != params->specs().size())
+  if ((experts > 1 && !params->adapted().empty()) || params->tensors().size() != params->specs().size())
     throw UserError(std::string(split_flag(experts)) + " with --lora: not yet");
   if (params->any_quantized())
     throw UserError(std::string(split_flag(experts)) + " with quantized weights: not yet");
-  params = tp::part_of(*params, models().find(setup.model).make(setup.sizes)->params(), setup.sizes.tp);
+  const auto specs = models().find(setup.model).make(setup.sizes)->params();
+  // Adapters a file brought (a golden saved under --lora) split with their weights.
+  params = params->adapted().empty() ? tp::part_of(*params, specs, setup.sizes.tp)
+                                     : lora_part_of(*params, specs, setup.sizes.tp);
 }
 
 }  // namespace remat

@@ -10,7 +10,9 @@
 // received per layer (no gradient), so that the loss needs nothing kept from
 // the blocks beyond what they hand on. Under expert parallelism
 // (zoo/expert_parallel.hpp) a rank runs its part of the sequences and holds
-// its part of the experts, and the loss and statistics are summed over ranks.
+// its part of the experts, and the loss and statistics are summed over ranks;
+// under context parallelism (zoo/context_parallel.hpp) a rank runs its rows
+// of the sequence and its loss is its share of the whole (loss_terms).
 #include <optional>
 
 #include "autodiff/ops/ops.hpp"

@@ -56,6 +56,7 @@ void print_summary(const std::vector<RunRecord>& records) {
 // --tp/--sp, --ep or --cp: the job's groups of ranks, each running its
 // share of the cells split over its ranks; what does not go with it yet refused.
 void resolve_split(Options& o) {
+  if (o.sp && o.tp == 1) throw UserError("--sp splits the sequence over a tensor-parallel group: give --tp 2 or more");
   const SplitGroups groups = apply_shared_split(o.tp, o.sp, o.ep, o.cp);
   o.matrix.tp = groups.tp;
   o.matrix.ep = groups.ep;

@@ -202,6 +202,8 @@ void run_time(const TimeOptions& o) {
                                          std::to_string(specs.size()) + " (use `remat matrix` for several)");
   if ((o.model.ep > 1 || o.model.cp > 1) && o.finetune.lora.any())  // under --tp LoRA splits with its weights
     throw UserError(std::string(split_flag(o.model.ep, o.model.cp)) + " with --lora: not yet");
+  if ((o.model.tp > 1 || o.model.ep > 1 || o.model.cp > 1) && o.finetune.quantize != QuantFormat::none)
+    throw UserError(std::string(split_flag(o.model.ep, o.model.cp)) + " with --quantize: not yet");
   Sizes layout;
   layout.ep.size = o.model.ep;
   refuse_planned_under_experts(layout, specs);

@@ -27,7 +27,8 @@
     "only for `matrix --weights`: the weight file or Hugging Face model folder the run started from (also in `key`)") \
   X(layout, "layout", std::string, "",                                                                                \
     "only for runs split over ranks (`matrix --tp/--sp`, `--ep`, `--cp`): `tp=2`, `tp=2;sp=1`, `ep=2` or `cp=2` (also " \
-    "in `key`); its memory figures are rank 0's, its step times the slowest rank's")                                  \
+    "in `key`); its memory figures are rank 0's, its step times the slowest rank's, its loss the whole model's (under " \
+    "`--cp` the ranks' shares summed)")                                                                                \
   X(seed, "seed", std::int64_t, "", "seed of weights, batch and dropout")                                             \
   X(mem_limit, "mem_limit_bytes", std::int64_t, "bytes", "`--mem-limit` (0: none)")                                  \
   X(dropout, "dropout", double, "", "dropout probability")                                                            \

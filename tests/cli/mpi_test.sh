@@ -318,6 +318,17 @@ for r in runs:
     expected = estimates[r.attrs["model"]][r.attrs["strategy"]]
     assert r.attrs["activation_peak_bytes"] == expected, (r.name, r.attrs["activation_peak_bytes"], expected)
 PY
+  if [ "${split[0]}" = --cp ]; then  # the loss recorded is the group's, not rank 0's share of it
+    "$remat" matrix --preset tiny --models gpt2 --strategies full --steps 1 --warmup 0 --out whole.h5 >/dev/null 2>&1 ||
+      fail "matrix, one process"
+    py split.h5 whole.h5 <<'PY' || fail "matrix --cp 2: the loss recorded is not the whole sequence's"
+import sys, h5py
+split, whole = (h5py.File(p) for p in sys.argv[1:])
+a = next(r for r in split["runs"].values() if r.attrs["strategy"] == "full").attrs["loss"]
+b = next(iter(whole["runs"].values())).attrs["loss"]
+assert abs(a - b) <= 1e-6 * abs(b), (a, b)
+PY
+  fi
   rm -f split.h5 estimate-*.json
 done
 
