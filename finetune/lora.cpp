@@ -121,7 +121,8 @@ std::unique_ptr<ParamStore> lora_part_of(const ParamStore& whole, const std::vec
                                          const RankGroup& tp) {
   std::vector<ParamSpec> all = specs;
   for (const auto& [weight, adapter] : whole.adapters()) {
-    const auto w = std::find_if(specs.begin(), specs.end(), [&](const ParamSpec& s) { return s.name == weight; });
+    const std::string& name = weight;  // (nvcc's lambdas take no structured binding)
+    const auto w = std::find_if(specs.begin(), specs.end(), [&name](const ParamSpec& s) { return s.name == name; });
     if (w == specs.end()) throw std::logic_error("lora_part_of: no weight " + weight);
     append_adapter_specs(all, *w, whole[adapter.a].dim(0));
   }
