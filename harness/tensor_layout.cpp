@@ -45,9 +45,9 @@ SplitGroups apply_shared_split(int tp, bool sequence, int ep, int cp) {
 
 int take_data_group_rows(ModelSetup& setup, Batch& batch, const std::string& origin) {
   Sizes& z = setup.sizes;
-  const int groups = z.tp.split() || z.cp.split() ? comm::size(comm::Group::data) : 1;
+  const int groups = z.split_over_ranks() ? comm::size(comm::Group::data) : 1;
   if (groups == 1) return 1;
-  const std::string split = std::string(split_flag(1, z.cp.size)) + " " + std::to_string(comm::size(comm::Group::tensor));
+  const std::string split = std::string(split_flag(z.ep.size, z.cp.size)) + " " + std::to_string(comm::size(comm::Group::tensor));
   if (ep::has_experts(setup.model) && z.router_aux != 0)  // the mean of the groups' aux losses is not the whole batch's
     throw UserError(split + " on " + std::to_string(comm::size()) + " ranks: " + setup.model +
                     "'s load-balancing loss is taken over the whole batch, so data-parallel groups would change it "
@@ -57,6 +57,9 @@ int take_data_group_rows(ModelSetup& setup, Batch& batch, const std::string& ori
                     std::to_string(z.B) + " (" + origin + ")");
   z.B /= groups;
   batch = batch_rows(batch, std::int64_t(comm::rank(comm::Group::data)) * z.B, z.B);
+  if (z.ep.split() && z.B % z.ep.size != 0)  // the expert group splits the group's own sequences
+    throw UserError(std::to_string(groups) + " data-parallel groups of " + split + " leave each " + std::to_string(z.B) +
+                    " sequences, which --ep " + std::to_string(z.ep.size) + " does not divide (" + origin + ")");
   return groups;
 }
 
@@ -128,7 +131,9 @@ bool apply_layout(int size, bool sequence, ModelSetup& setup, bool data_parallel
 
 void split_over_ranks(int size, bool sequence, int experts, ModelSetup& setup, std::unique_ptr<ParamStore>& params,
                       bool data_parallel) {
-  if (!apply_expert_layout(experts, size, sequence, setup) && !apply_layout(size, sequence, setup, data_parallel)) return;
+  if (!apply_expert_layout(experts, size, sequence, setup, data_parallel) &&
+      !apply_layout(size, sequence, setup, data_parallel))
+    return;
   if ((experts > 1 && !params->adapted().empty()) || params->tensors().size() != params->specs().size())
     throw UserError(std::string(split_flag(experts)) + " with --lora: not yet");
   if (params->any_quantized())

@@ -39,8 +39,8 @@ struct SplitGroups {
 };
 SplitGroups apply_shared_split(int tp, bool sequence, int ep, int cp);
 
-// Data-parallel groups beside a split (--tp or --cp on a multiple of its
-// ranks: apply_layout's and apply_context_layout's `data_parallel`): each
+// Data-parallel groups beside a split (--tp, --ep or --cp on a multiple of
+// its ranks: the apply_*layout functions' `data_parallel`): each
 // group takes its own consecutive B / groups sequences of `batch`
 // (setup.sizes.B set to that), and a step's loss and gradients are the
 // groups' mean (average_over_data_groups). Returns the number of groups, 1
@@ -72,9 +72,8 @@ void apply_pipeline_step_layout(const ModelSetup& setup, const pipeline::Pipelin
 bool apply_context_layout(int size, bool other_split, ModelSetup& setup, bool data_parallel = false);
 
 // apply_layout, or --ep `experts` (expert parallelism,
-// zoo/expert_parallel.hpp: every rank of the job in one expert group), and
-// the whole model's `params` replaced by this rank's parts. One tensor group,
-// or (`data_parallel`, --tp only) the job's consecutive groups of `size`.
+// zoo/expert_parallel.hpp), and the whole model's `params` replaced by this
+// rank's parts. One group, or (`data_parallel`) the job's consecutive groups.
 void split_over_ranks(int size, bool sequence, int experts, ModelSetup& setup, std::unique_ptr<ParamStore>& params,
                       bool data_parallel = false);
 

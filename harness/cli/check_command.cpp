@@ -133,7 +133,7 @@ CheckInputs load_inputs(const CheckCommandOptions& o) {
     });
     in.batch = o.model.make_batch(in.setup.sizes);
   }
-  if (!context) split_over_ranks(o.model.tp, o.model.sp, o.model.ep, in.setup, in.params, /*data_parallel=*/o.model.ep == 1);
+  if (!context) split_over_ranks(o.model.tp, o.model.sp, o.model.ep, in.setup, in.params, /*data_parallel=*/true);
   in.setup.sizes.router_aux = o.model.router_aux;  // (a weight file holds none) what the groups' refusal reads
   in.data_groups = take_data_group_rows(in.setup, in.batch, "give another --batch, or start fewer ranks");
   return in;

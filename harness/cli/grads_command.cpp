@@ -161,7 +161,7 @@ void run_grads(const GradsOptions& o) {
   if (apply_context_layout(o.cp, o.tp > 1 || o.sp || o.ep > 1 || o.pipe.stepped(), w.setup))
     return run_context_grads(o, w);
   if (o.pipe.stepped()) return run_pipelined_grads(o, w);
-  split_over_ranks(o.tp, o.sp, o.ep, w.setup, w.params, /*data_parallel=*/o.ep == 1);
+  split_over_ranks(o.tp, o.sp, o.ep, w.setup, w.params, /*data_parallel=*/true);
   choose_batch(o, w);
   const int whole_batch = w.setup.sizes.B, groups = take_group_rows(w);
   w.model = models().find(w.setup.model).make(w.setup.sizes);

@@ -31,6 +31,36 @@ for name in one["grads"]:
     assert np.abs(a - b).max() <= 1e-5 * scale, (name, np.abs(a - b).max() / scale)
 PY
 
+# On 4 ranks, two expert groups are data-parallel, each on its own half of the batch (at --router-aux 0: the
+# load-balancing loss is the whole batch's): grads is one process's, every strategy bitwise full on the groups'
+# averaged gradients, time says so; the groups' refusals are one line.
+"$remat" export --model mixtral --preset tiny --batch 4 --out mixtral-b4.h5 >/dev/null 2>err.txt || fail "export: $(cat err.txt)"
+expect_ok "grads --router-aux 0, one process" "$remat" grads --weights mixtral-b4.h5 --router-aux 0 --out one-b4.h5
+expect_ok "grads --ep 2 on 4 ranks" "${mpi4[@]}" "$remat" grads --weights mixtral-b4.h5 --router-aux 0 --ep 2 --out dp.h5
+grep -q "the mean of 2 data-parallel groups' 2 sequences each" out.txt || fail "grads --ep 2 on 4 ranks: $(cat out.txt)"
+py one-b4.h5 dp.h5 <<'PY' || fail "grads --ep 2 on 4 ranks: gradients differ from one process's"
+import sys, h5py, numpy as np
+one, two = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+assert abs(float(one["loss"][()]) - float(two["loss"][()])) <= 1e-6 * abs(float(one["loss"][()]))
+assert sorted(one["grads"]) == sorted(two["grads"])
+for name in one["grads"]:
+    a, b = one["grads"][name][:], two["grads"][name][:]
+    assert np.abs(a - b).max() <= 1e-5 * (np.abs(a).max() + 1e-30), name
+PY
+expect_ok "check --ep 2 on 4 ranks" "${mpi4[@]}" "$remat" check --weights mixtral-b4.h5 --router-aux 0 --ep 2 --strategies all
+grep -q "2 data-parallel groups of 2 ranks" out.txt || fail "check --ep 2 on 4 ranks does not say its groups: $(cat out.txt)"
+"${mpi4[@]}" "$remat" time --weights mixtral-b4.h5 --router-aux 0 --ep 2 --steps 1 --warmup 0 --json >time.json 2>err.txt ||
+  fail "time --ep 2 on 4 ranks: $(cat err.txt)"
+py -c "import json; assert json.load(open('time.json'))['data_groups'] == 2" || fail "time --ep 2 on 4 ranks: $(cat time.json)"
+for refusal in "mixtral-b4.h5::load-balancing loss is taken over the whole batch" \
+               "mixtral.h5:--router-aux 0:leave each 1 sequences, which --ep 2 does not divide"; do
+  IFS=: read -r file extra why <<<"$refusal"
+  # shellcheck disable=SC2086  # the extra flags' words
+  "${mpi4[@]}" "$remat" check --weights "$file" $extra --ep 2 >out.txt 2>err.txt
+  rc=$?
+  [ $rc -eq 2 ] && [ "$(grep -c "^remat: error: .*$why" err.txt)" -eq 1 ] || fail "check --ep 2 on 4 ranks, $file: exit $rc, $(cat err.txt)"
+done
+
 # 2. Every strategy under the split: exact ones bitwise full.
 for run in "--dropout 0" "--dropout 0.1" "--precision bf16"; do
   # shellcheck disable=SC2086
@@ -198,7 +228,7 @@ expect_error "does not divide the experts E = 4" "$remat" estimate --model mixtr
 expect_error "gpt2 has none" "$remat" check --model gpt2 --ep 2
 expect_error "does not divide the batch B = 3" "$remat" estimate --model mixtral --preset tiny --batch 3 --ep 2
 expect_error "--ep with --tp: not yet" "$remat" check --model mixtral --ep 2 --tp 2
-expect_error "runs on 2 ranks" "$remat" check --model mixtral --ep 2
+expect_error "runs on a multiple of 2 ranks" "$remat" check --model mixtral --ep 2
 # (each rank says it: two lines)
 "${mpi[@]}" "$remat" check --model mixtral --ep 2 --strategies budget:min >out.txt 2>err.txt
 [ $? -eq 2 ] && grep -q -- "--ep with budget:min: not yet" err.txt || fail "check --ep budget:min: $(cat err.txt)"
