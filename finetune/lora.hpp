@@ -41,9 +41,10 @@ const std::vector<std::string>& default_lora_targets();
 std::unique_ptr<ParamStore> with_lora(const ParamStore& base, const LoraOptions& options, std::uint64_t seed, int layers,
                                       const RankGroup& tp = {});
 
-// `whole` (the whole model's weights with its LoRA adapters) as this rank's
-// parts under tensor parallelism `tp`: `specs` the split model's, each
-// adapter split with its weight as with_lora splits it, and attached.
+// `whole` (the whole model's weights, with its LoRA adapters if any) as
+// this rank's parts under tensor parallelism `tp`: `specs` the split
+// model's, each adapter split with its weight as with_lora splits it, and
+// attached (without adapters: tp::part_of).
 std::unique_ptr<ParamStore> lora_part_of(const ParamStore& whole, const std::vector<ParamSpec>& specs, const RankGroup& tp);
 
 // UserError naming an adapted weight that no linear used in a forward pass of

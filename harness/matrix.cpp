@@ -13,6 +13,7 @@
 #include "harness/io/run_collector.hpp"
 #include "harness/long_run.hpp"
 #include "harness/matrix_timing.hpp"
+#include "harness/tensor_layout.hpp"
 #include "step/probe.hpp"
 #include "strategies/registry.hpp"
 #include "zoo/configs.hpp"
@@ -206,14 +207,11 @@ ShapeRun check_shape(const MatrixOptions& o, const std::vector<const RunKey*>& g
   if (!o.weights.empty()) {
     s.params = std::move(load_weights(o.weights, o.force, /*skip_adapters=*/true).params);
   } else {
-    Sizes whole = z;  // the whole model's weights, of which a split takes this rank's parts
-    whole.tp = whole.ep = RankGroup{};
-    s.params = std::make_unique<ParamStore>(models().find(first.model).make(whole)->params(), DType::f32);
+    // The whole model's weights, of which a split takes this rank's parts.
+    s.params = std::make_unique<ParamStore>(models().find(first.model).make(z.whole_model())->params(), DType::f32);
     initialize(*s.params, o.seed, z.L);
   }
-  if ((z.tp.split() || z.ep.split()) && s.params->any_quantized())
-    throw UserError(std::string(split_flag(z.ep.size)) + " with quantized weights (" + o.weights + "): not yet");
-  if (z.tp.split() || z.ep.split()) s.params = tp::part_of(*s.params, s.model->params(), z.tp);
+  if (z.tp.split() || z.ep.split()) take_rank_parts({first.model, first.preset, z}, s.params);
   s.batch = make_batch_source(o.data, z.B, z.S, z.V, o.seed)->next();
   apply_fine_tuning(s.params, *s.model, s.batch, o.finetune, o.seed, ModelSetup{first.model, first.preset, z});
   s.run = first.run;

@@ -134,14 +134,16 @@ void split_over_ranks(int size, bool sequence, int experts, ModelSetup& setup, s
   if (!apply_expert_layout(experts, size, sequence, setup, data_parallel) &&
       !apply_layout(size, sequence, setup, data_parallel))
     return;
-  if ((experts > 1 && !params->adapted().empty()) || params->tensors().size() != params->specs().size())
-    throw UserError(std::string(split_flag(experts)) + " with --lora: not yet");
-  if (params->any_quantized())
-    throw UserError(std::string(split_flag(experts)) + " with quantized weights: not yet");
-  const auto specs = models().find(setup.model).make(setup.sizes)->params();
+  take_rank_parts(setup, params);
+}
+
+void take_rank_parts(const ModelSetup& setup, std::unique_ptr<ParamStore>& params) {
+  const char* flag = split_flag(setup.sizes.ep.size);
+  if ((setup.sizes.ep.split() && !params->adapted().empty()) || params->tensors().size() != params->specs().size())
+    throw UserError(std::string(flag) + " with --lora: not yet");
+  if (params->any_quantized()) throw UserError(std::string(flag) + " with quantized weights: not yet");
   // Adapters a file brought (a golden saved under --lora) split with their weights.
-  params = params->adapted().empty() ? tp::part_of(*params, specs, setup.sizes.tp)
-                                     : lora_part_of(*params, specs, setup.sizes.tp);
+  params = lora_part_of(*params, models().find(setup.model).make(setup.sizes)->params(), setup.sizes.tp);
 }
 
 }  // namespace remat

@@ -76,5 +76,8 @@ bool apply_context_layout(int size, bool other_split, ModelSetup& setup, bool da
 // rank's parts. One group, or (`data_parallel`) the job's consecutive groups.
 void split_over_ranks(int size, bool sequence, int experts, ModelSetup& setup, std::unique_ptr<ParamStore>& params,
                       bool data_parallel = false);
+// The whole model's `params` replaced by this rank's parts under `setup`'s
+// split (--tp, --ep), adapters included; UserError for quantized weights.
+void take_rank_parts(const ModelSetup& setup, std::unique_ptr<ParamStore>& params);
 
 }  // namespace remat

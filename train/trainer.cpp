@@ -116,8 +116,7 @@ double validation_loss(const Model& model, const ParamStore& params, BatchSource
 // run's are read later. Under tensor parallelism each rank keeps its parts
 // of them afterwards.
 std::unique_ptr<ParamStore> starting_weights(const TrainConfig& c, bool resuming) {
-  Sizes whole = c.setup.sizes;
-  whole.tp = whole.ep = {};
+  const Sizes whole = c.setup.sizes.whole_model();
   auto params = std::make_unique<ParamStore>(models().find(c.setup.model).make(whole)->params(), DType::f32);
   if (resuming) return params;
   initialize(*params, c.run.seed, whole.L);
@@ -212,8 +211,7 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
       backend::copy(params_->tensors()[i], resume->weights.params->tensors()[i]);
   }
   if (z.tp.split() || z.ep.split())  // this rank's parts, LoRA's adapters split with their weights
-    params_ = config_.lora.any() ? lora_part_of(*params_, model_->params(), z.tp)
-                                 : tp::part_of(*params_, model_->params(), z.tp);
+    params_ = lora_part_of(*params_, model_->params(), z.tp);
   if (config_.lora.any()) require_adapters_used(*model_, *params_, random_batch(z.B, z.S, z.V, config_.run.seed));
   // A planned strategy is planned once, on these weights and a batch of the
   // run's shape (costs depend on shapes, not on values).
@@ -492,9 +490,7 @@ TrainResult Trainer::finish() {
   r.model = std::move(model_);
   r.params = std::move(params_);
   if (whole) {  // the whole model's, for the whole parameters
-    Sizes sizes = config_.setup.sizes;
-    sizes.tp = sizes.ep = {};
-    r.model = models().find(config_.setup.model).make(sizes);
+    r.model = models().find(config_.setup.model).make(config_.setup.sizes.whole_model());
     r.params = std::move(whole);
   }
   return r;

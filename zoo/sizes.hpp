@@ -38,6 +38,12 @@ struct Sizes {
   RankGroup cp = {};
   // Whether this rank holds a part of a layout split over ranks (any of them).
   bool split_over_ranks() const { return tp.split() || ep.split() || cp.split(); }
+  // These sizes with no tensor or expert split: the whole model's parameters.
+  Sizes whole_model() const {
+    Sizes whole = *this;
+    whole.tp = whole.ep = {};
+    return whole;
+  }
 };
 
 struct Preset {

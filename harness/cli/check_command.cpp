@@ -290,7 +290,7 @@ void save_golden(const CheckCommandOptions& o, const ModelSetup& setup, const Mo
   if (setup.sizes.tp.split()) {
     const auto whole = whole_store(setup, params, /*with_gradients=*/true);  // a collective
     ModelSetup whole_setup = setup;
-    whole_setup.sizes.tp = {};
+    whole_setup.sizes = whole_setup.sizes.whole_model();
     if (comm::rank() == 0) write_golden(o.save_golden, whole_setup, *whole, batch, loss);
   } else {
     write_golden(o.save_golden, setup, params, batch, loss);

@@ -186,7 +186,7 @@ void run_grads(const GradsOptions& o) {
     const auto whole = whole_store(w.setup, *w.params, /*with_gradients=*/true);
     written = trainable_tensors(*whole);
     ModelSetup whole_setup = w.setup;
-    whole_setup.sizes.tp = whole_setup.sizes.ep = {};
+    whole_setup.sizes = whole_setup.sizes.whole_model();
     whole_setup.sizes.B = whole_batch;
     if (!o.out.empty() && comm::rank() == 0) write_gradients(o.out, whole_setup, *whole, loss);
   } else if (!o.out.empty()) {
