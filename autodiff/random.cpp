@@ -25,7 +25,11 @@ std::uint64_t stream(std::uint64_t op) {
   const std::uint64_t s = rng::splitmix64(rng::splitmix64(current().step) ^ (op + 0x5bd1e995ull));
   return part() == 0 ? s : rng::splitmix64(s ^ rng::splitmix64(part()));
 }
-PartScope::PartScope(std::uint64_t p) : previous_(part()) { part() = p + 1; }
+// Inside another part (a tensor-parallel rank's part of an expert-parallel
+// rank's sequences), a part of that part: a stream of its own.
+PartScope::PartScope(std::uint64_t p) : previous_(part()) {
+  part() = previous_ == 0 ? p + 1 : rng::splitmix64(previous_) ^ (p + 1);
+}
 PartScope::~PartScope() { part() = previous_; }
 
 }  // namespace remat::random_ops

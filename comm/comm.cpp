@@ -32,9 +32,11 @@ struct State {
   // A communicator of its own for agreeing on a failure: a rank that failed
   // may meet the others there while they are amid collectives of the world's.
   MPI_Comm failures = MPI_COMM_NULL;
-  MPI_Comm tensor = MPI_COMM_NULL, data = MPI_COMM_NULL;  // set_tensor_group's
+  // set_layout's groups (MPI_COMM_NULL: the rank alone, or the world's).
+  MPI_Comm tensor = MPI_COMM_NULL, second = MPI_COMM_NULL, model = MPI_COMM_NULL, data = MPI_COMM_NULL;
 #endif
-  int tensor_size = 1;
+  int tensor_size = 1, context_size = 1, expert_size = 1;
+  int model_size() const { return tensor_size * context_size * expert_size; }
 #ifdef REMAT_HAVE_MPI
   // post()'s messages not known to be delivered, each with its bytes.
   std::list<std::pair<MPI_Request, std::vector<char>>> posted;
@@ -79,9 +81,14 @@ MPI_Datatype type_of<std::uint16_t>() { return MPI_UINT16_T; }
 #ifdef REMAT_HAVE_MPI
 MPI_Comm communicator(Group g) {
   const State& s = state();
-  if (g == Group::tensor && s.tensor_size > 1) return s.tensor;
-  if (g == Group::data && s.tensor_size > 1) return s.data;
-  return MPI_COMM_WORLD;
+  switch (g) {
+    case Group::tensor: return s.tensor;
+    case Group::context:
+    case Group::expert: return s.second;
+    case Group::model: return s.model;
+    case Group::data: return s.data == MPI_COMM_NULL ? MPI_COMM_WORLD : s.data;
+    default: return MPI_COMM_WORLD;
+  }
 }
 #endif
 
@@ -152,7 +159,7 @@ Session::Session(int& argc, char**& argv) {
 
 Session::~Session() {
 #ifdef REMAT_HAVE_MPI
-  for (MPI_Comm* c : {&state().tensor, &state().data})
+  for (MPI_Comm* c : {&state().tensor, &state().second, &state().model, &state().data})
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
   if (state().failures != MPI_COMM_NULL) MPI_Comm_free(&state().failures);
   if (state().started) MPI_Finalize();
@@ -167,27 +174,42 @@ bool built_with_mpi() {
 #endif
 }
 
-void set_tensor_group(int t) {
+void set_layout(int tensor, int context, int expert) {
   State& s = state();
-  if (t < 1 || s.size % t != 0)
-    throw std::logic_error("comm: a tensor group of " + std::to_string(t) + " in a job of " + std::to_string(s.size));
-  if (t == s.tensor_size) return;
+  const int model = tensor * context * expert;
+  if (tensor < 1 || context < 1 || expert < 1 || (context > 1 && expert > 1) || s.size % model != 0)
+    throw std::logic_error("comm: a layout of tensor " + std::to_string(tensor) + ", context " +
+                           std::to_string(context) + ", expert " + std::to_string(expert) + " in a job of " +
+                           std::to_string(s.size));
+  if (tensor == s.tensor_size && context == s.context_size && expert == s.expert_size) return;
 #ifdef REMAT_HAVE_MPI
-  for (MPI_Comm* c : {&s.tensor, &s.data})
+  for (MPI_Comm* c : {&s.tensor, &s.second, &s.model, &s.data})
     if (*c != MPI_COMM_NULL) MPI_Comm_free(c);
-  if (t > 1) {
-    check(MPI_Comm_split(MPI_COMM_WORLD, s.rank / t, s.rank, &s.tensor), "Comm_split");
-    check(MPI_Comm_split(MPI_COMM_WORLD, s.rank % t, s.rank, &s.data), "Comm_split");
+  // Each group a split of the world, its ranks in the world's order.
+  const auto split = [&s](int colour, MPI_Comm* c) {
+    check(MPI_Comm_split(MPI_COMM_WORLD, colour, s.rank, c), "Comm_split");
+  };
+  const int copy = s.rank / model;  // which model group: the data group's place
+  if (tensor > 1) split(s.rank / tensor, &s.tensor);
+  if (model > tensor) split(copy * tensor + s.rank % tensor, &s.second);
+  if (model > 1) {
+    split(copy, &s.model);
+    split(s.rank % model, &s.data);
   }
 #endif
-  s.tensor_size = t;
+  s.tensor_size = tensor;
+  s.context_size = context;
+  s.expert_size = expert;
 }
 
 int rank(Group g) {
   const State& s = state();
   switch (g) {
     case Group::tensor: return s.rank % s.tensor_size;
-    case Group::data: return s.rank / s.tensor_size;
+    case Group::context:
+    case Group::expert: return size(g) == 1 ? 0 : s.rank % s.model_size() / s.tensor_size;
+    case Group::model: return s.rank % s.model_size();
+    case Group::data: return s.rank / s.model_size();
     default: return s.rank;
   }
 }
@@ -196,7 +218,10 @@ int size(Group g) {
   const State& s = state();
   switch (g) {
     case Group::tensor: return s.tensor_size;
-    case Group::data: return s.size / s.tensor_size;
+    case Group::context: return s.context_size;
+    case Group::expert: return s.expert_size;
+    case Group::model: return s.model_size();
+    case Group::data: return s.size / s.model_size();
     default: return s.size;
   }
 }

@@ -25,14 +25,20 @@ class Session {
 bool built_with_mpi();
 
 // The groups of ranks collectives run over: the whole job; and, once
-// set_tensor_group(t) split it, each rank's tensor group (t consecutive
-// ranks, which hold the parts of one model: tensor parallelism) and its data
-// group (the ranks holding the same part, one per tensor group: data
-// parallelism). Before that (or with t 1) a tensor group is the rank alone
-// and the data group the whole job.
-enum class Group { world, tensor, data };
-// Every rank calls it, with the same t dividing size() (a collective).
-void set_tensor_group(int t);
+// set_layout split it, the ranks that hold the parts of one model (the
+// model group: `tensor` x `second` consecutive ranks) and, inside it, the
+// tensor group (`tensor` consecutive ranks: tensor parallelism's, the
+// innermost, on neighbouring ranks) and the second group (the ranks at the
+// same place of each tensor group, every `tensor`-th: context or expert
+// parallelism's, one of them); and the data group (the ranks at the same
+// place of each model group: data parallelism). Before that, or with sizes
+// 1, every group but the data group (the whole job) is the rank alone.
+enum class Group { world, tensor, context, expert, model, data };
+// Every rank calls it, with the same sizes, whose product divides size() (a
+// collective); `context` or `expert` is 1 (one second group at a time).
+void set_layout(int tensor, int context = 1, int expert = 1);
+// set_layout(t): one split (tensor parallelism's, or pipeline stages').
+inline void set_tensor_group(int t) { set_layout(t); }
 int rank(Group g);
 int size(Group g);
 // Whether calls may come from any thread (one at a time), not only main's.

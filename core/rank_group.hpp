@@ -3,14 +3,26 @@
 // it: tensor parallelism's group splits every split layer of a model into
 // `size` parts, of which this rank holds part `rank`; with `sequence`
 // (sequence parallelism) what runs between the split layers (norms, dropout,
-// residual adds) holds this rank's part of the sequence.
+// residual adds) holds this rank's part of the sequence. Context and expert
+// parallelism's groups split the sequence and the experts; `axis` says which
+// of the job's rank groups (comm/) a group's collectives run over, so that a
+// tensor split and a context or expert split compose.
 namespace remat {
+
+enum class Axis { tensor, context, expert };
 
 struct RankGroup {
   int size = 1;
   int rank = 0;
   bool sequence = false;
+  Axis axis = Axis::tensor;
   bool split() const { return size > 1; }
+
+  static RankGroup tensor(int size = 1, int rank = 0, bool sequence = false) {
+    return {size, rank, sequence, Axis::tensor};
+  }
+  static RankGroup context(int size = 1, int rank = 0) { return {size, rank, false, Axis::context}; }
+  static RankGroup expert(int size = 1, int rank = 0) { return {size, rank, false, Axis::expert}; }
 };
 
 // Context parallelism's split of the sequence (zig-zag, as Megatron's CP):

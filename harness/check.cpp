@@ -101,9 +101,9 @@ void agree_on_comparisons(CheckReport& report) {
   std::vector<double> mine;
   for (const GradientComparison* c : comparisons)
     mine.insert(mine.end(), {c->bitwise ? 0.0 : 1.0, c->loss_diff, c->max_abs, c->max_rel});
-  const int ranks = comm::size(comm::Group::tensor);
+  const int ranks = comm::size(comm::Group::model);
   std::vector<double> all(mine.size() * std::size_t(ranks));
-  comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data(), comm::Group::tensor);
+  comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data(), comm::Group::model);
   for (std::size_t i = 0; i < comparisons.size(); ++i) {
     GradientComparison& c = *comparisons[i];
     for (int k = 0; k < ranks; ++k) {

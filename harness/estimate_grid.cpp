@@ -90,9 +90,9 @@ ModelSetup grid_point(const EstimateRequest& r, int S, int B) {
   setup.sizes.B = B;
   if (!r.published || S > setup.sizes.S_max) setup.sizes.S_max = S;
   validate(setup.sizes);
+  cp::validate(setup.model, setup.sizes);  // first: tensor parallelism's --sp splits each --cp rank's rows
   tp::validate(setup.model, setup.sizes);
   ep::validate(setup.model, setup.sizes);
-  cp::validate(setup.model, setup.sizes);
   require_countable(setup.sizes);
   return setup;
 }

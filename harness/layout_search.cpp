@@ -237,8 +237,8 @@ LayoutSearch search_layouts(const LayoutRequest& r, const std::function<void(con
         }
         ModelSetup setup = r.point.base;
         setup.sizes.B = 1;
-        setup.sizes.tp = {tp, 0, sp};
-        setup.sizes.cp = {cp, 0, false};
+        setup.sizes.tp = RankGroup::tensor(tp, 0, sp);
+        setup.sizes.cp = RankGroup::context(cp);
         if (const std::string why = refusal(setup, pp); !why.empty()) {
           search.skipped.push_back(name + ": " + why);
           continue;

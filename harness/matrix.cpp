@@ -43,9 +43,9 @@ void split_sizes(const MatrixOptions& o, const std::string& model, const std::ve
   z.tp = o.tp;
   z.ep = o.ep;
   z.cp = o.cp;
+  if (z.cp.split()) cp::validate(model, z);
   if (z.tp.split() || z.tp.sequence) tp::validate(model, z);
   if (z.ep.split()) ep::validate(model, z);
-  if (z.cp.split()) cp::validate(model, z);
   refuse_planned_under_experts(z, specs);
 }
 
@@ -173,7 +173,7 @@ std::vector<const RunKey*> cells_to_run(const MatrixOptions& o, const std::vecto
   }
   // The ranks of a group must find the same cells to run: all read the file
   // before any run is written to it.
-  if (comm::size(comm::Group::tensor) > 1) comm::barrier();
+  if (comm::size(comm::Group::model) > 1) comm::barrier();
   return todo;
 }
 
@@ -280,7 +280,7 @@ std::vector<RunRecord> run_matrix(const MatrixOptions& o, const std::vector<RunK
     std::vector<const RunKey*> group;
     for (const RunKey& first = *todo[i]; i < todo.size() && same_shape(*todo[i], first);) group.push_back(todo[i++]);
     for (RunRecord& r : measure_shape(o, group, say)) {
-      if (comm::rank(comm::Group::tensor) != 0) {  // a split cell's record is its group's first rank's
+      if (comm::rank(comm::Group::model) != 0) {  // a split cell's record is its group's first rank's
         ++done;
         continue;
       }

@@ -42,7 +42,7 @@ struct MatrixOptions {
   // A split over ranks, every cell run by all ranks of a group (at most one
   // of them split, apply_shared_split in harness/tensor_layout.hpp): tensor parallelism (--tp,
   // --sp), expert (--ep) or context (--cp); this rank's place in its group.
-  RankGroup tp, ep, cp;
+  RankGroup tp, ep = RankGroup::expert(), cp = RankGroup::context();
   // This process runs only the cells deal_cells gives `shard`: `--shard i/n`
   // of a job array, or an MPI rank of n.
   int shard = 0, shards = 1;

@@ -19,15 +19,15 @@ struct TimedRun {
 // the group records that time, so that all decide alike when the rounds end.
 double slowest_rank(const Model& model, double seconds) {
   if (!model.sizes().split_over_ranks()) return seconds;
-  std::vector<double> all(std::size_t(comm::size(comm::Group::tensor)));
-  comm::gather_all(&seconds, 1, all.data(), comm::Group::tensor);
+  std::vector<double> all(std::size_t(comm::size(comm::Group::model)));
+  comm::gather_all(&seconds, 1, all.data(), comm::Group::model);
   return *std::max_element(all.begin(), all.end());
 }
 
 }  // namespace
 
 double whole_loss(const Model& model, double loss) {
-  return model.sizes().cp.split() ? comm::sum_in_rank_order(loss, comm::Group::tensor) : loss;
+  return model.sizes().cp.split() ? comm::sum_in_rank_order(loss, comm::Group::context) : loss;
 }
 
 namespace {

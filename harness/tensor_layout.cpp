@@ -9,6 +9,7 @@
 #include "optim/optimizer.hpp"
 #include "step/step.hpp"
 #include "pipeline/pipelined_step.hpp"
+#include "pipeline/stage_runner.hpp"
 #include "zoo/context_parallel.hpp"
 #include "zoo/expert_parallel.hpp"
 #include "zoo/tensor_parallel.hpp"
@@ -17,41 +18,76 @@ namespace remat {
 
 namespace {
 
-// comm's split group: `size` consecutive ranks (named by `flag` in errors).
-RankGroup tensor_group(int size, bool data_parallel, const char* flag = "--tp") {
-  if (size < 1) throw UserError(std::string(flag) + " " + std::to_string(size) + ": a group has at least one rank");
+// comm's layout for `layout` (validated): its groups' ranks, consecutive,
+// all of the job or (`data_parallel`) each of its consecutive groups of
+// as many, training data-parallel. The groups' sizes and this rank's places.
+SplitGroups set_rank_groups(const RankLayout& layout, bool data_parallel) {
+  const std::string flags = layout.flags();
+  for (int n : {layout.tp, layout.ep, layout.cp})
+    if (n < 1) throw UserError(flags + ": a group has at least one rank");
+  if (layout.ep > 1 && layout.cp > 1) throw UserError("--ep with --cp: not yet (one of them beside --tp)");
+  const int size = layout.ranks();
   const bool fits = data_parallel ? comm::size() % size == 0 : comm::size() == size;
   if (size > 1 && !fits)
-    throw UserError(std::string(flag) + " " + std::to_string(size) + " runs on " + (data_parallel ? "a multiple of " : "") +
-                    std::to_string(size) + " ranks (mpirun -n " + std::to_string(size) + " remat ...); this job has " +
+    throw UserError(flags + " runs on " + (data_parallel ? "a multiple of " : "") + std::to_string(size) +
+                    " ranks (mpirun -n " + std::to_string(size) + " remat ...); this job has " +
                     std::to_string(comm::size()) + (comm::built_with_mpi() ? "" : " (this build has no MPI)"));
-  comm::set_tensor_group(size);
-  return {size, comm::rank(comm::Group::tensor)};
+  comm::set_layout(layout.tp, layout.cp, layout.ep);
+  SplitGroups g;
+  g.tp = RankGroup::tensor(layout.tp, comm::rank(comm::Group::tensor), layout.sp);
+  g.ep = RankGroup::expert(layout.ep, comm::rank(comm::Group::expert));
+  g.cp = RankGroup::context(layout.cp, comm::rank(comm::Group::context));
+  return g;
 }
 
 }  // namespace
 
-SplitGroups apply_shared_split(int tp, bool sequence, int ep, int cp) {
-  const int asked = int(tp > 1 || sequence) + int(ep > 1) + int(cp > 1);
-  SplitGroups groups;
-  if (asked == 0) return groups;
-  if (asked > 1) throw UserError("--tp, --ep and --cp together: one split at a time in a matrix (not yet together)");
-  const char* flag = ep > 1 ? "--ep" : cp > 1 ? "--cp" : "--tp";
-  const RankGroup g = tensor_group(std::max({tp, ep, cp}), /*data_parallel=*/true, flag);
-  (ep > 1 ? groups.ep : cp > 1 ? groups.cp : groups.tp) = g;
-  groups.tp.sequence = sequence;
-  return groups;
+std::string RankLayout::flags() const {
+  std::string f;
+  const auto add = [&f](const std::string& flag) { f += (f.empty() ? "" : " ") + flag; };
+  if (tp > 1 || sp) add("--tp " + std::to_string(tp));
+  if (sp) add("--sp");
+  if (ep > 1) add("--ep " + std::to_string(ep));
+  if (cp > 1) add("--cp " + std::to_string(cp));
+  return f.empty() ? "--tp 1" : f;
+}
+
+SplitGroups apply_shared_split(const RankLayout& layout) {
+  if (layout.sp && layout.tp == 1)
+    throw UserError("--sp splits the sequence over a tensor-parallel group: give --tp 2 or more");
+  if (!layout.any()) return {};
+  return set_rank_groups(layout, /*data_parallel=*/true);
+}
+
+bool apply_split(const RankLayout& layout, ModelSetup& setup, bool data_parallel) {
+  if (!layout.any()) return false;
+  // The layout validated (on rank 0's place: every rank's is alike) before
+  // how to start it is said.
+  Sizes asked = setup.sizes;
+  asked.tp = RankGroup::tensor(layout.tp, 0, layout.sp);
+  asked.ep = RankGroup::expert(layout.ep);
+  asked.cp = RankGroup::context(layout.cp);
+  cp::validate(setup.model, asked);
+  tp::validate(setup.model, asked);
+  ep::validate(setup.model, asked);
+  const SplitGroups g = set_rank_groups(layout, data_parallel);
+  setup.sizes.tp = g.tp;
+  setup.sizes.ep = g.ep;
+  setup.sizes.cp = g.cp;
+  quiet_other_ranks();
+  return true;
 }
 
 int take_data_group_rows(ModelSetup& setup, Batch& batch, const std::string& origin) {
   Sizes& z = setup.sizes;
   const int groups = z.split_over_ranks() ? comm::size(comm::Group::data) : 1;
   if (groups == 1) return 1;
-  const std::string split = std::string(split_flag(z.ep.size, z.cp.size)) + " " + std::to_string(comm::size(comm::Group::tensor));
+  const std::string split = RankLayout::of(z).flags();
+  const std::string model_ranks = std::to_string(comm::size(comm::Group::model));
   if (ep::has_experts(setup.model) && z.router_aux != 0)  // the mean of the groups' aux losses is not the whole batch's
     throw UserError(split + " on " + std::to_string(comm::size()) + " ranks: " + setup.model +
                     "'s load-balancing loss is taken over the whole batch, so data-parallel groups would change it "
-                    "(--router-aux 0, or mpirun -n " + std::to_string(comm::size(comm::Group::tensor)) + ")");
+                    "(--router-aux 0, or mpirun -n " + model_ranks + ")");
   if (z.B % groups != 0)
     throw UserError(std::to_string(groups) + " data-parallel groups of " + split + " do not divide the batch B = " +
                     std::to_string(z.B) + " (" + origin + ")");
@@ -77,7 +113,7 @@ void quiet_other_ranks() {
 
 bool apply_pipeline_layout(int stages, bool other_split) {
   if (stages == 1) return false;
-  if (other_split) throw UserError("--pp with --tp or --ep: not yet");
+  if (other_split) throw UserError("--pp with --tp, --sp, --ep or --cp: not yet");
   if (comm::size() % stages != 0)
     throw UserError("--pp " + std::to_string(stages) + " runs on a multiple of " + std::to_string(stages) +
                     " ranks (mpirun -n " + std::to_string(stages) + " remat ...); this job has " +
@@ -97,47 +133,8 @@ void apply_pipeline_step_layout(const ModelSetup& setup, const pipeline::Pipelin
   quiet_other_ranks();
 }
 
-bool apply_expert_layout(int experts, int tp, bool sequence, ModelSetup& setup, bool data_parallel) {
-  if (experts == 1) return false;
-  Sizes asked = setup.sizes;
-  asked.ep = {experts, 0, false};
-  asked.tp = {tp, 0, sequence};
-  ep::validate(setup.model, asked);
-  setup.sizes.ep = asked.ep;
-  setup.sizes.ep = tensor_group(experts, data_parallel, "--ep");
-  quiet_other_ranks();
-  return true;
-}
-
-bool apply_context_layout(int size, bool other_split, ModelSetup& setup, bool data_parallel) {
-  if (size == 1) return false;
-  if (other_split) throw UserError("--cp with --tp, --sp, --ep, --pp or --micro-batches: not yet");
-  setup.sizes.cp = {size, 0, false};
-  cp::validate(setup.model, setup.sizes);
-  setup.sizes.cp = tensor_group(size, data_parallel, "--cp");
-  quiet_other_ranks();
-  return true;
-}
-
-bool apply_layout(int size, bool sequence, ModelSetup& setup, bool data_parallel) {
-  if (size == 1 && !sequence) return false;
-  setup.sizes.tp = {size, 0, sequence};
-  tp::validate(setup.model, setup.sizes);  // a layout that cannot be is said before how to start it
-  setup.sizes.tp = tensor_group(size, data_parallel);
-  setup.sizes.tp.sequence = sequence;
-  quiet_other_ranks();
-  return true;
-}
-
-void split_over_ranks(int size, bool sequence, int experts, ModelSetup& setup, std::unique_ptr<ParamStore>& params,
-                      bool data_parallel) {
-  if (!apply_expert_layout(experts, size, sequence, setup, data_parallel) &&
-      !apply_layout(size, sequence, setup, data_parallel))
-    return;
-  take_rank_parts(setup, params);
-}
-
 void take_rank_parts(const ModelSetup& setup, std::unique_ptr<ParamStore>& params) {
+  if (!setup.sizes.tp.split() && !setup.sizes.ep.split()) return;  // every rank holds the whole model
   const char* flag = split_flag(setup.sizes.ep.size);
   if ((setup.sizes.ep.split() && !params->adapted().empty()) || params->tensors().size() != params->specs().size())
     throw UserError(std::string(flag) + " with --lora: not yet");

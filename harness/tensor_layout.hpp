@@ -14,30 +14,36 @@
 
 namespace remat {
 
-// --tp `size` and --sp (`sequence`) as `setup`'s layout (false: none asked):
-// the layout validated, then setup.sizes.tp set to this rank's place in its
-// tensor group: every rank of the job, which must have exactly `size`, or
-// (`data_parallel`) one of the job's consecutive groups of `size`, the groups
-// training data-parallel (UserError saying how to start it otherwise). Ranks
-// other than 0 print nothing on stdout from then on (they print the same).
-bool apply_layout(int size, bool sequence, ModelSetup& setup, bool data_parallel);
-
-// --ep `experts` (expert parallelism, zoo/expert_parallel.hpp): every rank
-// of the job in one expert group, or (`data_parallel`) one of its
-// consecutive groups of `experts`, the groups training data-parallel (false:
-// none asked). `tp` and `sequence`: the tensor-parallel layout also asked
-// for (refused beside it).
-bool apply_expert_layout(int experts, int tp, bool sequence, ModelSetup& setup, bool data_parallel = false);
-
-// A matrix's split (--tp N with or without --sp, --ep N or --cp N: one of
-// them): the job's consecutive groups of N ranks, each group running its
-// share of the cells on all of its ranks. Returns the groups, with this
-// rank's place in its own; every size 1 where none is asked. The sizes are
-// validated per model by the matrix's cells.
-struct SplitGroups {
-  RankGroup tp, ep, cp;
+// A command's split over ranks: --tp (with --sp), --ep, --cp, as asked.
+// Tensor parallelism's group is the innermost (neighbouring ranks), then the
+// expert or the context group (one of them beside it), then data parallelism.
+struct RankLayout {
+  int tp = 1;
+  bool sp = false;
+  int ep = 1, cp = 1;
+  bool any() const { return tp > 1 || sp || ep > 1 || cp > 1; }
+  int ranks() const { return tp * ep * cp; }  // of one model
+  std::string flags() const;                 // "--tp 2 --sp --cp 2", for messages
+  static RankLayout of(const Sizes& z) { return {z.tp.size, z.tp.sequence, z.ep.size, z.cp.size}; }
 };
-SplitGroups apply_shared_split(int tp, bool sequence, int ep, int cp);
+
+// `layout` as `setup`'s (false: none asked): validated for the model, then
+// setup.sizes' groups set to this rank's places in them: every rank of the
+// job in one model's groups, which must have exactly layout.ranks(), or
+// (`data_parallel`) in one of the job's consecutive groups of as many, the
+// groups training data-parallel (UserError saying how to start it
+// otherwise). The parameters are still the whole model's (take_rank_parts).
+// Ranks other than 0 print nothing on stdout from then on (they print the same).
+bool apply_split(const RankLayout& layout, ModelSetup& setup, bool data_parallel);
+
+// A matrix's split: the job's consecutive groups of layout.ranks() ranks,
+// each group running its share of the cells on all of its ranks. Returns
+// the groups, with this rank's place in each; every size 1 where none is
+// asked. The sizes are validated per model by the matrix's cells.
+struct SplitGroups {
+  RankGroup tp, ep = RankGroup::expert(), cp = RankGroup::context();
+};
+SplitGroups apply_shared_split(const RankLayout& layout);
 
 // Data-parallel groups beside a split (--tp, --ep or --cp on a multiple of
 // its ranks: the apply_*layout functions' `data_parallel`): each
@@ -56,7 +62,7 @@ double average_over_data_groups(const ParamStore& params, double loss);
 void quiet_other_ranks();
 // --pp `stages` for training: the job's consecutive groups of `stages`
 // ranks are pipelines, the pipelines training data-parallel (false: none
-// asked). `other_split`: --tp or --ep asked too (refused beside it).
+// asked). `other_split`: --tp, --ep or --cp asked too (refused beside it).
 bool apply_pipeline_layout(int stages, bool other_split);
 
 // A command's step under --pp (grads, check, time; nothing without it): the
@@ -64,20 +70,9 @@ bool apply_pipeline_layout(int stages, bool other_split);
 // job exactly one pipeline; ranks other than 0 quiet from then on.
 void apply_pipeline_step_layout(const ModelSetup& setup, const pipeline::PipelineSettings& pipe);
 
-// --cp `size` (context parallelism, zoo/context_parallel.hpp): every rank of
-// the job in one group, which splits the sequence, or (`data_parallel`) one
-// of its consecutive groups of `size`, the groups training data-parallel
-// (false: none asked); validated first. `other_split`: another split asked
-// too (refused beside it).
-bool apply_context_layout(int size, bool other_split, ModelSetup& setup, bool data_parallel = false);
-
-// apply_layout, or --ep `experts` (expert parallelism,
-// zoo/expert_parallel.hpp), and the whole model's `params` replaced by this
-// rank's parts. One group, or (`data_parallel`) the job's consecutive groups.
-void split_over_ranks(int size, bool sequence, int experts, ModelSetup& setup, std::unique_ptr<ParamStore>& params,
-                      bool data_parallel = false);
 // The whole model's `params` replaced by this rank's parts under `setup`'s
-// split (--tp, --ep), adapters included; UserError for quantized weights.
+// split (--tp, --ep; nothing under --cp alone), adapters included; UserError
+// for quantized weights.
 void take_rank_parts(const ModelSetup& setup, std::unique_ptr<ParamStore>& params);
 
 }  // namespace remat

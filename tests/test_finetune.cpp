@@ -127,7 +127,7 @@ TEST_CASE("bad freezing is one clear error", "[finetune][errors]") {
 TEST_CASE("a rank holding part of the model freezes as the whole model says", "[finetune][errors]") {
   // Expert parallelism's rank 0 of 2: experts 0 and 1 of 4 (zoo/expert_parallel.hpp).
   ModelSetup setup{"mixtral", "tiny", preset_sizes("tiny")};
-  setup.sizes.ep = {2, 0};
+  setup.sizes.ep = RankGroup::expert(2);
   ParamStore part(models().find("mixtral").make(setup.sizes)->params(), DType::f32);
   const std::vector<std::string> whole = ep::whole_names(setup);
   REQUIRE(whole.size() > part.names().size());

@@ -213,16 +213,16 @@ TEST_CASE("a split over ranks is part of each cell's key and name, and each mode
   const RunKey whole = matrix_cells(o).at(0);
   CHECK(whole.layout().empty());
   CHECK(whole.text().find("cp=") == std::string::npos);  // keys of unsplit runs read as before
-  o.cp = {2, 0, false};
+  o.cp = RankGroup::context(2);
   const RunKey split = matrix_cells(o).at(0);
   CHECK(split.layout() == "cp=2");
   CHECK(split.text() == whole.text() + ";cp=2");
   CHECK(split.name() == whole.name() + " cp=2");
-  o.cp = {};
-  o.tp = {2, 0, true};
+  o.cp = RankGroup::context();
+  o.tp = RankGroup::tensor(2, 0, true);
   CHECK(matrix_cells(o).at(0).name() == whole.name() + " tp=2 sp=1");
-  o.tp = {};
-  o.ep = {2, 0, false};
+  o.tp = RankGroup::tensor();
+  o.ep = RankGroup::expert(2);
   CHECK_THROWS_WITH(matrix_cells(o), test::Contains("gpt2 has none"));
   o.models = {"mixtral"};
   o.strategies = "budget:min";

@@ -120,7 +120,7 @@ TEST_CASE("a results file's run holds what its schema declares, and every declar
   r.key.preset = "tiny";
   r.key.strategy = "full";
   r.key.sizes = preset_sizes("tiny");
-  r.key.sizes.ep = {2, 0, false};  // split over ranks: the layout
+  r.key.sizes.ep = RankGroup::expert(2);  // split over ranks: the layout
   r.key.finetune = "lora=8";
   r.key.finetune_label = "lora 8";
   r.key.weights = "w.h5";

@@ -209,9 +209,9 @@ TEST_CASE("tensor parallelism checks each model's own hidden size and key/value 
 TEST_CASE("context parallelism refuses what it cannot split and gives each rank its zig-zag rows", "[zoo][quick][cp]") {
   Sizes z = preset_sizes("tiny");
   z.S = 16;
-  z.cp = {3, 0, false};
+  z.cp = RankGroup::context(3);
   CHECK_THROWS_WITH(cp::validate("llama", z), Catch::Contains("S = 16 must be divisible by 6"));
-  z.cp = {2, 1, false};
+  z.cp = RankGroup::context(2, 1);
   CHECK_NOTHROW(cp::validate("gpt2", z));
   CHECK_THROWS_WITH(cp::validate("bert", z), Catch::Contains("bert is not split by context parallelism yet (models that are: "));
   z.dropout = 0.1;
@@ -221,7 +221,7 @@ TEST_CASE("context parallelism refuses what it cannot split and gives each rank 
   for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = std::int32_t(i);
   const std::vector<std::int32_t> mine = cp::rows(Tensor::from_host(ids, {2, 16}), z.cp).to_host_i32();
   CHECK(mine == std::vector<std::int32_t>{4, 5, 6, 7, 8, 9, 10, 11, 20, 21, 22, 23, 24, 25, 26, 27});
-  z.cp = {2, 0, false};  // rank 0: chunks 0 and 3
+  z.cp = RankGroup::context(2);  // rank 0: chunks 0 and 3
   CHECK(cp::positions(Tensor::from_host(std::vector<std::int32_t>(16), {2, 8}), z.cp, {}).to_host_i32() ==
         std::vector<std::int32_t>{0, 1, 2, 3, 12, 13, 14, 15});
   // Rotary positions of those rows: the whole sequence's rotation of the same rows.

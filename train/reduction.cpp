@@ -251,17 +251,18 @@ class ExpertParallel final : public GradientReduction {
     for (std::size_t i = 0; i < params_.tensors().size(); ++i) {
       const Tensor g = inner_->trained()[i].grad();
       if (!g.defined() || !shared(i)) continue;
-      backend::upload(g, comm::sum_in_rank_order(g.to_host_f32(), comm::Group::tensor));
+      backend::upload(g, comm::sum_in_rank_order(g.to_host_f32(), comm::Group::expert));
     }
     return loss;
   }
   const std::vector<Tensor>& trained() const override { return inner_->trained(); }
   double gradient_norm() const override {
-    double total = 0, experts = 0;  // the shared layers' (the same on every rank), this rank's experts'
     const std::vector<double> squares = inner_->gradient_squares();
+    if (setup_.sizes.tp.split()) return grid_gradient_norm(params_, squares, setup_.sizes);  // its parts too
+    double total = 0, experts = 0;  // the shared layers' (the same on every rank), this rank's experts'
     for (std::size_t i = 0; i < squares.size(); ++i) (shared(i) ? total : experts) += squares[i];
     std::vector<double> all(std::size_t(setup_.sizes.ep.size));
-    comm::gather_all(&experts, 1, all.data(), comm::Group::tensor);
+    comm::gather_all(&experts, 1, all.data(), comm::Group::expert);
     for (double s : all) total += s;  // in rank order: every rank the same
     return std::sqrt(total);
   }
@@ -271,7 +272,9 @@ class ExpertParallel final : public GradientReduction {
     std::int64_t values = 0;
     for (std::size_t i = 0; i < params_.tensors().size(); ++i)
       if (params_.trainable(i) && shared(i)) values += inner_->trained()[i].numel();
-    return inner_->predicted_bytes(strategy) + 2 * (4 * values + 8) * std::int64_t(setup_.sizes.ep.size - 1);
+    // Beside a tensor split (`inner`: its norm's value over the tensor group), the split experts' over the model's ranks.
+    const std::int64_t grid = setup_.sizes.tp.split() ? 2 * 8 * std::int64_t(setup_.sizes.tp.size * setup_.sizes.ep.size - 1) : 0;
+    return inner_->predicted_bytes(strategy) + 2 * (4 * values + 8) * std::int64_t(setup_.sizes.ep.size - 1) + grid;
   }
   RankMemory memory(const Optimizer& optimizer) const override { return inner_->memory(optimizer); }
   void gather_weights() override { inner_->gather_weights(); }
@@ -322,8 +325,11 @@ namespace {
 // shares), so every rank steps the whole model alike.
 class SummedOverGroup final : public GradientReduction {
  public:
-  SummedOverGroup(ParamStore& params, int accumulate, std::unique_ptr<GradientReduction> inner)
-      : GradientReduction(params, accumulate, inner->ranks(), comm::rank(comm::Group::data)), inner_(std::move(inner)) {}
+  // `group`: the pipeline's stages (comm's tensor group) or the context group.
+  SummedOverGroup(ParamStore& params, int accumulate, comm::Group group, std::unique_ptr<GradientReduction> inner)
+      : GradientReduction(params, accumulate, inner->ranks(), comm::rank(comm::Group::data)),
+        group_(group),
+        inner_(std::move(inner)) {}
   bool zero_grad() const override { return inner_->zero_grad(); }
   void begin(int k) override { inner_->begin(k); }
   void add(int k, double loss) override { inner_->add(k, loss); }
@@ -331,8 +337,8 @@ class SummedOverGroup final : public GradientReduction {
   void add_loss(int k, double loss) override { inner_->add_loss(k, loss); }
   double finish() override {
     const double loss = inner_->finish();
-    sum_gradients_over_ranks(params_, comm::Group::tensor);
-    return comm::sum_in_rank_order(loss, comm::Group::tensor);
+    sum_gradients_over_ranks(params_, group_);
+    return comm::sum_in_rank_order(loss, group_);
   }
   // The replicas' reduction, and every trainable gradient and the loss to
   // and from each other rank of the pipeline (the activations' messages
@@ -341,10 +347,11 @@ class SummedOverGroup final : public GradientReduction {
     std::int64_t trainable = 0;
     for (std::size_t i = 0; i < params_.tensors().size(); ++i)
       if (params_.trainable(i)) trainable += params_.tensors()[i].numel();
-    return inner_->predicted_bytes(strategy) + 2 * (4 * trainable + 8) * (comm::size(comm::Group::tensor) - 1);
+    return inner_->predicted_bytes(strategy) + 2 * (4 * trainable + 8) * (comm::size(group_) - 1);
   }
 
  private:
+  comm::Group group_;
   std::unique_ptr<GradientReduction> inner_;
 };
 
@@ -376,19 +383,26 @@ RankMemory GradientReduction::memory(const Optimizer& optimizer) const {
 
 std::unique_ptr<GradientReduction> make_reduction(ParamStore& params, int accumulate, bool shard_params,
                                                   const ModelSetup& setup, Precision precision, int pipeline_stages) {
-  if (pipeline_stages > 1 || setup.sizes.cp.split()) {
+  const bool replicated = comm::size(comm::Group::data) > 1;
+  if (pipeline_stages > 1) {
     std::unique_ptr<GradientReduction> replicas;
-    if (comm::size(comm::Group::data) > 1) replicas = std::make_unique<DataParallel>(params, accumulate);
+    if (replicated) replicas = std::make_unique<DataParallel>(params, accumulate);
     else replicas = std::make_unique<LocalAccumulation>(params, accumulate);
-    return std::make_unique<SummedOverGroup>(params, accumulate, std::move(replicas));
+    return std::make_unique<SummedOverGroup>(params, accumulate, comm::Group::tensor, std::move(replicas));
   }
-  if (setup.sizes.tp.split() || setup.sizes.ep.split()) {
+  if (setup.sizes.tp.split() || setup.sizes.ep.split() || setup.sizes.cp.split()) {
     std::unique_ptr<GradientReduction> replicas;
     if (shard_params) replicas = std::make_unique<ShardedParameters>(params, accumulate, precision);
-    else if (comm::size(comm::Group::data) > 1) replicas = std::make_unique<DataParallel>(params, accumulate);
+    else if (replicated) replicas = std::make_unique<DataParallel>(params, accumulate);
     else replicas = std::make_unique<LocalAccumulation>(params, accumulate);
+    // Under --cp each rank's gradients are its rows' shares: summed over the context group.
+    if (setup.sizes.cp.split())
+      replicas = std::make_unique<SummedOverGroup>(params, accumulate, comm::Group::context, std::move(replicas));
+    // A tensor split's parts joined first, then the experts over their ranks.
+    if (setup.sizes.tp.split())
+      replicas = std::make_unique<TensorParallel>(params, accumulate, setup, std::move(replicas));
     if (setup.sizes.ep.split()) return std::make_unique<ExpertParallel>(params, accumulate, setup, std::move(replicas));
-    return std::make_unique<TensorParallel>(params, accumulate, setup, std::move(replicas));
+    return replicas;
   }
   if (shard_params) return std::make_unique<ShardedParameters>(params, accumulate, precision);
   if (comm::size() > 1) return std::make_unique<DataParallel>(params, accumulate);

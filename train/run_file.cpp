@@ -136,13 +136,13 @@ void read_layout(const h5::File& f, Sizes& z) {
     if (std::sscanf(t->c_str(), "tp=%d;sp=%3s", &size, sp) != 2 || size < 1 ||
         (std::string(sp) != "yes" && std::string(sp) != "no"))
       throw UserError(f.path() + ": 'train.tensor_parallel' = '" + *t + "' is not tp=N;sp=yes or tp=N;sp=no");
-    z.tp = {size, 0, std::string(sp) == "yes"};
+    z.tp = RankGroup::tensor(size, 0, std::string(sp) == "yes");
   }
   if (const auto e = run_file::setting::expert_parallel.read(f, "/")) {
     int size = 0;
     if (std::sscanf(e->c_str(), "ep=%d", &size) != 1 || size < 1)
       throw UserError(f.path() + ": 'train.expert_parallel' = '" + *e + "' is not ep=N");
-    z.ep = {size, 0, false};
+    z.ep = RankGroup::expert(size);
   }
 }
 

@@ -27,11 +27,12 @@ Tensor whole_of(const Tensor& part, const ParamSpec& spec, const Shape& whole, i
 
 namespace {
 
-// Every rank's values of `t` (zeros where this rank does not hold it).
+// Every rank's of the expert group: its values of `t` (zeros where this
+// rank does not hold it).
 std::vector<double> from_every_rank(const Tensor* t, std::int64_t n) {
   const std::vector<double> mine = t ? t->to_host_f64() : std::vector<double>(std::size_t(n), 0.0);
-  std::vector<double> all(mine.size() * std::size_t(comm::size(comm::Group::tensor)));
-  comm::gather_all(mine.data(), n, all.data(), comm::Group::tensor);
+  std::vector<double> all(mine.size() * std::size_t(comm::size(comm::Group::expert)));
+  comm::gather_all(mine.data(), n, all.data(), comm::Group::expert);
   return all;
 }
 
@@ -40,8 +41,8 @@ std::vector<double> from_every_rank(const Tensor* t, std::int64_t n) {
 std::vector<bool> on_any_rank(const std::vector<std::string>& names, const std::function<bool(const std::string&)>& yes) {
   std::vector<double> mine(names.size(), 0.0);
   for (std::size_t i = 0; i < names.size(); ++i) mine[i] = yes(names[i]) ? 1 : 0;
-  std::vector<double> all(mine.size() * std::size_t(comm::size(comm::Group::tensor)));
-  comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data(), comm::Group::tensor);
+  std::vector<double> all(mine.size() * std::size_t(comm::size(comm::Group::expert)));
+  comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data(), comm::Group::expert);
   std::vector<bool> any(names.size(), false);
   for (std::size_t j = 0; j < all.size(); ++j) any[j % names.size()] = any[j % names.size()] || all[j] != 0;
   return any;
@@ -53,7 +54,7 @@ std::vector<bool> on_any_rank(const std::vector<std::string>& names, const std::
 // added in rank order.
 std::unique_ptr<ParamStore> whole_over_experts(const ModelSetup& setup, const ParamStore& parts, bool with_gradients) {
   Sizes sizes = setup.sizes;
-  sizes.ep = {};
+  sizes.ep = RankGroup::expert();
   auto whole = std::make_unique<ParamStore>(models().find(setup.model).make(sizes)->params(), DType::f32);
   const std::vector<bool> frozen = on_any_rank(whole->names(), [&parts](const std::string& name) {
     return parts.has(name) && !parts.trainable(parts.index_of(name));
@@ -86,9 +87,8 @@ std::unique_ptr<ParamStore> whole_over_experts(const ModelSetup& setup, const Pa
 
 std::vector<Tensor> whole_expert_buffers(const ModelSetup& setup, const ParamStore& parts,
                                          const std::vector<Tensor>& buffers) {
-  Sizes sizes = setup.sizes;
-  sizes.ep = {};
-  const std::vector<ParamSpec> specs = models().find(setup.model).make(sizes)->params();
+  // The buffers are whole over a tensor split too (joined before): the whole model's shapes.
+  const std::vector<ParamSpec> specs = models().find(setup.model).make(setup.sizes.whole_model())->params();
   const auto mine_of = [&](const std::string& name) -> const Tensor* {
     const std::size_t i = parts.has(name) ? parts.index_of(name) : parts.names().size();
     return i < buffers.size() && buffers[i].defined() ? &buffers[i] : nullptr;
@@ -115,7 +115,13 @@ std::vector<Tensor> whole_expert_buffers(const ModelSetup& setup, const ParamSto
 }
 
 std::unique_ptr<ParamStore> whole_store(const ModelSetup& setup, const ParamStore& parts, bool with_gradients) {
-  if (setup.sizes.ep.split()) return whole_over_experts(setup, parts, with_gradients);
+  if (setup.sizes.ep.split()) {  // every expert, in this rank's tensor parts; then those joined
+    auto experts = whole_over_experts(setup, parts, with_gradients);
+    if (!setup.sizes.tp.split()) return experts;
+    ModelSetup tensor_only = setup;
+    tensor_only.sizes.ep = RankGroup::expert();
+    return whole_store(tensor_only, *experts, with_gradients);
+  }
   const int ranks = setup.sizes.tp.size;
   std::vector<ParamSpec> specs;  // the whole model's, LoRA's adapters included
   for (const ParamSpec& spec : parts.specs()) specs.push_back({spec.name, tp::whole_shape(spec, ranks), spec.init});
@@ -147,6 +153,32 @@ double split_gradient_norm(const ParamStore& parts, const std::vector<double>& s
   double total = whole;
   for (double s : all) total += s;  // in rank order: every rank the same
   return std::sqrt(total);
+}
+
+namespace {
+
+// `mine` summed over group g's ranks, in rank order: the same on every rank.
+double sum_over(double mine, comm::Group g) {
+  std::vector<double> all(static_cast<std::size_t>(comm::size(g)));
+  comm::gather_all(&mine, 1, all.data(), g);
+  double sum = 0;
+  for (double v : all) sum += v;
+  return sum;
+}
+
+}  // namespace
+
+double grid_gradient_norm(const ParamStore& parts, const std::vector<double>& squares, const Sizes& z) {
+  const RankGroup& g = z.tp;
+  double whole = 0, split = 0, experts = 0, split_experts = 0;
+  for (std::size_t i = 0; i < squares.size(); ++i) {
+    const Split& s = parts.specs()[i].split;
+    if (s.parts > 0 && g.rank % (g.size / s.parts) != 0) continue;  // a part several ranks hold: once
+    const bool expert = ep::owner(parts.names()[i], z) >= 0;
+    (s.dim >= 0 ? (expert ? split_experts : split) : (expert ? experts : whole)) += squares[i];
+  }
+  return std::sqrt(whole + sum_over(split, comm::Group::tensor) + sum_over(experts, comm::Group::expert) +
+                   sum_over(split_experts, comm::Group::model));
 }
 
 }  // namespace remat

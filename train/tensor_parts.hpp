@@ -34,5 +34,10 @@ std::vector<Tensor> whole_expert_buffers(const ModelSetup& setup, const ParamSto
 // hold, once), the whole ones once (every rank holds the same); the same on
 // every rank.
 double split_gradient_norm(const ParamStore& parts, const std::vector<double>& squares, const RankGroup& g);
+// The same on a grid of tensor x expert ranks (z.tp and z.ep): a split
+// parameter's parts summed over the tensor group, an expert's over the
+// expert group (each rank holds its own experts), a split expert's over
+// both; what every rank holds alike, once.
+double grid_gradient_norm(const ParamStore& parts, const std::vector<double>& squares, const Sizes& z);
 
 }  // namespace remat

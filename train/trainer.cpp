@@ -107,7 +107,7 @@ double validation_loss(const Model& model, const ParamStore& params, BatchSource
   source.seek(0);
   double sum = 0;
   for (int b = 0; b < batches; ++b) sum += model.loss(params, source.next()).item();
-  if (model.sizes().cp.split()) sum = comm::sum_in_rank_order(sum, comm::Group::tensor);
+  if (model.sizes().cp.split()) sum = comm::sum_in_rank_order(sum, comm::Group::context);
   return sum / batches;
 }
 
@@ -409,7 +409,7 @@ const StepRecord& Trainer::step() {
   StepRecord r = forward_backward_all(loss_scale);
   if (N > 1) sum_parts_over_ranks(r, comm::Group::data);
   const int C = config_.setup.sizes.cp.size;  // context parallelism: each rank's parts are its rows' shares
-  if (C > 1) sum_parts_over_ranks(r, comm::Group::tensor);
+  if (C > 1) sum_parts_over_ranks(r, comm::Group::context);
   for (auto& part : r.loss_parts) part.second /= M;
   const std::vector<Tensor>& trained = reduce.trained();
   if (M > 1 || loss_scale != 1) scale_gradients(trained, 1.0 / (M * loss_scale));  // the mean, unscaled

@@ -20,8 +20,7 @@ void validate(const std::string& model, const Sizes& z) {
   if (!g.split()) return;
   if (!has_experts(model))
     throw UserError("--ep splits a mixture's experts over ranks: " + model + " has none (mixtral has)");
-  if (z.tp.split() || z.tp.sequence)
-    throw UserError("--ep with --tp: not yet (expert parallelism runs on its own group of ranks)");
+  if (z.cp.split()) throw UserError("--ep with --cp: not yet (one of them beside --tp)");
   if (z.E % g.size != 0)
     throw UserError("--ep " + std::to_string(g.size) + " does not divide the experts E = " + std::to_string(z.E));
   if (z.B % g.size != 0)
@@ -50,7 +49,7 @@ int owner(const std::string& name, const Sizes& z) {
 std::vector<std::string> whole_names(const ModelSetup& setup) {
   if (!setup.sizes.ep.split()) return {};
   Sizes whole = setup.sizes;
-  whole.ep = {};
+  whole.ep = RankGroup::expert();
   std::vector<std::string> names;
   for (const auto& spec : models().find(setup.model).make(whole)->params()) names.push_back(spec.name);
   return names;

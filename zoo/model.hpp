@@ -4,6 +4,7 @@
 // all a model does; every strategy then applies to it unchanged.
 #include <functional>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,11 @@ struct LossTerms {
 
 class Model {
  public:
-  explicit Model(const Sizes& s) : sizes_(s) {}
+  explicit Model(const Sizes& s) : sizes_(s) {
+    // Each group's collectives run over its own axis of the job's ranks.
+    if (s.tp.axis != Axis::tensor || s.ep.axis != Axis::expert || s.cp.axis != Axis::context)
+      throw std::logic_error("Sizes: a rank group on another's axis");
+  }
   virtual ~Model() = default;
   const Sizes& sizes() const { return sizes_; }
 

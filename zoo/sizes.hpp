@@ -32,16 +32,17 @@ struct Sizes {
   RankGroup tp = {};
   // Expert parallelism (zoo/expert_parallel.hpp): this rank's experts and
   // its part of the batch's sequences.
-  RankGroup ep = {};
+  RankGroup ep = RankGroup::expert();
   // Context parallelism (zoo/context_parallel.hpp): this rank's rows of the
   // sequence; S stays the whole sequence's.
-  RankGroup cp = {};
+  RankGroup cp = RankGroup::context();
   // Whether this rank holds a part of a layout split over ranks (any of them).
   bool split_over_ranks() const { return tp.split() || ep.split() || cp.split(); }
   // These sizes with no tensor or expert split: the whole model's parameters.
   Sizes whole_model() const {
     Sizes whole = *this;
-    whole.tp = whole.ep = {};
+    whole.tp = RankGroup::tensor();
+    whole.ep = RankGroup::expert();
     return whole;
   }
 };

@@ -140,7 +140,10 @@ void validate(const std::string& model, const Sizes& z) {
   if (!g.sequence) return;
   const std::string& refused = models().find(model).no_sequence_split;
   if (!refused.empty()) throw UserError("--sp: " + refused);
-  divides(z.S, "the sequence length S");
+  if (z.cp.split())  // sequence parallelism splits each context-parallel rank's rows
+    divides(z.S / z.cp.size, "each --cp rank's rows S / " + std::to_string(z.cp.size));
+  else
+    divides(z.S, "the sequence length S");
 }
 
 std::unique_ptr<ParamStore> part_of(const ParamStore& whole, const std::vector<ParamSpec>& specs,

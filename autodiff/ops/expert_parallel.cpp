@@ -68,7 +68,7 @@ Tensor sent_to_experts(const Tensor& rows, const ExpertExchange& x, const char* 
   const std::vector<std::int64_t> send = x.sent, recv = rows_from(x);
   stats::count_communication(double(total_of(send) - send[std::size_t(x.rank)]) * double(row_bytes));
   if (shape_only()) return out;
-  comm::all_to_all_rows(rows.raw(), send, arrived.raw(), recv, row_bytes, comm::Group::tensor);
+  comm::all_to_all_rows(rows.raw(), send, arrived.raw(), recv, row_bytes, comm::Group::expert);
   reorder(static_cast<const unsigned char*>(arrived.raw()), static_cast<unsigned char*>(out.raw()), x, row_bytes, true);
   return out;
 }
@@ -87,14 +87,14 @@ Tensor returned_from_experts(const Tensor& rows, const ExpertExchange& x, const 
   if (shape_only()) return out;
   reorder(static_cast<const unsigned char*>(rows.raw()), static_cast<unsigned char*>(leaving.raw()), x, row_bytes,
           false);
-  comm::all_to_all_rows(leaving.raw(), send, out.raw(), recv, row_bytes, comm::Group::tensor);
+  comm::all_to_all_rows(leaving.raw(), send, out.raw(), recv, row_bytes, comm::Group::expert);
   return out;
 }
 
 }  // namespace
 
 ExpertExchange plan_expert_exchange(const Routing& r, const RankGroup& g) {
-  require_split_group("plan_expert_exchange", g, "expert");
+  require_split_group("plan_expert_exchange", g);
   require(r.experts % g.size == 0 && std::int64_t(r.offsets.size()) == r.experts + 1,
           [&] { return "plan_expert_exchange: " + std::to_string(r.experts) + " experts over " + std::to_string(g.size) + " ranks"; });
   ExpertExchange x;
@@ -118,7 +118,7 @@ ExpertExchange plan_expert_exchange(const Routing& r, const RankGroup& g) {
     for (int q = 0; q < N; ++q)
       for (int e = 0; e < El; ++e) theirs[std::size_t(q * El + e)] = double(rows_of_expert(g.rank * El + e));
   else
-    comm::all_to_all(mine.data(), El, theirs.data(), comm::Group::tensor);
+    comm::all_to_all(mine.data(), El, theirs.data(), comm::Group::expert);
   // theirs[q El + e]: rows rank q sends this rank's expert e.
   x.received.assign(mine.size(), 0);
   x.local.experts = El;
@@ -136,7 +136,7 @@ ExpertExchange plan_expert_exchange(const Routing& r, const RankGroup& g) {
 
 Tensor to_experts(const Tensor& rows, const ExpertExchange& x, const RankGroup& g) {
   require_float("to_experts", rows, "rows");
-  require_split_group("to_experts", g, "expert");
+  require_split_group("to_experts", g);
   require(rows.rank() == 2 && rows.dim(0) == total_of(x.sent),
           [&] { return "to_experts: rows " + to_string(rows.shape()) + " for " + std::to_string(total_of(x.sent)) + " routed rows"; });
   Tensor out = sent_to_experts(rows, x, "to_experts");
@@ -149,7 +149,7 @@ Tensor to_experts(const Tensor& rows, const ExpertExchange& x, const RankGroup& 
 
 Tensor from_experts(const Tensor& rows, const ExpertExchange& x, const RankGroup& g) {
   require_float("from_experts", rows, "rows");
-  require_split_group("from_experts", g, "expert");
+  require_split_group("from_experts", g);
   require(rows.rank() == 2 && rows.dim(0) == x.local.offsets.back(),
           [&] { return "from_experts: rows " + to_string(rows.shape()) + " for " + std::to_string(x.local.offsets.back()) +
               " rows of this rank's experts"; });

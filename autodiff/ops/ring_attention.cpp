@@ -91,7 +91,7 @@ void pack_keys_values(const Ring& g, const T* k, const T* v, T* buffer) {
 void shift(Tensor& here, Tensor& there, const Ring& g, int parts) {
   const std::int64_t bytes = std::int64_t(dtype_size(here.dtype())) * g.part() * parts;
   stats::count_communication(double(bytes));
-  if (!shape_only()) comm::shift_ring(here.raw(), there.raw(), bytes, comm::Group::tensor);
+  if (!shape_only()) comm::shift_ring(here.raw(), there.raw(), bytes, comm::Group::context);
   std::swap(here, there);
 }
 
@@ -211,7 +211,7 @@ void ring_backward(BackwardContext& ctx, const RingInputs& x, const Tensor& out,
     if (g.group.size > 1) {  // the gradients home: the buffer here is the next rank's
       const std::int64_t bytes = std::int64_t(sizeof(T)) * 2 * n;
       stats::count_communication(double(bytes));
-      if (!shape_only()) comm::shift_ring(here.data<T>() + 2 * n, there.data<T>() + 2 * n, bytes, comm::Group::tensor);
+      if (!shape_only()) comm::shift_ring(here.data<T>() + 2 * n, there.data<T>() + 2 * n, bytes, comm::Group::context);
       std::swap(here, there);
     }
     if (tk) add_key_gradient(g, here.data<T>(), 2, g.k, tk.t.data<T>());
@@ -223,7 +223,7 @@ Tensor record_ring(const RingInputs& in, const Ring& g) {
   if (ops::current_attention_kernel() != AttentionKernel::fused)
     throw UserError(std::string("context parallelism runs the fused attention kernel; --attention ") +
                     attention_kernel_name(ops::current_attention_kernel()) + " with --cp: not yet");
-  require_split_group("ring_attention", g.group, "context");
+  require_split_group("ring_attention", g.group);
   auto [out, lse] = ring_forward(in, g);
   OpRecorder rec("attention", {&in.q, in.packed() ? nullptr : &in.k, in.packed() ? nullptr : &in.v});
   if (!rec) return out;

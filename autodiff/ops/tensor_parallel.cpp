@@ -21,11 +21,12 @@
 namespace remat::ops {
 namespace detail {
 
-void require_split_group(const char* op, const RankGroup& g, const char* what) {
+void require_split_group(const char* op, const RankGroup& g) {
   if (shape_only()) return;
-  if (comm::size(comm::Group::tensor) != g.size)
+  const char* what = g.axis == Axis::context ? "context" : g.axis == Axis::expert ? "expert" : "tensor";
+  if (comm::size(comm_group(g)) != g.size)
     throw UserError(std::string(op) + ": " + what + " parallelism over " + std::to_string(g.size) + " ranks, where " +
-                    std::to_string(comm::size(comm::Group::tensor)) + " run this job's group: run it under mpirun");
+                    std::to_string(comm::size(comm_group(g))) + " run this job's group: run it under mpirun");
   if (!kHostMemory) throw UserError(std::string(op) + ": " + what + " parallelism runs on the host backend only");
 }
 
@@ -38,20 +39,18 @@ namespace {
 // a GPU's collectives move) and are added in the compute type on arrival,
 // which widens them exactly: the sums are the same as of widened values.
 template <class T>
-void gather_all_of(const T* mine, std::int64_t n, T* all) {
+void gather_all_of(const T* mine, std::int64_t n, T* all, comm::Group g) {
   if constexpr (sizeof(T) == 2)
-    comm::gather_all(reinterpret_cast<const std::uint16_t*>(mine), n, reinterpret_cast<std::uint16_t*>(all),
-                     comm::Group::tensor);
+    comm::gather_all(reinterpret_cast<const std::uint16_t*>(mine), n, reinterpret_cast<std::uint16_t*>(all), g);
   else
-    comm::gather_all(mine, n, all, comm::Group::tensor);
+    comm::gather_all(mine, n, all, g);
 }
 template <class T>
-void all_to_all_of(const T* send, std::int64_t n, T* recv) {
+void all_to_all_of(const T* send, std::int64_t n, T* recv, comm::Group g) {
   if constexpr (sizeof(T) == 2)
-    comm::all_to_all(reinterpret_cast<const std::uint16_t*>(send), n, reinterpret_cast<std::uint16_t*>(recv),
-                     comm::Group::tensor);
+    comm::all_to_all(reinterpret_cast<const std::uint16_t*>(send), n, reinterpret_cast<std::uint16_t*>(recv), g);
   else
-    comm::all_to_all(send, n, recv, comm::Group::tensor);
+    comm::all_to_all(send, n, recv, g);
 }
 
 // [g.size, n] in x's type: row r holds rank r's x.
@@ -61,7 +60,7 @@ Tensor gather_parts(const Tensor& x, const RankGroup& g, const char* label) {
   // What comm/ counts for it: this rank's values, once to each other rank.
   stats::count_communication(double(dtype_size(x.dtype())) * double(x.numel()) * double(g.size - 1));
   if (shape_only()) return parts;
-  REMAT_DISPATCH_COMPUTE(x.dtype(), T, { gather_all_of(x.data<T>(), x.numel(), parts.data<T>()); });
+  REMAT_DISPATCH_COMPUTE(x.dtype(), T, { gather_all_of(x.data<T>(), x.numel(), parts.data<T>(), comm_group(g)); });
   return parts;
 }
 
@@ -71,7 +70,7 @@ Tensor gather_parts(const Tensor& x, const RankGroup& g, const char* label) {
 // all-gather). 2 (N - 1) / N of x sent per rank, and every rank gets the
 // same bits: each element is added once, by the rank that owns its chunk.
 Tensor summed(const Tensor& x, const RankGroup& g, const char* label) {
-  require_split_group(label, g, "tensor");
+  require_split_group(label, g);
   stats::count_forward(label);
   const std::int64_t n = x.numel(), N = g.size, c = (n + N - 1) / N;
   const DType t = x.dtype();
@@ -88,13 +87,13 @@ Tensor summed(const Tensor& x, const RankGroup& g, const char* label) {
     const Tensor padded = n == N * c ? Tensor() : Tensor::empty({N, c}, t, "all_reduce_chunks");
     T* pa = padded.defined() ? padded.data<T>() : out.data<T>();
     for_each_element("all_reduce_pack", N * c, KOKKOS_LAMBDA(std::int64_t i) { ps[i] = i < n ? px[i] : T(0); });
-    if (!shape_only()) all_to_all_of(ps, c, pr);
+    if (!shape_only()) all_to_all_of(ps, c, pr, comm_group(g));
     for_each_element("all_reduce_add", c, KOKKOS_LAMBDA(std::int64_t j) {
       A acc = A(pr[j]);
       for (std::int64_t r = 1; r < N; ++r) acc += A(pr[r * c + j]);
       pc[j] = T(acc);
     });
-    if (!shape_only()) gather_all_of(pc, c, pa);
+    if (!shape_only()) gather_all_of(pc, c, pa, comm_group(g));
     if (padded.defined()) {
       T* y = out.data<T>();
       for_each_element(label, n, KOKKOS_LAMBDA(std::int64_t i) { y[i] = pa[i]; });
@@ -117,7 +116,7 @@ namespace {
 
 // The sum of x over the `share` consecutive ranks this rank is among, in rank order.
 Tensor summed_among(const Tensor& x, const RankGroup& g, int share, const char* label) {
-  require_split_group(label, g, "tensor");
+  require_split_group(label, g);
   stats::count_forward(label);
   const Tensor parts = gather_parts(x, g, "all_reduce_parts");
   Tensor out = Tensor::empty(x.shape(), x.dtype(), label);
@@ -140,7 +139,7 @@ Tensor summed_among(const Tensor& x, const RankGroup& g, int share, const char* 
 Tensor all_reduce_in_backward(const Tensor& x, const RankGroup& g, int share) {
   require_float("all_reduce_in_backward", x, "x");
   if (share <= 0 || share >= g.size) return all_reduce_in_backward(x, g);
-  require_split_group("all_reduce_in_backward", g, "tensor");
+  require_split_group("all_reduce_in_backward", g);
   Tensor out = x.view_as(x.shape());
   OpRecorder rec("all_reduce_in_backward", {&x});
   if (!rec) return out;
@@ -153,7 +152,7 @@ Tensor all_reduce_in_backward(const Tensor& x, const RankGroup& g, int share) {
 
 Tensor all_reduce_in_backward(const Tensor& x, const RankGroup& g) {
   require_float("all_reduce_in_backward", x, "x");
-  require_split_group("all_reduce_in_backward", g, "tensor");
+  require_split_group("all_reduce_in_backward", g);
   // The same bytes: what this rank's part of a split layer reads.
   Tensor out = x.view_as(x.shape());
   if (x.recipe()) out.set_recipe(*x.recipe());
@@ -172,7 +171,7 @@ namespace {
 
 // [B, N Sp, ...]: every rank's x [B, Sp, ...] in rank order along dim 1.
 Tensor gathered_sequence(const Tensor& x, const RankGroup& g, const char* label) {
-  require_split_group(label, g, "tensor");
+  require_split_group(label, g);
   require(x.rank() >= 2, [&] { return std::string(label) + ": x must be [B, S, ...], got " + to_string(x.shape()); });
   stats::count_forward(label);
   const std::int64_t B = x.dim(0), Sp = x.dim(1), n = x.numel(), R = n / std::max<std::int64_t>(1, B * Sp),
@@ -197,7 +196,7 @@ Tensor gathered_sequence(const Tensor& x, const RankGroup& g, const char* label)
 // of x [B, S, ...]: each rank sends every other its part, and adds what it
 // receives in rank order.
 Tensor scattered_sum(const Tensor& x, const RankGroup& g, const char* label) {
-  require_split_group(label, g, "tensor");
+  require_split_group(label, g);
   require(x.rank() >= 2 && x.dim(1) % g.size == 0,
           [&] { return std::string(label) + ": x must be [B, S, ...] with S a multiple of the group, got " + to_string(x.shape()); });
   stats::count_forward(label);
@@ -217,7 +216,7 @@ Tensor scattered_sum(const Tensor& x, const RankGroup& g, const char* label) {
       ps[i] = px[(b * S + k * Sp + j) * R + c];
     });
     stats::count_communication(double(sizeof(T)) * double(n) * double(N - 1));  // each other rank's part, once
-    if (!shape_only()) all_to_all_of(send.data<T>(), n, recv.data<T>());
+    if (!shape_only()) all_to_all_of(send.data<T>(), n, recv.data<T>(), comm_group(g));
     const T* pr = recv.data<T>();
     T* y = out.data<T>();
     for_each_element(label, n, KOKKOS_LAMBDA(std::int64_t i) {
@@ -357,7 +356,7 @@ void cross_entropy_parts_forward(const Tensor& logits, const Tensor& targets, st
 Tensor cross_entropy_parts(const Tensor& logits, const Tensor& targets, std::int64_t first, const RankGroup& g) {
   require_float("cross_entropy_parts", logits, "logits");
   require(targets.dtype() == DType::i32, "cross_entropy_parts: targets must be int32");
-  require_split_group("cross_entropy_parts", g, "tensor");
+  require_split_group("cross_entropy_parts", g);
   const std::int64_t V = logits.dim(-1), M = rows_of(logits);
   require(targets.numel() == M, [&] { return "cross_entropy_parts: " + std::to_string(targets.numel()) + " targets for " +
                                     std::to_string(M) + " rows of logits " + to_string(logits.shape()); });

@@ -93,12 +93,9 @@ std::int64_t require_memory(const CheckCommandOptions& o, const ModelSetup& setu
 
 CheckInputs load_inputs(const CheckCommandOptions& o) {
   CheckInputs in;
-  // --cp: this rank's rows, before the memory check (a rank holds S / N of them).
-  bool context = false;
-  const auto split_sequence = [&] {
-    context = apply_context_layout(o.model.cp, o.model.tp > 1 || o.model.sp || o.model.ep > 1, in.setup,
-                                   /*data_parallel=*/true);
-  };
+  // The split (--tp, --ep, --cp) before the memory check, which is then
+  // this rank's; the whole model's weights made or read, then this rank's parts taken.
+  const auto split_sequence = [&] { apply_split(o.model.layout(), in.setup, /*data_parallel=*/true); };
   if (!o.weights.empty() && !o.golden.empty()) throw UserError("--weights and --golden both name the weights: give one");
   if (!o.save_golden.empty())
     check_output(o.save_golden, FileKind::golden, {o.weights, o.golden, batch_source_file(o.model.data)}, o.force);
@@ -126,14 +123,15 @@ CheckInputs load_inputs(const CheckCommandOptions& o) {
     progress.stage("estimating the memory a step needs");
     split_sequence();
     in.memory = require_memory(o, in.setup);
-    in.params = std::make_unique<ParamStore>(models().find(in.setup.model).make(in.setup.sizes)->params(), DType::f32);
+    in.params =
+        std::make_unique<ParamStore>(models().find(in.setup.model).make(in.setup.sizes.whole_model())->params(), DType::f32);
     initialize(*in.params, o.model.run.seed, in.setup.sizes.L, [&](std::size_t i, std::size_t n) {
       if (i % 256 == 0)
         progress.item("initialising the weights: tensor " + std::to_string(i + 1) + " of " + std::to_string(n));
     });
     in.batch = o.model.make_batch(in.setup.sizes);
   }
-  if (!context) split_over_ranks(o.model.tp, o.model.sp, o.model.ep, in.setup, in.params, /*data_parallel=*/true);
+  take_rank_parts(in.setup, in.params);
   in.setup.sizes.router_aux = o.model.router_aux;  // (a weight file holds none) what the groups' refusal reads
   in.data_groups = take_data_group_rows(in.setup, in.batch, "give another --batch, or start fewer ranks");
   return in;
@@ -339,7 +337,7 @@ void print_header(const CheckCommandOptions& o, const ModelSetup& setup, int dat
   print_precision_path(o.model.run.precision);
   if (data_groups > 1)
     std::printf("%d data-parallel groups of %d ranks, each on its own %d of the %d sequences; every step's loss and "
-                "gradients averaged over them\n", data_groups, comm::size(comm::Group::tensor), z.B,
+                "gradients averaged over them\n", data_groups, comm::size(comm::Group::model), z.B,
                 z.B * data_groups);
 }
 

@@ -96,9 +96,9 @@ EstimateRequest request_of(const EstimateOptions& o) {
   if (o.layers) r.base.sizes.L = o.layers;
   r.base.sizes.dropout = o.dropout;
   ep::override_experts(r.base.model, r.base.sizes, o.experts, o.top_k);
-  r.base.sizes.tp = {o.tp, 0, o.sp};  // rank 0's parts: every rank's are the same shapes
-  r.base.sizes.ep = {o.ep, 0, false};  // (and under expert parallelism, for a balanced routing)
-  r.base.sizes.cp = {o.cp, 0, false};  // (and under context parallelism: the zig-zag evens the ranks' work)
+  r.base.sizes.tp = RankGroup::tensor(o.tp, 0, o.sp);  // rank 0's parts: every rank's are the same shapes
+  r.base.sizes.ep = RankGroup::expert(o.ep);  // (and under expert parallelism, for a balanced routing)
+  r.base.sizes.cp = RankGroup::context(o.cp);  // (and under context parallelism: the zig-zag evens the ranks' work)
   r.published = !o.config.empty();
   r.allow_longer = o.allow_longer;
   r.seqs = o.seq;

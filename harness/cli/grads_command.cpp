@@ -83,7 +83,8 @@ void choose_batch(const GradsOptions& o, LoadedWeights& w) {
 // --pp or --micro-batches: the step's M micro-batches through the pipeline
 // (or accumulated on one rank); each stage's activation peak printed.
 void run_pipelined_grads(const GradsOptions& o, LoadedWeights& w) {
-  if (o.tp > 1 || o.ep > 1 || o.sp) throw UserError("--pp or --micro-batches with --tp, --sp or --ep: not yet");
+  if (o.tp > 1 || o.ep > 1 || o.sp || o.cp > 1)
+    throw UserError("--pp or --micro-batches with --tp, --sp, --ep or --cp: not yet");
   if (o.finetune.applies() || w.params->any_quantized())
     throw UserError("--pp or --micro-batches with --freeze, --lora or quantized weights: not yet");
   const pipeline::PipelineSettings& pipe = o.pipe;
@@ -106,41 +107,17 @@ void run_pipelined_grads(const GradsOptions& o, LoadedWeights& w) {
   if (!o.out.empty()) std::printf("wrote %s: /loss and /grads for %zu parameters\n", o.out.c_str(), w.params->names().size());
 }
 
-// --cp: one step on each rank's rows of the sequence; the whole model's loss
-// and gradients (every rank's added in rank order) written, and each rank's
-// measured activation and offload peaks printed.
-void run_context_grads(const GradsOptions& o, LoadedWeights& w) {
-  if (o.finetune.lora.any() || o.finetune.quantize != QuantFormat::none || w.params->any_quantized())
-    throw UserError("--cp with --lora or quantized weights: not yet (--freeze freezes on every rank alike)");
-  w.model = models().find(w.setup.model).make(w.setup.sizes);
-  const std::string spec = one_strategy(o, w.setup);
-  require_step_memory(w.setup, o.run.attention, {spec}, 3, o.force);
-  choose_batch(o, w);
-  fine_tune(w.params, *w.model, *w.batch, o.finetune, o.run.seed, w.setup);  // every rank holds every parameter
-  auto strategy = make_strategy(spec);
-  PrecisionScope precision(*w.params, o.run.precision);
-  prepare_strategy(*strategy, *w.model, *w.params, *w.batch, o.run.attention, o.run.seed);
-  const comm::Stats before = comm::stats();
-  const StepResult r = run_step(*w.model, *w.params, *w.batch, step_options(o.run, strategy.get()));
-  const std::int64_t sent = comm::stats().bytes_sent - before.bytes_sent;
-  const int N = w.setup.sizes.cp.size;
-  std::vector<double> all(std::size_t(3 * N));  // each rank's loss share and peaks
-  const double mine[3] = {r.loss, double(r.activation_peak), double(r.offload_peak)};
-  comm::gather_all(mine, 3, all.data(), comm::Group::tensor);
-  double loss = 0;
-  for (int k = 0; k < N; ++k) loss += all[std::size_t(3 * k)];
-  sum_gradients_over_ranks(*w.params, comm::Group::tensor);
-  require_finite_result(loss, *w.params);
-  ModelSetup whole = w.setup;
-  whole.sizes.cp = {};
-  if (!o.out.empty() && comm::rank() == 0) write_gradients(o.out, whole, *w.params, loss);
-  std::printf("loss %.9g (the sum of %d ranks' shares)\n", loss, N);
+// Under a split, each rank of the model's group: its measured activation
+// and offload peaks (a rank holds its parts' and its rows' activations).
+void print_rank_peaks(const Sizes& z, const StepResult& step) {
+  if (!z.split_over_ranks()) return;
+  const int N = comm::size(comm::Group::model);
+  std::vector<double> all(std::size_t(2 * N));
+  const double mine[2] = {double(step.activation_peak), double(step.offload_peak)};
+  comm::gather_all(mine, 2, all.data(), comm::Group::model);
   for (int k = 0; k < N; ++k)
     std::printf("rank %d: activation peak %lld bytes, offload peak %lld bytes\n", k,
-                static_cast<long long>(all[std::size_t(3 * k + 1)]), static_cast<long long>(all[std::size_t(3 * k + 2)]));
-  std::printf("sent %lld bytes to the other ranks\n", static_cast<long long>(sent));
-  if (!o.out.empty())
-    std::printf("wrote %s: /loss and /grads for %zu parameters\n", o.out.c_str(), trainable_tensors(*w.params));
+                static_cast<long long>(all[std::size_t(2 * k)]), static_cast<long long>(all[std::size_t(2 * k + 1)]));
 }
 
 // More ranks than a tensor-parallel split uses: data-parallel groups, each
@@ -158,10 +135,10 @@ void run_grads(const GradsOptions& o) {
   if (o.ep > 1 && o.finetune.lora.any()) throw UserError("--ep with --lora: not yet");
   w.setup.sizes.router_aux = o.router_aux;  // a training setting, not in the file
   pipeline::refuse_without_stages(o.pipe);
-  if (apply_context_layout(o.cp, o.tp > 1 || o.sp || o.ep > 1 || o.pipe.stepped(), w.setup))
-    return run_context_grads(o, w);
   if (o.pipe.stepped()) return run_pipelined_grads(o, w);
-  split_over_ranks(o.tp, o.sp, o.ep, w.setup, w.params, /*data_parallel=*/true);
+  if (o.cp > 1 && (o.finetune.lora.any() || o.finetune.quantize != QuantFormat::none || w.params->any_quantized()))
+    throw UserError("--cp with --lora or quantized weights: not yet (--freeze freezes on every rank alike)");
+  if (apply_split({o.tp, o.sp, o.ep, o.cp}, w.setup, /*data_parallel=*/true)) take_rank_parts(w.setup, w.params);
   choose_batch(o, w);
   const int whole_batch = w.setup.sizes.B, groups = take_group_rows(w);
   w.model = models().find(w.setup.model).make(w.setup.sizes);
@@ -176,26 +153,32 @@ void run_grads(const GradsOptions& o) {
   PrecisionScope precision(*w.params, o.run.precision);
   prepare_strategy(*strategy, *w.model, *w.params, *w.batch, o.run.attention, o.run.seed);
   const comm::Stats before = comm::stats();
-  double loss = forward_backward(*w.model, *w.params, *w.batch, step_options(o.run, strategy.get()));
+  const StepResult step = run_step(*w.model, *w.params, *w.batch, step_options(o.run, strategy.get()));
+  const std::int64_t sent = comm::stats().bytes_sent - before.bytes_sent;  // the step's own collectives
+  double loss = step.loss;
+  if (z.cp.split()) {  // each rank's share of its rows: the group's sequences' loss and gradients summed
+    loss = comm::sum_in_rank_order(loss, comm::Group::context);
+    sum_gradients_over_ranks(*w.params, comm::Group::context);
+  }
   if (groups > 1) loss = average_over_data_groups(*w.params, loss);
-  const std::int64_t sent = comm::stats().bytes_sent - before.bytes_sent;
   require_finite_result(loss, *w.params);
-  const bool split = z.tp.split() || z.ep.split();
   std::size_t written = trainable_tensors(*w.params);
-  if (split) {  // the whole model's gradients, from every rank's parts
+  ModelSetup whole_setup = w.setup;  // the whole model's, on the whole batch
+  whole_setup.sizes = whole_setup.sizes.whole_model();
+  whole_setup.sizes.cp = RankGroup::context();
+  whole_setup.sizes.B = whole_batch;
+  if (z.tp.split() || z.ep.split()) {  // the whole model's gradients, from every rank's parts
     const auto whole = whole_store(w.setup, *w.params, /*with_gradients=*/true);
     written = trainable_tensors(*whole);
-    ModelSetup whole_setup = w.setup;
-    whole_setup.sizes = whole_setup.sizes.whole_model();
-    whole_setup.sizes.B = whole_batch;
     if (!o.out.empty() && comm::rank() == 0) write_gradients(o.out, whole_setup, *whole, loss);
-  } else if (!o.out.empty()) {
-    write_gradients(o.out, w.setup, *w.params, loss);
+  } else if (!o.out.empty() && comm::rank() == 0) {
+    write_gradients(o.out, whole_setup, *w.params, loss);
   }
+  print_rank_peaks(z, step);
   std::printf("loss %.9g%s\n", loss,
               groups > 1 ? (" (the mean of " + std::to_string(groups) + " data-parallel groups' " + std::to_string(z.B) +
                             " sequences each)").c_str() : "");
-  if (split) std::printf("sent %lld bytes to the other ranks\n", static_cast<long long>(sent));
+  if (z.split_over_ranks()) std::printf("sent %lld bytes to the other ranks\n", static_cast<long long>(sent));
   if (!o.out.empty()) std::printf("wrote %s: /loss and /grads for %zu parameters\n", o.out.c_str(), written);
 }
 

@@ -35,7 +35,7 @@ struct Options {
   const CLI::Option* shard_option = nullptr;  // given (even as ''), or not
   const CLI::Option* config_option = nullptr;
   std::vector<const CLI::Option*> decided_by_weights;  // --models, --preset, --layers: the weights file's with --weights
-  int tp = 1, ep = 1, cp = 1;  // a split over ranks (one of them)
+  int tp = 1, ep = 1, cp = 1;  // a split over ranks (--tp beside at most one of the others)
   bool sp = false;
 };
 
@@ -56,8 +56,7 @@ void print_summary(const std::vector<RunRecord>& records) {
 // --tp/--sp, --ep or --cp: the job's groups of ranks, each running its
 // share of the cells split over its ranks; what does not go with it yet refused.
 void resolve_split(Options& o) {
-  if (o.sp && o.tp == 1) throw UserError("--sp splits the sequence over a tensor-parallel group: give --tp 2 or more");
-  const SplitGroups groups = apply_shared_split(o.tp, o.sp, o.ep, o.cp);
+  const SplitGroups groups = apply_shared_split({o.tp, o.sp, o.ep, o.cp});
   o.matrix.tp = groups.tp;
   o.matrix.ep = groups.ep;
   o.matrix.cp = groups.cp;
@@ -106,7 +105,7 @@ void announce(const Options& o, const std::vector<RunKey>& cells, bool sharded) 
   if (sharded && mine == 0)
     throw UserError("--shard " + o.shard + ": this shard has none of the matrix's " + std::to_string(cells.size()) +
                     " runs (they are dealt out by work, consecutively): use fewer shards");
-  const int group = comm::size(comm::Group::tensor);
+  const int group = comm::size(comm::Group::model);
   const std::string split = cells.empty() ? "" : cells.front().layout();
   if (group > 1 && speaks && comm::size(comm::Group::data) == 1)
     std::printf("each run split over the %d MPI ranks (%s); rank 0 writes them, with its own memory figures and the "

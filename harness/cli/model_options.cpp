@@ -175,7 +175,7 @@ void add_ep_option(CLI::App& cmd, int& ep) {
   cmd.add_option("--ep", ep,
                  "Expert parallelism over N ranks (mixtral; start with mpirun -n N): each rank holds E/N experts and "
                  "runs B/N of the sequences, rows sent to their experts' ranks and back by all-to-all "
-                 "(docs/scale-out.md)")
+                 "(docs/scale-out.md; beside --tp N: on N x M ranks, the tensor groups innermost)")
       ->check(whole_number(1, 1 << 12))
       ->capture_default_str();
 }
@@ -184,7 +184,7 @@ void add_cp_option(CLI::App& cmd, int& cp) {
   cmd.add_option("--cp", cp,
                  "Context parallelism over N ranks (start with mpirun -n N): the sequence split into 2N chunks, each "
                  "rank holding two (zig-zag), keys and values passed around a ring of the ranks for attention "
-                 "(docs/scale-out.md; gpt2, llama, mixtral; S divisible by 2N)")
+                 "(docs/scale-out.md; gpt2, llama, mixtral; S divisible by 2N; beside --tp N: on N x M ranks)")
       ->check(whole_number(1, 1 << 12))
       ->capture_default_str();
 }

@@ -9,6 +9,7 @@
 #include "weights/weights_file.hpp"
 #include "finetune/fine_tuning.hpp"
 #include "finetune/freeze.hpp"
+#include "harness/tensor_layout.hpp"
 
 namespace remat::pipeline {
 struct PipelineSettings;
@@ -32,6 +33,7 @@ struct ModelOptions {
   bool sp = false;  // --sp: sequence parallelism in the tensor-parallel group
   int ep = 1;       // --ep: expert-parallel ranks (zoo/expert_parallel.hpp)
   int cp = 1;       // --cp: context-parallel ranks (zoo/context_parallel.hpp)
+  RankLayout layout() const { return {tp, sp, ep, cp}; }
 
   void bind(CLI::App& cmd);
   // bind() and --weights.

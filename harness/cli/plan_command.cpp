@@ -123,7 +123,7 @@ ModelSetup plan_setup(const PlanOptions& o) {
   if (o.model.tp == 1 && !o.model.sp) return setup;
   if (o.device.empty())
     throw UserError("--tp: plan with --device (the device model's costs are every rank's; timed ones could differ)");
-  setup.sizes.tp = {o.model.tp, 0, o.model.sp};
+  setup.sizes.tp = RankGroup::tensor(o.model.tp, 0, o.model.sp);
   tp::validate(setup.model, setup.sizes);
   if (o.finetune.applies())
     throw UserError("--tp with --freeze, --lora or --quantize: not yet");

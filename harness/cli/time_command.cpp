@@ -56,8 +56,7 @@ Timing time_steps(const TimeOptions& o, const ModelSetup& whole, const std::stri
   ModelSetup setup = whole;
   auto store = o.model.make_params(setup, o.force);
   // --cp: its rows; --tp, --ep: this rank's parts; each beside data-parallel groups on more ranks
-  if (!apply_context_layout(o.model.cp, o.model.tp > 1 || o.model.sp || o.model.ep > 1, setup, /*data_parallel=*/true))
-    split_over_ranks(o.model.tp, o.model.sp, o.model.ep, setup, store, /*data_parallel=*/true);
+  if (apply_split(o.model.layout(), setup, /*data_parallel=*/true)) take_rank_parts(setup, store);
   const bool say = !o.json && comm::rank() == 0;
   Batch batch = o.model.make_batch(setup.sizes);
   const int groups = take_data_group_rows(setup, batch, "give another --batch, or start fewer ranks");

@@ -78,11 +78,9 @@ std::int64_t configure(TrainOptions& o) {
   c.data = o.model.data;
   c.init = o.model.weights;
   c.ranks = comm::size();
-  if (apply_context_layout(o.model.cp, o.model.tp > 1 || o.model.sp || o.model.ep > 1 || c.pipe.split(), c.setup,
-                           /*data_parallel=*/true) ||  // each context group one replica
-      apply_expert_layout(o.model.ep, o.model.tp, o.model.sp, c.setup, /*data_parallel=*/true) ||  // each expert group one replica
-      apply_layout(o.model.tp, o.model.sp, c.setup, /*data_parallel=*/true) ||   // each tensor group one replica
-      apply_pipeline_layout(c.pipe.stages, o.model.tp > 1 || o.model.ep > 1))   // each pipeline one replica
+  // Each model's group of ranks (tensor, expert or context parallel), or each pipeline, one replica.
+  if (c.pipe.split() ? apply_pipeline_layout(c.pipe.stages, o.model.layout().any())
+                     : apply_split(o.model.layout(), c.setup, /*data_parallel=*/true))
     c.ranks = comm::size(comm::Group::data);
   const auto specs = strategies_for(c.setup.model, o.strategy, c.run.attention);
   if (specs.size() != 1) throw UserError("remat train runs one strategy; '" + o.strategy + "' names " + std::to_string(specs.size()));

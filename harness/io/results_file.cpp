@@ -66,9 +66,10 @@ std::string model_attributes(const std::string& model, const Sizes& z) {
 std::string RunKey::layout() const {
   const Sizes& z = sizes;
   std::string text;
-  if (z.tp.split() || z.tp.sequence) text += "tp=" + std::to_string(z.tp.size) + (z.tp.sequence ? ";sp=1" : "");
-  if (z.ep.split()) text += "ep=" + std::to_string(z.ep.size);
-  if (z.cp.split()) text += "cp=" + std::to_string(z.cp.size);
+  const auto add = [&text](const std::string& part) { text += (text.empty() ? "" : ";") + part; };
+  if (z.tp.split() || z.tp.sequence) add("tp=" + std::to_string(z.tp.size) + (z.tp.sequence ? ";sp=1" : ""));
+  if (z.ep.split()) add("ep=" + std::to_string(z.ep.size));
+  if (z.cp.split()) add("cp=" + std::to_string(z.cp.size));
   return text;
 }
 

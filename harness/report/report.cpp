@@ -289,8 +289,12 @@ std::string markdown_summary(const Results& results) {
     const auto options = fields_of(r.setting);
     if (options.count("data") && options.at("data") != "random") label += " [" + options.at("data") + "]";
     if (options.count("seed") && options.at("seed") != "1") label += " [seed " + options.at("seed") + "]";
-    for (const char* split : {"tp", "ep", "cp"})  // split over ranks: rank 0's memory
-      if (options.count(split)) label += std::string(" [") + split + " " + options.at(split) + (options.count("sp") ? " sp" : "") + "]";
+    std::string layout;  // split over ranks (rank 0's memory): "tp 2 sp, cp 2"
+    for (const char* split : {"tp", "ep", "cp"})
+      if (options.count(split))
+        layout += (layout.empty() ? "" : ", ") + std::string(split) + " " + options.at(split) +
+                  (split == std::string("tp") && options.count("sp") ? " sp" : "");
+    if (!layout.empty()) label += " [" + layout + "]";
     if (same) label += " (= full here)";
     std::snprintf(buf, sizeof buf, "| %s | %s | %.3f | %s | %.1f | %s | %.1f | %.1f | %s | %.1f%% | %s | %s |\n", label.c_str(),
                   shape(r).c_str(), r.step_time,

@@ -12,20 +12,6 @@ set -uo pipefail
 source "$(dirname "$0")/lib.sh"
 mpi_test_start "$@"
 
-close() {  # close ONE.h5 SPLIT.h5 TOLERANCE: the same loss and gradients within TOLERANCE of each tensor's scale
-  py "$@" <<'PY'
-import sys, h5py, numpy as np
-one, two, tol = h5py.File(sys.argv[1]), h5py.File(sys.argv[2]), float(sys.argv[3])
-l1, l2 = float(one["loss"][()]), float(two["loss"][()])
-assert abs(l1 - l2) <= tol * abs(l1), (l1, l2)
-assert sorted(one["grads"]) == sorted(two["grads"])
-floor = 1e-6 * max(np.abs(one["grads"][n][:]).max() for n in one["grads"])
-for name in one["grads"]:
-    a, b = one["grads"][name][:], two["grads"][name][:]
-    scale = max(np.abs(a).max(), floor)
-    assert np.abs(a - b).max() <= tol * scale, (name, np.abs(a - b).max() / scale)
-PY
-}
 # One rank's line "rank R: activation peak A bytes, offload peak O bytes" against the estimate's JSON.
 peaks_match() {  # peaks_match WHAT ESTIMATE.json STRATEGY (out.txt: grads --cp's)
   py "$@" out.txt <<'PY'
@@ -60,7 +46,7 @@ for model in gpt2 llama; do
       expect_ok "$model grads --cp $n $precision" "${launch[@]}" "$remat" grads --weights "$model.h5" --cp "$n" \
         --precision "$precision" --out "cp$n.h5"
       [ "$(grep -c '^loss' out.txt)" -eq 1 ] || fail "$model: more than one rank printed: $(cat out.txt)"
-      close one.h5 "cp$n.h5" "$tol" || fail "$model --cp $n $precision: gradients differ from one process's"
+      close_grads one.h5 "cp$n.h5" "$tol" || fail "$model --cp $n $precision: gradients differ from one process's"
       "$remat" estimate --model "$model" --preset tiny --cp "$n" --precision "$precision" --strategies full --json \
         >est.json 2>err.txt || fail "estimate --cp $n: $(cat err.txt)"
       "${launch[@]}" "$remat" grads --weights "$model.h5" --cp "$n" --precision "$precision" >out.txt 2>err.txt
@@ -143,7 +129,7 @@ expect_ok "grads --cp 2 --freeze-below 1" "${mpi[@]}" "$remat" grads --weights l
 "$remat" estimate --model llama --preset tiny --cp 2 --freeze-below 1 --strategies all --json >est.json 2>err.txt ||
   fail "estimate --cp 2 --freeze-below 1: $(cat err.txt)"
 peaks_match "llama --cp 2 --freeze-below 1" est.json full || fail "--cp 2 --freeze-below 1: peaks differ from the estimate"
-close one-frozen.h5 cp-frozen.h5 1e-5 || fail "--cp 2 --freeze-below 1: gradients differ from one process's"
+close_grads one-frozen.h5 cp-frozen.h5 1e-5 || fail "--cp 2 --freeze-below 1: gradients differ from one process's"
 py -c "import h5py; g = h5py.File('cp-frozen.h5')['grads']; assert len(g) == 11 and not any(n.startswith('layers.0.') for n in g), list(g)" ||
   fail "--cp 2 --freeze-below 1 wrote gradients of frozen parameters"
 "${mpi[@]}" "$remat" check --model llama --cp 2 --freeze-below 1 --strategies all --json >check.json 2>err.txt ||
@@ -182,7 +168,7 @@ for n in 2 4; do
   launch=("${mpi[@]}")
   [ "$n" = 4 ] && launch=("${mpi4[@]}")
   expect_ok "mixtral grads --cp $n" "${launch[@]}" "$remat" grads --weights mixtral.h5 --router-aux 1 --cp "$n" --out "cp$n.h5"
-  close one.h5 "cp$n.h5" 1e-5 || fail "mixtral --cp $n: gradients differ from one process's"
+  close_grads one.h5 "cp$n.h5" 1e-5 || fail "mixtral --cp $n: gradients differ from one process's"
 done
 "${mpi[@]}" "$remat" check --model mixtral --cp 2 --strategies all --json >check.json 2>err.txt ||
   fail "mixtral check --cp 2: $(cat err.txt)"
@@ -214,10 +200,10 @@ PY
 expect_error "must be divisible by 6" "$remat" estimate --model llama --preset tiny --cp 3
 expect_error "must be divisible by 6" "$remat" grads --weights llama.h5 --cp 3
 expect_error "not split by context parallelism yet" "$remat" estimate --model bert --preset tiny --cp 2
-expect_error "--cp with --tp" "$remat" grads --weights llama.h5 --cp 2 --tp 2
+expect_error "--tp 2 --cp 2 runs on a multiple of 4 ranks" "$remat" grads --weights llama.h5 --cp 2 --tp 2
 expect_ok "estimate --cp 2 --pp 2" "$remat" estimate --model llama --preset tiny --cp 2 --pp 2 --strategies full
 grep -q "context-parallel 2" out.txt || fail "estimate --cp 2 --pp 2 does not name the layout: $(cat out.txt)"
-expect_error "--cp with --tp, --sp, --ep, --pp or --micro-batches: not yet" "$remat" grads --weights llama.h5 --cp 2 --pp 2
-expect_error "runs on 2 ranks" "$remat" grads --weights llama.h5 --cp 2
+expect_error "--pp or --micro-batches with --tp, --sp, --ep or --cp: not yet" "$remat" grads --weights llama.h5 --cp 2 --pp 2
+expect_error "runs on a multiple of 2 ranks" "$remat" grads --weights llama.h5 --cp 2
 expect_error "--attention plain with --cp: not yet" "$remat" estimate --model llama --preset tiny --cp 2 --attention plain
 finish cp_test

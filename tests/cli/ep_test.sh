@@ -227,7 +227,7 @@ grep -q "expert-parallel over 2 ranks" out.txt || fail "time --ep does not say t
 expect_error "does not divide the experts E = 4" "$remat" estimate --model mixtral --preset tiny --ep 3
 expect_error "gpt2 has none" "$remat" check --model gpt2 --ep 2
 expect_error "does not divide the batch B = 3" "$remat" estimate --model mixtral --preset tiny --batch 3 --ep 2
-expect_error "--ep with --tp: not yet" "$remat" check --model mixtral --ep 2 --tp 2
+expect_error "--tp 2 --ep 2 runs on a multiple of 4 ranks" "$remat" check --model mixtral --ep 2 --tp 2
 expect_error "runs on a multiple of 2 ranks" "$remat" check --model mixtral --ep 2
 # (each rank says it: two lines)
 "${mpi[@]}" "$remat" check --model mixtral --ep 2 --strategies budget:min >out.txt 2>err.txt
