@@ -24,14 +24,17 @@ grep -q "attention, bf16," bf16.txt || fail "the bf16 run does not say its preci
 last_eval() { py -c "import h5py,sys; print(h5py.File(sys.argv[1],'r')['/history/eval_loss'][-1])" "$1"; }
 a=$(last_eval fp32.h5) b=$(last_eval bf16.h5)
 echo "eval loss after 300 steps: fp32 $a, bf16 $b"
-py -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(b - a) > 0.02 * a)" "$a" "$b" ||
-  fail "bf16's eval loss $b is more than 2% from fp32's $a"
+# Within 5%: by step 300 the model overfits this text (training loss near 3, held-out near 4.6), and there
+# a 16-bit run's held-out loss moves with its trajectory, which the CPU's sgemm kernels round differently
+# (docs/precision.md: fp16 1.3% from fp32 on an AMD EPYC, 3.0% on an Intel Xeon with AVX512-FP16). A
+# training that loses its gradients (a scale that never backs off, underflow) ends far outside it.
+near_fp32() { py -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(b - a) > 0.05 * a)" "$@"; }
+near_fp32 "$a" "$b" || fail "bf16's eval loss $b is more than 5% from fp32's $a"
 "$remat" "${run[@]}" --precision fp16 --save-every 50 --out fp16.h5 >fp16.txt 2>&1 ||
   fail "the fp16 run failed: $(tail -3 fp16.txt)"
 c=$(last_eval fp16.h5)
 echo "eval loss after 300 steps: fp16 $c"
-py -c "import sys; a, b = map(float, sys.argv[1:]); sys.exit(abs(b - a) > 0.02 * a)" "$a" "$c" ||
-  fail "fp16's eval loss $c is more than 2% from fp32's $a"
+near_fp32 "$a" "$c" || fail "fp16's eval loss $c is more than 5% from fp32's $a"
 grep -q "^fp16 loss scale: [0-9]* now, [0-9]* of 300 steps skipped on overflow$" fp16.txt ||
   fail "the fp16 run does not report its loss scale: $(tail -3 fp16.txt)"
 h5dump -a /train.precision bf16.h5 | grep -q '"bf16"' || fail "the run file does not record its precision"
