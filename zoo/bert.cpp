@@ -7,10 +7,13 @@
 // value and the first MLP projection column-parallel (whole heads on each
 // rank), the output projections row-parallel, the word table and the head
 // (its bias with it) over the vocabulary; the post-LayerNorms run where the
-// residual stream is (the sequence's part under --sp).
+// residual stream is (the sequence's part under --sp). Under context
+// parallelism (zoo/context_parallel.hpp) a rank runs its rows, attention
+// bidirectional around the ring.
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/region.hpp"
 #include "zoo/common.hpp"
+#include "zoo/context_parallel.hpp"
 #include "zoo/gpt_layers.hpp"
 #include "zoo/model.hpp"
 #include "zoo/tensor_parallel.hpp"
@@ -45,11 +48,12 @@ class Bert final : public Model {
   }
 
   Tensor logits(const ParamStore& p, const Batch& batch) const override {
-    const Tensor& tokens = batch.tokens;
+    const Tensor tokens = cp::rows(batch.tokens, sizes_.cp);
     const RankGroup& g = sizes_.tp;
     const std::string e = "embeddings.";
     Tensor x = ops::add(tp::embedding(p, e + "word_embeddings.weight", tokens, g),
-                        ops::embedding(tp::shared(p, e + "position_embeddings.weight", g), tp::positions(tokens, g)));
+                        ops::embedding(tp::shared(p, e + "position_embeddings.weight", g),
+                                       cp::positions(tokens, sizes_.cp, g)));
     x = tp::dropout(norm(p, e + "LayerNorm", x), sizes_.dropout, g);
     for (int i = 0; i < sizes_.L; ++i)
       x = run_block({i, sizes_.L, block_name(i)}, x, [this, &p, i](const Tensor& x) { return block(p, i, x); });
@@ -72,8 +76,9 @@ class Bert final : public Model {
     auto lin = [&](const Tensor& t, const std::string& name) { return linear(p, name, t); };
     const Tensor ctx = tp::on_my_heads(g, [&] {
       const int heads = sizes_.H / g.size;
-      return ops::attention(lin(in, a + "self.query"), lin(in, a + "self.key"), lin(in, a + "self.value"), heads,
-                            heads, /*causal=*/false, drop);
+      const Tensor q = lin(in, a + "self.query"), k = lin(in, a + "self.key"), v = lin(in, a + "self.value");
+      return sizes_.cp.split() ? ops::ring_attention(q, k, v, heads, heads, sizes_.cp, /*causal=*/false)
+                               : ops::attention(q, k, v, heads, heads, /*causal=*/false, drop);
     });
     // Temporaries, not names: each intermediate freed as soon as it is read. Named, they lived to the
     // block's end and offload-checkpoint's measured peak came out 16 bytes over its prediction.
@@ -93,7 +98,8 @@ void register_bert(ModelRegistry& r) {
          // Its fixed strategies are exact under --sp, but the planner's block
          // costs under-count some plans of its post-LayerNorm blocks there (12
          // layers of small: 10% over budget); refused until that is found.
-         "bert is not split over the sequence yet (--tp alone splits it)", gpt::mlp_hidden});
+         "bert is not split over the sequence yet (--tp alone splits it)", gpt::mlp_hidden, /*grouped_kv=*/false,
+         /*context_parallel=*/true});
 }
 
 }  // namespace remat

@@ -11,11 +11,15 @@
 // decoder block's context input (BlockInfo::context), so strategies keep it
 // once, not once per checkpoint region; the first decoder block starts a new
 // stack (its input is the decoder's embedding, not the encoder's last
-// output), so no checkpoint segment runs across the two.
+// output), so no checkpoint segment runs across the two. Under context
+// parallelism (zoo/context_parallel.hpp) a rank holds the same rows of both
+// sequences (the zig-zag chunks); the encoder's attention and the
+// cross-attention see every chunk around the ring, the decoder's causally.
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/region.hpp"
 #include "core/error.hpp"
 #include "zoo/common.hpp"
+#include "zoo/context_parallel.hpp"
 #include "zoo/gpt_layers.hpp"
 #include "zoo/model.hpp"
 #include "zoo/tensor_parallel.hpp"
@@ -62,12 +66,12 @@ class Encdec final : public Model {
 
   Tensor logits(const ParamStore& p, const Batch& batch) const override {
     const int Le = half(), L = sizes_.L;
-    Tensor e = embed_tokens(p, batch.tokens, "enc.wpe.weight");
+    Tensor e = embed_tokens(p, cp::rows(batch.tokens, sizes_.cp), "enc.wpe.weight");
     for (int i = 0; i < Le; ++i)
       e = run_block({i, L, "enc.h." + std::to_string(i)}, e,
                     [this, &p, i](const Tensor& x) { return encoder_block(p, i, x); });
     e = norm(p, "enc.ln_f", e);
-    Tensors d = {embed_tokens(p, shift_right(batch.targets), "dec.wpe.weight"), e};
+    Tensors d = {embed_tokens(p, cp::rows(shift_right(batch.targets), sizes_.cp), "dec.wpe.weight"), e};
     for (int i = 0; i < L - Le; ++i)
       d = run_block({Le + i, L, "dec.h." + std::to_string(i), /*context=*/1, /*new_stack=*/i == 0}, d,
                     [this, &p, i](const Tensors& x) { return Tensors{decoder_block(p, i, x[0], x[1]), x[1]}; });
@@ -84,21 +88,21 @@ class Encdec final : public Model {
   Tensor embed_tokens(const ParamStore& p, const Tensor& ids, const std::string& positions_table) const {
     return tp::dropout(ops::add(tp::embedding(p, "wte.weight", ids, sizes_.tp),
                                  ops::embedding(tp::shared(p, positions_table, sizes_.tp),
-                                                tp::positions(ids, sizes_.tp))),
+                                                cp::positions(ids, sizes_.cp, sizes_.tp))),
                         sizes_.dropout, sizes_.tp);
   }
 
   Tensor encoder_block(const ParamStore& p, int i, const Tensor& x) const {
     const std::string h = "enc.h." + std::to_string(i) + ".";
     const Tensor r = ops::add(x, gpt::attention(p, h + "attn", norm(p, h + "ln_1", x), sizes_.H, sizes_.dropout,
-                                                /*causal=*/false, sizes_.tp));
+                                                /*causal=*/false, sizes_.tp, sizes_.cp));
     return ops::add(r, gpt::mlp(p, h + "mlp", norm(p, h + "ln_2", r), sizes_.dropout, sizes_.tp));
   }
 
   Tensor decoder_block(const ParamStore& p, int i, const Tensor& x, const Tensor& e) const {
     const std::string h = "dec.h." + std::to_string(i) + ".";
     const Tensor a = ops::add(x, gpt::attention(p, h + "attn", norm(p, h + "ln_1", x), sizes_.H, sizes_.dropout,
-                                                /*causal=*/true, sizes_.tp));
+                                                /*causal=*/true, sizes_.tp, sizes_.cp));
     const Tensor c = ops::add(a, cross(p, h + "cross", norm(p, h + "ln_2", a), e));
     return ops::add(c, gpt::mlp(p, h + "mlp", norm(p, h + "ln_3", c), sizes_.dropout, sizes_.tp));
   }
@@ -109,8 +113,11 @@ class Encdec final : public Model {
     const RankGroup& group = sizes_.tp;
     const Tensor q = linear(p, prefix + ".c_q", tp::enter(z, group));
     const Tensor kv = linear(p, prefix + ".c_kv", tp::enter(e, group));
-    const Tensor a =
-        tp::on_my_heads(group, [&] { return ops::attention(q, kv, sizes_.H / group.size, false, sizes_.dropout); });
+    const Tensor a = tp::on_my_heads(group, [&] {
+      const int heads = sizes_.H / group.size;
+      return sizes_.cp.split() ? ops::ring_attention(q, kv, heads, sizes_.cp)  // the encoder's keys around the ring
+                               : ops::attention(q, kv, heads, false, sizes_.dropout);
+    });
     return tp::dropout(tp::row_linear(p, prefix + ".c_proj", a, group), sizes_.dropout, group);
   }
 };
@@ -120,7 +127,7 @@ class Encdec final : public Model {
 void register_encdec(ModelRegistry& r) {
   r.add({"encdec", "pre-LayerNorm encoder-decoder: gpt2's blocks, cross-attention on the encoder's output, tied head",
          false, [](const Sizes& s) { return std::make_unique<Encdec>(s); }, {}, /*tensor_parallel=*/true, {},
-         gpt::mlp_hidden});
+         gpt::mlp_hidden, /*grouped_kv=*/false, /*context_parallel=*/true});
 }
 
 }  // namespace remat

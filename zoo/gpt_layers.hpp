@@ -29,15 +29,15 @@ Tensor layer_norm(const ParamStore& p, const std::string& prefix, const Tensor& 
 
 // dropout(c_proj(attention(c_attn(x)))), H heads, causal unless told
 // otherwise, dropout on the probabilities too; under context parallelism
-// (`context` split: x this rank's rows), the ring's causal attention.
+// (`context` split: x this rank's rows), the ring's attention.
 Tensor attention(const ParamStore& p, const std::string& prefix, const Tensor& x, int heads, double dropout,
-                 bool causal = true, const RankGroup& group = {}, const RankGroup& context = {});
+                 bool causal = true, const RankGroup& group = {}, const RankGroup& context = RankGroup::context());
 // dropout(c_proj(gelu_tanh(c_fc(x)))).
 Tensor mlp(const ParamStore& p, const std::string& prefix, const Tensor& x, double dropout, const RankGroup& group = {});
 // dropout(wte[tokens] + wpe[0..S)); under context parallelism, tokens are
 // this rank's rows and take their positions in the whole sequence.
 Tensor embeddings(const ParamStore& p, const Tensor& tokens, double dropout, const RankGroup& group = {},
-                  const RankGroup& context = {});
+                  const RankGroup& context = RankGroup::context());
 // LN_f(x) @ wte^T (this rank's slice of the logits under tensor parallelism).
 Tensor tied_head(const ParamStore& p, const Tensor& x, const RankGroup& group = {});
 

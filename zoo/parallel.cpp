@@ -10,6 +10,7 @@
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/region.hpp"
 #include "zoo/common.hpp"
+#include "zoo/context_parallel.hpp"
 #include "zoo/gpt_layers.hpp"
 #include "zoo/model.hpp"
 
@@ -36,8 +37,8 @@ class Parallel final : public Model {
   }
 
   Tensor logits(const ParamStore& p, const Batch& batch) const override {
-    const Tensor& tokens = batch.tokens;
-    Tensor x = gpt::embeddings(p, tokens, sizes_.dropout, sizes_.tp);
+    const Tensor tokens = cp::rows(batch.tokens, sizes_.cp);
+    Tensor x = gpt::embeddings(p, tokens, sizes_.dropout, sizes_.tp, sizes_.cp);
     for (int i = 0; i < sizes_.L; ++i)
       x = run_block({i, sizes_.L, block_name(i)}, x, [this, &p, i](const Tensor& x) { return block(p, i, x); });
     return gpt::tied_head(p, x, sizes_.tp);
@@ -49,7 +50,7 @@ class Parallel final : public Model {
   Tensor block(const ParamStore& p, int i, const Tensor& x) const {
     const std::string h = block_name(i) + ".";
     const Tensor a = gpt::layer_norm(p, h + "ln", x, sizes_.tp);
-    const Tensor attn = gpt::attention(p, h + "attn", a, sizes_.H, sizes_.dropout, true, sizes_.tp);
+    const Tensor attn = gpt::attention(p, h + "attn", a, sizes_.H, sizes_.dropout, true, sizes_.tp, sizes_.cp);
     return ops::add(ops::add(x, attn), gpt::mlp(p, h + "mlp", a, sizes_.dropout, sizes_.tp));
   }
 };
@@ -59,7 +60,7 @@ class Parallel final : public Model {
 void register_parallel(ModelRegistry& r) {
   r.add({"parallel", "GPT-J/NeoX-style decoder: attention and MLP in parallel on one LayerNorm, tied head", false,
          [](const Sizes& s) { return std::make_unique<Parallel>(s); }, {}, /*tensor_parallel=*/true, {},
-         gpt::mlp_hidden});
+         gpt::mlp_hidden, /*grouped_kv=*/false, /*context_parallel=*/true});
 }
 
 }  // namespace remat

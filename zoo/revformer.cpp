@@ -10,6 +10,7 @@
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/region.hpp"
 #include "zoo/common.hpp"
+#include "zoo/context_parallel.hpp"
 #include "zoo/gpt_layers.hpp"
 #include "zoo/model.hpp"
 
@@ -37,8 +38,8 @@ class Revformer final : public Model {
   }
 
   Tensor logits(const ParamStore& p, const Batch& batch) const override {
-    const Tensor& tokens = batch.tokens;
-    const Tensor x = gpt::embeddings(p, tokens, sizes_.dropout, sizes_.tp);
+    const Tensor tokens = cp::rows(batch.tokens, sizes_.cp);
+    const Tensor x = gpt::embeddings(p, tokens, sizes_.dropout, sizes_.tp, sizes_.cp);
     Tensor x1 = x, x2 = x;
     for (int i = 0; i < sizes_.L; ++i) {
       const ReversibleBody body{[this, &p, i](const Tensor& z) { return f(p, i, z); },
@@ -56,7 +57,7 @@ class Revformer final : public Model {
   Tensor f(const ParamStore& p, int i, const Tensor& z) const {  // Attn(LN(z))
     const std::string h = block_name(i) + ".f.";
     return gpt::attention(p, h + "attn", gpt::layer_norm(p, h + "ln", z, sizes_.tp), sizes_.H, sizes_.dropout, true,
-                          sizes_.tp);
+                          sizes_.tp, sizes_.cp);
   }
 
   Tensor g(const ParamStore& p, int i, const Tensor& z) const {  // MLP(LN(z))
@@ -70,7 +71,7 @@ class Revformer final : public Model {
 void register_revformer(ModelRegistry& r) {
   r.add({"revformer", "reversible decoder (RevNet coupling of gpt2's attention and MLP), tied head", true,
          [](const Sizes& s) { return std::make_unique<Revformer>(s); }, {}, /*tensor_parallel=*/true, {},
-         gpt::mlp_hidden});
+         gpt::mlp_hidden, /*grouped_kv=*/false, /*context_parallel=*/true});
 }
 
 }  // namespace remat

@@ -54,13 +54,18 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, i
 // from the encoder's output).
 Tensor attention(const Tensor& q, const Tensor& kv, int heads, bool causal, double dropout = 0);
 
-// Context parallelism's causal self-attention (autodiff/ops/ring_attention.cpp):
-// this rank's rows of the sequence (zigzag_position's, core/rank_group.hpp)
-// against every rank's keys and values, which travel around the ring of the
-// group `g` (comm's tensor group), merged by the online softmax; backward
-// sends them around again with their gradients. The fused kernel only.
-Tensor ring_attention(const Tensor& qkv, int heads, const RankGroup& g);
-Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, int kv_heads, const RankGroup& g);
+// Context parallelism's self-attention (autodiff/ops/ring_attention.cpp),
+// causal or (`causal` false) bidirectional: this rank's rows of the sequence
+// (zigzag_position's, core/rank_group.hpp) against every rank's keys and
+// values, which travel around the ring of the group `g` (comm's context
+// group), merged by the online softmax; backward sends them around again
+// with their gradients. The fused kernel only.
+Tensor ring_attention(const Tensor& qkv, int heads, const RankGroup& g, bool causal = true);
+Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, int kv_heads, const RankGroup& g,
+                      bool causal = true);
+// q[B, S, D] against kv[B, S, 2D] (keys | values packed: a cross-attention's
+// keys and values of another sequence split alike over the ranks).
+Tensor ring_attention(const Tensor& q, const Tensor& kv, int heads, const RankGroup& g, bool causal = false);
 
 // Which attention kernel the attention ops use. `fused` (the default) keeps
 // only the output and each row's log-sum-exp and recomputes probabilities
@@ -103,7 +108,7 @@ struct RopeScaling {
 // Under context parallelism (`context` split) x holds this rank's rows of the
 // sequence, at zigzag_position's positions (core/rank_group.hpp).
 Tensor rotary(const Tensor& x, int head_dim, double theta = 10000.0, const RopeScaling& scaling = {},
-              const RankGroup& context = {});
+              const RankGroup& context = RankGroup::context());
 
 // GELU, exact: 0.5 x (1 + erf(x / sqrt 2)).
 Tensor gelu_erf(const Tensor& x);

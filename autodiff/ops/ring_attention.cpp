@@ -1,7 +1,8 @@
 // Context parallelism's attention (ring attention, Liu et al. 2023, as
 // Megatron's CP runs it). Each rank holds two of the sequence's 2N chunks in
 // the zig-zag order (core/rank_group.hpp: chunks r and 2N-1-r), so causal
-// work is even over the ranks. The keys and values travel around the ring
+// work is even over the ranks (bidirectional attention, every chunk seeing
+// every other, is even in any order). The keys and values travel around the ring
 // of the group; at each hop a rank attends its two query chunks to the
 // visiting chunks they may see (its own chunk causally, an earlier chunk
 // wholly, a later one not at all) with the fused kernel, and merges the
@@ -34,6 +35,7 @@ struct Ring {
   std::int64_t B, C, H, Hkv, hd;
   fused::Layout q, k, v;
   RankGroup group;
+  bool causal = true;  // false: every query sees every key (bidirectional)
   std::int64_t wq() const { return H * hd; }
   std::int64_t wk() const { return Hkv * hd; }
   // Elements of one of the travelling buffer's parts ([B, 2C, Hkv hd]: its
@@ -53,7 +55,8 @@ fused::Problem sub_problem(const Ring& g, int qc, int kc, bool causal) {
 }
 
 // The (query chunk, key chunk) pairs of this rank that see the keys of rank
-// `from`, and whether each is causal (the same chunk) or whole.
+// `from`, and whether each is causal (the same chunk) or whole; without the
+// causal mask, every pair wholly.
 struct Pair {
   int qc, kc;
   bool causal;
@@ -63,7 +66,8 @@ std::vector<Pair> visible(const Ring& g, int from) {
   for (int qc = 0; qc < 2; ++qc)
     for (int kc = 0; kc < 2; ++kc) {
       const std::int64_t query = g.chunk(g.group.rank, qc), key = g.chunk(from, kc);
-      if (key <= query) pairs.push_back({qc, kc, key == query});
+      if (!g.causal) pairs.push_back({qc, kc, false});
+      else if (key <= query) pairs.push_back({qc, kc, key == query});
     }
   return pairs;
 }
@@ -249,18 +253,33 @@ void require_ring(const std::int64_t S, int heads, const RankGroup& g) {
 
 }  // namespace
 
-Tensor ring_attention(const Tensor& qkv, int heads, const RankGroup& g) {
+Tensor ring_attention(const Tensor& qkv, int heads, const RankGroup& g, bool causal) {
   require_float("ring_attention", qkv, "qkv");
   require(qkv.rank() == 3 && qkv.dim(2) % 3 == 0, [&] { return "ring_attention: qkv must be [B, S, 3D], got " + to_string(qkv.shape()); });
   const std::int64_t D = qkv.dim(2) / 3, B = qkv.dim(0), S = qkv.dim(1);
   require_ring(S, heads, g);
   require(D % heads == 0, [&] { return "ring_attention: " + std::to_string(heads) + " heads do not divide the width " + std::to_string(D); });
   const std::int64_t ld = 3 * D, bs = S * 3 * D;
-  const Ring ring{B, S / 2, heads, heads, D / heads, {0, ld, bs}, {D, ld, bs}, {2 * D, ld, bs}, g};
+  const Ring ring{B, S / 2, heads, heads, D / heads, {0, ld, bs}, {D, ld, bs}, {2 * D, ld, bs}, g, causal};
   return record_ring({qkv, qkv, qkv}, ring);
 }
 
-Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, int kv_heads, const RankGroup& g) {
+Tensor ring_attention(const Tensor& q, const Tensor& kv, int heads, const RankGroup& g, bool causal) {
+  require_float("ring_attention", q, "q");
+  require_float("ring_attention", kv, "kv");
+  require(q.rank() == 3 && kv.rank() == 3 && q.dim(0) == kv.dim(0) && q.dim(1) == kv.dim(1) &&
+              kv.dim(2) == 2 * q.dim(2) && q.dtype() == kv.dtype(),
+          [&] { return "ring_attention: q " + to_string(q.shape()) + " and kv " + to_string(kv.shape()) +
+              " must be [B, S, D] and [B, S, 2D] of one type"; });
+  const std::int64_t D = q.dim(2), B = q.dim(0), S = q.dim(1);
+  require_ring(S, heads, g);
+  require(D % heads == 0, [&] { return "ring_attention: " + std::to_string(heads) + " heads do not divide the width " + std::to_string(D); });
+  const Ring ring{B, S / 2, heads, heads, D / heads, {0, D, S * D}, {0, 2 * D, S * 2 * D}, {D, 2 * D, S * 2 * D}, g, causal};
+  return record_ring({q, kv, kv}, ring);
+}
+
+Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, int kv_heads, const RankGroup& g,
+                      bool causal) {
   for (const Tensor* t : {&q, &k, &v}) require_float("ring_attention", *t, "q, k, v");
   require(q.rank() == 3 && k.shape() == v.shape() && k.rank() == 3 && q.dim(0) == k.dim(0) && q.dim(1) == k.dim(1) &&
               q.dtype() == k.dtype() && k.dtype() == v.dtype(),
@@ -273,7 +292,7 @@ Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, int hea
               " key/value heads and widths " + std::to_string(q.dim(2)) + ", " + std::to_string(k.dim(2)) +
               " do not fit"; });
   const std::int64_t hd = q.dim(2) / heads, wq = heads * hd, wk = kv_heads * hd;
-  const Ring ring{B, S / 2, heads, kv_heads, hd, {0, wq, S * wq}, {0, wk, S * wk}, {0, wk, S * wk}, g};
+  const Ring ring{B, S / 2, heads, kv_heads, hd, {0, wq, S * wq}, {0, wk, S * wk}, {0, wk, S * wk}, g, causal};
   return record_ring({q, k, v}, ring);
 }
 

@@ -184,7 +184,7 @@ void add_cp_option(CLI::App& cmd, int& cp) {
   cmd.add_option("--cp", cp,
                  "Context parallelism over N ranks (start with mpirun -n N): the sequence split into 2N chunks, each "
                  "rank holding two (zig-zag), keys and values passed around a ring of the ranks for attention "
-                 "(docs/scale-out.md; gpt2, llama, mixtral; S divisible by 2N; beside --tp N: on N x M ranks)")
+                 "(docs/scale-out.md; S divisible by 2N; beside --tp N: on N x M ranks)")
       ->check(whole_number(1, 1 << 12))
       ->capture_default_str();
 }

@@ -35,15 +35,15 @@ mpi_ranks() {  # mpi_ranks MPIEXEC N: the array `mpi` launches N ranks on howeve
 }
 close_grads() {  # close_grads ONE.h5 SPLIT.h5 [TOL [LOSS_TOL]]: a split run's loss and gradients against one process's
   # The loss within LOSS_TOL (default TOL) of one process's, each gradient within TOL (default 1e-5) of its tensor's
-  # largest value, but at least a millionth of the model's: a gradient zero in exact arithmetic (bert's key biases:
-  # softmax ignores a shift every key shares) is rounding noise.
+  # largest value, but at least TOL / 10 of the model's (a millionth at 1e-5): a gradient zero in exact arithmetic
+  # (bert's key biases: softmax ignores a shift every key shares) is rounding noise, the larger the coarser the type.
   py "$1" "$2" "${3:-1e-5}" "${4:-${3:-1e-5}}" <<'PY'
 import sys, h5py, numpy as np
 one, two, tol, loss_tol = h5py.File(sys.argv[1]), h5py.File(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4])
 l1, l2 = float(one["loss"][()]), float(two["loss"][()])
 assert abs(l1 - l2) <= loss_tol * abs(l1), (l1, l2)
 assert sorted(one["grads"]) == sorted(two["grads"])
-floor = 1e-6 * max(np.abs(one["grads"][n][:]).max() for n in one["grads"])
+floor = 0.1 * tol * max(np.abs(one["grads"][n][:]).max() for n in one["grads"])
 for name in one["grads"]:
     a, b = one["grads"][name][:], two["grads"][name][:]
     assert a.shape == b.shape, (name, a.shape, b.shape)
