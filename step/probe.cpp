@@ -176,7 +176,7 @@ SaveProfile measure_costs(const Model& model, const ParamStore& params, const Ba
   p.offload_seconds_per_byte =
       clock ? clock->offload_seconds_per_byte : backend::offload_seconds_per_byte(std::size_t(16) << 20, repeats);
   p.timed = true;
-  agree_on_costs(p, comm::Group::tensor);  // the ranks of a split layer recompute alike
+  agree_on_costs(p, comm::Group::model);  // the ranks of a split model (every axis) recompute alike
   return p;
 }
 

@@ -203,6 +203,8 @@ class TensorParallel final : public GradientReduction {
   double gradient_norm() const override {
     return split_gradient_norm(params_, inner_->gradient_squares(), setup_.sizes.tp);
   }
+  // Its parts' squares as the replicas hold them (sharded: summed over the shards), for a norm over a grid.
+  std::vector<double> gradient_squares() const override { return inner_->gradient_squares(); }
   // Sharded over the data group, a rank's parts are gathered and released by the shards.
   void gather_weights() override { inner_->gather_weights(); }
   void release_weights() override { inner_->release_weights(); }
@@ -340,6 +342,15 @@ class SummedOverGroup final : public GradientReduction {
     sum_gradients_over_ranks(params_, group_);
     return comm::sum_in_rank_order(loss, group_);
   }
+  // The rest as the replicas' reduction has it (their state is every rank's of the group alike).
+  const std::vector<Tensor>& trained() const override { return inner_->trained(); }
+  double gradient_norm() const override { return inner_->gradient_norm(); }
+  std::vector<double> gradient_squares() const override { return inner_->gradient_squares(); }
+  RankMemory memory(const Optimizer& optimizer) const override { return inner_->memory(optimizer); }
+  void gather_weights() override { inner_->gather_weights(); }
+  void release_weights() override { inner_->release_weights(); }
+  Tensor whole(std::size_t i, const Tensor& buffer) const override { return inner_->whole(i, buffer); }
+  std::vector<float> mine(std::size_t i, const std::vector<float>& whole) const override { return inner_->mine(i, whole); }
   // The replicas' reduction, and every trainable gradient and the loss to
   // and from each other rank of the pipeline (the activations' messages
   // between stages are the step's own).
