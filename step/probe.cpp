@@ -114,12 +114,36 @@ void agree_on_moments(SaveProfile& p, comm::Group g) {
     }
 }
 
+// A total that is its parts and a rest (a block's saved bytes and the
+// tensors it saved; its input and the inputs; a forward moment's live bytes
+// and the tensors only their saved copies held then), as the rest alone
+// (`sign` -1) or whole again (+1). Agreed as rest and parts, each the
+// ranks' largest, a total less any parts a plan drops is at least every
+// rank's: where the ranks' shapes differ (expert parallelism's routing) the
+// plan's predicted peak bounds each rank's, which the largest totals alone
+// would not (rank A keeping 10 bytes and dropping none, rank B keeping none
+// and dropping 10: both total 10, and 10 less the 10 dropped is 0).
+void split_totals(SaveProfile& p, int sign) {
+  const auto sum = [](const std::vector<SavedRecord>& parts) {
+    std::int64_t n = 0;
+    for (const SavedRecord& t : parts) n += t.bytes;
+    return n;
+  };
+  for (BlockSaves& b : p.blocks) {
+    b.saved += sign * sum(b.tensors);
+    b.input += sign * sum(b.inputs);
+    for (BlockSaves::Moment& m : b.forward_moments)
+      for (int k : m.held_only_saved) m.live += sign * b.tensors[std::size_t(k)].bytes;
+  }
+}
+
 }  // namespace
 
 void agree_on_costs(SaveProfile& p, comm::Group g) {
   const int ranks = comm::size(g);
   if (ranks == 1) return;
   agree_on_moments(p, g);
+  split_totals(p, -1);
   std::vector<double> mine;
   each_figure(p, [&](double& v) { mine.push_back(v); });
   const std::vector<double> all = gathered(mine, g);
@@ -128,6 +152,7 @@ void agree_on_costs(SaveProfile& p, comm::Group g) {
     for (int r = 0; r < ranks; ++r) v = std::max(v, all[std::size_t(r) * mine.size() + i]);
     ++i;
   });
+  split_totals(p, +1);
 }
 
 SaveProfile measure_costs(const Model& model, const ParamStore& params, const Batch& batch,
@@ -180,12 +205,14 @@ SaveProfile measure_costs(const Model& model, const ParamStore& params, const Ba
   return p;
 }
 
-void refuse_planned_under_experts(const Sizes& z, const std::vector<std::string>& strategies) {
-  if (!z.ep.split()) return;
+void refuse_planned_under_experts(const Sizes& z, const std::vector<std::string>& strategies, bool training) {
+  if (!z.ep.split() || (!training && z.dropout == 0)) return;
   for (const std::string& spec : strategies)
     if (parse_strategy(spec).planned)
-      throw UserError("--ep with " + spec + ": not yet (each rank's memory follows its routing, and one plan for "
-                      "every rank is not yet bound to fit each)");
+      throw UserError("--ep with " + spec + (training ? " in train" : " and dropout") +
+                      ": not yet (one plan from the probe's routing, and " +
+                      (training ? "each batch routes its tokens anew" : "dropout before the router moves the routing") +
+                      ", and so each rank's memory)");
 }
 
 void prepare_strategy(Strategy& strategy, const Model& model, const ParamStore& params, const Batch& batch,

@@ -42,17 +42,22 @@ SaveProfile measure_costs(const Model& model, const ParamStore& params, const Ba
 
 // Makes a timed profile the same on every rank of group g, each figure (time
 // or bytes) the group's largest: ranks that run blocks together, or gather
-// weights at their boundaries (--tp, --ep, --shard-params), recompute alike
-// and so must plan alike, and the largest is what every rank fits within
-// (bytes differ only where routing sends a rank more tokens). A collective.
+// weights at their boundaries (--tp, --ep, --cp, --shard-params), recompute
+// alike and so must plan alike. Bytes differ only where routing sends a rank
+// more tokens; there a block's totals are agreed as their parts (the saved
+// tensors, a moment's tensors held only saved) and a rest, each the largest,
+// so that what a plan predicts, whatever it drops, is at least each rank's
+// peak: every rank fits within the plan's budget. A collective.
 void agree_on_costs(SaveProfile& p, comm::Group g);
 
-// Refuses a strategy planned from timed costs under --ep: the ranks must
-// recompute alike, so they plan from one profile, but each rank's tokens (and
-// so its memory) follow the routing, and a profile agreed from the ranks'
-// figures is not yet a bound on every rank's peak. Under --tp the ranks'
-// shapes are the same and their plans agree (step/probe.hpp agree_on_costs).
-void refuse_planned_under_experts(const Sizes& z, const std::vector<std::string>& strategies);
+// Refuses a strategy planned from timed costs under --ep where its plan
+// would not bound every rank's peak: the ranks plan once from one probe
+// batch (agree_on_costs makes that plan bound each rank's peak on that
+// batch's routing), but a `training`'s later batches route their tokens
+// elsewhere, and with dropout the masks (drawn before the router) move the
+// routing between the probe and the step. A check, time, grads or matrix
+// step without dropout runs the probe's own routing, and takes them.
+void refuse_planned_under_experts(const Sizes& z, const std::vector<std::string>& strategies, bool training = false);
 
 // Plans `strategy` if it needs costs, measuring them unless `costs` (a timed
 // profile of the same model, weights and batch) is given.

@@ -45,7 +45,7 @@ void validate(const TrainConfig& c) {
   if (tp.split() && c.quantize != QuantFormat::none) throw UserError("--tp with --quantize: not yet");
   if (c.quantize != QuantFormat::none && c.shard_params)
     throw UserError("--quantize with --shard-params: not yet (quantized weights are not sharded)");
-  refuse_planned_under_experts(c.setup.sizes, {c.strategy});
+  refuse_planned_under_experts(c.setup.sizes, {c.strategy}, /*training=*/true);
   if (!(c.grad_clip >= 0) || !std::isfinite(c.grad_clip)) throw UserError("--grad-clip must be 0 (none) or positive");
   if (c.eval_every < 0 || c.eval_batches < 1) throw UserError("--eval-every must be >= 0 and --eval-batches >= 1");
   if (c.save_every < 0) throw UserError("--save-every must be >= 0");
