@@ -73,7 +73,8 @@ std::vector<Setting> settings(const TrainConfig& c) {
           {&S::shard_params, c.shard_params ? "yes" : "no"},
           {&S::tensor_parallel, "tp=" + std::to_string(c.setup.sizes.tp.size) +
                                     ";sp=" + (c.setup.sizes.tp.sequence ? "yes" : "no")},
-          {&S::expert_parallel, "ep=" + std::to_string(c.setup.sizes.ep.size)}};
+          {&S::expert_parallel, "ep=" + std::to_string(c.setup.sizes.ep.size)},
+          {&S::context_parallel, "cp=" + std::to_string(c.setup.sizes.cp.size)}};
   all.insert(all.end(), model_settings.begin(), model_settings.end());
   return all;
 }
@@ -127,8 +128,8 @@ std::vector<T> history_or(const h5::File& f, const h5::Dataset<T>& d, std::size_
   return d.exists_in(f, "") ? history(f, d, n) : std::vector<T>(n, missing);
 }
 
-// The tensor- and expert-parallel layouts a run was trained under (files
-// before them: none).
+// The tensor-, expert- and context-parallel layouts a run was trained under
+// (files before them: none).
 void read_layout(const h5::File& f, Sizes& z) {
   if (const auto t = run_file::setting::tensor_parallel.read(f, "/")) {
     int size = 0;
@@ -143,6 +144,12 @@ void read_layout(const h5::File& f, Sizes& z) {
     if (std::sscanf(e->c_str(), "ep=%d", &size) != 1 || size < 1)
       throw UserError(f.path() + ": 'train.expert_parallel' = '" + *e + "' is not ep=N");
     z.ep = RankGroup::expert(size);
+  }
+  if (const auto c = run_file::setting::context_parallel.read(f, "/")) {
+    int size = 0;
+    if (std::sscanf(c->c_str(), "cp=%d", &size) != 1 || size < 1)
+      throw UserError(f.path() + ": 'train.context_parallel' = '" + *c + "' is not cp=N");
+    z.cp = RankGroup::context(size);
   }
 }
 

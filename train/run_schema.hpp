@@ -58,6 +58,7 @@
   X(shard_params, "train.shard_params", "`yes` or `no`: ZeRO-3 sharding")                                            \
   X(tensor_parallel, "train.tensor_parallel", "tensor parallelism, `tp=N;sp=yes` or `tp=N;sp=no` (absent: none)")                \
   X(expert_parallel, "train.expert_parallel", "expert-parallel ranks, `ep=N` (absent: none)")                       \
+  X(context_parallel, "train.context_parallel", "context-parallel ranks, `cp=N` (absent: none)")                   \
   X(router_aux, "train.router_aux", "mixtral only: `--router-aux`")                                                  \
   X(init, "train.init", "only for `--weights`: the weights the run started from (docs/weight-files.md)")
 

@@ -137,6 +137,8 @@ std::string layout_text(const TrainConfig& c) {
          (tp.sequence ? " with sequence parallelism" : "");
   if (c.setup.sizes.ep.split())
     s += std::string(c.ranks > 1 ? ", each" : ",") + " expert-parallel " + std::to_string(c.setup.sizes.ep.size);
+  if (c.setup.sizes.cp.split())
+    s += std::string(c.ranks > 1 ? ", each" : ",") + " context-parallel " + std::to_string(c.setup.sizes.cp.size);
   if (c.pipe.split())
     s += std::string(c.ranks > 1 ? ", each" : ",") + " a pipeline of " + std::to_string(c.pipe.stages) + " stages (" +
          c.pipe.schedule + (c.pipe.stage_layers.empty() ? "" : ", layers " + c.pipe.stage_layers) + ")";

@@ -210,4 +210,9 @@ grep -q "context-parallel 2" out.txt || fail "estimate --cp 2 --pp 2 does not na
 expect_error "--pp or --micro-batches with --tp, --sp, --ep or --cp: not yet" "$remat" grads --weights llama.h5 --cp 2 --pp 2
 expect_error "runs on a multiple of 2 ranks" "$remat" grads --weights llama.h5 --cp 2
 expect_error "--attention plain with --cp: not yet" "$remat" estimate --model llama --preset tiny --cp 2 --attention plain
+# The run file records the layout: resumed without --cp on as many data-parallel ranks, refused in one line.
+expect_ok "train --cp 2 on 4" "${mpi4[@]}" "$remat" train --model llama --preset tiny --cp 2 --steps 1 --out cp-layout.h5
+"${mpi[@]}" "$remat" train --model llama --preset tiny --steps 1 --out cp-layout.h5 --resume >out.txt 2>err.txt
+[ $? -eq 2 ] && grep -q "was trained with context_parallel cp=2, this run asks for cp=1" err.txt ||
+  fail "a --cp run resumed without --cp: $(cat err.txt)"
 finish cp_test
