@@ -310,8 +310,11 @@ void refuse_combinations(const CheckCommandOptions& o, const ModelSetup& setup) 
   if (o.finetune.quantize != QuantFormat::none && (!o.save_golden.empty() || !o.golden.empty()))
     throw UserError("--quantize with a golden file: not yet");
   const bool split = sizes.split_over_ranks();
-  if (split && (o.finetune.quantize != QuantFormat::none || o.train_steps > 0))
-    throw UserError(std::string(split_flag(sizes.ep.size, sizes.cp.size)) + " with --quantize or --train-steps: not yet");
+  if (split && o.train_steps > 0)
+    throw UserError(std::string(split_flag(sizes.ep.size, sizes.cp.size)) + " with --train-steps: not yet");
+  // Under --cp every rank holds the whole model: its quantized weights and adapters too.
+  if ((sizes.tp.split() || sizes.ep.split()) && o.finetune.quantize != QuantFormat::none)
+    throw UserError(std::string(split_flag(sizes.ep.size)) + " with --quantize: not yet");
   // Under --tp every rank's gradient of its parts is the whole model's there; under --ep and --cp a rank's
   // gradient of what it shares is its own sequences' or rows' alone.
   if ((sizes.ep.split() || sizes.cp.split() || (sizes.tp.split() && comm::size(comm::Group::data) > 1)) &&
@@ -319,8 +322,8 @@ void refuse_combinations(const CheckCommandOptions& o, const ModelSetup& setup) 
     throw UserError(std::string(split_flag(sizes.ep.size, sizes.cp.size)) +
                     (sizes.ep.split() || sizes.cp.split() ? "" : " beside data-parallel groups") +
                     " with a golden file: not yet");
-  if ((sizes.ep.split() || sizes.cp.split()) && o.finetune.lora.any())  // under --tp LoRA splits with its weights
-    throw UserError(std::string(split_flag(sizes.ep.size, sizes.cp.size)) + " with --lora: not yet");
+  if (sizes.ep.split() && o.finetune.lora.any())  // under --tp LoRA splits with its weights; under --cp it is whole
+    throw UserError("--ep with --lora: not yet");
   // --freeze: under --tp each rank freezes its parts of the parameters, under --ep those of its experts,
   // under --cp every rank all of them.
   if (sizes.cp.split()) cp::validate(setup.model, sizes);  // --dropout, known only now

@@ -136,8 +136,6 @@ void run_grads(const GradsOptions& o) {
   w.setup.sizes.router_aux = o.router_aux;  // a training setting, not in the file
   pipeline::refuse_without_stages(o.pipe);
   if (o.pipe.stepped()) return run_pipelined_grads(o, w);
-  if (o.cp > 1 && (o.finetune.lora.any() || o.finetune.quantize != QuantFormat::none || w.params->any_quantized()))
-    throw UserError("--cp with --lora or quantized weights: not yet (--freeze freezes on every rank alike)");
   if (apply_split({o.tp, o.sp, o.ep, o.cp}, w.setup, /*data_parallel=*/true)) take_rank_parts(w.setup, w.params);
   choose_batch(o, w);
   const int whole_batch = w.setup.sizes.B, groups = take_group_rows(w);

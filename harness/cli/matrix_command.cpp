@@ -64,8 +64,10 @@ void resolve_split(Options& o) {
   const std::string flag = split_flag(o.ep, o.cp);
   if (o.matrix.mem_limit > 0)
     throw UserError(flag + " with --mem-limit: not yet (a rank out of memory would leave its group waiting)");
-  if ((o.ep > 1 || o.cp > 1) && o.matrix.finetune.lora.any()) throw UserError(flag + " with --lora: not yet");
-  if (o.matrix.finetune.quantize != QuantFormat::none) throw UserError(flag + " with --quantize: not yet");
+  // Under --cp every rank holds the whole model, adapters and quantized weights too.
+  if (o.ep > 1 && o.matrix.finetune.lora.any()) throw UserError("--ep with --lora: not yet");
+  if ((o.tp > 1 || o.ep > 1) && o.matrix.finetune.quantize != QuantFormat::none)
+    throw UserError(std::string(split_flag(o.ep)) + " with --quantize: not yet");
 }
 
 // The options checked against each other and the shard this process runs
