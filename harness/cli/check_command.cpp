@@ -311,7 +311,7 @@ void refuse_combinations(const CheckCommandOptions& o, const ModelSetup& setup) 
     throw UserError("--quantize with a golden file: not yet");
   const bool split = sizes.split_over_ranks();
   if (split && o.train_steps > 0)
-    throw UserError(std::string(split_flag(sizes.ep.size, sizes.cp.size)) + " with --train-steps: not yet");
+    throw UserError(RankLayout::of(sizes).flags() + " with --train-steps: not yet");
   // Under --cp every rank holds the whole model: its quantized weights and adapters too.
   if ((sizes.tp.split() || sizes.ep.split()) && o.finetune.quantize != QuantFormat::none)
     throw UserError(std::string(split_flag(sizes.ep.size)) + " with --quantize: not yet");
@@ -319,7 +319,7 @@ void refuse_combinations(const CheckCommandOptions& o, const ModelSetup& setup) 
   // gradient of what it shares is its own sequences' or rows' alone.
   if ((sizes.ep.split() || sizes.cp.split() || (sizes.tp.split() && comm::size(comm::Group::data) > 1)) &&
       (!o.save_golden.empty() || !o.golden.empty()))
-    throw UserError(std::string(split_flag(sizes.ep.size, sizes.cp.size)) +
+    throw UserError(RankLayout::of(sizes).flags() +
                     (sizes.ep.split() || sizes.cp.split() ? "" : " beside data-parallel groups") +
                     " with a golden file: not yet");
   if (sizes.ep.split() && o.finetune.lora.any())  // under --tp LoRA splits with its weights; under --cp it is whole

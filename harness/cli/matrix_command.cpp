@@ -61,9 +61,9 @@ void resolve_split(Options& o) {
   o.matrix.ep = groups.ep;
   o.matrix.cp = groups.cp;
   if (o.tp == 1 && !o.sp && o.ep == 1 && o.cp == 1) return;
-  const std::string flag = split_flag(o.ep, o.cp);
   if (o.matrix.mem_limit > 0)
-    throw UserError(flag + " with --mem-limit: not yet (a rank out of memory would leave its group waiting)");
+    throw UserError(RankLayout{o.tp, o.sp, o.ep, o.cp}.flags() +
+                    " with --mem-limit: not yet (a rank out of memory would leave its group waiting)");
   // Under --cp every rank holds the whole model, adapters and quantized weights too.
   if (o.ep > 1 && o.matrix.finetune.lora.any()) throw UserError("--ep with --lora: not yet");
   if ((o.tp > 1 || o.ep > 1) && o.matrix.finetune.quantize != QuantFormat::none)
