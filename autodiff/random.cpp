@@ -7,6 +7,10 @@ State& current() {
   thread_local State s;
   return s;
 }
+std::uint64_t& rank_part() {  // the same on every thread: the rank's own
+  static std::uint64_t p = 0;
+  return p;
+}
 std::uint64_t& part() {  // 0: not in a part; else the part's index + 1
   thread_local std::uint64_t p = 0;
   return p;
@@ -21,8 +25,11 @@ std::uint64_t next_op() { return current().cursor++; }
 std::uint64_t cursor() { return current().cursor; }
 void set_cursor(std::uint64_t c) { current().cursor = c; }
 std::uint64_t seed() { return current().seed; }
+void set_rank_part(std::uint64_t part) { rank_part() = part; }
+
 std::uint64_t stream(std::uint64_t op) {
-  const std::uint64_t s = rng::splitmix64(rng::splitmix64(current().step) ^ (op + 0x5bd1e995ull));
+  std::uint64_t s = rng::splitmix64(rng::splitmix64(current().step) ^ (op + 0x5bd1e995ull));
+  if (rank_part() != 0) s = rng::splitmix64(s ^ rng::splitmix64(~rank_part()));
   return part() == 0 ? s : rng::splitmix64(s ^ rng::splitmix64(part()));
 }
 // Inside another part (a tensor-parallel rank's part of an expert-parallel

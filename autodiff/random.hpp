@@ -22,6 +22,10 @@ std::uint64_t cursor();
 void set_cursor(std::uint64_t c);
 // The stream an op's draws come from.
 std::uint64_t stream(std::uint64_t op);
+// Under context parallelism every rank's tensors hold its own rows of the
+// sequence: each rank draws from streams of its own (`part`: its place in
+// the context group + 1; 0: none, the default), for the whole process.
+void set_rank_part(std::uint64_t part);
 
 // While alive, the streams of the ops drawn are those of part `part` of a
 // tensor split over ranks (tensor parallelism: each rank's heads, or its part

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "autodiff/random.hpp"
 #include "comm/comm.hpp"
 #include "core/error.hpp"
 #include "finetune/lora.hpp"
@@ -37,6 +38,9 @@ SplitGroups set_rank_groups(const RankLayout& layout, bool data_parallel) {
   g.tp = RankGroup::tensor(layout.tp, comm::rank(comm::Group::tensor), layout.sp);
   g.ep = RankGroup::expert(layout.ep, comm::rank(comm::Group::expert));
   g.cp = RankGroup::context(layout.cp, comm::rank(comm::Group::context));
+  // Each context rank's rows draw dropout masks of their own (a replicated
+  // tensor's are the same on the tensor ranks beside it: the same place).
+  random_ops::set_rank_part(g.cp.split() ? std::uint64_t(g.cp.rank) + 1 : 0);
   return g;
 }
 

@@ -1,6 +1,7 @@
 // Every op's backward against central finite differences in float64.
 #include "autodiff/backend.hpp"
 #include "autodiff/ops/ops.hpp"
+#include "autodiff/random.hpp"
 #include "catch.hpp"
 #include "helpers.hpp"
 
@@ -170,6 +171,30 @@ TEST_CASE("ring attention (context parallelism) backward, in a group of one rank
   REQUIRE(ring.size() == whole.size());
   for (std::size_t i = 0; i < ring.size(); ++i) CHECK(ring[i] == Approx(whole[i]).margin(1e-13));
   CHECK_THROWS_WITH(ops::ring_attention(random_leaf({1, 3, 12}, 6), 2, one), Catch::Contains("two chunks of equal length"));
+  // Bidirectional (every chunk pair wholly), and a cross-attention's packed keys and values: the same values
+  // as the whole attention, and their gradients.
+  const RankGroup ring_of_one = RankGroup::context();
+  const auto bidirectional = ops::ring_attention(qkv, 2, ring_of_one, false).to_host_f64();
+  const auto whole_bidirectional = ops::attention(qkv, 2, false).to_host_f64();
+  for (std::size_t i = 0; i < bidirectional.size(); ++i)
+    CHECK(bidirectional[i] == Approx(whole_bidirectional[i]).margin(1e-13));
+  require_gradients([&](const Inputs& in) { return ops::ring_attention(in[0], 2, ring_of_one, false); },
+                    {random_leaf({2, 4, 12}, 7, DType::f64, -1.5, 1.5)});
+  const Tensor q = random_leaf({2, 6, 4}, 8, DType::f64, -1.5, 1.5), kv = random_leaf({2, 6, 8}, 9, DType::f64, -1.5, 1.5);
+  const auto cross = ops::ring_attention(q, kv, 2, ring_of_one).to_host_f64();
+  const auto whole_cross = ops::attention(q, kv, 2, false).to_host_f64();
+  for (std::size_t i = 0; i < cross.size(); ++i) CHECK(cross[i] == Approx(whole_cross[i]).margin(1e-13));
+  require_gradients([&](const Inputs& in) { return ops::ring_attention(in[0], in[1], 2, ring_of_one); },
+                    {random_leaf({2, 4, 4}, 10, DType::f64, -1.5, 1.5), random_leaf({2, 4, 8}, 11, DType::f64, -1.5, 1.5)});
+  // Dropout on the probabilities: each chunk pair's mask its own, the same in backward (the step's stream
+  // fixed, so every evaluation draws the same masks).
+  const auto with_dropout = [&](const Inputs& in) {
+    random_ops::begin_step(7, 0);
+    return ops::ring_attention(in[0], 2, ring_of_one, true, 0.3);
+  };
+  require_gradients(with_dropout, {random_leaf({2, 4, 12}, 12, DType::f64, -1.5, 1.5)});
+  CHECK(with_dropout({qkv}).to_host_f64() != ring);
+  CHECK_THROWS_WITH(ops::ring_attention(qkv, 2, ring_of_one, true, 1.0), Catch::Contains("dropout 1.000000 outside [0, 1)"));
   ops::AttentionKernelScope plain(ops::AttentionKernel::plain);
   CHECK_THROWS_WITH(ops::ring_attention(qkv, 2, one), Catch::Contains("--attention plain with --cp: not yet"));
 }

@@ -77,7 +77,7 @@ class Bert final : public Model {
     const Tensor ctx = tp::on_my_heads(g, [&] {
       const int heads = sizes_.H / g.size;
       const Tensor q = lin(in, a + "self.query"), k = lin(in, a + "self.key"), v = lin(in, a + "self.value");
-      return sizes_.cp.split() ? ops::ring_attention(q, k, v, heads, heads, sizes_.cp, /*causal=*/false)
+      return sizes_.cp.split() ? ops::ring_attention(q, k, v, heads, heads, sizes_.cp, /*causal=*/false, drop)
                                : ops::attention(q, k, v, heads, heads, /*causal=*/false, drop);
     });
     // Temporaries, not names: each intermediate freed as soon as it is read. Named, they lived to the

@@ -52,7 +52,6 @@ void validate(const std::string& model, const Sizes& z) {
   if (z.S % (2 * g.size) != 0)
     throw UserError("--cp " + std::to_string(g.size) + ": the sequence length S = " + std::to_string(z.S) +
                     " must be divisible by " + std::to_string(2 * g.size) + " (two chunks per rank, zig-zag)");
-  if (z.dropout > 0) throw UserError("--cp with dropout: not yet (the masks are drawn by position in the whole sequence)");
 }
 
 }  // namespace remat::cp

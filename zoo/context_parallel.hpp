@@ -29,7 +29,7 @@ Tensor positions(const Tensor& tokens, const RankGroup& context, const RankGroup
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, const Sizes& z);
 
 // Refuses (UserError, one line) a layout the model cannot run: a model not
-// split yet, S not divisible by 2 size, dropout.
+// split yet, S not divisible by 2 size.
 void validate(const std::string& model, const Sizes& z);
 
 }  // namespace remat::cp

@@ -115,7 +115,7 @@ class Encdec final : public Model {
     const Tensor kv = linear(p, prefix + ".c_kv", tp::enter(e, group));
     const Tensor a = tp::on_my_heads(group, [&] {
       const int heads = sizes_.H / group.size;
-      return sizes_.cp.split() ? ops::ring_attention(q, kv, heads, sizes_.cp)  // the encoder's keys around the ring
+      return sizes_.cp.split() ? ops::ring_attention(q, kv, heads, sizes_.cp, false, sizes_.dropout)  // encoder keys around the ring
                                : ops::attention(q, kv, heads, false, sizes_.dropout);
     });
     return tp::dropout(tp::row_linear(p, prefix + ".c_proj", a, group), sizes_.dropout, group);

@@ -29,10 +29,9 @@ Tensor layer_norm(const ParamStore& p, const std::string& prefix, const Tensor& 
 
 Tensor attention(const ParamStore& p, const std::string& prefix, const Tensor& x, int heads, double dropout,
                  bool causal, const RankGroup& group, const RankGroup& context) {
-  if (context.split() && dropout > 0) throw UserError("--cp: the ring attention has no dropout yet (" + prefix + ")");
   const Tensor qkv = linear(p, prefix + ".c_attn", tp::enter(x, group));
   const Tensor a = tp::on_my_heads(group, [&] {
-    return context.split() ? ops::ring_attention(qkv, heads / group.size, context, causal)
+    return context.split() ? ops::ring_attention(qkv, heads / group.size, context, causal, dropout)
                            : ops::attention(qkv, heads / group.size, causal, dropout);
   });
   return tp::dropout(tp::row_linear(p, prefix + ".c_proj", a, group), dropout, group);

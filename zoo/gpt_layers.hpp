@@ -29,7 +29,7 @@ Tensor layer_norm(const ParamStore& p, const std::string& prefix, const Tensor& 
 
 // dropout(c_proj(attention(c_attn(x)))), H heads, causal unless told
 // otherwise, dropout on the probabilities too; under context parallelism
-// (`context` split: x this rank's rows), the ring's attention.
+// (`context` split: x this rank's rows), the ring's attention (dropout with this rank's masks).
 Tensor attention(const ParamStore& p, const std::string& prefix, const Tensor& x, int heads, double dropout,
                  bool causal = true, const RankGroup& group = {}, const RankGroup& context = RankGroup::context());
 // dropout(c_proj(gelu_tanh(c_fc(x)))).

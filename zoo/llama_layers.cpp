@@ -35,7 +35,7 @@ Tensor attention(const ParamStore& p, const std::string& prefix, const Tensor& x
   const int kv_heads = kv_parts > 0 ? 1 : z.Hkv / z.tp.size;
   const Tensor a =
       tp::on_my_heads(z.tp, [&] {
-        return z.cp.split() ? ops::ring_attention(q, k, v, z.H / z.tp.size, kv_heads, z.cp)
+        return z.cp.split() ? ops::ring_attention(q, k, v, z.H / z.tp.size, kv_heads, z.cp, true, z.dropout)
                             : ops::attention(q, k, v, z.H / z.tp.size, kv_heads, true, z.dropout);
       });
   return tp::dropout(tp::row_linear(p, prefix + ".wo", a, z.tp, false), z.dropout, z.tp);

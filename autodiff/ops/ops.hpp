@@ -59,13 +59,15 @@ Tensor attention(const Tensor& q, const Tensor& kv, int heads, bool causal, doub
 // (zigzag_position's, core/rank_group.hpp) against every rank's keys and
 // values, which travel around the ring of the group `g` (comm's context
 // group), merged by the online softmax; backward sends them around again
-// with their gradients. The fused kernel only.
-Tensor ring_attention(const Tensor& qkv, int heads, const RankGroup& g, bool causal = true);
+// with their gradients. The fused kernel only. With `dropout` on the
+// probabilities, each rank's masks are its own (not one process's).
+Tensor ring_attention(const Tensor& qkv, int heads, const RankGroup& g, bool causal = true, double dropout = 0);
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, int kv_heads, const RankGroup& g,
-                      bool causal = true);
+                      bool causal = true, double dropout = 0);
 // q[B, S, D] against kv[B, S, 2D] (keys | values packed: a cross-attention's
 // keys and values of another sequence split alike over the ranks).
-Tensor ring_attention(const Tensor& q, const Tensor& kv, int heads, const RankGroup& g, bool causal = false);
+Tensor ring_attention(const Tensor& q, const Tensor& kv, int heads, const RankGroup& g, bool causal = false,
+                      double dropout = 0);
 
 // Which attention kernel the attention ops use. `fused` (the default) keeps
 // only the output and each row's log-sum-exp and recomputes probabilities

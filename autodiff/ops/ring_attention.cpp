@@ -19,6 +19,7 @@
 #include "autodiff/ops/kernel.hpp"
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/ops/split_group.hpp"
+#include "autodiff/random.hpp"
 #include "autodiff/stats.hpp"
 #include "autodiff/tape.hpp"
 #include "comm/comm.hpp"
@@ -36,6 +37,11 @@ struct Ring {
   fused::Layout q, k, v;
   RankGroup group;
   bool causal = true;  // false: every query sees every key (bidirectional)
+  // Dropout on the probabilities (0: none): each (query chunk, key chunk)
+  // pair draws from a stream of its own of the op's, drawn at record time
+  // (a recomputation draws the same).
+  double dropout = 0;
+  std::uint64_t seed = 0, stream = 0;
   std::int64_t wq() const { return H * hd; }
   std::int64_t wk() const { return Hkv * hd; }
   // Elements of one of the travelling buffer's parts ([B, 2C, Hkv hd]: its
@@ -48,10 +54,12 @@ struct Ring {
 
 // Query chunk qc of this rank against key chunk kc of the travelling buffer
 // (keys at part 0, values at part 1), as the fused kernel takes it.
-fused::Problem sub_problem(const Ring& g, int qc, int kc, bool causal) {
+fused::Problem sub_problem(const Ring& g, int qc, int from, int kc, bool causal) {
   const std::int64_t wk = g.wk(), stride = 2 * g.C * wk;
+  const std::uint64_t pair = std::uint64_t(g.chunk(g.group.rank, qc) * 2 * g.group.size + g.chunk(from, kc));
   return {g.B, g.C, g.H, g.Hkv, g.hd, causal, {g.q.offset + qc * g.C * g.q.ld, g.q.ld, g.q.batch_stride},
-          {kc * g.C * wk, wk, stride}, {g.part() + kc * g.C * wk, wk, stride}, g.scale(), 0.0, 0, 0};
+          {kc * g.C * wk, wk, stride}, {g.part() + kc * g.C * wk, wk, stride}, g.scale(), g.dropout, g.seed,
+          g.dropout > 0 ? rng::splitmix64(g.stream ^ rng::splitmix64(pair + 1)) : 0};
 }
 
 // The (query chunk, key chunk) pairs of this rank that see the keys of rank
@@ -147,7 +155,7 @@ std::pair<Tensor, Tensor> ring_forward(const RingInputs& in, const Ring& g) {
       for (const Pair& p : visible(g, from)) {
         stats::count_flops(pair_flops(g, p));
         if constexpr (kHostMemory)
-          fused::forward<T>(sub_problem(g, p.qc, p.kc, p.causal), in.q.data<T>(), here.data<T>(), here.data<T>(),
+          fused::forward<T>(sub_problem(g, p.qc, from, p.kc, p.causal), in.q.data<T>(), here.data<T>(), here.data<T>(),
                             part.data<T>(), part_lse.data<A>());
         merge(g, p.qc, part.data<T>(), part_lse.data<A>(), sum.data<A>(), lse.data<A>());
       }
@@ -206,7 +214,7 @@ void ring_backward(BackwardContext& ctx, const RingInputs& x, const Tensor& out,
         stats::count_flops(1.5 * pair_flops(g, p));  // the scores again and four products
         T* kv = here.data<T>();
         if constexpr (kHostMemory)
-          fused::backward<T>(sub_problem(g, p.qc, p.kc, p.causal), x.q.data<T>(), kv, kv,
+          fused::backward<T>(sub_problem(g, p.qc, from, p.kc, p.causal), x.q.data<T>(), kv, kv,
                              lse.data<A>() + p.qc * B * H * C, dy_chunks.data<T>() + p.qc * B * C * wq, dq,
                              kv ? kv + 2 * n : nullptr, kv ? kv + 2 * n : nullptr, dot.data<A>() + p.qc * B * H * C);
       }
@@ -223,11 +231,13 @@ void ring_backward(BackwardContext& ctx, const RingInputs& x, const Tensor& out,
   });
 }
 
-Tensor record_ring(const RingInputs& in, const Ring& g) {
+Tensor record_ring(const RingInputs& in, const Ring& ring) {
   if (ops::current_attention_kernel() != AttentionKernel::fused)
     throw UserError(std::string("context parallelism runs the fused attention kernel; --attention ") +
                     attention_kernel_name(ops::current_attention_kernel()) + " with --cp: not yet");
-  require_split_group("ring_attention", g.group);
+  require_split_group("ring_attention", ring.group);
+  Ring g = ring;
+  if (g.dropout > 0) g.seed = random_ops::seed(), g.stream = random_ops::stream(random_ops::next_op());
   auto [out, lse] = ring_forward(in, g);
   OpRecorder rec("attention", {&in.q, in.packed() ? nullptr : &in.k, in.packed() ? nullptr : &in.v});
   if (!rec) return out;
@@ -243,7 +253,8 @@ Tensor record_ring(const RingInputs& in, const Ring& g) {
   return out;
 }
 
-void require_ring(const std::int64_t S, int heads, const RankGroup& g) {
+void require_ring(const std::int64_t S, int heads, const RankGroup& g, double dropout) {
+  require(dropout >= 0 && dropout < 1, [&] { return "ring_attention: dropout " + std::to_string(dropout) + " outside [0, 1)"; });
   require(g.size >= 1 && g.rank >= 0 && g.rank < g.size, [&] { return "ring_attention: rank " + std::to_string(g.rank) +
                                                              " is not in a group of " + std::to_string(g.size); });
   require(S % 2 == 0 && S > 0, [&] { return "ring_attention: this rank's sequence (" + std::to_string(S) +
@@ -253,18 +264,18 @@ void require_ring(const std::int64_t S, int heads, const RankGroup& g) {
 
 }  // namespace
 
-Tensor ring_attention(const Tensor& qkv, int heads, const RankGroup& g, bool causal) {
+Tensor ring_attention(const Tensor& qkv, int heads, const RankGroup& g, bool causal, double dropout) {
   require_float("ring_attention", qkv, "qkv");
   require(qkv.rank() == 3 && qkv.dim(2) % 3 == 0, [&] { return "ring_attention: qkv must be [B, S, 3D], got " + to_string(qkv.shape()); });
   const std::int64_t D = qkv.dim(2) / 3, B = qkv.dim(0), S = qkv.dim(1);
-  require_ring(S, heads, g);
+  require_ring(S, heads, g, dropout);
   require(D % heads == 0, [&] { return "ring_attention: " + std::to_string(heads) + " heads do not divide the width " + std::to_string(D); });
   const std::int64_t ld = 3 * D, bs = S * 3 * D;
-  const Ring ring{B, S / 2, heads, heads, D / heads, {0, ld, bs}, {D, ld, bs}, {2 * D, ld, bs}, g, causal};
+  const Ring ring{B, S / 2, heads, heads, D / heads, {0, ld, bs}, {D, ld, bs}, {2 * D, ld, bs}, g, causal, dropout};
   return record_ring({qkv, qkv, qkv}, ring);
 }
 
-Tensor ring_attention(const Tensor& q, const Tensor& kv, int heads, const RankGroup& g, bool causal) {
+Tensor ring_attention(const Tensor& q, const Tensor& kv, int heads, const RankGroup& g, bool causal, double dropout) {
   require_float("ring_attention", q, "q");
   require_float("ring_attention", kv, "kv");
   require(q.rank() == 3 && kv.rank() == 3 && q.dim(0) == kv.dim(0) && q.dim(1) == kv.dim(1) &&
@@ -272,27 +283,27 @@ Tensor ring_attention(const Tensor& q, const Tensor& kv, int heads, const RankGr
           [&] { return "ring_attention: q " + to_string(q.shape()) + " and kv " + to_string(kv.shape()) +
               " must be [B, S, D] and [B, S, 2D] of one type"; });
   const std::int64_t D = q.dim(2), B = q.dim(0), S = q.dim(1);
-  require_ring(S, heads, g);
+  require_ring(S, heads, g, dropout);
   require(D % heads == 0, [&] { return "ring_attention: " + std::to_string(heads) + " heads do not divide the width " + std::to_string(D); });
-  const Ring ring{B, S / 2, heads, heads, D / heads, {0, D, S * D}, {0, 2 * D, S * 2 * D}, {D, 2 * D, S * 2 * D}, g, causal};
+  const Ring ring{B, S / 2, heads, heads, D / heads, {0, D, S * D}, {0, 2 * D, S * 2 * D}, {D, 2 * D, S * 2 * D}, g, causal, dropout};
   return record_ring({q, kv, kv}, ring);
 }
 
 Tensor ring_attention(const Tensor& q, const Tensor& k, const Tensor& v, int heads, int kv_heads, const RankGroup& g,
-                      bool causal) {
+                      bool causal, double dropout) {
   for (const Tensor* t : {&q, &k, &v}) require_float("ring_attention", *t, "q, k, v");
   require(q.rank() == 3 && k.shape() == v.shape() && k.rank() == 3 && q.dim(0) == k.dim(0) && q.dim(1) == k.dim(1) &&
               q.dtype() == k.dtype() && k.dtype() == v.dtype(),
           [&] { return "ring_attention: q " + to_string(q.shape()) + ", k " + to_string(k.shape()) + ", v " + to_string(v.shape()) +
               " must be [B, S, H hd], [B, S, Hkv hd], [B, S, Hkv hd] of one type"; });
   const std::int64_t B = q.dim(0), S = q.dim(1);
-  require_ring(S, heads, g);
+  require_ring(S, heads, g, dropout);
   require(kv_heads > 0 && heads % kv_heads == 0 && q.dim(2) % heads == 0 && k.dim(2) * heads == q.dim(2) * kv_heads,
           [&] { return "ring_attention: " + std::to_string(heads) + " query heads, " + std::to_string(kv_heads) +
               " key/value heads and widths " + std::to_string(q.dim(2)) + ", " + std::to_string(k.dim(2)) +
               " do not fit"; });
   const std::int64_t hd = q.dim(2) / heads, wq = heads * hd, wk = kv_heads * hd;
-  const Ring ring{B, S / 2, heads, kv_heads, hd, {0, wq, S * wq}, {0, wk, S * wk}, {0, wk, S * wk}, g, causal};
+  const Ring ring{B, S / 2, heads, kv_heads, hd, {0, wq, S * wq}, {0, wk, S * wk}, {0, wk, S * wk}, g, causal, dropout};
   return record_ring({q, k, v}, ring);
 }
 

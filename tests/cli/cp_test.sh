@@ -113,8 +113,9 @@ for n in one["params"]:
 sent, predicted = cp["history/comm_bytes"][:], cp["history/predicted_comm_bytes"][:]
 assert (sent > 0).all() and (sent == predicted).all(), (sent[:3], predicted[:3])
 PY
+# With dropout: each rank draws its own masks (the ring's per chunk pair), the same again after a resume.
 K=(train --model llama --preset small --layers 2 --seq 128 --lr 3e-3 --data copy --cp 2 --strategy per-layer --steps 30
-   --save-every 2)
+   --save-every 2 --dropout 0.1)
 "${mpi[@]}" "$remat" "${K[@]}" --out whole-run.h5 >/dev/null 2>err.txt || fail "train --cp 2: $(cat err.txt)"
 cut_at_first_save cut-run.h5 "${mpi[@]}" "$remat" "${K[@]}" --out cut-run.h5
 expect_ok "train --cp 2 --resume" "${mpi[@]}" "$remat" "${K[@]}" --out cut-run.h5 --resume
@@ -123,6 +124,25 @@ same_run whole-run.h5 cut-run.h5 || fail "train --cp 2, killed and resumed, is n
 "${mpi[@]}" "$remat" "${T[@]}" --cp 2 --shard-params --out x.h5 >out.txt 2>err.txt  # every rank says it
 [ $? -eq 2 ] && grep -q -- "--cp with --shard-params: not yet" err.txt ||
   fail "train --cp 2 --shard-params is not refused: $(cat err.txt)"
+
+# Dropout under --cp: each rank's masks its own (elementwise by the rank's streams, the ring's per chunk
+# pair), so not one process's run, but every strategy bitwise full at the layout and each rank's peaks the
+# estimate's, on a causal and a bidirectional model.
+for model in llama bert; do
+  expect_ok "$model check --cp 2 --dropout 0.1" "${mpi[@]}" "$remat" check --model "$model" --cp 2 --dropout 0.1 \
+    --strategies all,budget:min --json
+  cp out.txt check.json
+  "$remat" estimate --model "$model" --preset tiny --cp 2 --dropout 0.1 --strategies all --json >est.json 2>err.txt ||
+    fail "estimate --cp 2 --dropout: $(cat err.txt)"
+  py check.json est.json <<'PY' || fail "$model check --cp 2 --dropout 0.1: not bitwise, or not the estimate"
+import sys, json
+check, est = json.load(open(sys.argv[1])), {r["strategy"]: r for r in json.load(open(sys.argv[2]))}
+assert check["not_bitwise_exact"] == 0 and all(r["bitwise"] for r in check["strategies"])
+for r in check["strategies"]:
+    if r["strategy"] in est:
+        assert r["activation_peak_bytes"] == est[r["strategy"]]["activation_peak_bytes"], r["strategy"]
+PY
+done
 
 # LoRA and QLoRA under --cp: every rank holds the whole model, its adapters and quantized weights too, and
 # sums the adapters' gradients over the group. grads is one process's (fp32 within 1e-5; nf4 computes in
