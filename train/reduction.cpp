@@ -339,7 +339,9 @@ class SummedOverGroup final : public GradientReduction {
   void add_loss(int k, double loss) override { inner_->add_loss(k, loss); }
   double finish() override {
     const double loss = inner_->finish();
-    sum_gradients_over_ranks(params_, group_);
+    // What the replicas train (sharded: this rank's shards, the same slices on every rank of the group).
+    for (const Tensor& t : inner_->trained())
+      if (const Tensor g = t.grad(); g.defined()) backend::upload(g, comm::sum_in_rank_order(g.to_host_f32(), group_));
     return comm::sum_in_rank_order(loss, group_);
   }
   // The rest as the replicas' reduction has it (their state is every rank's of the group alike).
@@ -357,7 +359,7 @@ class SummedOverGroup final : public GradientReduction {
   std::int64_t predicted_bytes(const Strategy& strategy) const override {
     std::int64_t trainable = 0;
     for (std::size_t i = 0; i < params_.tensors().size(); ++i)
-      if (params_.trainable(i)) trainable += params_.tensors()[i].numel();
+      if (params_.trainable(i)) trainable += inner_->trained()[i].numel();
     return inner_->predicted_bytes(strategy) + 2 * (4 * trainable + 8) * (comm::size(group_) - 1);
   }
 

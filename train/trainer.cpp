@@ -38,7 +38,6 @@ void validate(const TrainConfig& c) {
   if (c.ranks * group != comm::size())
     throw UserError("the run is set for " + std::to_string(c.ranks * group) + " ranks, but " +
                     std::to_string(comm::size()) + " are running it");
-  if (c.setup.sizes.cp.split() && c.shard_params) throw UserError("--cp with --shard-params: not yet");
   if (c.setup.sizes.ep.split() && c.lora.any())
     throw UserError("--ep with --lora: not yet (--freeze splits with the parameters)");
   if (tp.split() && c.quantize != QuantFormat::none) throw UserError("--tp with --quantize: not yet");

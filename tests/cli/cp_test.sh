@@ -121,9 +121,26 @@ cut_at_first_save cut-run.h5 "${mpi[@]}" "$remat" "${K[@]}" --out cut-run.h5
 expect_ok "train --cp 2 --resume" "${mpi[@]}" "$remat" "${K[@]}" --out cut-run.h5 --resume
 grep -Eq "resuming cut-run.h5 at step ([1-9]|[12][0-9]) of 30" out.txt || fail "the killed run did not resume mid-way: $(cat out.txt)"
 same_run whole-run.h5 cut-run.h5 || fail "train --cp 2, killed and resumed, is not the run left alone"
-"${mpi[@]}" "$remat" "${T[@]}" --cp 2 --shard-params --out x.h5 >out.txt 2>err.txt  # every rank says it
-[ $? -eq 2 ] && grep -q -- "--cp with --shard-params: not yet" err.txt ||
-  fail "train --cp 2 --shard-params is not refused: $(cat err.txt)"
+# ZeRO-3 beside --cp: two context groups on 4 ranks, their replicas sharded over the data group (each context
+# rank sums its shards' gradients over its group), bitwise the one group accumulating the same two
+# micro-batches; what each rank holds is what estimate says.
+expect_ok "train --cp 2 --shard-params on 4" "${mpi4[@]}" "$remat" "${T[@]}" --cp 2 --shard-params --out cpzero-run.h5
+OMP_NUM_THREADS=1 "$remat" estimate --model llama --preset tiny --cp 2 --ranks 2 --shard-params --strategies selective \
+  --json >est.json 2>err.txt || fail "estimate --cp 2 --shard-params: $(cat err.txt)"
+py cp-run.h5 cpzero-run.h5 est.json <<'PY' || fail "train --cp 2 --shard-params is not the group accumulating, or not the estimate"
+import sys, json, h5py
+a, b = h5py.File(sys.argv[1]), h5py.File(sys.argv[2])
+for key in ("loss", "grad_norm"):
+    assert a["history"][key][:].tobytes() == b["history"][key][:].tobytes(), key
+for n in a["params"]:
+    assert a["params"][n][:].tobytes() == b["params"][n][:].tobytes(), n
+assert b["history/comm_bytes"][:].tolist() == b["history/predicted_comm_bytes"][:].tolist()
+row = json.load(open(sys.argv[3]))[0]
+held = {k: int(b.attrs["rank_memory." + k]) for k in ("parameters", "gradients", "optimizer", "gathered_peak", "reducing_peak")}
+said = {"parameters": row["parameter_bytes"], "gradients": row["gradient_bytes"], "optimizer": row["optimizer_bytes"],
+        "gathered_peak": row["gathered_peak_bytes"], "reducing_peak": row["reducing_peak_bytes"]}
+assert held == said, (held, said)
+PY
 
 # Dropout under --cp: each rank's masks its own (elementwise by the rank's streams, the ring's per chunk
 # pair), so not one process's run, but every strategy bitwise full at the layout and each rank's peaks the
