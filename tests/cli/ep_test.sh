@@ -200,14 +200,8 @@ for name in a["params"]:
 for k in a["optimizer"]:
     for name in a["optimizer"][k]:
         assert a["optimizer"][k][name][:].tobytes() == b["optimizer"][k][name][:].tobytes(), (k, name)
-assert b["history/comm_bytes"][:].tolist() == b["history/predicted_comm_bytes"][:].tolist()
-row = json.load(open(sys.argv[3]))[0]
-held = {k: int(b.attrs["rank_memory." + k]) for k in ("parameters", "gradients", "optimizer", "gathered_peak", "reducing_peak")}
-said = {"parameters": row["parameter_bytes"], "gradients": row["gradient_bytes"], "optimizer": row["optimizer_bytes"],
-        "gathered_peak": row["gathered_peak_bytes"], "reducing_peak": row["reducing_peak_bytes"]}
-assert held == said, (held, said)
-assert int(b["history/activation_peak"][-1]) == row["activation_peak_bytes"]
 PY
+  state_as_estimated epzero.h5 estimate.json || fail "$precision: --ep 2 --shard-params holds or sends other than estimated"
 done
 K=(train --model mixtral --preset tiny --seq 128 --batch 8 --lr 3e-3 --grad-clip 1 --data copy --ep 2
    --strategy per-layer --dropout 0.1 --steps 100 --save-every 10)

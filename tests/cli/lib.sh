@@ -51,6 +51,20 @@ for name in one["grads"]:
     assert np.abs(a - b).max() <= tol * scale, (name, np.abs(a - b).max() / scale)
 PY
 }
+state_as_estimated() {  # state_as_estimated RUN.h5 ESTIMATE.json: a training run's communication as predicted,
+  # and what each rank holds (parameters, gradients, optimizer state, gathered and reducing peaks, its last
+  # step's activation peak) what `estimate --json` says of its first row
+  py "$1" "$2" <<'PY'
+import sys, json, h5py
+b, row = h5py.File(sys.argv[1]), json.load(open(sys.argv[2]))[0]
+assert b["history/comm_bytes"][:].tolist() == b["history/predicted_comm_bytes"][:].tolist()
+held = {k: int(b.attrs["rank_memory." + k]) for k in ("parameters", "gradients", "optimizer", "gathered_peak", "reducing_peak")}
+said = {"parameters": row["parameter_bytes"], "gradients": row["gradient_bytes"], "optimizer": row["optimizer_bytes"],
+        "gathered_peak": row["gathered_peak_bytes"], "reducing_peak": row["reducing_peak_bytes"]}
+assert held == said, (held, said)
+assert int(b["history/activation_peak"][-1]) == row["activation_peak_bytes"]
+PY
+}
 cut_at_first_save() {  # cut_at_first_save FILE CMD...: runs CMD, killed (every rank) once FILE exists
   # Saves replace the file atomically; a file test every 10 ms cuts the run after its first save on any machine.
   # The ranks (mpiexec's children) get SIGKILL at once: mpiexec's own SIGTERM reaches them late, and a fast

@@ -256,14 +256,8 @@ for key in ("loss", "grad_norm", "activation_peak"):
     assert a["history/" + key][:].tobytes() == b["history/" + key][:].tobytes(), key
 for name in a["params"]:
     assert a["params"][name][:].tobytes() == b["params"][name][:].tobytes(), name
-assert b["history/comm_bytes"][:].tolist() == b["history/predicted_comm_bytes"][:].tolist()
-row = json.load(open(sys.argv[3]))[0]
-held = {k: int(b.attrs["rank_memory." + k]) for k in ("parameters", "gradients", "optimizer", "gathered_peak", "reducing_peak")}
-said = {"parameters": row["parameter_bytes"], "gradients": row["gradient_bytes"], "optimizer": row["optimizer_bytes"],
-        "gathered_peak": row["gathered_peak_bytes"], "reducing_peak": row["reducing_peak_bytes"]}
-assert held == said, (held, said)
-assert int(b["history/activation_peak"][-1]) == row["activation_peak_bytes"]
 PY
+  state_as_estimated tpzero.h5 estimate.json || fail "$run: --tp 2 --shard-params holds or sends other than estimated"
   # Killed after its first save and resumed sharded: each rank takes its part's shard of the saved
   # (whole) weights and optimizer state, and the run goes on bitwise.
   cut_at_first_save cut-zero.h5 "${mpi4[@]}" "$remat" "${Z[@]}" --shard-params --save-every 1 --out cut-zero.h5
