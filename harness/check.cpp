@@ -130,7 +130,7 @@ CheckReport run_check(const Model& model, const ParamStore& params, const Batch&
   auto full = make_strategy("full");
   const StepOptions step = step_options(run, full.get());
   forward_backward(model, params, batch, step);
-  const SaveProfile profile = profile_saves(model, params, batch, run.attention);
+  const SaveProfile profile = profile_saves(model, params, batch, run.attention, run.seed);
 
   CheckReport report;
   report.full = run_step(model, params, batch, step);

@@ -18,7 +18,7 @@
 namespace remat {
 
 SaveProfile profile_saves(const Model& model, const ParamStore& params, const Batch& batch,
-                          ops::AttentionKernel attention) {
+                          ops::AttentionKernel attention, std::uint64_t seed) {
   ops::AttentionKernelScope kernel(attention);
   auto& tracker = MemoryTracker::instance();
   const std::string pool = MemoryTracker::default_pool();
@@ -26,7 +26,7 @@ SaveProfile profile_saves(const Model& model, const ParamStore& params, const Ba
   ExecSpace().fence();
   const std::int64_t base = tracker.stats(pool).live;
   SaveProfiler profiler;
-  const StepScope scope(0, 0);
+  const StepScope scope(seed, 0);
   tracker.start_timeline();
   {
     Tensor loss;
@@ -157,7 +157,7 @@ void agree_on_costs(SaveProfile& p, comm::Group g) {
 
 SaveProfile measure_costs(const Model& model, const ParamStore& params, const Batch& batch,
                           ops::AttentionKernel attention, std::uint64_t seed, int repeats, const CostClock* clock) {
-  SaveProfile p = profile_saves(model, params, batch, attention);
+  SaveProfile p = profile_saves(model, params, batch, attention, seed);
   auto full = make_strategy("full");
   const StepOptions step = step_options({seed, attention}, full.get());
   std::vector<double> steps;
@@ -206,13 +206,11 @@ SaveProfile measure_costs(const Model& model, const ParamStore& params, const Ba
 }
 
 void refuse_planned_under_experts(const Sizes& z, const std::vector<std::string>& strategies, bool training) {
-  if (!z.ep.split() || (!training && z.dropout == 0)) return;
+  if (!z.ep.split() || !training) return;
   for (const std::string& spec : strategies)
     if (parse_strategy(spec).planned)
-      throw UserError("--ep with " + spec + (training ? " in train" : " and dropout") +
-                      ": not yet (one plan from the probe's routing, and " +
-                      (training ? "each batch routes its tokens anew" : "dropout before the router moves the routing") +
-                      ", and so each rank's memory)");
+      throw UserError("--ep with " + spec + " in train: not yet (one plan from the probe's routing, and each batch "
+                      "routes its tokens anew, and so each rank's memory)");
 }
 
 void prepare_strategy(Strategy& strategy, const Model& model, const ParamStore& params, const Batch& batch,

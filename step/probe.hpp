@@ -18,9 +18,11 @@
 namespace remat {
 
 // What the model saves, per block, and the step's working set, from one
-// probe step (forward and backward, everything kept).
+// probe step (forward and backward, everything kept), its dropout drawn as
+// the first step of `seed` draws it (under expert parallelism the masks,
+// drawn before the router, decide the routing, and so the memory).
 SaveProfile profile_saves(const Model& model, const ParamStore& params, const Batch& batch,
-                          ops::AttentionKernel attention = ops::AttentionKernel::fused);
+                          ops::AttentionKernel attention = ops::AttentionKernel::fused, std::uint64_t seed = 0);
 
 // Where costs come from when not from the wall clock: a device model's
 // clock over a shape-only run (estimate/device_model.hpp), and its price of
@@ -50,13 +52,12 @@ SaveProfile measure_costs(const Model& model, const ParamStore& params, const Ba
 // peak: every rank fits within the plan's budget. A collective.
 void agree_on_costs(SaveProfile& p, comm::Group g);
 
-// Refuses a strategy planned from timed costs under --ep where its plan
-// would not bound every rank's peak: the ranks plan once from one probe
-// batch (agree_on_costs makes that plan bound each rank's peak on that
-// batch's routing), but a `training`'s later batches route their tokens
-// elsewhere, and with dropout the masks (drawn before the router) move the
-// routing between the probe and the step. A check, time, grads or matrix
-// step without dropout runs the probe's own routing, and takes them.
+// Refuses a strategy planned from timed costs in a `training` under --ep:
+// the ranks plan once from one probe batch (agree_on_costs makes that plan
+// bound each rank's peak on that batch's routing), but later batches route
+// their tokens elsewhere. A check, time, grads or matrix step runs the
+// probe's own batch and dropout masks (profile_saves draws the step's),
+// so its own routing, and takes them.
 void refuse_planned_under_experts(const Sizes& z, const std::vector<std::string>& strategies, bool training = false);
 
 // Plans `strategy` if it needs costs, measuring them unless `costs` (a timed

@@ -41,8 +41,8 @@ void setup_strategies(CLI::App& app) {
         "budget: strategies under --tp plan from one profile the ranks agree on (every time the slowest rank's),\n"
         "so every rank runs the same plan. Under --ep N (expert parallelism) a recomputed block sends its rows\n"
         "to their experts' ranks and back again, counted the same way; budget: plans from one profile whose\n"
-        "byte figures are the ranks' largest part by part, so the plan bounds every rank's peak (not yet with\n"
-        "dropout, which moves the routing, nor in train, where each batch routes anew).\n");
+        "byte figures are the ranks' largest part by part, so the plan bounds every rank's peak (not yet in\n"
+        "train, where each batch routes anew).\n");
   });
 }
 
