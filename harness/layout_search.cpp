@@ -62,6 +62,14 @@ std::string refusal(const ModelSetup& setup, int pp) {
   return "";
 }
 
+// Whether ZeRO-3 over the replicas is searched beside plain data
+// parallelism for this layout: where remat estimates it (no stages,
+// no reversible blocks) and the device model prices it (no context group's
+// own sum).
+bool zero3_searched(const std::string& model, int pp, int cp, int dp) {
+  return pp == 1 && cp == 1 && dp > 1 && !models().find(model).reversible;
+}
+
 // A layout's name in the list of those not costed.
 std::string name_of(int tp, bool sp, int cp, int pp, int dp) {
   return "tp " + std::to_string(tp) + (sp ? " sp" : "") + ", cp " + std::to_string(cp) + ", pp " + std::to_string(pp) +
@@ -123,11 +131,7 @@ void cost_layout(const LayoutRequest& r, const ModelSetup& setup, TrainingLayout
   const auto first = stage_estimates(r, setup, layout, M1);
   const auto second = M > M1 ? stage_estimates(r, setup, layout, M2) : first;
   const EstimatePoint flat = layout.pp == 1 ? flat_point(r, setup, layout, false) : EstimatePoint{};
-  // ZeRO-3 over the replicas, searched beside plain data parallelism where
-  // remat estimates it (no stages; the context-parallel ranks' own sum left
-  // out: without cp).
-  const bool shardable =
-      layout.pp == 1 && layout.cp == 1 && layout.dp > 1 && !models().find(setup.model).reversible;  // as estimate
+  const bool shardable = zero3_searched(setup.model, layout.pp, layout.cp, layout.dp);
   const EstimatePoint sharded = shardable ? flat_point(r, setup, layout, true) : EstimatePoint{};
   for (std::size_t i = 0; i < first.size(); ++i) {
     LayoutVerdict v;
@@ -246,8 +250,7 @@ LayoutSearch search_layouts(const LayoutRequest& r, const std::function<void(con
         TrainingLayout layout{tp, cp, pp, dp, sp, false, int(sequences / dp), {}, "1f1b", ""};
         if (pp > 1) layout.stage_layers = balanced_stage_layers(z.L, pp);
         const int blocks = pp > 1 ? *std::max_element(layout.stage_layers.begin(), layout.stage_layers.end()) : z.L;
-        const bool reversible = models().find(setup.model).reversible;  // (not sharded: as estimate)
-        const int shards = pp == 1 && cp == 1 && !reversible ? dp : 1;  // sharded over the replicas (cost_layout's zero-3)
+        const int shards = zero3_searched(setup.model, pp, cp, dp) ? dp : 1;  // (cost_layout's zero-3)
         if (const std::int64_t held = block_state_bytes(r, setup, blocks) / shards; held > device.usable()) {
           search.skipped.push_back(name + ": the state of a stage's " + std::to_string(blocks) + " blocks alone, " +
                                    human_bytes(double(held)) + (shards > 1 ? " sharded" : "") + ", is over " +

@@ -38,11 +38,13 @@ struct Sizes {
   RankGroup cp = RankGroup::context();
   // Whether this rank holds a part of a layout split over ranks (any of them).
   bool split_over_ranks() const { return tp.split() || ep.split() || cp.split(); }
-  // These sizes with no tensor or expert split: the whole model's parameters.
+  // These sizes with no split over ranks: the whole model, its parameters
+  // and (on the whole batch's rows) its loss and gradients.
   Sizes whole_model() const {
     Sizes whole = *this;
     whole.tp = RankGroup::tensor();
     whole.ep = RankGroup::expert();
+    whole.cp = RankGroup::context();
     return whole;
   }
 };

@@ -163,7 +163,6 @@ void run_grads(const GradsOptions& o) {
   std::size_t written = trainable_tensors(*w.params);
   ModelSetup whole_setup = w.setup;  // the whole model's, on the whole batch
   whole_setup.sizes = whole_setup.sizes.whole_model();
-  whole_setup.sizes.cp = RankGroup::context();
   whole_setup.sizes.B = whole_batch;
   if (z.tp.split() || z.ep.split()) {  // the whole model's gradients, from every rank's parts
     const auto whole = whole_store(w.setup, *w.params, /*with_gradients=*/true);

@@ -225,7 +225,8 @@ expect_error "--tp 2 --ep 2 runs on a multiple of 4 ranks" "$remat" check --mode
 expect_error "runs on a multiple of 2 ranks" "$remat" check --model mixtral --ep 2
 # Budgets: one plan for every rank from the profile agreed over the group (a block's totals as their parts and a
 # rest, each the ranks' largest), so each rank's peak stays within it (run_step fails a step over its budget);
-# rank 0's, the hungriest here, is the prediction. Not yet in train (each batch routes anew).
+# and rank 0's measured peak is what its own probe predicts for the plan. Not yet in train (each batch routes
+# anew).
 for n in 2 4; do
   launch=("${mpi[@]}")
   [ "$n" = 4 ] && launch=("${mpi4[@]}")
