@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "autodiff/blas_kernels.hpp"
 #include "autodiff/cublas.hpp"
 #include "autodiff/gemm_dnnl.hpp"
 #include "autodiff/memory_tracker.hpp"
@@ -123,6 +124,7 @@ std::string Runtime::version() {
 #ifdef KOKKOS_ENABLE_SERIAL
   s += " Serial";
 #endif
+  s += ", host fp32 GEMMs: " + blas::describe();
   // The host's bfloat16 GEMMs (autodiff/gemm_dnnl.hpp, docs/precision.md).
   const std::string isa = gemm::onednn_isa();
   s += ", host bf16 GEMMs: " + std::string(gemm::bf16_by_onednn() ? "oneDNN" : "widened to sgemm") +
@@ -136,8 +138,9 @@ std::string Runtime::describe() {
   std::string s = "Kokkos " + std::to_string(v / 10000) + "." + std::to_string(v / 100 % 100) + "." +
                   std::to_string(v % 100) + ", " + Exec::name();
   s += ", " + std::to_string(Exec().concurrency()) + " threads";  // static in 3.x, a member in 4.x
-  const std::string blas = cublas::describe();
-  if (!blas.empty()) s += ", " + blas;
+  s += ", " + blas::describe();
+  const std::string device_blas = cublas::describe();
+  if (!device_blas.empty()) s += ", " + device_blas;
   return s;
 }
 

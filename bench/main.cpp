@@ -8,10 +8,12 @@
 #include <cstdio>
 #include <string>
 
+#include "autodiff/blas_kernels.hpp"
 #include "autodiff/runtime.hpp"
 #include "summary_reporter.hpp"
 
 int main(int argc, char** argv) {
+  remat::blas::use_native_kernels(argv);  // may start the program again: first
   remat::Runtime runtime(argc, argv);
   bool console = true;  // read before Initialize, which consumes the flag
   for (int i = 1; i < argc; ++i)

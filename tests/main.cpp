@@ -9,6 +9,7 @@
 #include <optional>
 
 #include "autodiff/backend.hpp"
+#include "autodiff/blas_kernels.hpp"
 #include "autodiff/runtime.hpp"
 #include "core/error.hpp"
 #if __has_include(<catch2/catch_all.hpp>)
@@ -19,6 +20,7 @@
 #endif
 
 int main(int argc, char** argv) {
+  remat::blas::use_native_kernels(argv);  // may start the program again: first
   if (remat::backend::kHostMemory) feenableexcept(FE_INVALID);  // before Kokkos starts its threads, which inherit it
   std::optional<remat::Runtime> runtime;
   try {

@@ -1,7 +1,10 @@
 // The GEMM front door against the naive reference, and the counter-based RNG.
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "autodiff/backend.hpp"
+#include "autodiff/blas_kernels.hpp"
 #include "autodiff/gemm.hpp"
 #include "autodiff/gemm_dnnl.hpp"
 #include "autodiff/rng.hpp"
@@ -108,6 +111,18 @@ TEST_CASE("bfloat16 products by oneDNN agree with the widened sgemm's, batched, 
             apart += std::abs(h1[i] - h2[i]) > std::ldexp(std::abs(h2[i]), -8);
           CHECK(apart == 0);
         }
+}
+
+TEST_CASE("the host BLAS runs the kernels its CPU has, not OpenBLAS's generic fallback", "[gemm]") {
+  // The test main started as remat's mains do (blas::use_native_kernels):
+  // on a CPU with AVX2 and FMA (or AVX-512) OpenBLAS must not be left on
+  // Prescott's SSE3 kernels, whatever CPU model it knows or not. (Unless the
+  // user chose other kernels with OPENBLAS_CORETYPE.)
+  const char* native = blas::native_kernels();
+  const char* chosen = std::getenv("OPENBLAS_CORETYPE");
+  INFO(blas::describe());
+  if (native && (!chosen || std::string(chosen) == native)) CHECK(blas::kernels() != "Prescott");
+  CHECK(blas::describe().rfind("OpenBLAS ", 0) == 0);
 }
 
 TEST_CASE("gemm refuses operands whose shapes do not multiply", "[gemm][errors]") {

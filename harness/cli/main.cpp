@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "autodiff/blas_kernels.hpp"
 #include "autodiff/runtime.hpp"
 #include "comm/comm.hpp"
 #include "core/error.hpp"
@@ -96,6 +97,7 @@ int fail(int code, const char* kind, const std::string& message) {
 }
 
 int main(int argc, char** argv) {
+  remat::blas::use_native_kernels(argv);  // may start the program again: before MPI starts
   remat::comm::Session comm(argc, argv);  // outlives run(): an error may still have to stop the other ranks
   try {
     return run(argc, argv);
