@@ -28,11 +28,20 @@ reversible (revformer: a RevNet autograd function that rebuilds block inputs
 in backward). --precision bf16 runs remat at `--precision bf16` and wraps
 PyTorch's forward and loss in torch.autocast("cpu", dtype=torch.bfloat16), as a
 PyTorch user's bf16 training does (docs/precision.md).
+
+Debian's PyTorch multiplies float32 through the system's BLAS, OpenBLAS, as
+remat does. On a CPU OpenBLAS does not know, it falls back to its generic
+Prescott kernels (a fifth of the AVX-512 kernels' rate on an Intel Xeon of
+model 207); remat starts itself again with the kernels the CPU has
+(docs/design.md), so the PyTorch workers run with OPENBLAS_CORETYPE set to
+the same kernels (unless it is set already): both sides multiply with the
+same BLAS kernels, and the table's first line names them.
 """
 import argparse
 import json
 import math
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -320,6 +329,13 @@ def preset_sizes(remat, preset):
     sys.exit(f"side_by_side: remat has no preset '{preset}'")
 
 
+def blas_kernels(remat):
+    """The OpenBLAS kernels remat runs, from its --version line ('..., SkylakeX kernels')."""
+    out = subprocess.run([remat, "--version"], check=True, capture_output=True, text=True).stdout
+    found = re.search(r"OpenBLAS [^,]*, (\w+) kernels", out)
+    return found.group(1) if found else None
+
+
 def run(cmd, env):
     done = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if done.returncode != 0:
@@ -375,6 +391,9 @@ def main():
                  "(scripts/setup.sh installs python3-torch)")
     z = preset_sizes(a.remat, a.preset)
     os.environ["REMAT_SIZES"] = json.dumps(z)
+    kernels = os.environ.get("OPENBLAS_CORETYPE") or blas_kernels(a.remat)
+    if kernels:
+        os.environ["OPENBLAS_CORETYPE"] = kernels  # the PyTorch workers' BLAS runs remat's kernels
     pairs = []
     for m in a.models.split(","):
         for s in (["full", "reversible"] if m == "revformer" else a.strategies.split(",")):
@@ -383,7 +402,7 @@ def main():
     rows = [f"| model | strategy | remat s | PyTorch s | time ratio | remat {memory} MiB | remat tracker MiB "
             f"| PyTorch {memory} MiB | memory ratio ({memory}) |", "|---|---|---|---|---|---|---|---|---|"]
     print(f"{a.preset} preset {z}, {a.device}, {a.threads} threads, {a.precision}, median of {a.steps} steps "
-          "after one warm-up", flush=True)
+          f"after one warm-up, OpenBLAS {kernels or 'as it chooses'} kernels on both sides", flush=True)
     for i, (m, s) in enumerate(pairs):
         if i % 2 == 0:
             t = run_torch(m, s, a.preset, a.steps, a.threads, a.precision, a.device)
