@@ -4,6 +4,7 @@
 #include "autodiff/memory_tracker.hpp"
 #include "autodiff/region.hpp"
 #include "autodiff/shape_only.hpp"
+#include "autodiff/weight_gradients.hpp"
 
 namespace remat {
 namespace {
@@ -51,10 +52,19 @@ GradTarget BackwardContext::grad_in(int i) {
 }
 
 void BackwardContext::accumulate(int i, const Tensor& g) {
-  GradSlot* slot = node_.inputs.at(i).get();
-  if (!slot) return;
+  if (GradSlot* slot = node_.inputs.at(i).get()) accumulate_grad(*slot, g, node_.op);
+}
+
+bool BackwardContext::reached(const Node& n) {
+  for (const auto& s : n.outputs)
+    if (s && s->grad) return true;
+  return false;
+}
+
+void accumulate_grad(GradSlot& target, const Tensor& g, const char* op) {
+  GradSlot* slot = &target;
   if (g.shape() != slot->shape)
-    throw std::logic_error(std::string(node_.op) + ": gradient of shape " + to_string(g.shape()) +
+    throw std::logic_error(std::string(op) + ": gradient of shape " + to_string(g.shape()) +
                            " for an input of shape " + to_string(slot->shape));
   if (!slot->grad && (slot->grad_label || g.dtype() != slot->dtype)) {
     // The slot's own label (its own pool) or its own type (a 16-bit copy of
@@ -106,9 +116,11 @@ void Tape::run_backward() {
     // Before every node, not once per block: a recomputation between two of
     // a block's nodes may have let its parameters go again.
     if (hooks && !block.empty()) hooks->backward_enter(block);
-    bool any = false;
-    for (auto& s : node->outputs) any = any || (s && s->grad);
-    if (any) {
+    if (DeferredWeightGradients* deferred = deferred_weight_gradients(); deferred && deferred->takes(*node)) {
+      deferred->take(std::move(node));  // runs its part for the activations now, keeps the rest
+      continue;
+    }
+    if (BackwardContext::reached(*node)) {
       BackwardContext ctx(*node);
       node->backward(ctx);
     }

@@ -31,6 +31,10 @@ struct Node {
   std::vector<std::shared_ptr<GradSlot>> inputs;   // null: that input needs no gradient
   std::vector<std::shared_ptr<GradSlot>> outputs;
   BackwardFn backward;
+  // Its parameters' gradients read nothing its other inputs' gradients read
+  // (a linear's input, saved only for its weight's gradient): a zero-bubble
+  // schedule may run it twice, for each kind apart (weight_gradients.hpp).
+  bool weight_grads_apart = false;
 };
 
 class BackwardContext {
@@ -44,6 +48,8 @@ class BackwardContext {
   GradTarget grad_in(int i);
   // Adds g into input i's gradient (adopting g when it is the first).
   void accumulate(int i, const Tensor& g);
+  // Whether any of its outputs received a gradient (else backward skips it).
+  static bool reached(const Node& n);
 
  private:
   Node& node_;
@@ -110,11 +116,19 @@ class OpRecorder {
   explicit operator bool() const { return node_ != nullptr; }
   // Gives each output a grad slot and appends the node to the current tape.
   void finish(std::initializer_list<Tensor*> outputs, BackwardFn fn);
+  // Says Node::weight_grads_apart of this op (before finish).
+  void weight_grads_apart() {
+    if (node_) node_->weight_grads_apart = true;
+  }
 
  private:
   CurrentOpScope op_;  // hooks see which op saves
   std::unique_ptr<Node> node_;
 };
+
+// Adds g into a slot's gradient, adopting g when it is the first (copied where
+// the slot has a label or a type of its own), as BackwardContext::accumulate.
+void accumulate_grad(GradSlot& slot, const Tensor& g, const char* op);
 
 // Seeds d(loss)/d(loss) = 1 and runs the current tape backward.
 void backward(const Tensor& loss);

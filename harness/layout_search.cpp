@@ -20,7 +20,7 @@ std::string TrainingLayout::flags() const {
                   std::to_string(dp) + (shard ? " --shard-params" : "");
   if (pp > 1) {
     s += " --pp " + std::to_string(pp) + " --micro-batches " + std::to_string(micro_batches);
-    s += stage_layers.empty() ? " --schedule " + schedule : " --stage-layers " + stage_list();
+    s += " --schedule " + schedule + (stage_layers.empty() ? "" : " --stage-layers " + stage_list());
   }
   return s;
 }
@@ -116,7 +116,8 @@ void judge(LayoutVerdict& v, std::int64_t offload, const Device& device) {
 
 // Every strategy of one layout. Each stage's memory comes from its own
 // passes (without stages, `estimate`'s point): 1F1B holds at most pp micro-batches at once, so a step of
-// M1 = min(M, pp) of them gives every stage's peak (interleaved:2, whose
+// M1 = min(M, pp) of them gives every stage's peak (zb-h1 too: its W passes
+// run at most pp - 1 behind; interleaved:2, whose
 // warm-up runs up to 3 pp - 1 chunks, M1 = min(M, 2 pp), a multiple of pp
 // as it requires). The step is priced at M1 and at M1 + 2 micro-batches
 // (interleaved: M1 + pp; both replayed under the schedule), and
@@ -125,7 +126,7 @@ void judge(LayoutVerdict& v, std::int64_t offload, const Device& device) {
 // weight copy, is not multiplied). Then the data-parallel exchange.
 void cost_layout(const LayoutRequest& r, const ModelSetup& setup, TrainingLayout layout, std::vector<LayoutVerdict>& out) {
   const Device& device = r.point.device;
-  const bool interleaved = layout.schedule != "1f1b";
+  const bool interleaved = layout.schedule.rfind("interleaved", 0) == 0;
   const int M = layout.micro_batches, M1 = std::min(M, interleaved ? 2 * layout.pp : layout.pp),
             M2 = M1 + (interleaved ? layout.pp : 2);
   const auto first = stage_estimates(r, setup, layout, M1);
@@ -259,6 +260,10 @@ LayoutSearch search_layouts(const LayoutRequest& r, const std::function<void(con
         }
         if (progress) progress(name);
         cost_layout(r, setup, layout, search.verdicts);
+        if (pp > 1) {  // the zero-bubble schedule on the same stages: less bubble, the W inputs held
+          layout.schedule = "zb-h1";
+          cost_layout(r, setup, layout, search.verdicts);
+        }
         if (pp > 1 && interleaves(z.L, pp, layout.micro_batches)) {  // two model chunks a rank, an even split
           layout.schedule = "interleaved:2";
           layout.stage_layers.clear();

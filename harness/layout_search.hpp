@@ -30,7 +30,7 @@ struct TrainingLayout {
   bool shard = false;  // ZeRO-3 over the replicas (--shard-params): each keeps 1/dp of its state
   int micro_batches = 1;         // per replica and step, of one sequence each
   std::vector<int> stage_layers;  // under pp: each stage's blocks (empty under interleaved: an even split)
-  std::string schedule = "1f1b";  // under pp: 1f1b or interleaved:2
+  std::string schedule = "1f1b";  // under pp: 1f1b, zb-h1 or interleaved:2
   std::string strategy;
   std::string flags() const;  // as `remat estimate` takes them: "--batch 1 --tp 8 --sp --pp 4 --micro-batches 16 ..."
   // The stages' blocks as --stage-layers takes them ("" for an even split).

@@ -21,10 +21,8 @@ Schedule parse_schedule(const std::string& spec) {
     if (V < 2) throw UserError("--schedule '" + spec + "': interleaved:V takes V >= 2 model chunks per rank");
     return {"interleaved", V};
   }
-  if (spec == "zb-h1")
-    throw UserError("--schedule zb-h1: not yet (it splits backward into input and weight gradients); "
-                    "gpipe, 1f1b or interleaved:V");
-  throw UserError("--schedule '" + spec + "': not a schedule (gpipe, 1f1b, interleaved:V)");
+  if (spec == "zb-h1") return {spec, 1};
+  throw UserError("--schedule '" + spec + "': not a schedule (gpipe, 1f1b, interleaved:V, zb-h1)");
 }
 
 std::vector<int> stage_layers(int layers, int stages, const std::string& given) {
@@ -102,6 +100,14 @@ std::vector<std::vector<Pass>> passes(const Schedule& s, int stages, int micro_b
     if (s.name == "gpipe") {
       for (int m = 0; m < M; ++m) out[std::size_t(r)].push_back({PassKind::forward, m, 0});
       for (int m = 0; m < M; ++m) out[std::size_t(r)].push_back({PassKind::backward, m, 0});
+    } else if (s.name == "zb-h1") {
+      auto& list = out[std::size_t(r)];
+      for (int x = 0; x < M + N - 1; ++x) {
+        const int b = x - (N - 1 - r), w = x - (N - 1);
+        if (x < M) list.push_back({PassKind::forward, x, 0});
+        if (b >= 0 && b < M) list.push_back({PassKind::backward, b, 0});
+        if (w >= 0 && w < M) list.push_back({PassKind::weight, w, 0});
+      }
     } else if (s.name == "1f1b") {
       out[std::size_t(r)] = one_forward_one_backward(
           M, N - 1 - r, [](int k) { return Pass{PassKind::forward, k, 0}; },
@@ -122,9 +128,9 @@ std::vector<std::vector<Pass>> passes(const Schedule& s, int stages, int micro_b
 }
 
 Simulation simulate(const Schedule& s, int stages, int micro_batches, double forward_cost, double backward_cost) {
-  const double V = s.virtual_stages;
+  const double V = s.virtual_stages, halves = s.splits_backward() ? 2 : 1;
   return simulate(s, stages, micro_batches, [=](int, const Pass& p) {
-    return (p.kind == PassKind::forward ? forward_cost : backward_cost) / V;
+    return (p.kind == PassKind::forward ? forward_cost : backward_cost / halves) / V;
   });
 }
 
@@ -148,6 +154,14 @@ Simulation simulate(const Schedule& s, int stages, int micro_batches,
       for (auto& i = next[std::size_t(r)]; i < lists[std::size_t(r)].size(); ++i) {
         const Pass& p = lists[std::size_t(r)][i];
         const int vs = p.chunk * N + r;
+        if (p.kind == PassKind::weight) {  // after its own B, earlier in this rank's list: nothing to wait for
+          const double start = clock[std::size_t(r)], end = start + cost(r, p);
+          busy += end - start;
+          clock[std::size_t(r)] = end;
+          sim.times[std::size_t(r)].push_back({start, end});
+          progress = true;
+          continue;
+        }
         const bool forward = p.kind == PassKind::forward;
         // What it waits for: the previous virtual stage's forward, the next one's backward (or its own forward).
         const double before = forward ? (vs == 0 ? 0 : forward_end[at(p.micro_batch, vs - 1)])

@@ -11,6 +11,14 @@
 //                  backward in turn: stage s holds at most N-s micro-batches
 //   interleaved:V  each rank runs V model chunks (virtual stages s, s+N, ...),
 //                  Megatron's order: groups of N micro-batches per chunk
+//   zb-h1          Qi et al.'s zero-bubble schedule (ICLR 2024): backward
+//                  split into B (the activations' gradients, what the
+//                  previous stage waits for) and W (the parameters'), W
+//                  delayed into the bubble. Stage s runs, for x = 0, 1, ...,
+//                  forward x, B of x - (N-1-s) and W of x - (N-1), each that
+//                  exists: 1F1B's forwards and B passes, so 1F1B's
+//                  micro-batches in flight, and stage s holds the W inputs of
+//                  s micro-batches besides (autodiff/weight_gradients.hpp)
 //
 // Backward passes run micro-batches in order 0..M-1 on every stage, so each
 // parameter's gradient sums micro-batches in the order a single rank's
@@ -31,7 +39,8 @@ struct PipelineSettings {
   bool stepped() const { return split() || micro_batches > 1; }  // a step of micro-batches, pipelined or accumulated
 };
 
-enum class PassKind { forward, backward };
+// backward: the whole backward, or zb-h1's B; weight: zb-h1's W.
+enum class PassKind { forward, backward, weight };
 
 struct Pass {
   PassKind kind = PassKind::forward;
@@ -43,11 +52,12 @@ struct Schedule {
   std::string name;        // "gpipe", "1f1b", "interleaved"
   int virtual_stages = 1;  // V, model chunks per rank
   std::string spec() const;
+  // Whether backward comes as B and W passes (zb-h1).
+  bool splits_backward() const { return name == "zb-h1"; }
 };
 
-// "gpipe", "1f1b", "interleaved:V" (V >= 2); UserError naming the choices
-// for anything else (zb-h1, Qi et al.'s zero-bubble schedule, needs the
-// backward split in two and is refused as not yet).
+// "gpipe", "1f1b", "interleaved:V" (V >= 2), "zb-h1"; UserError naming the
+// choices for anything else.
 Schedule parse_schedule(const std::string& spec);
 
 // Layers per stage: `given` (comma-separated counts, "" for an even split).
@@ -67,8 +77,9 @@ void validate(const Schedule& s, int layers, int stages, int micro_batches, cons
 std::vector<std::vector<Pass>> passes(const Schedule& s, int stages, int micro_batches);
 
 // The replay of every rank's list with each pass taking `forward_cost` or
-// `backward_cost` and waiting for its inputs (the previous virtual stage's
-// forward; the next one's backward). UserError if the lists deadlock.
+// `backward_cost` (zb-h1: half of it each for B and W) and waiting for its
+// inputs (the previous virtual stage's forward; the next one's backward; W
+// its own B). UserError if the lists deadlock.
 struct Simulation {
   double makespan = 0;
   double bubble = 0;                // idle share of N x makespan

@@ -28,6 +28,7 @@ Layout make_layout(const Schedule& schedule, int layers, int stages, const std::
                                   : stage_layers(layers, stages, given_layers);
   l.first = {0};
   for (int c : counts) l.first.push_back(l.first.back() + c);
+  l.split_backward = schedule.splits_backward();
   return l;
 }
 
@@ -97,8 +98,10 @@ void StageRunner::run(const Pass& pass) {
   const int v = pass.chunk * layout_.stages + rank_;
   if (pass.kind == PassKind::forward)
     forward(pass.micro_batch, v);
-  else
+  else if (pass.kind == PassKind::backward)
     backward(pass.micro_batch, v);
+  else
+    weight(pass.micro_batch, v);
 }
 
 Tensor StageRunner::receive(const Edge& e) {
@@ -154,13 +157,13 @@ void StageRunner::backward(int micro_batch, int v) {
     throw std::logic_error("pipeline: backward of micro-batch " + std::to_string(micro_batch) + " on virtual stage " +
                            std::to_string(v) + " before its forward");
   InFlight& f = *it->second;
-  // A micro-batch's backward on this rank begins at its last chunk and ends at its first.
-  const int first_chunk = rank_, last_chunk = (layout_.virtual_stages - 1) * layout_.stages + rank_;
-  if (v == last_chunk && step_.begin_backward) step_.begin_backward(micro_batch);
+  if (!layout_.split_backward) begin_backward(micro_batch, v);
   draw_as_one_process(micro_batch, -1);  // a recomputation sets its own cursor
   {
     MemoryPhase phase("backward");
     TapeScope tape(f.tape);
+    std::optional<DeferWeightGradientsScope> apart;
+    if (layout_.split_backward) apart.emplace(f.weight_gradients);
     if (v == layout_.count() - 1) {
       Tensor seed = Tensor::empty(f.output->shape, f.output->dtype, "grad_loss");
       fill(seed, loss_scale_);
@@ -173,10 +176,34 @@ void StageRunner::backward(int micro_batch, int v) {
     const std::shared_ptr<GradSlot>& slot = f.input;
     if (!slot->grad) throw std::logic_error("pipeline: no gradient reached the input of virtual stage " + std::to_string(v));
     link_.send({v - 1, micro_batch, true}, *slot->grad);
+    slot->grad.reset();  // sent (under zb-h1 the rest waits for W)
   }
+  if (layout_.split_backward) return;
   in_flight_.erase(it);
+  end_backward(micro_batch, v);
+}
+
+void StageRunner::weight(int micro_batch, int v) {
+  const auto it = in_flight_.find({micro_batch, v});
+  if (it == in_flight_.end())
+    throw std::logic_error("pipeline: weight gradients of micro-batch " + std::to_string(micro_batch) +
+                           " on virtual stage " + std::to_string(v) + " before its backward");
+  begin_backward(micro_batch, v);
+  draw_as_one_process(micro_batch, -1);  // (a recomputation W still needs sets its own cursor)
+  it->second->weight_gradients.run();
+  in_flight_.erase(it);
+  end_backward(micro_batch, v);
+}
+
+// A micro-batch's backward on this rank begins at its last chunk and ends at its first.
+void StageRunner::begin_backward(int micro_batch, int v) {
+  const int last_chunk = (layout_.virtual_stages - 1) * layout_.stages + rank_;
+  if (v == last_chunk && step_.begin_backward) step_.begin_backward(micro_batch);
+}
+
+void StageRunner::end_backward(int micro_batch, int v) {
   if (step_.end_chunk_backward) step_.end_chunk_backward(micro_batch, v);
-  if (v == first_chunk && step_.end_backward) {
+  if (v == rank_ && step_.end_backward) {
     const auto loss = losses_.find(micro_batch);
     step_.end_backward(micro_batch, loss == losses_.end() ? 0.0 : loss->second);
   }
@@ -224,13 +251,13 @@ class ShapeLink final : public StageLink {
 }  // namespace
 
 void PassTiming::write(double* out) const {
-  const double v[kFields] = {double(pass.kind == PassKind::backward), double(pass.micro_batch), double(pass.chunk),
+  const double v[kFields] = {double(int(pass.kind)), double(pass.micro_batch), double(pass.chunk),
                              start, end, double(live_after), double(peak)};
   std::copy(v, v + kFields, out);
 }
 
 PassTiming PassTiming::read(const double* in) {
-  return {{in[0] != 0 ? PassKind::backward : PassKind::forward, int(in[1]), int(in[2])},
+  return {{in[0] == 2 ? PassKind::weight : in[0] == 1 ? PassKind::backward : PassKind::forward, int(in[1]), int(in[2])},
           in[3], in[4], std::int64_t(in[5]), std::int64_t(in[6])};
 }
 

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "autodiff/tape.hpp"
+#include "autodiff/weight_gradients.hpp"
 #include "datasets/batch.hpp"
 #include "pipeline/schedule.hpp"
 #include "step/step.hpp"
@@ -31,6 +32,7 @@ struct Layout {
   int stages = 1;          // N, pipeline ranks
   int virtual_stages = 1;  // V, chunks per rank
   std::vector<int> first;  // per virtual stage: its first layer; and one past the last at the end
+  bool split_backward = false;  // zb-h1: backward passes are B, the parameters' gradients come in W passes
   int count() const { return stages * virtual_stages; }
   int rank_of(int v) const { return v % stages; }
   int begin(int v) const { return first[std::size_t(v)]; }
@@ -98,6 +100,7 @@ struct StageStep {
   // last chunk's, interleaved, begins it; the first chunk's ends it):
   // `begin(m)` before (a trainer zeroes the gradients), `end(m, loss)` after,
   // its gradients in the parameters and its loss (0 off the last stage).
+  // Under zb-h1 around its W pass, which alone writes parameters' gradients.
   // Micro-batches come in order. None: the gradients accumulate in place.
   std::function<void(int)> begin_backward;
   std::function<void(int, double)> end_backward;
@@ -132,9 +135,13 @@ class StageRunner {
     // saves of the received input, and the output's values went on.
     std::shared_ptr<GradSlot> input;   // of the received activation, a leaf (none on the first virtual stage)
     std::shared_ptr<GradSlot> output;  // what backward starts from: the chunk's output, or the loss on the last
+    DeferredWeightGradients weight_gradients;  // zb-h1: what B set apart for W
   };
   void forward(int micro_batch, int v);
   void backward(int micro_batch, int v);
+  void weight(int micro_batch, int v);  // zb-h1's W: the gradients backward set apart
+  void begin_backward(int micro_batch, int v);
+  void end_backward(int micro_batch, int v);
   // With dropout: the random draws of micro-batch m as one process
   // accumulating the micro-batches draws them (its own step, m after the
   // step's), from where that process's forward is at virtual stage v (v < 0:
@@ -168,7 +175,8 @@ struct PassTiming {
   double start = 0, end = 0;
   std::int64_t live_after = 0;  // at its end
   std::int64_t peak = 0;        // the most during it
-  static constexpr int kFields = 7;  // as numbers: kind, micro-batch, chunk, start, end, live_after, peak
+  static constexpr int kFields = 7;  // as numbers: kind (0 forward, 1 backward or B, 2 W), micro-batch, chunk,
+                                     // start, end, live_after, peak
   void write(double* out) const;
   static PassTiming read(const double* in);
 };

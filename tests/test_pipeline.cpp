@@ -6,8 +6,11 @@
 
 #include <cmath>
 #include <map>
+#include <optional>
 #include <tuple>
 
+#include "autodiff/elementwise.hpp"
+#include "autodiff/weight_gradients.hpp"
 #include "core/error.hpp"
 #include "harness/layout_search.hpp"
 #include "pipeline/schedule.hpp"
@@ -23,7 +26,7 @@ using namespace remat::pipeline;
 namespace {
 
 std::vector<pipeline::Schedule> schedules_for(int stages) {
-  std::vector<pipeline::Schedule> out = {parse_schedule("gpipe"), parse_schedule("1f1b")};
+  std::vector<pipeline::Schedule> out = {parse_schedule("gpipe"), parse_schedule("1f1b"), parse_schedule("zb-h1")};
   if (stages > 1) out.push_back(parse_schedule("interleaved:2"));
   if (stages > 1) out.push_back(parse_schedule("interleaved:3"));
   return out;
@@ -44,10 +47,11 @@ TEST_CASE("every schedule runs each pass once, backward in micro-batch order, an
           std::map<std::pair<int, int>, int> count;  // (kind, chunk) -> passes so far, which is the next micro-batch
           for (const Pass& p : list) {
             int& seen = count[{int(p.kind), p.chunk}];
-            CHECK(p.micro_batch == seen);  // forward and backward each in order 0..M-1, per chunk
+            CHECK(p.micro_batch == seen);  // forward, backward (B) and W each in order 0..M-1, per chunk
+            if (p.kind == PassKind::weight) CHECK(count[{int(PassKind::backward), p.chunk}] > p.micro_batch);
             ++seen;
           }
-          CHECK(int(list.size()) == 2 * M * s.virtual_stages);
+          CHECK(int(list.size()) == (s.splits_backward() ? 3 : 2) * M * s.virtual_stages);
           for (const auto& [key, n] : count) CHECK(n == M);
         }
         const Simulation sim = simulate(s, N, M, 1, 2);  // throws if it deadlocks
@@ -68,6 +72,21 @@ TEST_CASE("1F1B's bubble is (p-1)/(M+p-1) and stage s holds min(p-s, M) micro-ba
         CHECK(one.most_in_flight[std::size_t(r)] == std::min(N - r, M));
         CHECK(g.most_in_flight[std::size_t(r)] == M);
       }
+    }
+}
+
+// Qi et al.'s ZB-H1 with passes of equal length (F = B = W): 1F1B's
+// forwards and B passes, so 1F1B's micro-batches in flight on every stage,
+// and a bubble of (p-1)(F + B - W) where 1F1B's is (p-1)(F + B + W): a
+// third (M >= p: the W passes fill the rest).
+TEST_CASE("ZB-H1 holds 1F1B's micro-batches in flight with a third of its bubble", "[pipeline][quick]") {
+  for (int N = 1; N <= 4; ++N)
+    for (int M = N; M <= 8; ++M) {
+      INFO("N " << N << " M " << M);
+      const Simulation zb = simulate(parse_schedule("zb-h1"), N, M, 1, 2), one = simulate(parse_schedule("1f1b"), N, M, 1, 2);
+      CHECK(zb.makespan == Approx(3.0 * M + (N - 1)).margin(1e-12));
+      CHECK(one.makespan - 3.0 * M == Approx(3 * (zb.makespan - 3.0 * M)).margin(1e-12));
+      CHECK(zb.most_in_flight == one.most_in_flight);
     }
 }
 
@@ -107,7 +126,7 @@ TEST_CASE("bad pipeline layouts: one line each", "[pipeline][quick]") {
   CHECK(error_of([&] { parse_schedule("interleaved:1"); }) ==
         "--schedule 'interleaved:1': interleaved:V takes V >= 2 model chunks per rank");
   CHECK(error_of([&] { parse_schedule("pipedream"); }) ==
-        "--schedule 'pipedream': not a schedule (gpipe, 1f1b, interleaved:V)");
+        "--schedule 'pipedream': not a schedule (gpipe, 1f1b, interleaved:V, zb-h1)");
   CHECK(stage_layers(22, 4, "5,6,6,5") == std::vector<int>{5, 6, 6, 5});
   CHECK(stage_layers(8, 4, "") == std::vector<int>{2, 2, 2, 2});
   CHECK_NOTHROW(validate(inter, 16, 4, 8, ""));
@@ -158,7 +177,8 @@ TEST_CASE("every schedule and strategy: a pipelined step's losses and gradients 
   for (const double dropout : {0.0, 0.1})
   for (const std::string name : {"gpt2", "llama"})
     for (const auto& [N, spec_schedule, L] : std::vector<std::tuple<int, std::string, int>>{
-             {2, "gpipe", 4}, {2, "1f1b", 4}, {4, "1f1b", 4}, {2, "interleaved:2", 4}}) {
+             {2, "gpipe", 4}, {2, "1f1b", 4}, {4, "1f1b", 4}, {2, "interleaved:2", 4}, {2, "zb-h1", 4},
+             {4, "zb-h1", 4}}) {
       Sizes z = preset_sizes("tiny");
       z.L = L;
       z.dropout = dropout;
@@ -204,6 +224,50 @@ TEST_CASE("every schedule and strategy: a pipelined step's losses and gradients 
         }
       }
     }
+}
+
+// The tape's split of a backward (zb-h1's B and W, autodiff/weight_gradients.hpp):
+// B leaves every parameter's gradient as it was and gives the activations'
+// gradients; W then gives each parameter's, and both are one backward's bits.
+TEST_CASE("a backward split into B and W: B writes no parameter gradient, B + W is one backward, bitwise",
+          "[pipeline][quick]") {
+  for (const std::string name : {"gpt2", "llama"}) {  // (the models split into stages)
+    INFO(name);
+    Sizes z = preset_sizes("tiny");
+    z.L = 2;
+    const auto model = models().find(name).make(z);
+    ParamStore params(model->params(), DType::f32);
+    initialize(params, 1, z.L);
+    const Batch batch = random_batch(z.B, z.S, z.V, 3);
+    // The loss's gradient through the blocks alone, from a leaf input of the blocks.
+    const auto run = [&](bool split) {
+      params.zero_grad();
+      NoGradScope no_grad;
+      Tensor x = clone(model->embed(params, batch));
+      EnableGradScope grad;
+      auto slot = std::make_shared<GradSlot>();
+      slot->shape = x.shape();
+      slot->retain = true;
+      x.attach_slot(slot);
+      const Tensor loss = model->head_loss(params, model->layers(params, x, 0, z.L), batch).total;
+      DeferredWeightGradients apart;
+      {
+        std::optional<DeferWeightGradientsScope> scope;
+        if (split) scope.emplace(apart);
+        backward(loss);
+      }
+      if (split) {
+        for (const auto& g : grads_of(params))
+          for (double v : g) REQUIRE(v == 0);  // B: no parameter's gradient yet
+        CHECK_FALSE(apart.empty());
+        apart.run();
+      }
+      return std::make_pair(slot->grad->to_host_f64(), grads_of(params));
+    };
+    const auto whole = run(false), split = run(true);
+    CHECK(split.first == whole.first);
+    CHECK(split.second == whole.second);
+  }
 }
 
 TEST_CASE("an uneven split (--stage-layers) is exact too", "[pipeline]") {

@@ -37,6 +37,7 @@ Tensor embedding_rows(const Tensor& weight, const Tensor& ids, std::int64_t firs
   OpRecorder rec("embedding", {&weight, nullptr});
   if (!rec) return out;
   out.set_recipe([weight, ids, first] { return embedding_forward(weight, ids, first); });
+  rec.weight_grads_apart();  // the table's gradient is all it has
   rec.finish({&out}, [ids, V, D, N, first](BackwardContext& ctx) {
     GradTarget dw = ctx.grad_in(0);
     Tensor dy = ctx.grad_out();

@@ -95,6 +95,7 @@ Tensor grouped_linear(const Tensor& x, const std::vector<Tensor>& weights, const
     out.set_recipe([sx, weights, quantized, offsets, out_f] {
       return grouped_forward(sx.unpack(), weights, quantized, offsets, out_f);
     });
+  rec.weight_grads_apart();  // as linear
   rec.finish({&out}, [sx, weights, quantized, offsets, in, out_f](BackwardContext& ctx) {
     Tensor dy = ctx.grad_out(), xv;
     for (std::size_t e = 0; e < weights.size() && !xv.defined(); ++e)

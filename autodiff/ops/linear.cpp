@@ -52,6 +52,7 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   if (!rec) return out;
   if (weight.requires_grad()) out.set_recipe([sx, weight, bias] { return linear_forward(sx.unpack(), weight, bias); });
   const std::int64_t M = rows_of(x), in = weight.dim(1), out_f = weight.dim(0);
+  rec.weight_grads_apart();  // x and dy for the weight and bias, the weight for dx
   rec.finish({&out}, [sx, weight, M, in, out_f](BackwardContext& ctx) {
     // Unpack before allocating gradients: a recomputation it may trigger
     // then runs with less live.

@@ -55,6 +55,7 @@ Tensor linear(const Tensor& x, const QuantizedWeight& weight, const Tensor& bias
   Tensor out = forward(x, weight, bias);
   if (!rec) return out;
   const std::int64_t M = rows_of(x), out_f = weight.shape[0];
+  rec.weight_grads_apart();  // dy for the bias, the frozen weight for dx
   rec.finish({&out}, [weight, M, out_f](BackwardContext& ctx) {
     const Tensor dy = ctx.grad_out();
     if (GradTarget dx = ctx.grad_in(0)) product(dy, weight, true, dx.t, !dx.fresh);

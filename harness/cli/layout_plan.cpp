@@ -116,7 +116,7 @@ void print_search(const LayoutPlanOptions& o, const Device& device, const Layout
     for (const std::string& why : search.skipped) std::printf("  %s\n", why.c_str());
   }
   std::printf("\nstep s: the device model's step (docs/estimates.md): M micro-batches of one sequence per replica, under "
-              "pp its schedule (1f1b, interleaved:2) replayed over each stage's priced passes, then the gradients' all-reduce over the "
+              "pp its schedule (1f1b, zb-h1, interleaved:2) replayed over each stage's priced passes, then the gradients' all-reduce over the "
               "data- and context-parallel ranks on the peer link (of it dp s; across nodes the network is slower: "
               "under-priced); zero-3 (--shard-params, searched without pp and cp): the replicas' state sharded, each "
               "micro-batch gathering the parameters and reduce-scattering its gradients in place of the all-reduce (of "

@@ -203,9 +203,11 @@ void add_pipeline_options(CLI::App& cmd, pipeline::PipelineSettings& p, bool for
         ->check(whole_number(1, 1 << 12))
         ->capture_default_str();
   cmd.add_option(for_training ? "--pp-schedule" : "--schedule", p.schedule,
-                 for_training ? "Pipeline schedule with --pp: gpipe, 1f1b or interleaved:V (V model chunks per rank; "
-                                "--accumulate is the micro-batches)"
-                              : "Pipeline schedule: gpipe, 1f1b or interleaved:V (V model chunks per rank)")
+                 for_training ? "Pipeline schedule with --pp: gpipe, 1f1b, interleaved:V (V model chunks per rank) or "
+                                "zb-h1 (zero-bubble: weight gradients delayed into the bubble); --accumulate is the "
+                                "micro-batches"
+                              : "Pipeline schedule: gpipe, 1f1b, interleaved:V (V model chunks per rank) or zb-h1 "
+                                "(zero-bubble: weight gradients delayed into the bubble)")
       ->capture_default_str();
   cmd.add_option("--stage-layers", p.stage_layers,
                  "Layers per stage, comma-separated (e.g. 5,6,6,5), for an uneven split; default: even");

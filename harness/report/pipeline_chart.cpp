@@ -12,6 +12,7 @@ namespace {
 constexpr double kLeft = 90, kRight = 30, kWidth = 900, kLane = 34, kTop = 60, kGap = 70, kMemory = 200;
 const char* const kForward = "#9ecae1";
 const char* const kBackward = "#3182bd";
+const char* const kWeight = "#e6550d";  // zb-h1's W passes
 const char* const kLines[] = {"#e6550d", "#31a354", "#756bb1", "#636363", "#d6616b", "#8c6d31", "#3182bd", "#e7ba52"};
 
 std::string escaped(const std::string& text) {
@@ -50,6 +51,28 @@ double measured_bubble(const std::vector<std::vector<pipeline::PassTiming>>& sta
   return all > 0 ? 1 - busy / all : 0;
 }
 
+namespace {
+
+// Stage s's passes as boxes in its lane, each with its micro-batch where it fits.
+template <class X>
+void draw_lane(std::ostringstream& o, std::size_t s, const std::vector<pipeline::PassTiming>& passes, const X& x) {
+  const double top = kTop + kLane * double(s);
+  o << "<text x='" << num(kLeft - 8) << "' y='" << num(top + kLane / 2 + 4) << "' text-anchor='end'>stage " << s
+    << "</text>\n";
+  for (const auto& p : passes) {
+    const bool forward = p.pass.kind == pipeline::PassKind::forward;
+    const char* fill = forward ? kForward : p.pass.kind == pipeline::PassKind::weight ? kWeight : kBackward;
+    const double x0 = x(p.start), w = std::max(x(p.end) - x0, 0.5);
+    o << "<rect x='" << num(x0) << "' y='" << num(top + 3) << "' width='" << num(w) << "' height='" << num(kLane - 6)
+      << "' fill='" << fill << "' stroke='white' stroke-width='0.5'/>\n";
+    if (w > 14)
+      o << "<text x='" << num(x0 + w / 2) << "' y='" << num(top + kLane / 2 + 4) << "' text-anchor='middle' fill='"
+        << (forward ? "black" : "white") << "'>" << p.pass.micro_batch << "</text>\n";
+  }
+}
+
+}  // namespace
+
 std::string pipeline_svg(const std::string& title, const std::vector<std::vector<pipeline::PassTiming>>& stages) {
   const auto [first, last] = span(stages);
   const double seconds = std::max(last - first, 1e-9);
@@ -57,8 +80,12 @@ std::string pipeline_svg(const std::string& title, const std::vector<std::vector
   const double lanes = kLane * double(stages.size());
   const double memory_top = kTop + lanes + kGap;
   std::int64_t most = 1;
+  bool split = false;  // W passes drawn: their colour in the legend
   for (const auto& passes : stages)
-    for (const auto& p : passes) most = std::max(most, std::max(p.peak, p.live_after));
+    for (const auto& p : passes) {
+      most = std::max(most, std::max(p.peak, p.live_after));
+      split = split || p.pass.kind == pipeline::PassKind::weight;
+    }
   const auto y = [&](std::int64_t bytes) { return memory_top + kMemory - double(bytes) / double(most) * kMemory; };
   std::ostringstream o;
   o << "<svg xmlns='http://www.w3.org/2000/svg' width='" << num(kLeft + kWidth + kRight) << "' height='"
@@ -66,21 +93,9 @@ std::string pipeline_svg(const std::string& title, const std::vector<std::vector
     << "<rect width='100%' height='100%' fill='white'/>\n"
     << "<text x='" << num(kLeft) << "' y='24' font-size='15'>" << escaped(title) << "</text>\n"
     << "<text x='" << num(kLeft) << "' y='44'>forward <tspan fill='" << kForward << "'>&#9632;</tspan>  backward <tspan fill='"
-    << kBackward << "'>&#9632;</tspan>  (the micro-batch in each box; white between boxes: the bubble)</text>\n";
-  for (std::size_t s = 0; s < stages.size(); ++s) {
-    const double top = kTop + kLane * double(s);
-    o << "<text x='" << num(kLeft - 8) << "' y='" << num(top + kLane / 2 + 4) << "' text-anchor='end'>stage " << s
-      << "</text>\n";
-    for (const auto& p : stages[s]) {
-      const bool forward = p.pass.kind == pipeline::PassKind::forward;
-      const double x0 = x(p.start), w = std::max(x(p.end) - x0, 0.5);
-      o << "<rect x='" << num(x0) << "' y='" << num(top + 3) << "' width='" << num(w) << "' height='" << num(kLane - 6)
-        << "' fill='" << (forward ? kForward : kBackward) << "' stroke='white' stroke-width='0.5'/>\n";
-      if (w > 14)
-        o << "<text x='" << num(x0 + w / 2) << "' y='" << num(top + kLane / 2 + 4) << "' text-anchor='middle' fill='"
-          << (forward ? "black" : "white") << "'>" << p.pass.micro_batch << "</text>\n";
-    }
-  }
+    << kBackward << "'>&#9632;</tspan>" << (split ? "  weight gradients <tspan fill='" + std::string(kWeight) + "'>&#9632;</tspan>" : "")
+    << "  (the micro-batch in each box; white between boxes: the bubble)</text>\n";
+  for (std::size_t s = 0; s < stages.size(); ++s) draw_lane(o, s, stages[s], x);
   // The time axis under the lanes: five ticks.
   const double axis = kTop + lanes + 4;
   for (int k = 0; k <= 4; ++k) {

@@ -206,12 +206,16 @@ zero = [r for r in rows if r["sharded"]]
 assert zero and all(r["pp"] == 1 and r["cp"] == 1 and r["dp"] > 1 and "--shard-params" in r["flags"] for r in zero)
 chunks = [r for r in rows if r["schedule"] == "interleaved:2"]
 assert chunks and all(r["pp"] > 1 and "--schedule interleaved:2" in r["flags"] for r in chunks)
+# zb-h1 on the same stages as every 1f1b pipeline
+zb = [r for r in rows if r["schedule"] == "zb-h1"]
+assert zb and all("--schedule zb-h1" in r["flags"] for r in zb)
+assert len(zb) == len([r for r in rows if r["schedule"] == "1f1b" and r["pp"] > 1])
 fastest = lambda rows: min((r for r in rows if r["fits"]), key=lambda r: r["step_s"])
-for name, row in (("best", fit[0]), ("zero", fastest(zero)), ("chunks", fastest(chunks))):
+for name, row in (("best", fit[0]), ("zero", fastest(zero)), ("chunks", fastest(chunks)), ("zb", fastest(zb))):
     open(name + ".txt", "w").write(row["flags"] + " --strategies " + row["strategy"] + "\n")
     open(name + ".json", "w").write(json.dumps(row))
 PY
-for planned in best zero chunks; do
+for planned in best zero chunks zb; do
   read -r -a flags <"$planned.txt"
   expect_ok "estimate of the planned layout ($planned)" "$remat" estimate --config llama-7b --layers 8 --seq 4096 \
     --precision bf16 --device l4-24gb "${flags[@]}" --json

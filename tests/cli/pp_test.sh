@@ -46,9 +46,9 @@ for model in llama gpt2; do
     fail "export: $(cat err.txt)"
   tied=""
   strategies=(full per-layer selective offload-checkpoint)
-  layouts=("2 gpipe" "2 1f1b" "2 interleaved:2" "4 1f1b")
+  layouts=("2 gpipe" "2 1f1b" "2 interleaved:2" "4 1f1b" "2 zb-h1" "4 zb-h1")
   # gpt2 differs from llama in its tied embedding alone: fewer combinations (tests/test_pipeline.cpp has them all).
-  [ "$model" = gpt2 ] && tied=wte.weight strategies=(full offload-checkpoint) layouts=("2 1f1b" "2 interleaved:2")
+  [ "$model" = gpt2 ] && tied=wte.weight strategies=(full offload-checkpoint) layouts=("2 1f1b" "2 interleaved:2" "2 zb-h1")
   for strategy in "${strategies[@]}"; do
     expect_ok "$model $strategy accumulated" "$remat" grads --weights "$model.h5" --micro-batches 4 \
       --strategy "$strategy" --out one.h5
@@ -82,15 +82,16 @@ same_peaks "uneven"
 grep -q "^stage 1: layers 2-4," out.txt || fail "stage 1 does not say its layers: $(cat out.txt)"
 
 # Training: 2 stages follow one process accumulating the same micro-batches bitwise (losses, weights,
-# optimizer state), under gpipe, 1f1b and interleaved 1f1b (each rank's chunks' gradients folded in as
-# their backward passes end); 2 stages x 2 data-parallel pipelines (4 ranks) one process accumulating
-# all 8; communication as predicted; a killed pipelined run resumes bitwise.
+# optimizer state), under gpipe, zb-h1, 1f1b and interleaved 1f1b (each rank's chunks' gradients folded in
+# as their backward passes end; under zb-h1 as their W passes end); 2 stages x 2 data-parallel pipelines
+# (4 ranks) one process accumulating all 8; communication as predicted; a killed pipelined run resumes bitwise.
 T=(train --model llama --preset tiny --layers 4 --data copy --lr 3e-3 --grad-clip 1 --strategy per-layer --steps 6)
 expect_ok "train, one process" "$remat" "${T[@]}" --accumulate 4 --out one-run.h5
-for schedule in gpipe interleaved:2 1f1b; do  # (1f1b's pp-run.h5 stays, for the report below)
+for schedule in gpipe interleaved:2 zb-h1 1f1b; do  # (1f1b's pp-run.h5 stays, for the report below)
   expect_ok "train --pp 2 $schedule" "${mpi[@]}" "$remat" "${T[@]}" --accumulate 4 --pp 2 --pp-schedule "$schedule" \
     --out pp-run.h5 --force
   same_run one-run.h5 pp-run.h5 || fail "train --pp 2 --pp-schedule $schedule is not one process's run"
+  [ "$schedule" = zb-h1 ] && cp pp-run.h5 zb-run.h5
 done
 # With dropout each stage draws what the one process draws: each micro-batch its own step (beside data
 # parallelism, the step's micro-batch it is), from where that process's forward is in its count of random ops.
@@ -132,6 +133,19 @@ assert (run["history/activation_peak"][:] == estimate[0]["activation_peak_bytes"
 boxes = [e for e in E.parse(sys.argv[2]).getroot() if e.tag.endswith("rect") and e.get("height") == "28.00"]
 assert len(boxes) == 16, len(boxes)
 PY
+# zb-h1's passes: each stage's 4 forwards, 4 B and 4 W passes (the last stage's W a micro-batch behind its B),
+# drawn as 24 boxes.
+expect_ok "report of a zb-h1 run" "$remat" report zb-run.h5 --svg zb-plots
+py zb-run.h5 zb-plots/pipeline.svg <<'PY' || fail "zb-h1's pipeline/passes or pipeline.svg"
+import sys, h5py, xml.etree.ElementTree as E
+passes = h5py.File(sys.argv[1])["pipeline/passes"][:]
+assert passes.shape == (2, 12, 7), passes.shape
+for stage in passes:
+    assert sorted(stage[:, 0].tolist()) == [0] * 4 + [1] * 4 + [2] * 4
+assert passes[1][:, :2].tolist()[:5] == [[0, 0], [1, 0], [0, 1], [1, 1], [2, 0]], passes[1][:, :2]  # F0 B0 F1 B1 W0
+boxes = [e for e in E.parse(sys.argv[2]).getroot() if e.tag.endswith("rect") and e.get("height") == "28.00"]
+assert len(boxes) == 24, len(boxes)
+PY
 K=(train --model llama --preset small --layers 4 --seq 64 --lr 3e-3 --data copy --pp 2 --accumulate 2
    --strategy per-layer --steps 10 --save-every 2)
 "${mpi[@]}" "$remat" "${K[@]}" --out whole-run.h5 >/dev/null 2>err.txt || fail "train --pp 2: $(cat err.txt)"
@@ -149,6 +163,9 @@ expect_ok "check --pp 2 interleaved, gpt2 bf16" "${mpi[@]}" "$remat" check --mod
   --micro-batches 4 --schedule interleaved:2 --precision bf16 --dropout 0.1 --strategies all
 grep -q "^8 strategies: 0 failed" out.txt && [ "$(grep -c "^  stage" out.txt)" -eq 16 ] ||
   fail "check --pp 2: $(tail -3 out.txt)"
+expect_ok "check --pp 2 zb-h1, llama bf16" "${mpi[@]}" "$remat" check --model llama --preset tiny --layers 4 --pp 2 \
+  --micro-batches 4 --schedule zb-h1 --precision bf16 --dropout 0.1 --strategies all
+grep -q "^8 strategies: 0 failed" out.txt || fail "check --pp 2 zb-h1: $(tail -3 out.txt)"
 expect_ok "check --pp 4, llama" "${mpi4[@]}" "$remat" check --model llama --preset tiny --layers 4 --pp 4 --micro-batches 4 \
   --strategies full,per-layer,offload
 grep -q "^3 strategies: 0 failed" out.txt || fail "check --pp 4: $(tail -1 out.txt)"
@@ -185,7 +202,6 @@ expect_error "takes positive layer counts" "$remat" estimate --model llama --pre
 expect_error "apply with --pp N" "$remat" estimate --model llama --preset tiny --schedule gpipe
 expect_error "apply with --pp N" "$remat" grads --weights llama.h5 --stage-layers 1,3
 expect_error "not a schedule" "$remat" estimate --model llama --preset tiny --pp 2 --schedule pipedream
-expect_error "not yet" "$remat" estimate --model llama --preset tiny --pp 2 --schedule zb-h1
 expect_error "not split into stages yet" "$remat" estimate --model mixtral --preset tiny --pp 2
 expect_error "start 2 ranks" "$remat" grads --weights llama.h5 --pp 2 --micro-batches 2
 expect_error "runs on a multiple of 2 ranks" "$remat" train --model llama --preset tiny --pp 2 --steps 1
