@@ -266,8 +266,8 @@ void run_stages(const EstimateOptions& o, const EstimateRequest& r, const std::v
     return;
   }
   std::printf("\nin flight: the most micro-batches (chunks, interleaved) a stage has run forward and not yet backward "
-              "under the schedule; act: its activation peak over the step, exact (shape-only, as `remat grads --pp` "
-              "measures it); weights, grads, optimizer (and at 16 bits their copies): of the parameters the stage reads, "
+              "under the schedule (zb-h1: stage s also holds the weight gradients' inputs of s more); act: its "
+              "activation peak over the step, exact (shape-only, as `remat grads --pp` measures it); weights, grads, optimizer (and at 16 bits their copies): of the parameters the stage reads, "
               "not sharded.\n");
   if (r.device.fp32_flops > 0)
     std::printf("busy s: the stage's passes priced by the device model; step s: the step they make under the schedule, "
