@@ -8,9 +8,13 @@
 namespace remat {
 namespace {
 
+// The values alone: not the tensor's gradient slot or its recipe, whose
+// closure holds what its producing op saved. A node kept past its
+// producer's (a zero-bubble pipeline's weight gradients, set apart until W)
+// must not keep those too.
 class Kept final : public Packed {
  public:
-  explicit Kept(Tensor t) : t_(std::move(t)) {}
+  explicit Kept(const Tensor& t) : t_(t.defined() ? t.view_as(t.shape()) : t) {}
   Tensor unpack() override { return t_; }
 
  private:

@@ -169,11 +169,15 @@ void backward(const Tensor& out, const Tensor& grad_out) {
   backward(*out.slot(), grad_out);
 }
 
-void backward(GradSlot& slot, const Tensor& grad_out) {
-  if (grad_out.shape() != slot.shape)
-    throw std::invalid_argument("backward: gradient shape " + to_string(grad_out.shape()) + " for output " +
-                                to_string(slot.shape));
-  slot.grad = std::make_shared<Tensor>(grad_out);
+void backward(GradSlot& slot, const Tensor& grad_out) { backward({{&slot, grad_out}}); }
+
+void backward(const std::vector<std::pair<GradSlot*, Tensor>>& seeds) {
+  for (const auto& [slot, grad_out] : seeds) {
+    if (grad_out.shape() != slot->shape)
+      throw std::invalid_argument("backward: gradient shape " + to_string(grad_out.shape()) + " for output " +
+                                  to_string(slot->shape));
+    slot->grad = std::make_shared<Tensor>(grad_out);
+  }
   current_tape().run_backward();
 }
 

@@ -137,5 +137,8 @@ void backward(const Tensor& out, const Tensor& grad_out);
 // The same from the slot of a tensor no longer kept (a pipeline stage's
 // output, whose values went to the next stage).
 void backward(GradSlot& slot, const Tensor& grad_out);
+// The same from several outputs at once (a pipeline stage's that hands on
+// more than one tensor), each slot seeded with its gradient.
+void backward(const std::vector<std::pair<GradSlot*, Tensor>>& seeds);
 
 }  // namespace remat

@@ -14,7 +14,13 @@
 //   output's gradient: the inputs of W that a zero-bubble stage holds.
 // - any other node (a norm's gain and bias) runs whole in B, its parameters'
 //   gradients written into buffers of their own, which W adds into the
-//   parameters' (one addition each, as the op's own would be).
+//   parameters' (one addition each, as the norms' own is: they sum their rows
+//   first. An add of a broadcast parameter, a row-parallel bias under --tp,
+//   adds its rows onto the gradient one by one instead; pipelines do not run
+//   beside --tp yet, and such an op would have to be set apart too.)
+// A node kept for W holds what it saved, and those saves hold values only
+// (saved_tensor.cpp's Kept: no recipe, whose closure would hold its
+// producer's saves too).
 // W runs the nodes in the order B met them, so every parameter's gradient
 // takes its terms in the order one backward gives them: the same bits.
 // Nothing of W writes before W runs: a parameter's gradient is untouched by B.

@@ -15,6 +15,7 @@ namespace {
 // one per edge of the step; they wrap long before MPI's bound, and a tag
 // comes round again only long after its message was received.
 constexpr int kFirstTag = 4096, kTags = 24576;
+constexpr int kMostEdgeTensors = 4;  // a block hands on at most this many tensors (Model::stage_edges)
 constexpr std::int64_t kLargestMessage = std::int64_t(1) << 30;  // comm::post's bound
 
 // A message: the type and the rank of the shape (4 bytes each), the shape, the bytes.
@@ -53,7 +54,7 @@ class MpiLink final : public StageLink {
 
  private:
   int tag(const Edge& e) const {
-    const int edge = (e.boundary * 2 + (e.gradient ? 1 : 0)) * micro_batches_ + e.micro_batch;
+    const int edge = ((e.boundary * 2 + (e.gradient ? 1 : 0)) * micro_batches_ + e.micro_batch) * kMostEdgeTensors + e.index;
     return kFirstTag + edge % kTags;
   }
   Layout layout_;
@@ -64,21 +65,38 @@ class MpiLink final : public StageLink {
 
 }  // namespace
 
-std::int64_t edge_bytes(const Layout& layout, int rank, int micro_batches, const Sizes& sizes, Precision precision) {
-  const std::int64_t message = header_bytes(3) + std::int64_t(dtype_size(compute_dtype(precision, DType::f32))) *
-                                                     std::int64_t(sizes.B) * sizes.S * sizes.D;
-  std::int64_t edges = 0;  // each sent once and received once: an activation forward and a gradient back
-  for (int v = rank; v < layout.count(); v += layout.stages) edges += (v > 0 ? 1 : 0) + (v < layout.count() - 1 ? 1 : 0);
-  return 2 * edges * std::int64_t(micro_batches) * message;
+namespace {
+std::int64_t tensor_bytes(const Model::StageEdge& e, Precision precision) {
+  const DType dt = e.compute_type ? compute_dtype(precision, DType::f32) : DType::f32;
+  return std::int64_t(dtype_size(dt)) * numel(e.shape);
+}
+}  // namespace
+
+std::int64_t edge_bytes(const Layout& layout, int rank, int micro_batches, const Model& model, Precision precision) {
+  // Each sent once and received once: the activations forward, the gradients back.
+  std::int64_t forward = 0, backward = 0;
+  const std::vector<Model::StageEdge> tensors = model.stage_edges();
+  if (int(tensors.size()) > kMostEdgeTensors) throw std::logic_error("Model::stage_edges: more tensors than the tags allow");
+  for (const Model::StageEdge& e : tensors) {
+    const std::int64_t message = header_bytes(e.shape.size()) + tensor_bytes(e, precision);
+    forward += message;
+    backward += e.gradient ? message : 0;
+  }
+  std::int64_t bytes = 0;
+  for (int v = rank; v < layout.count(); v += layout.stages) {
+    if (v > 0) bytes += forward + backward;                   // received from v - 1, its gradients sent back
+    if (v < layout.count() - 1) bytes += forward + backward;  // sent to v + 1, its gradients received
+  }
+  return bytes * std::int64_t(micro_batches);
 }
 
-void require_sendable_edges(const Sizes& sizes, Precision precision) {
-  const std::int64_t bytes =
-      std::int64_t(dtype_size(compute_dtype(precision, DType::f32))) * std::int64_t(sizes.B) * sizes.S * sizes.D;
-  if (header_bytes(3) + bytes > kLargestMessage)
-    throw UserError("--pp: the activations between stages, [B, S, D] = [" + std::to_string(sizes.B) + ", " +
-                    std::to_string(sizes.S) + ", " + std::to_string(sizes.D) + "], are " + human_bytes(double(bytes)) +
-                    ", more than one MPI message carries (1 GiB): give a smaller --batch or --seq");
+void require_sendable_edges(const Model& model, Precision precision) {
+  for (const Model::StageEdge& e : model.stage_edges()) {
+    const std::int64_t bytes = tensor_bytes(e, precision);
+    if (header_bytes(e.shape.size()) + bytes > kLargestMessage)
+      throw UserError("--pp: a tensor between stages, " + to_string(e.shape) + ", is " + human_bytes(double(bytes)) +
+                      ", more than one MPI message carries (1 GiB): give a smaller --batch or --seq");
+  }
 }
 
 std::unique_ptr<StageLink> mpi_link(const Layout& layout, int micro_batches) {

@@ -57,7 +57,7 @@ PipelinedStep pipelined_step(const Model& model, const ParamStore& params, const
   const Schedule schedule = parse_schedule(settings.schedule);
   validate(schedule, model.sizes().L, N, M, settings.stage_layers);
   const Layout layout = make_layout(schedule, model.sizes().L, N, settings.stage_layers);
-  require_sendable_edges(model.sizes(), options.precision);
+  require_sendable_edges(model, options.precision);
   comm::set_tensor_group(N);  // the job is one pipeline: its model-parallel group
   params.zero_grad();
   StageStep step;

@@ -62,7 +62,7 @@ std::vector<std::uint64_t> random_op_cursors(const Model& model, const Batch& ba
   const StepScope scope(0, 0);  // its own counts and random state, given back after
   const ParamStore params(model.params(), DType::f32);
   std::vector<std::uint64_t> at{0};
-  Tensor x = model.embed(params, batch);
+  Tensors x = model.embed(params, batch);
   for (int v = 0; v + 1 < layout.count(); ++v) {
     x = model.layers(params, x, layout.begin(v), layout.end(v));
     at.push_back(random_ops::cursor());
@@ -73,7 +73,7 @@ std::vector<std::uint64_t> random_op_cursors(const Model& model, const Batch& ba
 }  // namespace
 
 StageRunner::StageRunner(const StageStep& step, const Layout& layout, int rank, StageLink& link)
-    : step_(step), layout_(layout), rank_(rank), link_(link) {
+    : step_(step), layout_(layout), rank_(rank), link_(link), edges_(step.model->stage_edges()) {
   if (!step.model->staged()) throw std::logic_error("StageRunner: a model without stages (require_stages first)");
   const StepOptions& o = step.options;
   loss_scale_ = o.loss_scale > 0 ? o.loss_scale : default_loss_scale(o.precision);
@@ -124,29 +124,36 @@ void StageRunner::forward(int micro_batch, int v) {
     strategy->begin_step();  // as each micro-batch of an accumulating rank begins its own step
     runner.emplace(*strategy);
   }
-  Tensor x;
+  Tensors x;
   if (v == 0) {
     x = model.embed(params, batch);
   } else {
-    // A leaf of this tape whose gradient stays after backward, to be sent back.
-    x = receive({v - 1, micro_batch, false});
-    f->input = std::make_shared<GradSlot>();
-    f->input->shape = x.shape();
-    f->input->dtype = x.dtype();
-    f->input->retain = true;
-    x.attach_slot(f->input);
+    for (std::size_t k = 0; k < edges_.size(); ++k) {
+      x.push_back(receive({v - 1, micro_batch, false, int(k)}));
+      if (!edges_[k].gradient) continue;
+      // A leaf of this tape whose gradient stays after backward, to be sent back.
+      auto slot = std::make_shared<GradSlot>();
+      slot->shape = x.back().shape();
+      slot->dtype = x.back().dtype();
+      slot->retain = true;
+      x.back().attach_slot(slot);
+      f->inputs.push_back(std::move(slot));
+    }
   }
-  const Tensor y = model.layers(params, x, layout_.begin(v), layout_.end(v));
-  x = Tensor();
+  const Tensors y = model.layers(params, x, layout_.begin(v), layout_.end(v));
+  x.clear();
   // The chunk's forward is over: copies in flight end here, not under the next micro-batch.
   if (strategy) strategy->forward_over();
   if (v == layout_.count() - 1) {
     const LossTerms terms = model.head_loss(params, y, batch);
     losses_[micro_batch] = terms.total.item();
-    f->output = terms.total.slot();
+    f->outputs.push_back(terms.total.slot());
   } else {
-    link_.send({v, micro_batch, false}, y);
-    f->output = y.slot();
+    if (y.size() != edges_.size()) throw std::logic_error("pipeline: a block hands on other tensors than stage_edges says");
+    for (std::size_t k = 0; k < y.size(); ++k) {
+      link_.send({v, micro_batch, false, int(k)}, y[k]);
+      if (edges_[k].gradient) f->outputs.push_back(y[k].slot());
+    }
   }
   in_flight_[{micro_batch, v}] = std::move(f);
 }
@@ -164,19 +171,24 @@ void StageRunner::backward(int micro_batch, int v) {
     TapeScope tape(f.tape);
     std::optional<DeferWeightGradientsScope> apart;
     if (layout_.split_backward) apart.emplace(f.weight_gradients);
+    std::vector<std::pair<GradSlot*, Tensor>> seeds;
     if (v == layout_.count() - 1) {
-      Tensor seed = Tensor::empty(f.output->shape, f.output->dtype, "grad_loss");
+      GradSlot& loss = *f.outputs.at(0);
+      Tensor seed = Tensor::empty(loss.shape, loss.dtype, "grad_loss");
       fill(seed, loss_scale_);
-      remat::backward(*f.output, seed);
+      seeds.emplace_back(&loss, seed);
     } else {
-      remat::backward(*f.output, receive({v, micro_batch, true}));
+      for (std::size_t k = 0, out = 0; k < edges_.size(); ++k)
+        if (edges_[k].gradient) seeds.emplace_back(f.outputs.at(out++).get(), receive({v, micro_batch, true, int(k)}));
     }
+    remat::backward(seeds);
   }
-  if (v > 0) {
-    const std::shared_ptr<GradSlot>& slot = f.input;
-    if (!slot->grad) throw std::logic_error("pipeline: no gradient reached the input of virtual stage " + std::to_string(v));
-    link_.send({v - 1, micro_batch, true}, *slot->grad);
-    slot->grad.reset();  // sent (under zb-h1 the rest waits for W)
+  for (std::size_t k = 0, in = 0; v > 0 && k < edges_.size(); ++k) {
+    if (!edges_[k].gradient) continue;
+    GradSlot& slot = *f.inputs.at(in++);
+    if (!slot.grad) throw std::logic_error("pipeline: no gradient reached the input of virtual stage " + std::to_string(v));
+    link_.send({v - 1, micro_batch, true, int(k)}, *slot.grad);
+    slot.grad.reset();  // sent (under zb-h1 the rest waits for W)
   }
   if (layout_.split_backward) return;
   in_flight_.erase(it);
@@ -229,8 +241,8 @@ class LocalLink final : public StageLink {
   }
 
  private:
-  static std::tuple<int, int, bool> key(const Edge& e) { return edge_key(e); }
-  std::map<std::tuple<int, int, bool>, Tensor> sent_;
+  static EdgeKey key(const Edge& e) { return edge_key(e); }
+  std::map<EdgeKey, Tensor> sent_;
   EdgeShapes* record_;
 };
 

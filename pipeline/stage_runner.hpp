@@ -49,11 +49,13 @@ void require_stages(const std::string& model, const Sizes& sizes);
 // The layout of `layers` under `schedule` over N ranks (validate() first).
 Layout make_layout(const Schedule& schedule, int layers, int stages, const std::string& given_layers);
 
-// A tensor at an edge between virtual stages `boundary` and `boundary + 1`.
+// A tensor at an edge between virtual stages `boundary` and `boundary + 1`:
+// the index-th of those a block hands on (Model::stage_edges).
 struct Edge {
   int boundary = 0;
   int micro_batch = 0;
   bool gradient = false;  // the gradient going back, not the activation going forward
+  int index = 0;
 };
 
 class StageLink {
@@ -73,19 +75,21 @@ struct EdgeShape {
   Shape shape;
   DType dtype = DType::f32;
 };
-using EdgeShapes = std::map<std::tuple<int, int, bool>, EdgeShape>;  // (boundary, micro-batch, gradient)
-inline std::tuple<int, int, bool> edge_key(const Edge& e) { return {e.boundary, e.micro_batch, e.gradient}; }
+using EdgeKey = std::tuple<int, int, bool, int>;  // (boundary, micro-batch, gradient, index)
+using EdgeShapes = std::map<EdgeKey, EdgeShape>;
+inline EdgeKey edge_key(const Edge& e) { return {e.boundary, e.micro_batch, e.gradient, e.index}; }
 
 // MPI to the ranks of the neighbouring virtual stages: v's rank is v mod N
 // in this rank's pipeline, the job's model-parallel group (comm's tensor
 // group: N consecutive ranks; the whole job where none was set).
 std::unique_ptr<StageLink> mpi_link(const Layout& layout, int micro_batches);
 // The bytes rank `rank` sends plus receives over mpi_link in a step of M
-// micro-batches: each edge's tensor is the residual stream, [B, S, D] in
-// the precision's compute type, after its shape.
-std::int64_t edge_bytes(const Layout& layout, int rank, int micro_batches, const Sizes& sizes, Precision precision);
+// micro-batches: each of the model's edge tensors (Model::stage_edges: the
+// residual stream [B, S, D] in the precision's compute type, and what else its
+// blocks hand on) with its shape ahead, its gradient back where it has one.
+std::int64_t edge_bytes(const Layout& layout, int rank, int micro_batches, const Model& model, Precision precision);
 // UserError where one edge's tensor is more than one MPI message carries (1 GiB).
-void require_sendable_edges(const Sizes& sizes, Precision precision);
+void require_sendable_edges(const Model& model, Precision precision);
 // Shape-only: what is sent goes nowhere; what is received is a tensor of
 // the recorded shape, made where the rank would make it.
 std::unique_ptr<StageLink> shape_link(const EdgeShapes& shapes);
@@ -133,8 +137,10 @@ class StageRunner {
     Tape tape;
     // The slots alone, not the values: the tape keeps what its strategy
     // saves of the received input, and the output's values went on.
-    std::shared_ptr<GradSlot> input;   // of the received activation, a leaf (none on the first virtual stage)
-    std::shared_ptr<GradSlot> output;  // what backward starts from: the chunk's output, or the loss on the last
+    // Of the received tensors that take a gradient, leaves (none on the first virtual stage).
+    std::vector<std::shared_ptr<GradSlot>> inputs;
+    // What backward starts from: the chunk's outputs that take a gradient, or the loss on the last.
+    std::vector<std::shared_ptr<GradSlot>> outputs;
     DeferredWeightGradients weight_gradients;  // zb-h1: what B set apart for W
   };
   void forward(int micro_batch, int v);
@@ -152,6 +158,7 @@ class StageRunner {
   Layout layout_;
   int rank_;
   StageLink& link_;
+  std::vector<Model::StageEdge> edges_;  // what each block hands on
   double loss_scale_ = 1;
   std::map<std::pair<int, int>, std::unique_ptr<InFlight>> in_flight_;  // (micro-batch, virtual stage)
   std::map<int, double> losses_;

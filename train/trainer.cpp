@@ -88,7 +88,7 @@ void validate_pipeline(const TrainConfig& c) {
   if (parse_strategy(c.strategy).planned) throw UserError("--pp with a budget: not yet");
   const pipeline::Schedule schedule = pipeline::parse_schedule(c.pipe.schedule);
   pipeline::validate(schedule, z.L, c.pipe.stages, c.accumulate, c.pipe.stage_layers);
-  pipeline::require_sendable_edges(z, c.run.precision);
+  pipeline::require_sendable_edges(*models().find(c.setup.model).make(z), c.run.precision);
 }
 
 // The mean held-out loss over `batches` batches (the same ones each time),
@@ -389,8 +389,7 @@ StepRecord Trainer::forward_backward_pipelined(double loss_scale) {
   StepRecord r;
   r.loss_scale = loss_scale;
   r.activation_peak = mine.activation_peak;
-  r.predicted_comm_bytes += pipeline::edge_bytes(layout, rank, reduce.accumulate(), config_.setup.sizes,
-                                                 config_.run.precision) +
+  r.predicted_comm_bytes += pipeline::edge_bytes(layout, rank, reduce.accumulate(), *model_, config_.run.precision) +
                             2 * 8 * pass_values * (P - 1);  // and the passes' timings, to every stage
   state_.data_position += std::uint64_t(M);
   r.loss = reduce.finish();

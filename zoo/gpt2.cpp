@@ -37,18 +37,19 @@ class Gpt2 final : public Model {
   }
 
   bool staged() const override { return true; }
-  Tensor embed(const ParamStore& p, const Batch& batch) const override {
-    return gpt::embeddings(p, cp::rows(batch.tokens, sizes_.cp), sizes_.dropout, sizes_.tp, sizes_.cp);
+  Tensors embed(const ParamStore& p, const Batch& batch) const override {
+    return {gpt::embeddings(p, cp::rows(batch.tokens, sizes_.cp), sizes_.dropout, sizes_.tp, sizes_.cp)};
   }
   std::string layer_name(int i) const override { return block_name(i); }
   Tensor head_logits(const ParamStore& p, const Tensor& x) const override { return gpt::tied_head(p, x, sizes_.tp); }
 
-  Tensor layer(const ParamStore& p, int i, const Tensor& x) const override {
+  Tensors layer(const ParamStore& p, int i, const Tensors& in) const override {
+    const Tensor& x = in[0];
     const std::string h = block_name(i) + ".";
     const Tensor a = gpt::layer_norm(p, h + "ln_1", x, sizes_.tp);
     const Tensor r = ops::add(x, gpt::attention(p, h + "attn", a, sizes_.H, sizes_.dropout, true, sizes_.tp, sizes_.cp));
     const Tensor m = gpt::layer_norm(p, h + "ln_2", r, sizes_.tp);
-    return ops::add(r, gpt::mlp(p, h + "mlp", m, sizes_.dropout, sizes_.tp));
+    return {ops::add(r, gpt::mlp(p, h + "mlp", m, sizes_.dropout, sizes_.tp))};
   }
 
  private:

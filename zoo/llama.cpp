@@ -41,9 +41,9 @@ class Llama final : public Model {
   }
 
   bool staged() const override { return true; }
-  Tensor embed(const ParamStore& p, const Batch& batch) const override {
+  Tensors embed(const ParamStore& p, const Batch& batch) const override {
     const RankGroup& group = sizes_.tp;
-    return tp::dropout(tp::embedding(p, "tok_embeddings.weight", cp::rows(batch.tokens, sizes_.cp), group), sizes_.dropout, group);
+    return {tp::dropout(tp::embedding(p, "tok_embeddings.weight", cp::rows(batch.tokens, sizes_.cp), group), sizes_.dropout, group)};
   }
   std::string layer_name(int i) const override { return block_name(i); }
   Tensor head_logits(const ParamStore& p, const Tensor& x) const override {
@@ -51,7 +51,8 @@ class Llama final : public Model {
     return linear(p, "output", tp::enter(ops::rms_norm(x, tp::shared(p, "norm.weight", group), sizes_.eps), group), false);
   }
 
-  Tensor layer(const ParamStore& p, int i, const Tensor& x) const override {
+  Tensors layer(const ParamStore& p, int i, const Tensors& stream) const override {
+    const Tensor& x = stream[0];
     const std::string l = block_name(i) + ".";
     const double drop = sizes_.dropout;
     const RankGroup& group = sizes_.tp;
@@ -61,7 +62,7 @@ class Llama final : public Model {
     const Tensor in = tp::enter(m, sizes_.tp);
     const Tensor gated =
         ops::swiglu(linear(p, l + "feed_forward.w1", in, false), linear(p, l + "feed_forward.w3", in, false));
-    return ops::add(h, tp::dropout(tp::row_linear(p, l + "feed_forward.w2", gated, sizes_.tp, false), drop, sizes_.tp));
+    return {ops::add(h, tp::dropout(tp::row_linear(p, l + "feed_forward.w2", gated, sizes_.tp, false), drop, sizes_.tp))};
   }
 
  private:

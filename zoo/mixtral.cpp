@@ -66,10 +66,34 @@ class Mixtral final : public Model {
     return p;
   }
 
-  Tensor logits(const ParamStore& p, const Batch& batch) const override { return forward(p, batch)[0]; }
+  // Stages hand on what the blocks carry: the hidden state, the router's
+  // running sums (a gradient comes back for them where the load-balancing
+  // loss counts) and its counts (none).
+  bool staged() const override { return true; }
+  std::string layer_name(int i) const override { return block_name(i); }
+  std::vector<StageEdge> stage_edges() const override {
+    return {{{sizes_.B, sizes_.S, sizes_.D}, true, true},
+            {{sizes_.E}, false, sizes_.router_aux > 0},
+            {{sizes_.L, sizes_.E}, false, false}};
+  }
 
-  LossTerms loss_terms(const ParamStore& p, const Batch& batch) const override {
-    Tensors out = forward(p, batch);
+  // {the embedded tokens, the router probabilities' sums [E], tokens per expert per layer [L, E]}.
+  Tensors embed(const ParamStore& p, const Batch& batch) const override {
+    // The router's statistics are reductions: kept in the compute type
+    // (float32 when the step runs in bfloat16).
+    const DType dt = compute_dtype(p["tok_embeddings.weight"].dtype());
+    const Tensor tokens = cp::rows(ep::my_sequences(batch.tokens, sizes_.ep), sizes_.cp);
+    return {embedded(p, tokens), Tensor::zeros({sizes_.E}, dt, "router_sums"),
+            Tensor::zeros({sizes_.L, sizes_.E}, dt, "expert_load")};
+  }
+  Tensors layer(const ParamStore& p, int i, const Tensors& x) const override { return block(p, i, x); }
+  Tensor head_logits(const ParamStore& p, const Tensor& x) const override {
+    const Tensor last = ops::rms_norm(x, tp::shared(p, "norm.weight", sizes_.tp), sizes_.eps);
+    return linear(p, "output", tp::enter(last, sizes_.tp), false);
+  }
+
+  LossTerms head_loss(const ParamStore& p, const Tensors& blocks, const Batch& batch) const override {
+    Tensors out = {head_logits(p, blocks.at(0)), blocks.at(1), blocks.at(2)};
     const Tensor targets = ep::my_sequences(batch.targets, sizes_.ep);
     const std::int64_t routed = std::int64_t(sizes_.L) * batch.tokens.numel();  // the whole batch's rows, all layers
     const RankGroup& g = sizes_.ep;
@@ -104,20 +128,6 @@ class Mixtral final : public Model {
   LossTerms terms(const Tensor& ce, const Tensor& aux, const Tensor& load) const {
     const Tensor total = sizes_.router_aux > 0 ? ops::add(ce, ops::scale(aux, sizes_.router_aux)) : ce;
     return {total, {{"ce", ce}, {"aux", aux}}, {{"expert_load", load}}};
-  }
-
-  // {logits, the router probabilities' sums [E], tokens per expert per layer [L, E]}.
-  Tensors forward(const ParamStore& p, const Batch& batch) const {
-    // The router's statistics are reductions: kept in the compute type
-    // (float32 when the step runs in bfloat16).
-    const DType dt = compute_dtype(p["tok_embeddings.weight"].dtype());
-    const Tensor tokens = cp::rows(ep::my_sequences(batch.tokens, sizes_.ep), sizes_.cp);
-    Tensors x = {embedded(p, tokens),
-                 Tensor::zeros({sizes_.E}, dt, "router_sums"), Tensor::zeros({sizes_.L, sizes_.E}, dt, "expert_load")};
-    for (int i = 0; i < sizes_.L; ++i)
-      x = run_block({i, sizes_.L, block_name(i)}, x, [this, &p, i](const Tensors& x) { return block(p, i, x); });
-    const Tensor last = ops::rms_norm(x[0], tp::shared(p, "norm.weight", sizes_.tp), sizes_.eps);
-    return {linear(p, "output", tp::enter(last, sizes_.tp), false), x[1], x[2]};
   }
 
   Tensor embedded(const ParamStore& p, const Tensor& tokens) const {

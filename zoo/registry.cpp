@@ -16,6 +16,7 @@ REMAT_MODELS(REMAT_DECLARE_MODEL)
 #undef REMAT_DECLARE_MODEL
 
 LossTerms Model::loss_terms(const ParamStore& p, const Batch& batch) const {
+  if (staged()) return head_loss(p, layers(p, embed(p, batch), 0, sizes_.L), batch);
   return {cp::cross_entropy(logits(p, batch), batch.targets, sizes_), {}, {}};
 }
 
@@ -27,23 +28,25 @@ namespace {
 
 Tensor Model::logits(const ParamStore& p, const Batch& batch) const {
   if (!staged()) not_staged("logits");
-  return head_logits(p, layers(p, embed(p, batch), 0, sizes_.L));
+  return head_logits(p, layers(p, embed(p, batch), 0, sizes_.L).at(0));
 }
-Tensor Model::embed(const ParamStore&, const Batch&) const { not_staged("embed"); }
-Tensor Model::layer(const ParamStore&, int, const Tensor&) const { not_staged("layer"); }
+Tensors Model::embed(const ParamStore&, const Batch&) const { not_staged("embed"); }
+Tensors Model::layer(const ParamStore&, int, const Tensors&) const { not_staged("layer"); }
 std::string Model::layer_name(int) const { not_staged("layer_name"); }
 Tensor Model::head_logits(const ParamStore&, const Tensor&) const { not_staged("head_logits"); }
 
-Tensor Model::layers(const ParamStore& p, const Tensor& x, int first, int last) const {
-  Tensor y = x;
+Tensors Model::layers(const ParamStore& p, const Tensors& x, int first, int last) const {
+  Tensors y = x;
   for (int i = first; i < last; ++i)
-    y = run_block({i, sizes_.L, layer_name(i)}, y, [this, &p, i](const Tensor& in) { return layer(p, i, in); });
+    y = run_block({i, sizes_.L, layer_name(i)}, y, [this, &p, i](const Tensors& in) { return layer(p, i, in); });
   return y;
 }
 
-LossTerms Model::head_loss(const ParamStore& p, const Tensor& x, const Batch& batch) const {
-  return {cp::cross_entropy(head_logits(p, x), batch.targets, sizes_), {}, {}};
+LossTerms Model::head_loss(const ParamStore& p, const Tensors& x, const Batch& batch) const {
+  return {cp::cross_entropy(head_logits(p, x.at(0)), batch.targets, sizes_), {}, {}};
 }
+
+std::vector<Model::StageEdge> Model::stage_edges() const { return {{{sizes_.B, sizes_.S, sizes_.D}, true, true}}; }
 
 const ModelRegistry& models() {
   static const ModelRegistry registry = [] {

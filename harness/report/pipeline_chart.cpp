@@ -12,7 +12,7 @@ namespace {
 constexpr double kLeft = 90, kRight = 30, kWidth = 900, kLane = 34, kTop = 60, kGap = 70, kMemory = 200;
 const char* const kForward = "#9ecae1";
 const char* const kBackward = "#3182bd";
-const char* const kWeight = "#e6550d";  // zb-h1's W passes
+const char* const kWeight = "#17becf";  // zb-h1's W passes
 const char* const kLines[] = {"#e6550d", "#31a354", "#756bb1", "#636363", "#d6616b", "#8c6d31", "#3182bd", "#e7ba52"};
 
 std::string escaped(const std::string& text) {

@@ -41,7 +41,7 @@ assert got == est, (got, est)
 PY
 }
 
-for model in llama gpt2; do
+for model in llama gpt2 mixtral; do
   "$remat" export --model "$model" --preset tiny --layers 4 --out "$model.h5" >/dev/null 2>err.txt ||
     fail "export: $(cat err.txt)"
   tied=""
@@ -49,6 +49,8 @@ for model in llama gpt2; do
   layouts=("2 gpipe" "2 1f1b" "2 interleaved:2" "4 1f1b" "2 zb-h1" "4 zb-h1")
   # gpt2 differs from llama in its tied embedding alone: fewer combinations (tests/test_pipeline.cpp has them all).
   [ "$model" = gpt2 ] && tied=wte.weight strategies=(full offload-checkpoint) layouts=("2 1f1b" "2 interleaved:2" "2 zb-h1")
+  # mixtral hands its router's sums and counts on beside the residual stream.
+  [ "$model" = mixtral ] && strategies=(full selective) layouts=("2 1f1b" "4 zb-h1")
   for strategy in "${strategies[@]}"; do
     expect_ok "$model $strategy accumulated" "$remat" grads --weights "$model.h5" --micro-batches 4 \
       --strategy "$strategy" --out one.h5
@@ -93,6 +95,11 @@ for schedule in gpipe interleaved:2 zb-h1 1f1b; do  # (1f1b's pp-run.h5 stays, f
   same_run one-run.h5 pp-run.h5 || fail "train --pp 2 --pp-schedule $schedule is not one process's run"
   [ "$schedule" = zb-h1 ] && cp pp-run.h5 zb-run.h5
 done
+# mixtral: the router's sums and counts between the stages too (its load-balancing loss on the last).
+X=(train --model mixtral --preset tiny --layers 4 --data copy --lr 3e-3 --strategy selective --steps 4 --accumulate 4)
+expect_ok "train mixtral, one process" "$remat" "${X[@]}" --out one-moe.h5
+expect_ok "train mixtral --pp 2 zb-h1" "${mpi[@]}" "$remat" "${X[@]}" --pp 2 --pp-schedule zb-h1 --out pp-moe.h5
+same_run one-moe.h5 pp-moe.h5 || fail "train mixtral --pp 2 --pp-schedule zb-h1 is not one process's run"
 # With dropout each stage draws what the one process draws: each micro-batch its own step (beside data
 # parallelism, the step's micro-batch it is), from where that process's forward is in its count of random ops.
 D=("${T[@]}" --dropout 0.1)
@@ -202,7 +209,7 @@ expect_error "takes positive layer counts" "$remat" estimate --model llama --pre
 expect_error "apply with --pp N" "$remat" estimate --model llama --preset tiny --schedule gpipe
 expect_error "apply with --pp N" "$remat" grads --weights llama.h5 --stage-layers 1,3
 expect_error "not a schedule" "$remat" estimate --model llama --preset tiny --pp 2 --schedule pipedream
-expect_error "not split into stages yet" "$remat" estimate --model mixtral --preset tiny --pp 2
+expect_error "not split into stages yet" "$remat" estimate --model encdec --preset tiny --pp 2
 expect_error "start 2 ranks" "$remat" grads --weights llama.h5 --pp 2 --micro-batches 2
 expect_error "runs on a multiple of 2 ranks" "$remat" train --model llama --preset tiny --pp 2 --steps 1
 finish pp_test
