@@ -70,33 +70,37 @@ std::int64_t tensor_bytes(const Model::StageEdge& e, Precision precision) {
   const DType dt = e.compute_type ? compute_dtype(precision, DType::f32) : DType::f32;
   return std::int64_t(dtype_size(dt)) * numel(e.shape);
 }
+
+// The bytes of one micro-batch crossing into block `layer`: the activations
+// forward, their gradients back, each message with its shape ahead.
+std::int64_t crossing_bytes(const Model& model, int layer, Precision precision) {
+  const std::vector<Model::StageEdge> tensors = model.stage_edges(layer);
+  if (int(tensors.size()) > kMostEdgeTensors) throw std::logic_error("Model::stage_edges: more tensors than the tags allow");
+  std::int64_t bytes = 0;
+  for (const Model::StageEdge& e : tensors)
+    bytes += (e.gradient ? 2 : 1) * (header_bytes(e.shape.size()) + tensor_bytes(e, precision));
+  return bytes;
+}
 }  // namespace
 
 std::int64_t edge_bytes(const Layout& layout, int rank, int micro_batches, const Model& model, Precision precision) {
-  // Each sent once and received once: the activations forward, the gradients back.
-  std::int64_t forward = 0, backward = 0;
-  const std::vector<Model::StageEdge> tensors = model.stage_edges();
-  if (int(tensors.size()) > kMostEdgeTensors) throw std::logic_error("Model::stage_edges: more tensors than the tags allow");
-  for (const Model::StageEdge& e : tensors) {
-    const std::int64_t message = header_bytes(e.shape.size()) + tensor_bytes(e, precision);
-    forward += message;
-    backward += e.gradient ? message : 0;
-  }
+  // Each sent once and received once, at the edges of this rank's virtual stages.
   std::int64_t bytes = 0;
   for (int v = rank; v < layout.count(); v += layout.stages) {
-    if (v > 0) bytes += forward + backward;                   // received from v - 1, its gradients sent back
-    if (v < layout.count() - 1) bytes += forward + backward;  // sent to v + 1, its gradients received
+    if (v > 0) bytes += crossing_bytes(model, layout.begin(v), precision);                  // from v - 1
+    if (v < layout.count() - 1) bytes += crossing_bytes(model, layout.end(v), precision);   // to v + 1
   }
   return bytes * std::int64_t(micro_batches);
 }
 
 void require_sendable_edges(const Model& model, Precision precision) {
-  for (const Model::StageEdge& e : model.stage_edges()) {
-    const std::int64_t bytes = tensor_bytes(e, precision);
-    if (header_bytes(e.shape.size()) + bytes > kLargestMessage)
-      throw UserError("--pp: a tensor between stages, " + to_string(e.shape) + ", is " + human_bytes(double(bytes)) +
-                      ", more than one MPI message carries (1 GiB): give a smaller --batch or --seq");
-  }
+  for (int layer = 1; layer < model.sizes().L; ++layer)
+    for (const Model::StageEdge& e : model.stage_edges(layer)) {
+      const std::int64_t bytes = tensor_bytes(e, precision);
+      if (header_bytes(e.shape.size()) + bytes > kLargestMessage)
+        throw UserError("--pp: a tensor between stages, " + to_string(e.shape) + ", is " + human_bytes(double(bytes)) +
+                        ", more than one MPI message carries (1 GiB): give a smaller --batch or --seq");
+    }
 }
 
 std::unique_ptr<StageLink> mpi_link(const Layout& layout, int micro_batches) {

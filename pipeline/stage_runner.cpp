@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <chrono>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <tuple>
 
@@ -50,6 +51,32 @@ void require_stages(const std::string& model, const Sizes& sizes) {
   }
 }
 
+std::vector<std::vector<std::size_t>> stage_parameters(const Model& model, ParamStore& params, const Layout& layout) {
+  ShapeOnlyScope shape_only;
+  NoGradScope no_grad;
+  const StepScope scope(0, 0);  // its own counts and random state, given back after
+  const Sizes& z = model.sizes();
+  const Batch batch{Tensor::empty({z.B, z.S}, DType::i32, "tokens"), Tensor::empty({z.B, z.S}, DType::i32, "targets")};
+  const DType dtype = params.tensors().empty() ? DType::f32 : params.tensors().front().dtype();
+  std::vector<std::vector<std::size_t>> out(static_cast<std::size_t>(layout.count()));
+  for (int v = 0; v < layout.count(); ++v) {
+    std::set<std::size_t> read;
+    params.set_access_hook([&read](std::size_t i) { read.insert(i); });
+    Tensors x;
+    if (v == 0) {
+      x = model.embed(params, batch);
+    } else {
+      for (const Model::StageEdge& e : model.stage_edges(layout.begin(v)))
+        x.push_back(Tensor::empty(e.shape, e.compute_type ? dtype : DType::f32, "stage_input"));
+    }
+    const Tensors y = model.layers(params, x, layout.begin(v), layout.end(v), batch);
+    if (v == layout.count() - 1) model.head_loss(params, y, batch);
+    out[std::size_t(v)].assign(read.begin(), read.end());
+  }
+  params.set_access_hook(nullptr);
+  return out;
+}
+
 namespace {
 
 // Dropout draws by (step, op id), op ids counting the random ops of one
@@ -64,7 +91,7 @@ std::vector<std::uint64_t> random_op_cursors(const Model& model, const Batch& ba
   std::vector<std::uint64_t> at{0};
   Tensors x = model.embed(params, batch);
   for (int v = 0; v + 1 < layout.count(); ++v) {
-    x = model.layers(params, x, layout.begin(v), layout.end(v));
+    x = model.layers(params, x, layout.begin(v), layout.end(v), batch);
     at.push_back(random_ops::cursor());
   }
   return at;
@@ -73,7 +100,7 @@ std::vector<std::uint64_t> random_op_cursors(const Model& model, const Batch& ba
 }  // namespace
 
 StageRunner::StageRunner(const StageStep& step, const Layout& layout, int rank, StageLink& link)
-    : step_(step), layout_(layout), rank_(rank), link_(link), edges_(step.model->stage_edges()) {
+    : step_(step), layout_(layout), rank_(rank), link_(link) {
   if (!step.model->staged()) throw std::logic_error("StageRunner: a model without stages (require_stages first)");
   const StepOptions& o = step.options;
   loss_scale_ = o.loss_scale > 0 ? o.loss_scale : default_loss_scale(o.precision);
@@ -128,9 +155,10 @@ void StageRunner::forward(int micro_batch, int v) {
   if (v == 0) {
     x = model.embed(params, batch);
   } else {
-    for (std::size_t k = 0; k < edges_.size(); ++k) {
+    const std::vector<Model::StageEdge> in = model.stage_edges(layout_.begin(v));
+    for (std::size_t k = 0; k < in.size(); ++k) {
       x.push_back(receive({v - 1, micro_batch, false, int(k)}));
-      if (!edges_[k].gradient) continue;
+      if (!in[k].gradient) continue;
       // A leaf of this tape whose gradient stays after backward, to be sent back.
       auto slot = std::make_shared<GradSlot>();
       slot->shape = x.back().shape();
@@ -140,7 +168,7 @@ void StageRunner::forward(int micro_batch, int v) {
       f->inputs.push_back(std::move(slot));
     }
   }
-  const Tensors y = model.layers(params, x, layout_.begin(v), layout_.end(v));
+  const Tensors y = model.layers(params, x, layout_.begin(v), layout_.end(v), batch);
   x.clear();
   // The chunk's forward is over: copies in flight end here, not under the next micro-batch.
   if (strategy) strategy->forward_over();
@@ -149,10 +177,11 @@ void StageRunner::forward(int micro_batch, int v) {
     losses_[micro_batch] = terms.total.item();
     f->outputs.push_back(terms.total.slot());
   } else {
-    if (y.size() != edges_.size()) throw std::logic_error("pipeline: a block hands on other tensors than stage_edges says");
+    const std::vector<Model::StageEdge> out = model.stage_edges(layout_.end(v));
+    if (y.size() != out.size()) throw std::logic_error("pipeline: a block hands on other tensors than stage_edges says");
     for (std::size_t k = 0; k < y.size(); ++k) {
       link_.send({v, micro_batch, false, int(k)}, y[k]);
-      if (edges_[k].gradient) f->outputs.push_back(y[k].slot());
+      if (out[k].gradient) f->outputs.push_back(y[k].slot());
     }
   }
   in_flight_[{micro_batch, v}] = std::move(f);
@@ -178,14 +207,16 @@ void StageRunner::backward(int micro_batch, int v) {
       fill(seed, loss_scale_);
       seeds.emplace_back(&loss, seed);
     } else {
-      for (std::size_t k = 0, out = 0; k < edges_.size(); ++k)
-        if (edges_[k].gradient) seeds.emplace_back(f.outputs.at(out++).get(), receive({v, micro_batch, true, int(k)}));
+      const std::vector<Model::StageEdge> out = step_.model->stage_edges(layout_.end(v));
+      for (std::size_t k = 0, o = 0; k < out.size(); ++k)
+        if (out[k].gradient) seeds.emplace_back(f.outputs.at(o++).get(), receive({v, micro_batch, true, int(k)}));
     }
     remat::backward(seeds);
   }
-  for (std::size_t k = 0, in = 0; v > 0 && k < edges_.size(); ++k) {
-    if (!edges_[k].gradient) continue;
-    GradSlot& slot = *f.inputs.at(in++);
+  const std::vector<Model::StageEdge> in = v > 0 ? step_.model->stage_edges(layout_.begin(v)) : std::vector<Model::StageEdge>{};
+  for (std::size_t k = 0, i = 0; k < in.size(); ++k) {
+    if (!in[k].gradient) continue;
+    GradSlot& slot = *f.inputs.at(i++);
     if (!slot.grad) throw std::logic_error("pipeline: no gradient reached the input of virtual stage " + std::to_string(v));
     link_.send({v - 1, micro_batch, true, int(k)}, *slot.grad);
     slot.grad.reset();  // sent (under zb-h1 the rest waits for W)

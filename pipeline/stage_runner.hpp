@@ -49,6 +49,13 @@ void require_stages(const std::string& model, const Sizes& sizes);
 // The layout of `layers` under `schedule` over N ranks (validate() first).
 Layout make_layout(const Schedule& schedule, int layers, int stages, const std::string& given_layers);
 
+// The parameters (indices into `params`) each virtual stage reads: its
+// blocks', and what runs before, between and after them there (the
+// embedding on the first, a model's work between two blocks, the head and
+// the loss on the last), from a shape-only forward of each; a tied
+// parameter is in every stage that reads it.
+std::vector<std::vector<std::size_t>> stage_parameters(const Model& model, ParamStore& params, const Layout& layout);
+
 // A tensor at an edge between virtual stages `boundary` and `boundary + 1`:
 // the index-th of those a block hands on (Model::stage_edges).
 struct Edge {
@@ -158,7 +165,6 @@ class StageRunner {
   Layout layout_;
   int rank_;
   StageLink& link_;
-  std::vector<Model::StageEdge> edges_;  // what each block hands on
   double loss_scale_ = 1;
   std::map<std::pair<int, int>, std::unique_ptr<InFlight>> in_flight_;  // (micro-batch, virtual stage)
   std::map<int, double> losses_;

@@ -131,27 +131,14 @@ std::unique_ptr<ParamStore> starting_weights(const TrainConfig& c, bool resuming
   return params;
 }
 
-// The parameters each of this rank's virtual stages trains, by index: its
-// layers' (named by the model's layer names), and the ones outside the
-// layers (embedding, final norm, head) on the first and the last virtual
-// stage, whichever this rank holds; under key -1 the rest (other ranks'),
-// whose gradients here stay zero.
-std::map<int, std::vector<std::size_t>> chunk_parameters(const Model& model, const ParamStore& params,
+// The parameters each of this rank's virtual stages trains, by index (what
+// it reads: pipeline::stage_parameters); under key -1 the rest (other
+// ranks'), whose gradients here stay zero.
+std::map<int, std::vector<std::size_t>> chunk_parameters(const Model& model, ParamStore& params,
                                                          const pipeline::Layout& layout, int rank) {
-  const auto in_layers = [&](const std::string& name, int first, int end) {
-    for (int j = first; j < end; ++j)
-      if (name.rfind(model.layer_name(j) + ".", 0) == 0) return true;
-    return false;
-  };
+  const std::vector<std::vector<std::size_t>> reads = pipeline::stage_parameters(model, params, layout);
   std::map<int, std::vector<std::size_t>> chunks;
-  for (int v = rank; v < layout.count(); v += layout.stages) {
-    const bool ends = v == 0 || v == layout.count() - 1;
-    for (std::size_t i = 0; i < params.names().size(); ++i) {
-      const std::string& name = params.names()[i];
-      if (in_layers(name, layout.begin(v), layout.end(v)) || (ends && !in_layers(name, 0, layout.first.back())))
-        chunks[v].push_back(i);
-    }
-  }
+  for (int v = rank; v < layout.count(); v += layout.stages) chunks[v] = reads[std::size_t(v)];
   std::vector<bool> here(params.names().size(), false);
   for (const auto& [v, chunk] : chunks)
     for (std::size_t i : chunk) here[i] = true;
@@ -163,7 +150,7 @@ std::map<int, std::vector<std::size_t>> chunk_parameters(const Model& model, con
 }  // namespace
 
 struct Trainer::Pipeline {
-  Pipeline(const TrainConfig& c, const Model& model, const ParamStore& params)
+  Pipeline(const TrainConfig& c, const Model& model, ParamStore& params)
       : schedule(pipeline::parse_schedule(c.pipe.schedule)),
         layout(pipeline::make_layout(schedule, c.setup.sizes.L, c.pipe.stages, c.pipe.stage_layers)),
         link(pipeline::mpi_link(layout, c.accumulate)),

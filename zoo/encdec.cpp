@@ -64,18 +64,43 @@ class Encdec final : public Model {
     return p;
   }
 
-  Tensor logits(const ParamStore& p, const Batch& batch) const override {
+  // Stages: blocks 0 .. L/2-1 the encoder's, L/2 .. L-1 the decoder's; the
+  // encoder's final norm and the decoder's embedding run on the stage of the
+  // first decoder block, before it (outside any block, as in one process).
+  bool staged() const override { return true; }
+  std::string layer_name(int i) const override {
+    return i < half() ? "enc.h." + std::to_string(i) : "dec.h." + std::to_string(i - half());
+  }
+  // Into a decoder block past the first: its stream and the encoder's output,
+  // which every cross-attention reads (its gradient summed back over them).
+  std::vector<StageEdge> stage_edges(int layer) const override {
+    const Shape stream{sizes_.B, sizes_.S, sizes_.D};
+    if (layer > half()) return {{stream, true, true}, {stream, true, true}};
+    return {{stream, true, true}};
+  }
+  Tensors embed(const ParamStore& p, const Batch& batch) const override {
+    return {embed_tokens(p, cp::rows(batch.tokens, sizes_.cp), "enc.wpe.weight")};
+  }
+  Tensors layers(const ParamStore& p, const Tensors& x, int first, int last, const Batch& batch) const override {
     const int Le = half(), L = sizes_.L;
-    Tensor e = embed_tokens(p, cp::rows(batch.tokens, sizes_.cp), "enc.wpe.weight");
-    for (int i = 0; i < Le; ++i)
-      e = run_block({i, L, "enc.h." + std::to_string(i)}, e,
-                    [this, &p, i](const Tensor& x) { return encoder_block(p, i, x); });
-    e = norm(p, "enc.ln_f", e);
-    Tensors d = {embed_tokens(p, cp::rows(shift_right(batch.targets), sizes_.cp), "dec.wpe.weight"), e};
-    for (int i = 0; i < L - Le; ++i)
-      d = run_block({Le + i, L, "dec.h." + std::to_string(i), /*context=*/1, /*new_stack=*/i == 0}, d,
-                    [this, &p, i](const Tensors& x) { return Tensors{decoder_block(p, i, x[0], x[1]), x[1]}; });
-    return ops::linear(tp::enter(norm(p, "dec.ln_f", d[0]), sizes_.tp), p["wte.weight"]);
+    Tensors y = x;
+    for (int i = first; i < last; ++i) {
+      if (i < Le) {
+        y = run_block({i, L, layer_name(i)}, y, [this, &p, i](const Tensors& in) { return Tensors{encoder_block(p, i, in[0])}; });
+        continue;
+      }
+      if (i == Le) {
+        const Tensor e = norm(p, "enc.ln_f", y[0]);
+        y = {embed_tokens(p, cp::rows(shift_right(batch.targets), sizes_.cp), "dec.wpe.weight"), e};
+      }
+      const int j = i - Le;
+      y = run_block({i, L, layer_name(i), /*context=*/1, /*new_stack=*/j == 0}, y,
+                    [this, &p, j](const Tensors& in) { return Tensors{decoder_block(p, j, in[0], in[1]), in[1]}; });
+    }
+    return y;
+  }
+  Tensor head_logits(const ParamStore& p, const Tensor& x) const override {
+    return ops::linear(tp::enter(norm(p, "dec.ln_f", x), sizes_.tp), p["wte.weight"]);
   }
 
  private:

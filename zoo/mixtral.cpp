@@ -71,7 +71,7 @@ class Mixtral final : public Model {
   // loss counts) and its counts (none).
   bool staged() const override { return true; }
   std::string layer_name(int i) const override { return block_name(i); }
-  std::vector<StageEdge> stage_edges() const override {
+  std::vector<StageEdge> stage_edges(int) const override {
     return {{{sizes_.B, sizes_.S, sizes_.D}, true, true},
             {{sizes_.E}, false, sizes_.router_aux > 0},
             {{sizes_.L, sizes_.E}, false, false}};

@@ -49,29 +49,32 @@ class Model {
   // the first block (embed), block i (layer, named layer_name(i)), and the
   // logits from the last block's output (head_logits). What a block takes
   // and hands on is the residual stream first, and whatever else the model's
-  // blocks carry (mixtral: its router's running sums and counts), as
-  // stage_edges() describes it. A model that has them says so (staged());
-  // the rest refuse --pp.
+  // blocks carry (mixtral: its router's running sums and counts; encdec's
+  // decoder blocks: the encoder's output), as stage_edges() describes it. A
+  // model that has them says so (staged()); the rest refuse --pp.
   virtual bool staged() const { return false; }
   virtual Tensors embed(const ParamStore& p, const Batch& batch) const;
   virtual Tensors layer(const ParamStore& p, int i, const Tensors& x) const;
   virtual std::string layer_name(int i) const;
   virtual Tensor head_logits(const ParamStore& p, const Tensor& x) const;
   // Blocks [first, last) from x, each through run_block: a stage's share.
-  Tensors layers(const ParamStore& p, const Tensors& x, int first, int last) const;
+  // A model with work between two blocks (encdec: the encoder's final norm
+  // and the decoder's embedding of the batch's targets) does it here.
+  virtual Tensors layers(const ParamStore& p, const Tensors& x, int first, int last, const Batch& batch) const;
   // The loss terms of a staged model from its last block's outputs (by
   // default the cross-entropy of head_logits against the targets).
   virtual LossTerms head_loss(const ParamStore& p, const Tensors& x, const Batch& batch) const;
-  // What a block hands on, per micro-batch of sizes() (each tensor one
-  // message between stages): its shape, whether it is in the step's compute
-  // type (the residual stream) or float32 (statistics), and whether a
-  // gradient comes back for it. By default the residual stream [B, S, D].
+  // What enters block `layer` from the one before it, per micro-batch of
+  // sizes() (each tensor one message between stages): its shape, whether it
+  // is in the step's compute type (the residual stream) or float32
+  // (statistics), and whether a gradient comes back for it. By default the
+  // residual stream [B, S, D].
   struct StageEdge {
     Shape shape;
     bool compute_type = true;
     bool gradient = true;
   };
-  virtual std::vector<StageEdge> stage_edges() const;
+  virtual std::vector<StageEdge> stage_edges(int layer) const;
   // loss_terms(...).total.
   Tensor loss(const ParamStore& p, const Batch& batch) const { return loss_terms(p, batch).total; }
 

@@ -16,7 +16,7 @@ REMAT_MODELS(REMAT_DECLARE_MODEL)
 #undef REMAT_DECLARE_MODEL
 
 LossTerms Model::loss_terms(const ParamStore& p, const Batch& batch) const {
-  if (staged()) return head_loss(p, layers(p, embed(p, batch), 0, sizes_.L), batch);
+  if (staged()) return head_loss(p, layers(p, embed(p, batch), 0, sizes_.L, batch), batch);
   return {cp::cross_entropy(logits(p, batch), batch.targets, sizes_), {}, {}};
 }
 
@@ -28,14 +28,14 @@ namespace {
 
 Tensor Model::logits(const ParamStore& p, const Batch& batch) const {
   if (!staged()) not_staged("logits");
-  return head_logits(p, layers(p, embed(p, batch), 0, sizes_.L).at(0));
+  return head_logits(p, layers(p, embed(p, batch), 0, sizes_.L, batch).at(0));
 }
 Tensors Model::embed(const ParamStore&, const Batch&) const { not_staged("embed"); }
 Tensors Model::layer(const ParamStore&, int, const Tensors&) const { not_staged("layer"); }
 std::string Model::layer_name(int) const { not_staged("layer_name"); }
 Tensor Model::head_logits(const ParamStore&, const Tensor&) const { not_staged("head_logits"); }
 
-Tensors Model::layers(const ParamStore& p, const Tensors& x, int first, int last) const {
+Tensors Model::layers(const ParamStore& p, const Tensors& x, int first, int last, const Batch&) const {
   Tensors y = x;
   for (int i = first; i < last; ++i)
     y = run_block({i, sizes_.L, layer_name(i)}, y, [this, &p, i](const Tensors& in) { return layer(p, i, in); });
@@ -46,7 +46,7 @@ LossTerms Model::head_loss(const ParamStore& p, const Tensors& x, const Batch& b
   return {cp::cross_entropy(head_logits(p, x.at(0)), batch.targets, sizes_), {}, {}};
 }
 
-std::vector<Model::StageEdge> Model::stage_edges() const { return {{{sizes_.B, sizes_.S, sizes_.D}, true, true}}; }
+std::vector<Model::StageEdge> Model::stage_edges(int) const { return {{{sizes_.B, sizes_.S, sizes_.D}, true, true}}; }
 
 const ModelRegistry& models() {
   static const ModelRegistry registry = [] {
