@@ -190,8 +190,8 @@ Simulation simulate(const Schedule& s, int stages, int micro_batches,
   return sim;
 }
 
-double bubble_formula(int stages, int micro_batches) {
-  return double(stages - 1) / double(micro_batches + stages - 1);
+double bubble_formula(int stages, int micro_batches, bool split_backward) {
+  return double(stages - 1) / double((split_backward ? 3 : 1) * micro_batches + stages - 1);
 }
 
 }  // namespace remat::pipeline

@@ -93,7 +93,9 @@ Simulation simulate(const Schedule& s, int stages, int micro_batches, double for
 Simulation simulate(const Schedule& s, int stages, int micro_batches,
                     const std::function<double(int, const Pass&)>& cost, double transfer = 0);
 
-// 1F1B's bubble by the usual formula: (p - 1) / (M + p - 1).
-double bubble_formula(int stages, int micro_batches);
+// 1F1B's bubble by the usual formula: (p - 1) / (M + p - 1); with the
+// backward split (zb-h1), Qi et al.'s (p - 1) / (3M + p - 1), for F, B and W
+// passes of equal length.
+double bubble_formula(int stages, int micro_batches, bool split_backward = false);
 
 }  // namespace remat::pipeline

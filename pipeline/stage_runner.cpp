@@ -69,7 +69,7 @@ std::vector<std::vector<std::size_t>> stage_parameters(const Model& model, Param
       for (const Model::StageEdge& e : model.stage_edges(layout.begin(v)))
         x.push_back(Tensor::empty(e.shape, e.compute_type ? dtype : DType::f32, "stage_input"));
     }
-    const Tensors y = model.layers(params, x, layout.begin(v), layout.end(v), batch);
+    const Tensors y = model.layers(params, std::move(x), layout.begin(v), layout.end(v), batch);
     if (v == layout.count() - 1) model.head_loss(params, y, batch);
     out[std::size_t(v)].assign(read.begin(), read.end());
   }
@@ -91,7 +91,7 @@ std::vector<std::uint64_t> random_op_cursors(const Model& model, const Batch& ba
   std::vector<std::uint64_t> at{0};
   Tensors x = model.embed(params, batch);
   for (int v = 0; v + 1 < layout.count(); ++v) {
-    x = model.layers(params, x, layout.begin(v), layout.end(v), batch);
+    x = model.layers(params, std::move(x), layout.begin(v), layout.end(v), batch);
     at.push_back(random_ops::cursor());
   }
   return at;
@@ -168,8 +168,7 @@ void StageRunner::forward(int micro_batch, int v) {
       f->inputs.push_back(std::move(slot));
     }
   }
-  const Tensors y = model.layers(params, x, layout_.begin(v), layout_.end(v), batch);
-  x.clear();
+  const Tensors y = model.layers(params, std::move(x), layout_.begin(v), layout_.end(v), batch);
   // The chunk's forward is over: copies in flight end here, not under the next micro-batch.
   if (strategy) strategy->forward_over();
   if (v == layout_.count() - 1) {

@@ -81,9 +81,9 @@ class Encdec final : public Model {
   Tensors embed(const ParamStore& p, const Batch& batch) const override {
     return {embed_tokens(p, cp::rows(batch.tokens, sizes_.cp), "enc.wpe.weight")};
   }
-  Tensors layers(const ParamStore& p, const Tensors& x, int first, int last, const Batch& batch) const override {
+  Tensors layers(const ParamStore& p, Tensors x, int first, int last, const Batch& batch) const override {
     const int Le = half(), L = sizes_.L;
-    Tensors y = x;
+    Tensors y = std::move(x);
     for (int i = first; i < last; ++i) {
       if (i < Le) {
         y = run_block({i, L, layer_name(i)}, y, [this, &p, i](const Tensors& in) { return Tensors{encoder_block(p, i, in[0])}; });

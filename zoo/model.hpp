@@ -60,7 +60,8 @@ class Model {
   // Blocks [first, last) from x, each through run_block: a stage's share.
   // A model with work between two blocks (encdec: the encoder's final norm
   // and the decoder's embedding of the batch's targets) does it here.
-  virtual Tensors layers(const ParamStore& p, const Tensors& x, int first, int last, const Batch& batch) const;
+  // (x by value: a caller that moves it in holds nothing of it while the blocks run.)
+  virtual Tensors layers(const ParamStore& p, Tensors x, int first, int last, const Batch& batch) const;
   // The loss terms of a staged model from its last block's outputs (by
   // default the cross-entropy of head_logits against the targets).
   virtual LossTerms head_loss(const ParamStore& p, const Tensors& x, const Batch& batch) const;

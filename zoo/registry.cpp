@@ -35,8 +35,8 @@ Tensors Model::layer(const ParamStore&, int, const Tensors&) const { not_staged(
 std::string Model::layer_name(int) const { not_staged("layer_name"); }
 Tensor Model::head_logits(const ParamStore&, const Tensor&) const { not_staged("head_logits"); }
 
-Tensors Model::layers(const ParamStore& p, const Tensors& x, int first, int last, const Batch&) const {
-  Tensors y = x;
+Tensors Model::layers(const ParamStore& p, Tensors x, int first, int last, const Batch&) const {
+  Tensors y = std::move(x);
   for (int i = first; i < last; ++i)
     y = run_block({i, sizes_.L, layer_name(i)}, y, [this, &p, i](const Tensors& in) { return layer(p, i, in); });
   return y;

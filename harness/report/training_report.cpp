@@ -58,7 +58,17 @@ int micro_batches_of(const std::vector<std::vector<pipeline::PassTiming>>& stage
   return forwards;
 }
 
-// Under the table, a line per pipelined run: its last step's measured bubble beside 1F1B's formula.
+// The formula a pipelined step's measured bubble stands beside: 1F1B's, or
+// zb-h1's where the step has W passes.
+std::string bubble_formula_text(const std::vector<std::vector<pipeline::PassTiming>>& stages, int M) {
+  bool split = false;
+  for (const auto& stage : stages)
+    for (const auto& p : stage) split = split || p.pass.kind == pipeline::PassKind::weight;
+  return std::string(split ? "(p-1)/(3M+p-1)" : "(p-1)/(M+p-1)") + " = " +
+         fixed(100 * pipeline::bubble_formula(int(stages.size()), M, split), 1) + "%";
+}
+
+// Under the table, a line per pipelined run: its last step's measured bubble beside the schedule's formula.
 std::string pipeline_lines(const std::vector<std::string>& run_files) {
   std::string out;
   for (const auto& path : run_files) {
@@ -67,8 +77,8 @@ std::string pipeline_lines(const std::vector<std::string>& run_files) {
     const int N = int(stages.size()), M = micro_batches_of(stages);
     out += "\n" + path + ": pipelined over " + std::to_string(N) + " stages, " + std::to_string(M) +
            " micro-batches; the last step's bubble (the stages' idle share of its span) measured " +
-           fixed(100 * measured_bubble(stages), 1) + "%, against (p-1)/(M+p-1) = " +
-           fixed(100 * pipeline::bubble_formula(N, M), 1) + "% for passes of equal length\n";
+           fixed(100 * measured_bubble(stages), 1) + "%, against " + bubble_formula_text(stages, M) +
+           " for passes of equal length\n";
   }
   return out;
 }
@@ -130,8 +140,7 @@ std::string write_pipeline_plot(const std::vector<std::string>& run_files, const
     write_file_atomically(out, pipeline_svg(std::filesystem::path(path).filename().string() + ": the last step over " +
                                                 std::to_string(stages.size()) + " stages, " + std::to_string(M) +
                                                 " micro-batches (bubble " + fixed(100 * measured_bubble(stages), 1) +
-                                                "%; (p-1)/(M+p-1) = " +
-                                                fixed(100 * pipeline::bubble_formula(int(stages.size()), M), 1) + "%)",
+                                                "%; " + bubble_formula_text(stages, M) + ")",
                                             stages));
     return out;
   }

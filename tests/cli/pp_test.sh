@@ -159,6 +159,7 @@ PY
 # zb-h1's passes: each stage's 4 forwards, 4 B and 4 W passes (the last stage's W a micro-batch behind its B),
 # drawn as 24 boxes.
 expect_ok "report of a zb-h1 run" "$remat" report zb-run.h5 --svg zb-plots
+grep -q "measured [0-9.]*%, against (p-1)/(3M+p-1) = 7.7%" out.txt || fail "zb-h1's report: $(cat out.txt)"
 py zb-run.h5 zb-plots/pipeline.svg <<'PY' || fail "zb-h1's pipeline/passes or pipeline.svg"
 import sys, h5py, xml.etree.ElementTree as E
 passes = h5py.File(sys.argv[1])["pipeline/passes"][:]
