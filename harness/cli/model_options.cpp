@@ -193,7 +193,7 @@ void add_pipeline_options(CLI::App& cmd, pipeline::PipelineSettings& p, bool for
   cmd.add_option("--pp", p.stages,
                  "Pipeline parallelism over N ranks (start with mpirun -n N): the layers split into N stages, the "
                  "embedding on the first and the head on the last, activations sent forward and their gradients "
-                 "back (docs/scale-out.md; gpt2, llama)")
+                 "back (docs/scale-out.md; gpt2, llama, mixtral, encdec)")
       ->check(whole_number(1, 1 << 10))
       ->capture_default_str();
   if (!for_training)
