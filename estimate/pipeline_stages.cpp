@@ -42,14 +42,19 @@ void count_stage_state(const ParamStore& params, const std::set<std::size_t>& re
   e.optimizer_bytes = tracker.stats(MemoryTracker::default_pool()).live - at;
 }
 
-// The step under the schedule, each pass at its modelled time, each tensor
-// between ranks over the peer link (the largest edge's bytes: they are alike).
+// The step under the schedule, each pass at its modelled time, what crosses
+// between ranks over the peer link (the largest crossing: one micro-batch's
+// tensors at one boundary, one way; they are alike but for the first of
+// encdec's decoder stages, whose crossings carry the encoder's output too).
 void price_schedule(PipelineEstimate& e, const pipeline::Schedule& schedule, const pipeline::Layout& layout, int M,
                     const std::vector<std::map<std::tuple<int, int, int>, double>>& seconds,
                     const pipeline::EdgeShapes& shapes, const DeviceModel& device) {
-  std::int64_t bytes = 0;
+  std::map<std::tuple<int, int, bool>, std::int64_t> crossing;  // (boundary, micro-batch, gradient): its tensors' bytes
   for (const auto& [edge, shape] : shapes)
-    bytes = std::max(bytes, std::int64_t(dtype_size(shape.dtype)) * numel(shape.shape));
+    crossing[{std::get<0>(edge), std::get<1>(edge), std::get<2>(edge)}] +=
+        std::int64_t(dtype_size(shape.dtype)) * numel(shape.shape);
+  std::int64_t bytes = 0;
+  for (const auto& [key, sum] : crossing) bytes = std::max(bytes, sum);
   const double transfer = double(bytes) / (device.device.peer_link * device.link_efficiency);
   const pipeline::Simulation sim = pipeline::simulate(
       schedule, layout.stages, M,

@@ -59,9 +59,14 @@ std::vector<std::vector<std::size_t>> stage_parameters(const Model& model, Param
   const Batch batch{Tensor::empty({z.B, z.S}, DType::i32, "tokens"), Tensor::empty({z.B, z.S}, DType::i32, "targets")};
   const DType dtype = params.tensors().empty() ? DType::f32 : params.tensors().front().dtype();
   std::vector<std::vector<std::size_t>> out(static_cast<std::size_t>(layout.count()));
+  std::set<std::size_t> read;
+  struct Unhook {  // the hook goes with this function, whatever ends it
+    ParamStore& params;
+    ~Unhook() { params.set_access_hook(nullptr); }
+  } unhook{params};
+  params.set_access_hook([&read](std::size_t i) { read.insert(i); });
   for (int v = 0; v < layout.count(); ++v) {
-    std::set<std::size_t> read;
-    params.set_access_hook([&read](std::size_t i) { read.insert(i); });
+    read.clear();
     Tensors x;
     if (v == 0) {
       x = model.embed(params, batch);
@@ -73,7 +78,6 @@ std::vector<std::vector<std::size_t>> stage_parameters(const Model& model, Param
     if (v == layout.count() - 1) model.head_loss(params, y, batch);
     out[std::size_t(v)].assign(read.begin(), read.end());
   }
-  params.set_access_hook(nullptr);
   return out;
 }
 

@@ -41,9 +41,8 @@ struct Layout {
   std::string layers_of(int rank) const;
 };
 // UserError unless `model` at `sizes` runs under --pp: split into stages
-// (Model::staged) and without dropout (its draws are numbered in a step's
-// forward order, which a stage would have to continue). Every command
-// asks before it runs; a StageRunner takes it as given.
+// (Model::staged). Every command asks before it runs; a StageRunner takes it
+// as given.
 void require_stages(const std::string& model, const Sizes& sizes);
 
 // The layout of `layers` under `schedule` over N ranks (validate() first).

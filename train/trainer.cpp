@@ -6,6 +6,7 @@
 #include <cmath>
 #include <filesystem>
 #include <map>
+#include <set>
 
 #include "autodiff/backend.hpp"
 #include "autodiff/elementwise.hpp"
@@ -132,13 +133,24 @@ std::unique_ptr<ParamStore> starting_weights(const TrainConfig& c, bool resuming
 }
 
 // The parameters each of this rank's virtual stages trains, by index (what
-// it reads: pipeline::stage_parameters); under key -1 the rest (other
+// it reads: pipeline::stage_parameters), each in one chunk only, so that each
+// is folded once a micro-batch (and exchanged once with the data-parallel
+// replicas, as predicted): of the chunks here that read it (a tied
+// embedding: encdec's encoder and decoder embeddings), the first, whose
+// backward ends a micro-batch's on this rank. (A later chunk may have added
+// the next micro-batch's part by then: the step's sum is the same, to the
+// rounding a tied parameter's sum has anyway.) Under key -1 the rest (other
 // ranks'), whose gradients here stay zero.
 std::map<int, std::vector<std::size_t>> chunk_parameters(const Model& model, ParamStore& params,
                                                          const pipeline::Layout& layout, int rank) {
   const std::vector<std::vector<std::size_t>> reads = pipeline::stage_parameters(model, params, layout);
   std::map<int, std::vector<std::size_t>> chunks;
-  for (int v = rank; v < layout.count(); v += layout.stages) chunks[v] = reads[std::size_t(v)];
+  std::set<std::size_t> taken;
+  for (int v = rank; v < layout.count(); v += layout.stages) {
+    chunks[v];  // (every chunk has a list, empty or not)
+    for (std::size_t i : reads[std::size_t(v)])
+      if (taken.insert(i).second) chunks[v].push_back(i);
+  }
   std::vector<bool> here(params.names().size(), false);
   for (const auto& [v, chunk] : chunks)
     for (std::size_t i : chunk) here[i] = true;
