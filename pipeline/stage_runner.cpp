@@ -178,6 +178,11 @@ void StageRunner::forward(int micro_batch, int v) {
   if (v == layout_.count() - 1) {
     const LossTerms terms = model.head_loss(params, y, batch);
     losses_[micro_batch] = terms.total.item();
+    if (!shape_only()) {  // (a shape-only run has no values to read)
+      Details& d = details_[micro_batch];
+      for (const auto& [name, t] : terms.parts) d.loss_parts.emplace_back(name, t.item());
+      for (const auto& [name, t] : terms.stats) d.stats.push_back({name, t.shape(), t.to_host_f64()});
+    }
     f->outputs.push_back(terms.total.slot());
   } else {
     const std::vector<Model::StageEdge> out = model.stage_edges(layout_.end(v));
@@ -341,6 +346,7 @@ RankResult run_rank(const StageStep& step, const Schedule& schedule, const Layou
   r.activation_peak = tracker.stats(pool).peak - base;
   r.offload_peak = offload_pool_bytes().peak - base_offload;
   for (const auto& [m, loss] : runner.losses()) r.losses.push_back(loss);
+  for (const auto& [m, d] : runner.details()) r.details.push_back(d);
   r.loss_scale = runner.loss_scale();
   return r;
 }

@@ -11,6 +11,7 @@
 #include "autodiff/backend.hpp"
 #include "autodiff/elementwise.hpp"
 #include "autodiff/memory_tracker.hpp"
+#include "autodiff/shape_only.hpp"
 #include "autodiff/tape.hpp"
 #include "comm/comm.hpp"
 #include "core/error.hpp"
@@ -18,6 +19,7 @@
 #include "pipeline/stage_runner.hpp"
 #include "step/probe.hpp"
 #include "step/step.hpp"
+#include "step/step_scope.hpp"
 #include "strategies/registry.hpp"
 #include "train/run_file.hpp"
 #include "finetune/fine_tuning.hpp"
@@ -159,6 +161,22 @@ std::map<int, std::vector<std::size_t>> chunk_parameters(const Model& model, Par
   return chunks;
 }
 
+// The model's loss parts by name and its statistics by shape, zeros (a
+// shape-only forward): what every rank of a pipeline records, the last
+// stage's values summed into the others' zeros over the pipeline.
+StepRecord loss_details_layout(const Model& model, const ParamStore& params) {
+  ShapeOnlyScope shape_only;
+  NoGradScope no_grad;
+  const StepScope scope(0, 0);  // its own counts and random state, given back after
+  const Sizes& z = model.sizes();
+  const Batch batch{Tensor::empty({z.B, z.S}, DType::i32, "tokens"), Tensor::empty({z.B, z.S}, DType::i32, "targets")};
+  const LossTerms terms = model.loss_terms(params, batch);
+  StepRecord r;
+  for (const auto& [name, t] : terms.parts) r.loss_parts.emplace_back(name, 0.0);
+  for (const auto& [name, t] : terms.stats) r.stats.push_back({name, t.shape(), std::vector<double>(std::size_t(numel(t.shape())), 0.0)});
+  return r;
+}
+
 }  // namespace
 
 struct Trainer::Pipeline {
@@ -166,12 +184,14 @@ struct Trainer::Pipeline {
       : schedule(pipeline::parse_schedule(c.pipe.schedule)),
         layout(pipeline::make_layout(schedule, c.setup.sizes.L, c.pipe.stages, c.pipe.stage_layers)),
         link(pipeline::mpi_link(layout, c.accumulate)),
-        chunks(chunk_parameters(model, params, layout, comm::rank(comm::Group::tensor))) {}
+        chunks(chunk_parameters(model, params, layout, comm::rank(comm::Group::tensor))),
+        details(loss_details_layout(model, params)) {}
   bool interleaved() const { return schedule.virtual_stages > 1; }
   pipeline::Schedule schedule;
   pipeline::Layout layout;
   std::unique_ptr<pipeline::StageLink> link;
   std::map<int, std::vector<std::size_t>> chunks;  // chunk_parameters: what each virtual stage here trains
+  StepRecord details;                               // the loss parts and statistics a step records, zeros
 };
 
 Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(config) {
@@ -385,11 +405,20 @@ StepRecord Trainer::forward_backward_pipelined(double loss_scale) {
   const pipeline::RankResult mine = pipeline::run_rank(step, pipeline_->schedule, layout, rank, *pipeline_->link);
   state_.pipeline_passes = gather_passes(mine.passes);
   const std::int64_t pass_values = std::int64_t(mine.passes.size()) * pipeline::PassTiming::kFields;
-  StepRecord r;
+  // The loss parts and statistics: the last stage's, summed over its micro-batches, to every stage.
+  StepRecord r = pipeline_->details;
+  for (const auto& d : mine.details) {
+    StepResult s;
+    s.loss_parts = d.loss_parts;
+    s.stats = d.stats;
+    add_parts(r, s);
+  }
+  if (P > 1) sum_parts_over_ranks(r, comm::Group::tensor);
   r.loss_scale = loss_scale;
   r.activation_peak = mine.activation_peak;
   r.predicted_comm_bytes += pipeline::edge_bytes(layout, rank, reduce.accumulate(), *model_, config_.run.precision) +
-                            2 * 8 * pass_values * (P - 1);  // and the passes' timings, to every stage
+                            2 * 8 * pass_values * (P - 1) +  // and the passes' timings, to every stage
+                            parts_exchange_bytes(r, P);
   state_.data_position += std::uint64_t(M);
   r.loss = reduce.finish();
   return r;

@@ -103,6 +103,16 @@ X=(train --model mixtral --preset tiny --layers 4 --data copy --lr 3e-3 --strate
 expect_ok "train mixtral, one process" "$remat" "${X[@]}" --out one-moe.h5
 expect_ok "train mixtral --pp 2 zb-h1" "${mpi[@]}" "$remat" "${X[@]}" --pp 2 --pp-schedule zb-h1 --out pp-moe.h5
 same_run one-moe.h5 pp-moe.h5 || fail "train mixtral --pp 2 --pp-schedule zb-h1 is not one process's run"
+# Its loss parts and expert loads, which the last stage computes, recorded as one process records them.
+py one-moe.h5 pp-moe.h5 <<'PY' || fail "train mixtral --pp 2: loss parts, statistics or communication"
+import sys, h5py, numpy as np
+a, b = (h5py.File(f)["history"] for f in sys.argv[1:3])
+for group in ("loss_parts", "stats"):
+    assert sorted(a[group]) == sorted(b[group]) and a[group], (group, list(a[group]), list(b[group]))
+    for k in a[group]:
+        assert np.array_equal(a[group][k][:], b[group][k][:]), (group, k)
+assert (b["comm_bytes"][:] == b["predicted_comm_bytes"][:]).all()
+PY
 # encdec interleaved: the encoder's final norm and the decoder's embedding run on a middle chunk (its gradient
 # round folds what that chunk reads), and one rank's two chunks read the tied embedding (folded once a
 # micro-batch, exchanged once with the other pipeline as predicted); its three parts summed over the ranks, so
