@@ -16,6 +16,10 @@ Tensor rows(const Tensor& t, std::int64_t first, std::int64_t count, const char*
 
 }  // namespace
 
+Batch empty_batch(std::int64_t B, std::int64_t S) {
+  return {Tensor::empty({B, S}, DType::i32, "tokens"), Tensor::empty({B, S}, DType::i32, "targets")};
+}
+
 std::vector<Batch> micro_batches_from(const Batch& first, int count, std::int64_t V, std::uint64_t seed) {
   std::vector<Batch> out = {first};
   for (int m = 1; m < count; ++m)

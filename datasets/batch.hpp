@@ -16,6 +16,10 @@ struct Batch {
 // every backend and thread count.
 Batch random_batch(std::int64_t B, std::int64_t S, std::int64_t V, std::uint64_t seed);
 
+// Tokens and targets [B, S] made but not filled: what a shape-only run reads
+// (autodiff/shape_only.hpp), where only the shapes matter.
+Batch empty_batch(std::int64_t B, std::int64_t S);
+
 // A step's `count` micro-batches: `first`, then random ones of its shape
 // with tokens in [0, V) (seeds seed + 1, seed + 2, ...).
 std::vector<Batch> micro_batches_from(const Batch& first, int count, std::int64_t V, std::uint64_t seed);

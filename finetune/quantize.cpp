@@ -74,7 +74,7 @@ std::vector<std::string> linear_weight_names(const ModelSetup& setup) {
   z.S = std::min(z.S, 8);  // which weights a forward reads does not depend on its length
   const auto model = models().find(setup.model).make(z);
   const ParamStore params(model->params(), DType::f32);
-  const Batch batch{Tensor::empty({z.B, z.S}, DType::i32, "tokens"), Tensor::empty({z.B, z.S}, DType::i32, "targets")};
+  const Batch batch = empty_batch(z.B, z.S);
   return linear_only(params, *model, batch);
 }
 

@@ -56,7 +56,7 @@ std::vector<std::vector<std::size_t>> stage_parameters(const Model& model, Param
   NoGradScope no_grad;
   const StepScope scope(0, 0);  // its own counts and random state, given back after
   const Sizes& z = model.sizes();
-  const Batch batch{Tensor::empty({z.B, z.S}, DType::i32, "tokens"), Tensor::empty({z.B, z.S}, DType::i32, "targets")};
+  const Batch batch = empty_batch(z.B, z.S);
   const DType dtype = params.tensors().empty() ? DType::f32 : params.tensors().front().dtype();
   std::vector<std::vector<std::size_t>> out(static_cast<std::size_t>(layout.count()));
   std::set<std::size_t> read;

@@ -169,7 +169,7 @@ StepRecord loss_details_layout(const Model& model, const ParamStore& params) {
   NoGradScope no_grad;
   const StepScope scope(0, 0);  // its own counts and random state, given back after
   const Sizes& z = model.sizes();
-  const Batch batch{Tensor::empty({z.B, z.S}, DType::i32, "tokens"), Tensor::empty({z.B, z.S}, DType::i32, "targets")};
+  const Batch batch = empty_batch(z.B, z.S);
   const LossTerms terms = model.loss_terms(params, batch);
   StepRecord r;
   for (const auto& [name, t] : terms.parts) r.loss_parts.emplace_back(name, 0.0);
