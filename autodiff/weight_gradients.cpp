@@ -65,10 +65,8 @@ void DeferredWeightGradients::take(std::unique_ptr<Node> n) {
       }
       s = b;
     }
-    if (BackwardContext::reached(*n)) {
-      BackwardContext ctx(*n);
-      n->backward(ctx);
-    }
+    BackwardContext ctx(*n);  // (reached: checked above)
+    n->backward(ctx);
     free_output_grads(*n);
   }
   items_.push_back(std::move(item));

@@ -178,11 +178,7 @@ void StageRunner::forward(int micro_batch, int v) {
   if (v == layout_.count() - 1) {
     const LossTerms terms = model.head_loss(params, y, batch);
     losses_[micro_batch] = terms.total.item();
-    if (!shape_only()) {  // (a shape-only run has no values to read)
-      Details& d = details_[micro_batch];
-      for (const auto& [name, t] : terms.parts) d.loss_parts.emplace_back(name, t.item());
-      for (const auto& [name, t] : terms.stats) d.stats.push_back({name, t.shape(), t.to_host_f64()});
-    }
+    if (!shape_only()) record_loss_details(terms, details_[micro_batch]);  // (a shape-only run has no values)
     f->outputs.push_back(terms.total.slot());
   } else {
     const std::vector<Model::StageEdge> out = model.stage_edges(layout_.end(v));

@@ -133,12 +133,8 @@ class StageRunner {
   // Of the last virtual stage: each micro-batch's loss, in order (empty elsewhere).
   const std::map<int, double>& losses() const { return losses_; }
   // Of the last virtual stage: each micro-batch's loss parts and statistics
-  // (mixtral: ce, aux, expert_load), as a step records them.
-  struct Details {
-    std::vector<std::pair<std::string, double>> loss_parts;
-    std::vector<Statistic> stats;
-  };
-  const std::map<int, Details>& details() const { return details_; }
+  // (mixtral: ce, aux, expert_load), as a step records them (those alone).
+  const std::map<int, StepResult>& details() const { return details_; }
   // The step's clock now, and when the last pass had its inputs: its
   // start, or when what it received arrived.
   double now() const;
@@ -174,7 +170,7 @@ class StageRunner {
   double loss_scale_ = 1;
   std::map<std::pair<int, int>, std::unique_ptr<InFlight>> in_flight_;  // (micro-batch, virtual stage)
   std::map<int, double> losses_;
-  std::map<int, Details> details_;
+  std::map<int, StepResult> details_;
   double ready_ = 0;
   std::vector<std::uint64_t> cursors_;  // with dropout: each virtual stage's first random op id in one process
   Tensor receive(const Edge& e);  // through the link, noting when it arrived
@@ -207,7 +203,7 @@ struct PassTiming {
 // caller zeroes the gradients.
 struct RankResult {
   std::vector<double> losses;  // the last virtual stage's rank: each micro-batch's, in order
-  std::vector<StageRunner::Details> details;  // and their loss parts and statistics
+  std::vector<StepResult> details;  // and their loss parts and statistics
   std::int64_t activation_peak = 0;
   std::int64_t offload_peak = 0;
   double loss_scale = 1;

@@ -20,6 +20,11 @@
 
 namespace remat {
 
+void record_loss_details(const LossTerms& terms, StepResult& r) {
+  for (const auto& [name, t] : terms.parts) r.loss_parts.emplace_back(name, t.item());
+  for (const auto& [name, t] : terms.stats) r.stats.push_back({name, t.shape(), t.to_host_f64()});
+}
+
 namespace {
 
 // The step itself, into r's loss, parts and statistics; the caller has
@@ -40,8 +45,7 @@ void run_forward_backward(const Model& model, const ParamStore& params, const Ba
     }
   }
   r.loss = terms.total.item();
-  for (const auto& [name, t] : terms.parts) r.loss_parts.emplace_back(name, t.item());
-  for (const auto& [name, t] : terms.stats) r.stats.push_back({name, t.shape(), t.to_host_f64()});
+  record_loss_details(terms, r);
   // Backward needs only the total: the parts and statistics go now, not at its end.
   const Tensor loss = terms.total;
   terms = LossTerms{};

@@ -116,6 +116,9 @@ void require_finite_result(double loss, const ParamStore& params);
 void sum_gradients_over_ranks(const ParamStore& params, comm::Group group);
 
 // The step without measurement; returns the loss.
+// A loss's parts and statistics as values, into r (what a step records of them).
+void record_loss_details(const LossTerms& terms, StepResult& r);
+
 double forward_backward(const Model& model, const ParamStore& params, const Batch& batch,
                         const StepOptions& options = {});
 

@@ -407,12 +407,7 @@ StepRecord Trainer::forward_backward_pipelined(double loss_scale) {
   const std::int64_t pass_values = std::int64_t(mine.passes.size()) * pipeline::PassTiming::kFields;
   // The loss parts and statistics: the last stage's, summed over its micro-batches, to every stage.
   StepRecord r = pipeline_->details;
-  for (const auto& d : mine.details) {
-    StepResult s;
-    s.loss_parts = d.loss_parts;
-    s.stats = d.stats;
-    add_parts(r, s);
-  }
+  for (const StepResult& d : mine.details) add_parts(r, d);
   if (P > 1) sum_parts_over_ranks(r, comm::Group::tensor);
   r.loss_scale = loss_scale;
   r.activation_peak = mine.activation_peak;
