@@ -126,7 +126,7 @@ void judge(LayoutVerdict& v, std::int64_t offload, const Device& device) {
 // weight copy, is not multiplied). Then the data-parallel exchange.
 void cost_layout(const LayoutRequest& r, const ModelSetup& setup, TrainingLayout layout, std::vector<LayoutVerdict>& out) {
   const Device& device = r.point.device;
-  const bool interleaved = layout.schedule.rfind("interleaved", 0) == 0;
+  const bool interleaved = pipeline::parse_schedule(layout.schedule).virtual_stages > 1;
   const int M = layout.micro_batches, M1 = std::min(M, interleaved ? 2 * layout.pp : layout.pp),
             M2 = M1 + (interleaved ? layout.pp : 2);
   const auto first = stage_estimates(r, setup, layout, M1);
