@@ -110,8 +110,9 @@ QuantFormat parse_quant_format(const std::string& name) {
   throw UserError("unknown quantization '" + name + "' (nf4, int8, none)");
 }
 
-QuantLayout quant_layout(QuantFormat f, std::int64_t numel) {
+QuantLayout quant_layout(QuantFormat f, std::int64_t numel, std::int64_t scale_blocks) {
   const std::int64_t blocks = numel / kQuantBlock;
+  if (scale_blocks == 0) scale_blocks = blocks;
   QuantLayout l;
   if (f == QuantFormat::int8) {
     l.absmax = aligned4(numel);
@@ -119,7 +120,7 @@ QuantLayout quant_layout(QuantFormat f, std::int64_t numel) {
   } else if (f == QuantFormat::nf4) {
     l.absmax = aligned4(numel / 2);
     l.scales = aligned4(l.absmax + blocks);
-    l.offset = l.scales + 4 * ((blocks + kScaleBlock - 1) / kScaleBlock);
+    l.offset = l.scales + 4 * ((scale_blocks + kScaleBlock - 1) / kScaleBlock);
     l.total = l.offset + 4;
   }
   return l;
@@ -146,16 +147,79 @@ QuantizedWeight quantize(const Tensor& weight, QuantFormat f) {
                                 std::to_string(kQuantBlock));
   if (!shape_only()) return quantized_from_bytes(f, weight.shape(), quantize_values(weight.to_host_f32(), f));
   MemoryTracker::instance().pool_for_label(kQuantLabel, kQuantPool);
-  return {f, weight.shape(), Tensor::empty({quant_layout(f, weight.numel()).total}, DType::u8, kQuantLabel)};
+  return {f, weight.shape(), Tensor::empty({quant_layout(f, weight.numel()).total}, DType::u8, kQuantLabel), {}};
 }
 
-QuantizedWeight quantized_from_bytes(QuantFormat f, const Shape& shape, const std::vector<std::uint8_t>& bytes) {
-  const std::int64_t total = quant_layout(f, numel(shape)).total;
+QuantizedWeight quantized_from_bytes(QuantFormat f, const Shape& shape, const std::vector<std::uint8_t>& bytes,
+                                     const QuantBlocks& where) {
+  const std::int64_t total = quant_layout(f, numel(shape), where.whole).total;
   if (std::int64_t(bytes.size()) != total)
     throw std::invalid_argument("quantized_from_bytes: " + std::to_string(bytes.size()) + " bytes, expected " +
                                 std::to_string(total));
   MemoryTracker::instance().pool_for_label(kQuantLabel, kQuantPool);
-  return {f, shape, Tensor::from_host(bytes, {total}, kQuantLabel)};
+  return {f, shape, Tensor::from_host(bytes, {total}, kQuantLabel), where};
+}
+
+namespace {
+
+// Bytes of one block's codes and of its absmax, in format f.
+std::int64_t code_bytes(QuantFormat f) { return f == QuantFormat::nf4 ? kQuantBlock / 2 : kQuantBlock; }
+std::int64_t absmax_bytes(QuantFormat f) { return f == QuantFormat::nf4 ? 1 : 4; }
+
+// Copies each block of a part between the part's bytes and its whole's
+// (to_whole: the part's into the whole's), with the second-level scales and mean.
+void copy_blocks(QuantFormat f, const QuantBlocks& where, std::int64_t part_blocks, std::uint8_t* part,
+                 std::uint8_t* whole, bool to_whole) {
+  const QuantLayout pl = quant_layout(f, part_blocks * kQuantBlock, where.whole);
+  const QuantLayout wl = quant_layout(f, where.whole * kQuantBlock);
+  const auto copy = [to_whole](std::uint8_t* p, std::uint8_t* w, std::int64_t n) {
+    to_whole ? std::memcpy(w, p, std::size_t(n)) : std::memcpy(p, w, std::size_t(n));
+  };
+  const std::int64_t c = code_bytes(f), a = absmax_bytes(f);
+  for (std::int64_t b = 0; b < part_blocks; ++b) {
+    const std::int64_t w = where.of(b);
+    copy(part + pl.codes + b * c, whole + wl.codes + w * c, c);
+    copy(part + pl.absmax + b * a, whole + wl.absmax + w * a, a);
+  }
+  copy(part + pl.scales, whole + wl.scales, pl.total - pl.scales);  // nf4's scales and mean (int8: nothing)
+}
+
+void require_part(QuantFormat f, const Shape& shape, const QuantBlocks& where) {
+  const std::int64_t n = numel(shape);
+  if (f == QuantFormat::none || n == 0 || n % kQuantBlock != 0 || !where.part() || where.run < 1 ||
+      (n / kQuantBlock) % where.run != 0 || where.of(n / kQuantBlock - 1) >= where.whole)
+    throw std::invalid_argument("quantized_part: " + std::to_string(n) + " values are not whole runs of blocks of " +
+                                std::to_string(where.whole) + " blocks");
+}
+
+}  // namespace
+
+QuantizedWeight quantized_part(QuantFormat f, const std::vector<std::uint8_t>& whole_bytes, const Shape& shape,
+                               const QuantBlocks& where) {
+  require_part(f, shape, where);
+  const std::int64_t total = quant_layout(f, numel(shape), where.whole).total;
+  MemoryTracker::instance().pool_for_label(kQuantLabel, kQuantPool);
+  if (whole_bytes.empty()) {
+    if (!shape_only()) throw std::invalid_argument("quantized_part: no whole bytes to cut from");
+    return {f, shape, Tensor::empty({total}, DType::u8, kQuantLabel), where};
+  }
+  if (std::int64_t(whole_bytes.size()) != quant_layout(f, where.whole * kQuantBlock).total)
+    throw std::invalid_argument("quantized_part: " + std::to_string(whole_bytes.size()) + " bytes are not " +
+                                std::to_string(where.whole) + " blocks' in " + quant_format_name(f));
+  std::vector<std::uint8_t> part(std::size_t(total), 0);
+  std::vector<std::uint8_t> whole = whole_bytes;  // (read only: copy_blocks takes both ways)
+  copy_blocks(f, where, numel(shape) / kQuantBlock, part.data(), whole.data(), /*to_whole=*/false);
+  return {f, shape, Tensor::from_host(part, {total}, kQuantLabel), where};
+}
+
+void place_part(QuantFormat f, const std::vector<std::uint8_t>& part, const Shape& shape, const QuantBlocks& where,
+                std::vector<std::uint8_t>& whole_bytes) {
+  require_part(f, shape, where);
+  if (std::int64_t(part.size()) != quant_layout(f, numel(shape), where.whole).total ||
+      std::int64_t(whole_bytes.size()) != quant_layout(f, where.whole * kQuantBlock).total)
+    throw std::invalid_argument("place_part: the part's or the whole's bytes are not their layout's");
+  std::vector<std::uint8_t> mine = part;  // (read only: copy_blocks takes both ways)
+  copy_blocks(f, where, numel(shape) / kQuantBlock, mine.data(), whole_bytes.data(), /*to_whole=*/true);
 }
 
 double dequantize_flops(const QuantizedWeight& q) {
@@ -166,7 +230,8 @@ double dequantize_flops(const QuantizedWeight& q) {
 template <class T>
 void dequantize(const QuantizedWeight& q, T* out) {
   const std::uint8_t* b = q.bytes.data<std::uint8_t>();
-  const QuantLayout l = quant_layout(q.format, q.numel());
+  const QuantLayout l = q.layout();
+  const QuantBlocks where = q.blocks;
   const std::int64_t blocks = q.numel() / kQuantBlock;
   if (q.format == QuantFormat::int8) {
     backend::for_each("dequantize_int8", blocks, KOKKOS_LAMBDA(std::int64_t blk) {
@@ -180,7 +245,8 @@ void dequantize(const QuantizedWeight& q, T* out) {
     // The block's absmax back from 8 bits: code * (scale / 127) + mean. The
     // product is exact in double, so the one rounding to float32 is the
     // same whether or not a compiler fuses the multiply and add.
-    const float step = reinterpret_cast<const float*>(b + l.scales)[blk / kScaleBlock] / 127.0f;
+    // (A part's block takes its whole weight's block's scale.)
+    const float step = reinterpret_cast<const float*>(b + l.scales)[where.of(blk) / kScaleBlock] / 127.0f;
     const float mean = reinterpret_cast<const float*>(b + l.offset)[0];
     const float absmax = float(double(std::int8_t(b[l.absmax + blk])) * double(step) + double(mean));
     // The block's 16 values, each level * absmax in float32 rounded once to

@@ -7,6 +7,7 @@
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "finetune/freeze.hpp"
+#include "zoo/tensor_parallel.hpp"
 
 namespace remat {
 
@@ -36,6 +37,21 @@ std::vector<std::string> frozen_linear_weights(const ParamStore& params, const M
   return out;
 }
 
+// Weight `name` quantized: under tensor parallelism, a split weight's part
+// is cut from the whole weight quantized (gathered from the group's ranks),
+// so that every rank dequantizes one process's values.
+void quantize_part(ParamStore& params, const std::string& name, const RankGroup& g, QuantFormat format) {
+  const std::size_t i = params.index_of(name);
+  const ParamSpec& spec = params.specs()[i];
+  const Shape whole = tp::whole_shape(spec, g.size);
+  const QuantBlocks where = tp::quant_blocks(spec, whole, g);
+  if (!where.part()) return params.quantize(name, format);
+  const std::vector<float> values = tp::whole_values(params.tensors()[i], spec, g);
+  params.set_quantized(name, quantized_part(format, values.empty() ? std::vector<std::uint8_t>()
+                                                                   : quantize_values(values, format),
+                                            spec.shape, where));
+}
+
 }  // namespace
 
 void require_whole_blocks(const std::string& name, const Shape& shape, QuantFormat format) {
@@ -56,11 +72,15 @@ std::string quantize_frozen(ParamStore& params, const Model& model, const Batch&
   const std::vector<std::string> names = frozen_linear_weights(params, model, batch);
   if (names.empty() && params.any_quantized()) return "";  // a quantized weight file's, and nothing more
   if (names.empty()) throw UserError(flag + ": no frozen weight is a linear layer's: nothing to quantize");
-  for (const auto& name : names) require_whole_blocks(name, params.specs()[params.index_of(name)].shape, format);
+  for (const auto& name : names) {  // every refusal before anything is quantized
+    const ParamSpec& spec = params.specs()[params.index_of(name)];
+    require_whole_blocks(name, tp::whole_shape(spec, model.sizes().tp.size), format);
+    tp::quant_blocks(spec, tp::whole_shape(spec, model.sizes().tp.size), model.sizes().tp);
+  }
   std::int64_t before = 0, after = 0;
   for (const auto& name : names) {
     before += std::int64_t(params.tensors()[params.index_of(name)].nbytes());
-    params.quantize(name, format);
+    quantize_part(params, name, model.sizes().tp, format);
     after += std::int64_t(params.tensors()[params.index_of(name)].nbytes());
   }
   return "quantized (" + std::string(quant_format_name(format)) + "): " + std::to_string(names.size()) +

@@ -104,9 +104,6 @@ std::vector<ModelSetup> estimate_points(const EstimateRequest& r) {
   if (r.shard_params && r.ranks < 2) throw UserError("--shard-params shards across ranks: give --ranks 2 or more");
   if (r.finetune.applies() && r.shard_params)
     throw UserError("--freeze, --lora or --quantize with --shard-params: not yet");
-  if ((r.base.sizes.tp.split() || r.base.sizes.ep.split()) && r.finetune.quantize != QuantFormat::none)
-    throw UserError(std::string(split_flag(r.base.sizes.ep.size)) +
-                    " with --quantize: not yet (--freeze and, under --tp, --lora split with the parameters)");
   if (r.base.sizes.ep.split() && r.finetune.lora.any()) throw UserError("--ep with --lora: not yet");
   if (r.shard_params && models().find(r.base.model).reversible)
     throw UserError("--shard-params: " + r.base.model + "'s reversible blocks rebuild their inputs in backward, which "

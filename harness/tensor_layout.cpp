@@ -142,7 +142,6 @@ void take_rank_parts(const ModelSetup& setup, std::unique_ptr<ParamStore>& param
   const char* flag = split_flag(setup.sizes.ep.size);
   if ((setup.sizes.ep.split() && !params->adapted().empty()) || params->tensors().size() != params->specs().size())
     throw UserError(std::string(flag) + " with --lora: not yet");
-  if (params->any_quantized()) throw UserError(std::string(flag) + " with quantized weights: not yet");
   // Adapters a file brought (a golden saved under --lora) split with their weights.
   params = lora_part_of(*params, models().find(setup.model).make(setup.sizes)->params(), setup.sizes.tp);
 }

@@ -71,8 +71,8 @@ bool apply_pipeline_layout(int stages, bool other_split);
 void apply_pipeline_step_layout(const ModelSetup& setup, const pipeline::PipelineSettings& pipe);
 
 // The whole model's `params` replaced by this rank's parts under `setup`'s
-// split (--tp, --ep; nothing under --cp alone), adapters included; UserError
-// for quantized weights.
+// split (--tp, --ep; nothing under --cp alone), adapters and quantized
+// weights included.
 void take_rank_parts(const ModelSetup& setup, std::unique_ptr<ParamStore>& params);
 
 }  // namespace remat

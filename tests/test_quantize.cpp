@@ -15,13 +15,14 @@
 #include "harness/check.hpp"
 #include "helpers.hpp"
 #include "strategies/registry.hpp"
+#include "zoo/tensor_parallel.hpp"
 
 using namespace remat;
 
 namespace {
 
 std::vector<float> dequantized_values(const std::vector<float>& w, QuantFormat f) {
-  const QuantizedWeight q{f, {std::int64_t(w.size())}, Tensor::from_host(quantize_values(w, f), {quant_layout(f, std::int64_t(w.size())).total})};
+  const QuantizedWeight q{f, {std::int64_t(w.size())}, Tensor::from_host(quantize_values(w, f), {quant_layout(f, std::int64_t(w.size())).total}), {}};
   return dequantized(q, "test").to_host_f32();
 }
 
@@ -117,7 +118,7 @@ TEST_CASE("nf4 and int8: the error stays within half a step of each block's grid
 TEST_CASE("dequantizing into 16 bits rounds the float32 values once", "[quantize]") {
   const auto w = normal_values(64 * 8, 4);
   const auto bytes = quantize_values(w, QuantFormat::nf4);
-  const QuantizedWeight q{QuantFormat::nf4, {8, 64}, Tensor::from_host(bytes, {std::int64_t(bytes.size())})};
+  const QuantizedWeight q{QuantFormat::nf4, {8, 64}, Tensor::from_host(bytes, {std::int64_t(bytes.size())}), {}};
   const auto f32 = dequantized(q, "test").to_host_f32();
   Tensor h = Tensor::empty({8, 64}, DType::bf16);
   dequantize(q, h.data<bf16>());
@@ -185,6 +186,47 @@ TEST_CASE("under nf4 and int8 every strategy is bitwise full, dequantizing again
       CHECK(reference.recompute_dequantize_seconds == 0);
     }
   }
+}
+
+TEST_CASE("a tensor-parallel part of a quantized weight dequantizes to the whole's values at its places",
+          "[quantize][tp]") {
+  // A column-parallel weight of three row blocks (q, k, v) and a row-parallel
+  // one, each over 2 and 4 ranks, nf4 (its second-level scales span parts)
+  // and int8; every rank's bytes placed back give the whole's bytes.
+  const std::int64_t out = 3 * 256, in = 128;
+  for (const QuantFormat f : {QuantFormat::nf4, QuantFormat::int8})
+    for (const int ranks : {2, 4})
+      for (const bool column : {true, false}) {
+        const Shape whole = column ? Shape{out, in} : Shape{in, out};
+        const std::vector<float> w = normal_values(std::size_t(out * in), 7);
+        const std::vector<std::uint8_t> bytes = quantize_values(w, f);
+        const QuantizedWeight q = quantized_from_bytes(f, whole, bytes);
+        const std::vector<float> values = dequantized(q, "test").to_host_f32();
+        const std::vector<double> whole_values(values.begin(), values.end());
+        std::vector<std::uint8_t> placed(bytes.size(), 0);
+        for (int r = 0; r < ranks; ++r) {
+          const RankGroup g = RankGroup::tensor(ranks, r);
+          std::vector<ParamSpec> specs;
+          if (column)
+            tp::append_column(specs, "w", out, in, g, Init::normal, /*bias=*/false, /*blocks=*/3);
+          else
+            tp::append_row(specs, "w", in, out, g, Init::normal, /*bias=*/false);
+          const ParamSpec& spec = specs.front();
+          const QuantizedWeight part = tp::quantized_part_of(q, spec, g);
+          REQUIRE(part.shape == spec.shape);
+          REQUIRE(part.bytes.nbytes() == std::size_t(quant_layout(f, numel(spec.shape), numel(whole) / kQuantBlock).total));
+          const std::vector<float> mine = dequantized(part, "test").to_host_f32();
+          const std::vector<double> expected = tp::part_values(whole_values, spec, whole, g);
+          for (std::size_t i = 0; i < mine.size(); ++i) REQUIRE(double(mine[i]) == expected[i]);
+          place_part(f, part.bytes.to_host<std::uint8_t>(), spec.shape, part.blocks, placed);
+        }
+        REQUIRE(placed == bytes);
+      }
+  // A split that leaves runs of other than whole blocks is refused in one line.
+  std::vector<ParamSpec> specs;
+  tp::append_row(specs, "h.0.mlp.w2", 64, 96, RankGroup::tensor(2, 0), Init::normal, false);
+  REQUIRE_THROWS_WITH(tp::quant_blocks(specs.front(), {64, 96}, RankGroup::tensor(2, 0)),
+                      Catch::Matchers::Contains("runs of 48 values, not whole blocks of 64"));
 }
 
 TEST_CASE("a dequantization's FLOPs: int8 a multiply a weight and a division a block, nf4 19 a block",

@@ -387,10 +387,10 @@ RankMemory GradientReduction::memory(const Optimizer& optimizer) const {
   RankMemory m;
   for (const auto& name : optimizer.state_names())
     for (const Tensor& t : optimizer.state(name))
-      if (t.defined()) m.optimizer += std::int64_t(t.nbytes());
-  m.parameters = params_.bytes();
+      if (t.defined()) m.optimizer += std::int64_t(MemoryTracker::counted_bytes(t.nbytes()));
+  m.parameters = params_.bytes();  // (as allocated, as the estimate's tracker counts them)
   for (const Tensor& t : params_.tensors())
-    if (t.grad().defined()) m.gradients += std::int64_t(t.grad().nbytes());
+    if (t.grad().defined()) m.gradients += std::int64_t(MemoryTracker::counted_bytes(t.grad().nbytes()));
   return m;
 }
 

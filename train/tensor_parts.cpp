@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 
 #include "autodiff/elementwise.hpp"
@@ -27,13 +28,58 @@ Tensor whole_of(const Tensor& part, const ParamSpec& spec, const Shape& whole, i
 
 namespace {
 
+// Every rank's `mine` of group g, one after the other (each as many).
+std::vector<double> gathered(const std::vector<double>& mine, comm::Group g) {
+  std::vector<double> all(mine.size() * std::size_t(comm::size(g)));
+  comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data(), g);
+  return all;
+}
+
 // Every rank's of the expert group: its values of `t` (zeros where this
 // rank does not hold it).
 std::vector<double> from_every_rank(const Tensor* t, std::int64_t n) {
-  const std::vector<double> mine = t ? t->to_host_f64() : std::vector<double>(std::size_t(n), 0.0);
-  std::vector<double> all(mine.size() * std::size_t(comm::size(comm::Group::expert)));
-  comm::gather_all(mine.data(), n, all.data(), comm::Group::expert);
-  return all;
+  return gathered(t ? t->to_host_f64() : std::vector<double>(std::size_t(n), 0.0), comm::Group::expert);
+}
+
+// A quantized weight's bytes as doubles (exactly), to travel with the
+// gathers, and back.
+std::vector<double> bytes_as_doubles(const QuantizedWeight& q) {
+  const std::vector<std::uint8_t> b = q.bytes.to_host<std::uint8_t>();
+  return {b.begin(), b.end()};
+}
+std::vector<std::uint8_t> doubles_as_bytes(const std::vector<double>& v, std::int64_t at, std::int64_t n) {
+  std::vector<std::uint8_t> b(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) b[std::size_t(i)] = std::uint8_t(v[std::size_t(at + i)]);
+  return b;
+}
+
+// Under tensor parallelism: the whole quantized weight of `part`, this
+// rank's, from every rank's (a collective); a weight held whole as it is.
+QuantizedWeight whole_quantized(const QuantizedWeight& part, const ParamSpec& spec, const Shape& whole, int ranks) {
+  if (!part.blocks.part()) return part;
+  const std::vector<double> all = gathered(bytes_as_doubles(part), comm::Group::tensor);
+  const std::int64_t n = part.bytes.numel();
+  std::vector<std::uint8_t> bytes(std::size_t(quant_layout(part.format, numel(whole)).total), 0);
+  for (int r = 0; r < ranks; ++r)
+    place_part(part.format, doubles_as_bytes(all, r * n, n), spec.shape,
+               tp::quant_blocks(spec, whole, RankGroup::tensor(ranks, r)), bytes);
+  return quantized_from_bytes(part.format, whole, bytes);
+}
+
+// Under expert parallelism: parameter `name`'s quantized weight (`spec`, a
+// tensor part of it) from the rank holding it (an expert's) or rank 0 (one
+// every rank holds alike); nothing where it is kept in floats (a collective).
+std::optional<QuantizedWeight> quantized_over_experts(const std::string& name, int owner, const ParamStore& parts,
+                                                      const ParamSpec& spec, const RankGroup& tp) {
+  const QuantizedWeight* mine = parts.has(name) ? parts.quantized(name) : nullptr;
+  const int from = std::max(owner, 0);
+  const auto format = QuantFormat(int(gathered({mine ? double(int(mine->format)) : 0.0}, comm::Group::expert)[from]));
+  if (format == QuantFormat::none) return std::nullopt;
+  const QuantBlocks where = tp::quant_blocks(spec, tp::whole_shape(spec, tp.size), tp);
+  const std::int64_t n = quant_layout(format, numel(spec.shape), where.whole).total;
+  const std::vector<double> all =
+      gathered(mine ? bytes_as_doubles(*mine) : std::vector<double>(std::size_t(n), 0.0), comm::Group::expert);
+  return quantized_from_bytes(format, spec.shape, doubles_as_bytes(all, from * n, n), where);
 }
 
 // For each of `names` (the whole model's), whether any rank says `yes` of it:
@@ -68,6 +114,10 @@ std::unique_ptr<ParamStore> whole_over_experts(const ModelSetup& setup, const Pa
     const Tensor& into = whole->tensors()[i];
     const std::int64_t n = into.numel();
     const int owner = ep::owner(name, setup.sizes);
+    if (auto q = quantized_over_experts(name, owner, parts, whole->specs()[i], setup.sizes.tp)) {
+      whole->set_quantized(name, std::move(*q));  // frozen
+      continue;
+    }
     const Tensor* mine = parts.has(name) ? &parts.tensors()[parts.index_of(name)] : nullptr;
     const std::vector<double> values = from_every_rank(mine, n);
     const std::int64_t at = std::max(owner, 0) * n;
@@ -131,6 +181,10 @@ std::unique_ptr<ParamStore> whole_store(const ModelSetup& setup, const ParamStor
   if (with_gradients) whole->zero_grad();
   for (std::size_t i = 0; i < parts.specs().size(); ++i) {
     const ParamSpec& spec = parts.specs()[i];
+    if (const QuantizedWeight* q = parts.quantized(spec.name)) {
+      whole->set_quantized(spec.name, whole_quantized(*q, spec, tp::whole_shape(spec, ranks), ranks));
+      continue;
+    }
     const Tensor& into = whole->tensors()[i];
     convert_into(into, whole_of(parts.tensors()[i], spec, into.shape(), ranks));
     const Tensor g = parts.tensors()[i].grad();

@@ -43,7 +43,6 @@ void validate(const TrainConfig& c) {
                     std::to_string(comm::size()) + " are running it");
   if (c.setup.sizes.ep.split() && c.lora.any())
     throw UserError("--ep with --lora: not yet (--freeze splits with the parameters)");
-  if (tp.split() && c.quantize != QuantFormat::none) throw UserError("--tp with --quantize: not yet");
   if (c.quantize != QuantFormat::none && c.shard_params)
     throw UserError("--quantize with --shard-params: not yet (quantized weights are not sharded)");
   refuse_planned_under_experts(c.setup.sizes, {c.strategy}, /*training=*/true);
@@ -204,9 +203,10 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
   if (config_.lora.any())  // the adapters join the store (whole, as one process's), the base is frozen
     params_ = with_lora(*params_, config_.lora, config_.run.seed, z.L);
   apply_freeze(*params_, config_.freeze, z.L, ep::whole_names(config_.setup));  // before the optimizer sees the parameters
-  // QLoRA: the frozen linear weights quantized (a resumed run's bytes are
-  // the run file's, copied over these below).
-  quantize_frozen(*params_, *model_, random_batch(z.B, z.S, z.V, config_.run.seed), config_.quantize);
+  // QLoRA: the frozen linear weights quantized, whole (a resumed run's bytes
+  // are the run file's, copied over these below; a split cuts its parts).
+  quantize_frozen(*params_, *models().find(config_.setup.model).make(z.whole_model()),
+                  random_batch(z.B, z.S, z.V, config_.run.seed), config_.quantize);
   strategy_ = make_strategy(config_.strategy);
   schedule_ = config_.schedule;
   schedule_.steps = config_.steps;

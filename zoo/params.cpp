@@ -180,7 +180,7 @@ std::int64_t ParamStore::count() const { return count_params(specs_); }
 
 std::int64_t ParamStore::bytes() const {
   std::int64_t n = 0;
-  for (const auto& t : tensors_) n += std::int64_t(t.nbytes());
+  for (const auto& t : tensors_) n += std::int64_t(MemoryTracker::counted_bytes(t.nbytes()));
   return n;
 }
 

@@ -72,7 +72,7 @@ class ParamStore {
   const std::vector<std::string>& names() const { return names_; }
   const std::vector<ParamSpec>& specs() const { return specs_; }
   std::int64_t count() const;  // scalar parameters
-  std::int64_t bytes() const;
+  std::int64_t bytes() const;  // as allocated: each tensor's rounded up to 8 (MemoryTracker::counted_bytes)
   // Zero-filled gradient buffers for every trainable parameter (allocated on first use).
   void zero_grad() const;
   // No gradient from now on: no slot, no buffer (fine-tuning). Call before

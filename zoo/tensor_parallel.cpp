@@ -3,6 +3,8 @@
 #include "autodiff/elementwise.hpp"
 #include "autodiff/ops/ops.hpp"
 #include "autodiff/random.hpp"
+#include "autodiff/shape_only.hpp"
+#include "autodiff/tape.hpp"
 #include "core/error.hpp"
 #include "core/text.hpp"
 #include "zoo/common.hpp"
@@ -150,6 +152,10 @@ std::unique_ptr<ParamStore> part_of(const ParamStore& whole, const std::vector<P
                                     const RankGroup& g) {
   auto parts = std::make_unique<ParamStore>(specs, whole.tensors().empty() ? DType::f32 : whole.tensors()[0].dtype());
   for (std::size_t i = 0; i < specs.size(); ++i) {
+    if (const QuantizedWeight* q = whole.quantized(specs[i].name)) {  // (set_quantized freezes it)
+      parts->set_quantized(specs[i].name, quantized_part_of(*q, specs[i], g));
+      continue;
+    }
     const Tensor& from = whole[specs[i].name];
     convert_into(parts->tensors()[i],
                  Tensor::from_host(part_values(from.to_host_f64(), specs[i], from.shape(), g), specs[i].shape));
@@ -186,6 +192,50 @@ std::vector<double> join_parts(const std::vector<std::vector<double>>& parts, co
       std::copy(parts[r].begin() + p, parts[r].begin() + p + n, whole.begin() + w);
     });
   return whole;
+}
+
+QuantBlocks quant_blocks(const ParamSpec& spec, const Shape& whole, const RankGroup& g) {
+  if (spec.split.dim < 0 || !g.split()) return {};
+  std::vector<std::int64_t> starts;
+  std::int64_t length = 0;
+  for_each_run(spec.split, whole, g.rank, g.size, [&](std::int64_t w, std::int64_t, std::int64_t n) {
+    starts.push_back(w);
+    length = n;
+  });
+  bool even = length % kQuantBlock == 0 && numel(whole) % kQuantBlock == 0;
+  for (std::size_t k = 0; k < starts.size(); ++k)
+    even = even && starts[k] % kQuantBlock == 0 && (k < 2 || starts[k] - starts[k - 1] == starts[1] - starts[0]);
+  if (!even)
+    throw UserError("--quantize with --tp " + std::to_string(g.size) + ": '" + spec.name + "' " + to_string(whole) +
+                    " splits into runs of " + std::to_string(length) + " values, not whole blocks of " +
+                    std::to_string(kQuantBlock) + " (each rank's share of the split dimension must be a multiple of " +
+                    std::to_string(kQuantBlock) + ")");
+  const std::int64_t run = length / kQuantBlock;
+  const std::int64_t stride = starts.size() > 1 ? (starts[1] - starts[0]) / kQuantBlock : run;
+  return {starts[0] / kQuantBlock, run, stride, numel(whole) / kQuantBlock};
+}
+
+QuantizedWeight quantized_part_of(const QuantizedWeight& whole, const ParamSpec& spec, const RankGroup& g) {
+  const QuantBlocks where = quant_blocks(spec, whole.shape, g);
+  if (!where.part()) return whole;
+  if (whole.blocks.part()) throw std::logic_error("quantized_part_of: '" + spec.name + "' is a part already");
+  return quantized_part(whole.format, shape_only() ? std::vector<std::uint8_t>() : whole.bytes.to_host<std::uint8_t>(),
+                        spec.shape, where);
+}
+
+std::vector<float> whole_values(const Tensor& part, const ParamSpec& spec, const RankGroup& g) {
+  if (shape_only()) return {};
+  if (spec.split.dim < 0 || !g.split()) return part.to_host_f32();
+  NoGradScope no_grad;
+  // Every rank's part, one after the other (a sequence of one row, gathered).
+  const Tensor all = ops::all_gather_sequence(part.view_as({1, part.numel()}), g);
+  const std::vector<double> values = all.to_host_f64();
+  std::vector<std::vector<double>> by_rank(static_cast<std::size_t>(g.size));
+  for (int r = 0; r < g.size; ++r)
+    by_rank[std::size_t(r)].assign(values.begin() + std::int64_t(r) * part.numel(),
+                                   values.begin() + std::int64_t(r + 1) * part.numel());
+  const std::vector<double> whole = join_parts(by_rank, spec, whole_shape(spec, g.size));
+  return std::vector<float>(whole.begin(), whole.end());
 }
 
 }  // namespace remat::tp

@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "autodiff/quantized.hpp"
 #include "core/rank_group.hpp"
 #include "zoo/params.hpp"
 #include "zoo/sizes.hpp"
@@ -94,5 +95,18 @@ std::vector<double> part_values(const std::vector<double>& whole, const ParamSpe
 // values (row-major, spec.shape each): `whole_shape`'s values.
 std::vector<double> join_parts(const std::vector<std::vector<double>>& parts, const ParamSpec& spec,
                                const Shape& whole_shape);
+
+// QLoRA under the split: a rank's part of a quantized weight is the whole
+// weight's bytes at its places (autodiff/quantized.hpp's QuantBlocks), so it
+// dequantizes to exactly the values one process reads there.
+// Where rank g.rank's part of weight `spec` (whole: `whole`) lies in the
+// whole, in blocks of kQuantBlock; nothing (not a part) where the weight is
+// not split. UserError where the part's runs are not whole blocks.
+QuantBlocks quant_blocks(const ParamSpec& spec, const Shape& whole, const RankGroup& g);
+// This rank's part of `whole`, a quantized whole weight (a weight file's).
+QuantizedWeight quantized_part_of(const QuantizedWeight& whole, const ParamSpec& spec, const RankGroup& g);
+// The whole weight's values from every rank's `part` of it (a collective
+// over g's ranks; nothing is gathered in a shape-only run: empty).
+std::vector<float> whole_values(const Tensor& part, const ParamSpec& spec, const RankGroup& g);
 
 }  // namespace remat::tp

@@ -312,9 +312,6 @@ void refuse_combinations(const CheckCommandOptions& o, const ModelSetup& setup) 
   const bool split = sizes.split_over_ranks();
   if (split && o.train_steps > 0)
     throw UserError(RankLayout::of(sizes).flags() + " with --train-steps: not yet");
-  // Under --cp every rank holds the whole model: its quantized weights and adapters too.
-  if ((sizes.tp.split() || sizes.ep.split()) && o.finetune.quantize != QuantFormat::none)
-    throw UserError(std::string(split_flag(sizes.ep.size)) + " with --quantize: not yet");
   // Under --tp every rank's gradient of its parts is the whole model's there; under --ep and --cp a rank's
   // gradient of what it shares is its own sequences' or rows' alone.
   if ((sizes.ep.split() || sizes.cp.split() || (sizes.tp.split() && comm::size(comm::Group::data) > 1)) &&

@@ -129,9 +129,6 @@ int take_group_rows(LoadedWeights& w) {
 void run_grads(const GradsOptions& o) {
   if (!o.out.empty()) check_output(o.out, FileKind::gradients, {o.weights, batch_source_file(o.data)}, o.force);
   LoadedWeights w = load_weights(o.weights, o.force);
-  if ((o.tp > 1 || o.ep > 1) && (o.finetune.quantize != QuantFormat::none || w.params->any_quantized()))
-    throw UserError(std::string(split_flag(o.ep)) +
-                    " with quantized weights: not yet (--freeze and, under --tp, --lora split with the parameters)");
   if (o.ep > 1 && o.finetune.lora.any()) throw UserError("--ep with --lora: not yet");
   w.setup.sizes.router_aux = o.router_aux;  // a training setting, not in the file
   pipeline::refuse_without_stages(o.pipe);

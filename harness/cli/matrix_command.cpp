@@ -64,10 +64,8 @@ void resolve_split(Options& o) {
   if (o.matrix.mem_limit > 0)
     throw UserError(RankLayout{o.tp, o.sp, o.ep, o.cp}.flags() +
                     " with --mem-limit: not yet (a rank out of memory would leave its group waiting)");
-  // Under --cp every rank holds the whole model, adapters and quantized weights too.
+  // Under --tp adapters and quantized weights split with their weights; under --cp every rank holds the whole model.
   if (o.ep > 1 && o.matrix.finetune.lora.any()) throw UserError("--ep with --lora: not yet");
-  if ((o.tp > 1 || o.ep > 1) && o.matrix.finetune.quantize != QuantFormat::none)
-    throw UserError(std::string(split_flag(o.ep)) + " with --quantize: not yet");
 }
 
 // The options checked against each other and the shard this process runs

@@ -125,8 +125,6 @@ ModelSetup plan_setup(const PlanOptions& o) {
     throw UserError("--tp: plan with --device (the device model's costs are every rank's; timed ones could differ)");
   setup.sizes.tp = RankGroup::tensor(o.model.tp, 0, o.model.sp);
   tp::validate(setup.model, setup.sizes);
-  if (o.finetune.applies())
-    throw UserError("--tp with --freeze, --lora or --quantize: not yet");
   return setup;
 }
 

@@ -199,10 +199,8 @@ void run_time(const TimeOptions& o) {
   const auto specs = strategies_for(setup.model, o.strategy, o.model.run.attention);
   if (specs.size() != 1) throw UserError("remat time runs one strategy; '" + o.strategy + "' names " +
                                          std::to_string(specs.size()) + " (use `remat matrix` for several)");
-  // Under --tp LoRA splits with its weights; under --cp every rank holds the whole model, adapters and quantized weights too.
+  // Under --tp LoRA and quantized weights split with their weights; under --cp every rank holds the whole model.
   if (o.model.ep > 1 && o.finetune.lora.any()) throw UserError("--ep with --lora: not yet");
-  if ((o.model.tp > 1 || o.model.ep > 1) && o.finetune.quantize != QuantFormat::none)
-    throw UserError(std::string(split_flag(o.model.ep)) + " with --quantize: not yet");
   Sizes layout;
   layout.ep.size = o.model.ep;
   refuse_planned_under_experts(layout, specs);

@@ -129,6 +129,46 @@ assert {r["strategy"]: r["activation_peak_bytes"] for r in check["strategies"]} 
     {r["strategy"]: r["activation_peak_bytes"] for r in estimate}
 PY
 
+# QLoRA's base under the split: the frozen linear weights quantized, each expert's whole on the rank holding it
+# (and bitwise one process's in the file a training writes). The gradients are one process's, every strategy is
+# bitwise full with the peaks the estimate's (balanced), and a training follows one process's, what a rank holds
+# as estimated.
+expect_ok "grads --freeze-below 1 --quantize int8" "$remat" grads --weights mixtral.h5 --freeze-below 1 \
+  --quantize int8 --out one-q.h5
+expect_ok "grads --ep 2 --freeze-below 1 --quantize int8" "${mpi[@]}" "$remat" grads --weights mixtral.h5 --ep 2 \
+  --freeze-below 1 --quantize int8 --out two-q.h5
+close_grads one-q.h5 two-q.h5 1e-5 || fail "grads --ep 2 --quantize int8: gradients differ from one process's"
+"${mpi[@]}" "$remat" check "${balanced[@]}" --ep 2 --freeze-below 1 --quantize nf4 --strategies all --json \
+  >check.json 2>err.txt || fail "check --ep 2 --quantize nf4: $(cat err.txt)"
+OMP_NUM_THREADS=1 "$remat" estimate "${balanced[@]}" --ep 2 --freeze-below 1 --quantize nf4 --strategies all --json \
+  >estimate.json 2>err.txt || fail "estimate --ep 2 --quantize nf4: $(cat err.txt)"
+py check.json estimate.json <<'PY' || fail "--ep 2 --quantize nf4: not bitwise, or measured is not the estimate"
+import json, sys
+check, estimate = (json.load(open(p)) for p in sys.argv[1:])
+assert check["not_bitwise_exact"] == 0
+measured = {r["strategy"]: r["activation_peak_bytes"] for r in check["strategies"]}
+assert len(measured) >= 8 and measured == {r["strategy"]: r["activation_peak_bytes"] for r in estimate}, measured
+PY
+QT=(train "${balanced[@]}" --freeze-below 1 --quantize nf4 --precision fp32 --lr 3e-3 --data copy --steps 10)
+expect_ok "train QLoRA base, one process" "$remat" "${QT[@]}" --out q-one.h5
+expect_ok "train QLoRA base --ep 2" "${mpi[@]}" "$remat" "${QT[@]}" --ep 2 --out q-ep.h5
+OMP_NUM_THREADS=1 "$remat" estimate "${balanced[@]}" --freeze-below 1 --quantize nf4 --precision fp32 --ep 2 \
+  --strategies full --json >estimate.json 2>err.txt || fail "estimate --ep 2 --quantize nf4 (fp32): $(cat err.txt)"
+py q-one.h5 q-ep.h5 estimate.json <<'PY' || fail "train --ep 2 --quantize nf4: off one process's run, or not as estimated"
+import sys, json, h5py, numpy as np
+one, ep = (h5py.File(p) for p in sys.argv[1:3])
+row = json.load(open(sys.argv[3]))[0]
+assert np.abs(one["history/loss"][:] - ep["history/loss"][:]).max() <= 1e-4
+quantized = [n for n in one["params"] if one["params"][n].dtype == np.uint8]
+assert any(".experts." in n for n in quantized) and sorted(one["params"]) == sorted(ep["params"])
+for n in quantized:
+    assert one["params"][n][:].tobytes() == ep["params"][n][:].tobytes(), n
+held = {k: int(ep.attrs["rank_memory." + k]) for k in ("parameters", "gradients", "optimizer")}
+said = {"parameters": row["parameter_bytes"] + row["quantized_bytes"], "gradients": row["gradient_bytes"],
+        "optimizer": row["optimizer_bytes"]}
+assert held == said, (held, said)
+PY
+
 # 4. Training under --ep 2 follows one process's losses within 1e-4 over 100 steps, its communication as
 # predicted, and writes the whole model; so does --ep 2 beside data parallelism on four ranks against
 # --accumulate 2; killed and resumed, a run ends bitwise as one left alone.
