@@ -166,29 +166,28 @@ namespace {
 std::int64_t code_bytes(QuantFormat f) { return f == QuantFormat::nf4 ? kQuantBlock / 2 : kQuantBlock; }
 std::int64_t absmax_bytes(QuantFormat f) { return f == QuantFormat::nf4 ? 1 : 4; }
 
-// Copies each block of a part between the part's bytes and its whole's
-// (to_whole: the part's into the whole's), with the second-level scales and mean.
-void copy_blocks(QuantFormat f, const QuantBlocks& where, std::int64_t part_blocks, std::uint8_t* part,
-                 std::uint8_t* whole, bool to_whole) {
+// Copies each block of a part, with nf4's group scales and mean, from its
+// whole weight's bytes into the part's (into_part) or back.
+void copy_blocks(QuantFormat f, const QuantBlocks& where, std::int64_t part_blocks, const std::uint8_t* from,
+                 std::uint8_t* to, bool into_part) {
   const QuantLayout pl = quant_layout(f, part_blocks * kQuantBlock, where.whole);
   const QuantLayout wl = quant_layout(f, where.whole * kQuantBlock);
-  const auto copy = [to_whole](std::uint8_t* p, std::uint8_t* w, std::int64_t n) {
-    to_whole ? std::memcpy(w, p, std::size_t(n)) : std::memcpy(p, w, std::size_t(n));
-  };
+  const QuantLayout &src = into_part ? wl : pl, &dst = into_part ? pl : wl;
   const std::int64_t c = code_bytes(f), a = absmax_bytes(f);
   for (std::int64_t b = 0; b < part_blocks; ++b) {
-    const std::int64_t w = where.of(b);
-    copy(part + pl.codes + b * c, whole + wl.codes + w * c, c);
-    copy(part + pl.absmax + b * a, whole + wl.absmax + w * a, a);
+    const std::int64_t w = where.of(b), s = into_part ? w : b, d = into_part ? b : w;
+    std::memcpy(to + dst.codes + d * c, from + src.codes + s * c, std::size_t(c));
+    std::memcpy(to + dst.absmax + d * a, from + src.absmax + s * a, std::size_t(a));
   }
-  copy(part + pl.scales, whole + wl.scales, pl.total - pl.scales);  // nf4's scales and mean (int8: nothing)
+  if (pl.total > pl.scales)  // nf4's scales and mean (int8: none)
+    std::memcpy(to + dst.scales, from + src.scales, std::size_t(pl.total - pl.scales));
 }
 
 void require_part(QuantFormat f, const Shape& shape, const QuantBlocks& where) {
   const std::int64_t n = numel(shape);
   if (f == QuantFormat::none || n == 0 || n % kQuantBlock != 0 || !where.part() || where.run < 1 ||
       (n / kQuantBlock) % where.run != 0 || where.of(n / kQuantBlock - 1) >= where.whole)
-    throw std::invalid_argument("quantized_part: " + std::to_string(n) + " values are not whole runs of blocks of " +
+    throw std::invalid_argument("a quantized part: " + std::to_string(n) + " values are not whole runs of blocks of " +
                                 std::to_string(where.whole) + " blocks");
 }
 
@@ -207,8 +206,7 @@ QuantizedWeight quantized_part(QuantFormat f, const std::vector<std::uint8_t>& w
     throw std::invalid_argument("quantized_part: " + std::to_string(whole_bytes.size()) + " bytes are not " +
                                 std::to_string(where.whole) + " blocks' in " + quant_format_name(f));
   std::vector<std::uint8_t> part(std::size_t(total), 0);
-  std::vector<std::uint8_t> whole = whole_bytes;  // (read only: copy_blocks takes both ways)
-  copy_blocks(f, where, numel(shape) / kQuantBlock, part.data(), whole.data(), /*to_whole=*/false);
+  copy_blocks(f, where, numel(shape) / kQuantBlock, whole_bytes.data(), part.data(), /*into_part=*/true);
   return {f, shape, Tensor::from_host(part, {total}, kQuantLabel), where};
 }
 
@@ -218,8 +216,7 @@ void place_part(QuantFormat f, const std::vector<std::uint8_t>& part, const Shap
   if (std::int64_t(part.size()) != quant_layout(f, numel(shape), where.whole).total ||
       std::int64_t(whole_bytes.size()) != quant_layout(f, where.whole * kQuantBlock).total)
     throw std::invalid_argument("place_part: the part's or the whole's bytes are not their layout's");
-  std::vector<std::uint8_t> mine = part;  // (read only: copy_blocks takes both ways)
-  copy_blocks(f, where, numel(shape) / kQuantBlock, mine.data(), whole_bytes.data(), /*to_whole=*/true);
+  copy_blocks(f, where, numel(shape) / kQuantBlock, part.data(), whole_bytes.data(), /*into_part=*/false);
 }
 
 double dequantize_flops(const QuantizedWeight& q) {

@@ -81,7 +81,7 @@ std::vector<std::uint8_t> quantize_values(const std::vector<float>& w, QuantForm
 QuantizedWeight quantized_from_bytes(QuantFormat f, const Shape& shape, const std::vector<std::uint8_t>& bytes,
                                      const QuantBlocks& where = {});
 // A part of a whole weight quantized as `whole_bytes` (quantize_values'
-// bytes, of whole.whole * kQuantBlock weights): the bytes of the blocks
+// bytes, of where.whole * kQuantBlock weights): the bytes of the blocks
 // `where` names, standing for a weight of `shape` (tensor parallelism's
 // rank part). In a shape-only run (whole_bytes empty) counted, not computed.
 QuantizedWeight quantized_part(QuantFormat f, const std::vector<std::uint8_t>& whole_bytes, const Shape& shape,

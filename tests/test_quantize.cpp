@@ -191,12 +191,15 @@ TEST_CASE("under nf4 and int8 every strategy is bitwise full, dequantizing again
 TEST_CASE("a tensor-parallel part of a quantized weight dequantizes to the whole's values at its places",
           "[quantize][tp]") {
   // A column-parallel weight of three row blocks (q, k, v) and a row-parallel
-  // one, each over 2 and 4 ranks, nf4 (its second-level scales span parts)
-  // and int8; every rank's bytes placed back give the whole's bytes.
+  // one, each over 2 and 4 ranks, and key/value rows in 2 parts over 4 ranks
+  // (each part on 2 ranks), nf4 (its second-level scales span parts) and
+  // int8; every rank's bytes placed back give the whole's bytes.
   const std::int64_t out = 3 * 256, in = 128;
   for (const QuantFormat f : {QuantFormat::nf4, QuantFormat::int8})
     for (const int ranks : {2, 4})
-      for (const bool column : {true, false}) {
+      for (const int kind : {0, 1, 2}) {  // column-parallel; row-parallel; key/value rows 2 parts share (4 ranks)
+        if (kind == 2 && ranks != 4) continue;
+        const bool column = kind != 1;
         const Shape whole = column ? Shape{out, in} : Shape{in, out};
         const std::vector<float> w = normal_values(std::size_t(out * in), 7);
         const std::vector<std::uint8_t> bytes = quantize_values(w, f);
@@ -207,7 +210,9 @@ TEST_CASE("a tensor-parallel part of a quantized weight dequantizes to the whole
         for (int r = 0; r < ranks; ++r) {
           const RankGroup g = RankGroup::tensor(ranks, r);
           std::vector<ParamSpec> specs;
-          if (column)
+          if (kind == 2)
+            tp::append_column(specs, "w", out, in, g, Init::normal, /*bias=*/false, /*blocks=*/1, /*parts=*/2);
+          else if (column)
             tp::append_column(specs, "w", out, in, g, Init::normal, /*bias=*/false, /*blocks=*/3);
           else
             tp::append_row(specs, "w", in, out, g, Init::normal, /*bias=*/false);

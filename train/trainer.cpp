@@ -176,6 +176,15 @@ StepRecord loss_details_layout(const Model& model, const ParamStore& params) {
   return r;
 }
 
+// The frozen linear weights of the whole model quantized as --quantize says
+// (which weights only linears read does not depend on the batch's size: a short one).
+void quantize_whole(ParamStore& params, const TrainConfig& c) {
+  Sizes z = c.setup.sizes.whole_model();
+  z.B = 1;
+  z.S = std::min(z.S, 8);
+  quantize_frozen(params, *models().find(c.setup.model).make(z), random_batch(1, z.S, z.V, c.run.seed), c.quantize);
+}
+
 }  // namespace
 
 struct Trainer::Pipeline {
@@ -205,8 +214,7 @@ Trainer::Trainer(const TrainConfig& config, const SavedRun* resume) : config_(co
   apply_freeze(*params_, config_.freeze, z.L, ep::whole_names(config_.setup));  // before the optimizer sees the parameters
   // QLoRA: the frozen linear weights quantized, whole (a resumed run's bytes
   // are the run file's, copied over these below; a split cuts its parts).
-  quantize_frozen(*params_, *models().find(config_.setup.model).make(z.whole_model()),
-                  random_batch(z.B, z.S, z.V, config_.run.seed), config_.quantize);
+  quantize_whole(*params_, config_);
   strategy_ = make_strategy(config_.strategy);
   schedule_ = config_.schedule;
   schedule_.steps = config_.steps;

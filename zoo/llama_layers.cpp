@@ -23,12 +23,15 @@ Tensor attention(const ParamStore& p, const std::string& prefix, const Tensor& x
   const int kv_parts = tp::kv_parts(z.Hkv, z.tp);
   // Fewer key/value heads than ranks: each rank holds its heads' rows
   // (and Qwen2's biases) whole, their gradients summed over the ranks that share them.
+  // A quantized weight is frozen: no gradient to sum, its part read as it is.
   const auto kv = [&](const char* name) {
     if (kv_parts == 0) return linear(p, prefix + name, in, z.qkv_bias);
     const std::string w = prefix + name;
-    return with_adapter(p, w + ".weight", in,
-                        ops::linear(in, tp::replicated(p, w + ".weight", kv_parts, z.tp),
-                                    z.qkv_bias ? tp::replicated(p, w + ".bias", kv_parts, z.tp) : Tensor()));
+    const Tensor bias = z.qkv_bias ? tp::replicated(p, w + ".bias", kv_parts, z.tp) : Tensor();
+    const QuantizedWeight* quantized = p.quantized(w + ".weight");
+    const Tensor out = quantized ? ops::linear(in, *quantized, bias)
+                                 : ops::linear(in, tp::replicated_weight(p, w + ".weight", kv_parts, z.tp), bias);
+    return with_adapter(p, w + ".weight", in, out);
   };
   const Tensor k = ops::rotary(kv(".wk"), hd, z.theta, scaling, z.cp);
   const Tensor v = kv(".wv");

@@ -50,6 +50,11 @@ Tensor replicated(const ParamStore& p, const std::string& name, int parts, const
   return ops::all_reduce_in_backward(p[name], g, g.size / parts);
 }
 
+Tensor replicated_weight(const ParamStore& p, const std::string& name, int parts, const RankGroup& g) {
+  if (parts <= 0) return p.linear_weight(name);
+  return ops::all_reduce_in_backward(p.linear_weight(name), g, g.size / parts);
+}
+
 void append_row(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t out, std::int64_t in,
                 const RankGroup& g, Init init, bool bias) {
   if (!g.split()) return append_linear(p, prefix, out, in, init, bias);
@@ -206,10 +211,9 @@ QuantBlocks quant_blocks(const ParamSpec& spec, const Shape& whole, const RankGr
   for (std::size_t k = 0; k < starts.size(); ++k)
     even = even && starts[k] % kQuantBlock == 0 && (k < 2 || starts[k] - starts[k - 1] == starts[1] - starts[0]);
   if (!even)
-    throw UserError("--quantize with --tp " + std::to_string(g.size) + ": '" + spec.name + "' " + to_string(whole) +
+    throw UserError("--tp " + std::to_string(g.size) + ": quantized weight '" + spec.name + "' " + to_string(whole) +
                     " splits into runs of " + std::to_string(length) + " values, not whole blocks of " +
-                    std::to_string(kQuantBlock) + " (each rank's share of the split dimension must be a multiple of " +
-                    std::to_string(kQuantBlock) + ")");
+                    std::to_string(kQuantBlock) + " (a rank's part of each row, or its rows, must be whole blocks)");
   const std::int64_t run = length / kQuantBlock;
   const std::int64_t stride = starts.size() > 1 ? (starts[1] - starts[0]) / kQuantBlock : run;
   return {starts[0] / kQuantBlock, run, stride, numel(whole) / kQuantBlock};

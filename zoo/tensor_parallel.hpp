@@ -43,6 +43,9 @@ int kv_parts(int kv_heads, const RankGroup& g);
 // gradient comes from its own query heads, so backward sums it over the
 // ranks sharing the part; p[name] where every rank holds its own part.
 Tensor replicated(const ParamStore& p, const std::string& name, int parts, const RankGroup& g);
+// The same for a linear layer's weight, read as a linear reads it (what
+// --quantize may quantize: ParamStore::linear_weight).
+Tensor replicated_weight(const ParamStore& p, const std::string& name, int parts, const RankGroup& g);
 // <prefix>.weight [out, in] with this rank's in / g.size columns; the bias whole.
 void append_row(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t out, std::int64_t in,
                 const RankGroup& g, Init init = Init::residual_out, bool bias = true);

@@ -423,6 +423,28 @@ PY
 cut_at_first_save q-cut.h5 "${mpi[@]}" "$remat" "${QT[@]}" --tp 2 --sp --save-every 2 --out q-cut.h5
 expect_ok "train QLoRA --tp 2 --resume" "${mpi[@]}" "$remat" "${QT[@]}" --tp 2 --sp --save-every 2 --out q-cut.h5 --resume
 same_run q-tp.h5 q-cut.h5 || fail "train QLoRA --tp 2, killed and resumed, is not the run left alone"
+# Key/value heads shared by ranks (llama's 2 at --tp 4): each rank's part of wk and wv is its head's rows of the
+# whole weight quantized, read as it is (frozen: no gradient to sum over the ranks sharing it). The frozen
+# attention of llama `small` in nf4: one process's gradients, and a training's quantized bytes one process's.
+KV=(--freeze '*.attention.*' --quantize nf4 --precision fp32)
+"$remat" export --model llama --preset small --batch 2 --seq 32 --out q-llama.h5 >/dev/null 2>err.txt ||
+  fail "export llama small: $(cat err.txt)"
+expect_ok "grads frozen attention in nf4, one process" "$remat" grads --weights q-llama.h5 "${KV[@]}" --out one.h5
+grep -q "quantized (nf4): 48 frozen linear weights" out.txt || fail "llama: not every attention weight quantized: $(cat out.txt)"
+expect_ok "grads frozen attention in nf4 --tp 4" "${mpi4[@]}" "$remat" grads --weights q-llama.h5 "${KV[@]}" --tp 4 \
+  --out two.h5
+grep -q "quantized (nf4): 48 frozen linear weights" out.txt || fail "llama --tp 4: wk, wv left in floats: $(cat out.txt)"
+close_grads one.h5 two.h5 1e-5 1e-6 || fail "llama nf4 --tp 4: gradients differ from one process's"
+KT=(train --model llama --preset small --batch 2 --seq 32 "${KV[@]}" --lr 3e-3 --data copy --steps 3)
+expect_ok "train frozen attention in nf4, one process" "$remat" "${KT[@]}" --out kv-one.h5
+expect_ok "train frozen attention in nf4 --tp 4" "${mpi4[@]}" "$remat" "${KT[@]}" --tp 4 --out kv-tp.h5
+py kv-one.h5 kv-tp.h5 <<'PY' || fail "train nf4 --tp 4: off one process's losses, or its quantized bytes"
+import sys, h5py, numpy as np
+one, tp = (h5py.File(p) for p in sys.argv[1:])
+assert np.abs(one["history/loss"][:] - tp["history/loss"][:]).max() <= 1e-5
+quantized = [n for n in one["params"] if one["params"][n].dtype == np.uint8]
+assert len(quantized) == 48 and all(one["params"][n][:].tobytes() == tp["params"][n][:].tobytes() for n in quantized)
+PY
 
 # 7. Bad layouts: one line, exit 2.
 expect_error "does not divide the attention heads H = 4" "$remat" check --model gpt2 --tp 3
