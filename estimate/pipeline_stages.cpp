@@ -27,6 +27,12 @@ void count_stage_state(const ParamStore& params, const std::set<std::size_t>& re
   const std::size_t copy_size = precision == Precision::fp32 ? 0 : dtype_size(compute_dtype(precision, DType::f32));
   for (std::size_t i : read) {
     const Tensor& t = params.tensors()[i];
+    e.reads.push_back(i);
+    if (const QuantizedWeight* q = params.quantized(params.names()[i])) {  // its bytes; no 16-bit copy, no gradient
+      e.parameter_count += q->numel();
+      e.quantized_bytes += std::int64_t(MemoryTracker::counted_bytes(t.nbytes()));
+      continue;
+    }
     e.parameter_count += t.numel();
     e.parameter_bytes += std::int64_t(MemoryTracker::counted_bytes(t.nbytes()));
     e.weight_copy_bytes += std::int64_t(MemoryTracker::counted_bytes(std::uint64_t(t.numel()) * copy_size));
@@ -74,12 +80,53 @@ double pass_seconds(const std::vector<pipeline::PassTiming>& passes, std::map<st
   return sum;
 }
 
+// Rank r's passes, shape-only, what crosses to it made from `shapes`: its
+// activation and offload peaks and each of `pools`' into `e`, the
+// parameters it reads into `read` (beside any hook installed on them).
+pipeline::RankResult run_stage(ParamStore& params, const pipeline::StageStep& step, const pipeline::Schedule& schedule,
+                               const pipeline::Layout& layout, int r, const pipeline::EdgeShapes& shapes,
+                               const std::vector<std::string>& pools, std::set<std::size_t>& read, StageEstimate& e) {
+  const auto installed_hook = params.access_hook();  // (sharded parameters gather on it)
+  params.set_access_hook([&read, installed_hook](std::size_t i) {
+    read.insert(i);
+    if (installed_hook) installed_hook(i);
+  });
+  const auto link = pipeline::shape_link(shapes);
+  auto& tracker = MemoryTracker::instance();
+  const auto outer = tracker.begin_peaks();  // the pools' peaks over this rank's passes
+  std::map<std::string, std::int64_t> base;
+  for (const std::string& pool : pools) base[pool] = tracker.stats(pool).live;
+  pipeline::RankResult measured = pipeline::run_rank(step, schedule, layout, r, *link);
+  for (const std::string& pool : pools) e.pool_peaks[pool] = tracker.stats(pool).peak - base[pool];
+  tracker.end_peaks(outer);
+  params.set_access_hook(installed_hook);
+  e.activation_peak = measured.activation_peak;
+  e.offload_peak = measured.offload_peak;
+  return measured;
+}
+
+// The model's parameters as a command's step finds them: fine-tuned as
+// `extras` says, anything it installs installed, and their gradient
+// buffers made (sharded: the shards'). What is installed goes first: it
+// hooks into the store.
+struct PreparedStore {
+  std::unique_ptr<ParamStore> store;
+  std::shared_ptr<void> installed;
+};
+PreparedStore prepared_store(const Model& model, const Batch& batch, const ShapeOnlyExtras& extras) {
+  PreparedStore p{std::make_unique<ParamStore>(model.params(), DType::f32), nullptr};
+  if (extras.prepare) extras.prepare(p.store, model, batch);
+  p.installed = extras.install ? extras.install(*p.store) : nullptr;
+  if (!p.installed) p.store->zero_grad();
+  return p;
+}
+
 }  // namespace
 
 std::vector<PipelineEstimate> pipeline_stage_estimates(const ModelSetup& setup, const std::vector<std::string>& strategies,
                                                        const pipeline::PipelineSettings& pipe, ops::AttentionKernel kernel,
                                                        Precision precision, const std::string& optimizer,
-                                                       const DeviceModel* device) {
+                                                       const DeviceModel* device, const ShapeOnlyExtras& extras) {
   const int N = pipe.stages, M = pipe.micro_batches, L = setup.sizes.L;
   const pipeline::Schedule schedule = pipeline::parse_schedule(pipe.schedule);
   pipeline::validate(schedule, L, N, M, pipe.stage_layers);
@@ -88,9 +135,9 @@ std::vector<PipelineEstimate> pipeline_stage_estimates(const ModelSetup& setup, 
   ShapeOnlyScope shape_only;
   pipeline::require_stages(setup.model, setup.sizes);
   const auto model = models().find(setup.model).make(setup.sizes);
-  ParamStore params(model->params(), DType::f32);
-  params.zero_grad();  // made before any step, as a command makes them
   const std::vector<Batch> batches(std::size_t(M), shape_only_batch(setup.sizes));
+  const PreparedStore prepared = prepared_store(*model, batches.front(), extras);
+  ParamStore& params = *prepared.store;
   std::vector<PipelineEstimate> out;
   DeviceModel priced;
   const bool rates = device && device->device.fp32_flops > 0;
@@ -121,15 +168,14 @@ std::vector<PipelineEstimate> pipeline_stage_estimates(const ModelSetup& setup, 
     std::vector<StageEstimate>& rows = estimate.stages;
     std::vector<std::map<std::tuple<int, int, int>, double>> seconds(static_cast<std::size_t>(N));  // per rank, per pass
     for (int r = 0; r < N; ++r) {
-      std::set<std::size_t> read;
-      params.set_access_hook([&read](std::size_t i) { read.insert(i); });
-      const auto link = pipeline::shape_link(shapes);
       if (rates) copies.emplace(priced);
-      const pipeline::RankResult measured = pipeline::run_rank(step, schedule, layout, r, *link);
+      std::set<std::size_t> read;
+      StageEstimate e;
+      e.rank = r;
+      e.layers = layout.layers_of(r);
+      e.most_in_flight = sim.most_in_flight[std::size_t(r)];
+      const pipeline::RankResult measured = run_stage(params, step, schedule, layout, r, shapes, extras.pools, read, e);
       copies.reset();
-      params.set_access_hook(nullptr);
-      StageEstimate e{r, layout.layers_of(r), sim.most_in_flight[std::size_t(r)], measured.activation_peak,
-                      measured.offload_peak};
       count_stage_state(params, read, optimizer, precision, e);
       e.modelled_busy_seconds = pass_seconds(measured.passes, seconds[std::size_t(r)]);
       rows.push_back(e);

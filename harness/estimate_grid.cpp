@@ -67,6 +67,30 @@ ShapeOnlyExtras sharding_extras(const EstimateRequest& r) {
   return extras;
 }
 
+// A stage's state under --shard-params: the shards of the parameters it
+// reads, the gradient shards of those that train and the optimizer's state
+// for them, as sharded_state counts a whole model's.
+void shard_stage_state(const ModelSetup& setup, int ranks, const std::string& optimizer, StageEstimate& e) {
+  ShapeOnlyScope shape_only;
+  const auto model = models().find(setup.model).make(setup.sizes);
+  ParamStore params(model->params(), DType::f32);
+  const ParamShards shards(params, Precision::fp32, ranks);
+  std::vector<Tensor> trainable;
+  e.parameter_bytes = e.gradient_bytes = e.weight_copy_bytes = 0;
+  for (std::size_t i : e.reads) {
+    const Tensor& s = shards.shards()[i];
+    e.parameter_bytes += std::int64_t(s.nbytes());
+    if (s.slot() && s.slot()->grad) e.gradient_bytes += std::int64_t(s.slot()->grad->nbytes());
+    if (params.trainable(i)) trainable.push_back(s);
+  }
+  auto& tracker = MemoryTracker::instance();
+  const std::int64_t before = tracker.stats(MemoryTracker::default_pool()).live;
+  OptimizerConfig config;
+  config.kind = optimizer;
+  const auto state = make_optimizer(config, trainable);
+  e.optimizer_bytes = tracker.stats(MemoryTracker::default_pool()).live - before;
+}
+
 std::int64_t pool_peak(const ShapeOnlyStep& step, const char* pool) {
   const auto it = step.pool_peaks.find(pool);
   return it == step.pool_peaks.end() ? std::int64_t(0) : it->second;
@@ -180,6 +204,22 @@ std::optional<bool> fits_at(const EstimateRequest& r, const std::string& strateg
 }
 
 }  // namespace
+
+std::vector<PipelineEstimate> stage_estimates(const EstimateRequest& r, const ModelSetup& setup) {
+  DeviceModel device;
+  device.device = r.device;
+  ShapeOnlyExtras extras = sharding_extras(r);
+  if (r.finetune.applies())
+    extras.prepare = [&r, &setup](std::unique_ptr<ParamStore>& params, const Model& model, const Batch& batch) {
+      apply_fine_tuning(params, model, batch, r.finetune, r.seed, setup);
+    };
+  std::vector<PipelineEstimate> stages =
+      pipeline_stage_estimates(setup, r.strategies, r.pipe, r.attention, r.precision, r.optimizer, &device, extras);
+  if (r.shard_params)
+    for (PipelineEstimate& per_strategy : stages)
+      for (StageEstimate& e : per_strategy.stages) shard_stage_state(setup, r.ranks, r.optimizer, e);
+  return stages;
+}
 
 std::vector<Refit> what_would_fit(const EstimateRequest& r, const EstimatePoint& p) {
   std::vector<Refit> out;

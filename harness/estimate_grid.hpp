@@ -10,6 +10,7 @@
 
 #include "autodiff/ops/ops.hpp"
 #include "estimate/devices.hpp"
+#include "estimate/pipeline_stages.hpp"
 #include "pipeline/schedule.hpp"
 #include "finetune/fine_tuning.hpp"
 #include "zoo/model.hpp"
@@ -69,6 +70,14 @@ std::vector<ModelSetup> estimate_points(const EstimateRequest& r);
 // One point, shape-only; `progress` is told each stage.
 EstimatePoint estimate_point(const EstimateRequest& r, const ModelSetup& setup,
                              const std::function<void(const std::string&)>& progress = nullptr);
+
+// --pp: each stage's rows per strategy at `setup` (estimate/pipeline_stages.hpp),
+// fine-tuning applied as asked and, under --shard-params, each stage's
+// parameters sharded over the r.ranks data-parallel replicas of the
+// pipeline (ZeRO-3 within each stage): its state its shards' (gathered at
+// 16 bits as 16-bit values: no whole 16-bit copy), its gathered and reducing
+// peaks measured over its passes.
+std::vector<PipelineEstimate> stage_estimates(const EstimateRequest& r, const ModelSetup& setup);
 
 // For a strategy that does not fit the device at a point: the largest
 // batch that does (S kept), the longest sequence (S halved until it fits,

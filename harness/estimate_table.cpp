@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "core/text.hpp"
+#include "train/param_shards.hpp"
 
 namespace remat {
 
@@ -88,18 +89,29 @@ Table stage_table(const EstimateRequest& r, const ModelSetup& setup, const std::
   const std::string u = unit_bits == 30 ? "GiB" : "MiB";
   const bool device = !r.device.name.empty(), rates = r.device.fp32_flops > 0;
   const auto size = decimals(2, unit);
-  bool offloads = false;
+  bool offloads = false, quantized = false;
   for (const auto& per_strategy : stages)
-    for (const auto& e : per_strategy.stages) offloads = offloads || e.offload_peak > 0;
+    for (const auto& e : per_strategy.stages) {
+      offloads = offloads || e.offload_peak > 0;
+      quantized = quantized || e.quantized_bytes > 0;
+    }
+  const auto pool = [](const StageEstimate& e, const char* name) {
+    const auto it = e.pool_peaks.find(name);
+    return it == e.pool_peaks.end() ? std::int64_t(0) : it->second;
+  };
   const Sizes& z = setup.sizes;
   Table t;
   t.columns = {{"model", ""}, {"preset", ""}, {"strategy", "strategy"}, {"seq", ""}, {"batch", ""},
-               {"layers", ""}, {"pp", ""}, {"micro_batches", ""}, {"schedule", ""},
+               {"layers", ""}, {"pp", ""}, {"micro_batches", ""}, {"schedule", ""}, {"tp", ""}, {"sp", ""},
+               {"cp", ""}, {"ep", ""}, {"ranks", ""}, {"shard_params", ""},
                {"stage", "stage"}, {"stage_layers", "layers", nullptr, true}, {"in_flight", "in flight"},
                {"parameter_count", ""}, {"parameter_bytes", "weights " + u, size},
+               {"quantized_bytes", quantized ? "quantized " + u : "", size},
                {"gradient_bytes", "grads " + u, size}, {"optimizer_bytes", "optimizer " + u, size},
-               {"weight_copy_bytes", r.precision == Precision::fp32 ? "" : "16-bit copy " + u, size},
+               {"weight_copy_bytes", r.precision == Precision::fp32 || r.shard_params ? "" : "16-bit copy " + u, size},
                {"activation_peak_bytes", "act " + u, size}, {"offload_peak_bytes", "offload " + u, size},
+               {"gathered_peak_bytes", r.shard_params ? "gathered " + u : "", size},
+               {"reducing_peak_bytes", r.shard_params ? "reducing " + u : "", size},
                {"total_bytes", "total " + u, size}, {"modelled_busy_s", rates ? "busy s" : "", seconds},
                {"modelled_step_s", rates ? "step s" : "", seconds}, {"modelled_bubble", rates ? "bubble" : "", percent(1)},
                {"device", ""}, {"device_usable_bytes", ""},
@@ -112,9 +124,12 @@ Table stage_table(const EstimateRequest& r, const ModelSetup& setup, const std::
       const std::int64_t headroom = device ? r.device.usable() - total : 0;
       const std::int64_t host_headroom = r.device.host_memory_bytes > 0 ? r.device.host_memory_bytes - e.offload_peak : 0;
       t.add({setup.model, setup.preset, r.strategies[k], std::int64_t(z.S), std::int64_t(z.B), std::int64_t(z.L),
-             std::int64_t(r.pipe.stages), std::int64_t(r.pipe.micro_batches), r.pipe.schedule, std::int64_t(e.rank),
-             e.layers, std::int64_t(e.most_in_flight), e.parameter_count, e.parameter_bytes, e.gradient_bytes,
-             e.optimizer_bytes, e.weight_copy_bytes, e.activation_peak, e.offload_peak, total,
+             std::int64_t(r.pipe.stages), std::int64_t(r.pipe.micro_batches), r.pipe.schedule,
+             std::int64_t(z.tp.size), z.tp.sequence, std::int64_t(z.cp.size), std::int64_t(z.ep.size),
+             std::int64_t(r.ranks), r.shard_params, std::int64_t(e.rank), e.layers, std::int64_t(e.most_in_flight),
+             e.parameter_count, e.parameter_bytes, e.quantized_bytes, e.gradient_bytes, e.optimizer_bytes,
+             e.weight_copy_bytes, e.activation_peak, e.offload_peak, pool(e, ParamShards::kGatheredPool),
+             pool(e, ParamShards::kReducingPool), total,
              rates ? Cell(e.modelled_busy_seconds) : none, rates ? Cell(stages[k].modelled_step_seconds) : none,
              rates ? Cell(stages[k].modelled_bubble) : none, device ? Cell(r.device.name) : none,
              device ? Cell(r.device.usable()) : none, device ? Cell(headroom) : none,

@@ -212,10 +212,15 @@ void StageRunner::backward(int micro_batch, int v) {
       seeds.emplace_back(&loss, seed);
     } else {
       const std::vector<Model::StageEdge> out = step_.model->stage_edges(layout_.end(v));
-      for (std::size_t k = 0, o = 0; k < out.size(); ++k)
-        if (out[k].gradient) seeds.emplace_back(f.outputs.at(o++).get(), receive({v, micro_batch, true, int(k)}));
+      for (std::size_t k = 0, o = 0; k < out.size(); ++k) {
+        if (!out[k].gradient) continue;
+        GradSlot* slot = f.outputs.at(o++).get();
+        Tensor grad = receive({v, micro_batch, true, int(k)});
+        // An output that needs no gradient (everything before it frozen): nothing to run back into.
+        if (slot) seeds.emplace_back(slot, std::move(grad));
+      }
     }
-    remat::backward(seeds);
+    if (!seeds.empty()) remat::backward(seeds);
   }
   const std::vector<Model::StageEdge> in = v > 0 ? step_.model->stage_edges(layout_.begin(v)) : std::vector<Model::StageEdge>{};
   for (std::size_t k = 0, i = 0; k < in.size(); ++k) {

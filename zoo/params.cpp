@@ -127,7 +127,9 @@ void ParamStore::dequantize(const std::string& name) {
 const QuantizedWeight* ParamStore::quantized(const std::string& name) const {
   if (quantized_.empty()) return nullptr;  // the common case, on every linear's read
   auto it = quantized_.find(name);
-  return it == quantized_.end() ? nullptr : &it->second;
+  if (it == quantized_.end()) return nullptr;
+  if (on_access_) on_access_(index_of(name));  // read, as operator[] reads the others
+  return &it->second;
 }
 
 const Tensor& ParamStore::linear_weight(const std::string& name) const {

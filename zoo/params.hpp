@@ -126,8 +126,10 @@ class ParamStore {
   std::vector<std::string> linear_only_reads() const;
 
   // Called with a parameter's index whenever a model reads it through
-  // operator[] (sharded parameters are gathered on first use); none by default.
+  // operator[] or quantized() (sharded parameters are gathered on first
+  // use); none by default.
   void set_access_hook(std::function<void(std::size_t)> hook) { on_access_ = std::move(hook); }
+  const std::function<void(std::size_t)>& access_hook() const { return on_access_; }
 
   // While a PrecisionScope of a 16-bit precision is open, operator[] returns
   // the parameter's 16-bit copy: made on the first read of the step (so a

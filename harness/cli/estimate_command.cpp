@@ -233,8 +233,6 @@ void print_device_assumptions(const EstimateRequest& r) {
 // --pp: a table per grid point, a row per (strategy, stage).
 void run_stages(const EstimateOptions& o, const EstimateRequest& r, const std::vector<ModelSetup>& grid) {
   const Sizes& z = r.base.sizes;
-  if (z.ep.split() || r.shard_params || r.finetune.applies())
-    throw UserError("--pp with --ep, --shard-params or fine-tuning: not yet");
   const pipeline::Schedule schedule = pipeline::parse_schedule(r.pipe.schedule);
   pipeline::validate(schedule, z.L, r.pipe.stages, r.pipe.micro_batches, r.pipe.stage_layers);  // before any output
   pipeline::require_stages(r.base.model, z);
@@ -245,10 +243,7 @@ void run_stages(const EstimateOptions& o, const EstimateRequest& r, const std::v
   }
   nlohmann::json rows = nlohmann::json::array();
   for (const ModelSetup& setup : grid) {
-    DeviceModel device;
-    device.device = r.device;
-    const auto stages =
-        pipeline_stage_estimates(setup, r.strategies, r.pipe, r.attention, r.precision, r.optimizer, &device);
+    const auto stages = stage_estimates(r, setup);
     std::int64_t largest = 0;
     for (const auto& per_strategy : stages)
       for (const auto& e : per_strategy.stages)
@@ -267,8 +262,12 @@ void run_stages(const EstimateOptions& o, const EstimateRequest& r, const std::v
   }
   std::printf("\nin flight: the most micro-batches (chunks, interleaved) a stage has run forward and not yet backward "
               "under the schedule (zb-h1: stage s also holds the weight gradients' inputs of s more); act: its "
-              "activation peak over the step, exact (shape-only, as `remat grads --pp` measures it); weights, grads, optimizer (and at 16 bits their copies): of the parameters the stage reads, "
-              "not sharded.\n");
+              "activation peak over the step, exact (shape-only, as `remat grads --pp` measures it); weights, grads, optimizer (and at 16 bits their copies): of the parameters the stage reads%s.\n",
+              r.shard_params ? (", sharded over the " + std::to_string(r.ranks) +
+                                " data-parallel replicas of the pipeline (ZeRO-3 within each stage; gathered and "
+                                "reducing: the whole values and gradients a rank holds while a block needs them)")
+                                   .c_str()
+                             : ", not sharded");
   if (r.device.fp32_flops > 0)
     std::printf("busy s: the stage's passes priced by the device model; step s: the step they make under the schedule, "
                 "each tensor between stages over the peer link (%.0f GB/s at %.0f%%); bubble: the stages' idle share "

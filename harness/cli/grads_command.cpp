@@ -85,8 +85,6 @@ void choose_batch(const GradsOptions& o, LoadedWeights& w) {
 void run_pipelined_grads(const GradsOptions& o, LoadedWeights& w) {
   if (o.tp > 1 || o.ep > 1 || o.sp || o.cp > 1)
     throw UserError("--pp or --micro-batches with --tp, --sp, --ep or --cp: not yet");
-  if (o.finetune.applies() || w.params->any_quantized())
-    throw UserError("--pp or --micro-batches with --freeze, --lora or quantized weights: not yet");
   const pipeline::PipelineSettings& pipe = o.pipe;
   apply_pipeline_step_layout(w.setup, pipe);
   w.model = models().find(w.setup.model).make(w.setup.sizes);
@@ -94,6 +92,8 @@ void run_pipelined_grads(const GradsOptions& o, LoadedWeights& w) {
   if (parse_strategy(specs[0]).planned) throw UserError("--pp or --micro-batches with a budget: not yet");
   require_step_memory(w.setup, o.run.attention, specs, 3, o.force);
   const std::vector<Batch> batches = micro_batches_of(o, w);
+  // Every rank fine-tunes the whole model alike (each stage then reads its own).
+  fine_tune(w.params, *w.model, batches.front(), o.finetune, o.run.seed, w.setup);
   auto strategy = make_strategy(specs[0]);
   const pipeline::PipelinedStep r =
       pipeline::pipelined_step(*w.model, *w.params, batches, step_options(o.run, strategy.get()), pipe);

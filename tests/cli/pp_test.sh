@@ -192,6 +192,43 @@ PY
 K=(train --model llama --preset small --layers 4 --seq 64 --lr 3e-3 --data copy --pp 2 --accumulate 2
    --strategy per-layer --steps 10 --save-every 2)
 "${mpi[@]}" "$remat" "${K[@]}" --out whole-run.h5 >/dev/null 2>err.txt || fail "train --pp 2: $(cat err.txt)"
+# Fine-tuning across stages: frozen blocks (a stage whose every parameter is frozen runs no backward into its
+# input), LoRA adapters and a quantized base, each stage reading its own; bitwise one process accumulating the
+# same micro-batches, each stage's peaks the estimate's.
+for ft in "--freeze-below 2" "--lora 2 --quantize int8" "--freeze-below 1 --quantize nf4 --precision fp32"; do
+  # shellcheck disable=SC2206  # the options' words, as a user types them
+  f=($ft)
+  expect_ok "llama $ft accumulated" "$remat" grads --weights llama.h5 --micro-batches 2 "${f[@]}" \
+    --strategy per-layer --out one.h5
+  expect_ok "llama $ft --pp 2" "${mpi[@]}" "$remat" grads --weights llama.h5 --pp 2 --micro-batches 2 "${f[@]}" \
+    --strategy per-layer --out pp.h5
+  same_grads one.h5 pp.h5
+  "$remat" estimate --model llama --preset tiny --layers 4 --pp 2 --micro-batches 2 "${f[@]}" --strategies per-layer \
+    --json >estimate.json 2>err.txt || fail "estimate --pp 2 $ft: $(cat err.txt)"
+  same_peaks "llama $ft --pp 2"
+done
+# estimate --pp beside --ep and beside --shard-params: the stages split what the unpipelined estimate's rank holds
+# (llama's parameters untied: their stages' shards add up to its shards; mixtral's experts per rank likewise).
+"$remat" estimate --config llama-7b --seq 1024 --batch 1 --pp 4 --micro-batches 4 --ranks 8 --shard-params \
+  --precision bf16 --strategies per-layer --device h100-80gb --json >stages.json 2>err.txt ||
+  fail "estimate --pp 4 --shard-params: $(cat err.txt)"
+"$remat" estimate --config llama-7b --seq 1024 --batch 1 --ranks 8 --shard-params --precision bf16 \
+  --strategies per-layer --json >whole.json 2>err.txt || fail "estimate --shard-params: $(cat err.txt)"
+"$remat" estimate --model mixtral --preset tiny --layers 4 --ep 2 --pp 2 --micro-batches 2 --strategies full --json \
+  >ep-stages.json 2>err.txt || fail "estimate --ep 2 --pp 2: $(cat err.txt)"
+"$remat" estimate --model mixtral --preset tiny --layers 4 --ep 2 --strategies full --json >ep-whole.json 2>err.txt ||
+  fail "estimate --ep 2: $(cat err.txt)"
+py stages.json whole.json ep-stages.json ep-whole.json <<'PY' || fail "estimate --pp: the stages do not split the state"
+import json, sys
+stages, whole, ep_stages, ep_whole = (json.load(open(p)) for p in sys.argv[1:])
+assert len(stages) == 4 and all(s["shard_params"] and s["ranks"] == 8 for s in stages)
+assert all(s["gathered_peak_bytes"] > 0 and s["reducing_peak_bytes"] > 0 for s in stages)
+for k in ("parameter_bytes", "gradient_bytes", "optimizer_bytes"):
+    assert sum(s[k] for s in stages) == whole[0][k], (k, [s[k] for s in stages], whole[0][k])
+assert len(ep_stages) == 2 and all(s["ep"] == 2 for s in ep_stages)
+assert sum(s["parameter_bytes"] for s in ep_stages) == ep_whole[0]["parameter_bytes"]
+PY
+
 cut_at_first_save cut-run.h5 "${mpi[@]}" "$remat" "${K[@]}" --out cut-run.h5
 expect_ok "train --pp 2 --resume" "${mpi[@]}" "$remat" "${K[@]}" --out cut-run.h5 --resume
 grep -Eq "resuming cut-run.h5 at step [1-9] of 10" out.txt || fail "the killed run did not resume mid-way: $(cat out.txt)"
