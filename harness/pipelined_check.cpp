@@ -48,10 +48,11 @@ bool same_bits(const std::vector<std::vector<float>>& a, const std::vector<std::
 // accumulating steps the check runs, shape-only.
 std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> predicted_stages(
     const ModelSetup& setup, const std::vector<std::string>& specs, const RunSettings& run,
-    const pipeline::PipelineSettings& pipe) {
+    const pipeline::PipelineSettings& pipe, const ShapeOnlyExtras& extras) {
   std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> out;  // per strategy, per stage: activation, offload
   if (pipe.split()) {
-    for (const PipelineEstimate& e : pipeline_stage_estimates(setup, specs, pipe, run.attention, run.precision, "adamw")) {
+    for (const PipelineEstimate& e :
+         pipeline_stage_estimates(setup, specs, pipe, run.attention, run.precision, "adamw", nullptr, extras)) {
       out.emplace_back();
       for (const StageEstimate& s : e.stages) out.back().emplace_back(s.activation_peak, s.offload_peak);
     }
@@ -59,12 +60,13 @@ std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> predicted_stages
   }
   ShapeOnlyScope shape_only;
   const auto model = models().find(setup.model).make(setup.sizes);
-  ParamStore params(model->params(), DType::f32);
-  params.zero_grad();  // made before any step, as the check's are
+  auto params = std::make_unique<ParamStore>(model->params(), DType::f32);
   const std::vector<Batch> batches(std::size_t(pipe.micro_batches), shape_only_batch(setup.sizes));
+  if (extras.prepare) extras.prepare(params, *model, batches.front());
+  params->zero_grad();  // made before any step, as the check's are
   for (const std::string& spec : specs) {
     auto strategy = make_strategy(spec);
-    const pipeline::PipelinedStep r = pipeline::pipelined_step(*model, params, batches, step_options(run, strategy.get()), pipe);
+    const pipeline::PipelinedStep r = pipeline::pipelined_step(*model, *params, batches, step_options(run, strategy.get()), pipe);
     out.push_back({{r.stage_peaks.at(0), r.offload_peaks.at(0)}});
   }
   return out;
@@ -75,14 +77,14 @@ std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> predicted_stages
 std::vector<PipelinedCheckRow> pipelined_check(const ModelSetup& setup, const Model& model, const ParamStore& params,
                                                const std::vector<Batch>& micro_batches,
                                                const std::vector<std::string>& strategies, const RunSettings& run,
-                                               const pipeline::PipelineSettings& pipe) {
+                                               const pipeline::PipelineSettings& pipe, const ShapeOnlyExtras& extras) {
   std::vector<std::string> specs = {"full"};
   for (const auto& s : strategies)
     if (s != "full") specs.push_back(s);
   for (const auto& s : specs)
     if (parse_strategy(s).planned) throw UserError("--pp or --micro-batches with a budget ('" + s + "'): not yet");
   // Shape-only first: what each stage will hold, before any step allocates.
-  const auto predicted = predicted_stages(setup, specs, run, pipe);
+  const auto predicted = predicted_stages(setup, specs, run, pipe, extras);
   std::vector<PipelinedCheckRow> rows;
   std::vector<std::vector<float>> reference, got;
   for (std::size_t i = 0; i < specs.size(); ++i) {

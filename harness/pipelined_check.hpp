@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "datasets/batch.hpp"
+#include "estimate/shape_only_step.hpp"
 #include "pipeline/schedule.hpp"
 #include "step/step.hpp"
 #include "zoo/model.hpp"
@@ -39,6 +40,7 @@ struct PipelinedCheckRow {
 std::vector<PipelinedCheckRow> pipelined_check(const ModelSetup& setup, const Model& model, const ParamStore& params,
                                                const std::vector<Batch>& micro_batches,
                                                const std::vector<std::string>& strategies, const RunSettings& run,
-                                               const pipeline::PipelineSettings& pipe);
+                                               const pipeline::PipelineSettings& pipe,
+                                               const ShapeOnlyExtras& extras = {});
 
 }  // namespace remat

@@ -241,7 +241,12 @@ int run_pipelined_check(const CheckCommandOptions& o, const ModelSetup& setup, c
               setup.preset.c_str(), z.L, z.D, z.S, z.B, pipe.micro_batches,
               pipe.split() ? (", " + std::to_string(pipe.stages) + " stages, " + pipe.schedule).c_str() : ", one rank",
               z.dropout, precision_name(o.model.run.precision));
-  const auto rows = pipelined_check(setup, model, params, micro_batches, specs, o.model.run, pipe);
+  ShapeOnlyExtras fine_tuned;  // the predictions' stores fine-tuned as the check's
+  if (o.finetune.applies())
+    fine_tuned.prepare = [&](std::unique_ptr<ParamStore>& p, const Model& m, const Batch& b) {
+      apply_fine_tuning(p, m, b, o.finetune, o.model.run.seed, setup);
+    };
+  const auto rows = pipelined_check(setup, model, params, micro_batches, specs, o.model.run, pipe, fine_tuned);
   int failures = 0;
   for (const auto& r : rows) {
     std::printf("%-24s loss %.9g  %s (largest gradient difference %.2e of its tensor's largest value)\n",
@@ -301,10 +306,10 @@ void refuse_combinations(const CheckCommandOptions& o, const ModelSetup& setup) 
   pipeline::refuse_without_stages(o.pipe);
   const Sizes& sizes = setup.sizes;
   if ((o.pipe.stepped()) &&
-      (sizes.split_over_ranks() || o.finetune.any() || o.train_steps > 0 || o.trace ||
-       o.json || !o.golden.empty() || !o.save_golden.empty()))
-    throw UserError("--pp or --micro-batches with --tp, --ep, --cp, fine-tuning, --train-steps, --trace, --json or a "
-                    "golden file: not yet");
+      (sizes.split_over_ranks() || o.train_steps > 0 || o.trace || o.json || !o.golden.empty() ||
+       !o.save_golden.empty()))
+    throw UserError("--pp or --micro-batches with --tp, --ep, --cp, --train-steps, --trace, --json or a golden file: "
+                    "not yet");
   if (o.finetune.any() && o.train_steps > 0)
     throw UserError("--freeze or --lora with --train-steps: not together yet");
   if (o.finetune.quantize != QuantFormat::none && (!o.save_golden.empty() || !o.golden.empty()))

@@ -107,6 +107,7 @@ Timing time_pipelined_steps(const TimeOptions& o, const ModelSetup& whole, const
   const auto model = models().find(setup.model).make(setup.sizes);
   const std::vector<Batch> batches =
       micro_batches_from(o.model.make_batch(setup.sizes), pipe.micro_batches, setup.sizes.V, o.model.run.seed);
+  fine_tune(params, *model, batches.front(), o.finetune, o.model.run.seed, setup, o.json);
   auto strategy = make_strategy(spec);
   params->zero_grad();
   Timing t{spec, {}, 0, 0, 0, params->count(), resident_bytes(), 0, reset_peak_resident(), {}, {}, {}, 1};
@@ -205,9 +206,9 @@ void run_time(const TimeOptions& o) {
   layout.ep.size = o.model.ep;
   refuse_planned_under_experts(layout, specs);
   pipeline::refuse_without_stages(o.pipe);
-  if (o.pipe.stepped() && (o.model.tp > 1 || o.model.sp || o.model.ep > 1 || o.model.cp > 1 || o.finetune.any() ||
+  if (o.pipe.stepped() && (o.model.tp > 1 || o.model.sp || o.model.ep > 1 || o.model.cp > 1 ||
                         parse_strategy(specs[0]).planned))
-    throw UserError("--pp or --micro-batches with --tp, --sp, --ep, --cp, fine-tuning or a budget: not yet");
+    throw UserError("--pp or --micro-batches with --tp, --sp, --ep, --cp or a budget: not yet");
   const std::int64_t memory = require_step_memory(setup, o.model.run.attention, specs, 2, o.force);
   const Timing t = o.pipe.stepped() ? time_pipelined_steps(o, setup, specs[0], memory) : time_steps(o, setup, specs[0], memory);
   if (o.json) print_json(o, setup, t);

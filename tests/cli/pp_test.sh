@@ -207,6 +207,25 @@ for ft in "--freeze-below 2" "--lora 2 --quantize int8" "--freeze-below 1 --quan
     --json >estimate.json 2>err.txt || fail "estimate --pp 2 $ft: $(cat err.txt)"
   same_peaks "llama $ft --pp 2"
 done
+# check and time take it too: every strategy bitwise full with each stage's peaks as predicted, on 2 stages and
+# on one rank accumulating; time's stages the estimate's.
+expect_ok "check --pp 2 --lora 2 --quantize int8" "${mpi[@]}" "$remat" check --model llama --preset tiny --layers 4 \
+  --pp 2 --micro-batches 2 --lora 2 --quantize int8 --dropout 0.1 --strategies all
+grep -q "^8 strategies: 0 failed" out.txt || fail "check --pp 2 QLoRA: $(tail -3 out.txt)"
+expect_ok "check --micro-batches 2 --freeze-below 2" "$remat" check --model llama --preset tiny --layers 4 \
+  --micro-batches 2 --freeze-below 2 --strategies all
+grep -q "^8 strategies: 0 failed" out.txt || fail "check --micro-batches --freeze-below: $(tail -3 out.txt)"
+expect_ok "time --pp 2 --freeze-below 1" "${mpi[@]}" "$remat" time --model llama --preset tiny --layers 4 --pp 2 \
+  --micro-batches 2 --freeze-below 1 --strategy per-layer --steps 1 --warmup 0 --json
+mv out.txt time.json
+"$remat" estimate --model llama --preset tiny --layers 4 --pp 2 --micro-batches 2 --freeze-below 1 \
+  --strategies per-layer --json >estimate.json 2>err.txt || fail "estimate --freeze-below 1: $(cat err.txt)"
+py time.json <<'PY' || fail "time --pp 2 --freeze-below 1: its stages are not the estimate's"
+import json, sys
+got = [(s["activation_peak_bytes"], s["offload_peak_bytes"]) for s in json.load(open(sys.argv[1]))["stages"]]
+est = [(e["activation_peak_bytes"], e["offload_peak_bytes"]) for e in json.load(open("estimate.json"))]
+assert got == est, (got, est)
+PY
 # estimate --pp beside --ep and beside --shard-params: the stages split what the unpipelined estimate's rank holds
 # (llama's parameters untied: their stages' shards add up to its shards; mixtral's experts per rank likewise).
 "$remat" estimate --config llama-7b --seq 1024 --batch 1 --pp 4 --micro-batches 4 --ranks 8 --shard-params \
@@ -262,7 +281,7 @@ est = [(e["activation_peak_bytes"], e["offload_peak_bytes"]) for e in json.load(
 got = [(s["activation_peak_bytes"], s["offload_peak_bytes"]) for s in t["stages"]]
 assert got == est and t["micro_batches"] == 4 and t["median_s"] > 0, (got, est)
 PY
-expect_error "fine-tuning or a budget: not yet" "$remat" time --model llama --preset tiny --micro-batches 2 \
+expect_error "--cp or a budget: not yet" "$remat" time --model llama --preset tiny --micro-batches 2 \
   --strategy budget:min
 expect_error "with a budget ('budget:min'): not yet" "$remat" check --model llama --preset tiny --micro-batches 2 \
   --strategies budget:min
