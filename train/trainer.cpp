@@ -84,8 +84,7 @@ void validate(const TrainConfig& c) {
 
 void validate_pipeline(const TrainConfig& c) {
   const Sizes& z = c.setup.sizes;
-  if (z.tp.split() || z.ep.split() || c.shard_params || c.lora.any() || c.freeze.any() || c.quantize != QuantFormat::none)
-    throw UserError("--pp with --tp, --ep, --shard-params or fine-tuning: not yet");
+  if (z.tp.split() || z.ep.split() || c.shard_params) throw UserError("--pp with --tp, --ep or --shard-params: not yet");
   pipeline::require_stages(c.setup.model, z);
   if (parse_strategy(c.strategy).planned) throw UserError("--pp with a budget: not yet");
   const pipeline::Schedule schedule = pipeline::parse_schedule(c.pipe.schedule);

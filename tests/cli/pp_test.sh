@@ -207,6 +207,25 @@ for ft in "--freeze-below 2" "--lora 2 --quantize int8" "--freeze-below 1 --quan
     --json >estimate.json 2>err.txt || fail "estimate --pp 2 $ft: $(cat err.txt)"
   same_peaks "llama $ft --pp 2"
 done
+# Training under it: frozen blocks, and LoRA on a quantized base, follow one process accumulating the same
+# micro-batches bitwise under zb-h1 and interleaved 1F1B (communication as predicted); a killed QLoRA pipeline
+# resumes bitwise.
+Q=(train --model llama --preset tiny --layers 4 --data copy --lr 3e-3 --steps 4 --accumulate 4)
+for ft in "--freeze-below 2" "--lora 2 --quantize nf4 --precision fp32"; do
+  # shellcheck disable=SC2206
+  f=($ft)
+  expect_ok "train $ft, one process" "$remat" "${Q[@]}" "${f[@]}" --out one-ft.h5 --force
+  for schedule in zb-h1 interleaved:2; do
+    expect_ok "train $ft --pp 2 $schedule" "${mpi[@]}" "$remat" "${Q[@]}" "${f[@]}" --pp 2 --pp-schedule "$schedule" \
+      --out pp-ft.h5 --force
+    same_run one-ft.h5 pp-ft.h5 || fail "train $ft --pp 2 $schedule is not one process's run"
+  done
+done
+QP=("${Q[@]}" --lora 2 --quantize nf4 --pp 2 --save-every 1)
+expect_ok "train QLoRA --pp 2" "${mpi[@]}" "$remat" "${QP[@]}" --out q-whole.h5
+cut_at_first_save q-cut.h5 "${mpi[@]}" "$remat" "${QP[@]}" --out q-cut.h5
+expect_ok "train QLoRA --pp 2 --resume" "${mpi[@]}" "$remat" "${QP[@]}" --out q-cut.h5 --resume
+same_run q-whole.h5 q-cut.h5 || fail "train QLoRA --pp 2, killed and resumed, is not the run left alone"
 # check and time take it too: every strategy bitwise full with each stage's peaks as predicted, on 2 stages and
 # on one rank accumulating; time's stages the estimate's.
 expect_ok "check --pp 2 --lora 2 --quantize int8" "${mpi[@]}" "$remat" check --model llama --preset tiny --layers 4 \
