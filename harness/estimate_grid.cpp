@@ -20,22 +20,35 @@ namespace remat {
 namespace {
 
 // What one rank keeps under --shard-params, as training shards: 1/ranks of
-// each parameter rounded up to whole chunks of 1024 values, their
-// gradients, and the optimizer's state over them, counted by the tracker in
-// a shape-only run. (Plain data parallelism keeps all of them on every rank.)
-ShapeOnlyState sharded_state(const ModelSetup& setup, int ranks, const std::string& optimizer) {
+// each parameter rounded up to whole chunks of 1024 values, the gradients of
+// those that train (frozen ones, as --freeze and --lora leave them, none)
+// and the optimizer's state over them, counted by the tracker in a
+// shape-only run; of the parameters in `only` (a pipeline stage's reads),
+// or all of them. (Plain data parallelism keeps all of them on every rank.)
+ShapeOnlyState sharded_state(const EstimateRequest& r, const ModelSetup& setup,
+                             const std::vector<std::size_t>* only = nullptr) {
   ShapeOnlyScope shape_only;
   const auto model = models().find(setup.model).make(setup.sizes);
-  ParamStore params(model->params(), DType::f32);
-  const ParamShards shards(params, Precision::fp32, ranks);
+  auto params = std::make_unique<ParamStore>(model->params(), DType::f32);
+  if (r.finetune.applies())
+    apply_fine_tuning(params, *model, shape_only_batch(setup.sizes), r.finetune, r.seed, setup);
+  const ParamShards shards(*params, Precision::fp32, r.ranks);
+  std::vector<std::size_t> all(params->names().size());
+  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+  ShapeOnlyState s;
+  std::vector<Tensor> trained;
+  for (std::size_t i : only ? *only : all) {
+    const Tensor& shard = shards.shards()[i];
+    s.parameter_bytes += std::int64_t(shard.nbytes());
+    if (!params->trainable(i)) continue;
+    trained.push_back(shard);
+    if (shard.slot() && shard.slot()->grad) s.gradient_bytes += std::int64_t(shard.slot()->grad->nbytes());
+  }
   auto& tracker = MemoryTracker::instance();
   const std::int64_t before = tracker.stats(MemoryTracker::default_pool()).live;
   OptimizerConfig config;
-  config.kind = optimizer;
-  const auto state = make_optimizer(config, shards.shards());
-  ShapeOnlyState s;
-  s.parameter_bytes = shards.shard_bytes();
-  s.gradient_bytes = shards.gradient_bytes();
+  config.kind = r.optimizer;
+  const auto state = make_optimizer(config, trained);
   s.optimizer_bytes = tracker.stats(MemoryTracker::default_pool()).live - before;
   return s;
 }
@@ -65,30 +78,6 @@ ShapeOnlyExtras sharding_extras(const EstimateRequest& r) {
   };
   extras.pools = {ParamShards::kGatheredPool, ParamShards::kReducingPool};
   return extras;
-}
-
-// A stage's state under --shard-params: the shards of the parameters it
-// reads, the gradient shards of those that train and the optimizer's state
-// for them, as sharded_state counts a whole model's.
-void shard_stage_state(const ModelSetup& setup, int ranks, const std::string& optimizer, StageEstimate& e) {
-  ShapeOnlyScope shape_only;
-  const auto model = models().find(setup.model).make(setup.sizes);
-  ParamStore params(model->params(), DType::f32);
-  const ParamShards shards(params, Precision::fp32, ranks);
-  std::vector<Tensor> trainable;
-  e.parameter_bytes = e.gradient_bytes = e.weight_copy_bytes = 0;
-  for (std::size_t i : e.reads) {
-    const Tensor& s = shards.shards()[i];
-    e.parameter_bytes += std::int64_t(s.nbytes());
-    if (s.slot() && s.slot()->grad) e.gradient_bytes += std::int64_t(s.slot()->grad->nbytes());
-    if (params.trainable(i)) trainable.push_back(s);
-  }
-  auto& tracker = MemoryTracker::instance();
-  const std::int64_t before = tracker.stats(MemoryTracker::default_pool()).live;
-  OptimizerConfig config;
-  config.kind = optimizer;
-  const auto state = make_optimizer(config, trainable);
-  e.optimizer_bytes = tracker.stats(MemoryTracker::default_pool()).live - before;
 }
 
 std::int64_t pool_peak(const ShapeOnlyStep& step, const char* pool) {
@@ -126,8 +115,8 @@ ModelSetup grid_point(const EstimateRequest& r, int S, int B) {
 std::vector<ModelSetup> estimate_points(const EstimateRequest& r) {
   if (r.ranks < 1) throw UserError("--ranks: at least 1");
   if (r.shard_params && r.ranks < 2) throw UserError("--shard-params shards across ranks: give --ranks 2 or more");
-  if (r.finetune.applies() && r.shard_params)
-    throw UserError("--freeze, --lora or --quantize with --shard-params: not yet");
+  if (r.finetune.quantize != QuantFormat::none && r.shard_params)
+    throw UserError("--quantize with --shard-params: not yet (quantized weights are not sharded)");
   if (r.base.sizes.ep.split() && r.finetune.lora.any()) throw UserError("--ep with --lora: not yet");
   if (r.shard_params && models().find(r.base.model).reversible)
     throw UserError("--shard-params: " + r.base.model + "'s reversible blocks rebuild their inputs in backward, which "
@@ -166,7 +155,7 @@ EstimatePoint estimate_point(const EstimateRequest& r, const ModelSetup& setup,
   const ShapeOnlyRun run = shape_only_run(setup, r.strategies, r.attention, r.optimizer,
                                           rates ? &device_model : nullptr, r.precision, extras);
   // Sharded, a rank keeps its shards (and gathers 16-bit values at 16 bits: no whole 16-bit copy, as the warm-up shows).
-  const ShapeOnlyState kept = r.shard_params ? sharded_state(setup, r.ranks, r.optimizer) : run.state;
+  const ShapeOnlyState kept = r.shard_params ? sharded_state(r, setup) : run.state;
   EstimatePoint p{setup, run.state.parameter_count, kept.parameter_bytes, kept.gradient_bytes, kept.optimizer_bytes,
                   run.state.weight_copy_bytes, run.state.quantized_bytes, run.state.trainable_bytes,
                   run.state.dequantize_bytes, {}};
@@ -215,9 +204,13 @@ std::vector<PipelineEstimate> stage_estimates(const EstimateRequest& r, const Mo
     };
   std::vector<PipelineEstimate> stages =
       pipeline_stage_estimates(setup, r.strategies, r.pipe, r.attention, r.precision, r.optimizer, &device, extras);
-  if (r.shard_params)
+  if (r.shard_params)  // a stage's state: its reads' shards (gathered 16-bit values: no 16-bit copy kept)
     for (PipelineEstimate& per_strategy : stages)
-      for (StageEstimate& e : per_strategy.stages) shard_stage_state(setup, r.ranks, r.optimizer, e);
+      for (StageEstimate& e : per_strategy.stages) {
+        const ShapeOnlyState kept = sharded_state(r, setup, &e.reads);
+        e.parameter_bytes = kept.parameter_bytes, e.gradient_bytes = kept.gradient_bytes;
+        e.optimizer_bytes = kept.optimizer_bytes, e.weight_copy_bytes = 0;
+      }
   return stages;
 }
 

@@ -207,6 +207,7 @@ void ParamShards::body_done(const std::string& block) {
 
 void ParamShards::backward_enter(const std::string& block) {
   in_backward_of_ = block;
+  backward_ran_.insert(block);
   for (std::size_t i : members(block)) gather(i);
 }
 
@@ -262,9 +263,11 @@ std::int64_t ParamShards::predicted_bytes(const std::map<std::string, int>& reco
       values += s;  // gathered once, kept for the step
     } else {
       // Forward, backward, and each re-run: its body_done gathers again for
-      // what comes next (the first re-run finds the values released).
+      // what comes next (the first re-run finds the values released). A
+      // block whose backward does not run (frozen, below every trainable
+      // parameter) is neither gathered for it nor re-run.
       const auto it = recomputed.find(owner_[i]);
-      values += s * (2 + (it != recomputed.end() ? it->second : 0));
+      values += s * (backward_ran_.count(owner_[i]) ? 2 + (it != recomputed.end() ? it->second : 0) : 1);
     }
     if (full_.trainable(i)) reduced += s;
   }

@@ -25,6 +25,7 @@
 // and values are freed.
 #include <cstdint>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <vector>
@@ -74,7 +75,8 @@ class ParamShards final : public BlockHooks {
 
   // Bytes this rank sends plus receives for one micro-batch whose blocks
   // are recomputed as `recomputed` says (how often the block's body runs
-  // again in backward), from the block membership the first forward recorded.
+  // again in backward), from the block membership the first forward recorded
+  // and the blocks whose backward ran (after a step: the trainer's record).
   std::int64_t predicted_bytes(const std::map<std::string, int>& recomputed) const;
   // The blocks the first forward saw, in forward order.
   const std::vector<std::string>& blocks() const { return block_order_; }
@@ -117,6 +119,9 @@ class ParamShards final : public BlockHooks {
   std::map<std::string, std::vector<std::size_t>> members_;  // cache of owner_ by block
   bool first_micro_batch_ = true;
   std::string in_backward_of_;  // the block whose backward runs ("": none)
+  // The blocks whose backward ran (a frozen block below every trainable
+  // parameter runs none: gathered once a step, in forward, not again).
+  std::set<std::string> backward_ran_;
   std::unique_ptr<BlockHooksScope> hooks_;  // this, installed while it lives
 };
 

@@ -210,6 +210,19 @@ for name in dp["params"]:
 assert any(n.endswith(".lora_A") for n in zero["params"]), "no adapters trained"
 assert zero["history/comm_bytes"][:].tolist() == zero["history/predicted_comm_bytes"][:].tolist()
 PY
+# Frozen blocks shard too (no gradient shards, no optimizer state; a block below every trainable parameter runs
+# no backward, so it is gathered once a step): the communication as predicted, and what a rank holds, LoRA's and
+# the frozen run's, as `estimate --shard-params` with the same fine-tuning says.
+frozen=(train --model llama --preset tiny --steps 2 --freeze-below 1 --lr 3e-3 --strategy per-layer)
+"${mpi[@]}" "$remat" "${frozen[@]}" --shard-params --out zero-frozen.h5 >/dev/null 2>err.txt ||
+  fail "mpirun train --freeze-below 1 --shard-params: $(cat err.txt)"
+for ft in "--lora 4:zero-lora.h5" "--freeze-below 1:zero-frozen.h5"; do
+  # shellcheck disable=SC2206  # the options' words
+  f=(${ft%%:*})
+  OMP_NUM_THREADS=1 "$remat" estimate --model llama --preset tiny --ranks 2 --shard-params "${f[@]}" \
+    --strategies per-layer --json >estimate.json 2>err.txt || fail "estimate --shard-params ${f[*]}: $(cat err.txt)"
+  state_as_estimated "${ft#*:}" estimate.json || fail "train ${f[*]} --shard-params: not what the estimate says"
+done
 expect_error "run it under mpirun with 2 or more ranks" "$remat" "${zero[@]}" --shard-params
 
 # QLoRA on 2 ranks: the quantized base on every rank, the adapters' gradients
