@@ -63,11 +63,11 @@ std::string refusal(const ModelSetup& setup, int pp) {
 }
 
 // Whether ZeRO-3 over the replicas is searched beside plain data
-// parallelism for this layout: where remat estimates it (no stages,
-// no reversible blocks) and the device model prices it (no context group's
-// own sum).
-bool zero3_searched(const std::string& model, int pp, int cp, int dp) {
-  return pp == 1 && cp == 1 && dp > 1 && !models().find(model).reversible;
+// parallelism for this layout: where remat estimates it (no reversible
+// blocks; under pp each stage's state sharded over the replicas) and the
+// device model prices it (no context group's own sum).
+bool zero3_searched(const std::string& model, int cp, int dp) {
+  return cp == 1 && dp > 1 && !models().find(model).reversible;
 }
 
 // A layout's name in the list of those not costed.
@@ -80,15 +80,14 @@ std::string name_of(int tp, bool sp, int cp, int pp, int dp) {
 // for `micro_batches` micro-batches of one sequence under its schedule.
 std::vector<PipelineEstimate> stage_estimates(const LayoutRequest& r, const ModelSetup& setup, const TrainingLayout& layout,
                                               int micro_batches) {
-  pipeline::PipelineSettings pipe;
-  pipe.stages = layout.pp;
-  pipe.micro_batches = micro_batches;
-  pipe.schedule = layout.schedule;
-  pipe.stage_layers = layout.stage_list();
-  const EstimateRequest& p = r.point;
-  DeviceModel device;
-  device.device = p.device;
-  return pipeline_stage_estimates(setup, p.strategies, pipe, p.attention, p.precision, p.optimizer, &device);
+  EstimateRequest p = r.point;
+  p.pipe.stages = layout.pp;
+  p.pipe.micro_batches = micro_batches;
+  p.pipe.schedule = layout.schedule;
+  p.pipe.stage_layers = layout.stage_list();
+  p.ranks = layout.dp;
+  p.shard_params = layout.shard;
+  return remat::stage_estimates(p, setup);  // (the request's fine-tuning and sharding too)
 }
 
 // Without stages: `estimate`'s point (a rank's step and state, as
@@ -114,6 +113,33 @@ void judge(LayoutVerdict& v, std::int64_t offload, const Device& device) {
     v.why_not = "offload pool over the host's memory by " + human_bytes(double(host_over));
 }
 
+// One strategy's verdict from its stages' estimates at M1 and M2
+// micro-batches (cost_layout), extended to the layout's M: the hungriest
+// stage, the pipeline's step and its bubble (no exchange yet).
+LayoutVerdict pipeline_verdict(const TrainingLayout& layout, const PipelineEstimate& first,
+                               const PipelineEstimate& second, int M1, int M2, std::int64_t& gradients,
+                               std::int64_t& offload) {
+  const int M = layout.micro_batches;
+  LayoutVerdict v;
+  v.layout = layout;
+  gradients = offload = 0;
+  for (const StageEstimate& s : first.stages) {
+    if (s.total() > v.largest_total) v.largest_total = s.total(), v.hungriest_stage = s.rank;
+    gradients = std::max(gradients, s.gradient_bytes);
+    offload = std::max(offload, s.offload_peak);
+  }
+  const double per_micro_batch = M > M1 ? (second.modelled_step_seconds - first.modelled_step_seconds) / double(M2 - M1) : 0;
+  const double pipeline_step = first.modelled_step_seconds + double(M - M1) * per_micro_batch;
+  double busy = 0;
+  for (std::size_t s = 0; s < first.stages.size(); ++s) {
+    const double b1 = first.stages[s].modelled_busy_seconds, b2 = second.stages[s].modelled_busy_seconds;
+    busy += b1 + (M > M1 ? double(M - M1) * (b2 - b1) / double(M2 - M1) : 0);
+  }
+  v.step_seconds = pipeline_step;
+  v.bubble = layout.pp > 1 && pipeline_step > 0 ? 1 - busy / (double(layout.pp) * pipeline_step) : 0;
+  return v;
+}
+
 // Every strategy of one layout. Each stage's memory comes from its own
 // passes (without stages, `estimate`'s point): 1F1B holds at most pp micro-batches at once, so a step of
 // M1 = min(M, pp) of them gives every stage's peak (zb-h1 too: its W passes
@@ -123,7 +149,10 @@ void judge(LayoutVerdict& v, std::int64_t offload, const Device& device) {
 // (interleaved: M1 + pp; both replayed under the schedule), and
 // extended to M by the difference per micro-batch: once the pipeline is
 // full each one adds the same (what a step does once, such as the 16-bit
-// weight copy, is not multiplied). Then the data-parallel exchange.
+// weight copy, is not multiplied). Then the data-parallel exchange: the
+// gradients' all-reduce, or sharded (ZeRO-3, as FSDP by default) each
+// micro-batch's gathers and reduce-scatters, which a sharded stage's passes
+// (or `estimate`'s sharded point, M times) price beside its compute.
 void cost_layout(const LayoutRequest& r, const ModelSetup& setup, TrainingLayout layout, std::vector<LayoutVerdict>& out) {
   const Device& device = r.point.device;
   const bool interleaved = pipeline::parse_schedule(layout.schedule).virtual_stages > 1;
@@ -132,31 +161,21 @@ void cost_layout(const LayoutRequest& r, const ModelSetup& setup, TrainingLayout
   const auto first = stage_estimates(r, setup, layout, M1);
   const auto second = M > M1 ? stage_estimates(r, setup, layout, M2) : first;
   const EstimatePoint flat = layout.pp == 1 ? flat_point(r, setup, layout, false) : EstimatePoint{};
-  const bool shardable = zero3_searched(setup.model, layout.pp, layout.cp, layout.dp);
-  const EstimatePoint sharded = shardable ? flat_point(r, setup, layout, true) : EstimatePoint{};
+  const bool shardable = zero3_searched(setup.model, layout.cp, layout.dp);
+  const EstimatePoint sharded = shardable && layout.pp == 1 ? flat_point(r, setup, layout, true) : EstimatePoint{};
+  TrainingLayout zero3 = layout;
+  zero3.shard = true;
+  const auto first_sharded = shardable && layout.pp > 1 ? stage_estimates(r, setup, zero3, M1) : first;
+  const auto second_sharded = shardable && layout.pp > 1 && M > M1 ? stage_estimates(r, setup, zero3, M2) : first_sharded;
   for (std::size_t i = 0; i < first.size(); ++i) {
-    LayoutVerdict v;
-    layout.strategy = r.point.strategies[i];
-    v.layout = layout;
+    layout.strategy = zero3.strategy = r.point.strategies[i];
     std::int64_t gradients = 0, offload = 0;
-    double busy = 0;
-    for (const StageEstimate& s : first[i].stages) {
-      if (s.total() > v.largest_total) v.largest_total = s.total(), v.hungriest_stage = s.rank;
-      gradients = std::max(gradients, s.gradient_bytes);
-      offload = std::max(offload, s.offload_peak);
-    }
-    const double at_m1 = first[i].modelled_step_seconds, per_micro_batch =
-        M > M1 ? (second[i].modelled_step_seconds - at_m1) / double(M2 - M1) : 0;
-    const double pipeline_step = at_m1 + double(M - M1) * per_micro_batch;
-    for (std::size_t s = 0; s < first[i].stages.size(); ++s) {
-      const double b1 = first[i].stages[s].modelled_busy_seconds, b2 = second[i].stages[s].modelled_busy_seconds;
-      busy += b1 + (M > M1 ? double(M - M1) * (b2 - b1) / double(M2 - M1) : 0);
-    }
+    LayoutVerdict v = pipeline_verdict(layout, first[i], second[i], M1, M2, gradients, offload);
+    const double pipeline_step = v.step_seconds;
     // Each gradient all-reduced over the replicas and the context-parallel
     // ranks (whose rows' gradients add up), as Megatron does over dp x cp.
     v.exchange_seconds = exchange_seconds(device, gradients, layout.dp * layout.cp);
-    v.step_seconds = pipeline_step + v.exchange_seconds;
-    v.bubble = layout.pp > 1 && pipeline_step > 0 ? 1 - busy / (double(layout.pp) * pipeline_step) : 0;
+    v.step_seconds += v.exchange_seconds;
     if (layout.pp == 1) {  // what `estimate` says of one rank's step, as training measures it
       v.largest_total = flat.rows[i].total;
       offload = flat.rows[i].offload;
@@ -164,17 +183,20 @@ void cost_layout(const LayoutRequest& r, const ModelSetup& setup, TrainingLayout
     judge(v, offload, device);
     out.push_back(v);
     if (!shardable) continue;
-    // Sharded, each micro-batch gathers the parameters it runs and
-    // reduce-scatters its gradients (as FSDP does by default): what the
-    // sharded point's step costs beyond the unsharded one's, M times, in
-    // place of the one all-reduce.
     LayoutVerdict z = v;
-    z.layout.shard = true;
+    if (layout.pp > 1) {  // the stages' passes, sharded, price their own gathers and reduce-scatters
+      std::int64_t unused = 0;
+      z = pipeline_verdict(zero3, first_sharded[i], second_sharded[i], M1, M2, unused, offload);
+      z.exchange_seconds = z.step_seconds - pipeline_step;
+    } else {  // what the sharded point's step costs beyond the unsharded one's, M times
+      z.layout.shard = true;
+      z.exchange_seconds = double(M) * (sharded.rows[i].modelled_seconds - flat.rows[i].modelled_seconds);
+      z.step_seconds = pipeline_step + z.exchange_seconds;
+      z.largest_total = sharded.rows[i].total;
+      offload = sharded.rows[i].offload;
+    }
     z.why_not.clear();
-    z.exchange_seconds = double(M) * (sharded.rows[i].modelled_seconds - flat.rows[i].modelled_seconds);
-    z.step_seconds = pipeline_step + z.exchange_seconds;
-    z.largest_total = sharded.rows[i].total;
-    judge(z, sharded.rows[i].offload, device);
+    judge(z, offload, device);
     out.push_back(z);
   }
 }
@@ -251,7 +273,7 @@ LayoutSearch search_layouts(const LayoutRequest& r, const std::function<void(con
         TrainingLayout layout{tp, cp, pp, dp, sp, false, int(sequences / dp), {}, "1f1b", ""};
         if (pp > 1) layout.stage_layers = balanced_stage_layers(z.L, pp);
         const int blocks = pp > 1 ? *std::max_element(layout.stage_layers.begin(), layout.stage_layers.end()) : z.L;
-        const int shards = zero3_searched(setup.model, pp, cp, dp) ? dp : 1;  // (cost_layout's zero-3)
+        const int shards = zero3_searched(setup.model, cp, dp) ? dp : 1;  // (cost_layout's zero-3)
         if (const std::int64_t held = block_state_bytes(r, setup, blocks) / shards; held > device.usable()) {
           search.skipped.push_back(name + ": the state of a stage's " + std::to_string(blocks) + " blocks alone, " +
                                    human_bytes(double(held)) + (shards > 1 ? " sharded" : "") + ", is over " +

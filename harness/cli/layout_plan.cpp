@@ -118,9 +118,9 @@ void print_search(const LayoutPlanOptions& o, const Device& device, const Layout
   std::printf("\nstep s: the device model's step (docs/estimates.md): M micro-batches of one sequence per replica, under "
               "pp its schedule (1f1b, zb-h1, interleaved:2) replayed over each stage's priced passes, then the gradients' all-reduce over the "
               "data- and context-parallel ranks on the peer link (of it dp s; across nodes the network is slower: "
-              "under-priced); zero-3 (--shard-params, searched without pp and cp): the replicas' state sharded, each "
-              "micro-batch gathering the parameters and reduce-scattering its gradients in place of the all-reduce (of "
-              "it dp s). tokens/s: the global batch over the step. GiB/GPU: the hungriest rank's weights, gradients, "
+              "under-priced); zero-3 (--shard-params, searched without cp): the replicas' state sharded (under pp each "
+              "stage's), each micro-batch gathering the parameters and reduce-scattering its gradients in place of the "
+              "all-reduce (of it dp s). tokens/s: the global batch over the step. GiB/GPU: the hungriest rank's weights, gradients, "
               "optimizer state, 16-bit copy, gathered and reducing peaks and activation peak, exact (without the "
               "running sum of M micro-batches' gradients that remat train keeps beside them: Megatron adds into the "
               "gradients in place).\n");
