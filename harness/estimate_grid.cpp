@@ -115,8 +115,6 @@ ModelSetup grid_point(const EstimateRequest& r, int S, int B) {
 std::vector<ModelSetup> estimate_points(const EstimateRequest& r) {
   if (r.ranks < 1) throw UserError("--ranks: at least 1");
   if (r.shard_params && r.ranks < 2) throw UserError("--shard-params shards across ranks: give --ranks 2 or more");
-  if (r.finetune.quantize != QuantFormat::none && r.shard_params)
-    throw UserError("--quantize with --shard-params: not yet (quantized weights are not sharded)");
   if (r.base.sizes.ep.split() && r.finetune.lora.any()) throw UserError("--ep with --lora: not yet");
   if (r.shard_params && models().find(r.base.model).reversible)
     throw UserError("--shard-params: " + r.base.model + "'s reversible blocks rebuild their inputs in backward, which "

@@ -47,7 +47,14 @@ ParamShards::ParamShards(ParamStore& full, Precision precision, int ranks)
   rank_ = r;
   const auto& ts = full.tensors();
   shape_only_gathered_.resize(ts.size());
+  kept_whole_.assign(ts.size(), false);
   for (std::size_t i = 0; i < ts.size(); ++i) {
+    if (full.quantized(full.names()[i])) {  // QLoRA's frozen base: kept whole on every rank, never gathered
+      kept_whole_[i] = true;
+      shard_size_.push_back(0);
+      shards_.push_back(Tensor::zeros({0}, DType::f32, full.names()[i]));
+      continue;
+    }
     if (ts[i].dtype() != DType::f32) throw UserError("--shard-params: parameters must be float32");
     // 1/N of the values, rounded up to whole chunks of the gradient norm's
     // summation (so the sharded norm adds what the unsharded one adds).
@@ -92,6 +99,7 @@ void ParamShards::begin_micro_batch(bool first) {
 }
 
 void ParamShards::accessed(std::size_t i) {
+  if (kept_whole_[i]) return;
   const std::string& block = current_block();
   if (!seen_[i]) {
     seen_[i] = true;
@@ -109,6 +117,7 @@ void ParamShards::accessed(std::size_t i) {
 // Every rank gathers the same parameters in the same order (the same model
 // runs the same schedule on each), so the collectives match.
 void ParamShards::gather(std::size_t i) {
+  if (kept_whole_[i]) return;
   const Tensor& whole = gathered(i);
   if (shape_only()) {  // the bytes of the whole values, in the gathered pool, and no exchange
     if (!shape_only_gathered_[i].defined()) {
@@ -151,6 +160,7 @@ const Tensor& ParamShards::gathered(std::size_t i) const {
 }
 
 void ParamShards::release(std::size_t i) {
+  if (kept_whole_[i]) return;
   if (shape_only()) return void(shape_only_gathered_[i] = Tensor());
   full_.tensors()[i].release();
   if (full_.copying() && full_.copy_of(i).defined()) full_.copy_of(i).release();
@@ -318,6 +328,13 @@ std::vector<double> ParamShards::gradient_squares() const {
 }
 
 std::int64_t ParamShards::norm_bytes() const { return 2 * 8 * std::int64_t(comm::size(kGroup) - 1) * norm_slots(); }
+
+std::int64_t ParamShards::kept_whole_bytes() const {
+  std::int64_t b = 0;
+  for (std::size_t i = 0; i < kept_whole_.size(); ++i)
+    if (kept_whole_[i]) b += std::int64_t(MemoryTracker::counted_bytes(full_.tensors()[i].nbytes()));
+  return b;
+}
 
 std::int64_t ParamShards::shard_bytes() const {
   std::int64_t b = 0;

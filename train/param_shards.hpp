@@ -18,6 +18,8 @@
 // and the ranks exchange 16-bit values, so no whole 16-bit copy is kept and
 // a gather moves half the bytes. The conversion is element by element, so
 // the values are the unsharded copy's, in every gather and recomputation.
+// A quantized weight (QLoRA's frozen base, in its own pool) is not sharded:
+// every rank keeps it whole and it is never gathered (its shard is empty).
 // When backward leaves a block its gradients are complete: they are
 // reduce-scattered (each rank receives the other ranks' parts of its shard
 // and adds them in rank order, the additions data-parallel training makes,
@@ -89,6 +91,7 @@ class ParamShards final : public BlockHooks {
   std::vector<double> gradient_squares() const;
   std::int64_t norm_bytes() const;
   std::int64_t shard_bytes() const;     // this rank's parameter shards
+  std::int64_t kept_whole_bytes() const;  // the quantized weights it keeps whole (as allocated)
   std::int64_t gradient_bytes() const;  // its gradient shards
 
   void body_done(const std::string& block) override;
@@ -114,6 +117,7 @@ class ParamShards final : public BlockHooks {
   std::vector<std::int64_t> shard_size_;  // values per rank, a multiple of kNormChunk (the tail padded)
   std::vector<std::string> owner_;        // the block that uses it ("" outside blocks or in several)
   std::vector<bool> seen_;
+  std::vector<bool> kept_whole_;  // quantized weights: not sharded (their shard is empty)
   std::vector<std::string> block_order_;
   std::vector<Tensor> shape_only_gathered_;  // shape-only: each gathered parameter's stand-in (undefined: released)
   std::map<std::string, std::vector<std::size_t>> members_;  // cache of owner_ by block

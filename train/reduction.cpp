@@ -162,7 +162,7 @@ class ShardedParameters final : public GradientReduction {
   }
   RankMemory memory(const Optimizer& optimizer) const override {
     RankMemory m = GradientReduction::memory(optimizer);
-    m.parameters = shards_->shard_bytes();
+    m.parameters = shards_->shard_bytes() + shards_->kept_whole_bytes();
     m.gradients = shards_->gradient_bytes();
     m.gathered_peak = gathered_peak_;
     m.reducing_peak = reducing_peak_;

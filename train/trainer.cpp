@@ -43,8 +43,6 @@ void validate(const TrainConfig& c) {
                     std::to_string(comm::size()) + " are running it");
   if (c.setup.sizes.ep.split() && c.lora.any())
     throw UserError("--ep with --lora: not yet (--freeze splits with the parameters)");
-  if (c.quantize != QuantFormat::none && c.shard_params)
-    throw UserError("--quantize with --shard-params: not yet (quantized weights are not sharded)");
   refuse_planned_under_experts(c.setup.sizes, {c.strategy}, /*training=*/true);
   if (!(c.grad_clip >= 0) || !std::isfinite(c.grad_clip)) throw UserError("--grad-clip must be 0 (none) or positive");
   if (c.eval_every < 0 || c.eval_batches < 1) throw UserError("--eval-every must be >= 0 and --eval-batches >= 1");

@@ -239,6 +239,38 @@ for name in acc["params"]:
 assert any("quantized" in dp["params"][n].attrs for n in dp["params"]), "nothing quantized"
 assert dp["history/comm_bytes"][:].tolist() == dp["history/predicted_comm_bytes"][:].tolist()
 PY
+# Beside ZeRO-3 the quantized base is kept whole on every rank (never gathered), everything else sharded:
+# bitwise the unsharded QLoRA run, communication as predicted, what a rank holds as `estimate --shard-params
+# --quantize nf4` says, and killed and resumed bitwise.
+"${mpi[@]}" "$remat" "${qlora[@]}" --shard-params --out zero-qlora.h5 >/dev/null 2>err.txt ||
+  fail "mpirun train --quantize --shard-params: $(cat err.txt)"
+py <<'PY' || fail "sharded QLoRA did not train bitwise as unsharded QLoRA, or communicated other than predicted"
+import h5py
+dp, zero = h5py.File("dp-qlora.h5"), h5py.File("zero-qlora.h5")
+assert dp["history/loss"][:].tobytes() == zero["history/loss"][:].tobytes(), "losses differ"
+for name in dp["params"]:
+    assert dp["params"][name][:].tobytes() == zero["params"][name][:].tobytes(), name
+assert zero["history/comm_bytes"][:].tolist() == zero["history/predicted_comm_bytes"][:].tolist()
+PY
+OMP_NUM_THREADS=1 "$remat" estimate --model llama --preset tiny --ranks 2 --shard-params --lora 4 --quantize nf4 \
+  --dropout 0.1 --strategies per-layer --json >estimate.json 2>err.txt || fail "estimate QLoRA --shard-params: $(cat err.txt)"
+py zero-qlora.h5 estimate.json <<'PY' || fail "train QLoRA --shard-params: not what the estimate says"
+import sys, json, h5py
+b, row = h5py.File(sys.argv[1]), json.load(open(sys.argv[2]))[0]
+held = {k: int(b.attrs["rank_memory." + k]) for k in ("parameters", "gradients", "optimizer", "gathered_peak", "reducing_peak")}
+said = {"parameters": row["parameter_bytes"] + row["quantized_bytes"], "gradients": row["gradient_bytes"],
+        "optimizer": row["optimizer_bytes"], "gathered_peak": row["gathered_peak_bytes"],
+        "reducing_peak": row["reducing_peak_bytes"]}
+assert held == said, (held, said)
+assert int(b["history/activation_peak"][-1]) == row["activation_peak_bytes"]
+PY
+# (A save gathers every sharded parameter: a run that saves holds more gathered than a step does.)
+expect_ok "train QLoRA --shard-params --save-every 1" "${mpi[@]}" "$remat" "${qlora[@]}" --shard-params --save-every 1 \
+  --out saved-qlora.h5
+cut_at_first_save cut-qlora.h5 "${mpi[@]}" "$remat" "${qlora[@]}" --shard-params --save-every 1 --out cut-qlora.h5
+expect_ok "train QLoRA --shard-params --resume" "${mpi[@]}" "$remat" "${qlora[@]}" --shard-params --save-every 1 \
+  --out cut-qlora.h5 --resume
+same_run saved-qlora.h5 cut-qlora.h5 || fail "train QLoRA --shard-params, killed and resumed, is not the run left alone"
 
 # A planned schedule (budget:min nests segments: block 0 is recomputed once per
 # level) is one plan on every rank (rank 0's probe timings), trains bitwise as
