@@ -187,7 +187,33 @@ std::optional<bool> fits_at(const EstimateRequest& r, const std::string& strateg
   EstimateRequest one = r;
   one.strategies = {strategy};
   one.ranks = ranks;
+  if (r.pipe.split()) return stages_fit(r.device, stage_estimates(one, setup).at(0));
   return estimate_point(one, setup).rows.at(0).fits();
+}
+
+// For each strategy of `fits` that does not fit (at `setup`): the sizes
+// and, sharded, the ranks at which it would, each from a shape-only run.
+std::vector<Refit> refits(const EstimateRequest& r, const ModelSetup& setup,
+                          const std::vector<std::pair<std::string, bool>>& fits) {
+  std::vector<Refit> out;
+  const int S = setup.sizes.S, B = setup.sizes.B;
+  for (const auto& [strategy, fit] : fits) {
+    if (fit) continue;
+    Refit f{strategy};
+    for (int b = B / 2; b >= 1 && !f.batch; b /= 2)
+      if (fits_at(r, strategy, S, b, r.ranks).value_or(false)) f.batch = b;
+    for (int step = f.batch / 2; step >= 1; step /= 2)  // then the largest: b fits, 2b does not
+      if (fits_at(r, strategy, S, f.batch + step, r.ranks).value_or(false)) f.batch += step;
+    for (int s = S / 2; s >= 1 && !f.seq; s /= 2) {
+      const std::optional<bool> at = fits_at(r, strategy, s, B, r.ranks);
+      if (!at) break;  // shorter ones break the layout too (S no longer divides)
+      if (*at) f.seq = s;
+    }
+    for (int ranks = r.ranks * 2; r.shard_params && ranks <= 65536 && !f.ranks; ranks *= 2)
+      if (fits_at(r, strategy, S, B, ranks).value_or(false)) f.ranks = ranks;
+    out.push_back(f);
+  }
+  return out;
 }
 
 }  // namespace
@@ -213,25 +239,22 @@ std::vector<PipelineEstimate> stage_estimates(const EstimateRequest& r, const Mo
 }
 
 std::vector<Refit> what_would_fit(const EstimateRequest& r, const EstimatePoint& p) {
-  std::vector<Refit> out;
-  const int S = p.setup.sizes.S, B = p.setup.sizes.B;
-  for (const EstimateRow& row : p.rows) {
-    if (row.fits()) continue;
-    Refit f{row.strategy};
-    for (int b = B / 2; b >= 1 && !f.batch; b /= 2)
-      if (fits_at(r, row.strategy, S, b, r.ranks).value_or(false)) f.batch = b;
-    for (int step = f.batch / 2; step >= 1; step /= 2)  // then the largest: b fits, 2b does not
-      if (fits_at(r, row.strategy, S, f.batch + step, r.ranks).value_or(false)) f.batch += step;
-    for (int s = S / 2; s >= 1 && !f.seq; s /= 2) {
-      const std::optional<bool> fits = fits_at(r, row.strategy, s, B, r.ranks);
-      if (!fits) break;  // shorter ones break the layout too (S no longer divides)
-      if (*fits) f.seq = s;
-    }
-    for (int ranks = r.ranks * 2; r.shard_params && ranks <= 65536 && !f.ranks; ranks *= 2)
-      if (fits_at(r, row.strategy, S, B, ranks).value_or(false)) f.ranks = ranks;
-    out.push_back(f);
-  }
-  return out;
+  std::vector<std::pair<std::string, bool>> fits;
+  for (const EstimateRow& row : p.rows) fits.emplace_back(row.strategy, row.fits());
+  return refits(r, p.setup, fits);
+}
+
+bool stages_fit(const Device& d, const PipelineEstimate& e) {
+  for (const StageEstimate& s : e.stages)
+    if (s.total() > d.usable() || (d.host_memory_bytes > 0 && s.offload_peak > d.host_memory_bytes)) return false;
+  return true;
+}
+
+std::vector<Refit> what_would_fit(const EstimateRequest& r, const ModelSetup& setup,
+                                  const std::vector<PipelineEstimate>& stages) {
+  std::vector<std::pair<std::string, bool>> fits;
+  for (std::size_t k = 0; k < stages.size(); ++k) fits.emplace_back(r.strategies[k], stages_fit(r.device, stages[k]));
+  return refits(r, setup, fits);
 }
 
 }  // namespace remat

@@ -89,5 +89,11 @@ struct Refit {
   int batch = 0, seq = 0, ranks = 0;
 };
 std::vector<Refit> what_would_fit(const EstimateRequest& r, const EstimatePoint& p);
+// The same under --pp, where a strategy fits when every stage does: the
+// largest B per micro-batch, the longest S, the fewest sharded ranks.
+std::vector<Refit> what_would_fit(const EstimateRequest& r, const ModelSetup& setup,
+                                  const std::vector<PipelineEstimate>& stages);
+// Whether every stage fits `d` (and its offload pool the host, where known).
+bool stages_fit(const Device& d, const PipelineEstimate& e);
 
 }  // namespace remat

@@ -173,12 +173,10 @@ void print_point(const EstimateRequest& r, const EstimatePoint& p) {
 
 // Under a device, for each strategy that does not fit: the sizes (and,
 // sharded, the ranks) at which it would, each from a shape-only run.
-void print_refits(const EstimateRequest& r, const EstimatePoint& p) {
-  if (r.device.name.empty()) return;
-  const std::vector<Refit> refits = what_would_fit(r, p);
+void print_refits(const EstimateRequest& r, const ModelSetup& setup, const std::vector<Refit>& refits) {
   if (refits.empty()) return;
   std::printf("does not fit %s; it would:\n", r.device.name.c_str());
-  const Sizes& z = p.setup.sizes;
+  const Sizes& z = setup.sizes;
   for (const Refit& f : refits) {
     std::vector<std::string> ways;
     if (f.batch) ways.push_back("at B " + std::to_string(f.batch) + " (S " + std::to_string(z.S) + ")");
@@ -254,6 +252,7 @@ void run_stages(const EstimateOptions& o, const EstimateRequest& r, const std::v
     }
     std::printf("\nS %d, B %d per micro-batch:\n", setup.sizes.S, setup.sizes.B);
     std::printf("%s", render_text(stage_table(r, setup, stages, largest >= (std::int64_t(1) << 30) ? 30 : 20)).c_str());
+    if (!r.device.name.empty()) print_refits(r, setup, what_would_fit(r, setup, stages));  // every stage must fit
     std::fflush(stdout);
   }
   if (o.json) {
@@ -302,7 +301,7 @@ void run(const EstimateOptions& o) {
       for (auto& j : render_json(point_table(r, p, 30, refits))) rows.push_back(std::move(j));
     } else {
       print_point(r, p);
-      print_refits(r, p);
+      if (!r.device.name.empty()) print_refits(r, p.setup, what_would_fit(r, p));
     }
   }
   if (!o.svg.empty())  // the title says what decides the figures: precision, ranks and sharding too

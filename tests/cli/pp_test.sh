@@ -226,6 +226,20 @@ expect_ok "train QLoRA --pp 2" "${mpi[@]}" "$remat" "${QP[@]}" --out q-whole.h5
 cut_at_first_save q-cut.h5 "${mpi[@]}" "$remat" "${QP[@]}" --out q-cut.h5
 expect_ok "train QLoRA --pp 2 --resume" "${mpi[@]}" "$remat" "${QP[@]}" --out q-cut.h5 --resume
 same_run q-whole.h5 q-cut.h5 || fail "train QLoRA --pp 2, killed and resumed, is not the run left alone"
+# Where a strategy does not fit on every stage, estimate --pp says at what it would: the largest B per
+# micro-batch and the longest S, each checked here (B 4 fits every stage, B 5 does not).
+"$remat" estimate --model llama --preset small --pp 2 --micro-batches 2 --strategies per-layer --device mem:100M \
+  >out.txt 2>err.txt || fail "estimate --pp --device mem:100M: $(cat err.txt)"
+grep -q "^  per-layer: at B 4 (S 256), or at S 128 (B 8)$" out.txt || fail "estimate --pp: no refit said: $(cat out.txt)"
+for b in 4 5; do
+  "$remat" estimate --model llama --preset small --pp 2 --micro-batches 2 --strategies per-layer --device mem:100M \
+    --batch "$b" --json >"refit-$b.json" 2>err.txt || fail "estimate --batch $b: $(cat err.txt)"
+done
+py refit-4.json refit-5.json <<'PY' || fail "estimate --pp: the refit's B is not the largest that fits every stage"
+import json, sys
+four, five = (json.load(open(p)) for p in sys.argv[1:])
+assert all(r["headroom_bytes"] >= 0 for r in four) and any(r["headroom_bytes"] < 0 for r in five)
+PY
 # check and time take it too: every strategy bitwise full with each stage's peaks as predicted, on 2 stages and
 # on one rank accumulating; time's stages the estimate's.
 expect_ok "check --pp 2 --lora 2 --quantize int8" "${mpi[@]}" "$remat" check --model llama --preset tiny --layers 4 \
