@@ -76,6 +76,9 @@ class BlockHooks {
   virtual void backward_enter(const std::string& block) = 0;
   virtual void backward_leave(const std::string& block) = 0;
   virtual void backward_end() = 0;
+  // A delayed weight-gradient pass (zb-h1's W, outside any backward's
+  // blocks) has made its gradients: complete now, as at a backward's end.
+  virtual void weight_gradients_done() {}
 };
 BlockHooks* block_hooks();  // the innermost scope's; null outside any
 // Installs `hooks` for its lifetime (the previous ones come back after).

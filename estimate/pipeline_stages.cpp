@@ -86,20 +86,18 @@ double pass_seconds(const std::vector<pipeline::PassTiming>& passes, std::map<st
 pipeline::RankResult run_stage(ParamStore& params, const pipeline::StageStep& step, const pipeline::Schedule& schedule,
                                const pipeline::Layout& layout, int r, const pipeline::EdgeShapes& shapes,
                                const std::vector<std::string>& pools, std::set<std::size_t>& read, StageEstimate& e) {
-  const auto installed_hook = params.access_hook();  // (sharded parameters gather on it)
-  params.set_access_hook([&read, installed_hook](std::size_t i) {
-    read.insert(i);
-    if (installed_hook) installed_hook(i);
-  });
+  const ReadHookScope reads(params, [&read](std::size_t i) { read.insert(i); });
   const auto link = pipeline::shape_link(shapes);
   auto& tracker = MemoryTracker::instance();
-  const auto outer = tracker.begin_peaks();  // the pools' peaks over this rank's passes
+  struct Window {  // the pools' peaks over this rank's passes, closed however it ends
+    MemoryTracker& tracker;
+    const std::map<std::string, MemoryTracker::PoolStats> outer = tracker.begin_peaks();
+    ~Window() { tracker.end_peaks(outer); }
+  } window{tracker};
   std::map<std::string, std::int64_t> base;
   for (const std::string& pool : pools) base[pool] = tracker.stats(pool).live;
   pipeline::RankResult measured = pipeline::run_rank(step, schedule, layout, r, *link);
   for (const std::string& pool : pools) e.pool_peaks[pool] = tracker.stats(pool).peak - base[pool];
-  tracker.end_peaks(outer);
-  params.set_access_hook(installed_hook);
   e.activation_peak = measured.activation_peak;
   e.offload_peak = measured.offload_peak;
   return measured;

@@ -74,6 +74,9 @@ class LongRunNotice::Progress final : public BlockHooks {
     ++steps_;
     if (previous_) previous_->backward_end();
   }
+  void weight_gradients_done() override {
+    if (previous_) previous_->weight_gradients_done();
+  }
 
  private:
   void say(const std::string& where) {

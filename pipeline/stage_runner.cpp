@@ -60,11 +60,7 @@ std::vector<std::vector<std::size_t>> stage_parameters(const Model& model, Param
   const DType dtype = params.tensors().empty() ? DType::f32 : params.tensors().front().dtype();
   std::vector<std::vector<std::size_t>> out(static_cast<std::size_t>(layout.count()));
   std::set<std::size_t> read;
-  struct Unhook {  // the hook goes with this function, whatever ends it
-    ParamStore& params;
-    ~Unhook() { params.set_access_hook(nullptr); }
-  } unhook{params};
-  params.set_access_hook([&read](std::size_t i) { read.insert(i); });
+  const ReadHookScope reads(params, [&read](std::size_t i) { read.insert(i); });  // (gone with this function)
   for (int v = 0; v < layout.count(); ++v) {
     read.clear();
     Tensors x;
@@ -216,7 +212,7 @@ void StageRunner::backward(int micro_batch, int v) {
         if (!out[k].gradient) continue;
         GradSlot* slot = f.outputs.at(o++).get();
         Tensor grad = receive({v, micro_batch, true, int(k)});
-        // An output that needs no gradient (everything before it frozen): nothing to run back into.
+        // An output that needs no gradient (the first stage, every parameter on it frozen): no backward.
         if (slot) seeds.emplace_back(slot, std::move(grad));
       }
     }
@@ -243,6 +239,9 @@ void StageRunner::weight(int micro_batch, int v) {
   begin_backward(micro_batch, v);
   draw_as_one_process(micro_batch, -1);  // (a recomputation W still needs sets its own cursor)
   it->second->weight_gradients.run();
+  // What W made is complete: sharded parameters reduce-scatter it now (W
+  // runs outside the backward's block hooks).
+  if (BlockHooks* hooks = block_hooks()) hooks->weight_gradients_done();
   in_flight_.erase(it);
   end_backward(micro_batch, v);
 }

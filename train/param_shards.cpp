@@ -236,6 +236,10 @@ void ParamShards::backward_end() {
   }
 }
 
+void ParamShards::weight_gradients_done() {
+  for (std::size_t i = 0; i < owner_.size(); ++i) reduce_scatter(i);  // (nothing is gathered for W)
+}
+
 std::vector<float> ParamShards::shard_of(std::size_t i, const std::vector<float>& values) const {
   const std::int64_t s = shard_size_[i], n = std::int64_t(values.size()), first = std::int64_t(rank_) * s;
   std::vector<float> mine(std::size_t(s), 0.0f);

@@ -98,6 +98,7 @@ class ParamShards final : public BlockHooks {
   void backward_enter(const std::string& block) override;
   void backward_leave(const std::string& block) override;
   void backward_end() override;
+  void weight_gradients_done() override;  // reduce-scatters and frees what W made
 
  private:
   void accessed(std::size_t i);

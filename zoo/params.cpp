@@ -225,4 +225,14 @@ void initialize(const ParamStore& params, std::uint64_t seed, int layers,
   }
 }
 
+ReadHookScope::ReadHookScope(ParamStore& params, std::function<void(std::size_t)> hook)
+    : params_(params), previous_(params.access_hook()) {
+  params_.set_access_hook([hook = std::move(hook), previous = previous_](std::size_t i) {
+    hook(i);
+    if (previous) previous(i);
+  });
+}
+
+ReadHookScope::~ReadHookScope() { params_.set_access_hook(previous_); }
+
 }  // namespace remat

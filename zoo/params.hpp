@@ -163,6 +163,21 @@ class ParamStore {
   mutable std::vector<Tensor> copies_;  // per parameter, while copying_
 };
 
+// While it lives, `hook` hears every read of `params` too, beside the hook
+// installed before it (sharded parameters gather on theirs), which it puts
+// back however the scope ends.
+class ReadHookScope {
+ public:
+  ReadHookScope(ParamStore& params, std::function<void(std::size_t)> hook);
+  ~ReadHookScope();
+  ReadHookScope(const ReadHookScope&) = delete;
+  ReadHookScope& operator=(const ReadHookScope&) = delete;
+
+ private:
+  ParamStore& params_;
+  std::function<void(std::size_t)> previous_;
+};
+
 // A step's precision over a store (see ParamStore::operator[]). fp32
 // changes nothing. A scope inside an open one at the same precision uses
 // its copies (the steps of a check, where the weights do not change); a

@@ -192,8 +192,7 @@ PY
 K=(train --model llama --preset small --layers 4 --seq 64 --lr 3e-3 --data copy --pp 2 --accumulate 2
    --strategy per-layer --steps 10 --save-every 2)
 "${mpi[@]}" "$remat" "${K[@]}" --out whole-run.h5 >/dev/null 2>err.txt || fail "train --pp 2: $(cat err.txt)"
-# Fine-tuning across stages: frozen blocks (a stage whose every parameter is frozen runs no backward into its
-# input), LoRA adapters and a quantized base, each stage reading its own; bitwise one process accumulating the
+# Fine-tuning across stages: frozen blocks (the first stage, all frozen, runs no backward), LoRA adapters and a quantized base, each stage reading its own; bitwise one process accumulating the
 # same micro-batches, each stage's peaks the estimate's.
 for ft in "--freeze-below 2" "--lora 2 --quantize int8" "--freeze-below 1 --quantize nf4 --precision fp32"; do
   # shellcheck disable=SC2206  # the options' words, as a user types them
