@@ -84,7 +84,7 @@ Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bit
 }
 
 Table stage_table(const EstimateRequest& r, const ModelSetup& setup, const std::vector<PipelineEstimate>& stages,
-                  int unit_bits) {
+                  int unit_bits, const std::vector<Refit>& refits) {
   const double unit = double(std::int64_t(1) << unit_bits);
   const std::string u = unit_bits == 30 ? "GiB" : "MiB";
   const bool device = !r.device.name.empty(), rates = r.device.fp32_flops > 0;
@@ -117,8 +117,11 @@ Table stage_table(const EstimateRequest& r, const ModelSetup& setup, const std::
                {"device", ""}, {"device_usable_bytes", ""},
 };
   for (Column& c : fit_columns(r.device, offloads)) t.columns.push_back(std::move(c));
+  for (const char* key : {"would_fit_batch", "would_fit_seq", "would_fit_ranks"}) t.columns.push_back({key, ""});
   for (std::size_t k = 0; k < stages.size(); ++k)
     for (const StageEstimate& e : stages[k].stages) {
+      const auto refit = std::find_if(refits.begin(), refits.end(), [&](const Refit& f) { return f.strategy == r.strategies[k]; });
+      const bool refitted = refit != refits.end();
       const std::int64_t total = e.total();
       const Cell none;
       const std::int64_t headroom = device ? r.device.usable() - total : 0;
@@ -134,7 +137,9 @@ Table stage_table(const EstimateRequest& r, const ModelSetup& setup, const std::
              rates ? Cell(stages[k].modelled_bubble) : none, device ? Cell(r.device.name) : none,
              device ? Cell(r.device.usable()) : none, device ? Cell(headroom) : none,
              r.device.host_memory_bytes > 0 ? Cell(host_headroom) : none,
-             device ? Cell(headroom >= 0 && host_headroom >= 0) : none});
+             device ? Cell(headroom >= 0 && host_headroom >= 0) : none,
+             refitted ? Cell(std::int64_t(refit->batch)) : none, refitted ? Cell(std::int64_t(refit->seq)) : none,
+             refitted ? Cell(std::int64_t(refit->ranks)) : none});
     }
   return t;
 }

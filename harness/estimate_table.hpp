@@ -16,8 +16,9 @@ Table point_table(const EstimateRequest& r, const EstimatePoint& p, int unit_bit
 
 // Under --pp: a row per (strategy, stage) at one grid point: what the stage
 // reads of the model (weights, gradients, optimizer state), its activation
-// and offload peaks with the micro-batches in flight, and whether it fits.
+// and offload peaks with the micro-batches in flight, and whether it fits;
+// `refits` as point_table's (a strategy's, on each of its stages' rows).
 Table stage_table(const EstimateRequest& r, const ModelSetup& setup, const std::vector<PipelineEstimate>& stages,
-                  int unit_bits);
+                  int unit_bits, const std::vector<Refit>& refits = {});
 
 }  // namespace remat

@@ -246,13 +246,14 @@ void run_stages(const EstimateOptions& o, const EstimateRequest& r, const std::v
     for (const auto& per_strategy : stages)
       for (const auto& e : per_strategy.stages)
         largest = std::max(largest, e.total());
+    const std::vector<Refit> refits = r.device.name.empty() ? std::vector<Refit>{} : what_would_fit(r, setup, stages);
     if (o.json) {
-      for (auto& j : render_json(stage_table(r, setup, stages, 30))) rows.push_back(std::move(j));
+      for (auto& j : render_json(stage_table(r, setup, stages, 30, refits))) rows.push_back(std::move(j));
       continue;
     }
     std::printf("\nS %d, B %d per micro-batch:\n", setup.sizes.S, setup.sizes.B);
     std::printf("%s", render_text(stage_table(r, setup, stages, largest >= (std::int64_t(1) << 30) ? 30 : 20)).c_str());
-    if (!r.device.name.empty()) print_refits(r, setup, what_would_fit(r, setup, stages));  // every stage must fit
+    print_refits(r, setup, refits);  // (a strategy fits when every stage does)
     std::fflush(stdout);
   }
   if (o.json) {

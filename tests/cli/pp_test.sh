@@ -230,14 +230,15 @@ same_run q-whole.h5 q-cut.h5 || fail "train QLoRA --pp 2, killed and resumed, is
 "$remat" estimate --model llama --preset small --pp 2 --micro-batches 2 --strategies per-layer --device mem:100M \
   >out.txt 2>err.txt || fail "estimate --pp --device mem:100M: $(cat err.txt)"
 grep -q "^  per-layer: at B 4 (S 256), or at S 128 (B 8)$" out.txt || fail "estimate --pp: no refit said: $(cat out.txt)"
-for b in 4 5; do
+for b in 4 5 8; do
   "$remat" estimate --model llama --preset small --pp 2 --micro-batches 2 --strategies per-layer --device mem:100M \
     --batch "$b" --json >"refit-$b.json" 2>err.txt || fail "estimate --batch $b: $(cat err.txt)"
 done
-py refit-4.json refit-5.json <<'PY' || fail "estimate --pp: the refit's B is not the largest that fits every stage"
+py refit-4.json refit-5.json refit-8.json <<'PY' || fail "estimate --pp: the refit's B is not the largest that fits every stage"
 import json, sys
-four, five = (json.load(open(p)) for p in sys.argv[1:])
+four, five, eight = (json.load(open(p)) for p in sys.argv[1:])
 assert all(r["headroom_bytes"] >= 0 for r in four) and any(r["headroom_bytes"] < 0 for r in five)
+assert all((r["would_fit_batch"], r["would_fit_seq"]) == (4, 128) for r in eight)  # --json says it too
 PY
 # check and time take it too: every strategy bitwise full with each stage's peaks as predicted, on 2 stages and
 # on one rank accumulating; time's stages the estimate's.
