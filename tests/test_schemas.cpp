@@ -191,6 +191,27 @@ TEST_CASE("a training run file holds what its schema declares", "[schema][train]
   CHECK(written.count(run_file::root::rank_memory.at("gathered_peak")) == 1);
 }
 
+namespace {
+
+// The fields the table under `heading` in docs/results-schema.md lists: each
+// row's first cell names them in backticks.
+std::set<std::string> documented_fields(const std::string& heading) {
+  const std::string text = read_text(std::string(REMAT_SOURCE_DIR) + "/docs/results-schema.md");
+  const auto section = text.find(heading);
+  REQUIRE(section != std::string::npos);
+  const std::string rest = text.substr(section);
+  std::set<std::string> documented;
+  std::istringstream lines(rest.substr(rest.find("| field |")));
+  for (std::string line; std::getline(lines, line) && line.rfind("|", 0) == 0;) {
+    const std::string first = line.substr(1, line.find('|', 1) - 1);
+    const std::regex name("`([a-z_]+)`");
+    for (std::sregex_iterator it(first.begin(), first.end(), name), end; it != end; ++it) documented.insert((*it)[1]);
+  }
+  return documented;
+}
+
+}  // namespace
+
 TEST_CASE("estimate --json's fields are those docs/results-schema.md lists", "[schema][estimate]") {
   // Every column a point's table can have: a named device (fits, its price of a step) and sharding.
   EstimateRequest r;
@@ -203,17 +224,9 @@ TEST_CASE("estimate --json's fields are those docs/results-schema.md lists", "[s
   p.rows.push_back({"full"});
   std::set<std::string> keys;
   for (const auto& c : point_table(r, p, 30).columns) keys.insert(c.key);
-  // The doc's table under "## `remat estimate --json`": each row's first cell names its fields in backticks.
-  const std::string text = read_text(std::string(REMAT_SOURCE_DIR) + "/docs/results-schema.md");
-  const auto section = text.find("## `remat estimate --json`");
-  REQUIRE(section != std::string::npos);
-  const std::string rest = text.substr(section);
-  std::set<std::string> documented;
-  std::istringstream lines(rest.substr(rest.find("| field |")));
-  for (std::string line; std::getline(lines, line) && line.rfind("|", 0) == 0;) {
-    const std::string first = line.substr(1, line.find('|', 1) - 1);
-    const std::regex name("`([a-z_]+)`");
-    for (std::sregex_iterator it(first.begin(), first.end(), name), end; it != end; ++it) documented.insert((*it)[1]);
-  }
-  CHECK(keys == documented);
+  CHECK(keys == documented_fields("## `remat estimate --json`"));
+  // Under --pp: a row per strategy and stage.
+  std::set<std::string> stage_keys;
+  for (const auto& c : stage_table(r, p.setup, {}, 30).columns) stage_keys.insert(c.key);
+  CHECK(stage_keys == documented_fields("## `remat estimate --pp ... --json`"));
 }
