@@ -423,6 +423,15 @@ PY
 cut_at_first_save q-cut.h5 "${mpi[@]}" "$remat" "${QT[@]}" --tp 2 --sp --save-every 2 --out q-cut.h5
 expect_ok "train QLoRA --tp 2 --resume" "${mpi[@]}" "$remat" "${QT[@]}" --tp 2 --sp --save-every 2 --out q-cut.h5 --resume
 same_run q-tp.h5 q-cut.h5 || fail "train QLoRA --tp 2, killed and resumed, is not the run left alone"
+# The matrix under the split takes it too: every cell bitwise full, the layout and the fine-tuning in its key.
+expect_ok "matrix QLoRA --tp 2" "${mpi[@]}" "$remat" matrix --models gpt2 "${Q[@]}" --tp 2 --strategies full,per-layer \
+  --steps 1 --warmup 0 --out q-matrix.h5
+py q-matrix.h5 <<'PY' || fail "matrix QLoRA --tp 2: a cell not bitwise full, or its key without the split"
+import sys, h5py
+runs = h5py.File(sys.argv[1])["runs"]
+assert len(runs) == 2 and all(int(r.attrs["bitwise_equal_to_full"]) == 1 for r in runs.values())
+assert all(r.attrs["layout"] == "tp=2" and "quantize:nf4" in r.attrs["finetune"] for r in runs.values())
+PY
 # Key/value heads shared by ranks (llama's 2 at --tp 4): each rank's part of wk and wv is its head's rows of the
 # whole weight quantized, read as it is (frozen: no gradient to sum over the ranks sharing it). The frozen
 # attention of llama `small` in nf4: one process's gradients, and a training's quantized bytes one process's.
