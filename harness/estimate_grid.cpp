@@ -23,34 +23,40 @@ namespace {
 // each parameter rounded up to whole chunks of 1024 values, the gradients of
 // those that train (frozen ones, as --freeze and --lora leave them, none)
 // and the optimizer's state over them, counted by the tracker in a
-// shape-only run; of the parameters in `only` (a pipeline stage's reads),
-// or all of them. (Plain data parallelism keeps all of them on every rank.)
-ShapeOnlyState sharded_state(const EstimateRequest& r, const ModelSetup& setup,
-                             const std::vector<std::size_t>* only = nullptr) {
+// shape-only run; for each of `parts` (the parameters each pipeline stage
+// reads, by index), or (none given) for all of them, from one sharded store.
+// (Plain data parallelism keeps all of them on every rank.)
+std::vector<ShapeOnlyState> sharded_states(const EstimateRequest& r, const ModelSetup& setup,
+                                           std::vector<std::vector<std::size_t>> parts = {}) {
   ShapeOnlyScope shape_only;
   const auto model = models().find(setup.model).make(setup.sizes);
   auto params = std::make_unique<ParamStore>(model->params(), DType::f32);
   if (r.finetune.applies())
     apply_fine_tuning(params, *model, shape_only_batch(setup.sizes), r.finetune, r.seed, setup);
   const ParamShards shards(*params, Precision::fp32, r.ranks);
-  std::vector<std::size_t> all(params->names().size());
-  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
-  ShapeOnlyState s;
-  std::vector<Tensor> trained;
-  for (std::size_t i : only ? *only : all) {
-    const Tensor& shard = shards.shards()[i];
-    s.parameter_bytes += std::int64_t(shard.nbytes());
-    if (!params->trainable(i)) continue;
-    trained.push_back(shard);
-    if (shard.slot() && shard.slot()->grad) s.gradient_bytes += std::int64_t(shard.slot()->grad->nbytes());
+  if (parts.empty()) {
+    parts.emplace_back(params->names().size());
+    for (std::size_t i = 0; i < parts[0].size(); ++i) parts[0][i] = i;
   }
-  auto& tracker = MemoryTracker::instance();
-  const std::int64_t before = tracker.stats(MemoryTracker::default_pool()).live;
-  OptimizerConfig config;
-  config.kind = r.optimizer;
-  const auto state = make_optimizer(config, trained);
-  s.optimizer_bytes = tracker.stats(MemoryTracker::default_pool()).live - before;
-  return s;
+  std::vector<ShapeOnlyState> out;
+  for (const std::vector<std::size_t>& part : parts) {
+    ShapeOnlyState& s = out.emplace_back();
+    std::vector<Tensor> trained;
+    for (std::size_t i : part) {
+      const Tensor& shard = shards.shards()[i];
+      s.parameter_bytes += std::int64_t(shard.nbytes());
+      if (!params->trainable(i)) continue;
+      trained.push_back(shard);
+      if (shard.slot() && shard.slot()->grad) s.gradient_bytes += std::int64_t(shard.slot()->grad->nbytes());
+    }
+    auto& tracker = MemoryTracker::instance();
+    const std::int64_t before = tracker.stats(MemoryTracker::default_pool()).live;
+    OptimizerConfig config;
+    config.kind = r.optimizer;
+    const auto state = make_optimizer(config, trained);
+    s.optimizer_bytes = tracker.stats(MemoryTracker::default_pool()).live - before;
+  }
+  return out;
 }
 
 // Refuses sizes whose largest per-step tensors would overflow 64-bit byte
@@ -153,7 +159,7 @@ EstimatePoint estimate_point(const EstimateRequest& r, const ModelSetup& setup,
   const ShapeOnlyRun run = shape_only_run(setup, r.strategies, r.attention, r.optimizer,
                                           rates ? &device_model : nullptr, r.precision, extras);
   // Sharded, a rank keeps its shards (and gathers 16-bit values at 16 bits: no whole 16-bit copy, as the warm-up shows).
-  const ShapeOnlyState kept = r.shard_params ? sharded_state(r, setup) : run.state;
+  const ShapeOnlyState kept = r.shard_params ? sharded_states(r, setup).front() : run.state;
   EstimatePoint p{setup, run.state.parameter_count, kept.parameter_bytes, kept.gradient_bytes, kept.optimizer_bytes,
                   run.state.weight_copy_bytes, run.state.quantized_bytes, run.state.trainable_bytes,
                   run.state.dequantize_bytes, {}};
@@ -228,13 +234,18 @@ std::vector<PipelineEstimate> stage_estimates(const EstimateRequest& r, const Mo
     };
   std::vector<PipelineEstimate> stages =
       pipeline_stage_estimates(setup, r.strategies, r.pipe, r.attention, r.precision, r.optimizer, &device, extras);
-  if (r.shard_params)  // a stage's state: its reads' shards (gathered 16-bit values: no 16-bit copy kept)
-    for (PipelineEstimate& per_strategy : stages)
-      for (StageEstimate& e : per_strategy.stages) {
-        const ShapeOnlyState kept = sharded_state(r, setup, &e.reads);
-        e.parameter_bytes = kept.parameter_bytes, e.gradient_bytes = kept.gradient_bytes;
-        e.optimizer_bytes = kept.optimizer_bytes, e.weight_copy_bytes = 0;
-      }
+  if (!r.shard_params) return stages;
+  // A stage's state: its reads' shards (gathered 16-bit values: no 16-bit copy kept).
+  std::vector<std::vector<std::size_t>> reads;
+  for (const PipelineEstimate& per_strategy : stages)
+    for (const StageEstimate& e : per_strategy.stages) reads.push_back(e.reads);
+  const std::vector<ShapeOnlyState> kept = sharded_states(r, setup, reads);
+  std::size_t k = 0;
+  for (PipelineEstimate& per_strategy : stages)
+    for (StageEstimate& e : per_strategy.stages) {
+      e.parameter_bytes = kept[k].parameter_bytes, e.gradient_bytes = kept[k].gradient_bytes;
+      e.optimizer_bytes = kept[k++].optimizer_bytes, e.weight_copy_bytes = 0;
+    }
   return stages;
 }
 
