@@ -74,8 +74,9 @@ std::string quantize_frozen(ParamStore& params, const Model& model, const Batch&
   if (names.empty()) throw UserError(flag + ": no frozen weight is a linear layer's: nothing to quantize");
   for (const auto& name : names) {  // every refusal before anything is quantized
     const ParamSpec& spec = params.specs()[params.index_of(name)];
-    require_whole_blocks(name, tp::whole_shape(spec, model.sizes().tp.size), format);
-    tp::quant_blocks(spec, tp::whole_shape(spec, model.sizes().tp.size), model.sizes().tp);
+    const Shape whole = tp::whole_shape(spec, model.sizes().tp.size);
+    require_whole_blocks(name, whole, format);
+    tp::quant_blocks(spec, whole, model.sizes().tp);
   }
   std::int64_t before = 0, after = 0;
   for (const auto& name : names) {

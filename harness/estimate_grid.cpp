@@ -152,10 +152,7 @@ EstimatePoint estimate_point(const EstimateRequest& r, const ModelSetup& setup,
   const bool rates = r.device.fp32_flops > 0;
   ShapeOnlyExtras extras = sharding_extras(r);
   extras.progress = progress;
-  if (r.finetune.applies())
-    extras.prepare = [&r, &setup](std::unique_ptr<ParamStore>& params, const Model& model, const Batch& batch) {
-      apply_fine_tuning(params, model, batch, r.finetune, r.seed, setup);
-    };
+  extras.prepare = fine_tuning_prepare(r.finetune, r.seed, setup);
   const ShapeOnlyRun run = shape_only_run(setup, r.strategies, r.attention, r.optimizer,
                                           rates ? &device_model : nullptr, r.precision, extras);
   // Sharded, a rank keeps its shards (and gathers 16-bit values at 16 bits: no whole 16-bit copy, as the warm-up shows).
@@ -224,14 +221,19 @@ std::vector<Refit> refits(const EstimateRequest& r, const ModelSetup& setup,
 
 }  // namespace
 
+std::function<void(std::unique_ptr<ParamStore>&, const Model&, const Batch&)> fine_tuning_prepare(
+    const FineTuning& f, std::uint64_t seed, const ModelSetup& setup) {
+  if (!f.applies()) return nullptr;
+  return [f, seed, setup](std::unique_ptr<ParamStore>& params, const Model& model, const Batch& batch) {
+    apply_fine_tuning(params, model, batch, f, seed, setup);
+  };
+}
+
 std::vector<PipelineEstimate> stage_estimates(const EstimateRequest& r, const ModelSetup& setup) {
   DeviceModel device;
   device.device = r.device;
   ShapeOnlyExtras extras = sharding_extras(r);
-  if (r.finetune.applies())
-    extras.prepare = [&r, &setup](std::unique_ptr<ParamStore>& params, const Model& model, const Batch& batch) {
-      apply_fine_tuning(params, model, batch, r.finetune, r.seed, setup);
-    };
+  extras.prepare = fine_tuning_prepare(r.finetune, r.seed, setup);
   std::vector<PipelineEstimate> stages =
       pipeline_stage_estimates(setup, r.strategies, r.pipe, r.attention, r.precision, r.optimizer, &device, extras);
   if (!r.shard_params) return stages;

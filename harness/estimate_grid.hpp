@@ -71,6 +71,11 @@ std::vector<ModelSetup> estimate_points(const EstimateRequest& r);
 EstimatePoint estimate_point(const EstimateRequest& r, const ModelSetup& setup,
                              const std::function<void(const std::string&)>& progress = nullptr);
 
+// `f` applied to a shape-only run's store (ShapeOnlyExtras::prepare), as a
+// command applies it to its weights; null where `f` changes nothing.
+std::function<void(std::unique_ptr<ParamStore>&, const Model&, const Batch&)> fine_tuning_prepare(
+    const FineTuning& f, std::uint64_t seed, const ModelSetup& setup);
+
 // --pp: each stage's rows per strategy at `setup` (estimate/pipeline_stages.hpp),
 // fine-tuning applied as asked and, under --shard-params, each stage's
 // parameters sharded over the r.ranks data-parallel replicas of the

@@ -165,8 +165,9 @@ void cost_layout(const LayoutRequest& r, const ModelSetup& setup, TrainingLayout
   const EstimatePoint sharded = shardable && layout.pp == 1 ? flat_point(r, setup, layout, true) : EstimatePoint{};
   TrainingLayout zero3 = layout;
   zero3.shard = true;
-  const auto first_sharded = shardable && layout.pp > 1 ? stage_estimates(r, setup, zero3, M1) : first;
-  const auto second_sharded = shardable && layout.pp > 1 && M > M1 ? stage_estimates(r, setup, zero3, M2) : first_sharded;
+  const bool sharded_stages = shardable && layout.pp > 1;
+  const auto first_sharded = sharded_stages ? stage_estimates(r, setup, zero3, M1) : std::vector<PipelineEstimate>{};
+  const auto second_sharded = sharded_stages && M > M1 ? stage_estimates(r, setup, zero3, M2) : first_sharded;
   for (std::size_t i = 0; i < first.size(); ++i) {
     layout.strategy = zero3.strategy = r.point.strategies[i];
     std::int64_t gradients = 0, offload = 0;
@@ -184,7 +185,7 @@ void cost_layout(const LayoutRequest& r, const ModelSetup& setup, TrainingLayout
     out.push_back(v);
     if (!shardable) continue;
     LayoutVerdict z = v;
-    if (layout.pp > 1) {  // the stages' passes, sharded, price their own gathers and reduce-scatters
+    if (sharded_stages) {  // the stages' passes, sharded, price their own gathers and reduce-scatters
       std::int64_t unused = 0;
       z = pipeline_verdict(zero3, first_sharded[i], second_sharded[i], M1, M2, unused, offload);
       z.exchange_seconds = z.step_seconds - pipeline_step;

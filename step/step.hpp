@@ -115,10 +115,10 @@ void require_finite_result(double loss, const ParamStore& params);
 // groups of `grads`), make of their parts.
 void sum_gradients_over_ranks(const ParamStore& params, comm::Group group);
 
-// The step without measurement; returns the loss.
 // A loss's parts and statistics as values, into r (what a step records of them).
 void record_loss_details(const LossTerms& terms, StepResult& r);
 
+// The step without measurement; returns the loss.
 double forward_backward(const Model& model, const ParamStore& params, const Batch& batch,
                         const StepOptions& options = {});
 

@@ -27,8 +27,8 @@
 // and values are freed.
 #include <cstdint>
 #include <map>
-#include <set>
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 

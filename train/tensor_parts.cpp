@@ -13,10 +13,20 @@
 
 namespace remat {
 
+namespace {
+
+// Every rank's `mine` of group g, one after the other (each as many).
+std::vector<double> gathered(const std::vector<double>& mine, comm::Group g) {
+  std::vector<double> all(mine.size() * std::size_t(comm::size(g)));
+  comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data(), g);
+  return all;
+}
+
+}  // namespace
+
 Tensor whole_of(const Tensor& part, const ParamSpec& spec, const Shape& whole, int ranks) {
   const std::vector<double> mine = part.to_host_f64();
-  std::vector<double> all(mine.size() * std::size_t(ranks));
-  comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data(), comm::Group::tensor);
+  const std::vector<double> all = gathered(mine, comm::Group::tensor);  // (the group has `ranks`)
   std::vector<std::vector<double>> by_rank(static_cast<std::size_t>(ranks));
   for (int r = 0; r < ranks; ++r)
     by_rank[std::size_t(r)].assign(all.begin() + std::int64_t(r) * std::int64_t(mine.size()),
@@ -27,13 +37,6 @@ Tensor whole_of(const Tensor& part, const ParamSpec& spec, const Shape& whole, i
 }
 
 namespace {
-
-// Every rank's `mine` of group g, one after the other (each as many).
-std::vector<double> gathered(const std::vector<double>& mine, comm::Group g) {
-  std::vector<double> all(mine.size() * std::size_t(comm::size(g)));
-  comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data(), g);
-  return all;
-}
 
 // Every rank's of the expert group: its values of `t` (zeros where this
 // rank does not hold it).
@@ -87,8 +90,7 @@ std::optional<QuantizedWeight> quantized_over_experts(const std::string& name, i
 std::vector<bool> on_any_rank(const std::vector<std::string>& names, const std::function<bool(const std::string&)>& yes) {
   std::vector<double> mine(names.size(), 0.0);
   for (std::size_t i = 0; i < names.size(); ++i) mine[i] = yes(names[i]) ? 1 : 0;
-  std::vector<double> all(mine.size() * std::size_t(comm::size(comm::Group::expert)));
-  comm::gather_all(mine.data(), std::int64_t(mine.size()), all.data(), comm::Group::expert);
+  const std::vector<double> all = gathered(mine, comm::Group::expert);
   std::vector<bool> any(names.size(), false);
   for (std::size_t j = 0; j < all.size(); ++j) any[j % names.size()] = any[j % names.size()] || all[j] != 0;
   return any;

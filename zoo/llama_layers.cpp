@@ -27,10 +27,10 @@ Tensor attention(const ParamStore& p, const std::string& prefix, const Tensor& x
   const auto kv = [&](const char* name) {
     if (kv_parts == 0) return linear(p, prefix + name, in, z.qkv_bias);
     const std::string w = prefix + name;
-    const Tensor bias = z.qkv_bias ? tp::replicated(p, w + ".bias", kv_parts, z.tp) : Tensor();
+    const Tensor bias = z.qkv_bias ? tp::replicated(p[w + ".bias"], kv_parts, z.tp) : Tensor();
     const QuantizedWeight* quantized = p.quantized(w + ".weight");
     const Tensor out = quantized ? ops::linear(in, *quantized, bias)
-                                 : ops::linear(in, tp::replicated_weight(p, w + ".weight", kv_parts, z.tp), bias);
+                                 : ops::linear(in, tp::replicated(p.linear_weight(w + ".weight"), kv_parts, z.tp), bias);
     return with_adapter(p, w + ".weight", in, out);
   };
   const Tensor k = ops::rotary(kv(".wk"), hd, z.theta, scaling, z.cp);

@@ -45,14 +45,8 @@ void append_column(std::vector<ParamSpec>& p, const std::string& prefix, std::in
 
 int kv_parts(int kv_heads, const RankGroup& g) { return g.split() && kv_heads < g.size ? kv_heads : 0; }
 
-Tensor replicated(const ParamStore& p, const std::string& name, int parts, const RankGroup& g) {
-  if (parts <= 0) return p[name];
-  return ops::all_reduce_in_backward(p[name], g, g.size / parts);
-}
-
-Tensor replicated_weight(const ParamStore& p, const std::string& name, int parts, const RankGroup& g) {
-  if (parts <= 0) return p.linear_weight(name);
-  return ops::all_reduce_in_backward(p.linear_weight(name), g, g.size / parts);
+Tensor replicated(const Tensor& read, int parts, const RankGroup& g) {
+  return parts <= 0 ? read : ops::all_reduce_in_backward(read, g, g.size / parts);
 }
 
 void append_row(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t out, std::int64_t in,

@@ -39,13 +39,12 @@ void append_column(std::vector<ParamSpec>& p, const std::string& prefix, std::in
 // ranks than key/value heads (each rank then holds the one head its query
 // heads use, as Megatron replicates them), else 0 (one part per rank).
 int kv_parts(int kv_heads, const RankGroup& g);
-// A column-parallel weight held by several ranks (`parts` > 0): each one's
-// gradient comes from its own query heads, so backward sums it over the
-// ranks sharing the part; p[name] where every rank holds its own part.
-Tensor replicated(const ParamStore& p, const std::string& name, int parts, const RankGroup& g);
-// The same for a linear layer's weight, read as a linear reads it (what
-// --quantize may quantize: ParamStore::linear_weight).
-Tensor replicated_weight(const ParamStore& p, const std::string& name, int parts, const RankGroup& g);
+// A column-parallel parameter's part held by several ranks (`parts` > 0),
+// as read (p[name], or p.linear_weight(name) for a linear's weight, which
+// --quantize may quantize): each rank's gradient comes from its own query
+// heads, so backward sums it over the ranks sharing the part; `read` itself
+// where every rank holds its own part.
+Tensor replicated(const Tensor& read, int parts, const RankGroup& g);
 // <prefix>.weight [out, in] with this rank's in / g.size columns; the bias whole.
 void append_row(std::vector<ParamSpec>& p, const std::string& prefix, std::int64_t out, std::int64_t in,
                 const RankGroup& g, Init init = Init::residual_out, bool bias = true);

@@ -12,6 +12,7 @@
 #include "datasets/batch_source.hpp"
 #include "harness/cli/validators.hpp"
 #include "harness/long_run.hpp"
+#include "harness/estimate_grid.hpp"
 #include "harness/pipelined_check.hpp"
 #include "harness/tensor_layout.hpp"
 #include "harness/io/output_guard.hpp"
@@ -242,10 +243,7 @@ int run_pipelined_check(const CheckCommandOptions& o, const ModelSetup& setup, c
               pipe.split() ? (", " + std::to_string(pipe.stages) + " stages, " + pipe.schedule).c_str() : ", one rank",
               z.dropout, precision_name(o.model.run.precision));
   ShapeOnlyExtras fine_tuned;  // the predictions' stores fine-tuned as the check's
-  if (o.finetune.applies())
-    fine_tuned.prepare = [&](std::unique_ptr<ParamStore>& p, const Model& m, const Batch& b) {
-      apply_fine_tuning(p, m, b, o.finetune, o.model.run.seed, setup);
-    };
+  fine_tuned.prepare = fine_tuning_prepare(o.finetune, o.model.run.seed, setup);
   const auto rows = pipelined_check(setup, model, params, micro_batches, specs, o.model.run, pipe, fine_tuned);
   int failures = 0;
   for (const auto& r : rows) {
