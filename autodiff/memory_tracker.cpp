@@ -234,6 +234,11 @@ void MemoryTracker::stop_timeline() {
   recording_ = false;
 }
 
+std::size_t MemoryTracker::timeline_events() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return timeline_.size();
+}
+
 std::vector<MemoryTracker::Event> MemoryTracker::timeline() const {
   std::lock_guard<std::mutex> lock(mutex_);
   return timeline_;

@@ -102,6 +102,7 @@ class MemoryTracker {
   void start_timeline();  // clears and starts recording
   void stop_timeline();
   std::vector<Event> timeline() const;
+  std::size_t timeline_events() const;  // recorded so far: the next event's index
   // Called after each event a running timeline records, with its index
   // there (outside the tracker's lock; none: {}): a profile notes what else
   // holds the tensors it keeps at every moment (strategies/profile.cpp).

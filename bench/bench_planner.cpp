@@ -17,6 +17,7 @@ remat::SaveProfile chain(int blocks) {
     remat::BlockSaves s;
     s.name = "h." + std::to_string(b);
     s.input = (2 + b % 3) << 20;
+    s.recompute_beside = s.input;  // the output's gradient, the input's size
     s.inputs.push_back({"add", {1}, s.input, false, 0, true});
     s.tensors.push_back({"linear", {1}, (12 + b % 5) << 20, true, 0.004, false});
     s.tensors.push_back({"attention", {1}, (4 + b % 2) << 20, true, 0.006, false});

@@ -54,7 +54,7 @@ void each_figure(SaveProfile& p, F f) {
     b = std::int64_t(v);
   };
   for (BlockSaves& b : p.blocks) {
-    for (std::int64_t* n : {&b.saved, &b.input, &b.context, &b.forward_peak, &b.backward_peak}) bytes(*n);
+    for (std::int64_t* n : {&b.saved, &b.input, &b.context, &b.forward_peak, &b.backward_peak, &b.recompute_beside}) bytes(*n);
     for (SavedRecord& t : b.tensors) {
       bytes(t.bytes);
       f(t.recompute_seconds);
@@ -97,9 +97,11 @@ void agree_on_moments(SaveProfile& p, comm::Group g) {
     bool alike = true;
     for (int r = 0; r < ranks; ++r) alike = alike && all_counts[std::size_t(r) * counts.size() + b] == counts[b];
     if (!alike) block.forward_moments = {{block.forward_peak, {}}};
-    for (const BlockSaves::Moment& m : block.forward_moments)
+    for (const BlockSaves::Moment& m : block.forward_moments) {
       for (std::size_t k = 0; k < block.tensors.size(); ++k)
         flags.push_back(std::count(m.held_only_saved.begin(), m.held_only_saved.end(), int(k)) ? 1.0 : 0.0);
+      flags.push_back(m.recomputed ? 1.0 : 0.0);
+    }
   }
   const std::vector<double> all_flags = gathered(flags, g);
   std::size_t i = 0;
@@ -111,6 +113,10 @@ void agree_on_moments(SaveProfile& p, comm::Group g) {
         for (int r = 0; r < ranks; ++r) everywhere = everywhere && all_flags[std::size_t(r) * flags.size() + i] > 0;
         if (everywhere) m.held_only_saved.push_back(int(k));
       }
+      // Reached by a recomputation on any rank: counted where it is on one.
+      m.recomputed = false;
+      for (int r = 0; r < ranks; ++r) m.recomputed = m.recomputed || all_flags[std::size_t(r) * flags.size() + i] > 0;
+      ++i;
     }
 }
 

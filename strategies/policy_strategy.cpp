@@ -160,23 +160,31 @@ namespace {
 
 // The peak while a segment's blocks [first, last] are recomputed and run
 // backward, with `held` on the device from before: a block the recomputation
-// keeps plainly is re-run (its working set and input on top of what the
-// segment's earlier blocks saved) and keeps what it saves, less what `inner`
-// drops, until its backward; a sub-segment keeps only its input, its blocks
-// re-run without saving (unless it ends the segment), and is recomputed the
-// same way in its turn.
+// keeps plainly is re-run (its forward's working set, beside what the
+// segment's earlier blocks saved, the segment's input and what the last
+// block's backward had made when it asked for the recomputation) and keeps
+// what it saves, less what `inner` drops, until its backward; a sub-segment
+// keeps only its input, its blocks re-run without saving (unless it ends the
+// segment), and is recomputed the same way in its turn.
 std::int64_t recompute_peak(const SaveProfile& p, int first, int last, const Policy* inner, std::int64_t held) {
   const int L = int(p.blocks.size());
+  const std::int64_t beside = p.blocks[std::size_t(last)].recompute_beside;
   std::int64_t peak = 0, saved = 0;
+  // The segment's input, held while the recomputation runs (not after: what
+  // the backward needs of it, the first block saved): the first block's
+  // forward counts it (live then), later blocks' do not, nor does `saved`
+  // unless the first block saves it (a sub-segment there keeps it: `saved`).
+  std::int64_t input = 0;
   for (int k = first; k <= last; ++k) {
     const BlockSaves& b = p.blocks[std::size_t(k)];
     const BlockInfo info{k, L, b.name, 0, b.new_stack};
     if (const auto seg = inner ? inner->segment_of(info) : std::nullopt) {
       const int end = std::min(seg->last, last);
+      // Recomputed in the backward, after this recomputation let go of its input.
       peak = std::max(peak, recompute_peak(p, k, end, seg->inner.get(), held + saved));
       if (end < last)
         for (int j = k; j <= end; ++j)
-          peak = std::max(peak, held + saved + b.input + p.blocks[std::size_t(j)].forward_peak -
+          peak = std::max(peak, held + input + saved + beside + b.input + p.blocks[std::size_t(j)].forward_peak -
                                     p.blocks[std::size_t(j)].saved);
       saved += b.input;
       k = end;
@@ -191,7 +199,10 @@ std::int64_t recompute_peak(const SaveProfile& p, int first, int last, const Pol
                    inner->decision({x.tag, info, x.shape, x.bytes, true, false, x.block_input}) == Decision::recompute;
         if (drops[t]) dropped += x.bytes;
       }
-    peak = std::max({peak, held + saved + forward_peak_dropping(b, drops) + b.input, held + saved + b.backward_peak});
+    // The last block's recomputation stops at its last save.
+    peak = std::max({peak, held + input + saved + beside + forward_peak_dropping(b, drops, k == last),
+                     held + saved + b.backward_peak});
+    if (k == first) input = unsaved_input(b);
     saved += b.saved - dropped;
   }
   return peak;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <limits>
 #include <map>
+#include <optional>
 #include <set>
 
 namespace remat {
@@ -13,7 +14,11 @@ namespace {
 // handle holds it, each storage once.
 class ReportedKept final : public Packed {
  public:
-  ReportedKept(Tensor t, std::string pool) : t_(std::move(t)), pool_(std::move(pool)) {
+  // `first_read`: set, if unset, to the timeline's event count when the
+  // tensor is first read (a block's backward reads it).
+  using FirstRead = std::shared_ptr<std::optional<std::size_t>>;
+  ReportedKept(Tensor t, std::string pool, FirstRead first_read = nullptr)
+      : t_(std::move(t)), pool_(std::move(pool)), first_read_(std::move(first_read)) {
     if (handles()[t_.id()]++ == 0) MemoryTracker::instance().on_allocate(pool_, t_.id(), t_.nbytes());
   }
   ~ReportedKept() override {
@@ -22,7 +27,10 @@ class ReportedKept final : public Packed {
       MemoryTracker::instance().on_deallocate(pool_, t_.id(), t_.nbytes());
     }
   }
-  Tensor unpack() override { return t_; }
+  Tensor unpack() override {
+    if (first_read_ && !*first_read_) *first_read_ = MemoryTracker::instance().timeline_events();
+    return t_;
+  }
   // Whether only saved copies hold the tensor (the model's code let it go).
   bool held_only_saved() const { return t_.holders() <= handles()[t_.id()]; }
 
@@ -35,26 +43,30 @@ class ReportedKept final : public Packed {
   }
   Tensor t_;
   std::string pool_;
+  FirstRead first_read_;
 };
 
 std::string block_pool(const std::string& block) { return std::string(SaveProfiler::kSavedPool) + " " + block; }
 
 class BlockProbe final : public SavedTensorHooks {
  public:
-  BlockProbe(BlockSaves& b, const Tensors& inputs, std::size_t context) : block_(b), pool_(block_pool(b.name)) {
+  BlockProbe(BlockSaves& b, const Tensors& inputs, std::size_t context, ReportedKept::FirstRead first_read,
+             std::size_t& last_save)
+      : block_(b), pool_(block_pool(b.name)), first_read_(std::move(first_read)), last_save_(last_save) {
     for (std::size_t i = 0; i < inputs.size(); ++i)
       (i + context < inputs.size() ? inputs_ : context_).insert(inputs[i].id());
   }
   std::shared_ptr<Packed> pack(const Tensor& t) override {
     // Context is kept once for every block (SaveProfile's `context`), in a pool of its own.
     if (context_.count(t.id())) return std::make_shared<ReportedKept>(t, SaveProfiler::kContextPool);
-    auto kept = std::make_shared<ReportedKept>(t, pool_);
+    const bool input = inputs_.count(t.id()) > 0;
+    auto kept = std::make_shared<ReportedKept>(t, pool_, input ? nullptr : first_read_);
     if (seen_.insert(t.id()).second) {
       block_.saved += std::int64_t(t.nbytes());
-      block_.tensors.push_back(
-          {t.tag(), t.shape(), std::int64_t(t.nbytes()), t.recipe() != nullptr, 0, inputs_.count(t.id()) > 0});
+      block_.tensors.push_back({t.tag(), t.shape(), std::int64_t(t.nbytes()), t.recipe() != nullptr, 0, input});
       kept_.push_back(kept);
     }
+    last_save_ = MemoryTracker::instance().timeline_events();
     return kept;
   }
   // Which of the block's saved tensors only their saved copies hold now.
@@ -69,26 +81,44 @@ class BlockProbe final : public SavedTensorHooks {
   BlockSaves& block_;
   std::string pool_;
   std::set<const void*> seen_, inputs_, context_;
+  ReportedKept::FirstRead first_read_;
+  std::size_t& last_save_;  // the timeline's event count after the latest save
   std::vector<std::weak_ptr<ReportedKept>> kept_;  // the first copy of each of block_.tensors
 };
 
 // Of a block's forward moments, those that can be its peak under some set of
-// drops: a moment whose live bytes are at most another's with every drop it
-// allows taken is never above that one.
+// drops, among all of them or among those a recomputation reaches: a moment
+// whose live bytes are at most another's with every drop it allows taken is
+// never above that one.
 void keep_possible_peaks(BlockSaves& b) {
   const auto freed_all = [&](const BlockSaves::Moment& m) {
     std::int64_t live = m.live;
     for (const int k : m.held_only_saved) live -= b.tensors[std::size_t(k)].bytes;
     return live;
   };
-  std::int64_t floor = std::numeric_limits<std::int64_t>::min();
-  std::size_t lowest = 0;
-  for (std::size_t i = 0; i < b.forward_moments.size(); ++i)
-    if (const std::int64_t f = freed_all(b.forward_moments[i]); f > floor) floor = f, lowest = i;
+  std::vector<bool> keep(b.forward_moments.size(), false);
+  for (const bool recomputed_only : {false, true}) {
+    std::int64_t floor = std::numeric_limits<std::int64_t>::min();
+    std::size_t lowest = b.forward_moments.size();
+    for (std::size_t i = 0; i < b.forward_moments.size(); ++i)
+      if (const auto& m = b.forward_moments[i]; !recomputed_only || m.recomputed)
+        if (const std::int64_t f = freed_all(m); f > floor) floor = f, lowest = i;
+    for (std::size_t i = 0; i < b.forward_moments.size(); ++i)
+      if (const auto& m = b.forward_moments[i]; !recomputed_only || m.recomputed)
+        keep[i] = keep[i] || i == lowest || m.live > floor;
+  }
   std::vector<BlockSaves::Moment> kept;
   for (std::size_t i = 0; i < b.forward_moments.size(); ++i)
-    if (i == lowest || b.forward_moments[i].live > floor) kept.push_back(std::move(b.forward_moments[i]));
+    if (keep[i]) kept.push_back(std::move(b.forward_moments[i]));
   b.forward_moments = std::move(kept);
+}
+
+// Events after the last one in a block's backward are the tail (tail_peak).
+std::size_t tail_start(const std::vector<MemoryTracker::Event>& timeline, const std::vector<std::string>& phases,
+                       const std::map<std::string, std::size_t>& block_of_backward) {
+  for (std::size_t i = timeline.size(); i-- > 0;)
+    if (block_of_backward.count(phases[std::size_t(timeline[i].phase)])) return i + 1;
+  return timeline.size();
 }
 
 }  // namespace
@@ -116,7 +146,9 @@ Tensors SaveProfiler::run(const BlockInfo& info, const Tensors& inputs, const Bl
     b.input += std::int64_t(x.nbytes());
     b.inputs.push_back({x.tag(), x.shape(), std::int64_t(x.nbytes()), false, 0, true});
   }
-  BlockProbe probe(b, inputs, std::size_t(info.context));
+  first_read_.push_back(std::make_shared<std::optional<std::size_t>>());
+  last_save_.push_back(0);
+  BlockProbe probe(b, inputs, std::size_t(info.context), first_read_.back(), last_save_.back());
   SavedTensorHooksScope scope(probe);
   MemoryTracker::instance().observe_timeline(
       [this, &probe](std::size_t event) { held_only_saved_[event] = probe.held_only_saved(); });
@@ -142,15 +174,17 @@ SaveProfile SaveProfiler::finish(const std::vector<MemoryTracker::Event>& timeli
   }
   std::vector<std::int64_t> saved(profile_.blocks.size(), 0);
   std::int64_t live = base, all_saved = 0;
-  // Events after the last one in a block's backward are the tail (tail_peak).
-  std::size_t tail = timeline.size();
-  for (std::size_t i = timeline.size(); i-- > 0;)
-    if (block_of_backward.count(phases[std::size_t(timeline[i].phase)])) {
-      tail = i + 1;
-      break;
-    }
+  // The pool of what operations outside blocks save: live beyond all_saved,
+  // as every block's working set counts it; as its forward ran, per block.
+  std::int64_t outside = 0;
+  std::vector<std::int64_t> outside_at_forward(profile_.blocks.size(), 0);
+  std::map<std::size_t, std::size_t> first_read_after;  // event index -> block (recompute_beside)
+  for (std::size_t b = 0; b < first_read_.size(); ++b)
+    if (const auto& n = *first_read_[b]; n && *n > 0) first_read_after[*n - 1] = b;
+  const std::size_t tail = tail_start(timeline, phases, block_of_backward);
   for (std::size_t i = 0; i < timeline.size(); ++i) {
     const auto& e = timeline[i];
+    bool counted = true;  // an event that moves live or all_saved
     if (e.pool == pool) {
       live = e.live;
     } else if (e.pool == kContextPool) {
@@ -160,15 +194,21 @@ SaveProfile SaveProfiler::finish(const std::vector<MemoryTracker::Event>& timeli
       all_saved += e.live - saved[it->second];
       saved[it->second] = e.live;
     } else {
-      continue;
+      if (e.pool == kSavedPool) outside = e.live;
+      counted = false;
     }
+    if (const auto r = first_read_after.find(i); r != first_read_after.end())
+      profile_.blocks[r->second].recompute_beside = live - base - all_saved - outside_at_forward[r->second];
+    if (!counted) continue;
     const std::string& phase = phases[std::size_t(e.phase)];
     if (auto f = block_of_forward.find(phase); f != block_of_forward.end()) {
       auto& b = profile_.blocks[f->second];
+      outside_at_forward[f->second] = outside;
       b.forward_peak = std::max(b.forward_peak, live - base - (all_saved - saved[f->second]));
       const auto held = held_only_saved_.find(i);  // none: no drop frees anything then
       b.forward_moments.push_back({live - base - (all_saved - saved[f->second]),
-                                   held == held_only_saved_.end() ? std::vector<int>{} : held->second});
+                                   held == held_only_saved_.end() ? std::vector<int>{} : held->second,
+                                   i < last_save_[f->second]});
     } else if (auto g = block_of_backward.find(phase); g != block_of_backward.end()) {
       auto& b = profile_.blocks[g->second];
       b.backward_peak = std::max(b.backward_peak, live - base - (all_saved - saved[g->second]));
@@ -227,9 +267,18 @@ Tensors CostTimer::run(const BlockInfo&, const Tensors& inputs, const BlockBody&
   return out;
 }
 
-std::int64_t forward_peak_dropping(const BlockSaves& b, const std::vector<bool>& dropped) {
+std::int64_t unsaved_input(const BlockSaves& b) {
+  std::int64_t saved = 0;
+  for (const SavedRecord& x : b.tensors)
+    if (x.block_input) saved += x.bytes;
+  return b.input - saved;
+}
+
+std::int64_t forward_peak_dropping(const BlockSaves& b, const std::vector<bool>& dropped, bool recomputed) {
   const auto is_dropped = [&](std::size_t k) { return k < dropped.size() && dropped[k]; };
-  if (b.forward_moments.empty()) {
+  const bool any = std::any_of(b.forward_moments.begin(), b.forward_moments.end(),
+                               [&](const BlockSaves::Moment& m) { return !recomputed || m.recomputed; });
+  if (!any) {
     std::int64_t peak = b.forward_peak;
     for (std::size_t k = 0; k < b.tensors.size(); ++k)
       if (is_dropped(k)) peak -= b.tensors[k].bytes;
@@ -237,6 +286,7 @@ std::int64_t forward_peak_dropping(const BlockSaves& b, const std::vector<bool>&
   }
   std::int64_t peak = std::numeric_limits<std::int64_t>::min();
   for (const BlockSaves::Moment& m : b.forward_moments) {
+    if (recomputed && !m.recomputed) continue;
     std::int64_t live = m.live;
     for (const int k : m.held_only_saved)
       if (is_dropped(std::size_t(k))) live -= b.tensors[std::size_t(k)].bytes;

@@ -4,6 +4,8 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <memory>
+#include <optional>
 #include <unordered_map>
 #include <vector>
 
@@ -39,6 +41,15 @@ struct BlockSaves {
   // the other blocks' saved tensors held then: its own saved tensors (all of
   // them, as under full) and its working set.
   std::int64_t forward_peak = 0, backward_peak = 0;
+  // What a recomputation of a segment that ends at this block runs beside,
+  // beyond what the block's forward ran beside: it starts at the first read
+  // in the block's backward of a tensor it saved (other than its inputs),
+  // with the output's gradient and whatever the backward made before that
+  // read live (a LoRA product's scaled gradient, the loss). Measured as the
+  // bytes live then beyond every saved tensor, less the bytes that
+  // operations outside the blocks had saved when the block's forward ran
+  // (its forward_peak counts those already).
+  std::int64_t recompute_beside = 0;
   double forward_seconds = 0;  // the block's forward (timed profiles only)
   // The forward, moment by moment, as far as a strategy that drops saved
   // tensors changes it: the bytes live then (as forward_peak counts them)
@@ -51,14 +62,22 @@ struct BlockSaves {
   struct Moment {
     std::int64_t live = 0;
     std::vector<int> held_only_saved;
+    // At or before the block's last save: a recomputation of the block that
+    // ends a segment reaches it (it stops once the last save is made again).
+    bool recomputed = true;
   };
   std::vector<Moment> forward_moments;
 };
 
 // The block's forward peak when the tensors marked in `dropped` (indices
 // into b.tensors) are not kept: forward_peak less what dropping frees at
-// each moment.
-std::int64_t forward_peak_dropping(const BlockSaves& b, const std::vector<bool>& dropped);
+// each moment. `recomputed`: over the moments a recomputation that ends at
+// the block reaches (Moment::recomputed) only.
+std::int64_t forward_peak_dropping(const BlockSaves& b, const std::vector<bool>& dropped, bool recomputed = false);
+
+// The bytes of a block's inputs that it does not save itself (a segment
+// starting at it keeps them beside what its blocks save).
+std::int64_t unsaved_input(const BlockSaves& b);
 
 struct SaveProfile {
   std::vector<BlockSaves> blocks;  // in forward order
@@ -110,6 +129,11 @@ class SaveProfiler final : public BlockRunner, public SavedTensorHooks {
  private:
   SaveProfile profile_;
   std::vector<const void*> context_;  // the context tensors met so far
+  // Per block, the timeline's event count at the first read in its backward
+  // of a tensor it saved, not one of its inputs (BlockSaves::recompute_beside).
+  std::vector<std::shared_ptr<std::optional<std::size_t>>> first_read_;
+  // Per block, the timeline's event count at its last save (Moment::recomputed).
+  std::vector<std::size_t> last_save_;
   // At each event of a block's forward (by timeline index), which of its
   // saved tensors only their saved copies held (BlockSaves::forward_moments).
   std::unordered_map<std::size_t, std::vector<int>> held_only_saved_;

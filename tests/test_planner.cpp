@@ -41,6 +41,7 @@ SaveProfile random_chain(int blocks, int tags, std::uint64_t seed) {
     BlockSaves s;
     s.name = "h." + std::to_string(b);
     s.input = units(1, 6);
+    s.recompute_beside = s.input;  // the output's gradient, the input's size
     s.inputs.push_back({"add", {1}, s.input, false});
     s.tensors.push_back({"linear", {1}, units(4, 20), false, 0});
     for (int t = 0; t < tags; ++t) s.tensors.push_back({names[t], {1}, units(2, 15), true, seconds()});

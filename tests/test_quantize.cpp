@@ -335,3 +335,30 @@ TEST_CASE("shape-only: a QLoRA step holds the measured bytes, the quantized base
       }
     }
 }
+
+TEST_CASE("a recomputation runs beside its segment's output gradient: QLoRA peaks predicted to the byte",
+          "[quantize][memory]") {
+  // At a small batch a frozen product's dequantized weight makes a block's
+  // recomputation the step's peak, run beside what the backward had made
+  // when it asked for it: the segment output's gradient and, behind a LoRA
+  // product, its scaled gradient. Predictions that counted neither (or the
+  // segment's input in their place) were over- or under-budget here.
+  Sizes z = preset_sizes("small");
+  z.L = 4, z.B = 2, z.S = 32, z.dropout = 0;
+  const auto model = models().find("gpt2").make(z);
+  auto params = std::make_unique<ParamStore>(model->params(), DType::f32);
+  initialize(*params, 3, z.L);
+  const Batch batch = random_batch(z.B, z.S, z.V, 3);
+  FineTuning ft;
+  ft.lora.rank = 4;
+  ft.lora.targets = {"*.attn.c_attn.weight", "*.mlp.c_proj.weight"};
+  ft.quantize = QuantFormat::int8;
+  apply_fine_tuning(params, *model, batch, ft, 3, {"gpt2", "small", z});
+  const std::vector<std::string> specs{"per-layer", "every:2", "offload-checkpoint", "budget:60%", "budget:70%"};
+  const CheckReport report = run_check(*model, *params, batch, specs, {});  // a step over its budget throws
+  for (const auto& row : report.rows) {
+    INFO(row.strategy);
+    CHECK(row.vs_full.bitwise);
+    CHECK(row.step.activation_peak == row.predicted.device);
+  }
+}

@@ -57,6 +57,7 @@ std::vector<Variant> variants(const BlockSaves& b, bool timed) {
       if (dropped[i]) v.dropped += x.bytes;
     }
     v.forward_peak = forward_peak_dropping(b, dropped);
+    v.recompute_peak = forward_peak_dropping(b, dropped, /*recomputed=*/true);
     all.push_back(std::move(v));
   }
   // Keep the Pareto front (the empty subset always survives: it costs nothing).
@@ -65,9 +66,10 @@ std::vector<Variant> variants(const BlockSaves& b, bool timed) {
     bool dominated = false;
     for (std::size_t j = 0; j < all.size() && !dominated; ++j)
       dominated = j != i && all[j].dropped >= all[i].dropped && all[j].seconds <= all[i].seconds &&
-                  all[j].forward_peak <= all[i].forward_peak &&
+                  all[j].forward_peak <= all[i].forward_peak && all[j].recompute_peak <= all[i].recompute_peak &&
                   (all[j].dropped > all[i].dropped || all[j].seconds < all[i].seconds ||
-                   all[j].forward_peak < all[i].forward_peak || j < i);
+                   all[j].forward_peak < all[i].forward_peak || all[j].recompute_peak < all[i].recompute_peak ||
+                   j < i);
     if (!dominated) front.push_back(all[i]);
   }
   std::sort(front.begin(), front.end(), [](const Variant& a, const Variant& b) { return a.dropped < b.dropped; });
@@ -93,7 +95,9 @@ ChainCosts chain_costs(const SaveProfile& p, bool allow_offload) {
     k.input = b.input;
     k.forward_peak = b.forward_peak;
     k.backward_peak = b.backward_peak;
+    k.recompute_beside = b.recompute_beside;
     k.context = b.context;
+    k.unsaved_input = unsaved_input(b);
     k.new_stack = b.new_stack;
     k.forward_seconds = p.timed ? b.forward_seconds : kSecondsPerByte * double(b.saved);
     k.offload_seconds = p.offload_seconds_per_byte * double(b.saved);

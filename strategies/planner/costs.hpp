@@ -21,12 +21,16 @@ struct Variant {
   std::int64_t dropped = 0;  // bytes not kept
   double seconds = 0;        // running their recipes again
   std::int64_t forward_peak = 0;  // the block's forward peak without them (forward_peak_dropping)
+  std::int64_t recompute_peak = 0;  // the same, as far as a recomputation ending at the block runs
 };
 
 struct BlockCosts {
   std::string name;
-  std::int64_t saved = 0, input = 0, forward_peak = 0, backward_peak = 0;  // as in BlockSaves
+  std::int64_t saved = 0, input = 0, forward_peak = 0, backward_peak = 0, recompute_beside = 0;  // as in BlockSaves
   std::int64_t context = 0;  // as in BlockSaves: held from this block on, whatever the plan
+  // Its input bytes that it does not save: a segment starting here keeps
+  // them through its recomputation beside what its blocks save.
+  std::int64_t unsaved_input = 0;
   bool new_stack = false;    // no segment runs across it
   double forward_seconds = 0;
   std::vector<Variant> variants;  // Pareto-optimal: none drops as much for less time

@@ -18,6 +18,7 @@ class Program {
       : c_(c), L_(int(c.blocks.size())), u_(std::max<std::int64_t>(1, budget / steps)), M_(int(budget / u_)) {
     for (const auto& b : c.blocks) {
       in_.push_back(units(b.input));
+      unsaved_.push_back(units(b.unsaved_input));
       backward_.push_back(units(b.backward_peak));
     }
     seconds_before_.push_back(0);
@@ -36,7 +37,16 @@ class Program {
         context_[std::size_t(k) * L_ + j] = units(held);
       }
     }
-    span_.assign(std::size_t(L_) * L_ * (M_ + 1), kInf);
+    // The spans' tables: one for spans that start at their first block, one
+    // per distinct input a first block leaves held for the rest (0 included:
+    // a sub-segment first keeps its input as it saves).
+    kept_values_.push_back(0);
+    for (const int v : unsaved_)
+      if (std::find(kept_values_.begin(), kept_values_.end(), v) == kept_values_.end()) kept_values_.push_back(v);
+    for (const int v : unsaved_)
+      kept_table_.push_back(1 + int(std::find(kept_values_.begin(), kept_values_.end(), v) - kept_values_.begin()));
+    tables_ = 1 + int(kept_values_.size());
+    span_.assign(std::size_t(tables_) * L_ * L_ * (M_ + 1), kInf);
     span_choice_.assign(span_.size(), kInfeasible);
     G_ = c.allow_offload ? L_ + 1 : 1;
     top_.assign(std::size_t(L_ + 1) * G_ * (M_ + 1), kInf);
@@ -60,7 +70,11 @@ class Program {
     const std::int64_t n = (bytes + u_ - 1) / u_;
     return int(std::min<std::int64_t>(n, std::int64_t(M_) + 1));
   }
-  std::size_t at(int k, int b, int m) const { return (std::size_t(k) * L_ + b) * (M_ + 1) + m; }
+  // Table t of the spans (0: the span starts at block k; 1 + x: block k
+  // continues one, whose first block left kept_values_[x] held).
+  std::size_t at(int t, int k, int b, int m) const {
+    return ((std::size_t(t) * L_ + k) * L_ + b) * (M_ + 1) + m;
+  }
   // g: 0, or 1 + the last block before i that offloaded (the group its backward's fetch brings along).
   std::size_t top_at(int i, int g, int m) const { return (std::size_t(i) * G_ + g) * (M_ + 1) + m; }
   float top(int i, int g, int m) const { return m < 0 ? kInf : top_[top_at(i, g, m)]; }
@@ -86,32 +100,42 @@ class Program {
     }
   }
 
-  // Blocks k..b of a recomputation, at every m: block k plain (re-run,
-  // keeping what it saves less a variant's drops), or a sub-segment [k, r],
-  // r < b (its blocks re-run without saving; its input kept; recomputed in
-  // its turn). A choice that does not fit m is not offered there.
+  // Blocks k..b of a recomputation, at every m, in every table (at()):
+  // block k plain (re-run, keeping what it saves less a variant's drops),
+  // or a sub-segment [k, r], r < b (its blocks re-run without saving; its
+  // input kept; recomputed in its turn). A choice that does not fit m is
+  // not offered there. A span's first block leaves its unsaved input held
+  // through the rest of the recomputation (not its backward): the later
+  // blocks' forwards count it (in the table the first block chose).
   void solve_span(int k, int b) {
+    for (int t = 0; t < tables_; ++t) solve_span(t, k, b);
+  }
+  void solve_span(int t, int k, int b) {
     const auto& blk = c_.blocks[std::size_t(k)];
-    float* best = &span_[at(k, b, 0)];
-    std::int16_t* choice = &span_choice_[at(k, b, 0)];
+    const std::int64_t beside = c_.blocks[std::size_t(b)].recompute_beside;  // what block b's backward made
+    const int held = t == 0 ? 0 : kept_values_[std::size_t(t - 1)];  // the span's input, through forwards
+    float* best = &span_[at(t, k, b, 0)];
+    std::int16_t* choice = &span_choice_[at(t, k, b, 0)];
     for (std::size_t v = 0; v < blk.variants.size(); ++v) {
       const auto& var = blk.variants[v];
-      const int fits = std::max(units(var.forward_peak + blk.input), backward_[std::size_t(k)]);
+      // The span's last block is recomputed up to its last save only.
+      const int fits = std::max(units((k == b ? var.recompute_peak : var.forward_peak) + beside) + held,
+                                backward_[std::size_t(k)]);
       const float run = float(blk.forward_seconds + var.seconds);
       if (k == b) {
         offer(best, choice, fits, std::int16_t(v), [run](int) { return run + 0.f; });
       } else {
         const int keep = kept(k, var);
-        const float* rest = &span_[at(k + 1, b, 0)];
+        const float* rest = &span_[at(t == 0 ? kept_table_[std::size_t(k)] : t, k + 1, b, 0)];
         offer(best, choice, std::max(fits, keep), std::int16_t(v), [run, rest, keep](int m) { return run + rest[m - keep]; });
       }
     }
     const int input = in_[std::size_t(k)];
     for (int r = k; r < b; ++r) {
-      const int fits = std::max(input, need(k, r));
+      const int fits = std::max(input, need(k, r) + units(beside) + held);
       if (fits > M_) break;  // nor any longer sub-segment: its need only grows
       const float run = forward(k, r);
-      const float *after = &span_[at(r + 1, b, 0)], *inner = &span_[at(k, r, 0)];
+      const float *after = &span_[at(t == 0 ? 1 : t, r + 1, b, 0)], *inner = &span_[at(0, k, r, 0)];
       offer(best, choice, fits, std::int16_t(kSegment + r),
             [run, after, inner, input](int m) { return run + after[m - input] + inner[m]; });
     }
@@ -149,7 +173,7 @@ class Program {
       const int held = context(i, e);  // the segment's context, kept before its recomputation
       const int fits = std::max({own + input, held + need(i, e) + f, held + input});
       if (std::max(own + input, held + need(i, e) + f) > M_) break;  // nor any longer segment: both only grow
-      const float *inner = &span_[at(i, e, 0)], *rest = &top_[top_at(e + 1, g, 0)];
+      const float *inner = &span_[at(0, i, e, 0)], *rest = &top_[top_at(e + 1, g, 0)];
       offer(best, choice, fits, std::int16_t(kSegment + e),
             [inner, rest, held, input](int m) { return inner[m - held] + rest[m - held - input]; });
     }
@@ -174,17 +198,19 @@ class Program {
 
   std::vector<PlanPart> span_parts(int k, int b, int m) const {
     std::vector<PlanPart> parts;
-    while (k <= b) {
-      const std::int16_t choice = span_choice_[at(k, b, m)];
+    for (int t = 0; k <= b;) {
+      const std::int16_t choice = span_choice_[at(t, k, b, m)];
       if (choice == kInfeasible) throw std::logic_error("planner: reconstructing an infeasible span");
       if (choice < kSegment) {
         parts.push_back(plain(k, choice));
         m -= units(c_.blocks[std::size_t(k)].saved - c_.blocks[std::size_t(k)].variants[std::size_t(choice)].dropped);
+        if (t == 0) t = kept_table_[std::size_t(k)];
         ++k;
       } else {
         const int r = choice - kSegment;
         parts.push_back(segment(k, r, span_parts(k, r, m)));
         m -= in_[std::size_t(k)];
+        if (t == 0) t = 1;
         k = r + 1;
       }
     }
@@ -226,6 +252,10 @@ class Program {
   int M_;
   int G_ = 1;  // values of top()'s g: 1 without offload
   std::vector<int> in_, backward_;
+  std::vector<int> unsaved_;       // BlockCosts::unsaved_input, in units
+  std::vector<int> kept_values_;   // the distinct unsaved_ values, 0 first
+  std::vector<int> kept_table_;    // per block, the span table its unsaved input leads to
+  int tables_ = 1;
   std::vector<int> need_, context_;  // need() and context(), L x L
   std::vector<double> seconds_before_;
   std::vector<float> span_, top_;

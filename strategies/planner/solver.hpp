@@ -5,7 +5,10 @@
 // 2019), on the same memory model as predict_policy, over:
 //   Top(i, m)    blocks i.. at the top level, m bytes free;
 //   Span(k, b, m) blocks k..b of a segment's recomputation, m bytes free
-//                 (which is also a sub-segment [k, b] recomputed on its own).
+//                 (which is also a sub-segment [k, b] recomputed on its own),
+//                 in a table for spans that start at k and one per input a
+//                 span's first block leaves held through the later blocks'
+//                 forwards.
 // Memory is discretised: the budget into `steps` units of u bytes (u =
 // budget / steps, rounded down), every size rounded up to whole units. A
 // plan it returns therefore fits the budget exactly; it may miss a plan
