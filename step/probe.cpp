@@ -35,6 +35,7 @@ SaveProfile profile_saves(const Model& model, const ParamStore& params, const Ba
       SavedTensorHooksScope hooks(profiler);
       loss = model.loss(params, batch);
     }
+    profiler.forward_over();
     backward(loss);
   }
   tracker.stop_timeline();

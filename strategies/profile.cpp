@@ -51,8 +51,8 @@ std::string block_pool(const std::string& block) { return std::string(SaveProfil
 class BlockProbe final : public SavedTensorHooks {
  public:
   BlockProbe(BlockSaves& b, const Tensors& inputs, std::size_t context, ReportedKept::FirstRead first_read,
-             std::size_t& last_save)
-      : block_(b), pool_(block_pool(b.name)), first_read_(std::move(first_read)), last_save_(last_save) {
+             std::size_t& last_save, std::vector<SaveProfiler::Copies>& copies)
+      : block_(b), pool_(block_pool(b.name)), first_read_(std::move(first_read)), last_save_(last_save), copies_(copies) {
     for (std::size_t i = 0; i < inputs.size(); ++i)
       (i + context < inputs.size() ? inputs_ : context_).insert(inputs[i].id());
   }
@@ -61,11 +61,14 @@ class BlockProbe final : public SavedTensorHooks {
     if (context_.count(t.id())) return std::make_shared<ReportedKept>(t, SaveProfiler::kContextPool);
     const bool input = inputs_.count(t.id()) > 0;
     auto kept = std::make_shared<ReportedKept>(t, pool_, input ? nullptr : first_read_);
-    if (seen_.insert(t.id()).second) {
+    const auto [seen, first] = seen_.emplace(t.id(), copies_.size());
+    if (first) {
       block_.saved += std::int64_t(t.nbytes());
       block_.tensors.push_back({t.tag(), t.shape(), std::int64_t(t.nbytes()), t.recipe() != nullptr, 0, input});
       kept_.push_back(kept);
+      copies_.emplace_back();
     }
+    copies_[seen->second].push_back(kept);
     last_save_ = MemoryTracker::instance().timeline_events();
     return kept;
   }
@@ -80,9 +83,11 @@ class BlockProbe final : public SavedTensorHooks {
  private:
   BlockSaves& block_;
   std::string pool_;
-  std::set<const void*> seen_, inputs_, context_;
+  std::map<const void*, std::size_t> seen_;  // storage -> index in block_.tensors
+  std::set<const void*> inputs_, context_;
   ReportedKept::FirstRead first_read_;
   std::size_t& last_save_;  // the timeline's event count after the latest save
+  std::vector<SaveProfiler::Copies>& copies_;  // each of block_.tensors' saved copies
   std::vector<std::weak_ptr<ReportedKept>> kept_;  // the first copy of each of block_.tensors
 };
 
@@ -111,6 +116,28 @@ void keep_possible_peaks(BlockSaves& b) {
   for (std::size_t i = 0; i < b.forward_moments.size(); ++i)
     if (keep[i]) kept.push_back(std::move(b.forward_moments[i]));
   b.forward_moments = std::move(kept);
+}
+
+// Takes out of a block's saves those marked `gone` (let go before backward:
+// held by no strategy), renumbering the moments' references to the rest.
+void forget_let_go(BlockSaves& b, const std::vector<bool>& gone) {
+  std::vector<int> index(b.tensors.size(), -1);
+  std::vector<SavedRecord> kept;
+  for (std::size_t k = 0; k < b.tensors.size(); ++k) {
+    if (k < gone.size() && gone[k]) {
+      b.saved -= b.tensors[k].bytes;
+      continue;
+    }
+    index[k] = int(kept.size());
+    kept.push_back(std::move(b.tensors[k]));
+  }
+  b.tensors = std::move(kept);
+  for (BlockSaves::Moment& m : b.forward_moments) {
+    std::vector<int> held;
+    for (const int k : m.held_only_saved)
+      if (index[std::size_t(k)] >= 0) held.push_back(index[std::size_t(k)]);
+    m.held_only_saved = std::move(held);
+  }
 }
 
 // Events after the last one in a block's backward are the tail (tail_peak).
@@ -148,7 +175,8 @@ Tensors SaveProfiler::run(const BlockInfo& info, const Tensors& inputs, const Bl
   }
   first_read_.push_back(std::make_shared<std::optional<std::size_t>>());
   last_save_.push_back(0);
-  BlockProbe probe(b, inputs, std::size_t(info.context), first_read_.back(), last_save_.back());
+  saved_copies_.emplace_back();
+  BlockProbe probe(b, inputs, std::size_t(info.context), first_read_.back(), last_save_.back(), saved_copies_.back());
   SavedTensorHooksScope scope(probe);
   MemoryTracker::instance().observe_timeline(
       [this, &probe](std::size_t event) { held_only_saved_[event] = probe.held_only_saved(); });
@@ -156,6 +184,15 @@ Tensors SaveProfiler::run(const BlockInfo& info, const Tensors& inputs, const Bl
     ~StopObserving() { MemoryTracker::instance().observe_timeline({}); }
   } stop;
   return body(inputs);
+}
+
+void SaveProfiler::forward_over() {
+  let_go_.clear();
+  for (const auto& block : saved_copies_) {
+    auto& gone = let_go_.emplace_back();
+    for (const Copies& copies : block)
+      gone.push_back(std::all_of(copies.begin(), copies.end(), [](const auto& c) { return c.expired(); }));
+  }
 }
 
 std::shared_ptr<Packed> SaveProfiler::pack(const Tensor& t) {
@@ -217,6 +254,8 @@ SaveProfile SaveProfiler::finish(const std::vector<MemoryTracker::Event>& timeli
       peak = std::max(peak, live - base - all_saved);
     }
   }
+  for (std::size_t i = 0; i < profile_.blocks.size(); ++i)
+    if (i < let_go_.size()) forget_let_go(profile_.blocks[i], let_go_[i]);
   for (BlockSaves& b : profile_.blocks) keep_possible_peaks(b);
   return profile_;
 }

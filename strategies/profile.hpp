@@ -120,6 +120,11 @@ class SaveProfiler final : public BlockRunner, public SavedTensorHooks {
  public:
   Tensors run(const BlockInfo& info, const Tensors& inputs, const BlockBody& body) override;
   std::shared_ptr<Packed> pack(const Tensor& t) override;  // outside blocks
+  // Call when the forward pass has ended, before backward: a block's saved
+  // tensor already let go (its op's node dropped: nothing needs its
+  // gradient) is not one the block keeps.
+  void forward_over();
+  using Copies = std::vector<std::weak_ptr<Packed>>;
   static constexpr const char* kSavedPool = "saved";
   static constexpr const char* kContextPool = "saved context";
   // From the tracker's timeline of the step, with `base` live before it.
@@ -134,6 +139,10 @@ class SaveProfiler final : public BlockRunner, public SavedTensorHooks {
   std::vector<std::shared_ptr<std::optional<std::size_t>>> first_read_;
   // Per block, the timeline's event count at its last save (Moment::recomputed).
   std::vector<std::size_t> last_save_;
+  // Per block, the saved copies of each of its tensors (BlockSaves::tensors),
+  // and which were all let go before backward (forward_over()).
+  std::vector<std::vector<Copies>> saved_copies_;
+  std::vector<std::vector<bool>> let_go_;
   // At each event of a block's forward (by timeline index), which of its
   // saved tensors only their saved copies held (BlockSaves::forward_moments).
   std::unordered_map<std::size_t, std::vector<int>> held_only_saved_;
