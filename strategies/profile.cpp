@@ -65,7 +65,6 @@ class BlockProbe final : public SavedTensorHooks {
     if (first) {
       block_.saved += std::int64_t(t.nbytes());
       block_.tensors.push_back({t.tag(), t.shape(), std::int64_t(t.nbytes()), t.recipe() != nullptr, 0, input});
-      kept_.push_back(kept);
       copies_.emplace_back();
     }
     copies_[seen->second].push_back(kept);
@@ -75,8 +74,10 @@ class BlockProbe final : public SavedTensorHooks {
   // Which of the block's saved tensors only their saved copies hold now.
   std::vector<int> held_only_saved() const {
     std::vector<int> out;
-    for (std::size_t k = 0; k < kept_.size(); ++k)
-      if (const auto kept = kept_[k].lock(); kept && kept->held_only_saved()) out.push_back(int(k));
+    for (std::size_t k = 0; k < copies_.size(); ++k)  // its first copy tells for every copy of the storage
+      if (const auto kept = std::static_pointer_cast<ReportedKept>(copies_[k].front().lock());
+          kept && kept->held_only_saved())
+        out.push_back(int(k));
     return out;
   }
 
@@ -87,8 +88,7 @@ class BlockProbe final : public SavedTensorHooks {
   std::set<const void*> inputs_, context_;
   ReportedKept::FirstRead first_read_;
   std::size_t& last_save_;  // the timeline's event count after the latest save
-  std::vector<SaveProfiler::Copies>& copies_;  // each of block_.tensors' saved copies
-  std::vector<std::weak_ptr<ReportedKept>> kept_;  // the first copy of each of block_.tensors
+  std::vector<SaveProfiler::Copies>& copies_;  // each of block_.tensors' saved copies (ReportedKept)
 };
 
 // Of a block's forward moments, those that can be its peak under some set of

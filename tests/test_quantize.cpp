@@ -353,7 +353,11 @@ void check_predicted_to_the_byte(const std::string& name, int layers, const Fine
   for (const auto& row : report.rows) {
     INFO(name << " " << row.strategy);
     CHECK(row.vs_full.bitwise);
-    CHECK(row.step.activation_peak == row.predicted.device);
+    // Which plan a budget picks follows the probe's timings (this CPU's): a
+    // plan dropping tags inside a recomputation may be over-predicted
+    // (test_planner), so only the fixed strategies are held to the byte.
+    if (row.strategy.rfind("budget:", 0) == 0) CHECK(row.step.activation_peak <= row.predicted.device);
+    else CHECK(row.step.activation_peak == row.predicted.device);
   }
 }
 

@@ -18,7 +18,6 @@ class Program {
       : c_(c), L_(int(c.blocks.size())), u_(std::max<std::int64_t>(1, budget / steps)), M_(int(budget / u_)) {
     for (const auto& b : c.blocks) {
       in_.push_back(units(b.input));
-      unsaved_.push_back(units(b.unsaved_input));
       backward_.push_back(units(b.backward_peak));
     }
     seconds_before_.push_back(0);
@@ -41,10 +40,12 @@ class Program {
     // per distinct input a first block leaves held for the rest (0 included:
     // a sub-segment first keeps its input as it saves).
     kept_values_.push_back(0);
-    for (const int v : unsaved_)
-      if (std::find(kept_values_.begin(), kept_values_.end(), v) == kept_values_.end()) kept_values_.push_back(v);
-    for (const int v : unsaved_)
-      kept_table_.push_back(1 + int(std::find(kept_values_.begin(), kept_values_.end(), v) - kept_values_.begin()));
+    for (const auto& b : c.blocks) {
+      const int v = units(b.unsaved_input);
+      auto x = std::find(kept_values_.begin(), kept_values_.end(), v);
+      if (x == kept_values_.end()) x = kept_values_.insert(x, v);
+      kept_table_.push_back(1 + int(x - kept_values_.begin()));
+    }
     tables_ = 1 + int(kept_values_.size());
     span_.assign(std::size_t(tables_) * L_ * L_ * (M_ + 1), kInf);
     span_choice_.assign(span_.size(), kInfeasible);
@@ -252,8 +253,7 @@ class Program {
   int M_;
   int G_ = 1;  // values of top()'s g: 1 without offload
   std::vector<int> in_, backward_;
-  std::vector<int> unsaved_;       // BlockCosts::unsaved_input, in units
-  std::vector<int> kept_values_;   // the distinct unsaved_ values, 0 first
+  std::vector<int> kept_values_;   // the distinct BlockCosts::unsaved_input in units, 0 first
   std::vector<int> kept_table_;    // per block, the span table its unsaved input leads to
   int tables_ = 1;
   std::vector<int> need_, context_;  // need() and context(), L x L
