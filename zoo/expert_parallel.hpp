@@ -20,6 +20,7 @@
 
 #include "autodiff/tensor.hpp"
 #include "core/rank_group.hpp"
+#include "zoo/model.hpp"
 #include "zoo/sizes.hpp"
 
 namespace remat::ep {

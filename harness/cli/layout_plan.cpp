@@ -9,6 +9,7 @@
 #include "harness/layout_search.hpp"
 #include "harness/long_run.hpp"
 #include "harness/report/table.hpp"
+#include "step/probe.hpp"
 #include "strategies/registry.hpp"
 
 namespace remat::cli {
