@@ -6,6 +6,7 @@
 
 #include "autodiff/backend.hpp"
 #include "autodiff/memory_tracker.hpp"
+#include "autodiff/stats.hpp"
 #include "autodiff/tape.hpp"
 #include "autodiff/transfer.hpp"
 
@@ -80,8 +81,7 @@ struct OffloadStorage::Group {
   // (they were kept while the copy read them); after a copy in the host
   // buffers go.
   void settle() {
-    if (!copies)
-      if (auto* l = transfer::copy_listener()) l->wait(this);
+    if (auto* l = transfer::copy_listener()) l->wait(this);
     if (!copying) return;
     {
       transfer::WaitClock wait;
@@ -122,6 +122,7 @@ struct OffloadStorage::Group {
       }
       batch->issued();
     }
+    if (auto* l = transfer::copy_listener()) l->copy_out(this, bytes());
     // The device tensors go when the next group starts its copies, or the
     // last block's forward ends (settle_in_flight), on every backend: a host
     // made to copy (the tests) keeps a device's timeline, so it measures a
@@ -148,12 +149,18 @@ struct OffloadStorage::Group {
     }
     transfer::WaitClock wait;
     batch = std::make_unique<transfer::CopyBatch>();
+    std::int64_t bytes = 0;
     for (auto& e : entries) {
       if (e.done()) continue;  // no handle reads it again: not worth a copy
       e.device = Tensor::empty(e.shape, e.dtype, "offload_fetch");
+      bytes += std::int64_t(e.device.nbytes());
       backend::start_copy(e.device, *e.host);
     }
     batch->issued();
+    // The copy engine writes these, not a kernel: no compute traffic in a
+    // device model's price (stats::work), but a copy on its link.
+    stats::count_bytes(-double(bytes));
+    if (auto* l = transfer::copy_listener()) l->copy_in(this, bytes);
     copying = true;
     resident = true;
   }

@@ -220,9 +220,13 @@ TEST_CASE("shape-only: a plan costed by a device model keeps its budget, measure
 // step costs what full's does; with one far too slow it costs at least the
 // link's busy time (every byte out and back, one copy at a time) and at most
 // that and the compute; and a host memory smaller than the offload pool
-// does not fit.
+// does not fit. Both offload paths (a GPU build's copies, the host's moves)
+// are priced alike.
 TEST_CASE("the device model prices offload copies on the host link, and checks the host memory",
           "[shape_only][estimate]") {
+  const bool copies = GENERATE(false, true);
+  INFO("copies " << copies);
+  backend::OffloadCopiesScope path(copies);
   const ModelSetup setup = sized("gpt2", "tiny", 4);
   const auto priced = [&](double host_link) {
     DeviceModel device;
