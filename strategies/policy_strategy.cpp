@@ -270,7 +270,7 @@ MemoryPrediction predict_policy(const SaveProfile& p, const Policy& policy) {
         m.offload += offloaded;
         segment_input = kept, segment_first = i;
       }
-      m.device = std::max(m.device, device + segment_input + groups.in_flight + b.forward_peak - b.saved);
+      m.device = std::max(m.device, device + segment_input + groups.in_flight + segment_forward_peak(b, i == segment_first));
       if (i == seg->last || i == L - 1 || p.blocks[std::size_t(i) + 1].new_stack) {
         m.device = std::max(m.device, recompute_peak(p, segment_first, i, seg->inner.get(), segment_held));
         device += segment_input;

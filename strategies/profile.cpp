@@ -313,6 +313,12 @@ std::int64_t unsaved_input(const BlockSaves& b) {
   return b.input - saved;
 }
 
+std::int64_t segment_forward_peak(const BlockSaves& b, bool first) {
+  std::vector<bool> dropped(b.tensors.size());
+  for (std::size_t k = 0; k < b.tensors.size(); ++k) dropped[k] = !(first && b.tensors[k].block_input);
+  return forward_peak_dropping(b, dropped) - (first ? b.input : 0);
+}
+
 std::int64_t forward_peak_dropping(const BlockSaves& b, const std::vector<bool>& dropped, bool recomputed) {
   const auto is_dropped = [&](std::size_t k) { return k < dropped.size() && dropped[k]; };
   const bool any = std::any_of(b.forward_moments.begin(), b.forward_moments.end(),

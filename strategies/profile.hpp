@@ -75,6 +75,14 @@ struct BlockSaves {
 // the block reaches (Moment::recomputed) only.
 std::int64_t forward_peak_dropping(const BlockSaves& b, const std::vector<bool>& dropped, bool recomputed = false);
 
+// The block's forward peak inside a checkpoint segment, where every save is
+// a placeholder: a tensor it saves lives only while the forward still reads
+// it. More than forward_peak - saved where the peak falls mid-block (a
+// product's output beside the activation made from it). A later block's
+// input counts, as in forward_peak (its forward reads it); the first
+// block's does not: the segment keeps it, and counts it apart.
+std::int64_t segment_forward_peak(const BlockSaves& b, bool first);
+
 // The bytes of a block's inputs that it does not save itself (a segment
 // starting at it keeps them beside what its blocks save).
 std::int64_t unsaved_input(const BlockSaves& b);

@@ -98,6 +98,8 @@ ChainCosts chain_costs(const SaveProfile& p, bool allow_offload) {
     k.recompute_beside = b.recompute_beside;
     k.context = b.context;
     k.unsaved_input = unsaved_input(b);
+    k.segment_first_forward = segment_forward_peak(b, true);
+    k.segment_forward = segment_forward_peak(b, false);
     k.new_stack = b.new_stack;
     k.forward_seconds = p.timed ? b.forward_seconds : kSecondsPerByte * double(b.saved);
     k.offload_seconds = p.offload_seconds_per_byte * double(b.saved);

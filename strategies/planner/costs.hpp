@@ -31,6 +31,8 @@ struct BlockCosts {
   // Its input bytes that it does not save: a segment starting here keeps
   // them through its recomputation beside what its blocks save.
   std::int64_t unsaved_input = 0;
+  // Its forward peak inside a segment, as its first block or a later one (segment_forward_peak).
+  std::int64_t segment_first_forward = 0, segment_forward = 0;
   bool new_stack = false;    // no segment runs across it
   double forward_seconds = 0;
   std::vector<Variant> variants;  // Pareto-optimal: none drops as much for less time

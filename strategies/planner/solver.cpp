@@ -30,7 +30,8 @@ class Program {
       std::int64_t held = 0;
       for (int j = k; j < L_; ++j) {
         const auto& b = c.blocks[std::size_t(j)];
-        need = std::max(need, units(c.blocks[std::size_t(k)].input + b.forward_peak - b.saved));
+        need = std::max(need, units(c.blocks[std::size_t(k)].input +
+                                    (j > k ? b.segment_forward : b.segment_first_forward)));
         held += b.context;
         need_[std::size_t(k) * L_ + j] = need;
         context_[std::size_t(k) * L_ + j] = units(held);
