@@ -184,8 +184,7 @@ std::int64_t recompute_peak(const SaveProfile& p, int first, int last, const Pol
       peak = std::max(peak, recompute_peak(p, k, end, seg->inner.get(), held + saved));
       if (end < last)
         for (int j = k; j <= end; ++j)
-          peak = std::max(peak, held + input + saved + beside + b.input + p.blocks[std::size_t(j)].forward_peak -
-                                    p.blocks[std::size_t(j)].saved);
+          peak = std::max(peak, held + input + saved + beside + b.input + segment_forward_peak(p.blocks[std::size_t(j)], j == k));
       saved += b.input;
       k = end;
       continue;
