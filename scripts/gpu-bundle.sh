@@ -54,7 +54,7 @@ mkdir -p "$host_build"
 cmake -S "$root" -B "$host_build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DREMAT_NATIVE=OFF -DREMAT_BUILD_TESTS=OFF \
   -DREMAT_BUILD_BENCH=OFF -DKokkos_ROOT="$host_kokkos" >"$host_build/configure.log" 2>&1 ||
   { cat "$host_build/configure.log"; exit 1; }
-cmake --build "$host_build" --target remat -j "$(nproc)" >/dev/null
+cmake --build "$host_build" --target remat -j "$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)" >/dev/null
 
 stage="$out/remat-gpu"
 rm -rf "$stage"

@@ -20,7 +20,7 @@ cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Sanitize -DCMAKE_CXX_FL
   -DCMAKE_UNITY_BUILD=ON -DCMAKE_UNITY_BUILD_BATCH_SIZE=16 \
   >"$build/configure.log" 2>&1 || { cat "$build/configure.log"; exit 1; }
 say "building (about 5 minutes on 2 cores)"
-cmake --build "$build" -j "$(nproc)" --target remat remat_tests >"$build/build.log" 2>&1 || { tail -50 "$build/build.log"; exit 1; }
+cmake --build "$build" -j "$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)" --target remat remat_tests >"$build/build.log" 2>&1 || { tail -50 "$build/build.log"; exit 1; }
 
 # Leaks are not judged: the HDF5 and OpenMP runtimes keep allocations to
 # process exit by design. Everything else stops the process with a report.

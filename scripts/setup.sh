@@ -29,7 +29,9 @@ done
 root=$(cd "$(dirname "$0")/.." && pwd)
 deps="$root/.deps"
 if [ "$cuda" -eq 1 ]; then build_dir="${BUILD_DIR:-$root/build-cuda}"; else build_dir="${BUILD_DIR:-$root/build}"; fi
-jobs=$(nproc)
+# Every core: nproc alone obeys OMP_NUM_THREADS, which a user may have set to 1
+# for the runs; the compiler is not an OpenMP program.
+jobs=$(env -u OMP_NUM_THREADS -u OMP_THREAD_LIMIT nproc)
 say() { printf '[setup] %s\n' "$*"; }
 
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
