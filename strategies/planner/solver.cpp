@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <memory>
 #include <stdexcept>
 
 namespace remat::planner {
@@ -48,11 +49,13 @@ class Program {
       kept_table_.push_back(1 + int(x - kept_values_.begin()));
     }
     tables_ = 1 + int(kept_values_.size());
-    span_.assign(std::size_t(tables_) * L_ * L_ * (M_ + 1), kInf);
-    span_choice_.assign(span_.size(), kInfeasible);
+    // Left unset: each row is set as its turn comes (solve_span, solve_top),
+    // while it is in cache, and only the rows the program uses are touched.
+    span_ = std::make_unique<float[]>(std::size_t(tables_) * L_ * (L_ + 1) / 2 * (M_ + 1));
+    span_choice_ = std::make_unique<std::int16_t[]>(std::size_t(tables_) * L_ * (L_ + 1) / 2 * (M_ + 1));
     G_ = c.allow_offload ? L_ + 1 : 1;
-    top_.assign(std::size_t(L_ + 1) * G_ * (M_ + 1), kInf);
-    top_choice_.assign(top_.size(), kInfeasible);
+    top_ = std::make_unique<float[]>(std::size_t(L_ + 1) * G_ * (M_ + 1));
+    top_choice_ = std::make_unique<std::int16_t[]>(std::size_t(L_ + 1) * G_ * (M_ + 1));
   }
 
   std::optional<std::vector<PlanPart>> run() {
@@ -73,9 +76,16 @@ class Program {
     return int(std::min<std::int64_t>(n, std::int64_t(M_) + 1));
   }
   // Table t of the spans (0: the span starts at block k; 1 + x: block k
-  // continues one, whose first block left kept_values_[x] held).
+  // continues one, whose first block left kept_values_[x] held). Spans k <= b
+  // only: a table is a triangle, row b's spans side by side.
   std::size_t at(int t, int k, int b, int m) const {
-    return ((std::size_t(t) * L_ + k) * L_ + b) * (M_ + 1) + m;
+    const std::size_t triangle = std::size_t(L_) * (L_ + 1) / 2;
+    return (std::size_t(t) * triangle + std::size_t(b) * (b + 1) / 2 + k) * (M_ + 1) + m;
+  }
+  // A row of budgets before its first offer: nothing fits yet.
+  void unset(float* best, std::int16_t* choice) const {
+    std::fill(best, best + M_ + 1, kInf);
+    std::fill(choice, choice + M_ + 1, kInfeasible);
   }
   // g: 0, or 1 + the last block before i that offloaded (the group its backward's fetch brings along).
   std::size_t top_at(int i, int g, int m) const { return (std::size_t(i) * G_ + g) * (M_ + 1) + m; }
@@ -118,6 +128,7 @@ class Program {
     const int held = t == 0 ? 0 : kept_values_[std::size_t(t - 1)];  // the span's input, through forwards
     float* best = &span_[at(t, k, b, 0)];
     std::int16_t* choice = &span_choice_[at(t, k, b, 0)];
+    unset(best, choice);
     for (std::size_t v = 0; v < blk.variants.size(); ++v) {
       const auto& var = blk.variants[v];
       // The span's last block is recomputed up to its last save only.
@@ -149,6 +160,7 @@ class Program {
   void solve_top(int i, int g) {
     float* best = &top_[top_at(i, g, 0)];
     std::int16_t* choice = &top_choice_[top_at(i, g, 0)];
+    unset(best, choice);
     if (i == L_) {
       offer(best, choice, units(c_.outside_peak), 0, [](int) { return 0.f; });
       return;
@@ -259,8 +271,8 @@ class Program {
   int tables_ = 1;
   std::vector<int> need_, context_;  // need() and context(), L x L
   std::vector<double> seconds_before_;
-  std::vector<float> span_, top_;
-  std::vector<std::int16_t> span_choice_, top_choice_;
+  std::unique_ptr<float[]> span_, top_;
+  std::unique_ptr<std::int16_t[]> span_choice_, top_choice_;
 };
 
 }  // namespace
