@@ -166,7 +166,23 @@ namespace {
 // what it saves, less what `inner` drops, until its backward; a sub-segment
 // keeps only its input, its blocks re-run without saving (unless it ends the
 // segment), and is recomputed the same way in its turn.
-std::int64_t recompute_peak(const SaveProfile& p, int first, int last, const Policy* inner, std::int64_t held) {
+// Which of each block's saved tensors (BlockSaves::tensors) are on the
+// device at a moment of the walk: none of a segment's block (placeholders).
+using OnDevice = std::vector<std::vector<bool>>;
+
+// A block's inputs that an earlier block saved but does not keep on the
+// device now: live beside its forward, and in no count but this one.
+std::int64_t unkept_earlier(const BlockSaves& b, const OnDevice& on_device) {
+  std::int64_t bytes = 0;
+  for (const auto& e : b.inputs_saved_earlier) {
+    const auto& kept = on_device[e.block];
+    if (e.index < 0 || std::size_t(e.index) >= kept.size() || !kept[std::size_t(e.index)]) bytes += e.bytes;
+  }
+  return bytes;
+}
+
+std::int64_t recompute_peak(const SaveProfile& p, int first, int last, const Policy* inner, std::int64_t held,
+                            OnDevice on_device) {
   const int L = int(p.blocks.size());
   const std::int64_t beside = p.blocks[std::size_t(last)].recompute_beside;
   std::int64_t peak = 0, saved = 0;
@@ -181,7 +197,8 @@ std::int64_t recompute_peak(const SaveProfile& p, int first, int last, const Pol
     if (const auto seg = inner ? inner->segment_of(info) : std::nullopt) {
       const int end = std::min(seg->last, last);
       // Recomputed in the backward, after this recomputation let go of its input.
-      peak = std::max(peak, recompute_peak(p, k, end, seg->inner.get(), held + saved));
+      for (int j = k; j <= end; ++j) on_device[std::size_t(j)].clear();
+      peak = std::max(peak, recompute_peak(p, k, end, seg->inner.get(), held + saved, on_device));
       if (end < last)
         for (int j = k; j <= end; ++j)
           peak = std::max(peak, held + input + saved + beside + b.input + segment_forward_peak(p.blocks[std::size_t(j)], j == k));
@@ -199,8 +216,11 @@ std::int64_t recompute_peak(const SaveProfile& p, int first, int last, const Pol
         if (drops[t]) dropped += x.bytes;
       }
     // The last block's recomputation stops at its last save.
-    peak = std::max({peak, held + input + saved + beside + forward_peak_dropping(b, drops, k == last),
+    peak = std::max({peak, held + input + saved + beside + forward_peak_dropping(b, drops, k == last) +
+                               unkept_earlier(b, on_device),
                      held + saved + b.backward_peak});
+    on_device[std::size_t(k)].assign(b.tensors.size(), true);
+    for (std::size_t t = 0; t < b.tensors.size(); ++t) on_device[std::size_t(k)][t] = !drops[t];
     if (k == first) input = unsaved_input(b);
     saved += b.saved - dropped;
   }
@@ -218,6 +238,37 @@ struct OffloadGroups {
     if (bytes > 0) last = bytes, in_flight = copies ? bytes : 0;
   }
 };
+
+// A segment's kept and offloaded input bytes, as it starts at block b: an
+// input an earlier block keeps on the device is counted there, not here.
+std::pair<std::int64_t, std::int64_t> segment_inputs(const BlockSaves& b, const BlockInfo& info, const Policy& policy,
+                                                     const OnDevice& on_device) {
+  std::int64_t kept = 0, offloaded = 0;
+  for (std::size_t q = 0; q < b.inputs.size(); ++q) {
+    const auto& x = b.inputs[q];
+    const bool there = std::any_of(b.inputs_saved_earlier.begin(), b.inputs_saved_earlier.end(), [&](const auto& e) {
+      const auto& on = on_device[e.block];
+      return e.input == q && e.index >= 0 && std::size_t(e.index) < on.size() && on[std::size_t(e.index)];
+    });
+    if (there) continue;
+    const bool off = policy.decision({x.tag, info, x.shape, x.bytes, false, true, true}) == Decision::offload;
+    (off ? offloaded : kept) += x.bytes;
+  }
+  return {kept, offloaded};
+}
+
+// Which of a plain block's saved tensors stay on the device: neither
+// recomputed nor offloaded.
+std::vector<bool> kept_on_device(const BlockSaves& b, const BlockInfo& info, const Policy& policy,
+                                 const std::vector<bool>& recomputed) {
+  std::vector<bool> kept(b.tensors.size(), false);
+  for (std::size_t k = 0; k < b.tensors.size(); ++k) {
+    const auto& x = b.tensors[k];
+    kept[k] = !recomputed[k] && policy.decision({x.tag, info, x.shape, x.bytes, x.recomputable, false,
+                                                 x.block_input}) != Decision::offload;
+  }
+  return kept;
+}
 
 }  // namespace
 
@@ -245,6 +296,7 @@ MemoryPrediction predict_policy(const SaveProfile& p, const Policy& policy) {
   std::int64_t segment_held = 0;    // on the device during the current segment's backward, from before it
   int segment_first = 0;
   bool segment_open = false;  // the current segment has started keeping its input
+  OnDevice on_device(std::size_t(L), std::vector<bool>{});
   for (int i = 0; i < L; ++i) {
     const BlockSaves& b = p.blocks[std::size_t(i)];
     const BlockInfo info{i, L, b.name, 0, b.new_stack};
@@ -259,19 +311,16 @@ MemoryPrediction predict_policy(const SaveProfile& p, const Policy& policy) {
       }
       if (!segment_open) {
         segment_open = true;
-        std::int64_t kept = 0, offloaded = 0;
-        for (const auto& x : b.inputs) {
-          const bool off = policy.decision({x.tag, info, x.shape, x.bytes, false, true, true}) == Decision::offload;
-          (off ? offloaded : kept) += x.bytes;
-        }
+        const auto [kept, offloaded] = segment_inputs(b, info, policy, on_device);
         segment_held = device + (offloaded > 0 ? groups.last : 0);
         groups.made(offloaded);
         m.offload += offloaded;
         segment_input = kept, segment_first = i;
       }
-      m.device = std::max(m.device, device + segment_input + groups.in_flight + segment_forward_peak(b, i == segment_first));
+      const std::int64_t earlier = i == segment_first ? 0 : unkept_earlier(b, on_device);
+      m.device = std::max(m.device, device + segment_input + groups.in_flight + segment_forward_peak(b, i == segment_first) + earlier);
       if (i == seg->last || i == L - 1 || p.blocks[std::size_t(i) + 1].new_stack) {
-        m.device = std::max(m.device, recompute_peak(p, segment_first, i, seg->inner.get(), segment_held));
+        m.device = std::max(m.device, recompute_peak(p, segment_first, i, seg->inner.get(), segment_held, on_device));
         device += segment_input;
       }
       continue;
@@ -287,8 +336,9 @@ MemoryPrediction predict_policy(const SaveProfile& p, const Policy& policy) {
       else kept += x.bytes;
     }
     const std::int64_t prefetched = offloaded > 0 ? groups.last : 0;
-    m.device = std::max({m.device, device + groups.in_flight + forward_peak_dropping(b, recomputed),
+    m.device = std::max({m.device, device + groups.in_flight + forward_peak_dropping(b, recomputed) + unkept_earlier(b, on_device),
                          device + prefetched + b.backward_peak});
+    on_device[std::size_t(i)] = kept_on_device(b, info, policy, recomputed);
     groups.made(offloaded);
     m.offload += offloaded;
     device += kept;

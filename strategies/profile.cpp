@@ -31,6 +31,7 @@ class ReportedKept final : public Packed {
     if (first_read_ && !*first_read_) *first_read_ = MemoryTracker::instance().timeline_events();
     return t_;
   }
+  const void* storage() const { return t_.id(); }
   // Whether only saved copies hold the tensor (the model's code let it go).
   bool held_only_saved() const { return t_.holders() <= handles()[t_.id()]; }
 
@@ -120,7 +121,7 @@ void keep_possible_peaks(BlockSaves& b) {
 
 // Takes out of a block's saves those marked `gone` (let go before backward:
 // held by no strategy), renumbering the moments' references to the rest.
-void forget_let_go(BlockSaves& b, const std::vector<bool>& gone) {
+std::vector<int> forget_let_go(BlockSaves& b, const std::vector<bool>& gone) {
   std::vector<int> index(b.tensors.size(), -1);
   std::vector<SavedRecord> kept;
   for (std::size_t k = 0; k < b.tensors.size(); ++k) {
@@ -138,6 +139,17 @@ void forget_let_go(BlockSaves& b, const std::vector<bool>& gone) {
       if (index[std::size_t(k)] >= 0) held.push_back(index[std::size_t(k)]);
     m.held_only_saved = std::move(held);
   }
+  return index;
+}
+
+// The same for every block, and the earlier saves blocks' inputs refer to
+// renumbered (-1: let go, kept by no strategy).
+void forget_let_go(std::vector<BlockSaves>& blocks, const std::vector<std::vector<bool>>& let_go) {
+  std::vector<std::vector<int>> renumbered(blocks.size());
+  for (std::size_t i = 0; i < blocks.size() && i < let_go.size(); ++i) renumbered[i] = forget_let_go(blocks[i], let_go[i]);
+  for (BlockSaves& b : blocks)
+    for (auto& e : b.inputs_saved_earlier)
+      if (const auto& index = renumbered[e.block]; !index.empty()) e.index = index[std::size_t(e.index)];
 }
 
 // Events after the last one in a block's backward are the tail (tail_peak).
@@ -170,6 +182,13 @@ Tensors SaveProfiler::run(const BlockInfo& info, const Tensors& inputs, const Bl
       held.push_back(std::make_shared<ReportedKept>(x, kContextPool));
       continue;
     }
+    // One storage given as two inputs (revformer's first block takes the
+    // embeddings as both streams) is held once.
+    const bool again = std::any_of(inputs.begin(), inputs.begin() + std::ptrdiff_t(i),
+                                   [&](const Tensor& y) { return y.id() == x.id(); });
+    if (again) continue;
+    if (const auto earlier = saved_earlier(x.id()))
+      b.inputs_saved_earlier.push_back({earlier->first, earlier->second, b.inputs.size(), std::int64_t(x.nbytes())});
     b.input += std::int64_t(x.nbytes());
     b.inputs.push_back({x.tag(), x.shape(), std::int64_t(x.nbytes()), false, 0, true});
   }
@@ -193,6 +212,15 @@ void SaveProfiler::forward_over() {
     for (const Copies& copies : block)
       gone.push_back(std::all_of(copies.begin(), copies.end(), [](const auto& c) { return c.expired(); }));
   }
+}
+
+std::optional<std::pair<std::size_t, int>> SaveProfiler::saved_earlier(const void* storage) const {
+  for (std::size_t j = 0; j < saved_copies_.size(); ++j)
+    for (std::size_t k = 0; k < saved_copies_[j].size(); ++k)
+      if (const auto kept = std::static_pointer_cast<ReportedKept>(saved_copies_[j][k].front().lock());
+          kept && kept->storage() == storage)
+        return std::pair{j, int(k)};
+  return std::nullopt;
 }
 
 std::shared_ptr<Packed> SaveProfiler::pack(const Tensor& t) {
@@ -254,8 +282,7 @@ SaveProfile SaveProfiler::finish(const std::vector<MemoryTracker::Event>& timeli
       peak = std::max(peak, live - base - all_saved);
     }
   }
-  for (std::size_t i = 0; i < profile_.blocks.size(); ++i)
-    if (i < let_go_.size()) forget_let_go(profile_.blocks[i], let_go_[i]);
+  forget_let_go(profile_.blocks, let_go_);
   for (BlockSaves& b : profile_.blocks) keep_possible_peaks(b);
   return profile_;
 }
@@ -313,10 +340,18 @@ std::int64_t unsaved_input(const BlockSaves& b) {
   return b.input - saved;
 }
 
+std::int64_t earlier_saved_input(const BlockSaves& b) {
+  std::int64_t bytes = 0;
+  for (const auto& e : b.inputs_saved_earlier) bytes += e.bytes;
+  return bytes;
+}
+
 std::int64_t segment_forward_peak(const BlockSaves& b, bool first) {
   std::vector<bool> dropped(b.tensors.size());
   for (std::size_t k = 0; k < b.tensors.size(); ++k) dropped[k] = !(first && b.tensors[k].block_input);
-  return forward_peak_dropping(b, dropped) - (first ? b.input : 0);
+  // (The first block's inputs that an earlier block saved are not in its
+  // moments: that block's saves were left out of them.)
+  return forward_peak_dropping(b, dropped) - (first ? b.input - earlier_saved_input(b) : 0);
 }
 
 std::int64_t forward_peak_dropping(const BlockSaves& b, const std::vector<bool>& dropped, bool recomputed) {

@@ -36,6 +36,18 @@ struct BlockSaves {
   bool new_stack = false;  // BlockInfo::new_stack: no segment runs across it
   std::vector<SavedRecord> tensors;  // what makes up `saved`, in save order, each storage once
   std::vector<SavedRecord> inputs;   // what makes up `input`
+  // Its inputs that an earlier block saved (revformer's first stream: the
+  // block before saved it for its second half's norm). Its moments leave
+  // them out, as they leave out every other block's saves: where that block
+  // does not keep them on the device (a segment, a drop, an offload) they
+  // are live beside this block's forward all the same, and count there.
+  struct EarlierSave {
+    std::size_t block;  // the block that saved it
+    int index;          // in that block's `tensors` (-1: let go before backward)
+    std::size_t input;  // in `inputs`
+    std::int64_t bytes;
+  };
+  std::vector<EarlierSave> inputs_saved_earlier;
   bool input_requires_grad = true;   // false below every trainable parameter (fine-tuning)
   // The most bytes live during the block's forward / backward beyond what
   // the other blocks' saved tensors held then: its own saved tensors (all of
@@ -86,6 +98,10 @@ std::int64_t segment_forward_peak(const BlockSaves& b, bool first);
 // The bytes of a block's inputs that it does not save itself (a segment
 // starting at it keeps them beside what its blocks save).
 std::int64_t unsaved_input(const BlockSaves& b);
+
+// The bytes of BlockSaves::inputs_saved_earlier: a later block's input that
+// is not in its forward's moments (segment_forward_peak adds none of it).
+std::int64_t earlier_saved_input(const BlockSaves& b);
 
 struct SaveProfile {
   std::vector<BlockSaves> blocks;  // in forward order
@@ -154,6 +170,8 @@ class SaveProfiler final : public BlockRunner, public SavedTensorHooks {
   // At each event of a block's forward (by timeline index), which of its
   // saved tensors only their saved copies held (BlockSaves::forward_moments).
   std::unordered_map<std::size_t, std::vector<int>> held_only_saved_;
+  // The block and index of an earlier block's save of this storage, if any.
+  std::optional<std::pair<std::size_t, int>> saved_earlier(const void* storage) const;
 };
 
 // Times each block's forward and each recipe of what it saves, while a

@@ -93,17 +93,23 @@ ChainCosts chain_costs(const SaveProfile& p, bool allow_offload) {
     k.name = b.name;
     k.saved = b.saved;
     k.input = b.input;
-    k.forward_peak = b.forward_peak;
+    // A block's inputs that the block before saved (revformer's first
+    // stream) are live beside its forward wherever that block does not keep
+    // them: the solver, which does not follow what the block before kept,
+    // counts them always (over by them where it does; predict() is exact).
+    const std::int64_t earlier = earlier_saved_input(b);
+    k.forward_peak = b.forward_peak + earlier;
     k.backward_peak = b.backward_peak;
     k.recompute_beside = b.recompute_beside;
     k.context = b.context;
     k.unsaved_input = unsaved_input(b);
     k.segment_first_forward = segment_forward_peak(b, true);
-    k.segment_forward = segment_forward_peak(b, false);
+    k.segment_forward = segment_forward_peak(b, false) + earlier;
     k.new_stack = b.new_stack;
     k.forward_seconds = p.timed ? b.forward_seconds : kSecondsPerByte * double(b.saved);
     k.offload_seconds = p.offload_seconds_per_byte * double(b.saved);
     k.variants = variants(b, p.timed);
+    for (Variant& v : k.variants) v.forward_peak += earlier, v.recompute_peak += earlier;
     c.blocks.push_back(std::move(k));
   }
   return c;
