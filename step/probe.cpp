@@ -55,7 +55,10 @@ void each_figure(SaveProfile& p, F f) {
     b = std::int64_t(v);
   };
   for (BlockSaves& b : p.blocks) {
-    for (std::int64_t* n : {&b.saved, &b.input, &b.context, &b.forward_peak, &b.backward_peak, &b.recompute_beside}) bytes(*n);
+    for (std::int64_t* n : {&b.saved, &b.input, &b.context, &b.forward_peak, &b.backward_peak, &b.recompute_beside,
+                            &b.outside_before})
+      bytes(*n);
+    for (auto& e : b.inputs_saved_earlier) bytes(e.bytes);
     for (SavedRecord& t : b.tensors) {
       bytes(t.bytes);
       f(t.recompute_seconds);

@@ -257,17 +257,22 @@ std::pair<std::int64_t, std::int64_t> segment_inputs(const BlockSaves& b, const 
   return {kept, offloaded};
 }
 
-// Which of a plain block's saved tensors stay on the device: neither
-// recomputed nor offloaded.
-std::vector<bool> kept_on_device(const BlockSaves& b, const BlockInfo& info, const Policy& policy,
-                                 const std::vector<bool>& recomputed) {
-  std::vector<bool> kept(b.tensors.size(), false);
+// What a plain block does with its saves under the policy: bytes kept on
+// the device and offloaded, which it recomputes, which stay on the device.
+struct PlainSaves {
+  std::int64_t kept = 0, offloaded = 0;
+  std::vector<bool> recomputed, on_device;
+};
+PlainSaves plain_saves(const BlockSaves& b, const BlockInfo& info, const Policy& policy) {
+  PlainSaves s{0, 0, std::vector<bool>(b.tensors.size(), false), std::vector<bool>(b.tensors.size(), false)};
   for (std::size_t k = 0; k < b.tensors.size(); ++k) {
     const auto& x = b.tensors[k];
-    kept[k] = !recomputed[k] && policy.decision({x.tag, info, x.shape, x.bytes, x.recomputable, false,
-                                                 x.block_input}) != Decision::offload;
+    const Decision d = policy.decision({x.tag, info, x.shape, x.bytes, x.recomputable, false, x.block_input});
+    if (d == Decision::recompute && x.recomputable) s.recomputed[k] = true;
+    else if (d == Decision::offload) s.offloaded += x.bytes;
+    else s.kept += x.bytes, s.on_device[k] = true;
   }
-  return kept;
+  return s;
 }
 
 }  // namespace
@@ -296,10 +301,13 @@ MemoryPrediction predict_policy(const SaveProfile& p, const Policy& policy) {
   std::int64_t segment_held = 0;    // on the device during the current segment's backward, from before it
   int segment_first = 0;
   bool segment_open = false;  // the current segment has started keeping its input
+  std::int64_t open_input = 0;  // segment_input while that segment runs its forward, not yet in `device`
   OnDevice on_device(std::size_t(L), std::vector<bool>{});
   for (int i = 0; i < L; ++i) {
     const BlockSaves& b = p.blocks[std::size_t(i)];
     const BlockInfo info{i, L, b.name, 0, b.new_stack};
+    // Before its forward (the embeddings; between an encoder and a decoder).
+    m.device = std::max(m.device, device + open_input + groups.in_flight + b.outside_before);
     device += b.context;  // kept by every strategy from the first block that reads it
     if (const auto seg = policy.segment_of(info)) {
       if (i == seg->first || b.new_stack) segment_open = false;
@@ -315,33 +323,26 @@ MemoryPrediction predict_policy(const SaveProfile& p, const Policy& policy) {
         segment_held = device + (offloaded > 0 ? groups.last : 0);
         groups.made(offloaded);
         m.offload += offloaded;
-        segment_input = kept, segment_first = i;
+        segment_input = open_input = kept, segment_first = i;
       }
       const std::int64_t earlier = i == segment_first ? 0 : unkept_earlier(b, on_device);
       m.device = std::max(m.device, device + segment_input + groups.in_flight + segment_forward_peak(b, i == segment_first) + earlier);
       if (i == seg->last || i == L - 1 || p.blocks[std::size_t(i) + 1].new_stack) {
         m.device = std::max(m.device, recompute_peak(p, segment_first, i, seg->inner.get(), segment_held, on_device));
         device += segment_input;
+        open_input = 0;
       }
       continue;
     }
-    std::int64_t kept = 0, offloaded = 0;
-    std::vector<bool> recomputed(b.tensors.size(), false);
-    for (std::size_t k = 0; k < b.tensors.size(); ++k) {
-      const auto& x = b.tensors[k];
-      const SavedTensorInfo t{x.tag, info, x.shape, x.bytes, x.recomputable, false, x.block_input};
-      const Decision d = policy.decision(t);
-      if (d == Decision::recompute && x.recomputable) recomputed[k] = true;
-      else if (d == Decision::offload) offloaded += x.bytes;
-      else kept += x.bytes;
-    }
-    const std::int64_t prefetched = offloaded > 0 ? groups.last : 0;
-    m.device = std::max({m.device, device + groups.in_flight + forward_peak_dropping(b, recomputed) + unkept_earlier(b, on_device),
+    PlainSaves saves = plain_saves(b, info, policy);
+    const std::int64_t prefetched = saves.offloaded > 0 ? groups.last : 0;
+    m.device = std::max({m.device, device + groups.in_flight + forward_peak_dropping(b, saves.recomputed) +
+                                       unkept_earlier(b, on_device),
                          device + prefetched + b.backward_peak});
-    on_device[std::size_t(i)] = kept_on_device(b, info, policy, recomputed);
-    groups.made(offloaded);
-    m.offload += offloaded;
-    device += kept;
+    on_device[std::size_t(i)] = std::move(saves.on_device);
+    groups.made(saves.offloaded);
+    m.offload += saves.offloaded;
+    device += saves.kept;
   }
   m.device = std::max({m.device, device + p.outside_peak, p.tail_peak});
   return m;

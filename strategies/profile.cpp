@@ -152,6 +152,20 @@ void forget_let_go(std::vector<BlockSaves>& blocks, const std::vector<std::vecto
       if (const auto& index = renumbered[e.block]; !index.empty()) e.index = index[std::size_t(e.index)];
 }
 
+// Each block's index by its saves' pool and by its forward's and backward's phase names.
+struct BlockNames {
+  std::map<std::string, std::size_t> pool, forward, backward;
+};
+BlockNames block_names(const std::vector<BlockSaves>& blocks) {
+  BlockNames names;
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    names.pool[block_pool(blocks[i].name)] = i;
+    names.forward["forward " + blocks[i].name] = i;
+    names.backward["backward " + blocks[i].name] = i;
+  }
+  return names;
+}
+
 // Events after the last one in a block's backward are the tail (tail_peak).
 std::size_t tail_start(const std::vector<MemoryTracker::Event>& timeline, const std::vector<std::string>& phases,
                        const std::map<std::string, std::size_t>& block_of_backward) {
@@ -229,14 +243,8 @@ std::shared_ptr<Packed> SaveProfiler::pack(const Tensor& t) {
 
 SaveProfile SaveProfiler::finish(const std::vector<MemoryTracker::Event>& timeline,
                                  const std::vector<std::string>& phases, const std::string& pool, std::int64_t base) {
-  std::map<std::string, std::size_t> block_of_pool, block_of_forward, block_of_backward;
+  const auto [block_of_pool, block_of_forward, block_of_backward] = block_names(profile_.blocks);
   std::int64_t context = 0;  // the context pool's live bytes: kept, like every block's saves
-  for (std::size_t i = 0; i < profile_.blocks.size(); ++i) {
-    const std::string& n = profile_.blocks[i].name;
-    block_of_pool[block_pool(n)] = i;
-    block_of_forward["forward " + n] = i;
-    block_of_backward["backward " + n] = i;
-  }
   std::vector<std::int64_t> saved(profile_.blocks.size(), 0);
   std::int64_t live = base, all_saved = 0;
   // The pool of what operations outside blocks save: live beyond all_saved,
@@ -247,6 +255,7 @@ SaveProfile SaveProfiler::finish(const std::vector<MemoryTracker::Event>& timeli
   for (std::size_t b = 0; b < first_read_.size(); ++b)
     if (const auto& n = *first_read_[b]; n && *n > 0) first_read_after[*n - 1] = b;
   const std::size_t tail = tail_start(timeline, phases, block_of_backward);
+  std::size_t next = 0;  // the block whose forward comes next (outside_before)
   for (std::size_t i = 0; i < timeline.size(); ++i) {
     const auto& e = timeline[i];
     bool counted = true;  // an event that moves live or all_saved
@@ -268,6 +277,7 @@ SaveProfile SaveProfiler::finish(const std::vector<MemoryTracker::Event>& timeli
     const std::string& phase = phases[std::size_t(e.phase)];
     if (auto f = block_of_forward.find(phase); f != block_of_forward.end()) {
       auto& b = profile_.blocks[f->second];
+      next = std::max(next, f->second + 1);
       outside_at_forward[f->second] = outside;
       b.forward_peak = std::max(b.forward_peak, live - base - (all_saved - saved[f->second]));
       const auto held = held_only_saved_.find(i);  // none: no drop frees anything then
@@ -278,7 +288,9 @@ SaveProfile SaveProfiler::finish(const std::vector<MemoryTracker::Event>& timeli
       auto& b = profile_.blocks[g->second];
       b.backward_peak = std::max(b.backward_peak, live - base - (all_saved - saved[g->second]));
     } else {
-      std::int64_t& peak = i >= tail ? profile_.tail_peak : profile_.outside_peak;
+      std::int64_t& peak = i >= tail                       ? profile_.tail_peak
+                           : next < profile_.blocks.size() ? profile_.blocks[next].outside_before
+                                                           : profile_.outside_peak;
       peak = std::max(peak, live - base - all_saved);
     }
   }

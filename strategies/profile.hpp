@@ -62,6 +62,13 @@ struct BlockSaves {
   // operations outside the blocks had saved when the block's forward ran
   // (its forward_peak counts those already).
   std::int64_t recompute_beside = 0;
+  // The most bytes live outside every block's phases after the block before
+  // began its forward and before this one's began (the embeddings before the
+  // first block; between an encoder and a decoder, the encoder's last norm
+  // and the decoder's embeddings, whose vocabulary-parallel all-reduce can
+  // peak there under --tp), beyond what the blocks' saves held then: what a
+  // strategy adds there to what the blocks before keep.
+  std::int64_t outside_before = 0;
   double forward_seconds = 0;  // the block's forward (timed profiles only)
   // The forward, moment by moment, as far as a strategy that drops saved
   // tensors changes it: the bytes live then (as forward_peak counts them)
@@ -105,9 +112,10 @@ std::int64_t earlier_saved_input(const BlockSaves& b);
 
 struct SaveProfile {
   std::vector<BlockSaves> blocks;  // in forward order
-  // The most bytes live outside the blocks' phases (embeddings, head, loss)
-  // beyond what the blocks' saved tensors held then, before the last block's
-  // backward ended: what every strategy adds to all it keeps.
+  // The most bytes live outside the blocks' phases once the last block's
+  // forward has begun (head, loss, their backward) beyond what the blocks'
+  // saved tensors held then, before the last block's backward ended: what
+  // every strategy adds to all it keeps (earlier: BlockSaves::outside_before).
   std::int64_t outside_peak = 0;
   // The same after the last block's backward (the embeddings' gradients),
   // when no block's saves are held any more: a peak of its own, not added to

@@ -149,7 +149,7 @@ class Reversible final : public Strategy {
   MemoryPrediction predict(const SaveProfile& p) const override {
     MemoryPrediction m{std::max(p.outside_peak + p.blocks.back().input, p.tail_peak), 0};
     for (const auto& b : p.blocks)
-      m.device = std::max({m.device, b.input + segment_forward_peak(b, true), 2 * b.input + b.backward_peak});
+      m.device = std::max({m.device, b.outside_before, b.input + segment_forward_peak(b, true), 2 * b.input + b.backward_peak});
     return m;
   }
 

@@ -102,6 +102,7 @@ ChainCosts chain_costs(const SaveProfile& p, bool allow_offload) {
     k.backward_peak = b.backward_peak;
     k.recompute_beside = b.recompute_beside;
     k.context = b.context;
+    k.outside_before = b.outside_before;
     k.unsaved_input = unsaved_input(b);
     k.segment_first_forward = segment_forward_peak(b, true);
     k.segment_forward = segment_forward_peak(b, false) + earlier;

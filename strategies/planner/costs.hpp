@@ -28,6 +28,7 @@ struct BlockCosts {
   std::string name;
   std::int64_t saved = 0, input = 0, forward_peak = 0, backward_peak = 0, recompute_beside = 0;  // as in BlockSaves
   std::int64_t context = 0;  // as in BlockSaves: held from this block on, whatever the plan
+  std::int64_t outside_before = 0;  // as in BlockSaves: beside what the blocks before keep
   // Its input bytes that it does not save: a segment starting here keeps
   // them through its recomputation beside what its blocks save.
   std::int64_t unsaved_input = 0;

@@ -32,7 +32,7 @@ class Program {
       for (int j = k; j < L_; ++j) {
         const auto& b = c.blocks[std::size_t(j)];
         need = std::max(need, units(c.blocks[std::size_t(k)].input +
-                                    (j > k ? b.segment_forward : b.segment_first_forward)));
+                                    (j > k ? std::max(b.segment_forward, b.outside_before) : b.segment_first_forward)));
         held += b.context;
         need_[std::size_t(k) * L_ + j] = need;
         context_[std::size_t(k) * L_ + j] = units(held);
@@ -167,19 +167,20 @@ class Program {
     }
     const int own = context(i, i), f = flight(g);  // m here is the budget less own
     const auto& blk = c_.blocks[std::size_t(i)];
+    const int before = units(blk.outside_before) + f;  // before its forward, beside what earlier blocks keep
     for (std::size_t v = 0; v < blk.variants.size(); ++v) {
       const auto& var = blk.variants[v];
       const int fits = std::max(units(var.forward_peak) + f, backward_[std::size_t(i)]), keep = kept(i, var);
       const float run = float(var.seconds);
       const float* rest = &top_[top_at(i + 1, g, 0)];
-      offer(best, choice, own + std::max(fits, keep), std::int16_t(v),
+      offer(best, choice, std::max(before, own + std::max(fits, keep)), std::int16_t(v),
             [run, rest, own, keep](int m) { return run + rest[m - own - keep]; });
     }
     if (c_.allow_offload) {
       const int fits = std::max(units(blk.forward_peak) + f, group(g) + backward_[std::size_t(i)]);
       const float run = float(blk.offload_seconds);
       const float* rest = &top_[top_at(i + 1, i + 1, 0)];
-      offer(best, choice, own + fits, kOffload, [run, rest, own](int m) { return run + rest[m - own]; });
+      offer(best, choice, std::max(before, own + fits), kOffload, [run, rest, own](int m) { return run + rest[m - own]; });
     }
     const int input = in_[std::size_t(i)];
     for (int e = i; e < L_; ++e) {
@@ -188,7 +189,7 @@ class Program {
       const int fits = std::max({own + input, held + need(i, e) + f, held + input});
       if (std::max(own + input, held + need(i, e) + f) > M_) break;  // nor any longer segment: both only grow
       const float *inner = &span_[at(0, i, e, 0)], *rest = &top_[top_at(e + 1, g, 0)];
-      offer(best, choice, fits, std::int16_t(kSegment + e),
+      offer(best, choice, std::max(before, fits), std::int16_t(kSegment + e),
             [inner, rest, held, input](int m) { return inner[m - held] + rest[m - held - input]; });
     }
   }
@@ -298,11 +299,11 @@ std::optional<Plan> solve(const ChainCosts& c, const SaveProfile& p, std::int64_
 std::int64_t smallest_budget(const ChainCosts& c, const SaveProfile& p) {
   // Feasible: everything kept (full's peak, with a margin for rounding).
   std::int64_t hi = 0;
-  for (const auto& b : c.blocks) hi += b.saved + b.forward_peak + b.backward_peak + b.context;
+  for (const auto& b : c.blocks) hi += b.saved + b.forward_peak + b.backward_peak + b.context + b.outside_before;
   hi += c.outside_peak + 1;
   hi = std::max(hi, c.tail_peak + 1);
   std::int64_t lo = std::max(c.outside_peak, c.tail_peak);
-  for (const auto& b : c.blocks) lo = std::max(lo, b.backward_peak);
+  for (const auto& b : c.blocks) lo = std::max({lo, b.backward_peak, b.outside_before});
   if (solve(c, p, lo)) return lo;
   while (hi - lo > std::max<std::int64_t>(1, hi / 200)) {
     const std::int64_t mid = lo + (hi - lo) / 2;

@@ -62,6 +62,18 @@ PY
     done
   done
 done
+# 3b. The probe's prediction of each rank's peak is its measurement: encdec's decoder embeds its tokens
+# between the stacks, vocabulary-parallel, and its all-reduce peaks there beside the encoder's saves only
+# (BlockSaves::outside_before; it was once added to every block's saves, 1776 bytes over on tiny).
+"${mpi[@]}" "$remat" check --model encdec --preset tiny --tp 2 --strategies all --json >check.json 2>err.txt ||
+  fail "check encdec --tp 2: $(cat err.txt)"
+py check.json <<'PY' || fail "encdec --tp 2: a strategy's predicted peak is not its measured one"
+import json, sys
+rows = json.load(open(sys.argv[1]))["strategies"]
+wrong = [(r["strategy"], r["activation_peak_bytes"], r["predicted_peak_bytes"]) for r in rows
+         if r["activation_peak_bytes"] != r["predicted_peak_bytes"]]
+assert not wrong and len(rows) == 8, wrong
+PY
 [ -e llama.h5 ] || "$remat" export --model llama --preset tiny --out llama.h5 >/dev/null 2>err.txt ||
   fail "export: $(cat err.txt)"  # what follows reads it, sampled or not
 # 4. The bytes each rank sends in a step's collectives are what the estimate counts, recomputation's included.
