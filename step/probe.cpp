@@ -56,7 +56,7 @@ void each_figure(SaveProfile& p, F f) {
   };
   for (BlockSaves& b : p.blocks) {
     for (std::int64_t* n : {&b.saved, &b.input, &b.context, &b.forward_peak, &b.backward_peak, &b.recompute_beside,
-                            &b.outside_before})
+                            &b.outside_before, &b.backward_before_read, &b.backward_after_read})
       bytes(*n);
     for (auto& e : b.inputs_saved_earlier) bytes(e.bytes);
     for (SavedRecord& t : b.tensors) {

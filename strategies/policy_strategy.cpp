@@ -275,6 +275,19 @@ PlainSaves plain_saves(const BlockSaves& b, const BlockInfo& info, const Policy&
   return s;
 }
 
+// A plain block's backward peak beside what earlier blocks keep. Offloading,
+// its group is fetched at the backward's first read of a save and the group
+// before it sent for then (the fetch brings it along): from that read on,
+// that group is beside it. Before it, the block's own group is there (the
+// block after it sent for it), unless no block after it offloaded: counted
+// as there (over by it for the last offloaded block, never under). Profiles
+// made up without the split (0, 0) peak after the read.
+std::int64_t offloaded_backward(const BlockSaves& b, std::int64_t offloaded, std::int64_t previous_group) {
+  if (offloaded == 0) return b.backward_peak;
+  const std::int64_t after = b.backward_before_read + b.backward_after_read > 0 ? b.backward_after_read : b.backward_peak;
+  return std::max(b.backward_before_read, previous_group + after);
+}
+
 }  // namespace
 
 // The moments of a step, in order, with what is on the device at each:
@@ -335,10 +348,9 @@ MemoryPrediction predict_policy(const SaveProfile& p, const Policy& policy) {
       continue;
     }
     PlainSaves saves = plain_saves(b, info, policy);
-    const std::int64_t prefetched = saves.offloaded > 0 ? groups.last : 0;
     m.device = std::max({m.device, device + groups.in_flight + forward_peak_dropping(b, saves.recomputed) +
                                        unkept_earlier(b, on_device),
-                         device + prefetched + b.backward_peak});
+                         device + offloaded_backward(b, saves.offloaded, groups.last)});
     on_device[std::size_t(i)] = std::move(saves.on_device);
     groups.made(saves.offloaded);
     m.offload += saves.offloaded;

@@ -17,8 +17,9 @@ class ReportedKept final : public Packed {
   // `first_read`: set, if unset, to the timeline's event count when the
   // tensor is first read (a block's backward reads it).
   using FirstRead = std::shared_ptr<std::optional<std::size_t>>;
-  ReportedKept(Tensor t, std::string pool, FirstRead first_read = nullptr)
-      : t_(std::move(t)), pool_(std::move(pool)), first_read_(std::move(first_read)) {
+  // `any_read`: the same for any read, the block's inputs' included.
+  ReportedKept(Tensor t, std::string pool, FirstRead first_read = nullptr, FirstRead any_read = nullptr)
+      : t_(std::move(t)), pool_(std::move(pool)), first_read_(std::move(first_read)), any_read_(std::move(any_read)) {
     if (handles()[t_.id()]++ == 0) MemoryTracker::instance().on_allocate(pool_, t_.id(), t_.nbytes());
   }
   ~ReportedKept() override {
@@ -28,7 +29,8 @@ class ReportedKept final : public Packed {
     }
   }
   Tensor unpack() override {
-    if (first_read_ && !*first_read_) *first_read_ = MemoryTracker::instance().timeline_events();
+    for (const FirstRead& r : {first_read_, any_read_})
+      if (r && !*r) *r = MemoryTracker::instance().timeline_events();
     return t_;
   }
   const void* storage() const { return t_.id(); }
@@ -44,7 +46,7 @@ class ReportedKept final : public Packed {
   }
   Tensor t_;
   std::string pool_;
-  FirstRead first_read_;
+  FirstRead first_read_, any_read_;
 };
 
 std::string block_pool(const std::string& block) { return std::string(SaveProfiler::kSavedPool) + " " + block; }
@@ -52,8 +54,9 @@ std::string block_pool(const std::string& block) { return std::string(SaveProfil
 class BlockProbe final : public SavedTensorHooks {
  public:
   BlockProbe(BlockSaves& b, const Tensors& inputs, std::size_t context, ReportedKept::FirstRead first_read,
-             std::size_t& last_save, std::vector<SaveProfiler::Copies>& copies)
-      : block_(b), pool_(block_pool(b.name)), first_read_(std::move(first_read)), last_save_(last_save), copies_(copies) {
+             ReportedKept::FirstRead any_read, std::size_t& last_save, std::vector<SaveProfiler::Copies>& copies)
+      : block_(b), pool_(block_pool(b.name)), first_read_(std::move(first_read)), any_read_(std::move(any_read)),
+        last_save_(last_save), copies_(copies) {
     for (std::size_t i = 0; i < inputs.size(); ++i)
       (i + context < inputs.size() ? inputs_ : context_).insert(inputs[i].id());
   }
@@ -61,7 +64,7 @@ class BlockProbe final : public SavedTensorHooks {
     // Context is kept once for every block (SaveProfile's `context`), in a pool of its own.
     if (context_.count(t.id())) return std::make_shared<ReportedKept>(t, SaveProfiler::kContextPool);
     const bool input = inputs_.count(t.id()) > 0;
-    auto kept = std::make_shared<ReportedKept>(t, pool_, input ? nullptr : first_read_);
+    auto kept = std::make_shared<ReportedKept>(t, pool_, input ? nullptr : first_read_, any_read_);
     const auto [seen, first] = seen_.emplace(t.id(), copies_.size());
     if (first) {
       block_.saved += std::int64_t(t.nbytes());
@@ -87,7 +90,7 @@ class BlockProbe final : public SavedTensorHooks {
   std::string pool_;
   std::map<const void*, std::size_t> seen_;  // storage -> index in block_.tensors
   std::set<const void*> inputs_, context_;
-  ReportedKept::FirstRead first_read_;
+  ReportedKept::FirstRead first_read_, any_read_;
   std::size_t& last_save_;  // the timeline's event count after the latest save
   std::vector<SaveProfiler::Copies>& copies_;  // each of block_.tensors' saved copies (ReportedKept)
 };
@@ -207,9 +210,11 @@ Tensors SaveProfiler::run(const BlockInfo& info, const Tensors& inputs, const Bl
     b.inputs.push_back({x.tag(), x.shape(), std::int64_t(x.nbytes()), false, 0, true});
   }
   first_read_.push_back(std::make_shared<std::optional<std::size_t>>());
+  any_read_.push_back(std::make_shared<std::optional<std::size_t>>());
   last_save_.push_back(0);
   saved_copies_.emplace_back();
-  BlockProbe probe(b, inputs, std::size_t(info.context), first_read_.back(), last_save_.back(), saved_copies_.back());
+  BlockProbe probe(b, inputs, std::size_t(info.context), first_read_.back(), any_read_.back(), last_save_.back(),
+                   saved_copies_.back());
   SavedTensorHooksScope scope(probe);
   MemoryTracker::instance().observe_timeline(
       [this, &probe](std::size_t event) { held_only_saved_[event] = probe.held_only_saved(); });
@@ -286,7 +291,10 @@ SaveProfile SaveProfiler::finish(const std::vector<MemoryTracker::Event>& timeli
                                    i < last_save_[f->second]});
     } else if (auto g = block_of_backward.find(phase); g != block_of_backward.end()) {
       auto& b = profile_.blocks[g->second];
-      b.backward_peak = std::max(b.backward_peak, live - base - (all_saved - saved[g->second]));
+      const std::optional<std::size_t>& read = *any_read_[g->second];  // events before it came before the read
+      std::int64_t& part = read && i >= *read ? b.backward_after_read : b.backward_before_read;
+      part = std::max(part, live - base - (all_saved - saved[g->second]));
+      b.backward_peak = std::max(b.backward_peak, part);
     } else {
       std::int64_t& peak = i >= tail                       ? profile_.tail_peak
                            : next < profile_.blocks.size() ? profile_.blocks[next].outside_before

@@ -53,6 +53,11 @@ struct BlockSaves {
   // the other blocks' saved tensors held then: its own saved tensors (all of
   // them, as under full) and its working set.
   std::int64_t forward_peak = 0, backward_peak = 0;
+  // backward_peak before and from the backward's first read of anything the
+  // block saved: an offloaded group is fetched at that read (and the group
+  // before it sent for), so a backward that peaks before it (a quantized
+  // product's dequantized weight for the input's gradient) peaks without them.
+  std::int64_t backward_before_read = 0, backward_after_read = 0;
   // What a recomputation of a segment that ends at this block runs beside,
   // beyond what the block's forward ran beside: it starts at the first read
   // in the block's backward of a tensor it saved (other than its inputs),
@@ -171,6 +176,9 @@ class SaveProfiler final : public BlockRunner, public SavedTensorHooks {
   std::vector<std::shared_ptr<std::optional<std::size_t>>> first_read_;
   // Per block, the timeline's event count at its last save (Moment::recomputed).
   std::vector<std::size_t> last_save_;
+  // Per block, the timeline's event count at the first read in its backward
+  // of anything it saved (BlockSaves::backward_before_read).
+  std::vector<std::shared_ptr<std::optional<std::size_t>>> any_read_;
   // Per block, the saved copies of each of its tensors (BlockSaves::tensors),
   // and which were all let go before backward (forward_over()).
   std::vector<std::vector<Copies>> saved_copies_;
