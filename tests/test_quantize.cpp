@@ -391,6 +391,17 @@ TEST_CASE("an offloaded block's backward that peaks before its first read runs w
     check_predicted_to_the_byte(name, 4, ft, {"offload", "offload-checkpoint", "full"});
 }
 
+TEST_CASE("revformer under QLoRA: no handle keeps the embeddings past the first block", "[quantize][memory]") {
+  // Under LoRA nothing saves the frozen embeddings, and the model's code held
+  // them (both streams' start) through the whole forward: every block's
+  // forward counted them beside the checkpoint that keeps them (one stream
+  // over on every checkpointing strategy), and full held them for nothing.
+  FineTuning ft;
+  ft.lora.rank = 4;
+  ft.quantize = QuantFormat::nf4;
+  check_predicted_to_the_byte("revformer", 4, ft, {"full", "per-layer", "every:2", "offload-checkpoint"});
+}
+
 TEST_CASE("a saved tensor let go before backward is kept by no strategy: mixtral's LoRA peaks to the byte",
           "[quantize][memory]") {
   // Under LoRA the frozen router's input, saved by its norm, is let go with

@@ -39,8 +39,10 @@ class Revformer final : public Model {
 
   Tensor logits(const ParamStore& p, const Batch& batch) const override {
     const Tensor tokens = cp::rows(batch.tokens, sizes_.cp);
-    const Tensor x = gpt::embeddings(p, tokens, sizes_.dropout, sizes_.tp, sizes_.cp);
-    Tensor x1 = x, x2 = x;
+    // Both streams start as the embeddings; no third handle keeps them alive
+    // past the first block (under LoRA nothing saves them, and a handle here
+    // would hold a stream through the whole forward).
+    Tensor x1 = gpt::embeddings(p, tokens, sizes_.dropout, sizes_.tp, sizes_.cp), x2 = x1;
     for (int i = 0; i < sizes_.L; ++i) {
       const ReversibleBody body{[this, &p, i](const Tensor& z) { return f(p, i, z); },
                                 [this, &p, i](const Tensor& z) { return g(p, i, z); }};
