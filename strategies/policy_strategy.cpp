@@ -158,14 +158,6 @@ MemoryPrediction PolicyStrategy::predict(const SaveProfile& p) const { return pr
 
 namespace {
 
-// The peak while a segment's blocks [first, last] are recomputed and run
-// backward, with `held` on the device from before: a block the recomputation
-// keeps plainly is re-run (its forward's working set, beside what the
-// segment's earlier blocks saved, the segment's input and what the last
-// block's backward had made when it asked for the recomputation) and keeps
-// what it saves, less what `inner` drops, until its backward; a sub-segment
-// keeps only its input, its blocks re-run without saving (unless it ends the
-// segment), and is recomputed the same way in its turn.
 // Which of each block's saved tensors (BlockSaves::tensors) are on the
 // device at a moment of the walk: none of a segment's block (placeholders).
 using OnDevice = std::vector<std::vector<bool>>;
@@ -181,6 +173,15 @@ std::int64_t unkept_earlier(const BlockSaves& b, const OnDevice& on_device) {
   return bytes;
 }
 
+// The peak while a segment's blocks [first, last] are recomputed and run
+// backward, with `held` on the device from before: a block the recomputation
+// keeps plainly is re-run (its forward's working set, beside what the
+// segment's earlier blocks saved, the segment's input and what the last
+// block's backward had made when it asked for the recomputation) and keeps
+// what it saves, less what `inner` drops, until its backward; a sub-segment
+// keeps only its input, its blocks re-run without saving (unless it ends the
+// segment), and is recomputed the same way in its turn. `on_device`: which
+// saves each block keeps as the recomputation starts (a copy: it re-runs some).
 std::int64_t recompute_peak(const SaveProfile& p, int first, int last, const Policy* inner, std::int64_t held,
                             OnDevice on_device) {
   const int L = int(p.blocks.size());
