@@ -162,14 +162,18 @@ namespace {
 // device at a moment of the walk: none of a segment's block (placeholders).
 using OnDevice = std::vector<std::vector<bool>>;
 
+// Whether the earlier block that saved an input keeps it on the device now.
+bool kept_there(const BlockSaves::EarlierSave& e, const OnDevice& on_device) {
+  const auto& kept = on_device[e.block];
+  return e.index >= 0 && std::size_t(e.index) < kept.size() && kept[std::size_t(e.index)];
+}
+
 // A block's inputs that an earlier block saved but does not keep on the
 // device now: live beside its forward, and in no count but this one.
 std::int64_t unkept_earlier(const BlockSaves& b, const OnDevice& on_device) {
   std::int64_t bytes = 0;
-  for (const auto& e : b.inputs_saved_earlier) {
-    const auto& kept = on_device[e.block];
-    if (e.index < 0 || std::size_t(e.index) >= kept.size() || !kept[std::size_t(e.index)]) bytes += e.bytes;
-  }
+  for (const auto& e : b.inputs_saved_earlier)
+    if (!kept_there(e, on_device)) bytes += e.bytes;
   return bytes;
 }
 
@@ -247,10 +251,8 @@ std::pair<std::int64_t, std::int64_t> segment_inputs(const BlockSaves& b, const 
   std::int64_t kept = 0, offloaded = 0;
   for (std::size_t q = 0; q < b.inputs.size(); ++q) {
     const auto& x = b.inputs[q];
-    const bool there = std::any_of(b.inputs_saved_earlier.begin(), b.inputs_saved_earlier.end(), [&](const auto& e) {
-      const auto& on = on_device[e.block];
-      return e.input == q && e.index >= 0 && std::size_t(e.index) < on.size() && on[std::size_t(e.index)];
-    });
+    const bool there = std::any_of(b.inputs_saved_earlier.begin(), b.inputs_saved_earlier.end(),
+                                   [&](const auto& e) { return e.input == q && kept_there(e, on_device); });
     if (there) continue;
     const bool off = policy.decision({x.tag, info, x.shape, x.bytes, false, true, true}) == Decision::offload;
     (off ? offloaded : kept) += x.bytes;

@@ -111,8 +111,9 @@ std::int64_t segment_forward_peak(const BlockSaves& b, bool first);
 // starting at it keeps them beside what its blocks save).
 std::int64_t unsaved_input(const BlockSaves& b);
 
-// The bytes of BlockSaves::inputs_saved_earlier: a later block's input that
-// is not in its forward's moments (segment_forward_peak adds none of it).
+// The bytes of BlockSaves::inputs_saved_earlier: the block's inputs that are
+// not in its forward's moments (segment_forward_peak leaves them out for a
+// later block of a segment; the caller adds them where nothing keeps them).
 std::int64_t earlier_saved_input(const BlockSaves& b);
 
 struct SaveProfile {
